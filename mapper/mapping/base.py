@@ -1,0 +1,58 @@
+"""The one interface every mapper implements, and the result it returns."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mapper.cost import CostTable
+from mapper.schedule import Schedule, ScheduleOptions
+
+OBJECTIVES = ("makespan", "energy", "throughput")
+STATUSES = ("optimal", "feasible", "heuristic")
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress report while a mapper works (for the CLI's live line)."""
+
+    elapsed: float
+    incumbent: float | None
+    bound: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class MapOptions:
+    objective: str = "makespan"
+    time_limit: float = 30.0  # seconds, for exact and search-based mappers
+    seed: int = 0
+    schedule: ScheduleOptions = ScheduleOptions()
+    makespan_bound: float | None = None  # with objective="energy"
+    progress: Callable[[Progress], None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MapResult:
+    """A validated-able schedule plus what the mapper knows about its quality."""
+
+    schedule: Schedule
+    mapper: str
+    status: str  # optimal | feasible | heuristic
+    objective: str
+    objective_value: float
+    lower_bound: float | None = None
+    gap: float | None = None  # (value - bound) / value
+    solve_time: float = 0.0
+    notes: tuple[str, ...] = ()
+
+
+class Mapper(ABC):
+    """Assigns tasks to devices and orders them. One subclass per algorithm."""
+
+    name: str = ""
+    summary: str = ""
+
+    @abstractmethod
+    def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
+        """Return a schedule for ``cost`` under ``options``."""
