@@ -1,0 +1,369 @@
+"""Helpers shared by every report writer.
+
+Atomic file writes, time formatting, per-device statistics, the critical
+path of a schedule, stable colours, and the :class:`RunRecord` protocol that
+lets reports show predicted against measured times.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import zlib
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+from mapper.errors import OptionsError
+from mapper.mapping.base import MapResult
+from mapper.schedule import Schedule
+
+
+# -- the execution-trace protocol ---------------------------------------------
+@runtime_checkable
+class RunRecord(Protocol):
+    """One executed task, as the HTML and Chrome-trace writers read it.
+
+    Attributes
+    ----------
+    task : int or str
+        Task index or task name.
+    device : int or str
+        Device index or device name it ran on.
+    predicted_start, predicted_end : float
+        The schedule's times, seconds.
+    measured : float or None
+        Wall-clock duration measured on this machine, seconds.
+    modelled : float or None
+        Modelled duration (for devices that are not present), seconds.
+    """
+
+    task: int | str
+    device: int | str
+    predicted_start: float
+    predicted_end: float
+    measured: float | None
+    modelled: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A :class:`RunRecord` resolved against a schedule (indices, not names)."""
+
+    task: int
+    device: int
+    predicted_start: float
+    predicted_end: float
+    measured: float | None
+    modelled: float | None
+
+    @property
+    def predicted(self) -> float:
+        return self.predicted_end - self.predicted_start
+
+    @property
+    def actual(self) -> float | None:
+        """Measured duration when known, else the modelled one."""
+        return self.measured if self.measured is not None else self.modelled
+
+
+def _resolve(value: int | str, names: Sequence[str], what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise OptionsError(f"run record {what} must be an index or a name, got {value!r}", obj="run")
+    if isinstance(value, int):
+        if 0 <= value < len(names):
+            return value
+        raise OptionsError(f"run record {what} index {value} is out of range", obj="run")
+    try:
+        return names.index(value)
+    except ValueError:
+        raise OptionsError(f"run record names unknown {what} {value!r}", obj="run") from None
+
+
+def resolve_run(schedule: Schedule, run: Sequence[RunRecord] | None) -> tuple[RunRow, ...]:
+    """Check ``run`` against ``schedule`` and return its rows in task index order."""
+    if not run:
+        return ()
+    tasks = [t.name for t in schedule.cost.graph.tasks]
+    devices = [d.name for d in schedule.cost.platform.devices]
+    rows = []
+    for rec in run:
+        if not isinstance(rec, RunRecord):
+            raise OptionsError(f"{rec!r} lacks the RunRecord attributes", obj="run")
+        rows.append(
+            RunRow(
+                task=_resolve(rec.task, tasks, "task"),
+                device=_resolve(rec.device, devices, "device"),
+                predicted_start=float(rec.predicted_start),
+                predicted_end=float(rec.predicted_end),
+                measured=None if rec.measured is None else float(rec.measured),
+                modelled=None if rec.modelled is None else float(rec.modelled),
+            )
+        )
+    return tuple(sorted(rows, key=lambda r: (r.task, r.predicted_start)))
+
+
+# -- files ----------------------------------------------------------------------
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` atomically.
+
+    The data goes to a temporary file in the same directory, is flushed and
+    fsynced, then renamed over ``path``; on any error the temporary file is
+    removed and ``path`` is left as it was.
+    """
+    path = os.fspath(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise OptionsError(f"cannot write report: {err.strerror}", obj=path) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def as_schedule(obj: MapResult | Schedule) -> Schedule:
+    """The schedule of a :class:`MapResult`, or ``obj`` itself."""
+    return obj.schedule if isinstance(obj, MapResult) else obj
+
+
+# -- numbers --------------------------------------------------------------------
+_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """The (scale, unit) that shows ``seconds`` with 1 to 3 integer digits."""
+    mag = abs(seconds)
+    for scale, unit in _UNITS:
+        if mag >= scale:
+            return scale, unit
+    return _UNITS[-1] if mag > 0 else _UNITS[0]
+
+
+def fmt_time(seconds: float | None, digits: int = 4) -> str:
+    """``seconds`` with a unit: ``12.5 ms``, ``80 s``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    if not math.isfinite(seconds):
+        return str(seconds)
+    scale, unit = time_unit(seconds)
+    return f"{seconds / scale:.{digits}g} {unit}"
+
+
+def fmt_count(x: float, unit: str = "") -> str:
+    """A count with an SI prefix: ``1.5 G``FLOP, ``4 M``B."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}{unit}"
+    return f"{x:.4g} {unit}".rstrip()
+
+
+def fmt_pct(frac: float | None) -> str:
+    return "-" if frac is None else f"{100.0 * frac:.1f} %"
+
+
+def round_sig(x: float, digits: int = 12) -> float | None:
+    """``x`` rounded to ``digits`` significant digits; None when not finite."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}") + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+# -- per-device statistics ------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeviceStats:
+    """One device's share of a schedule. ``busy`` is the union of its task
+    intervals (overlapping streamed tasks count once)."""
+
+    index: int
+    name: str
+    kind: str
+    tasks: int
+    busy: float
+    utilisation: float  # busy / makespan, 0 when the makespan is 0
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total = 0.0
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def device_stats(schedule: Schedule) -> tuple[DeviceStats, ...]:
+    """Tasks, busy time and utilisation per device, in device index order."""
+    per: list[list[tuple[float, float]]] = [[] for _ in schedule.cost.platform.devices]
+    for s in schedule.slots:
+        per[s.device].append((s.start, s.end))
+    out = []
+    for d, dev in enumerate(schedule.cost.platform.devices):
+        busy = _union_length(per[d])
+        util = busy / schedule.makespan if schedule.makespan > 0 else 0.0
+        out.append(DeviceStats(d, dev.name, dev.kind, len(per[d]), busy, util))
+    return tuple(out)
+
+
+def transfer_of_edge(schedule: Schedule) -> dict[int, int]:
+    """Edge index -> position in ``schedule.transfers``."""
+    return {tr.edge: i for i, tr in enumerate(schedule.transfers)}
+
+
+def task_levels(schedule_or_graph) -> tuple[int, ...]:
+    """Topological level of each task: 0 for sources, else 1 + max over preds."""
+    graph = getattr(getattr(schedule_or_graph, "cost", None), "graph", schedule_or_graph)
+    level = [0] * len(graph.tasks)
+    for t in graph.topo_order:
+        for p in graph.pred_tasks(t):
+            level[t] = max(level[t], level[p] + 1)
+    return tuple(level)
+
+
+# -- the critical path --------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    """One element of the critical path: ``kind`` is ``task`` or ``transfer``;
+    ``index`` is a task index or an edge index."""
+
+    kind: str
+    index: int
+
+
+def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
+    """The chain of tasks and transfers that ends the schedule, first to last.
+
+    Start at the task that ends at the makespan (lowest index on ties) and walk
+    back: a task waited on whatever became ready last among its incoming
+    transfers (cross-device edges), its same-device predecessors (data) and the
+    task before it on its device (the resource); a transfer waited on its
+    source task or, under link contention, on the transfer before it on a
+    shared link. The walk stops at an element that waited on nothing (it starts
+    at a time no predecessor explains, e.g. 0). This is the classic critical
+    path of a list schedule (Topcuoglu, Hariri, Wu, "Performance-effective and
+    low-complexity task scheduling for heterogeneous computing", IEEE TPDS
+    13(3), 2002, section 4.2), extended with resource waits.
+    """
+    slots = schedule.slots
+    if not slots:
+        return ()
+    graph = schedule.cost.graph
+    tol = 1e-9 * max(1.0, abs(schedule.makespan))
+    xfer = {tr.edge: tr for tr in schedule.transfers}
+    by_device: dict[int, list[int]] = {}
+    for s in slots:
+        by_device.setdefault(s.device, []).append(s.task)
+    by_link: dict[int, list[int]] = {}
+    for tr in schedule.transfers:
+        for link in tr.links:
+            by_link.setdefault(link, []).append(tr.edge)
+
+    last = min(range(len(slots)), key=lambda t: (-slots[t].end, t))
+    path = [PathStep("task", last)]
+    seen = {path[0]}
+    while True:
+        step = path[-1]
+        cands: list[tuple[float, int, PathStep]] = []  # (ready, priority, step)
+        if step.kind == "task":
+            me = slots[step.index]
+            start = me.start
+            for e in graph.preds[step.index]:
+                edge = graph.edges[e]
+                tr = xfer.get(e)
+                if tr is not None and slots[edge.src].device != me.device:
+                    cands.append((tr.end, 0, PathStep("transfer", e)))
+                else:
+                    cands.append((slots[edge.src].end, 0, PathStep("task", edge.src)))
+            for other in by_device.get(me.device, ()):
+                o = slots[other]
+                if other != step.index and o.end <= start + tol and o.start < start:
+                    cands.append((o.end, 1, PathStep("task", other)))
+        else:
+            tr = xfer[step.index]
+            start = tr.start
+            src = graph.edges[step.index].src
+            cands.append((slots[src].end, 0, PathStep("task", src)))
+            for link in tr.links:
+                for e in by_link[link]:
+                    o = xfer[e]
+                    if e != step.index and o.end <= start + tol and o.start < start:
+                        cands.append((o.end, 1, PathStep("transfer", e)))
+        ready = [c for c in cands if c[0] <= start + tol and c[0] >= start - tol and c[2] not in seen]
+        if not ready:
+            break
+        nxt = min(ready, key=lambda c: (c[1], c[2].kind != "transfer", c[2].index))[2]
+        path.append(nxt)
+        seen.add(nxt)
+    return tuple(reversed(path))
+
+
+# -- colours ----------------------------------------------------------------------
+#: Twenty distinguishable colours (Tableau 20 order, dark shades first).
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
+    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+
+#: Ops of the catalogue (docs/ops.md) in a fixed colour order.
+_KNOWN_OPS = (
+    "matmul", "conv2d", "attention", "layernorm", "add", "gelu", "relu", "softmax",
+    "batchnorm", "maxpool", "avgpool", "stencil", "spmv", "fft", "dot", "axpy",
+    "reduce", "elementwise", "task", "embedding",
+)  # fmt: skip
+
+
+def op_colour(op: str) -> str:
+    """A stable colour for an op: fixed for catalogue ops, hashed for others."""
+    if op in _KNOWN_OPS:
+        return PALETTE[_KNOWN_OPS.index(op)]
+    return PALETTE[zlib.crc32(op.encode("utf-8")) % len(PALETTE)]
+
+
+#: Device colours: by kind family, shade by index within the kind.
+_KIND_COLOURS = {
+    "cpu": ("#4e79a7", "#a0cbe8", "#1f4e79", "#7aa6d6"),
+    "gpu": ("#59a14f", "#8cd17d", "#2e6b27", "#b6e3a8"),
+    "fpga": ("#f28e2b", "#ffbe7d", "#b35806", "#fdd0a2"),
+}
+
+
+def device_colours(schedule: Schedule) -> tuple[str, ...]:
+    """One colour per device, in device index order (cpu blue, gpu green, fpga orange)."""
+    seen: dict[str, int] = {}
+    out = []
+    for dev in schedule.cost.platform.devices:
+        k = seen.get(dev.kind, 0)
+        seen[dev.kind] = k + 1
+        shades = _KIND_COLOURS.get(dev.kind)
+        out.append(shades[k % len(shades)] if shades else PALETTE[(9 + dev.index) % len(PALETTE)])
+    return tuple(out)
+
+
+def nice_step(span: float, target: int = 8) -> float:
+    """A 1-2-5 tick step that cuts ``span`` into about ``target`` pieces."""
+    if span <= 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / target
+    mag = 10.0 ** math.floor(math.log10(raw))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if raw <= m * mag:
+            return m * mag
+    return 10.0 * mag

@@ -1,0 +1,253 @@
+"""Shared report helpers (mapper.report.common) and the hand-built schedules
+the other report tests use."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from mapper.cost import CostTable
+from mapper.errors import OptionsError
+from mapper.graph import Edge, Task, TaskGraph
+from mapper.mapping.base import MapResult
+from mapper.platform import Device, Link, Platform
+from mapper.report import common
+from mapper.schedule import Schedule, ScheduleOptions, TaskSlot, Transfer
+
+INF = math.inf
+XSS = "<script>window.__xss=1;alert(1)</script>"
+
+
+# -- builders (imported by the other test_report_* modules) ------------------------
+def make_platform() -> Platform:
+    """cpu0 is the host; gpu0 and fpga0 hang off it (no direct gpu-fpga link)."""
+    devices = (
+        Device(0, "cpu0", "cpu"),
+        Device(1, "gpu0", "gpu"),
+        Device(2, "fpga0", "fpga"),
+    )
+    pairs = (("cpu0", "gpu0"), ("gpu0", "cpu0"), ("cpu0", "fpga0"), ("fpga0", "cpu0"))
+    links = tuple(Link(i, a, b, bandwidth_gbs=10.0, latency_us=10.0) for i, (a, b) in enumerate(pairs))
+    return Platform("tri", devices, links, host="cpu0")
+
+
+def _routes(platform: Platform):
+    names = [d.name for d in platform.devices]
+    direct = {(names.index(l.src), names.index(l.dst)): l.index for l in platform.links}
+    host = names.index(platform.host)
+    n = len(names)
+    routes = [[() for _ in range(n)] for _ in range(n)]
+    for a in range(n):
+        for b in range(n):
+            if a == b:
+                continue
+            if (a, b) in direct:
+                routes[a][b] = (direct[(a, b)],)
+            else:
+                routes[a][b] = (direct[(a, host)], direct[(host, b)])
+    lat = [[sum(platform.links[l].latency_us * 1e-6 for l in routes[a][b]) for b in range(n)] for a in range(n)]
+    spb = [[sum(1.0 / (platform.links[l].bandwidth_gbs * 1e9) for l in routes[a][b]) for b in range(n)] for a in range(n)]
+    return tuple(map(tuple, routes)), tuple(map(tuple, lat)), tuple(map(tuple, spb))
+
+
+def build_result(tasks, edges, assign, times, *, platform=None, mapper="heft", status="heuristic", options=None):
+    """A MapResult whose schedule is list-scheduled in topological order.
+
+    ``tasks``: (name, op) pairs; ``edges``: (src, dst, bytes); ``assign``:
+    device per task; ``times``: seconds per task on its device.
+    """
+    platform = platform or make_platform()
+    n, m = len(tasks), len(platform.devices)
+    graph = TaskGraph(
+        "g",
+        tuple(Task(i, nm, op, flops=1e9 * (i + 1), bytes_read=1e6, bytes_written=2e6) for i, (nm, op) in enumerate(tasks)),
+        tuple(Edge(j, s, d, float(b)) for j, (s, d, b) in enumerate(edges)),
+    )
+    routes, lat, spb = _routes(platform)
+    time = tuple(tuple(times[t] if d == assign[t] else times[t] * 2 for d in range(m)) for t in range(n))
+    cost = CostTable(
+        graph=graph,
+        platform=platform,
+        time=time,
+        energy=tuple((0.0,) * m for _ in range(n)),
+        bound=tuple(("explicit",) * m for _ in range(n)),
+        reasons=(),
+        route_latency=lat,
+        route_sec_per_byte=spb,
+        routes=routes,
+        footprint=(0.0,) * n,
+        memory_capacity=(INF,) * m,
+        area=tuple((0.0,) * m for _ in range(n)),
+        area_capacity=(INF,) * m,
+    )
+    free = [0.0] * m
+    slots: list[TaskSlot | None] = [None] * n
+    transfers = []
+    for t in graph.topo_order:
+        d = assign[t]
+        ready = free[d]
+        for e in graph.preds[t]:
+            src = graph.edges[e].src
+            arrive = slots[src].end
+            if assign[src] != d:
+                c = cost.comm(e, assign[src], d)
+                transfers.append(Transfer(e, assign[src], d, slots[src].end, slots[src].end + c, routes[assign[src]][d]))
+                arrive += c
+            ready = max(ready, arrive)
+        slots[t] = TaskSlot(t, d, ready, ready + times[t])
+        free[d] = ready + times[t]
+    transfers.sort(key=lambda tr: tr.edge)
+    makespan = max(s.end for s in slots)
+    sched = Schedule(cost, options or ScheduleOptions(), tuple(slots), tuple(transfers), makespan)
+    return MapResult(
+        sched, mapper, status, "makespan", makespan,
+        lower_bound=makespan * 0.8, gap=0.2, solve_time=0.0125, notes=("hand-built schedule",),
+    )  # fmt: skip
+
+
+def small_result(name5: str = "out", **kw) -> MapResult:
+    """Six tasks on cpu0/gpu0/fpga0 with direct and host-relayed transfers."""
+    tasks = [("embed", "embedding"), ("qkv", "matmul"), ("attn", "attention"),
+             ("spec", "fft"), ("norm", "layernorm"), (name5, "relu")]  # fmt: skip
+    edges = [(0, 1, 4e6), (0, 3, 2e6), (1, 3, 1e6), (1, 2, 8e6), (2, 4, 4e6), (3, 4, 1e6), (4, 5, 4e6)]
+    assign = [0, 1, 1, 2, 0, 0]
+    times = [1e-3, 2e-3, 3e-3, 1.5e-3, 0.5e-3, 0.25e-3]
+    return build_result(tasks, edges, assign, times, **kw)
+
+
+def random_result(n: int, seed: int = 0) -> MapResult:
+    """A random layered DAG with ``n`` tasks, devices assigned at random."""
+    rng = random.Random(seed)
+    ops = ("matmul", "add", "gelu", "fft", "stencil")
+    tasks = [(f"t{i}", ops[rng.randrange(len(ops))]) for i in range(n)]
+    edges = []
+    for i in range(1, n):
+        for p in sorted(rng.sample(range(max(0, i - 6), i), min(i, rng.randint(1, 2)))):
+            edges.append((p, i, rng.choice((0.0, 1e5, 1e6))))
+    assign = [rng.randrange(3) for _ in range(n)]
+    times = [rng.uniform(1e-4, 1e-3) for _ in range(n)]
+    return build_result(tasks, edges, assign, times)
+
+
+# -- tests ------------------------------------------------------------------------------
+def test_small_result_shape():
+    res = small_result()
+    s = res.schedule
+    assert len(s.slots) == 6
+    # the gpu -> fpga edge goes through the host: two links
+    (tr,) = [t for t in s.transfers if t.edge == 2]
+    assert tr.links == (1, 2)
+    assert s.makespan == max(x.end for x in s.slots)
+
+
+def test_critical_path_small():
+    res = small_result()
+    s = res.schedule
+    path = common.critical_path(s)
+    g = s.cost.graph
+    # ends at the makespan task, starts at a task that starts at 0
+    assert path[-1] == common.PathStep("task", 5)
+    assert path[0].kind == "task" and s.slots[path[0].index].start == 0.0
+    # consecutive elements really wait on each other
+    xfer = {t.edge: t for t in s.transfers}
+
+    def span(step):
+        if step.kind == "task":
+            return s.slots[step.index].start, s.slots[step.index].end
+        return xfer[step.index].start, xfer[step.index].end
+
+    for a, b in zip(path, path[1:]):
+        assert math.isclose(span(a)[1], span(b)[0], rel_tol=1e-12, abs_tol=1e-15)
+    names = [g.tasks[p.index].name if p.kind == "task" else f"e{p.index}" for p in path]
+    # embed -> (e0) -> qkv -> attn -> (e4) -> norm -> out: the gpu chain dominates
+    assert names == ["embed", "e0", "qkv", "attn", "e4", "norm", "out"]
+
+
+def test_critical_path_resource_wait():
+    # two independent tasks on one device: the second waited on the device
+    res = build_result([("a", "add"), ("b", "add")], [], [0, 0], [1.0, 2.0])
+    assert common.critical_path(res.schedule) == (common.PathStep("task", 0), common.PathStep("task", 1))
+
+
+def test_critical_path_random_is_chain():
+    res = random_result(80, seed=3)
+    s = res.schedule
+    path = common.critical_path(s)
+    assert s.slots[path[-1].index].end == s.makespan
+    assert s.slots[path[0].index].start == 0.0
+    assert len(set(path)) == len(path)
+
+
+def test_device_stats_union_and_utilisation():
+    res = build_result([("a", "add"), ("b", "add"), ("c", "add")], [(0, 2, 0)], [0, 1, 0], [1.0, 4.0, 1.0])
+    st = common.device_stats(res.schedule)
+    assert [(d.name, d.tasks) for d in st] == [("cpu0", 2), ("gpu0", 1), ("fpga0", 0)]
+    assert st[0].busy == 2.0 and st[1].utilisation == 1.0 and st[2].utilisation == 0.0
+    assert common._union_length([(0, 2), (1, 3), (5, 6)]) == 4
+
+
+def test_fmt_time_units():
+    assert common.fmt_time(80.0) == "80 s"
+    assert common.fmt_time(0.0125) == "12.5 ms"
+    assert common.fmt_time(3.5e-6) == "3.5 us"
+    assert common.fmt_time(2e-9) == "2 ns"
+    assert common.fmt_time(0.0) == "0 s"
+    assert common.fmt_time(None) == "-"
+    assert common.round_sig(0.1 + 0.2) == 0.3
+    assert common.round_sig(INF) is None
+
+
+def test_op_colour_stable():
+    assert common.op_colour("matmul") == common.op_colour("matmul") == common.PALETTE[0]
+    assert common.op_colour("my_custom_op") in common.PALETTE
+    assert common.op_colour("matmul") != common.op_colour("conv2d")
+
+
+def test_atomic_write_ok_and_replace(tmp_path):
+    p = tmp_path / "r.txt"
+    common.atomic_write(p, "one")
+    common.atomic_write(p, b"two")
+    assert p.read_bytes() == b"two"
+    assert os.listdir(tmp_path) == ["r.txt"]
+
+
+def test_atomic_write_failure_leaves_nothing(tmp_path, monkeypatch):
+    p = tmp_path / "r.txt"
+
+    def boom(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(common.os, "fsync", boom)
+    with pytest.raises(OSError):
+        common.atomic_write(p, "data")
+    assert os.listdir(tmp_path) == []
+
+
+def test_atomic_write_missing_folder(tmp_path):
+    with pytest.raises(OptionsError):
+        common.atomic_write(tmp_path / "nope" / "r.txt", "x")
+
+
+@dataclass
+class Rec:
+    task: object
+    device: object
+    predicted_start: float
+    predicted_end: float
+    measured: float | None
+    modelled: float | None
+
+
+def test_resolve_run_by_name_and_index():
+    s = small_result().schedule
+    rows = common.resolve_run(s, [Rec("qkv", "gpu0", 0.0, 1.0, None, 0.5), Rec(0, 0, 0.0, 1.0, 2.0, None)])
+    assert [r.task for r in rows] == [0, 1]
+    assert rows[0].actual == 2.0 and rows[1].actual == 0.5
+    with pytest.raises(OptionsError):
+        common.resolve_run(s, [Rec("nope", "gpu0", 0, 1, None, None)])
+    with pytest.raises(OptionsError):
+        common.resolve_run(s, [object()])
