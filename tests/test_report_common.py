@@ -247,6 +247,7 @@ def test_resolve_run_by_name_and_index():
     rows = common.resolve_run(s, [Rec("qkv", "gpu0", 0.0, 1.0, None, 0.5), Rec(0, 0, 0.0, 1.0, 2.0, None)])
     assert [r.task for r in rows] == [0, 1]
     assert rows[0].actual == 2.0 and rows[1].actual == 0.5
+    assert common.resolve_run(s, None) == ()
     with pytest.raises(OptionsError):
         common.resolve_run(s, [Rec("nope", "gpu0", 0, 1, None, None)])
     with pytest.raises(OptionsError):

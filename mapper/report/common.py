@@ -63,8 +63,8 @@ class RunRow:
 
     @property
     def actual(self) -> float | None:
-        """Measured duration when known, else the modelled one."""
-        return self.measured if self.measured is not None else self.modelled
+        """Modelled duration when given (accelerators), else the measured one."""
+        return self.modelled if self.modelled is not None else self.measured
 
 
 def _resolve(value: int | str, names: Sequence[str], what: str) -> int:
@@ -80,8 +80,13 @@ def _resolve(value: int | str, names: Sequence[str], what: str) -> int:
         raise OptionsError(f"run record names unknown {what} {value!r}", obj="run") from None
 
 
-def resolve_run(schedule: Schedule, run: Sequence[RunRecord] | None) -> tuple[RunRow, ...]:
-    """Check ``run`` against ``schedule`` and return its rows in task index order."""
+def resolve_run(schedule: Schedule, run) -> tuple[RunRow, ...]:
+    """Check ``run`` against ``schedule`` and return its rows in task index order.
+
+    ``run`` is a sequence of :class:`RunRecord`, or an object whose ``records``
+    attribute is one (such as an execution trace), or None.
+    """
+    run = getattr(run, "records", run)
     if not run:
         return ()
     tasks = [t.name for t in schedule.cost.graph.tasks]

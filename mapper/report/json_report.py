@@ -1,0 +1,94 @@
+"""The JSON report: the machine-readable contract of DESIGN.md section 6.
+
+Top-level keys, in this order: ``makespan``, ``mapper``, ``status``,
+``objective``, ``objective_value``, ``lower_bound``, ``gap``, ``solve_time``,
+``graph``, ``platform``, ``options``, ``tasks``, ``transfers``, ``devices``,
+``notes``. Times are seconds; floats are rounded to 12 significant digits so
+the same input gives byte-identical output. See docs/reports.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mapper.mapping.base import MapResult
+from mapper.report.common import atomic_write, device_stats, round_sig
+
+
+def to_json_dict(result: MapResult) -> dict:
+    """The report as plain JSON-ready Python objects (dicts keep key order)."""
+    sched = result.schedule
+    graph = sched.cost.graph
+    plat = sched.cost.platform
+    dev = plat.devices
+    links = plat.links
+    r = round_sig
+    tasks = [
+        {
+            "name": graph.tasks[s.task].name,
+            "device": dev[s.device].name,
+            "start": r(s.start),
+            "end": r(s.end),
+            "op": graph.tasks[s.task].op,
+            "flops": r(graph.tasks[s.task].flops),
+            "bytes": r(graph.tasks[s.task].bytes),
+        }
+        for s in sorted(sched.slots, key=lambda s: s.task)
+    ]
+    transfers = []
+    for tr in sorted(sched.transfers, key=lambda t: t.edge):
+        edge = graph.edges[tr.edge]
+        transfers.append(
+            {
+                "edge": tr.edge,
+                "src": graph.tasks[edge.src].name,
+                "dst": graph.tasks[edge.dst].name,
+                "from": dev[tr.src_device].name,
+                "to": dev[tr.dst_device].name,
+                "start": r(tr.start),
+                "end": r(tr.end),
+                "bytes": r(edge.bytes),
+                "links": [f"{links[k].src}->{links[k].dst}" for k in tr.links],
+            }
+        )
+    return {
+        "makespan": r(sched.makespan),
+        "mapper": result.mapper,
+        "status": result.status,
+        "objective": result.objective,
+        "objective_value": r(result.objective_value),
+        "lower_bound": r(result.lower_bound) if result.lower_bound is not None else None,
+        "gap": r(result.gap) if result.gap is not None else None,
+        "solve_time": r(result.solve_time),
+        "graph": {
+            "name": graph.name,
+            "tasks": len(graph.tasks),
+            "edges": len(graph.edges),
+            "flops": r(graph.total_flops),
+            "bytes": r(graph.total_bytes),
+        },
+        "platform": {
+            "name": plat.name,
+            "devices": [d.name for d in dev],
+            "links": [f"{k.src}->{k.dst}" for k in links],
+        },
+        "options": {name: getattr(sched.options, name) for name in ("contention", "streaming", "memory", "area")},
+        "tasks": tasks,
+        "transfers": transfers,
+        "devices": [
+            {"name": d.name, "kind": d.kind, "tasks": d.tasks, "busy": r(d.busy), "utilisation": r(d.utilisation)}
+            for d in device_stats(sched)
+        ],
+        "notes": list(result.notes),
+    }
+
+
+def to_json(result: MapResult) -> str:
+    """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
+    return json.dumps(to_json_dict(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(result: MapResult, path: str | os.PathLike) -> None:
+    """Write :func:`to_json` to ``path`` atomically."""
+    atomic_write(path, to_json(result))

@@ -1,0 +1,70 @@
+"""Terminal reports: a summary table per device and a task schedule table."""
+
+from __future__ import annotations
+
+from mapper.mapping.base import MapResult
+from mapper.report.common import device_stats, fmt_pct, fmt_time
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
+    """Columns padded to their widest cell; ``right[i]`` right-aligns column i."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        parts = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
+def summary_table(result: MapResult) -> str:
+    """Per-device load, then the quality of the mapping, as plain text.
+
+    Columns: device, kind, tasks, busy time, utilisation (busy / makespan).
+    Then makespan, lower bound, gap, status, mapper, objective, solve time,
+    the schedule options that were on, and the mapper's notes.
+    """
+    sched = result.schedule
+    rows = [
+        (d.name, d.kind, str(d.tasks), fmt_time(d.busy), fmt_pct(d.utilisation))
+        for d in device_stats(sched)
+    ]
+    lines = _table(("device", "kind", "tasks", "busy", "util"), rows, (False, False, True, True, True))
+    objective = result.objective
+    if result.objective != "makespan" or result.objective_value != sched.makespan:
+        value = fmt_time(result.objective_value) if result.objective != "energy" else f"{result.objective_value:.6g} J"
+        objective = f"{result.objective} = {value}"
+    options = ", ".join(sched.options.enabled) or "none (delay model)"
+    facts = [
+        ("makespan", fmt_time(sched.makespan)),
+        ("lower bound", fmt_time(result.lower_bound)),
+        ("gap", fmt_pct(result.gap)),
+        ("status", result.status),
+        ("mapper", result.mapper),
+        ("objective", objective),
+        ("solve time", fmt_time(result.solve_time)),
+        ("options", options),
+        ("graph", f"{sched.cost.graph.name} ({len(sched.slots)} tasks, {len(sched.transfers)} transfers)"),
+        ("platform", sched.cost.platform.name),
+    ]
+    width = max(len(k) for k, _ in facts)
+    lines.append("")
+    lines += [f"{k.ljust(width)}  {v}" for k, v in facts]
+    for note in result.notes:
+        lines.append(f"{'note'.ljust(width)}  {note}")
+    return "\n".join(lines) + "\n"
+
+
+def schedule_table(result: MapResult) -> str:
+    """Every task with its device, start, end and duration, in start order
+    (ties by task index)."""
+    sched = result.schedule
+    tasks = sched.cost.graph.tasks
+    devices = sched.cost.platform.devices
+    order = sorted(sched.slots, key=lambda s: (s.start, s.task))
+    rows = [
+        (tasks[s.task].name, devices[s.device].name, fmt_time(s.start), fmt_time(s.end), fmt_time(s.end - s.start))
+        for s in order
+    ]
+    lines = _table(("task", "device", "start", "end", "duration"), rows, (False, False, True, True, True))
+    return "\n".join(lines) + "\n"

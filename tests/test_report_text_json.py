@@ -1,0 +1,86 @@
+"""Terminal tables and the JSON contract."""
+
+from __future__ import annotations
+
+import json
+
+from mapper.report.json_report import to_json, to_json_dict, write_json
+from mapper.report.text import schedule_table, summary_table
+from mapper.schedule import ScheduleOptions
+from test_report_common import random_result, small_result
+
+
+def test_summary_table_contents():
+    res = small_result()
+    out = summary_table(res)
+    lines = out.splitlines()
+    assert lines[0].split() == ["device", "kind", "tasks", "busy", "util"]
+    cpu = next(l for l in lines if l.startswith("cpu0"))
+    assert cpu.split()[:3] == ["cpu0", "cpu", "3"]
+    assert "1.75 ms" in cpu  # embed 1 + norm 0.5 + out 0.25
+    assert "makespan" in out and "ms" in out
+    assert "lower bound" in out and "gap" in out and "20.0 %" in out
+    assert "status       heuristic" in out and "mapper       heft" in out
+    assert "options      none (delay model)" in out
+    assert "note         hand-built schedule" in out
+    assert summary_table(res) == out
+
+
+def test_summary_table_options_and_objective():
+    res = small_result(options=ScheduleOptions(contention=True, memory=True))
+    out = summary_table(res)
+    assert "contention, memory" in out
+
+
+def test_schedule_table_start_order():
+    res = small_result()
+    lines = schedule_table(res).splitlines()
+    names = [l.split()[0] for l in lines[2:]]
+    slots = res.schedule.slots
+    order = sorted(range(6), key=lambda t: (slots[t].start, t))
+    assert names == [res.schedule.cost.graph.tasks[t].name for t in order]
+    assert lines[2].split()[:3] == ["embed", "cpu0", "0"]
+
+
+def test_json_contract_keys_and_values():
+    res = small_result()
+    d = to_json_dict(res)
+    assert list(d) == [
+        "makespan", "mapper", "status", "objective", "objective_value", "lower_bound", "gap",
+        "solve_time", "graph", "platform", "options", "tasks", "transfers", "devices", "notes",
+    ]  # fmt: skip
+    s = res.schedule
+    assert abs(d["makespan"] - s.makespan) <= 1e-11 * s.makespan
+    assert d["status"] in ("optimal", "feasible", "heuristic")
+    assert [t["name"] for t in d["tasks"]] == ["embed", "qkv", "attn", "spec", "norm", "out"]
+    assert set(d["tasks"][0]) >= {"name", "device", "start", "end"}
+    assert d["tasks"][1]["device"] == "gpu0"
+    tr = next(t for t in d["transfers"] if t["edge"] == 2)
+    assert (tr["src"], tr["dst"], tr["from"], tr["to"]) == ("qkv", "spec", "gpu0", "fpga0")
+    assert tr["links"] == ["gpu0->cpu0", "cpu0->fpga0"] and tr["bytes"] == 1e6
+    assert {"edge", "src", "dst", "from", "to", "start", "end", "bytes"} <= set(tr)
+    assert [x["name"] for x in d["devices"]] == ["cpu0", "gpu0", "fpga0"]
+    assert set(d["devices"][0]) == {"name", "kind", "tasks", "busy", "utilisation"}
+    assert 0 <= d["devices"][1]["utilisation"] <= 1
+
+
+def test_json_byte_identical_and_rounded(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_json(random_result(60, seed=1), a)
+    write_json(random_result(60, seed=1), b)
+    assert a.read_bytes() == b.read_bytes()
+    text = a.read_text()
+    assert text.endswith("}\n") and text.startswith('{\n  "makespan": ')
+    parsed = json.loads(text)
+    for t in parsed["tasks"]:  # at most 12 significant digits
+        assert float(f"{t['end']:.12g}") == t["end"]
+    assert to_json(random_result(60, seed=1)) == text
+
+
+def test_json_none_bounds():
+    res = small_result()
+    import dataclasses
+
+    res = dataclasses.replace(res, lower_bound=None, gap=None)
+    d = json.loads(to_json(res))
+    assert d["lower_bound"] is None and d["gap"] is None
