@@ -1,14 +1,29 @@
 """Platforms: devices, links and routes between them.
 
-The loader (``load_platform``) and schema checks live here too; the
-only TOML reader is the standard library's ``tomllib``.
+``load_platform`` reads a platform file (TOML, via the standard library's
+``tomllib``) by shipped name or by path and checks it against the schema in
+``docs/platforms.md``; every problem is one :class:`PlatformError` whose
+``obj`` is ``"FILE: key.path"``. Routes follow DESIGN.md section 3: a direct
+link when declared, else store-and-forward through the host's memory.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import tomllib
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from mapper.errors import PlatformError, SourceSpan
+from mapper.graph import DTYPE_BYTES
 
 DEVICE_KINDS = ("cpu", "gpu", "fpga")
+
+#: Package holding the shipped platform files.
+PLATFORM_PACKAGE = "mapper.platforms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +51,11 @@ class Device:
                 return v
         return None
 
+    @property
+    def has_rates(self) -> bool:
+        """True when the device has any compute rate or a memory bandwidth."""
+        return bool(self.peak_gflops) or self.mem_bandwidth_gbs is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Link:
@@ -58,9 +78,326 @@ class Platform:
     links: tuple[Link, ...] = ()
     host: str | None = None
     source: str = "<memory>"
+    description: str = ""
 
     def device_index(self, name: str) -> int:
         for d in self.devices:
             if d.name == name:
                 return d.index
         raise KeyError(name)
+
+    def link_between(self, a: int, b: int) -> int | None:
+        """Index of the direct link from device ``a`` to device ``b``, if declared."""
+        src, dst = self.devices[a].name, self.devices[b].name
+        for link in self.links:
+            if link.src == src and link.dst == dst:
+                return link.index
+        return None
+
+    def route(self, a: int, b: int) -> tuple[int, ...] | None:
+        """Link indices from device ``a`` to device ``b``; ``()`` when ``a == b``.
+
+        A direct link wins; otherwise the route is ``a -> host -> b``
+        (store-and-forward through host memory). ``None`` when neither exists.
+        """
+        if a == b:
+            return ()
+        direct = self.link_between(a, b)
+        if direct is not None:
+            return (direct,)
+        if self.host is None:
+            return None
+        h = self.device_index(self.host)
+        if h in (a, b):
+            return None
+        up, down = self.link_between(a, h), self.link_between(h, b)
+        if up is None or down is None:
+            return None
+        return (up, down)
+
+    def summary(self) -> str:
+        """Device counts by kind, e.g. ``1 cpu, 8 gpu``."""
+        counts = [(k, sum(1 for d in self.devices if d.kind == k)) for k in DEVICE_KINDS]
+        return ", ".join(f"{n} {k}" for k, n in counts if n)
+
+
+# -- schema -----------------------------------------------------------------
+
+# Each numeric key: (minimum kind, unit shown in messages). "pos" > 0, "nonneg" >= 0.
+_DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
+    "mem_bandwidth_gbs": ("pos", "GB/s"),
+    "memory_gib": ("pos", "GiB"),
+    "launch_us": ("nonneg", "microseconds"),
+    "power_active_w": ("nonneg", "watts"),
+    "power_idle_w": ("nonneg", "watts"),
+    "serial_gflops": ("pos", "GFLOP/s"),
+    "area": ("pos", "area units"),
+    "clock_mhz": ("pos", "MHz"),
+    "reconfig_ms": ("nonneg", "milliseconds"),
+}
+_FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
+_DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming")
+_LINK_NUMBERS: dict[str, tuple[str, str]] = {
+    "bandwidth_gbs": ("pos", "GB/s"),
+    "latency_us": ("nonneg", "microseconds"),
+}
+_LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
+_TOP_KEYS = ("name", "description", "host", "device", "link")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_UNIT_SUFFIXES = (
+    "gbs", "gibs", "mbs", "tbs", "gib", "gb", "mib", "mb", "tb", "tib",
+    "us", "ns", "ms", "s", "w", "kw", "mhz", "ghz", "khz", "hz", "gflops", "tflops",
+)
+
+
+def _stem(key: str) -> str:
+    """``key`` without a trailing unit suffix (``launch_ms`` -> ``launch``)."""
+    for suf in sorted(_UNIT_SUFFIXES, key=len, reverse=True):
+        if key.endswith("_" + suf):
+            return key[: -len(suf) - 1]
+    return key
+
+
+class _Checker:
+    """Reads one parsed TOML document into a :class:`Platform`, naming the key at fault."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, path: str, message: str) -> PlatformError:
+        return PlatformError(message, obj=f"{self.file}: {path}")
+
+    # values -------------------------------------------------------------
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(path, f"expected a string, got {_describe(value)}")
+        return value
+
+    def number(self, value: Any, path: str, rule: str, unit: str) -> float:
+        if isinstance(value, str):
+            raise self.fail(
+                path,
+                f"expected a number in {unit} (the unit is in the key name), got the string {value!r}",
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(path, f"expected a number in {unit}, got {_describe(value)}")
+        x = float(value)
+        if not math.isfinite(x):
+            raise self.fail(path, f"expected a finite number in {unit}, got {value}")
+        if rule == "pos" and x <= 0:
+            raise self.fail(path, f"expected a positive number in {unit}, got {value}")
+        if rule == "nonneg" and x < 0:
+            raise self.fail(path, f"expected a number >= 0 in {unit}, got {value}")
+        return x
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, f"expected true or false, got {_describe(value)}")
+        return value
+
+    def table(self, value: Any, path: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a table, got {_describe(value)}")
+        return value
+
+    def keys(self, table: dict[str, Any], path: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> None:
+        for key in table:
+            if key not in allowed:
+                raise self.fail(_join(path, key), _unknown_key(key, allowed))
+        for key in required:
+            if key not in table:
+                where = path or "top level"
+                raise self.fail(_join(path, key), f"missing required key {key!r} in {where}")
+
+    def name(self, value: Any, path: str) -> str:
+        text = self.string(value, path)
+        if not _NAME_RE.match(text):
+            raise self.fail(path, f"expected an identifier (letters, digits, _), got {text!r}")
+        return text
+
+    # sections -----------------------------------------------------------
+    def device(self, raw: Any, i: int) -> Device:
+        path = f"device[{i}]"
+        tab = self.table(raw, path)
+        self.keys(tab, path, _DEVICE_KEYS, ("name", "kind"))
+        name = self.name(tab["name"], f"{path}.name")
+        kind = self.string(tab["kind"], f"{path}.kind")
+        if kind not in DEVICE_KINDS:
+            raise self.fail(f"{path}.kind", f"expected one of cpu, gpu, fpga, got {kind!r}")
+        if name in DEVICE_KINDS:
+            raise self.fail(f"{path}.name", f"a device may not be named after a kind ({name!r})")
+        if kind != "fpga":
+            for key in _FPGA_ONLY:
+                if key in tab:
+                    raise self.fail(f"{path}.{key}", f"only valid for kind = \"fpga\", this device is a {kind}")
+        peaks: list[tuple[str, float]] = []
+        if "peak_gflops" in tab:
+            ptab = self.table(tab["peak_gflops"], f"{path}.peak_gflops")
+            for dtype in sorted(ptab):
+                kpath = f"{path}.peak_gflops.{dtype}"
+                if dtype not in DTYPE_BYTES:
+                    raise self.fail(kpath, f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+                peaks.append((dtype, self.number(ptab[dtype], kpath, "pos", "GFLOP/s")))
+        nums = {
+            key: self.number(tab[key], f"{path}.{key}", rule, unit)
+            for key, (rule, unit) in _DEVICE_NUMBERS.items()
+            if key in tab
+        }
+        streaming = self.boolean(tab["streaming"], f"{path}.streaming") if "streaming" in tab else False
+        return Device(
+            index=i,
+            name=name,
+            kind=kind,
+            peak_gflops=tuple(peaks),
+            mem_bandwidth_gbs=nums.get("mem_bandwidth_gbs"),
+            memory_gib=nums.get("memory_gib"),
+            launch_us=nums.get("launch_us", 0.0),
+            power_active_w=nums.get("power_active_w"),
+            power_idle_w=nums.get("power_idle_w"),
+            serial_gflops=nums.get("serial_gflops"),
+            area=nums.get("area"),
+            clock_mhz=nums.get("clock_mhz"),
+            reconfig_ms=nums.get("reconfig_ms"),
+            streaming=streaming,
+        )
+
+    def links(self, raws: list[Any], names: set[str]) -> tuple[Link, ...]:
+        out: list[Link] = []
+        seen: dict[tuple[str, str], int] = {}
+        for j, raw in enumerate(raws):
+            path = f"link[{j}]"
+            tab = self.table(raw, path)
+            self.keys(tab, path, _LINK_KEYS, ("from", "to", "bandwidth_gbs"))
+            ends = []
+            for key in ("from", "to"):
+                end = self.string(tab[key], f"{path}.{key}")
+                if end not in names:
+                    raise self.fail(f"{path}.{key}", f"unknown device {end!r}; devices: {', '.join(sorted(names))}")
+                ends.append(end)
+            src, dst = ends
+            if src == dst:
+                raise self.fail(f"{path}.to", f"a link must join two different devices, got {src!r} twice")
+            bw = self.number(tab["bandwidth_gbs"], f"{path}.bandwidth_gbs", *_LINK_NUMBERS["bandwidth_gbs"])
+            lat = 0.0
+            if "latency_us" in tab:
+                lat = self.number(tab["latency_us"], f"{path}.latency_us", *_LINK_NUMBERS["latency_us"])
+            both = self.boolean(tab["bidirectional"], f"{path}.bidirectional") if "bidirectional" in tab else False
+            for a, b in ((src, dst), (dst, src)) if both else ((src, dst),):
+                if (a, b) in seen:
+                    raise self.fail(path, f"duplicate link {a} -> {b} (already declared by link[{seen[(a, b)]}])")
+                seen[(a, b)] = j
+                out.append(Link(index=len(out), src=a, dst=b, bandwidth_gbs=bw, latency_us=lat))
+        return tuple(out)
+
+    def platform(self, doc: dict[str, Any], source: str) -> Platform:
+        self.keys(doc, "", _TOP_KEYS, ("name", "device"))
+        name = self.string(doc["name"], "name")
+        if not name.strip():
+            raise self.fail("name", "expected a non-empty platform name")
+        description = self.string(doc["description"], "description") if "description" in doc else ""
+        raw_devices = doc["device"]
+        if not isinstance(raw_devices, list) or not raw_devices:
+            raise self.fail("device", f"expected one or more [[device]] tables, got {_describe(raw_devices)}")
+        devices: list[Device] = []
+        for i, raw in enumerate(raw_devices):
+            dev = self.device(raw, i)
+            for other in devices:
+                if other.name == dev.name:
+                    raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also device[{other.index}])")
+            devices.append(dev)
+        names = {d.name for d in devices}
+        raw_links = doc.get("link", [])
+        if not isinstance(raw_links, list):
+            raise self.fail("link", f"expected [[link]] tables, got {_describe(raw_links)}")
+        links = self.links(raw_links, names)
+        if "host" in doc:
+            host: str | None = self.string(doc["host"], "host")
+            if host not in names:
+                raise self.fail("host", f"unknown device {host!r}; devices: {', '.join(sorted(names))}")
+        else:
+            host = next((d.name for d in devices if d.kind == "cpu"), None)
+        return Platform(
+            name=name,
+            devices=tuple(devices),
+            links=links,
+            host=host,
+            source=source,
+            description=description,
+        )
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _describe(value: Any) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array", dict: "a table"}
+    kind = next((v for t, v in kinds.items() if type(value) is t), type(value).__name__)
+    shown = repr(value)
+    return f"{kind} ({shown if len(shown) <= 40 else shown[:37] + '...'})"
+
+
+def _unknown_key(key: str, allowed: tuple[str, ...]) -> str:
+    stem = _stem(key)
+    for cand in allowed:
+        if stem == _stem(cand) and key != cand:
+            return f"unknown key {key!r}: units are part of the key name; expected {cand!r}"
+    return f"unknown key {key!r}; expected one of {', '.join(allowed)}"
+
+
+_TOML_POS = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def parse_platform(text: str, file: str = "<string>") -> Platform:
+    """Parse and check platform TOML ``text``; ``file`` names it in errors."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        m = _TOML_POS.search(message)
+        span = None
+        source_line = None
+        if m:
+            line, col = int(m.group(1)), int(m.group(2))
+            span = SourceSpan(file, line, col)
+            lines = text.splitlines()
+            source_line = lines[line - 1] if 0 < line <= len(lines) else None
+            message = message[: m.start()].rstrip()
+        raise PlatformError(
+            f"TOML syntax error: {message}", span=span, source_line=source_line, obj=file
+        ) from None
+    return _Checker(file).platform(doc, file)
+
+
+def _shipped() -> dict[str, Any]:
+    """Shipped platform files by name (the file stem), sorted."""
+    root = resources.files(PLATFORM_PACKAGE)
+    files = [p for p in root.iterdir() if p.name.endswith(".toml")]
+    return {p.name[: -len(".toml")]: p for p in sorted(files, key=lambda p: p.name)}
+
+
+def load_platform(name_or_path: str | Path) -> Platform:
+    """Load a platform by shipped name (``workstation``) or by file path."""
+    text_name = str(name_or_path)
+    shipped = _shipped()
+    if text_name in shipped:
+        res = shipped[text_name]
+        return parse_platform(res.read_text(encoding="utf-8"), res.name)
+    path = Path(text_name)
+    if path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PlatformError(f"cannot read the platform file: {exc}", obj=text_name) from None
+        return parse_platform(text, text_name)
+    if path.suffix == ".toml" or len(path.parts) > 1:
+        raise PlatformError("no such platform file", obj=text_name)
+    raise PlatformError(
+        f"unknown platform {text_name!r}; shipped: {', '.join(shipped)} (or give a path to a .toml file)",
+        obj=text_name,
+    )
+
+
+def list_platforms() -> list[tuple[str, str]]:
+    """``(name, description)`` of every shipped platform, sorted by name."""
+    return [(name, load_platform(name).description) for name in _shipped()]
