@@ -1,0 +1,47 @@
+"""Mapping algorithms behind one interface, and the registry that finds them.
+
+:data:`MAPPERS` maps a name to ``"module:Class"``; modules are imported only
+when a mapper is asked for, so a missing optional dependency of one mapper
+does not break the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from mapper.errors import OptionsError
+
+#: name -> "module:Class", in listing order.
+MAPPERS: dict[str, str] = {
+    "milp": "mapper.mapping.milp:MilpMapper",
+    "heft": "mapper.mapping.heft:HeftMapper",
+    "cpop": "mapper.mapping.cpop:CpopMapper",
+    "peft": "mapper.mapping.peft:PeftMapper",
+    "greedy": "mapper.mapping.greedy:GreedyMapper",
+    "single": "mapper.mapping.single:SingleDeviceMapper",
+    "cpu": "mapper.mapping.single:CpuMapper",
+}
+
+
+def _load(name: str):
+    module, _, cls = MAPPERS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_mapper(name: str):
+    """A new instance of the mapper called ``name`` (unknown: :class:`OptionsError`)."""
+    if name not in MAPPERS:
+        raise OptionsError(f"unknown mapper {name!r}; available: {', '.join(MAPPERS)}", obj="--mapper")
+    return _load(name)()
+
+
+def available_mappers() -> list[tuple[str, str]]:
+    """``(name, summary)`` of every registered mapper whose module imports."""
+    out = []
+    for name in MAPPERS:
+        try:
+            cls = _load(name)
+        except (ImportError, AttributeError):
+            continue
+        out.append((name, cls.summary))
+    return out

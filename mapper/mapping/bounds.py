@@ -1,0 +1,56 @@
+"""Lower bounds on the objectives, for the gap every mapper reports."""
+
+from __future__ import annotations
+
+import math
+
+from mapper.cost import CostTable
+from mapper.mapping.ranks import require_feasible
+from mapper.schedule import ScheduleOptions
+
+INF = math.inf
+
+
+def min_times(cost: CostTable) -> tuple[float, ...]:
+    """Each task's smallest time over devices (raises if a task has none)."""
+    require_feasible(cost)
+    return tuple(min(row) for row in cost.time)
+
+
+def makespan_lower_bound(cost: CostTable) -> float:
+    """A lower bound on the makespan under the delay model: the largest of
+
+    - the critical path with every task at its minimum time and zero
+      communication,
+    - the total minimum work divided by the number of devices,
+    - the largest single minimum time.
+    """
+    w = min_times(cost)
+    if not w:
+        return 0.0
+    g = cost.graph
+    finish = [0.0] * cost.n_tasks
+    for t in g.topo_order:
+        finish[t] = w[t] + max((finish[p] for p in g.pred_tasks(t)), default=0.0)
+    return max(max(finish), sum(w) / cost.n_devices, max(w))
+
+
+def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = ScheduleOptions()) -> float | None:
+    """A lower bound on ``objective`` (see :mod:`mapper.mapping.objectives`).
+
+    makespan: :func:`makespan_lower_bound`; with streaming on, chains overlap,
+    so only the largest single minimum time (a streamed chain lasts at least
+    as long as its slowest stage). energy: the sum of each task's minimum
+    energy. throughput (period): the larger of the largest minimum time and
+    the total minimum work over the devices.
+    """
+    w = min_times(cost)
+    if not w:
+        return 0.0
+    if objective == "makespan":
+        return max(w) if options.streaming else makespan_lower_bound(cost)
+    if objective == "energy":
+        return float(sum(min(e for e, x in zip(erow, trow) if x < INF) for erow, trow in zip(cost.energy, cost.time)))
+    if objective == "throughput":
+        return max(max(w), sum(w) / cost.n_devices)
+    return None

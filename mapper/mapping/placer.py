@@ -1,0 +1,104 @@
+"""Incremental list scheduling shared by the heuristic mappers, and the
+:class:`~mapper.mapping.base.MapResult` they return."""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from typing import Sequence
+
+from mapper.cost import CostTable
+from mapper.errors import InfeasibleError
+from mapper.mapping.base import MapOptions, MapResult
+from mapper.mapping.bounds import lower_bound
+from mapper.mapping.objectives import objective_value
+from mapper.mapping.ranks import rank_key
+from mapper.schedule import Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, ready_time
+
+INF = math.inf
+
+
+class Placer:
+    """Places tasks one by one (in a topological order) at their earliest
+    start on a device, with HEFT's insertion policy or append-only.
+
+    With the ``memory`` / ``area`` schedule options on, a device whose static
+    budget the task would overflow is not a candidate.
+    """
+
+    def __init__(self, cost: CostTable, options: ScheduleOptions, insertion: bool = True) -> None:
+        self.cost = cost
+        self.options = options
+        self.insertion = insertion
+        self.timeline = Timeline(cost.n_devices)
+        self.device: list[int | None] = [None] * cost.n_tasks
+        self.end: list[float | None] = [None] * cost.n_tasks
+        self.memory = [0.0] * cost.n_devices
+        self.area = [0.0] * cost.n_devices
+
+    def fits(self, t: int, d: int) -> bool:
+        cost = self.cost
+        if not cost.time[t][d] < INF:
+            return False
+        if self.options.memory and self.memory[d] + cost.footprint[t] > cost.memory_capacity[d]:
+            return False
+        if (self.options.area and cost.platform.devices[d].kind == "fpga"
+                and self.area[d] + cost.area[t][d] > cost.area_capacity[d]):
+            return False
+        return True
+
+    def eft(self, t: int, d: int) -> tuple[float, float, int]:
+        """``(finish, start, position)`` of ``t`` on ``d``; finish ``inf`` if it cannot go there."""
+        if not self.fits(t, d):
+            return INF, INF, -1
+        ready = ready_time(self.cost, t, d, self.device, self.end)
+        if not ready < INF:
+            return INF, INF, -1
+        start, pos = self.timeline.slot(d, ready, self.cost.time[t][d], self.insertion)
+        return start + self.cost.time[t][d], start, pos
+
+    def place(self, t: int, d: int, start: float, pos: int) -> None:
+        self.device[t] = d
+        self.end[t] = start + self.cost.time[t][d]
+        self.timeline.place(d, pos, t, start, self.end[t])
+        self.memory[d] += self.cost.footprint[t]
+        self.area[d] += self.cost.area[t][d]
+
+    def place_best(self, t: int, extra: Sequence[float] | None = None, devices: Sequence[int] | None = None) -> int:
+        """Put ``t`` on the device minimising its finish time (plus ``extra[d]``),
+        ties to the lowest index; returns the device."""
+        best = None
+        for d in devices if devices is not None else range(self.cost.n_devices):
+            finish, start, pos = self.eft(t, d)
+            if not finish < INF:
+                continue
+            score = rank_key(finish + (extra[d] if extra is not None else 0.0))
+            if best is None or score < best[0]:
+                best = (score, d, start, pos)
+        if best is None:
+            name = self.cost.graph.tasks[t].name
+            raise InfeasibleError(
+                f"task {name!r} fits on no device: each one it can run on is unreachable from its "
+                f"predecessors' devices" + (" or out of memory/area" if self.options.memory or self.options.area
+                                            else ""), obj=name)
+        self.place(t, best[1], best[2], best[3])
+        return best[1]
+
+    def schedule(self) -> Schedule:
+        """The placed tasks' order, timed by :func:`~mapper.schedule.build_schedule`."""
+        return build_schedule(self.cost, Assignment(tuple(self.device), self.timeline.order()), self.options)
+
+
+def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started: float,
+                     notes: tuple[str, ...] = ()) -> MapResult:
+    """Package a heuristic's schedule: objective value, lower bound, gap."""
+    value = objective_value(schedule, options.objective)
+    bound = lower_bound(schedule.cost, options.objective, schedule.options)
+    gap = None
+    if bound is not None:
+        gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
+    if options.objective != "makespan":
+        notes = notes + (f"{name} minimises makespan; {options.objective} is reported, not optimised",)
+    return MapResult(schedule=schedule, mapper=name, status="heuristic", objective=options.objective,
+                     objective_value=value, lower_bound=bound, gap=gap,
+                     solve_time=_time.perf_counter() - started, notes=notes)

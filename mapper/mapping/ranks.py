@@ -1,0 +1,98 @@
+"""Task priorities shared by the list-scheduling heuristics.
+
+Mean costs and the upward and downward ranks of Topcuoglu, Hariri and Wu,
+"Performance-effective and low-complexity task scheduling for heterogeneous
+computing", IEEE TPDS 13(3), 2002, generalised to infeasible entries: means
+are taken over the devices (and device pairs) where a task can run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Sequence
+
+from mapper.cost import CostTable
+from mapper.errors import InfeasibleError
+from mapper.schedule import infeasible_reason
+
+INF = math.inf
+
+
+def require_feasible(cost: CostTable) -> None:
+    """Raise :class:`InfeasibleError` naming the first task no device can run."""
+    for t in range(cost.n_tasks):
+        if not cost.feasible_devices(t):
+            why = "; ".join(f"{cost.platform.devices[d].name}: {infeasible_reason(cost, t, d)}"
+                            for d in range(cost.n_devices))
+            name = cost.graph.tasks[t].name
+            raise InfeasibleError(f"task {name!r} can run on no device ({why or 'the platform has no devices'})",
+                                  obj=name)
+
+
+def mean_times(cost: CostTable) -> tuple[float, ...]:
+    """``w̄[t]``: the mean of ``time[t][d]`` over the devices where ``t`` can run."""
+    out = []
+    for t in range(cost.n_tasks):
+        feas = [x for x in cost.time[t] if x < INF]
+        out.append(sum(feas) / len(feas) if feas else INF)
+    return tuple(out)
+
+
+def mean_comm(cost: CostTable) -> tuple[float, ...]:
+    """``c̄[e]``: the mean transfer time of edge ``e`` over the ordered pairs of
+    distinct devices ``(a, b)`` with ``a`` feasible for its source, ``b`` for its
+    destination, and a route between them (0 if there is no such pair).
+
+    On the HEFT paper's example (uniform links) this is the edge weight.
+    """
+    out = []
+    for e in cost.graph.edges:
+        vals = [c for a in cost.feasible_devices(e.src) for b in cost.feasible_devices(e.dst)
+                if a != b and (c := cost.comm(e.index, a, b)) < INF]
+        out.append(sum(vals) / len(vals) if vals else 0.0)
+    return tuple(out)
+
+
+def upward_rank(cost: CostTable, w: Sequence[float], c: Sequence[float]) -> tuple[float, ...]:
+    """``rank_u(i) = w̄_i + max_{j in succ(i)} (c̄_ij + rank_u(j))`` (Topcuoglu et al., eq. 7)."""
+    g = cost.graph
+    rank = [0.0] * cost.n_tasks
+    for i in reversed(g.topo_order):
+        rank[i] = w[i] + max((c[e] + rank[g.edges[e].dst] for e in g.succs[i]), default=0.0)
+    return tuple(rank)
+
+
+def downward_rank(cost: CostTable, w: Sequence[float], c: Sequence[float]) -> tuple[float, ...]:
+    """``rank_d(i) = max_{j in pred(i)} (rank_d(j) + w̄_j + c̄_ji)`` (Topcuoglu et al., eq. 8)."""
+    g = cost.graph
+    rank = [0.0] * cost.n_tasks
+    for i in g.topo_order:
+        rank[i] = max((rank[g.edges[e].src] + w[g.edges[e].src] + c[e] for e in g.preds[i]), default=0.0)
+    return tuple(rank)
+
+
+def rank_key(x: float) -> float:
+    """``x`` rounded to 12 significant digits, so equal ranks computed along
+    different float paths tie (and the tie goes by index)."""
+    return float(f"{x:.12g}")
+
+
+def priority_order(cost: CostTable, priority: Sequence[float]) -> tuple[int, ...]:
+    """A topological order taking, among the ready tasks, the one of highest
+    priority first (ties by index): the task list of HEFT when ranks decrease
+    along edges, and CPOP's and PEFT's ready-queue order."""
+    g = cost.graph
+    indeg = [len(p) for p in g.preds]
+    heap = [(-rank_key(priority[t]), t) for t in range(cost.n_tasks) if indeg[t] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, t = heapq.heappop(heap)
+        order.append(t)
+        for e in g.succs[t]:
+            v = g.edges[e].dst
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, (-rank_key(priority[v]), v))
+    return tuple(order)
