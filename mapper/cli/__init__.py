@@ -15,7 +15,7 @@ from mapper import __version__
 from mapper.errors import MapperError, format_error
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ()
+COMMANDS: tuple[str, ...] = ("mappers",)
 
 
 class _Parser(argparse.ArgumentParser):
