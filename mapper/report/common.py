@@ -124,6 +124,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
     except OSError as err:
         raise OptionsError(f"cannot write report: {err.strerror}", obj=path) from None
     try:
+        os.chmod(tmp, _file_mode(path))
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
@@ -135,6 +136,16 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _file_mode(path: str) -> int:
+    """The existing file's mode, else 0o666 less the umask (what ``open`` gives)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def as_schedule(obj: MapResult | Schedule) -> Schedule:
@@ -372,3 +383,17 @@ def nice_step(span: float, target: int = 8) -> float:
         if raw <= m * mag:
             return m * mag
     return 10.0 * mag
+
+
+def text_colour(fill: str) -> str:
+    """Black or white, whichever reads better on the ``#rrggbb`` colour ``fill``."""
+    r, g, b = (int(fill[i : i + 2], 16) / 255.0 for i in (1, 3, 5))
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "#111" if luminance > 0.55 else "#fff"
+
+
+def clip_text(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters with an ellipsis ('' if < 2 fit)."""
+    if len(text) <= max_chars:
+        return text
+    return text[: max_chars - 1] + "\u2026" if max_chars >= 2 else ""

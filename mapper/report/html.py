@@ -1,0 +1,273 @@
+"""The HTML report: one self-contained page (inline CSS, JS and SVG).
+
+Sections: summary, Gantt chart with the critical path, device utilisation,
+critical path, task graph, mapper comparison (``compare``) and predicted
+against measured times (``run``). Nothing is fetched from the network, and
+every user-provided string is HTML-escaped. See docs/reports.md.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from mapper.mapping.base import MapResult
+from mapper.report.common import (
+    PathStep,
+    RunRow,
+    atomic_write,
+    critical_path,
+    device_colours,
+    device_stats,
+    fmt_count,
+    fmt_pct,
+    fmt_time,
+    resolve_run,
+)
+from mapper.report.svg_gantt import esc, gantt_svg, op_legend
+from mapper.report.svg_graph import graph_svg
+
+PATH_OPEN_LIMIT = 30  # longer critical paths are listed collapsed
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d232b;background:#f6f7f9}
+main{max-width:1220px;margin:0 auto;padding:18px 24px 40px}
+h1{font-size:22px;margin:8px 0 2px}h2{font-size:17px;margin:26px 0 8px}
+.sub{color:#5b6572;margin:0 0 12px}
+section{background:#fff;border:1px solid #e1e4e8;border-radius:6px;padding:12px 16px;margin:14px 0}
+section h2{margin-top:2px}
+table{border-collapse:collapse}td,th{padding:3px 10px;text-align:left;border-bottom:1px solid #eef0f2}
+th{font-weight:600;color:#39424e}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+table.facts td:first-child{color:#5b6572;width:120px}
+.status{display:inline-block;padding:0 8px;border-radius:9px;color:#fff;font-size:12px}
+.status.optimal{background:#2e7d32}.status.feasible{background:#1565c0}.status.heuristic{background:#6d4c9f}
+.scroll{overflow-x:auto}
+.legend{margin:4px 0 8px;font-size:12px}.legend .key{margin-right:14px;white-space:nowrap}
+.legend i{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:4px;vertical-align:-1px}
+svg text{font:11px system-ui,sans-serif}
+#gantt .band.even{fill:#fafbfc}#gantt .band.odd{fill:#f1f3f5}
+#gantt .grid{stroke:#dde1e6;stroke-width:1}#gantt .tick{text-anchor:middle;fill:#5b6572}
+#gantt .unit{text-anchor:end;fill:#5b6572}
+#gantt .lane-label{text-anchor:end;font-weight:600;fill:#39424e}
+#gantt .link-lane .lane-label{font-weight:400;fill:#5b6572}
+#gantt .task rect,#gantt .transfer rect{stroke:#fff;stroke-width:.5}
+#gantt .critical rect{stroke:#b71c1c;stroke-width:2}
+#gantt .critical-path{fill:none;stroke:#b71c1c;stroke-width:1;stroke-dasharray:3 3;opacity:.55;pointer-events:none}
+.hl rect{stroke:#111 !important;stroke-width:2.5 !important}
+.bar{background:#eef0f2;width:320px;height:12px;border-radius:3px;display:inline-block;vertical-align:middle}
+.bar i{display:block;height:12px;border-radius:3px}
+#task-graph .edge{fill:none;stroke:#9aa3ad;stroke-width:1.2}
+#task-graph .edge.xfer{stroke-dasharray:5 3;stroke:#6b7480}
+#task-graph .edge.critical{stroke:#b71c1c;stroke-width:2.2}
+#task-graph .node rect{stroke:#fff;stroke-width:1}#task-graph .node.critical rect{stroke:#b71c1c;stroke-width:2.5}
+#task-graph text{text-anchor:middle}
+ol.path{margin:4px 0;padding-left:22px;columns:2;font-size:13px}
+tr.best td{font-weight:600}tr.current td:first-child::after{content:" (this report)";color:#5b6572;font-weight:400}
+.note{color:#5b6572;font-size:13px}
+details summary{color:#5b6572;font-size:13px;cursor:pointer}
+"""
+
+_JS = """
+(function () {
+  var body = document.body;
+  body.setAttribute('data-report-script', 'ran');
+  body.setAttribute('data-xss', String(!!window.__xss));
+  function mark(task, on) {
+    var els = document.querySelectorAll('[data-task="' + task + '"]');
+    for (var i = 0; i < els.length; i++) { els[i].classList.toggle('hl', on); }
+  }
+  var items = document.querySelectorAll('svg [data-task]');
+  for (var i = 0; i < items.length; i++) {
+    (function (el) {
+      var t = el.getAttribute('data-task');
+      el.addEventListener('mouseenter', function () { mark(t, true); });
+      el.addEventListener('mouseleave', function () { mark(t, false); });
+    })(items[i]);
+  }
+})();
+"""
+
+
+def _facts(result: MapResult) -> str:
+    sched = result.schedule
+    graph, plat = sched.cost.graph, sched.cost.platform
+    objective = result.objective
+    if result.objective == "energy":
+        objective += f" = {result.objective_value:.6g} J"
+    elif result.objective != "makespan" or result.objective_value != sched.makespan:
+        objective += f" = {fmt_time(result.objective_value)}"
+    rows = [
+        ("graph", f"{graph.name}: {len(graph.tasks)} tasks, {len(graph.edges)} edges, "
+                  f"{fmt_count(graph.total_flops, 'FLOP')}, {fmt_count(graph.total_bytes, 'B')}"),
+        ("platform", f"{plat.name}: " + ", ".join(f"{d.name} ({d.kind})" for d in plat.devices)),
+        ("mapper", result.mapper),
+        ("objective", objective),
+        ("makespan", fmt_time(sched.makespan)),
+        ("lower bound", fmt_time(result.lower_bound)),
+        ("gap", fmt_pct(result.gap)),
+        ("solve time", fmt_time(result.solve_time)),
+        ("options", ", ".join(sched.options.enabled) or "none (delay model)"),
+    ]  # fmt: skip
+    cells = [f'<tr data-key="{esc(k)}"><td>{esc(k)}</td><td>{esc(v)}</td></tr>' for k, v in rows]
+    status = esc(result.status)
+    cells.insert(3, f'<tr data-key="status"><td>status</td><td><span class="status {status}">{status}</span></td></tr>')
+    for note in result.notes:
+        cells.append(f'<tr data-key="note"><td>note</td><td>{esc(note)}</td></tr>')
+    return '<table class="facts" id="summary-table">' + "".join(cells) + "</table>"
+
+
+def _utilisation(result: MapResult) -> str:
+    sched = result.schedule
+    colours = device_colours(sched)
+    rows = ['<tr><th>device</th><th>kind</th><th class="num">tasks</th><th class="num">busy</th><th>utilisation</th></tr>']
+    for d in device_stats(sched):
+        pct = 100.0 * d.utilisation
+        rows.append(
+            f'<tr class="util" data-device="{esc(d.name)}"><td>{esc(d.name)}</td><td>{esc(d.kind)}</td>'
+            f'<td class="num">{d.tasks}</td><td class="num">{esc(fmt_time(d.busy))}</td>'
+            f'<td><span class="bar"><i style="width:{pct:.1f}%;background:{colours[d.index]}"></i></span> '
+            f"{pct:.1f} %</td></tr>"
+        )
+    return '<table id="utilisation-table">' + "".join(rows) + "</table>"
+
+
+def _path_list(result: MapResult, path: tuple[PathStep, ...]) -> str:
+    sched = result.schedule
+    graph, devs = sched.cost.graph, sched.cost.platform.devices
+    xfer = {tr.edge: tr for tr in sched.transfers}
+    items = []
+    for p in path:
+        if p.kind == "task":
+            s = sched.slots[p.index]
+            items.append(
+                f'<li data-task="{p.index}">{esc(graph.tasks[p.index].name)} on {esc(devs[s.device].name)}: '
+                f"{esc(fmt_time(s.start))} \u2013 {esc(fmt_time(s.end))}</li>"
+            )
+        else:
+            tr, e = xfer[p.index], graph.edges[p.index]
+            items.append(
+                f'<li data-edge="{p.index}">transfer {esc(graph.tasks[e.src].name)} \u2192 '
+                f"{esc(graph.tasks[e.dst].name)} ({esc(devs[tr.src_device].name)} \u2192 "
+                f"{esc(devs[tr.dst_device].name)}): {esc(fmt_time(tr.end - tr.start))}</li>"
+            )
+    busy = sum(sched.slots[p.index].end - sched.slots[p.index].start for p in path if p.kind == "task")
+    comm = sum(xfer[p.index].end - xfer[p.index].start for p in path if p.kind == "transfer")
+    wait = sched.makespan - busy - comm
+    wait = 0.0 if wait <= 1e-9 * max(sched.makespan, 1e-300) else wait
+    head = (
+        f"{len(path)} elements: {esc(fmt_time(busy))} computing, "
+        f"{esc(fmt_time(comm))} transferring, {esc(fmt_time(wait))} waiting"
+    )
+    listing = '<ol class="path" id="critical-path-list">' + "".join(items) + "</ol>"
+    if len(path) <= PATH_OPEN_LIMIT:
+        return f'<p class="note">{head}.</p>{listing}'
+    return f"<details><summary>{head} (click to list)</summary>{listing}</details>"
+
+
+def _compare(result: MapResult, compare: Sequence[MapResult]) -> str:
+    results = [result, *compare]
+    best = min(r.schedule.makespan for r in results)
+    rows = [
+        "<tr><th>mapper</th><th>status</th><th>objective</th><th class='num'>makespan</th>"
+        "<th class='num'>vs best</th><th class='num'>lower bound</th><th class='num'>gap</th>"
+        "<th class='num'>solve time</th></tr>"
+    ]
+    for i, r in enumerate(results):
+        ms = r.schedule.makespan
+        cls = " ".join(c for c in ("cmp", "current" if i == 0 else "", "best" if ms == best else "") if c)
+        ratio = f"{ms / best:.3f}\u00d7" if best > 0 else "-"
+        rows.append(
+            f'<tr class="{cls}" data-mapper="{esc(r.mapper)}"><td>{esc(r.mapper)}</td>'
+            f'<td><span class="status {esc(r.status)}">{esc(r.status)}</span></td><td>{esc(r.objective)}</td>'
+            f'<td class="num">{esc(fmt_time(ms))}</td><td class="num">{ratio}</td>'
+            f'<td class="num">{esc(fmt_time(r.lower_bound))}</td><td class="num">{esc(fmt_pct(r.gap))}</td>'
+            f'<td class="num">{esc(fmt_time(r.solve_time))}</td></tr>'
+        )
+    return '<table id="compare-table">' + "".join(rows) + "</table>"
+
+
+def _run_table(result: MapResult, rows: tuple[RunRow, ...]) -> str:
+    sched = result.schedule
+    graph, devs = sched.cost.graph, sched.cost.platform.devices
+    longest = max([r.predicted for r in rows] + [r.actual or 0.0 for r in rows] + [1e-30])
+    out = [
+        "<tr><th>task</th><th>device</th><th class='num'>predicted start</th><th class='num'>predicted</th>"
+        "<th class='num'>measured</th><th class='num'>modelled</th><th class='num'>actual / predicted</th>"
+        "<th>predicted (grey) against actual (colour)</th></tr>"
+    ]
+    for r in rows:
+        ratio = f"{r.actual / r.predicted:.2f}" if r.actual is not None and r.predicted > 0 else "-"
+        wp = 200.0 * r.predicted / longest
+        wa = 200.0 * (r.actual or 0.0) / longest
+        out.append(
+            f'<tr class="run" data-task="{r.task}"><td>{esc(graph.tasks[r.task].name)}</td>'
+            f"<td>{esc(devs[r.device].name)}</td><td class='num'>{esc(fmt_time(r.predicted_start))}</td>"
+            f"<td class='num'>{esc(fmt_time(r.predicted))}</td><td class='num'>{esc(fmt_time(r.measured))}</td>"
+            f"<td class='num'>{esc(fmt_time(r.modelled))}</td><td class='num'>{ratio}</td>"
+            f'<td><svg xmlns="http://www.w3.org/2000/svg" width="204" height="14">'
+            f'<rect x="0" y="1" width="{wp:.1f}" height="5" fill="#9aa3ad"/>'
+            f'<rect x="0" y="8" width="{wa:.1f}" height="5" fill="#1565c0"/></svg></td></tr>'
+        )
+    return '<table id="run-table">' + "".join(out) + "</table>"
+
+
+def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None) -> str:
+    """The report page as a string (see :func:`write_html`)."""
+    sched = result.schedule
+    graph, plat = sched.cost.graph, sched.cost.platform
+    path = critical_path(sched)
+    run_rows = resolve_run(sched, run)
+    gsvg, gnote = graph_svg(sched, path)
+    title = f"{graph.name} on {plat.name}: {result.mapper}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>mapper report: {esc(title)}</title>",
+        f"<style>{_CSS}</style></head>",
+        '<body data-report-script="none"><main>',
+        f'<h1 id="title">{esc(title)}</h1>',
+        f'<p class="sub">makespan {esc(fmt_time(sched.makespan))} \u00b7 status {esc(result.status)}</p>',
+        f'<section id="summary"><h2>Summary</h2>{_facts(result)}</section>',
+        '<section id="schedule"><h2>Schedule</h2>',
+        op_legend(sched),
+        '<p class="note">Lanes: devices, then links carrying transfers. Outlined in red and joined by the '
+        "dashed line: the critical path. Hover a bar for details.</p>",
+        f'<div class="scroll">{gantt_svg(sched, path)}</div></section>',
+        f'<section id="utilisation"><h2>Device utilisation</h2>{_utilisation(result)}</section>',
+        f'<section id="critical-path"><h2>Critical path</h2>{_path_list(result, path)}</section>',
+        '<section id="graph"><h2>Task graph</h2>',
+        '<div class="legend">'
+        + "".join(
+            f'<span class="key" data-device="{esc(d.name)}"><i style="background:{c}"></i>{esc(d.name)}</span>'
+            for d, c in zip(plat.devices, device_colours(sched))
+        )
+        + "</div>",
+        f'<p class="note">{esc(gnote)} Dashed edges cross devices.</p>',
+        f'<div class="scroll">{gsvg}</div></section>',
+    ]
+    if compare:
+        parts.append(f'<section id="compare"><h2>Mappers compared</h2>{_compare(result, compare)}</section>')
+    if run_rows:
+        parts.append(f'<section id="run"><h2>Predicted against measured</h2>{_run_table(result, run_rows)}</section>')
+    parts += ["</main>", f"<script>{_JS}</script>", "</body></html>", ""]
+    return "\n".join(parts)
+
+
+def write_html(
+    result: MapResult, path: str | os.PathLike, *, compare: Sequence[MapResult] = (), run=None
+) -> None:
+    """Write the self-contained HTML report of ``result`` to ``path`` atomically.
+
+    Parameters
+    ----------
+    result : MapResult
+        The mapping to report.
+    path : str or PathLike
+        Output file.
+    compare : sequence of MapResult
+        Other mappings of the same graph, shown in a comparison table.
+    run : sequence of RunRecord, or an object with ``records``, optional
+        Executed tasks, shown as predicted against measured/modelled times.
+    """
+    atomic_write(path, render_html(result, compare=compare, run=run))

@@ -1,0 +1,219 @@
+"""The Gantt chart of a schedule as inline SVG, for the HTML report.
+
+One lane per device, then one lane per link that carries a transfer (a
+transfer is drawn on every link of its route; a transfer without links, such
+as an explicit ``comm`` edge on a platform with no links, gets a lane for its
+device pair). Overlapping items in a lane are packed into sub-rows. Every
+name is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+
+from mapper.report.common import (
+    PathStep,
+    clip_text,
+    fmt_count,
+    fmt_time,
+    nice_step,
+    op_colour,
+    text_colour,
+    time_unit,
+)
+from mapper.schedule import Schedule
+
+LABEL_W = 150  # lane label column, px
+PAD_R = 20
+AXIS_H = 30
+ROW_H = 22
+LINK_ROW_H = 12  # link lanes: thinner rows, no labels
+LANE_PAD = 4
+MAX_ROWS = 6  # deeper overlaps wrap around and overdraw
+CHAR_W = 6.4  # average glyph width of the 11 px label font
+
+
+def esc(text: object) -> str:
+    """HTML-escape ``text`` for element content and quoted attributes."""
+    return html.escape(str(text), quote=True)
+
+
+@dataclass(slots=True)
+class _Item:
+    start: float
+    end: float
+    key: tuple[int, int]  # (0 task | 1 transfer, index): stable order
+    markup: object = None  # (cls, attrs, fill, label, title)
+    row: int = 0
+
+
+@dataclass(slots=True)
+class _Lane:
+    kind: str  # device | link
+    key: str
+    label: str
+    items: list[_Item] = field(default_factory=list)
+    rows: int = 1
+    y: float = 0.0
+
+    @property
+    def row_h(self) -> int:
+        return ROW_H if self.kind == "device" else LINK_ROW_H
+
+    @property
+    def height(self) -> float:
+        return max(self.rows * self.row_h, ROW_H) + 2 * LANE_PAD
+
+
+def _pack(items: list[_Item], tol: float) -> int:
+    """Greedy interval partitioning (first row free); returns the row count."""
+    ends: list[float] = []
+    for it in sorted(items, key=lambda i: (i.start, i.key)):
+        for r, last in enumerate(ends):
+            if last <= it.start + tol:
+                ends[r] = it.end
+                it.row = r
+                break
+        else:
+            ends.append(it.end)
+            it.row = len(ends) - 1
+    for it in items:
+        it.row %= MAX_ROWS
+    return max(1, min(len(ends), MAX_ROWS))
+
+
+def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
+    graph = sched.cost.graph
+    plat = sched.cost.platform
+    devs = plat.devices
+    lanes = [_Lane("device", d.name, f"{d.name} ({d.kind})") for d in devs]
+    for s in sched.slots:
+        t = graph.tasks[s.task]
+        cls = "task critical" if PathStep("task", s.task) in crit else "task"
+        title = "\n".join(
+            (
+                t.name,
+                f"op: {t.op}",
+                f"device: {devs[s.device].name}",
+                f"start {fmt_time(s.start)}, end {fmt_time(s.end)} ({fmt_time(s.end - s.start)})",
+                f"FLOPs: {fmt_count(t.flops)}",
+                f"bytes: {fmt_count(t.bytes, 'B')}",
+            )
+        )
+        attrs = {"id": f"gantt-task-{s.task}", "data-task": s.task, "data-op": t.op, "data-device": devs[s.device].name}
+        markup = (cls, attrs, op_colour(t.op), t.name, title)
+        lanes[s.device].items.append(_Item(s.start, s.end, (0, s.task), markup))
+    link_lanes: dict[str, _Lane] = {}
+    link_order: dict[str, tuple[int, int, int]] = {}
+    for tr in sorted(sched.transfers, key=lambda x: x.edge):
+        e = graph.edges[tr.edge]
+        if tr.links:
+            keys = [(f"{plat.links[k].src}->{plat.links[k].dst}", (0, k, 0)) for k in tr.links]
+        else:
+            keys = [(f"{devs[tr.src_device].name}->{devs[tr.dst_device].name}", (1, tr.src_device, tr.dst_device))]
+        title = "\n".join(
+            (
+                f"transfer {graph.tasks[e.src].name} \u2192 {graph.tasks[e.dst].name}",
+                f"{devs[tr.src_device].name} \u2192 {devs[tr.dst_device].name}",
+                f"bytes: {fmt_count(e.bytes, 'B')}",
+                f"start {fmt_time(tr.start)}, end {fmt_time(tr.end)} ({fmt_time(tr.end - tr.start)})",
+            )
+        )
+        cls = "transfer critical" if PathStep("transfer", tr.edge) in crit else "transfer"
+        for key, order in keys:
+            lane = link_lanes.get(key)
+            if lane is None:
+                label = key.replace("->", " \u2192 ") + ("" if order[0] == 0 else " (no link)")
+                lane = link_lanes[key] = _Lane("link", key, label)
+                link_order[key] = order
+            attrs = {"data-edge": tr.edge, "data-link": key}
+            markup = (cls, attrs, "#8a8f98", "", title)
+            lane.items.append(_Item(tr.start, tr.end, (1, tr.edge), markup))
+    lanes += [link_lanes[k] for k in sorted(link_lanes, key=lambda k: link_order[k])]
+    return lanes
+
+
+def _attrs(attrs: dict) -> str:
+    return "".join(f' {k}="{esc(v)}"' for k, v in attrs.items())
+
+
+def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 1160) -> str:
+    """The schedule as an ``<svg id="gantt">`` element (a string)."""
+    crit_set = set(crit)
+    span = sched.makespan if sched.makespan > 0 else 1.0
+    tol = 1e-12 * span
+    plot_w = width - LABEL_W - PAD_R
+    lanes = _lanes(sched, crit_set)
+    y = AXIS_H
+    for lane in lanes:
+        lane.rows = _pack(lane.items, tol)
+        lane.y = y
+        y += lane.height
+    height = int(math.ceil(y)) + 8
+
+    def x(t: float) -> float:
+        return LABEL_W + t / span * plot_w
+
+    out = [
+        f'<svg id="gantt" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="Gantt chart">'
+    ]
+    # time axis and grid
+    scale, unit = time_unit(span)
+    step = nice_step(span / scale) * scale
+    out.append('<g class="axis">')
+    n_ticks = int(math.floor(span / step + 1e-9))
+    for i in range(n_ticks + 1):
+        t = i * step
+        xt = f"{x(t):.2f}"
+        out.append(f'<line x1="{xt}" y1="{AXIS_H - 4}" x2="{xt}" y2="{height - 8}" class="grid"/>')
+        out.append(f'<text x="{xt}" y="{AXIS_H - 9}" class="tick">{t / scale:.6g}</text>')
+    out.append(f'<text x="{LABEL_W - 8}" y="{AXIS_H - 9}" class="unit">time ({unit})</text>')
+    out.append("</g>")
+    # lanes
+    lane_y: dict[tuple[int, int], float] = {}
+    for n, lane in enumerate(lanes):
+        h, row_h = lane.height, lane.row_h
+        data = "data-device" if lane.kind == "device" else "data-link"
+        cls = "lane" if lane.kind == "device" else "lane link-lane"
+        out.append(f'<g class="{cls}" {data}="{esc(lane.key)}">')
+        band = "band even" if n % 2 == 0 else "band odd"
+        out.append(f'<rect class="{band}" x="0" y="{lane.y:.2f}" width="{width}" height="{h}"/>')
+        out.append(f'<text class="lane-label" x="{LABEL_W - 8}" y="{lane.y + h / 2 + 4:.2f}">{esc(lane.label)}</text>')
+        for it in lane.items:
+            cls_i, attrs, fill, label, title = it.markup
+            x0, x1 = x(it.start), x(it.end)
+            w = max(x1 - x0, 1.0)
+            ry = lane.y + (h - lane.rows * row_h) / 2 + it.row * row_h + 1
+            lane_y.setdefault(it.key, ry + (row_h - 2) / 2)
+            out.append(f'<g class="{cls_i}"{_attrs(attrs)}>')
+            out.append(f'<rect x="{x0:.2f}" y="{ry:.2f}" width="{w:.2f}" height="{row_h - 2}" rx="2" fill="{fill}"/>')
+            shown = clip_text(label, int((w - 6) / CHAR_W)) if label else ""
+            if shown:
+                out.append(
+                    f'<text x="{x0 + 3:.2f}" y="{ry + ROW_H / 2 + 3:.2f}" fill="{text_colour(fill)}">{esc(shown)}</text>'
+                )
+            out.append(f"<title>{esc(title)}</title></g>")
+        out.append("</g>")
+    # the critical path: connectors from each element's end to the next one's start
+    if len(crit) > 1:
+        times = {(0, s.task): (s.start, s.end) for s in sched.slots}
+        times.update({(1, tr.edge): (tr.start, tr.end) for tr in sched.transfers})
+        keys = [(0 if p.kind == "task" else 1, p.index) for p in crit]
+        segs = []
+        for a, b in zip(keys, keys[1:]):
+            segs.append(f"M{x(times[a][1]):.2f},{lane_y[a]:.2f} L{x(times[b][0]):.2f},{lane_y[b]:.2f}")
+        out.append(f'<path class="critical-path" d="{" ".join(segs)}"/>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def op_legend(sched: Schedule) -> str:
+    """A legend of the op colours used in the schedule (HTML)."""
+    ops = sorted({t.op for t in sched.cost.graph.tasks})
+    items = [
+        f'<span class="key" data-op="{esc(op)}"><i style="background:{op_colour(op)}"></i>{esc(op)}</span>' for op in ops
+    ]
+    return '<div class="legend" id="op-legend">' + "".join(items) + "</div>"
