@@ -1,16 +1,63 @@
 """The cost table: what each task costs on each device, and each edge between
 each pair of devices.
+
+:func:`build_cost_table` applies the device-latency model of
+``docs/cost_model.md``: a roofline (Williams, Waterman, Patterson, "Roofline",
+CACM 52(4), 2009) with a launch overhead, whose compute side follows Amdahl's
+law (Amdahl, AFIPS 1967): the serial fraction runs at one lane's rate, as in
+the heterogeneous cost model of Wilhelm et al., arXiv:2208.06321. Explicit
+per-device costs win over the model. Transfers follow DESIGN.md section 3.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
-from mapper.graph import TaskGraph
-from mapper.platform import Platform
+from mapper.errors import InfeasibleError, InputError, OptionsError
+from mapper.graph import Task, TaskGraph
+from mapper.platform import DEVICE_KINDS, Device, Platform
 
 INF = math.inf
+GIB = float(2**30)
+
+#: Compute efficiency: the fraction of a device's peak FLOP rate that an op
+#: class reaches, per device kind. Sources in docs/cost_model.md.
+EFF_COMPUTE: dict[str, dict[str, float]] = {
+    "cpu": {
+        "gemm": 0.90, "conv": 0.70, "attention": 0.50, "elementwise": 0.50, "activation": 0.50,
+        "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.50, "sparse": 0.50,
+        "fft": 0.30, "shape": 0.50, "embedding": 0.50, "task": 1.00,
+    },
+    "gpu": {
+        "gemm": 0.90, "conv": 0.75, "attention": 0.60, "elementwise": 0.50, "activation": 0.50,
+        "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.50, "sparse": 0.50,
+        "fft": 0.30, "shape": 0.50, "embedding": 0.50, "task": 1.00,
+    },
+    "fpga": {
+        "gemm": 0.70, "conv": 0.60, "attention": 0.50, "elementwise": 0.50, "activation": 0.50,
+        "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.70,
+        "fft": 0.50, "shape": 0.50, "task": 1.00,
+    },
+}
+
+#: Memory efficiency: the fraction of the declared bandwidth that streaming
+#: kernels reach (STREAM / BabelStream / Shuhai), per device kind.
+EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90}
+
+#: Dtypes whose rate falls back to another dtype's when not declared:
+#: complex arithmetic is counted in real FLOPs of the component type on every
+#: kind; f16/bf16 on a CPU without native support run at the f32 rate.
+_RATE_FALLBACK: dict[tuple[str, str], str] = {
+    ("cpu", "f16"): "f32",
+    ("cpu", "bf16"): "f32",
+    **{(k, "c64"): "f32" for k in DEVICE_KINDS},
+    **{(k, "c128"): "f64" for k in DEVICE_KINDS},
+}
+
+#: What each bound code means (the ``bound`` matrix holds the long names).
+BOUNDS = ("compute", "memory", "launch", "serial", "explicit", "infeasible")
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +65,9 @@ class CostTable:
     """Per-task, per-device times and per-pair route data. ``inf`` = infeasible.
 
     All matrices are tuples of tuples: ``time[t][d]``, ``route_latency[a][b]``.
+    A device pair without a route has ``inf`` latency and per-byte time and an
+    empty ``routes`` entry; an edge between such devices costs ``inf`` unless
+    it has an explicit ``comm`` (see :meth:`route_error`).
     """
 
     graph: TaskGraph
@@ -56,3 +106,277 @@ class CostTable:
 
     def feasible_devices(self, t: int) -> tuple[int, ...]:
         return tuple(d for d, x in enumerate(self.time[t]) if x < INF)
+
+    def has_route(self, a: int, b: int) -> bool:
+        """True when data can move from device ``a`` to device ``b``."""
+        return self.route_latency[a][b] < INF
+
+    def reason(self, t: int, d: int) -> str | None:
+        """Why task ``t`` cannot run on device ``d``; None when it can."""
+        for task, dev, why in self.reasons:
+            if task == t and dev == d:
+                return why
+        return None
+
+    def route_error(self, e: int, a: int, b: int) -> InfeasibleError:
+        """The error to raise when edge ``e`` would need the missing route ``a -> b``."""
+        edge = self.graph.edges[e]
+        src, dst = self.graph.tasks[edge.src], self.graph.tasks[edge.dst]
+        da, db = self.platform.devices[a].name, self.platform.devices[b].name
+        via = f" or via host {self.platform.host}" if self.platform.host not in (None, da, db) else ""
+        return InfeasibleError(
+            f"edge {src.name} -> {dst.name} would move {edge.bytes:.6g} bytes from {da} to {db}, "
+            f"but platform {self.platform.name} has no link {da} -> {db}{via}",
+            span=dst.span,
+            obj=self.graph.name,
+        )
+
+    def require_feasible(self) -> None:
+        """Raise :class:`InfeasibleError` naming the first task no device can run."""
+        for t in range(self.n_tasks):
+            if not self.feasible_devices(t):
+                task = self.graph.tasks[t]
+                why = "; ".join(
+                    f"{self.platform.devices[d].name}: {self.reason(t, d)}" for d in range(self.n_devices)
+                )
+                raise InfeasibleError(f"task {task.name} can run on no device ({why})", span=task.span, obj=task.name)
+
+
+# -- transfer routes ----------------------------------------------------------
+
+def route_tables(platform: Platform) -> tuple[
+    tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...], tuple[tuple[tuple[int, ...], ...], ...]
+]:
+    """``(latency, sec_per_byte, routes)`` for every ordered device pair.
+
+    Store-and-forward along :meth:`Platform.route`: latencies and per-byte
+    times of the route's links add; no route gives ``inf`` and ``()``.
+    """
+    n = len(platform.devices)
+    lat = [[0.0] * n for _ in range(n)]
+    spb = [[0.0] * n for _ in range(n)]
+    rts: list[list[tuple[int, ...]]] = [[()] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(n):
+            route = platform.route(a, b)
+            if route is None:
+                lat[a][b] = spb[a][b] = INF
+                continue
+            links = [platform.links[i] for i in route]
+            lat[a][b] = sum(link.latency_us for link in links) / 1e6
+            spb[a][b] = sum(1.0 / (link.bandwidth_gbs * 1e9) for link in links)
+            rts[a][b] = route
+    return (tuple(map(tuple, lat)), tuple(map(tuple, spb)), tuple(map(tuple, rts)))
+
+
+# -- device-latency model -------------------------------------------------------
+
+def op_class(op: str) -> str:
+    """The op class of ``op`` from the catalogue; ``"task"`` for kernel-less tasks."""
+    if op == "task":
+        return "task"
+    from mapper.ops import OPS
+
+    spec = OPS.get(op)
+    if spec is None:
+        raise InputError(f"unknown op {op!r}: it is not in the op catalogue")
+    return spec.op_class
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One task on one device: seconds, what bounds it, and the roofline parts."""
+
+    time: float
+    bound: str
+    reason: str = ""  # why it is infeasible
+    t_parallel: float = 0.0  # parallel compute time at the device's effective peak
+    t_serial: float = 0.0  # serial compute time at one lane's rate
+    t_memory: float = 0.0  # memory time at the effective bandwidth
+
+
+def _infeasible(reason: str) -> Estimate:
+    return Estimate(INF, "infeasible", reason)
+
+
+def rate_dtype(device: Device, dtype: str) -> str | None:
+    """The dtype whose declared rate ``device`` uses for ``dtype`` work, if any."""
+    if device.peak(dtype) is not None:
+        return dtype
+    fallback = _RATE_FALLBACK.get((device.kind, dtype))
+    if fallback is not None and device.peak(fallback) is not None:
+        return fallback
+    return None
+
+
+def estimate(task: Task, cls: str, device: Device) -> Estimate:
+    """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
+
+    ``T = launch + max(Tc, Tm)`` with ``Tc = p F / (e_c P) + (1 - p) F / S`` and
+    ``Tm = B / (e_m BW)`` (docs/cost_model.md).
+    """
+    kind = device.kind
+    e_c = EFF_COMPUTE[kind].get(cls)
+    if e_c is None:
+        return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
+    flops, nbytes = float(task.flops), float(task.bytes)
+    if (flops > 0 or nbytes > 0) and not device.has_rates:
+        return _infeasible("no rates: the device declares no peak_gflops or mem_bandwidth_gbs")
+    t_par = t_ser = t_mem = 0.0
+    if flops > 0:
+        rd = rate_dtype(device, task.dtype)
+        if rd is None:
+            return _infeasible(f"no {task.dtype} rate in peak_gflops")
+        peak = e_c * device.peak(rd) * 1e9
+        p = min(max(float(task.parallel), 0.0), 1.0)
+        serial = device.serial_gflops * 1e9 if device.serial_gflops is not None else peak
+        t_par = p * flops / peak
+        t_ser = (1.0 - p) * flops / serial
+    if nbytes > 0:
+        if device.mem_bandwidth_gbs is None:
+            return _infeasible("no mem_bandwidth_gbs for a task that moves bytes")
+        t_mem = nbytes / (EFF_MEMORY[kind] * device.mem_bandwidth_gbs * 1e9)
+    launch = device.launch_us / 1e6
+    t_comp = t_par + t_ser
+    body = max(t_comp, t_mem)
+    if body == 0.0 or launch >= body:
+        bound = "launch"
+    elif t_comp >= t_mem:
+        bound = "serial" if t_ser > t_par else "compute"
+    else:
+        bound = "memory"
+    return Estimate(launch + body, bound, "", t_par, t_ser, t_mem)
+
+
+def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:
+    """Device index -> seconds from ``task.explicit_cost``; a key names a device or a kind."""
+    by_name: dict[int, float] = {}
+    by_kind: dict[str, float] = {}
+    for key, seconds in task.explicit_cost:
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise InputError(f"task {task.name}: cost for {key} must be a finite time >= 0, got {seconds}", span=task.span)
+        if any(d.name == key for d in platform.devices):
+            by_name[platform.device_index(key)] = float(seconds)
+        elif key in DEVICE_KINDS and any(d.kind == key for d in platform.devices):
+            by_kind[key] = float(seconds)
+        else:
+            names = ", ".join(d.name for d in platform.devices)
+            raise InputError(
+                f"task {task.name} gives a cost for {key!r}, which platform {platform.name} does not have "
+                f"(devices: {names})",
+                span=task.span,
+                obj=task.name,
+            )
+    out = {d.index: by_kind[d.kind] for d in platform.devices if d.kind in by_kind}
+    out.update(by_name)
+    return out
+
+
+def _fpga_area(task: Task, device: Device, est: Estimate, explicit: bool) -> float:
+    """DSP-area units ``task`` occupies on FPGA ``device`` (docs/cost_model.md).
+
+    A streamable task on a streaming FPGA needs only the share of the DSPs that
+    keeps its arithmetic in pace with its memory stream, ``A min(1, Tp / Tm)``;
+    anything else (and explicit-cost tasks) takes the whole kernel area ``A``.
+    """
+    cap = device.area
+    if cap is None or est.time == INF:
+        return 0.0
+    if explicit or task.streamable <= 0 or not device.streaming:
+        return cap
+    if est.t_parallel == 0.0:
+        return 0.0
+    if est.t_memory == 0.0:
+        return cap
+    return cap * min(1.0, est.t_parallel / est.t_memory)
+
+
+def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
+    """Cost every task on every device and every device pair's route.
+
+    Order of checks per (task, device): placement, explicit cost, op support,
+    rates, footprint vs memory. The first that fails gives the reason.
+    """
+    devices = platform.devices
+    times: list[tuple[float, ...]] = []
+    energy: list[tuple[float, ...]] = []
+    bounds: list[tuple[str, ...]] = []
+    areas: list[tuple[float, ...]] = []
+    reasons: list[tuple[int, int, str]] = []
+    footprint = tuple(float(t.bytes_read + t.bytes_written) for t in graph.tasks)
+    capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
+    for task in graph.tasks:
+        explicit = _explicit_costs(task, platform) if task.explicit_cost else None
+        cls = op_class(task.op)
+        row_t, row_e, row_b, row_a = [], [], [], []
+        for dev in devices:
+            if not task.placement.permits(dev.name, dev.kind):
+                est = _infeasible(f"placement {task.placement} excludes {dev.name} ({dev.kind})")
+            elif explicit is not None:
+                sec = explicit.get(dev.index)
+                est = _infeasible("no cost given") if sec is None else Estimate(sec, "explicit")
+            else:
+                est = estimate(task, cls, dev)
+            if est.time < INF and footprint[task.index] > capacity[dev.index]:
+                est = _infeasible(
+                    f"footprint {footprint[task.index] / GIB:.3g} GiB exceeds memory {dev.memory_gib:.3g} GiB"
+                )
+            if est.time == INF:
+                reasons.append((task.index, dev.index, est.reason))
+            row_t.append(est.time)
+            row_b.append(est.bound)
+            power = dev.power_active_w or 0.0
+            row_e.append(INF if est.time == INF else power * est.time)
+            row_a.append(_fpga_area(task, dev, est, explicit is not None) if dev.kind == "fpga" else 0.0)
+        times.append(tuple(row_t))
+        energy.append(tuple(row_e))
+        bounds.append(tuple(row_b))
+        areas.append(tuple(row_a))
+    lat, spb, rts = route_tables(platform)
+    return CostTable(
+        graph=graph,
+        platform=platform,
+        time=tuple(times),
+        energy=tuple(energy),
+        bound=tuple(bounds),
+        reasons=tuple(reasons),
+        route_latency=lat,
+        route_sec_per_byte=spb,
+        routes=rts,
+        footprint=footprint,
+        memory_capacity=capacity,
+        area=tuple(areas),
+        area_capacity=tuple(
+            d.area if d.kind == "fpga" and d.area is not None else INF for d in devices
+        ),
+    )
+
+
+# -- FPGA streaming -------------------------------------------------------------
+
+def stream_chain_times(times: Sequence[float], chunks: int) -> tuple[tuple[float, float], ...]:
+    """(start, end) offsets of each stage of a linear pipeline fed in ``chunks`` chunks.
+
+    Stage ``i`` handles a chunk in ``t_i / chunks``; chunk ``c`` leaves stage
+    ``i`` at ``f(i, c) = max(f(i-1, c), f(i, c-1)) + t_i / chunks`` (a
+    permutation flow shop of identical jobs). Its closed form, used here, is
+    ``f(i, C-1) = sum_{j<=i} t_j / C + (C-1) max_{j<=i} t_j / C``; stage ``i``
+    starts when the first chunk leaves stage ``i-1``, ``sum_{j<i} t_j / C``.
+    So the chain takes the slowest stage plus the fill latency (Wilhelm et al.,
+    arXiv:2208.06321, streaming FPGA chains).
+    """
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise OptionsError(f"stream_chain_times: chunks must be an integer >= 1, got {chunks!r}")
+    out: list[tuple[float, float]] = []
+    head = 0.0  # sum_{j<i} t_j / C: when the first chunk reaches stage i
+    slowest = 0.0
+    for i, t in enumerate(times):
+        t = float(t)
+        if not (t >= 0 and math.isfinite(t)):
+            raise OptionsError(f"stream_chain_times: stage {i} time must be finite and >= 0, got {t}")
+        per_chunk = t / chunks
+        slowest = max(slowest, per_chunk)
+        start = head
+        head += per_chunk
+        out.append((start, head + (chunks - 1) * slowest))
+    return tuple(out)

@@ -1,0 +1,277 @@
+"""The device-latency model, transfers and streaming, against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mapper.cost import INF, build_cost_table, stream_chain_times
+from mapper.errors import InfeasibleError, InputError, OptionsError
+from mapper.graph import Edge, Placement, Task, TaskGraph, TensorType
+from mapper.platform import load_platform, parse_platform
+
+# Round numbers so every expectation below can be checked by hand.
+# Efficiencies used (docs/cost_model.md): cpu gemm 0.90, stencil 0.50, memory 0.80;
+# gpu gemm 0.90, activation 0.50, memory 0.90; fpga stencil 0.70, memory 0.90; task 1.00.
+PLATFORM = """
+name = "test3"
+[[device]]
+name = "cpu0"
+kind = "cpu"
+peak_gflops = { f32 = 100.0, f64 = 50.0 }
+mem_bandwidth_gbs = 10.0
+memory_gib = 1
+launch_us = 1.0
+serial_gflops = 1.0
+power_active_w = 100.0
+[[device]]
+name = "gpu0"
+kind = "gpu"
+peak_gflops = { f32 = 1000.0 }
+mem_bandwidth_gbs = 100.0
+memory_gib = 1
+launch_us = 10.0
+serial_gflops = 0.5
+[[device]]
+name = "fpga0"
+kind = "fpga"
+peak_gflops = { f32 = 200.0 }
+mem_bandwidth_gbs = 50.0
+launch_us = 20.0
+area = 1000
+clock_mhz = 200
+streaming = true
+[[link]]
+from = "cpu0"
+to = "gpu0"
+bidirectional = true
+bandwidth_gbs = 10.0
+latency_us = 5.0
+[[link]]
+from = "cpu0"
+to = "fpga0"
+bidirectional = true
+bandwidth_gbs = 5.0
+latency_us = 10.0
+"""
+CPU, GPU, FPGA = 0, 1, 2
+
+
+def _platform():
+    return parse_platform(PLATFORM, "test3.toml")
+
+
+def _task(i, name, op, *, flops=0.0, read=0.0, written=0.0, dtype="f32", **kw):
+    return Task(index=i, name=name, op=op, output=TensorType(dtype, (1,)), flops=flops,
+                bytes_read=read, bytes_written=written, **kw)
+
+
+def _table(*tasks, edges=()):
+    return build_cost_table(TaskGraph("g", tuple(tasks), tuple(edges)), _platform())
+
+
+N = 1024
+MATMUL = dict(flops=2.0 * N**3, read=2 * N * N * 4.0, written=N * N * 4.0)
+STENCIL = dict(flops=1e8, read=6.4e7, written=6.4e7)
+
+
+def test_compute_bound_matmul_on_gpu():
+    c = _table(_task(0, "mm", "matmul", **MATMUL))
+    # launch 10 us + 2 N^3 / (0.9 * 1000 GFLOP/s); memory 12.6 MB / 90 GB/s is smaller
+    assert c.time[0][GPU] == pytest.approx(10e-6 + 2 * 1024**3 / 0.9e12)
+    assert c.bound[0][GPU] == "compute"
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 2 * 1024**3 / 0.9e11)
+
+
+def test_memory_bound_stencil_on_cpu():
+    c = _table(_task(0, "st", "stencil", **STENCIL))
+    # compute 1e8 / (0.5 * 100e9) = 2 ms < memory 1.28e8 / (0.8 * 10e9) = 16 ms
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 0.016)
+    assert c.bound[0][CPU] == "memory"
+    assert c.footprint[0] == 1.28e8
+
+
+def test_launch_bound_tiny_op_on_gpu():
+    c = _table(_task(0, "r", "relu", flops=16, read=64, written=64))
+    assert c.bound[0][GPU] == "launch"
+    assert c.time[0][GPU] == pytest.approx(10e-6 + 128 / 0.9e11)
+
+
+def test_zero_work_task_costs_the_launch():
+    c = _table(_task(0, "v", "reshape"))
+    assert c.time[0] == (1e-6, 10e-6, 20e-6)
+    assert c.bound[0] == ("launch", "launch", "launch")
+
+
+def test_serial_task_on_gpu_follows_amdahl():
+    c = _table(_task(0, "s", "task", flops=1e9, parallel=0.1))
+    # gpu: 0.1e9 / 1e12 (task eff 1.0) + 0.9e9 / 0.5e9 serial
+    assert c.time[0][GPU] == pytest.approx(10e-6 + 1e-4 + 1.8)
+    assert c.bound[0][GPU] == "serial"
+    # cpu: 0.1e9 / 100e9 + 0.9e9 / 1e9: the CPU wins for serial work
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 1e-3 + 0.9)
+    assert c.time[0][CPU] < c.time[0][GPU]
+
+
+def test_energy_is_active_power_times_time():
+    c = _table(_task(0, "st", "stencil", **STENCIL))
+    assert c.energy[0][CPU] == pytest.approx(100.0 * c.time[0][CPU])
+    assert c.energy[0][GPU] == 0.0  # no power given
+
+
+def test_explicit_costs_override_the_model():
+    t = _task(0, "n1", "task", flops=1e12, explicit_cost=(("cpu0", 0.5), ("gpu", 0.25)))
+    c = _table(t)
+    assert c.time[0] == (0.5, 0.25, INF)
+    assert c.bound[0] == ("explicit", "explicit", "infeasible")
+    assert c.reason(0, FPGA) == "no cost given"
+    assert c.feasible_devices(0) == (CPU, GPU)
+
+
+def test_explicit_cost_naming_an_unknown_device_is_an_input_error():
+    with pytest.raises(InputError, match="'p9'"):
+        _table(_task(0, "n1", "task", explicit_cost=(("p9", 1.0),)))
+
+
+def test_placement_makes_entries_infeasible_with_a_reason():
+    c = _table(_task(0, "mm", "matmul", placement=Placement(allow=("gpu",)), **MATMUL))
+    assert c.feasible_devices(0) == (GPU,)
+    assert c.reason(0, CPU) == "placement @gpu excludes cpu0 (cpu)"
+    assert (0, FPGA, "placement @gpu excludes fpga0 (fpga)") in c.reasons
+    c = _table(_task(0, "mm", "matmul", placement=Placement(deny=("gpu0",)), **MATMUL))
+    assert c.feasible_devices(0) == (CPU, FPGA)
+
+
+def test_dtype_rates_and_fallbacks():
+    c = _table(
+        _task(0, "a", "matmul", dtype="f64", **MATMUL),
+        _task(1, "b", "matmul", dtype="bf16", **MATMUL),
+        _task(2, "f", "fft", dtype="c64", flops=1e9),
+    )
+    assert c.reason(0, GPU) == "no f64 rate in peak_gflops"
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 2 * 1024**3 / (0.9 * 50e9))
+    # bf16 on a CPU without a bf16 rate runs at the f32 rate; the FPGA has none
+    assert c.time[1][CPU] == pytest.approx(1e-6 + 2 * 1024**3 / 0.9e11)
+    assert c.reason(1, FPGA) == "no bf16 rate in peak_gflops"
+    # complex FLOPs use the component type's rate (fft efficiency 0.30 on gpu)
+    assert c.time[2][GPU] == pytest.approx(10e-6 + 1e9 / (0.3 * 1e12))
+
+
+def test_unsupported_op_on_fpga():
+    c = _table(_task(0, "y", "spmv", flops=2e6, read=1.2e7, written=4e6))
+    assert c.time[0][FPGA] == INF
+    assert "spmv (sparse) has no fpga implementation" in c.reason(0, FPGA)
+
+
+def test_footprint_larger_than_memory_is_infeasible():
+    c = _table(_task(0, "big", "add", flops=1e9, read=1.5 * 2**30, written=0.5 * 2**30))
+    assert c.time[0][CPU] == INF
+    assert c.reason(0, CPU) == "footprint 2 GiB exceeds memory 1 GiB"
+    assert c.time[0][FPGA] < INF  # no memory_gib: capacity unknown
+    assert c.memory_capacity == (2.0**30, 2.0**30, INF)
+
+
+def test_fpga_area_model():
+    c = _table(
+        _task(0, "st", "stencil", streamable=4, **STENCIL),
+        _task(1, "st2", "stencil", **STENCIL),
+        _task(2, "mm", "matmul", streamable=4, **MATMUL),
+    )
+    # DSP share that keeps pace with memory: Tp / Tm = (1e8 / 0.7 / 200e9) / (1.28e8 / 0.9 / 50e9)
+    share = (1e8 / (0.7 * 200e9)) / (1.28e8 / (0.9 * 50e9))
+    assert c.area[0][FPGA] == pytest.approx(1000 * share)
+    assert c.area[1][FPGA] == 1000.0  # not streamable: the whole kernel area
+    assert c.area[2][FPGA] == 1000.0  # compute-bound: capped at the whole area
+    assert c.area[0][CPU] == 0.0
+    assert c.area_capacity == (INF, INF, 1000.0)
+
+
+def test_device_without_rates_reports_no_rates():
+    g = TaskGraph("g", (_task(0, "w", "task", flops=1e9),))
+    c = build_cost_table(g, load_platform("heft3"))
+    assert c.time[0] == (INF, INF, INF)
+    assert c.reason(0, 0).startswith("no rates")
+    with pytest.raises(InfeasibleError, match="task w can run on no device"):
+        c.require_feasible()
+
+
+def test_routes_direct_and_via_host_and_their_times():
+    tasks = (_task(0, "a", "task"), _task(1, "b", "task"))
+    c = _table(*tasks, edges=(Edge(0, 0, 1, bytes=1e6),))
+    p = c.platform
+    link = {(lk.src, lk.dst): lk.index for lk in p.links}
+    assert c.routes[GPU][CPU] == (link["gpu0", "cpu0"],)
+    assert c.routes[GPU][FPGA] == (link["gpu0", "cpu0"], link["cpu0", "fpga0"])
+    assert c.routes[GPU][GPU] == ()
+    # direct: 5 us + 1e6 / 10 GB/s
+    assert c.comm(0, CPU, GPU) == pytest.approx(5e-6 + 1e-4)
+    # via host, store and forward: (5 + 10) us + 1e6 / 10 GB/s + 1e6 / 5 GB/s
+    assert c.route_latency[GPU][FPGA] == pytest.approx(15e-6)
+    assert c.route_sec_per_byte[GPU][FPGA] == pytest.approx(1e-10 + 2e-10)
+    assert c.comm(0, GPU, FPGA) == pytest.approx(15e-6 + 3e-4)
+    assert c.comm(0, FPGA, FPGA) == 0.0
+
+
+def test_missing_route_is_marked_and_explained():
+    text = PLATFORM.split("[[link]]")[0] + (
+        '[[link]]\nfrom = "cpu0"\nto = "gpu0"\nbandwidth_gbs = 10.0\n'
+    )
+    p = parse_platform(text, "oneway.toml")
+    g = TaskGraph("g", (_task(0, "a", "task"), _task(1, "b", "task")),
+                  (Edge(0, 0, 1, bytes=8.0), Edge(1, 0, 1, bytes=8.0, comm=0.5)))
+    c = build_cost_table(g, p)
+    assert c.has_route(CPU, GPU) and not c.has_route(GPU, CPU)
+    assert not c.has_route(GPU, FPGA)  # no gpu0 -> cpu0 link: nothing via the host
+    assert c.comm(0, GPU, CPU) == INF and c.routes[GPU][CPU] == ()
+    assert c.comm(1, GPU, CPU) == 0.5  # an explicit comm needs no route
+    err = c.route_error(0, GPU, FPGA)
+    assert isinstance(err, InfeasibleError)
+    assert "no link gpu0 -> fpga0 or via host cpu0" in str(err)
+
+
+def _recurrence(times, chunks):
+    n = len(times)
+    f = [[0.0] * chunks for _ in range(n)]
+    for i in range(n):
+        for c in range(chunks):
+            prev_stage = f[i - 1][c] if i else 0.0
+            prev_chunk = f[i][c - 1] if c else 0.0
+            f[i][c] = max(prev_stage, prev_chunk) + times[i] / chunks
+    return [((f[i - 1][0] if i else 0.0), f[i][chunks - 1]) for i in range(n)]
+
+
+def test_stream_chain_by_hand():
+    # f(0,.) = 2, 4; f(1,.) = 3, 5; f(2,.) = 6, 9: slowest stage 6 plus fill 2 + 1
+    assert stream_chain_times([4.0, 2.0, 6.0], 2) == ((0.0, 4.0), (2.0, 5.0), (3.0, 9.0))
+    assert stream_chain_times([5.0], 1) == ((0.0, 5.0),)
+    assert stream_chain_times([], 3) == ()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=6), st.integers(1, 12))
+def test_stream_chain_matches_the_recurrence(times, chunks):
+    got = stream_chain_times(times, chunks)
+    for (a, b), (x, y) in zip(got, _recurrence(times, chunks)):
+        assert a == pytest.approx(x, abs=1e-9) and b == pytest.approx(y, abs=1e-9)
+    assert got[-1][1] <= sum(times) + 1e-9  # never slower than running the stages one by one
+
+
+@pytest.mark.parametrize("args", [([1.0], 0), ([1.0], 2.5), ([-1.0], 2), ([math.inf], 2)])
+def test_stream_chain_rejects_bad_arguments(args):
+    with pytest.raises(OptionsError):
+        stream_chain_times(*args)
+
+
+def test_shipped_platform_cost_table_is_deterministic():
+    g = TaskGraph("g", (_task(0, "mm", "matmul", **MATMUL), _task(1, "st", "stencil", streamable=2, **STENCIL)),
+                  (Edge(0, 0, 1, bytes=4e6),))
+    a = build_cost_table(g, load_platform("cpu-gpu-fpga"))
+    b = build_cost_table(g, load_platform("cpu-gpu-fpga"))
+    assert a == b
+    assert json.dumps([a.time, a.bound, a.area]) == json.dumps([b.time, b.bound, b.area])
+    # A100 f32: 2 N^3 / (0.9 * 19.5 TF) + 5 us
+    assert a.time[0][1] == pytest.approx(5e-6 + 2 * 1024**3 / (0.9 * 19.5e12))
