@@ -397,3 +397,57 @@ def clip_text(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return text[: max_chars - 1] + "\u2026" if max_chars >= 2 else ""
+
+
+# -- link tracks ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LinkTrack:
+    """A lane for transfers: a platform link (``link`` >= 0), or a device pair
+    for transfers that use no link (``link == -1``, e.g. explicit ``comm``)."""
+
+    key: str  # "src->dst"
+    link: int
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransferPiece:
+    """Part of a transfer drawn on one track: ``track`` indexes the tracks."""
+
+    edge: int
+    track: int
+    start: float
+    end: float
+
+
+def link_tracks(schedule: Schedule) -> tuple[tuple[LinkTrack, ...], tuple[TransferPiece, ...]]:
+    """The tracks that carry transfers (platform links in link order, then
+    link-less device pairs) and each transfer's piece on each link of its
+    route (its per-hop times under contention, else its whole interval),
+    ordered by edge then route position."""
+    plat = schedule.cost.platform
+    devs = plat.devices
+    found: dict[tuple[int, int, int], LinkTrack] = {}
+    raw: list[tuple[int, tuple[int, int, int], float, float]] = []
+    for tr in sorted(schedule.transfers, key=lambda x: x.edge):
+        hops = getattr(tr, "hops", ())
+        if hops:
+            parts = [((0, link, 0), s, e) for link, s, e in hops]
+        elif tr.links:
+            parts = [((0, link, 0), tr.start, tr.end) for link in tr.links]
+        else:
+            parts = [((1, tr.src_device, tr.dst_device), tr.start, tr.end)]
+        for key, s, e in parts:
+            if key not in found:
+                if key[0] == 0:
+                    ln = plat.links[key[1]]
+                    found[key] = LinkTrack(f"{ln.src}->{ln.dst}", ln.index, ln.src, ln.dst)
+                else:
+                    a, b = devs[key[1]].name, devs[key[2]].name
+                    found[key] = LinkTrack(f"{a}->{b}", -1, a, b)
+            raw.append((tr.edge, key, s, e))
+    order = sorted(found)
+    index = {k: i for i, k in enumerate(order)}
+    tracks = tuple(found[k] for k in order)
+    return tracks, tuple(TransferPiece(edge, index[key], s, e) for edge, key, s, e in raw)

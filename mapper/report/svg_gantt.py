@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from mapper.report.common import (
     PathStep,
     clip_text,
+    link_tracks,
     fmt_count,
     fmt_time,
     nice_step,
@@ -88,6 +89,7 @@ def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
     graph = sched.cost.graph
     plat = sched.cost.platform
     devs = plat.devices
+    xfer = {tr.edge: tr for tr in sched.transfers}
     lanes = [_Lane("device", d.name, f"{d.name} ({d.kind})") for d in devs]
     for s in sched.slots:
         t = graph.tasks[s.task]
@@ -105,33 +107,25 @@ def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
         attrs = {"id": f"gantt-task-{s.task}", "data-task": s.task, "data-op": t.op, "data-device": devs[s.device].name}
         markup = (cls, attrs, op_colour(t.op), t.name, title)
         lanes[s.device].items.append(_Item(s.start, s.end, (0, s.task), markup))
-    link_lanes: dict[str, _Lane] = {}
-    link_order: dict[str, tuple[int, int, int]] = {}
-    for tr in sorted(sched.transfers, key=lambda x: x.edge):
-        e = graph.edges[tr.edge]
-        if tr.links:
-            keys = [(f"{plat.links[k].src}->{plat.links[k].dst}", (0, k, 0)) for k in tr.links]
-        else:
-            keys = [(f"{devs[tr.src_device].name}->{devs[tr.dst_device].name}", (1, tr.src_device, tr.dst_device))]
+    tracks, pieces = link_tracks(sched)
+    link_lanes = [
+        _Lane("link", t.key, f"{t.src} \u2192 {t.dst}" + ("" if t.link >= 0 else " (no link)")) for t in tracks
+    ]
+    for pc in pieces:
+        tr = xfer[pc.edge]
+        e = graph.edges[pc.edge]
         title = "\n".join(
             (
                 f"transfer {graph.tasks[e.src].name} \u2192 {graph.tasks[e.dst].name}",
                 f"{devs[tr.src_device].name} \u2192 {devs[tr.dst_device].name}",
                 f"bytes: {fmt_count(e.bytes, 'B')}",
-                f"start {fmt_time(tr.start)}, end {fmt_time(tr.end)} ({fmt_time(tr.end - tr.start)})",
+                f"start {fmt_time(pc.start)}, end {fmt_time(pc.end)} ({fmt_time(pc.end - pc.start)})",
             )
         )
-        cls = "transfer critical" if PathStep("transfer", tr.edge) in crit else "transfer"
-        for key, order in keys:
-            lane = link_lanes.get(key)
-            if lane is None:
-                label = key.replace("->", " \u2192 ") + ("" if order[0] == 0 else " (no link)")
-                lane = link_lanes[key] = _Lane("link", key, label)
-                link_order[key] = order
-            attrs = {"data-edge": tr.edge, "data-link": key}
-            markup = (cls, attrs, "#8a8f98", "", title)
-            lane.items.append(_Item(tr.start, tr.end, (1, tr.edge), markup))
-    lanes += [link_lanes[k] for k in sorted(link_lanes, key=lambda k: link_order[k])]
+        cls = "transfer critical" if PathStep("transfer", pc.edge) in crit else "transfer"
+        attrs = {"data-edge": pc.edge, "data-link": tracks[pc.track].key}
+        link_lanes[pc.track].items.append(_Item(pc.start, pc.end, (1, pc.edge), (cls, attrs, "#8a8f98", "", title)))
+    lanes += link_lanes
     return lanes
 
 

@@ -1,0 +1,172 @@
+"""The schedule as a Chrome trace (Trace Event Format), for Perfetto and
+chrome://tracing.
+
+One process per device (pid = device index + 1) with a ``tasks`` thread
+(tid 1) and, when a run is given, a ``run`` thread (tid 2) holding the
+measured or modelled durations; one more process, ``links``, with one thread
+per link that carries transfers. Tasks and transfer pieces are complete
+events (``"ph": "X"``), each transfer also a flow (``"s"`` on the producing
+task, ``"f"`` bound to the consuming task) so viewers draw an arrow.
+Timestamps are microseconds. Format: "Trace Event Format", Google, 2016
+(docs.google.com document 1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mapper.mapping.base import MapResult
+from mapper.report.common import (
+    PathStep,
+    atomic_write,
+    critical_path,
+    link_tracks,
+    resolve_run,
+    round_sig,
+)
+
+TASK_TID = 1
+RUN_TID = 2
+_PHASE_ORDER = {"M": 0, "X": 1, "s": 2, "f": 3}
+
+
+def _us(seconds: float) -> float:
+    """Seconds to microseconds, rounded to the nanosecond (stable output)."""
+    return round(seconds * 1e6, 3) + 0.0
+
+
+def _dur(start: float, end: float) -> float:
+    return max(round(_us(end) - _us(start), 3), 0.0)
+
+
+def trace_events(result: MapResult, run=None) -> list[dict]:
+    """The trace events, metadata first, then by (pid, tid, ts, phase)."""
+    sched = result.schedule
+    graph = sched.cost.graph
+    devs = sched.cost.platform.devices
+    crit = set(critical_path(sched))
+    rows = resolve_run(sched, run)
+    link_pid = len(devs) + 1
+    meta: list[dict] = []
+    events: list[dict] = []
+
+    def name_meta(pid: int, tid: int | None, name: str, sort: int) -> None:
+        if tid is None:
+            meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
+            meta.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
+        else:
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+            meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": sort}})
+
+    for d in devs:
+        name_meta(d.index + 1, None, f"{d.name} ({d.kind})", d.index)
+        name_meta(d.index + 1, TASK_TID, "tasks", 0)
+        if rows:
+            name_meta(d.index + 1, RUN_TID, "run (measured or modelled)", 1)
+    for s in sched.slots:
+        t = graph.tasks[s.task]
+        events.append(
+            {
+                "name": t.name,
+                "cat": "task",
+                "ph": "X",
+                "ts": _us(s.start),
+                "dur": _dur(s.start, s.end),
+                "pid": s.device + 1,
+                "tid": TASK_TID,
+                "args": {
+                    "task": s.task,
+                    "op": t.op,
+                    "flops": round_sig(t.flops),
+                    "bytes": round_sig(t.bytes),
+                    "critical": PathStep("task", s.task) in crit,
+                },
+            }
+        )
+    tracks, pieces = link_tracks(sched)
+    if tracks:
+        name_meta(link_pid, None, "links", len(devs))
+        for k, track in enumerate(tracks):
+            name_meta(link_pid, k + 1, track.key + ("" if track.link >= 0 else " (no link)"), k)
+    xfer = {tr.edge: tr for tr in sched.transfers}
+    for pc in pieces:
+        e = graph.edges[pc.edge]
+        tr = xfer[pc.edge]
+        events.append(
+            {
+                "name": f"{graph.tasks[e.src].name} -> {graph.tasks[e.dst].name}",
+                "cat": "transfer",
+                "ph": "X",
+                "ts": _us(pc.start),
+                "dur": _dur(pc.start, pc.end),
+                "pid": link_pid,
+                "tid": pc.track + 1,
+                "args": {
+                    "edge": pc.edge,
+                    "bytes": round_sig(e.bytes),
+                    "from": devs[tr.src_device].name,
+                    "to": devs[tr.dst_device].name,
+                    "critical": PathStep("transfer", pc.edge) in crit,
+                },
+            }
+        )
+    for tr in sorted(sched.transfers, key=lambda x: x.edge):
+        e = graph.edges[tr.edge]
+        src, dst = sched.slots[e.src], sched.slots[e.dst]
+        common = {"name": "transfer", "cat": "transfer", "id": tr.edge + 1}
+        events.append({**common, "ph": "s", "ts": _us(src.start), "pid": src.device + 1, "tid": TASK_TID})
+        events.append({**common, "ph": "f", "bp": "e", "ts": _us(dst.start), "pid": dst.device + 1, "tid": TASK_TID})
+    for r in rows:
+        if r.actual is None:
+            continue
+        events.append(
+            {
+                "name": graph.tasks[r.task].name,
+                "cat": "run",
+                "ph": "X",
+                "ts": _us(r.predicted_start),
+                "dur": _us(r.actual),
+                "pid": r.device + 1,
+                "tid": RUN_TID,
+                "args": {
+                    "task": r.task,
+                    "predicted": round_sig(r.predicted),
+                    "measured": round_sig(r.measured) if r.measured is not None else None,
+                    "modelled": round_sig(r.modelled) if r.modelled is not None else None,
+                },
+            }
+        )
+    events.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"], _PHASE_ORDER[ev["ph"]], -ev.get("dur", 0.0),
+                                ev.get("id", 0), ev["name"]))  # fmt: skip
+    return meta + events
+
+
+def to_chrome_trace(result: MapResult, run=None) -> dict:
+    """The whole trace object: ``traceEvents`` plus ``otherData`` about the mapping."""
+    sched = result.schedule
+    return {
+        "traceEvents": trace_events(result, run),
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "graph": sched.cost.graph.name,
+            "platform": sched.cost.platform.name,
+            "mapper": result.mapper,
+            "status": result.status,
+            "makespan_s": round_sig(sched.makespan),
+        },
+    }
+
+
+def write_chrome_trace(result: MapResult, path: str | os.PathLike, *, run=None) -> None:
+    """Write the trace JSON to ``path`` atomically (open it in Perfetto)."""
+    atomic_write(path, to_chrome_trace_json(result, run))
+
+
+def to_chrome_trace_json(result: MapResult, run=None) -> str:
+    """The trace as JSON text, one event per line (diff-friendly, deterministic)."""
+    obj = to_chrome_trace(result, run)
+    dump = lambda x: json.dumps(x, ensure_ascii=False, allow_nan=False)  # noqa: E731
+    events = ",\n".join(dump(ev) for ev in obj.pop("traceEvents"))
+    rest = "".join(f",\n{dump(k)}: {dump(v)}" for k, v in obj.items())
+    return '{"traceEvents": [\n' + events + "\n]" + rest + "}\n"
