@@ -38,9 +38,9 @@ def makespan_lower_bound(cost: CostTable) -> float:
 def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = ScheduleOptions()) -> float | None:
     """A lower bound on ``objective`` (see :mod:`mapper.mapping.objectives`).
 
-    makespan: :func:`makespan_lower_bound`; with streaming on, chains overlap,
-    so only the largest single minimum time (a streamed chain lasts at least
-    as long as its slowest stage). energy: the sum of each task's minimum
+    makespan: :func:`makespan_lower_bound`; with streaming on and streamable
+    tasks in the graph, chains overlap, so only the largest single minimum
+    time (a streamed chain lasts at least as long as its slowest stage). energy: the sum of each task's minimum
     energy. throughput (period): the larger of the largest minimum time and
     the total minimum work over the devices.
     """
@@ -48,7 +48,8 @@ def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = Sche
     if not w:
         return 0.0
     if objective == "makespan":
-        return max(w) if options.streaming else makespan_lower_bound(cost)
+        streams = options.streaming and any(t.streamable > 0 for t in cost.graph.tasks)
+        return max(w) if streams else makespan_lower_bound(cost)
     if objective == "energy":
         return float(sum(min(e for e, x in zip(erow, trow) if x < INF) for erow, trow in zip(cost.energy, cost.time)))
     if objective == "throughput":

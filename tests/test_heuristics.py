@@ -1,0 +1,150 @@
+"""Heuristic mappers on the HEFT paper's example, objectives, bounds, registry."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mapper.cli import main
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.mapping import MAPPERS, available_mappers, get_mapper
+from mapper.mapping.base import MapOptions, Mapper
+from mapper.mapping.bounds import lower_bound, makespan_lower_bound
+from mapper.mapping.cpop import critical_path
+from mapper.mapping.objectives import device_loads, objective_value
+from mapper.mapping.ranks import downward_rank, mean_comm, mean_times, upward_rank
+from mapper.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.validate import validate
+from randdag import heft_paper_example, make_cost, make_graph, make_platform
+
+INF = math.inf
+HEURISTICS = ("heft", "cpop", "peft", "greedy", "single", "cpu")
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return heft_paper_example()
+
+
+def test_upward_ranks_match_the_paper(paper):
+    rank = upward_rank(paper, mean_times(paper), mean_comm(paper))
+    want = (108.0, 77.0, 80.0, 80.0, 69.0, 63.333, 42.667, 35.667, 44.333, 14.667)  # Table 2
+    assert rank == pytest.approx(want, abs=1e-3)
+    down = downward_rank(paper, mean_times(paper), mean_comm(paper))
+    assert down[0] == 0.0 and down[9] == pytest.approx(93.333, abs=1e-3)
+
+
+def test_heft_reproduces_the_paper_schedule(paper):
+    r = get_mapper("heft").map(paper)
+    s = r.schedule
+    assert r.objective_value == s.makespan == 80.0
+    assert s.device_of == (2, 0, 2, 1, 2, 1, 2, 0, 1, 1)  # n1 p3, n2 p1, n3 p3, n4 p2, ...
+    assert tuple(sl.start for sl in s.slots) == (0, 27, 9, 18, 28, 26, 38, 57, 56, 73)
+    assert r.status == "heuristic" and r.mapper == "heft" and validate(s) == []
+
+
+def test_cpop_gives_86_with_the_critical_path_on_p2(paper):
+    w, c = mean_times(paper), mean_comm(paper)
+    prio = tuple(a + b for a, b in zip(upward_rank(paper, w, c), downward_rank(paper, w, c)))
+    assert critical_path(paper, prio) == (0, 1, 8, 9)  # n1 n2 n9 n10
+    r = get_mapper("cpop").map(paper)
+    assert r.objective_value == 86.0
+    assert {r.schedule.device_of[t] for t in (0, 1, 8, 9)} == {1}
+    assert validate(r.schedule) == []
+
+
+def test_peft_gives_85(paper):
+    r = get_mapper("peft").map(paper)
+    assert r.objective_value == 85.0 and validate(r.schedule) == []
+
+
+def test_baselines_and_greedy(paper):
+    assert get_mapper("cpu").map(paper).objective_value == 127.0  # sum of p1's column
+    single = get_mapper("single").map(paper)
+    assert single.objective_value == 127.0 and set(single.schedule.device_of) == {0}
+    greedy = get_mapper("greedy").map(paper)
+    assert validate(greedy.schedule) == [] and greedy.objective_value >= 80.0
+
+
+def test_bounds_and_gap(paper):
+    # critical path n1 n2 n9 n10 at minimum times: 9 + 13 + 12 + 7
+    assert makespan_lower_bound(paper) == 41.0
+    r = get_mapper("heft").map(paper)
+    assert r.lower_bound == 41.0 and r.gap == pytest.approx((80 - 41) / 80)
+    assert lower_bound(paper, "makespan", ScheduleOptions(streaming=True)) == 41.0  # nothing streamable
+    streamable = make_cost(make_graph(3, [(0, 1, 0.0, 1.0), (1, 2, 0.0, 1.0)], streamable=[2, 2, 2]),
+                           make_platform(["cpu", "fpga"]), [[4.0, 3.0], [5.0, 6.0], [1.0, 2.0]])
+    assert lower_bound(streamable, "makespan") == 9.0
+    assert lower_bound(streamable, "makespan", ScheduleOptions(streaming=True)) == 5.0
+    assert lower_bound(paper, "throughput") == 91.0 / 3
+    assert lower_bound(paper, "energy") == 10.0 * 91.0  # test energies are 10 x time
+
+
+def test_objectives(paper):
+    s = get_mapper("heft").map(paper).schedule
+    assert objective_value(s, "energy") == pytest.approx(10.0 * sum(paper.time[t][d] for t, d in enumerate(s.device_of)))
+    loads = device_loads(s)
+    # p1 runs n2 (13) and n8 (5) and receives n1->n2 (18), n4->n8 (27), n6->n8 (15)
+    assert loads[0] == 13 + 5 + 18 + 27 + 15
+    assert objective_value(s, "throughput") == max(loads)
+    r = get_mapper("heft").map(paper, MapOptions(objective="throughput"))
+    assert r.objective == "throughput" and r.objective_value == max(loads) and r.notes
+    with pytest.raises(OptionsError, match="unknown objective 'speed'"):
+        objective_value(s, "speed")
+
+
+def test_registry():
+    assert MAPPERS["milp"] == "mapper.mapping.milp:MilpMapper"
+    with pytest.raises(OptionsError, match="unknown mapper 'hef'; available: milp, heft"):
+        get_mapper("hef")
+    names = [n for n, _ in available_mappers()]
+    assert set(HEURISTICS) <= set(names)
+    for name in HEURISTICS:
+        m = get_mapper(name)
+        assert isinstance(m, Mapper) and m.name == name and m.summary and type(m).__doc__
+
+
+def test_cli_lists_mappers(capsys):
+    assert main(["mappers"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("heft ") and "Topcuoglu" in line for line in lines)
+    assert len(lines) == len(available_mappers())
+
+
+def test_infeasible_entries_explicit_comm_and_errors():
+    plat = make_platform(["cpu", "gpu", "fpga"], links=[(0, 1, 8.0, 0.0), (0, 2, 8.0, 0.0)])
+    g = make_graph(3, [(0, 1, 0.0, 2.0), (1, 2, 0.0, 0.5)])
+    cost = make_cost(g, plat, [[5.0, 1.0, INF], [INF, 9.0, 1.0], [3.0, INF, INF]])
+    for name in ("heft", "cpop", "peft", "greedy"):
+        r = get_mapper(name).map(cost)
+        assert validate(r.schedule) == [], name
+        assert all(cost.time[t][d] < INF for t, d in enumerate(r.schedule.device_of))
+    with pytest.raises(InfeasibleError, match="'t1' cannot run on cpu0"):
+        get_mapper("cpu").map(cost)
+    with pytest.raises(InfeasibleError, match="no single device can run every task"):
+        get_mapper("single").map(cost)
+    dead = make_cost(make_graph(1, []), plat, [[INF, INF, INF]])
+    for name in ("heft", "cpop", "peft", "greedy"):
+        with pytest.raises(InfeasibleError, match="'t0' can run on no device"):
+            get_mapper(name).map(dead)
+    with pytest.raises(InfeasibleError, match="no CPU"):
+        get_mapper("cpu").map(make_cost(make_graph(1, []), make_platform(["gpu"]), [[1.0]]))
+
+
+def test_heuristics_respect_memory_budgets():
+    # the GPU is fastest but holds only one task's footprint
+    plat = make_platform(["cpu", "gpu"], links=[(0, 1, 8.0, 0.0)])
+    cost = make_cost(make_graph(3, []), plat, [[4.0, 1.0]] * 3, footprint=[6.0] * 3, memory_capacity=[INF, 8.0])
+    opts = MapOptions(schedule=ScheduleOptions(memory=True))
+    for name in ("heft", "cpop", "peft", "greedy"):
+        r = get_mapper(name).map(cost, opts)
+        assert r.schedule.device_of.count(1) == 1 and validate(r.schedule) == []
+    with pytest.raises(InfeasibleError, match="gpu0 need 18 bytes"):
+        build_schedule(cost, Assignment((1, 1, 1)), ScheduleOptions(memory=True))
+
+
+def test_deterministic(paper):
+    for name in HEURISTICS:
+        a, b = get_mapper(name).map(paper), get_mapper(name).map(paper)
+        assert a.schedule == b.schedule
