@@ -1,0 +1,398 @@
+"""Run a mapped schedule with the kernels and compare it with the prediction.
+
+:func:`execute` builds seeded input and weight tensors of the declared
+shapes, runs every task with :mod:`mapper.kernels` (Numba, or the NumPy
+reference) in dependency order, one worker thread per device executing that
+device's tasks in schedule order, and returns a :class:`mapper.trace.Trace`.
+CPU tasks are timed (warm-up call excluded, median of ``repeats`` calls);
+tasks on accelerators get the cost model's time and are run on the CPU for
+their values. The measured-or-modelled durations are re-timed with
+:func:`mapper.schedule.build_schedule` on the same assignment and order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import statistics
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from mapper.cost import CostTable
+from mapper.errors import InputError, MapperError, OptionsError
+from mapper.graph import Operand, Task, TaskGraph
+from mapper.mapping.base import MapResult
+from mapper.schedule import Assignment, Schedule, build_schedule
+from mapper.trace import ErrorSummary, TaskRecord, Trace
+
+BACKENDS = ("numba", "numpy")
+
+#: Device kinds whose tasks are timed on this machine; others are modelled.
+MEASURED_KINDS = ("cpu",)
+
+
+class ExecutionError(MapperError):
+    """A task failed while running, or its output disagreed with the reference."""
+
+    exit_code = 1
+
+
+# -- the plan: who runs what, in which order ------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The global run order and each worker's share of it.
+
+    ``order`` is a topological order that follows the schedule (by predicted
+    start, then end, then topological rank); ``lanes[w]`` is the sub-sequence
+    run by worker ``w`` (the tasks of the devices dealt to it). Every lane is a
+    sub-sequence of one topological order, so waiting on producers can never
+    deadlock.
+    """
+
+    order: tuple[int, ...]
+    lanes: tuple[tuple[int, ...], ...]
+    device_order: tuple[tuple[int, ...], ...]  # [device] tasks in run order
+
+
+def make_plan(schedule: Schedule, max_workers: int | None = None) -> Plan:
+    """Order the tasks as the schedule does and deal devices to workers round-robin."""
+    graph = schedule.cost.graph
+    slots = schedule.slots
+    rank = {t: i for i, t in enumerate(graph.topo_order)}
+    key = [(slots[t].start, slots[t].end, rank[t]) for t in range(len(slots))]
+    indeg = [len(p) for p in graph.preds]
+    heap = [(key[t], t) for t in range(len(slots)) if indeg[t] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:  # Kahn's algorithm keyed by the schedule: valid even if times tie
+        _, t = heapq.heappop(heap)
+        order.append(t)
+        for s in graph.succ_tasks(t):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (key[s], s))
+    n_dev = len(schedule.cost.platform.devices)
+    device_order = tuple(tuple(t for t in order if slots[t].device == d) for d in range(n_dev))
+    used = [d for d in range(n_dev) if device_order[d]]
+    if max_workers is not None and max_workers < 1:
+        raise OptionsError(f"max_workers must be at least 1, got {max_workers}", obj="max_workers")
+    k = max(1, min(len(used), max_workers or len(used)))
+    worker_of = {d: i % k for i, d in enumerate(used)}
+    lanes = tuple(tuple(t for t in order if worker_of[slots[t].device] == w) for w in range(k))
+    return Plan(tuple(order), lanes, device_order)
+
+
+# -- tensors ----------------------------------------------------------------------------
+def _key(op: Operand) -> tuple[str, Any]:
+    return ("task", op.producer) if op.kind == "task" else (op.kind, op.name)
+
+
+def _vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
+    """For integer tensors used as embedding ids: the smallest table's row count."""
+    vocab: dict[tuple[str, Any], int] = {}
+    for t in graph.tasks:
+        if t.op == "embedding" and len(t.operands) >= 2 and t.operands[1].type.shape:
+            k = _key(t.operands[0])
+            rows = t.operands[1].type.shape[0]
+            vocab[k] = min(vocab.get(k, rows), rows)
+    return vocab
+
+
+class TensorStore:
+    """Live tensors with reference counts; inputs and weights are made on first use.
+
+    Each input or weight is generated from its own seed (``seed`` and a hash
+    of its name), so the values do not depend on the order of creation. A
+    tensor is dropped when its last consumer has run; graph outputs are kept.
+    """
+
+    def __init__(self, graph: TaskGraph, seed: int, kernels: Any) -> None:
+        self._graph = graph
+        self._seed = seed
+        self._k = kernels
+        self._vocab = _vocab_sizes(graph)
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, Any], Any] = {}
+        self._refs: dict[tuple[str, Any], int] = {}
+        for t in graph.tasks:
+            for op in t.operands:
+                k = _key(op)
+                self._refs[k] = self._refs.get(k, 0) + 1
+        names = {t.name: t.index for t in graph.tasks}
+        self.keep = frozenset(("task", names[o]) for o in graph.outputs if o in names)
+        for t in graph.tasks:
+            self._refs.setdefault(("task", t.index), 0)
+        self.total = len(self._refs)
+        self.peak = 0
+
+    def _make(self, op: Operand) -> Any:
+        k = _key(op)
+        rng = np.random.default_rng([self._seed, zlib.crc32(f"{op.kind}:{op.name}".encode())])
+        ty = op.type
+        if ty.layout == "csr":
+            return self._k.make_csr(ty.shape, ty.nnz or 0, ty.dtype, rng)
+        if k in self._vocab:
+            return self._k.make_ids(ty.shape, self._vocab[k], rng, ty.dtype)
+        return self._k.make_tensor(ty.dtype, ty.shape, rng)
+
+    def operands(self, task: Task) -> list[Any]:
+        """The task's operand values, making inputs and weights on first use."""
+        out = []
+        with self._lock:
+            for op in task.operands:
+                k = _key(op)
+                if k not in self._values:
+                    if op.kind == "task":
+                        raise ExecutionError(f"operand {op.name!r} of task {task.name!r} is not available", obj=task.name)
+                    self._values[k] = self._make(op)
+                    self.peak = max(self.peak, len(self._values))
+                out.append(self._values[k])
+        return out
+
+    def finish(self, task: Task, value: Any) -> None:
+        """Store ``task``'s output and release its operands."""
+        with self._lock:
+            k = ("task", task.index)
+            if self._refs[k] > 0 or k in self.keep:
+                self._values[k] = value
+                self.peak = max(self.peak, len(self._values))
+            for op in task.operands:
+                ok = _key(op)
+                self._refs[ok] -= 1
+                if self._refs[ok] == 0 and ok not in self.keep:
+                    self._values.pop(ok, None)
+
+    def kept(self) -> tuple[tuple[str, Any], ...]:
+        return tuple(
+            (self._graph.tasks[k[1]].name, self._values[k]) for k in sorted(self.keep) if k in self._values
+        )
+
+
+# -- running one task -------------------------------------------------------------------
+def _timed(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+    """Call ``fn`` once untimed (warm-up, compile), then ``repeats`` times; median seconds."""
+    out = fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        samples.append(time.perf_counter() - t0)
+    return out, statistics.median(samples)
+
+
+def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
+    """Raise :class:`ExecutionError` if ``out`` has the wrong shape or dtype, or
+    differs from ``ref`` (when given) beyond the dtype's tolerance."""
+    want = task.output
+    arr = np.asarray(out)
+    if want is not None and tuple(arr.shape) != tuple(want.shape):
+        raise ExecutionError(
+            f"task {task.name!r} ({task.op}) returned shape {tuple(arr.shape)}, declared {tuple(want.shape)}",
+            obj=task.name, span=task.span,
+        )
+    if ref is None:
+        return
+    ref = np.asarray(ref)
+    rtol, atol = kernels.tolerance(want.dtype if want is not None else str(arr.dtype))
+    diff = np.abs(arr.astype(np.result_type(arr, ref)) - ref)
+    bad = ~(diff <= atol + rtol * np.abs(ref))
+    if bad.any() or np.isnan(arr).any() != np.isnan(ref).any():
+        worst = float(np.nanmax(diff)) if diff.size else 0.0
+        raise ExecutionError(
+            f"task {task.name!r} ({task.op}) differs from the NumPy reference: max abs error {worst:.3g} "
+            f"(rtol {rtol:g}, atol {atol:g}, {int(bad.sum())} of {bad.size} elements out of tolerance)",
+            obj=task.name, span=task.span,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    repeats: int
+    check: bool
+    backend: str
+
+
+class _Run:
+    """Shared state of one execution: events, results, the first failure."""
+
+    def __init__(self, graph: TaskGraph, store: TensorStore, kernels: Any, opts: _Options) -> None:
+        self.graph = graph
+        self.store = store
+        self.k = kernels
+        self.opts = opts
+        self.done = [threading.Event() for _ in graph.tasks]
+        self.stop = threading.Event()
+        self.measured: list[float | None] = [None] * len(graph.tasks)
+        self.failures: list[tuple[int, BaseException]] = []
+        self._lock = threading.Lock()
+
+    def fail(self, rank: int, err: BaseException) -> None:
+        with self._lock:
+            self.failures.append((rank, err))
+        self.stop.set()
+        for ev in self.done:  # wake every waiter; they see ``stop`` and leave
+            ev.set()
+
+    def run_task(self, t: int) -> None:
+        task = self.graph.tasks[t]
+        args = self.store.operands(task)
+        attrs = dict(task.attrs)
+        kernel = self.k.run_kernel if self.opts.backend == "numba" else self.k.reference
+        out, secs = _timed(lambda: kernel(task.op, args, attrs), self.opts.repeats)
+        ref = self.k.reference(task.op, args, attrs) if self.opts.check and self.opts.backend == "numba" else None
+        _check_output(task, out, ref, self.k)
+        self.measured[t] = secs
+        self.store.finish(task, out)
+
+    def lane(self, tasks: tuple[int, ...], rank: dict[int, int]) -> None:
+        for t in tasks:
+            for p in self.graph.pred_tasks(t):
+                self.done[p].wait()
+            if self.stop.is_set():
+                return
+            try:
+                self.run_task(t)
+            except BaseException as err:  # noqa: BLE001 - reported by task name below
+                self.fail(rank[t], _as_task_error(self.graph.tasks[t], err))
+                return
+            self.done[t].set()
+
+
+def _as_task_error(task: Task, err: BaseException) -> MapperError:
+    if isinstance(err, ExecutionError):
+        return err
+    detail = err.message if isinstance(err, MapperError) else f"{type(err).__name__}: {err}"
+    out = ExecutionError(f"task {task.name!r} ({task.op}) failed: {detail}", obj=task.name, span=task.span)
+    out.__cause__ = err
+    return out
+
+
+# -- re-timing ---------------------------------------------------------------------------
+def retime(schedule: Schedule, durations: list[float], device_order: tuple[tuple[int, ...], ...]) -> Schedule:
+    """The same assignment and per-device order, timed with ``durations[t]``
+    on each task's device (the delay model of :mod:`mapper.schedule`)."""
+    cost = schedule.cost
+    dev = schedule.device_of
+    time_rows = tuple(
+        tuple(durations[t] if d == dev[t] else x for d, x in enumerate(row)) for t, row in enumerate(cost.time)
+    )
+    cost2: CostTable = dataclasses.replace(cost, time=time_rows)
+    return build_schedule(cost2, Assignment(dev, device_order), schedule.options)
+
+
+# -- the entry point -------------------------------------------------------------------
+def refuse_kernel_less(graph: TaskGraph) -> None:
+    """Raise :class:`InputError` if ``graph`` has tasks without a kernel (explicit cost)."""
+    bad = [t.name for t in graph.tasks if t.op == "task"]
+    if bad:
+        listed = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise InputError(
+            f"graph {graph.name!r} has explicit-cost tasks without a kernel ({listed}) and can't be run; "
+            "map it with `mapper compile` instead",
+            obj=graph.name,
+        )
+
+
+def execute(
+    result: MapResult,
+    *,
+    seed: int = 0,
+    repeats: int = 5,
+    check: bool = True,
+    backend: str = "numba",
+    max_workers: int | None = None,
+) -> Trace:
+    """Run ``result``'s schedule with the kernels and return the trace.
+
+    Parameters
+    ----------
+    result : a mapped (and validated) schedule.
+    seed : seeds every input and weight tensor (by name).
+    repeats : timed calls per task after one warm-up call; the median counts.
+    check : compare every output with the NumPy reference (numba backend).
+    backend : ``numba`` (the kernels) or ``numpy`` (the reference implementations).
+    max_workers : at most this many threads (default: one per used device).
+
+    Raises
+    ------
+    InputError
+        The graph has kernel-less (explicit-cost) tasks.
+    OptionsError
+        A bad backend, ``repeats`` or ``max_workers``.
+    ExecutionError
+        A task failed or disagreed with the reference; the message names it.
+    """
+    if backend not in BACKENDS:
+        raise OptionsError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", obj="backend")
+    if repeats < 1:
+        raise OptionsError(f"repeats must be at least 1, got {repeats}", obj="repeats")
+    schedule = result.schedule
+    cost = schedule.cost
+    graph = cost.graph
+    refuse_kernel_less(graph)
+    from mapper.kernels import registry as kernels  # Numba loads here, not at import
+
+    plan = make_plan(schedule, max_workers)
+    store = TensorStore(graph, seed, kernels)
+    run = _Run(graph, store, kernels, _Options(repeats, check, backend))
+    rank = {t: i for i, t in enumerate(plan.order)}
+    t0 = time.perf_counter()
+    threads = [
+        threading.Thread(target=run.lane, args=(lane, rank), name=f"mapper-worker-{w}", daemon=True)
+        for w, lane in enumerate(plan.lanes)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    if run.failures:
+        raise min(run.failures, key=lambda f: f[0])[1]
+    return _trace(result, run, plan, store, wall, seed, repeats, check and backend == "numba", backend)
+
+
+def _trace(
+    result: MapResult, run: _Run, plan: Plan, store: TensorStore, wall: float,
+    seed: int, repeats: int, checked: bool, backend: str,
+) -> Trace:
+    schedule = result.schedule
+    cost = schedule.cost
+    devices = cost.platform.devices
+    durations: list[float] = []
+    partial = []
+    for t, slot in enumerate(schedule.slots):
+        dev = devices[slot.device]
+        predicted = slot.end - slot.start
+        measured = run.measured[t]
+        if dev.kind in MEASURED_KINDS:
+            modelled = None
+            error = (predicted - measured) / measured if measured else None
+            durations.append(measured if measured is not None else predicted)
+        else:
+            modelled = cost.time[t][slot.device]
+            error = None
+            durations.append(modelled)
+        partial.append((t, slot, dev, predicted, measured, modelled, error))
+    actual = retime(schedule, durations, plan.device_order)
+    records = tuple(
+        TaskRecord(
+            task=t, name=cost.graph.tasks[t].name, op=cost.graph.tasks[t].op,
+            device=slot.device, device_name=dev.name, device_kind=dev.kind,
+            predicted_start=slot.start, predicted_end=slot.end, predicted=predicted,
+            measured=measured, modelled=modelled, error=error,
+            start=actual.slots[t].start, end=actual.slots[t].end, bound=cost.bound[t][slot.device],
+        )
+        for t, slot, dev, predicted, measured, modelled, error in partial
+    )
+    return Trace(
+        graph=cost.graph.name, platform=cost.platform.name, mapper=result.mapper, backend=backend,
+        seed=seed, repeats=repeats, checked=checked, records=records,
+        predicted_makespan=schedule.makespan, makespan=actual.makespan,
+        errors=ErrorSummary.of(records), tensors_total=store.total, peak_live=store.peak,
+        wall=wall, workers=len(plan.lanes), outputs=store.kept(),
+    )
