@@ -15,7 +15,7 @@ from mapper import __version__
 from mapper.errors import MapperError, format_error
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ("mappers",)
+COMMANDS: tuple[str, ...] = ("mappers", "cost", "platforms")
 
 
 class _Parser(argparse.ArgumentParser):
