@@ -1,0 +1,900 @@
+"""Exact mapping by mixed-integer linear programming (the only PuLP user).
+
+The model is the delay model of DESIGN.md section 3, written as a MILP in the
+style of Venugopalan & Sinnen, "ILP formulations for optimal task scheduling
+with communication delays on parallel systems", IEEE TPDS 26(1), 2015, with the
+device-load (bottleneck) throughput model of Wilhelm et al., arXiv 2208.06321.
+
+Variables and constraints (``F(t)`` = devices where task ``t`` is feasible):
+
+* ``x[t,d]`` binary for ``d in F(t)`` only; ``sum_d x[t,d] = 1``.
+* ``s[t] >= 0`` start time; duration ``p[t] = sum_d time[t][d] x[t,d]``.
+* Edge ``e = u->v``: placement products ``z[e,a,b] = x[u,a] x[v,b]`` in
+  ``[0, 1]`` for every pair with finite transfer time, linearised by the
+  aggregated (transportation) equalities ``sum_b z[e,a,b] = x[u,a]`` and
+  ``sum_a z[e,a,b] = x[v,b]``. With binary ``x`` these force ``z`` to the exact
+  product, with no big-M; a pair without a route has no ``z`` and so is
+  forbidden. ``comm[e] = sum_{a != b} comm(e,a,b) z[e,a,b]`` and
+  ``s[v] >= s[u] + p[u] + comm[e]``.
+* Non-overlap: ``o[i,j]`` binary only for pairs that the transitive closure of
+  the graph leaves unordered and that share a feasible device. For each
+  shared device ``d``::
+
+      s[j] >= s[i] + time[i][d] - M (1 - o[i,j]) - M (2 - x[i,d] - x[j,d])
+      s[i] >= s[j] + time[j][d] - M o[i,j]       - M (2 - x[i,d] - x[j,d])
+
+  so the disjunction binds only when both tasks are on ``d``. ``M = U`` with
+  ``U`` an upper bound on the makespan (the best heuristic's makespan, or a
+  serial bound), and ``Cmax <= U`` is a constraint. This is exact: every
+  solution the model keeps has all starts and ends in ``[0, U]``, so a relaxed
+  row (right side at most ``U - M <= 0``) never cuts one off, and an optimal
+  schedule has makespan ``<= U``, so it stays in the model.
+* Makespan: ``Cmax >= s[t] + p[t]`` for sinks, and the valid device-load cuts
+  ``Cmax >= sum_t time[t][d] x[t,d]``.
+* Symmetry breaking among interchangeable devices only (equal time, energy,
+  area columns, capacities, device data, and route data invariant under the
+  swap): within a class ``c1 < c2 < ...`` a task may use ``c_k`` only if a
+  lower-indexed task uses ``c_{k-1}`` (classes are ordered by their lowest
+  task index), which keeps one representative of each permutation.
+* ``memory``/``area`` options: ``sum_t footprint[t] x[t,d] <= memory[d]`` and
+  ``sum_t area[t][d] x[t,d] <= area_capacity[d]``.
+
+Energy and throughput objectives follow :mod:`mapper.mapping.objectives`.
+When neither the objective nor a makespan bound involves time, the model
+drops the time variables (the assignment alone decides the value).
+
+The solution is re-timed by :func:`mapper.schedule.build_schedule` with each
+device's order sorted by MILP start time, and validated. HiGHS runs with one
+thread, a fixed seed, a warm start from the best heuristic (checked: the
+solver reports it as its first incumbent), and the time limit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pulp
+
+from mapper.cost import INF, CostTable
+from mapper.errors import InfeasibleError, MapperError, OptionsError
+from mapper.mapping.base import OBJECTIVES, Mapper, MapOptions, MapResult, Progress
+from mapper.schedule import Assignment, Schedule, ScheduleOptions
+
+#: Above this many tasks the exact model is not attempted (LNS instead).
+EXACT_MAX_TASKS = 60
+#: Above this many ordering binaries the exact model is not attempted.
+EXACT_MAX_PAIRS = 1500
+#: HiGHS relative gap at which a solve counts as optimal.
+MIP_REL_GAP = 1e-6
+#: Relative tolerance when comparing objective values.
+REL_TOL = 1e-6
+
+
+# -- graph helpers ---------------------------------------------------------
+def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+    """Descendant bitsets (``bit j of result[i]`` = ``i`` reaches ``j``) of an acyclic arc set."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for a, b in arcs:
+        succ[a].append(b)
+        indeg[b] += 1
+    stack = [i for i in range(n) if indeg[i] == 0]
+    topo: list[int] = []
+    while stack:
+        i = stack.pop()
+        topo.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    reach = [0] * n
+    for i in reversed(topo):
+        r = 0
+        for j in succ[i]:
+            r |= (1 << j) | reach[j]
+        reach[i] = r
+    return tuple(reach)
+
+
+def _dag_arcs(cost: CostTable) -> tuple[tuple[int, int], ...]:
+    return tuple((e.src, e.dst) for e in cost.graph.edges)
+
+
+def order_from_starts(
+    cost: CostTable,
+    device: tuple[int, ...],
+    start: tuple[float, ...],
+    extra_arcs: tuple[tuple[int, int], ...] = (),
+) -> tuple[tuple[int, ...], ...]:
+    """Per-device task order: a topological order of the graph (plus
+    ``extra_arcs``) that always takes the ready task with the earliest start,
+    ties by topological rank, filtered by device."""
+    n = cost.n_tasks
+    rank = {t: r for r, t in enumerate(cost.graph.topo_order)}
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for a, b in _dag_arcs(cost) + tuple(extra_arcs):
+        succ[a].append(b)
+        indeg[b] += 1
+    heap = [(start[t], rank[t], t) for t in range(n) if indeg[t] == 0]
+    heapq.heapify(heap)
+    per: list[list[int]] = [[] for _ in range(cost.n_devices)]
+    while heap:
+        _, _, t = heapq.heappop(heap)
+        per[device[t]].append(t)
+        for v in succ[t]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, (start[v], rank[v], v))
+    return tuple(tuple(p) for p in per)
+
+
+def chain_arcs(order: tuple[tuple[int, ...], ...], keep: frozenset[int]) -> tuple[tuple[int, int], ...]:
+    """Arcs between consecutive tasks of ``keep`` in each device order."""
+    arcs: list[tuple[int, int]] = []
+    for seq in order:
+        kept = [t for t in seq if t in keep]
+        arcs.extend(zip(kept, kept[1:]))
+    return tuple(arcs)
+
+
+def count_order_pairs(cost: CostTable) -> int:
+    """Number of ordering binaries the full model needs."""
+    reach = closure(cost.n_tasks, _dag_arcs(cost))
+    feas = [frozenset(cost.feasible_devices(t)) for t in range(cost.n_tasks)]
+    count = 0
+    for i in range(cost.n_tasks):
+        for j in range(i + 1, cost.n_tasks):
+            if not (reach[i] >> j) & 1 and not (reach[j] >> i) & 1 and feas[i] & feas[j]:
+                count += 1
+    return count
+
+
+def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
+    """Classes (size >= 2, ascending) of pairwise interchangeable devices."""
+    nd = cost.n_devices
+    cols = []
+    for d in range(nd):
+        dev = replace(cost.platform.devices[d], index=0, name="")
+        cols.append(
+            (
+                dev,
+                tuple(row[d] for row in cost.time),
+                tuple(row[d] for row in cost.energy),
+                tuple(row[d] for row in cost.area),
+                cost.memory_capacity[d],
+                cost.area_capacity[d],
+            )
+        )
+
+    def swappable(a: int, b: int) -> bool:
+        if cols[a] != cols[b]:
+            return False
+        for mat in (cost.route_latency, cost.route_sec_per_byte):
+            if mat[a][b] != mat[b][a]:
+                return False
+            for c in range(nd):
+                if c not in (a, b) and (mat[a][c] != mat[b][c] or mat[c][a] != mat[c][b]):
+                    return False
+        return True
+
+    seen: set[int] = set()
+    classes: list[tuple[int, ...]] = []
+    for a in range(nd):
+        if a in seen:
+            continue
+        cls = [a]
+        for b in range(a + 1, nd):
+            if b not in seen and all(swappable(c, b) for c in cls):
+                cls.append(b)
+        seen.update(cls)
+        if len(cls) > 1:
+            classes.append(tuple(cls))
+    return tuple(classes)
+
+
+def canonical_devices(device: tuple[int, ...], classes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """Relabel interchangeable devices so each class is used in order of its
+    lowest assigned task index (the representative the symmetry cuts keep)."""
+    out = list(device)
+    for cls in classes:
+        first = {d: min((t for t, x in enumerate(device) if x == d), default=len(device)) for d in cls}
+        ranked = sorted(cls, key=lambda d: (first[d], d))
+        remap = dict(zip(ranked, cls))
+        out = [remap.get(x, x) if device[t] in remap else x for t, x in enumerate(out)]
+    return tuple(out)
+
+
+def _is_fpga(cost: CostTable, d: int) -> bool:
+    """Area capacity applies to FPGAs only (as in the schedule builder)."""
+    return cost.platform.devices[d].kind == "fpga"
+
+
+# -- objectives as linear terms --------------------------------------------
+def objective_needs_time(objective: str, makespan_bound: float | None) -> bool:
+    return objective == "makespan" or makespan_bound is not None
+
+
+# -- the subproblem ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Subproblem:
+    """A (possibly partial) mapping problem for :func:`solve`.
+
+    Tasks in ``free`` get new devices and orders; every other task keeps
+    ``device[t]`` and its relative order from ``start`` on that device.
+    ``device``/``start`` also form the warm start (``None``: no incumbent,
+    only allowed when ``free`` is every task); ``start_value`` is its
+    objective value. ``upper`` bounds the makespan of the solutions sought
+    (the big-M): the incumbent's makespan for the makespan objective, the
+    makespan bound otherwise (unused by time-free models).
+    """
+
+    cost: CostTable
+    objective: str
+    free: tuple[int, ...]
+    device: tuple[int, ...] | None
+    start: tuple[float, ...] | None
+    upper: float
+    time_limit: float
+    seed: int = 0
+    memory: bool = False
+    area: bool = False
+    makespan_bound: float | None = None
+    symmetry: bool = True
+    start_value: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Solved:
+    """What a MILP solve produced. ``status``: optimal | feasible | none | infeasible."""
+
+    status: str
+    device: tuple[int, ...] | None
+    start: tuple[float, ...] | None
+    order: tuple[tuple[int, ...], ...] | None
+    objective: float | None
+    bound: float | None
+    warm_start_taken: bool
+    solve_time: float
+    n_binaries: int
+    n_constraints: int
+
+
+class _HighsWarm(pulp.HiGHS):
+    """PuLP's in-process HiGHS plus a MIP start (``setSolution``) and
+    callbacks for progress; PuLP 3.3's own ``HiGHS`` ignores warm starts."""
+
+    def __init__(self, start: dict[str, float] | None, on_event, **kwargs):
+        super().__init__(**kwargs)
+        self.start = start
+        self.on_event = on_event
+        self.first_incumbent: float | None = None
+
+    def actualSolve(self, lp):  # noqa: N802 - PuLP's name
+        self.createAndConfigureSolver(lp)
+        self.buildSolverModel(lp)
+        model = lp.solverModel
+        if self.start:
+            cols = [(v.index, self.start[v.name]) for v in lp.variables() if v.name in self.start]
+            idx = np.array([c for c, _ in cols], dtype=np.int32)
+            val = np.array([x for _, x in cols], dtype=np.float64)
+            model.setSolution(len(cols), idx, val)
+
+        def improving(event) -> None:
+            out = event.data_out
+            if self.first_incumbent is None:
+                self.first_incumbent = float(out.objective_function_value)
+            self.on_event(out.running_time, out.objective_function_value, out.mip_dual_bound, True)
+
+        def interrupt(event) -> None:
+            out = event.data_out
+            self.on_event(out.running_time, out.mip_primal_bound, out.mip_dual_bound, False)
+
+        model.cbMipImprovingSolution.subscribe(improving)
+        model.cbMipInterrupt.subscribe(interrupt)
+        self.callSolver(lp)
+        status, sol_status = self.findSolutionValues(lp)
+        lp.assignStatus(status, sol_status)
+        return status
+
+
+def _lin(terms: dict, const: float = 0.0) -> pulp.LpAffineExpression:
+    return pulp.LpAffineExpression(terms, constant=const)
+
+
+def _add(terms: dict, var, coef: float) -> None:
+    if coef:
+        terms[var] = terms.get(var, 0.0) + coef
+
+
+def solve(sub: Subproblem, progress=None) -> Solved:
+    """Build and solve ``sub`` with HiGHS; never raises for solver trouble.
+
+    ``progress(elapsed, incumbent, bound)`` is called on improving solutions
+    and about once a second during the search.
+    """
+    t0 = time.perf_counter()
+    cost = sub.cost
+    n, nd = cost.n_tasks, cost.n_devices
+    free = frozenset(sub.free)
+    all_free = len(free) == n
+    fixed_dev = {t: sub.device[t] for t in range(n) if t not in free} if sub.device else {}
+    timed = objective_needs_time(sub.objective, sub.makespan_bound)
+    upper = sub.upper if sub.makespan_bound is None else min(sub.upper, sub.makespan_bound)
+    big_m = upper
+
+    prob = pulp.LpProblem("mapping", pulp.LpMinimize)
+    x: dict[tuple[int, int], pulp.LpVariable] = {}
+    for t in sorted(free):
+        feas = cost.feasible_devices(t)
+        if sub.memory:
+            feas = tuple(d for d in feas if cost.footprint[t] <= cost.memory_capacity[d])
+        if sub.area:
+            feas = tuple(d for d in feas if not _is_fpga(cost, d) or cost.area[t][d] <= cost.area_capacity[d])
+        if not feas:
+            return Solved("infeasible", None, None, None, None, None, False, time.perf_counter() - t0, 0, 0)
+        for d in feas:
+            x[t, d] = prob.add_variable(f"x_{t}_{d}", 0, 1, pulp.LpBinary)
+        prob += _lin({x[t, d]: 1.0 for d in feas}) == 1
+    n_bin = len(x)
+
+    def place(t: int, d: int):
+        """(variable or None, constant) for the indicator 'task t on device d'."""
+        if t in free:
+            return x.get((t, d)), 0.0
+        return None, 1.0 if fixed_dev[t] == d else 0.0
+
+    def add_place(terms: dict, t: int, d: int, coef: float) -> float:
+        var, c = place(t, d)
+        if var is not None:
+            _add(terms, var, coef)
+        return c * coef
+
+    # capacities
+    for enabled, weight, cap in (
+        (sub.memory, lambda t, d: cost.footprint[t], cost.memory_capacity),
+        (sub.area, lambda t, d: cost.area[t][d], cost.area_capacity),
+    ):
+        if not enabled:
+            continue
+        for d in range(nd):
+            if cap[d] == INF or (cap is cost.area_capacity and not _is_fpga(cost, d)):
+                continue
+            terms: dict = {}
+            const = sum(add_place(terms, t, d, weight(t, d)) for t in range(n))
+            if terms:
+                prob += _lin(terms, const) <= cap[d]
+            elif const > cap[d] * (1 + REL_TOL):
+                return Solved("infeasible", None, None, None, None, None, False, time.perf_counter() - t0, n_bin, 0)
+
+    # symmetry among interchangeable devices (only when every task is free)
+    classes = identical_device_classes(cost) if (all_free and sub.symmetry) else ()
+    for cls in classes:
+        for prev, d in zip(cls, cls[1:]):
+            for t in range(n):
+                if (t, d) not in x:
+                    continue
+                terms = {x[t, d]: 1.0}
+                for u in range(t):
+                    if (u, prev) in x:
+                        _add(terms, x[u, prev], -1.0)
+                prob += _lin(terms) <= 0
+
+    # edges: transfer terms (and forbidden no-route pairs)
+    comm_terms: dict[int, tuple[dict, float]] = {}
+    z: dict[tuple[int, int, int], pulp.LpVariable] = {}
+    g = cost.graph
+    for e in g.edges:
+        u, v = e.src, e.dst
+        if u not in free and v not in free:
+            if timed:
+                comm_terms[e.index] = ({}, cost.comm(e.index, fixed_dev[u], fixed_dev[v]))
+            continue
+        terms = {}
+        if u in free and v in free:
+            pairs = [
+                (a, b)
+                for a in (d for d in range(nd) if (u, d) in x)
+                for b in (d for d in range(nd) if (v, d) in x)
+                if cost.comm(e.index, a, b) < INF
+            ]
+            needs_z = any(cost.comm(e.index, a, b) > 0 for a, b in pairs) or len(pairs) < sum(
+                1 for d in range(nd) if (u, d) in x
+            ) * sum(1 for d in range(nd) if (v, d) in x)
+            if needs_z:
+                for a, b in pairs:
+                    z[e.index, a, b] = prob.add_variable(f"z_{e.index}_{a}_{b}", 0, 1)
+                    if a != b:
+                        _add(terms, z[e.index, a, b], cost.comm(e.index, a, b))
+                for d in range(nd):
+                    if (u, d) in x:
+                        row = {z[e.index, d, b]: 1.0 for a, b in pairs if a == d}
+                        row[x[u, d]] = row.get(x[u, d], 0.0) - 1.0
+                        prob += _lin(row) == 0
+                    if (v, d) in x:
+                        row = {z[e.index, a, d]: 1.0 for a, b in pairs if b == d}
+                        row[x[v, d]] = row.get(x[v, d], 0.0) - 1.0
+                        prob += _lin(row) == 0
+        else:
+            mover, anchor, outgoing = (u, fixed_dev[v], True) if u in free else (v, fixed_dev[u], False)
+            for d in range(nd):
+                if (mover, d) not in x:
+                    continue
+                c = cost.comm(e.index, d, anchor) if outgoing else cost.comm(e.index, anchor, d)
+                if c == INF:
+                    prob += _lin({x[mover, d]: 1.0}) == 0
+                else:
+                    _add(terms, x[mover, d], c)
+        comm_terms[e.index] = (terms, 0.0)
+
+    # time model
+    s: dict[int, pulp.LpVariable] = {}
+    o: dict[tuple[int, int], pulp.LpVariable] = {}
+    cmax = None
+    fixed_chain: tuple[tuple[int, int], ...] = ()
+    if timed:
+        for t in range(n):
+            s[t] = prob.add_variable(f"s_{t}", 0, upper)
+
+        def duration(terms: dict, t: int, coef: float) -> float:
+            if t in free:
+                for d in range(nd):
+                    if (t, d) in x:
+                        _add(terms, x[t, d], coef * cost.time[t][d])
+                return 0.0
+            return coef * cost.time[t][fixed_dev[t]]
+
+        for e in g.edges:
+            terms = {s[e.dst]: 1.0}
+            _add(terms, s[e.src], -1.0)
+            const = duration(terms, e.src, -1.0)
+            cterms, cconst = comm_terms[e.index]
+            for var, c in cterms.items():
+                _add(terms, var, -c)
+            prob += _lin(terms, const - cconst) >= 0
+        if not all_free:
+            fixed_order = order_from_starts(cost, sub.device, sub.start)
+            fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - free)
+            for a, b in fixed_chain:
+                prob += _lin({s[b]: 1.0, s[a]: -1.0}, -cost.time[a][fixed_dev[a]]) >= 0
+        reach = closure(n, _dag_arcs(cost) + fixed_chain)
+        devs = [
+            frozenset(d for d in range(nd) if (t, d) in x) if t in free else frozenset((fixed_dev[t],))
+            for t in range(n)
+        ]
+        for i in range(n):
+            for j in range(i + 1, n):
+                if (i not in free and j not in free) or (reach[i] >> j) & 1 or (reach[j] >> i) & 1:
+                    continue
+                shared = sorted(devs[i] & devs[j])
+                if not shared:
+                    continue
+                oij = o[i, j] = prob.add_variable(f"o_{i}_{j}", 0, 1, pulp.LpBinary)
+                for d in shared:
+                    # s[j] - s[i] - time_i - M*o - M*(x_i + x_j) >= -3M
+                    both: dict = {}
+                    bconst = add_place(both, i, d, 1.0) + add_place(both, j, d, 1.0)
+                    row = {s[j]: 1.0, s[i]: -1.0, oij: -big_m}
+                    for var, c in both.items():
+                        _add(row, var, -big_m * c)
+                    prob += _lin(row, -cost.time[i][d] - big_m * bconst + 3 * big_m) >= 0
+                    row = {s[i]: 1.0, s[j]: -1.0, oij: big_m}
+                    for var, c in both.items():
+                        _add(row, var, -big_m * c)
+                    prob += _lin(row, -cost.time[j][d] - big_m * bconst + 2 * big_m) >= 0
+        n_bin += len(o)
+        sinks = [t for t in range(n) if not g.succs[t]]
+        if sub.objective == "makespan":
+            cmax = prob.add_variable("cmax", 0, upper)
+            for t in sinks:
+                terms = {cmax: 1.0, s[t]: -1.0}
+                const = duration(terms, t, -1.0)
+                prob += _lin(terms, const) >= 0
+            for d in range(nd):
+                terms = {cmax: 1.0}
+                const = sum(add_place(terms, t, d, -cost.time[t][d]) for t in range(n) if cost.time[t][d] < INF)
+                prob += _lin(terms, const) >= 0
+        else:
+            for t in sinks:
+                terms = {s[t]: 1.0}
+                const = duration(terms, t, 1.0)
+                prob += _lin(terms, const) <= upper
+
+    # objective
+    obj_terms: dict = {}
+    obj_const = 0.0
+    period = None
+    if sub.objective == "makespan":
+        obj_terms[cmax] = 1.0
+    elif sub.objective == "energy":
+        for t in range(n):
+            for d in range(nd):
+                if cost.time[t][d] < INF:
+                    obj_const += add_place(obj_terms, t, d, cost.energy[t][d])
+    else:  # throughput: period >= compute load + incoming transfers, per device
+        period = prob.add_variable("period", 0)
+        obj_terms[period] = 1.0
+        for d in range(nd):
+            row: dict = {period: -1.0}
+            const = sum(add_place(row, t, d, cost.time[t][d]) for t in range(n) if cost.time[t][d] < INF)
+            for e in g.edges:
+                u, v = e.src, e.dst
+                if u in free and v in free:
+                    for a in range(nd):
+                        if a != d and (e.index, a, d) in z:
+                            _add(row, z[e.index, a, d], cost.comm(e.index, a, d))
+                elif u in free:
+                    if fixed_dev[v] == d:
+                        for a in range(nd):
+                            if a != d and (u, a) in x and cost.comm(e.index, a, d) < INF:
+                                _add(row, x[u, a], cost.comm(e.index, a, d))
+                elif v in free:
+                    a = fixed_dev[u]
+                    if a != d and (v, d) in x and cost.comm(e.index, a, d) < INF:
+                        _add(row, x[v, d], cost.comm(e.index, a, d))
+                elif fixed_dev[v] == d != fixed_dev[u]:
+                    const += cost.comm(e.index, fixed_dev[u], d)
+            prob += _lin(row, const) <= 0
+    prob += _lin(obj_terms, 0.0)
+
+    # warm start
+    start_vals: dict[str, float] | None = None
+    if sub.device is not None:
+        dev0 = canonical_devices(sub.device, classes) if classes else sub.device
+        start_vals = {}
+        for (t, d), var in x.items():
+            start_vals[var.name] = 1.0 if dev0[t] == d else 0.0
+        for (ei, a, b), var in z.items():
+            e = g.edges[ei]
+            start_vals[var.name] = 1.0 if (dev0[e.src], dev0[e.dst]) == (a, b) else 0.0
+        if timed and sub.start is not None:
+            order0 = order_from_starts(cost, dev0, sub.start, fixed_chain)
+            pos = {t: (k, sub.start[t]) for seq in order0 for k, t in enumerate(seq)}
+            for t, var in s.items():
+                start_vals[var.name] = min(max(sub.start[t], 0.0), upper)
+            for (i, j), var in o.items():
+                same = dev0[i] == dev0[j]
+                before = pos[i][0] < pos[j][0] if same else (sub.start[i], i) <= (sub.start[j], j)
+                start_vals[var.name] = 1.0 if before else 0.0
+            if cmax is not None:
+                start_vals[cmax.name] = min(
+                    upper, max((sub.start[t] + cost.time[t][dev0[t]] for t in range(n)), default=0.0)
+                )
+        if period is not None and sub.start_value is not None:
+            start_vals[period.name] = sub.start_value
+
+    last = [0.0]
+
+    def on_event(run_time: float, incumbent: float, bound: float, improving: bool) -> None:
+        if progress is None:
+            return
+        now = time.perf_counter()
+        if not improving and now - last[0] < 1.0:
+            return
+        last[0] = now
+        inc = None if not math.isfinite(incumbent) else float(incumbent) + obj_const
+        bnd = None if not math.isfinite(bound) else float(bound) + obj_const
+        progress(now - t0, inc, bnd)
+
+    limit = max(0.01, sub.time_limit - (time.perf_counter() - t0))
+    solver = _HighsWarm(
+        start_vals,
+        on_event,
+        msg=False,
+        threads=1,
+        timeLimit=limit,
+        gapRel=MIP_REL_GAP,
+        random_seed=int(sub.seed) % 2147483647,
+    )
+    n_rows = len(prob.constraints())
+    try:
+        prob.solve(solver)
+    except Exception as err:  # solver trouble is reported, never raised  # noqa: BLE001
+        return Solved(f"none: {err}", None, None, None, None, None, False, time.perf_counter() - t0, n_bin, n_rows)
+    model = prob.solverModel
+    info = model.getInfo()
+    mstatus = model.getModelStatus()
+    has_sol = info.primal_solution_status == 2
+    bound = float(info.mip_dual_bound) + obj_const if math.isfinite(info.mip_dual_bound) else None
+    warm = (
+        sub.start_value is not None
+        and solver.first_incumbent is not None
+        and abs(solver.first_incumbent + obj_const - sub.start_value) <= REL_TOL * max(1.0, abs(sub.start_value))
+    )
+    elapsed = time.perf_counter() - t0
+    name = str(mstatus).rsplit(".", 1)[-1]
+    if name in ("kInfeasible", "kUnboundedOrInfeasible"):
+        return Solved("infeasible", None, None, None, None, bound, warm, elapsed, n_bin, n_rows)
+    if not has_sol:
+        return Solved("none", None, None, None, None, bound, warm, elapsed, n_bin, n_rows)
+    device = tuple(
+        fixed_dev[t] if t not in free else max((d for d in range(nd) if (t, d) in x), key=lambda d: (x[t, d].varValue, -d))
+        for t in range(n)
+    )
+    if timed:
+        start = tuple(float(s[t].varValue) for t in range(n))
+        order = order_from_starts(cost, device, start, fixed_chain)
+    else:
+        start, order = None, None
+    value = float(info.objective_function_value) + obj_const
+    status = "optimal" if name == "kOptimal" else "feasible"
+    if status == "optimal" and bound is None:
+        bound = value
+    return Solved(status, device, start, order, value, bound, warm, elapsed, n_bin, n_rows)
+
+
+# -- the mapper -------------------------------------------------------------
+#: Heuristics whose best result seeds the MILP: (module, class) under mapper.mapping.
+HEURISTICS = (("heft", "HeftMapper"), ("cpop", "CpopMapper"), ("peft", "PeftMapper"), ("greedy", "GreedyMapper"))
+
+
+@dataclass(frozen=True, slots=True)
+class Incumbent:
+    """The best heuristic result: its mapper name, schedule and objective value."""
+
+    name: str
+    schedule: Schedule
+    value: float
+
+
+def check_options(options: MapOptions) -> None:
+    if options.objective not in OBJECTIVES:
+        raise OptionsError(
+            f"unknown objective {options.objective!r}; choose one of {', '.join(OBJECTIVES)}", obj="objective"
+        )
+    if not (options.time_limit > 0 and math.isfinite(options.time_limit)):
+        raise OptionsError(f"time limit must be a positive number of seconds, got {options.time_limit}", obj="time_limit")
+    if options.makespan_bound is not None and not options.makespan_bound > 0:
+        raise OptionsError(f"makespan bound must be positive, got {options.makespan_bound}", obj="makespan_bound")
+
+
+def check_feasible(cost: CostTable, options: ScheduleOptions) -> None:
+    """Raise :class:`InfeasibleError` naming a task that fits no device."""
+    for t in range(cost.n_tasks):
+        name = cost.graph.tasks[t].name
+        feas = cost.feasible_devices(t)
+        if not feas:
+            raise InfeasibleError(f"task {name!r} cannot run on any device of {cost.platform.name}", obj=name)
+        if options.memory and not any(cost.footprint[t] <= cost.memory_capacity[d] for d in feas):
+            raise InfeasibleError(
+                f"task {name!r} needs {cost.footprint[t]:.6g} bytes, more than the memory of every device it can use",
+                obj=name,
+            )
+        if options.area and not any(not _is_fpga(cost, d) or cost.area[t][d] <= cost.area_capacity[d] for d in feas):
+            raise InfeasibleError(f"task {name!r} does not fit the area of any FPGA it is restricted to", obj=name)
+
+
+def value_of(schedule: Schedule, objective: str) -> float:
+    from mapper.mapping.objectives import objective_value
+
+    return float(objective_value(schedule, objective))
+
+
+def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | None, tuple[str, ...]]:
+    """Run every heuristic of :data:`HEURISTICS`; the best feasible result
+    (ties by list order) and notes on those that failed."""
+    import importlib
+
+    from mapper.validate import validate
+
+    best: Incumbent | None = None
+    notes: list[str] = []
+    bound = options.makespan_bound if options.objective != "makespan" else None
+    for module, cls in HEURISTICS:
+        mapper = getattr(importlib.import_module(f"mapper.mapping.{module}"), cls)()
+        try:
+            res = mapper.map(cost, options)
+        except MapperError as err:
+            notes.append(f"{module}: {err.message}")
+            continue
+        sched = res.schedule
+        if validate(sched):
+            notes.append(f"{module}: its schedule does not validate; ignored")
+            continue
+        if bound is not None and sched.makespan > bound * (1 + REL_TOL):
+            notes.append(f"{module}: makespan {sched.makespan:.6g} exceeds the bound {bound:.6g}")
+            continue
+        value = value_of(sched, options.objective)
+        if best is None or value < best.value * (1 - 1e-12) - 1e-300:
+            best = Incumbent(module, sched, value)
+    return best, tuple(notes)
+
+
+def delay_options(options: ScheduleOptions) -> ScheduleOptions:
+    """The options the MILP models exactly: the delay model plus capacities."""
+    return ScheduleOptions(memory=options.memory, area=options.area)
+
+
+def serial_upper_bound(cost: CostTable) -> float:
+    """Makespan of running every task, slowest feasible device, one after
+    another with every transfer at its slowest: bounds any schedule's optimum."""
+    total = sum(max(x for x in row if x < INF) for row in cost.time)
+    for e in cost.graph.edges:
+        worst = 0.0
+        for a in cost.feasible_devices(e.src):
+            for b in cost.feasible_devices(e.dst):
+                c = cost.comm(e.index, a, b)
+                if c < INF:
+                    worst = max(worst, c)
+        total += worst
+    return total * (1 + 1e-9) + 1e-9
+
+
+def retime(cost: CostTable, device: tuple[int, ...], order, options: ScheduleOptions) -> Schedule:
+    from mapper.schedule import build_schedule
+
+    return build_schedule(cost, Assignment(tuple(device), order), options)
+
+
+def schedule_order(schedule: Schedule) -> tuple[tuple[int, ...], ...]:
+    """Per-device order of ``schedule`` (its own, else by start time)."""
+    if schedule.order:
+        return schedule.order
+    return order_from_starts(schedule.cost, schedule.device_of, tuple(s.start for s in schedule.slots))
+
+
+def lower_bound_for(cost: CostTable, objective: str, options: ScheduleOptions, solver_bound: float | None):
+    """A valid lower bound on the objective: the solver's, and for makespan
+    the combinatorial bound; none under streaming (the MILP does not model it)."""
+    if options.streaming:
+        return None
+    bound = solver_bound
+    if objective == "makespan":
+        try:
+            from mapper.mapping.bounds import makespan_lower_bound
+        except ImportError:  # pragma: no cover - bounds module not installed
+            return bound
+        lb = float(makespan_lower_bound(cost))
+        bound = lb if bound is None else max(bound, lb)
+    return bound
+
+
+def gap_of(value: float, bound: float | None) -> float | None:
+    if bound is None:
+        return None
+    if value <= 0:
+        return 0.0
+    return max(0.0, (value - bound) / value)
+
+
+class MilpMapper(Mapper):
+    """Exact communication-aware MILP (Venugopalan & Sinnen, IEEE TPDS 2015;
+    throughput after Wilhelm et al., arXiv 2208.06321), warm-started from the
+    best heuristic; LNS over a coarsened graph above :data:`EXACT_MAX_TASKS`
+    tasks or :data:`EXACT_MAX_PAIRS` ordering binaries (see :mod:`.lns`)."""
+
+    name = "milp"
+    summary = "exact MILP (HiGHS) warm-started from the best heuristic; LNS for large graphs"
+
+    def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
+        t0 = time.perf_counter()
+        check_options(options)
+        check_feasible(cost, options.schedule)
+        report = _reporter(options, t0)
+        report(None, None)
+        best, notes = best_heuristic(cost, options)
+        if best is not None:
+            report(best.value, None)
+        if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
+            from mapper.mapping.lns import map_large
+
+            result = map_large(cost, options, best, notes, t0)
+            report(result.objective_value, result.lower_bound)
+            return result
+        result = self._exact(cost, options, best, notes, t0, report)
+        report(result.objective_value, result.lower_bound)
+        return result
+
+    def _exact(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float, report) -> MapResult:
+        objective = options.objective
+        sopts = options.schedule
+        notes = list(notes)
+        inexact = [o for o in ("contention", "streaming") if getattr(sopts, o)]
+        if inexact:
+            notes.append(f"the MILP models the delay model; {' and '.join(inexact)} applied when re-timing")
+        device = start = None
+        upper = serial_upper_bound(cost)
+        if best is not None:
+            warm = retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts))
+            device = warm.device_of
+            start = tuple(s.start for s in warm.slots)
+            upper = warm.makespan * (1 + 1e-9) + 1e-12
+            notes.append(f"warm start from {best.name} ({objective} {best.value:.6g})")
+        if objective != "makespan":
+            # the heuristic's makespan bounds nothing here; only the user's bound does
+            upper = options.makespan_bound if options.makespan_bound is not None else upper
+        sub = Subproblem(
+            cost=cost,
+            objective=objective,
+            free=tuple(range(cost.n_tasks)),
+            device=device,
+            start=start,
+            upper=upper,
+            time_limit=max(0.01, options.time_limit - (time.perf_counter() - t0)),
+            seed=options.seed,
+            memory=sopts.memory,
+            area=sopts.area,
+            makespan_bound=options.makespan_bound if objective != "makespan" else None,
+            start_value=best.value if best is not None else None,
+        )
+        solved = solve(sub, progress=lambda el, inc, bnd: report(inc, bnd))
+        notes.append(
+            f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status} in {solved.solve_time:.3f} s"
+        )
+        if best is not None:
+            notes.append("warm start taken by HiGHS" if solved.warm_start_taken else "warm start NOT taken by HiGHS")
+        if solved.status == "infeasible":
+            if best is None:
+                raise InfeasibleError(_infeasible_reason(cost, options), obj=cost.graph.name)
+            notes.append("the solver reported the model infeasible although a heuristic schedule exists")
+            return self._fallback(cost, options, best, notes, t0, None)
+        if solved.device is None:
+            if best is None:
+                raise InfeasibleError(
+                    f"no mapping found within the time limit of {options.time_limit:g} s", obj=cost.graph.name
+                )
+            notes.append(f"the MILP found no solution ({solved.status}); returning {best.name}")
+            return self._fallback(cost, options, best, notes, t0, solved.bound)
+        from mapper.validate import validate
+
+        try:
+            sched = retime(cost, solved.device, solved.order, sopts)
+            bad = [v.message for v in validate(sched)]
+        except MapperError as err:
+            bad = [err.message]
+        if bad:
+            notes.append(f"MILP schedule rejected ({bad[0]})")
+            if best is None:
+                raise InfeasibleError("the MILP schedule does not validate and no heuristic succeeded", obj=cost.graph.name)
+            return self._fallback(cost, options, best, notes, t0, solved.bound)
+        value = value_of(sched, objective)
+        notes.append(f"MILP objective {solved.objective:.9g}, re-timed {value:.9g}")
+        status = solved.status if not inexact else "feasible"
+        if best is not None and best.value < value * (1 - REL_TOL):
+            notes.append(f"MILP incumbent {value:.6g} is worse than {best.name}'s {best.value:.6g}; returning {best.name}")
+            sched, value, status = best.schedule, best.value, "feasible"
+        return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
+
+    def _fallback(self, cost, options, best: Incumbent, notes, t0: float, bound) -> MapResult:
+        return make_result(cost, options, best.schedule, best.value, "heuristic", bound, t0, notes)
+
+
+def make_result(cost, options: MapOptions, schedule: Schedule, value: float, status: str, solver_bound, t0: float,
+                notes) -> MapResult:
+    """The milp mapper's result, with a valid lower bound and the gap."""
+    bound = lower_bound_for(cost, options.objective, options.schedule, solver_bound)
+    return MapResult(
+        schedule=schedule,
+        mapper=MilpMapper.name,
+        status=status,
+        objective=options.objective,
+        objective_value=value,
+        lower_bound=bound,
+        gap=gap_of(value, bound),
+        solve_time=time.perf_counter() - t0,
+        notes=tuple(notes),
+    )
+
+
+def _infeasible_reason(cost: CostTable, options: MapOptions) -> str:
+    parts = []
+    if options.schedule.memory:
+        parts.append("device memory capacities")
+    if options.schedule.area:
+        parts.append("FPGA area capacities")
+    if options.makespan_bound is not None and options.objective != "makespan":
+        parts.append(f"the makespan bound {options.makespan_bound:g}")
+    parts.append("placement and routes")
+    return "no mapping satisfies " + ", ".join(parts)
+
+
+def _reporter(options: MapOptions, t0: float):
+    def report(incumbent: float | None, bound: float | None) -> None:
+        if options.progress is not None:
+            options.progress(Progress(time.perf_counter() - t0, incumbent, bound))
+
+    return report
