@@ -15,7 +15,7 @@ from mapper import __version__
 from mapper.errors import MapperError, format_error
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ("mappers", "cost", "platforms")
+COMMANDS: tuple[str, ...] = ("mappers", "cost", "platforms", "check")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,93 @@
+"""``mapper check FILE [--json]``: parse and lower a program, print its summary.
+
+The summary: graph name, task and edge counts, total FLOPs and bytes, the op
+histogram, and the critical path by FLOPs (the chain of dependent tasks with
+the most FLOPs in total).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+from mapper.graph import TaskGraph
+from mapper.lower import load_graph
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("check", help="parse and lower a DSL file; print a summary",
+                              description="Parse and lower a DSL file and print tasks, edges, "
+                                          "total FLOPs and bytes, the op histogram and the "
+                                          "critical path by FLOPs.")
+    p.add_argument("file", metavar="FILE", help="the DSL program (.tg)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def critical_path_flops(g: TaskGraph) -> tuple[tuple[int, ...], float]:
+    """The path with the most FLOPs (task indices, FLOPs); ties go to the smaller index."""
+    best = [0.0] * len(g.tasks)
+    parent = [-1] * len(g.tasks)
+    for i in g.topo_order:
+        p, top = -1, 0.0
+        for s in sorted(g.pred_tasks(i)):
+            if p < 0 or best[s] > top:
+                p, top = s, best[s]
+        best[i] = top + g.tasks[i].flops
+        parent[i] = p
+    end = max(range(len(best)), key=lambda i: (best[i], -i))
+    path = [end]
+    while parent[path[-1]] >= 0:
+        path.append(parent[path[-1]])
+    return tuple(reversed(path)), best[end]
+
+
+def summary(g: TaskGraph) -> dict:
+    """The ``check`` summary as a JSON-ready dict (keys in a fixed order)."""
+    hist = Counter(t.op for t in g.tasks)
+    path, flops = critical_path_flops(g)
+    return {
+        "graph": g.name,
+        "tasks": len(g.tasks),
+        "edges": len(g.edges),
+        "inputs": len(g.inputs),
+        "outputs": list(g.outputs),
+        "flops": g.total_flops,
+        "bytes": g.total_bytes,
+        "ops": dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "critical_path": {"tasks": [g.tasks[i].name for i in path], "flops": flops},
+    }
+
+
+def _gflop(x: float) -> str:
+    return f"{x / 1e9:,.3f} GFLOP"
+
+
+def _mib(x: float) -> str:
+    return f"{x / 2**20:,.2f} MiB"
+
+
+def run(args) -> int:
+    g = load_graph(args.file)
+    s = summary(g)
+    if args.json:
+        json.dump(s, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    cp = s["critical_path"]
+    shown = cp["tasks"] if len(cp["tasks"]) <= 12 else cp["tasks"][:5] + ["..."] + cp["tasks"][-5:]
+    out = [
+        f"graph    {s['graph']}",
+        f"tasks    {s['tasks']}",
+        f"edges    {s['edges']}",
+        f"inputs   {s['inputs']}",
+        f"outputs  {', '.join(s['outputs']) or '-'}",
+        f"flops    {_gflop(s['flops'])}",
+        f"bytes    {_mib(s['bytes'])}",
+        "ops      " + ", ".join(f"{op} {n}" for op, n in s["ops"].items()),
+        f"critical path by FLOPs: {len(cp['tasks'])} tasks, {_gflop(cp['flops'])}",
+        "  " + " -> ".join(shown),
+    ]
+    print("\n".join(out))
+    return 0
