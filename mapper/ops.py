@@ -91,8 +91,8 @@ class OpSpec:
 
     ``max_operands`` is None for no limit; ``attrs`` are ``(name, default)``
     pairs with :data:`REQUIRED` for must-give attributes; ``attr_kinds`` the
-    matching ``(name, kind)`` with kind one of ``int``, ``float``, ``bool``,
-    ``str``, ``ints``; ``formula`` the FLOP count as written in docs/ops.md;
+    matching ``(name, kind)`` with kind one of ``int``, ``int2`` (an int or a
+    pair ``[h, w]``), ``float``, ``bool``, ``str``, ``ints``; ``formula`` the FLOP count as written in docs/ops.md;
     ``signature`` the operand forms.
     """
 
@@ -244,6 +244,21 @@ def _matmul(c: _Call) -> OpInfo:
     return c.info(_dense(batch + (m, n), a.dtype), 2 * prod(batch) * m * n * k)
 
 
+def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
+    """An ``int2`` attribute as ``(height, width)``."""
+    return (v, v) if isinstance(v, int) else (v[0], v[1])
+
+
+def _window(c: _Call, hw: Sequence[int], kern: tuple[int, int], what: str, at: dict) -> tuple[int, int]:
+    """Output height and width of a sliding window; ``at`` names the error's operand/attr."""
+    (kh, kw), (sh, sw) = kern, _pair(c.attrs["stride"])
+    ph, pw = _pair(c.attrs["padding"])
+    if hw[0] + 2 * ph < kh or hw[1] + 2 * pw < kw:
+        raise c.fail(f"the {kh}x{kw} {what} is larger than the padded input: {c.desc(0)}, "
+                     f"padding = {c.attrs['padding']}", **at)
+    return (hw[0] + 2 * ph - kh) // sh + 1, (hw[1] + 2 * pw - kw) // sw + 1
+
+
 def _conv2d(c: _Call) -> OpInfo:
     x, w = c.args
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
@@ -251,37 +266,34 @@ def _conv2d(c: _Call) -> OpInfo:
     c.ndim(1, (4,), "4-D [K, C/groups, R, S]")
     n, ch, h, wd = x.shape
     k, cg, r, s = w.shape
-    g, st, p = c.attrs["groups"], c.attrs["stride"], c.attrs["padding"]
+    g = c.attrs["groups"]
     if ch % g or k % g:
         raise c.fail(f"groups = {g} must divide the input channels ({ch}) and the filters ({k})",
                      attr="groups")
     if cg != ch // g:
         raise c.fail(f"channels differ: {c.desc(0)}, {c.desc(1)} ({ch // g} != {cg}; "
                      f"w must be [K, C/groups, R, S] with C = {ch}, groups = {g})", arg=1)
-    if h + 2 * p < r or wd + 2 * p < s:
-        raise c.fail(f"the {r}x{s} filter is larger than the padded input: {c.desc(0)}, "
-                     f"padding = {p}", arg=1)
-    ho, wo = (h + 2 * p - r) // st + 1, (wd + 2 * p - s) // st + 1
+    ho, wo = _window(c, (h, wd), (r, s), "filter", {"arg": 1})
     return c.info(_dense((n, k, ho, wo), x.dtype), 2 * n * k * ho * wo * cg * r * s)
 
 
 def _pool(c: _Call) -> OpInfo:
     (x,) = c.args
-    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    if c.spec.name == "maxpool":
+        c.dtypes(INT_DTYPES + FLOAT_DTYPES, "a real tensor")
+    else:
+        c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
     c.ndim(0, (4,), "4-D [N, C, H, W]")
-    kern, p = c.attrs["kernel"], c.attrs["padding"]
     if c.attrs["stride"] is None:
-        c.attrs["stride"] = kern
-    st = c.attrs["stride"]
-    if p > kern // 2:
-        raise c.fail(f"padding = {p} must be at most half the kernel ({kern} // 2 = {kern // 2})",
-                     attr="padding")
+        c.attrs["stride"] = c.attrs["kernel"]
+    kern, pad = _pair(c.attrs["kernel"]), _pair(c.attrs["padding"])
+    if pad[0] > kern[0] // 2 or pad[1] > kern[1] // 2:
+        raise c.fail(f"padding = {c.attrs['padding']} must be at most half the kernel "
+                     f"({c.attrs['kernel']})", attr="padding")
     n, ch, h, w = x.shape
-    if h + 2 * p < kern or w + 2 * p < kern:
-        raise c.fail(f"kernel = {kern} is larger than the padded input: {c.desc(0)}, padding = {p}",
-                     attr="kernel")
-    out = _dense((n, ch, (h + 2 * p - kern) // st + 1, (w + 2 * p - kern) // st + 1), x.dtype)
-    return c.info(out, kern * kern * out.numel)
+    ho, wo = _window(c, (h, w), kern, "kernel", {"attr": "kernel"})
+    out = _dense((n, ch, ho, wo), x.dtype)
+    return c.info(out, kern[0] * kern[1] * out.numel)
 
 
 def _per_element(flops_per_element: int, dtypes: Sequence[str] = FLOAT_DTYPES,
@@ -428,7 +440,8 @@ def _stencil(c: _Call) -> OpInfo:
     if pts not in valid:
         raise c.fail(f"points = {pts} is not valid for a {len(x.shape)}-D grid {x} "
                      f"(valid: {', '.join(map(str, valid))})", attr="points")
-    flops = steps * (2 * pts - 1) * x.numel
+    interior = prod(d - 2 for d in x.shape) if min(x.shape) > 2 else 0
+    flops = steps * pts * interior
     return c.info(_dense(x.shape, x.dtype), flops, steps * x.nbytes, steps * x.nbytes)
 
 
@@ -535,7 +548,7 @@ def _spec(name: str, n: tuple[int, int | None], op_class: str, formula: str, fn:
     )
 
 
-_POOL_ATTRS = (("kernel", "int", REQUIRED), ("stride", "int", None), ("padding", "int", 0))
+_POOL_ATTRS = (("kernel", "int2", REQUIRED), ("stride", "int2", None), ("padding", "int2", 0))
 _EPS = ("eps", "float", 1e-5)
 
 #: Every op, by name.
@@ -543,12 +556,13 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("matmul", (2, 2), "gemm", "2*batch*M*N*K", _matmul, "a[..., M, K], b[K, N] or b[..., K, N]"),
     _spec("conv2d", (2, 2), "conv", "2*N*K*Ho*Wo*(C/groups)*R*S", _conv2d,
           "x[N, C, H, W], w[K, C/groups, R, S]",
-          ("stride", "int", 1), ("padding", "int", 0), ("groups", "int", 1)),
-    _spec("maxpool", (1, 1), "pool", "kernel^2 * out.numel", _pool, "x[N, C, H, W]", *_POOL_ATTRS),
-    _spec("avgpool", (1, 1), "pool", "kernel^2 * out.numel", _pool, "x[N, C, H, W]", *_POOL_ATTRS),
+          ("stride", "int2", 1), ("padding", "int2", 0), ("groups", "int", 1)),
+    _spec("maxpool", (1, 1), "pool", "kh*kw * out.numel", _pool, "x[N, C, H, W]", *_POOL_ATTRS),
+    _spec("avgpool", (1, 1), "pool", "kh*kw * out.numel", _pool, "x[N, C, H, W]", *_POOL_ATTRS),
     _spec("batchnorm", (1, 1), "norm", "2 * numel", _per_element(2, min_ndim=2, form="at least 2-D [N, C, ...]"),
           "x[N, C, ...]", _EPS),
-    _spec("relu", (1, 1), "activation", "1 * numel", _per_element(1), "x"),
+    _spec("relu", (1, 1), "activation", "1 * numel",
+          _per_element(1, INT_DTYPES + FLOAT_DTYPES, "a real tensor"), "x"),
     _spec("gelu", (1, 1), "activation", "8 * numel", _per_element(8), "x"),
     _spec("softmax", (1, 1), "norm", "5 * numel", _per_element(5, min_ndim=1, form="at least 1-D"), "x",
           ("axis", "int", -1)),
@@ -564,7 +578,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           ("parts", "int", REQUIRED), ("index", "int", REQUIRED), ("axis", "int", 0)),
     _spec("reshape", (1, 1), "shape", "0", _reshape, "x", ("shape", "ints", REQUIRED)),
     _spec("transpose", (1, 1), "shape", "0", _transpose, "x", ("perm", "ints", None)),
-    _spec("stencil", (1, 1), "stencil", "steps * (2*points - 1) * numel", _stencil,
+    _spec("stencil", (1, 1), "stencil", "steps * points * interior", _stencil,
           "x[H, W] or x[D, H, W]", ("points", "int", REQUIRED), ("steps", "int", 1)),
     _spec("spmv", (2, 2), "sparse", "2 * nnz", _spmv, "A[M, N] csr, x[N]"),
     _spec("fft", (1, 1), "fft", "5 * N * log2(N) * (numel / N)", _fft, "x[..., N]"),
@@ -602,6 +616,14 @@ def _check_attr(spec: OpSpec, key: str, kind: str, value: Any) -> Any:
         if low is not None and value < low:
             raise bad(f">= {low}")
         return value
+    if kind == "int2":
+        pair = isinstance(value, (list, tuple))
+        items = list(value) if pair else [value]
+        if (pair and len(items) != 2) or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
+            raise bad("an integer or a pair [h, w] of integers")
+        for v in items:
+            _check_attr(spec, key, "int", v)
+        return tuple(items) if pair else value
     if kind == "bool":
         if value not in (0, 1) or not isinstance(value, int):
             raise bad("0 or 1")
@@ -609,8 +631,8 @@ def _check_attr(spec: OpSpec, key: str, kind: str, value: Any) -> Any:
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise bad("a number")
-        if key == "eps" and value <= 0:
-            raise bad("> 0")
+        if key == "eps" and value < 0:
+            raise bad(">= 0")
         return float(value)
     if kind == "str":
         if not isinstance(value, str):
