@@ -340,9 +340,9 @@ PALETTE = (
 
 #: Ops of the catalogue (docs/ops.md) in a fixed colour order.
 _KNOWN_OPS = (
-    "matmul", "conv2d", "attention", "layernorm", "add", "gelu", "relu", "softmax",
-    "batchnorm", "maxpool", "avgpool", "stencil", "spmv", "fft", "dot", "axpy",
-    "reduce", "elementwise", "task", "embedding",
+    # DNN ops take the first ten colours, scientific ops the next ten
+    "matmul", "conv2d", "attention", "layernorm", "add", "gelu", "softmax", "relu", "batchnorm", "maxpool",
+    "stencil", "spmv", "fft", "dot", "axpy", "reduce", "elementwise", "task", "embedding", "avgpool",
 )  # fmt: skip
 
 
