@@ -356,16 +356,10 @@ def parse_platform(text: str, file: str = "<string>") -> Platform:
         message = str(exc)
         m = _TOML_POS.search(message)
         span = None
-        source_line = None
-        if m:
-            line, col = int(m.group(1)), int(m.group(2))
-            span = SourceSpan(file, line, col)
-            lines = text.splitlines()
-            source_line = lines[line - 1] if 0 < line <= len(lines) else None
+        if m:  # one line: file:line:col (no source excerpt), like every platform error
+            span = SourceSpan(file, int(m.group(1)), int(m.group(2)))
             message = message[: m.start()].rstrip()
-        raise PlatformError(
-            f"TOML syntax error: {message}", span=span, source_line=source_line, obj=file
-        ) from None
+        raise PlatformError(f"TOML syntax error: {message}", span=span, obj=file) from None
     return _Checker(file).platform(doc, file)
 
 

@@ -275,3 +275,64 @@ def test_shipped_platform_cost_table_is_deterministic():
     assert json.dumps([a.time, a.bound, a.area]) == json.dumps([b.time, b.bound, b.area])
     # A100 f32: 2 N^3 / (0.9 * 19.5 TF) + 5 us
     assert a.time[0][1] == pytest.approx(5e-6 + 2 * 1024**3 / (0.9 * 19.5e12))
+
+
+# -- mapper cost ---------------------------------------------------------------
+
+HEFT_TG = """graph heft_mini {
+  task n1 cost { p1: 14, p2: 16 ms, p3: 9 us }
+  task n2 cost { p1: 13, p2: 19 } @!p1
+  n1 -> n2 comm 18
+}
+"""
+
+
+def test_cli_cost_table_markers_reasons_and_transfers(tmp_path, capsys):
+    from mapper.cli import main
+
+    src = tmp_path / "mini.tg"
+    src.write_text(HEFT_TG)
+    assert main(["cost", str(src), "--platform", "heft3"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "cost of heft_mini (2 tasks, 1 edges) on heft3 (p1 cpu, p2 cpu, p3 cpu)"
+    row1 = next(ln for ln in lines if ln.startswith("n1 "))
+    assert row1.split() == ["n1", "task", "14", "s", "E", "16", "ms", "E", "9", "us", "E"]
+    row2 = next(ln for ln in lines if ln.startswith("n2 "))
+    assert row2.split() == ["n2", "task", "-", "19", "s", "E", "-"]
+    assert "  n2 on p1: placement @!p1 excludes p1 (cpu)" in lines
+    assert "  n2 on p3: no cost given" in lines
+    edge = next(ln for ln in lines if ln.lstrip().startswith("n1 -> n2"))
+    assert edge.split()[3:] == ["0", "B", *["18", "s"] * 6]
+    assert "no route (an edge between these needs an explicit comm)" in out
+
+
+def test_cli_cost_json(tmp_path, capsys):
+    from mapper.cli import main
+
+    src = tmp_path / "mini.tg"
+    src.write_text(HEFT_TG)
+    assert main(["cost", str(src), "--platform", "heft3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["tasks"][0]["time"] == [14.0, 0.016, 9e-06]
+    assert data["tasks"][1]["time"] == [None, 19.0, None]
+    assert data["tasks"][1]["bound"] == ["infeasible", "explicit", "infeasible"]
+    assert {"task": "n2", "device": "p3", "reason": "no cost given"} in data["infeasible"]
+    assert data["edges"][0]["comm"][0] == [0.0, 18.0, 18.0]
+    assert data["routes"][0][1] == {"links": [], "latency": None, "sec_per_byte": None}
+
+
+def test_render_limits_large_graphs_to_sixty_rows():
+    from mapper.cli.cost import render
+
+    tasks = tuple(_task(i, f"t{i}", "add", flops=1e3, read=8e3, written=4e3) for i in range(65))
+    edges = tuple(Edge(i, i, i + 1, bytes=4e3) for i in range(64))
+    c = build_cost_table(TaskGraph("big", tasks, edges), load_platform("dgx-a100"))
+    short = render(c)
+    rows = [ln.split()[0] for ln in short.splitlines() if ln[:1] == "t" and ln.split()[0][1:].isdigit()]
+    assert rows[-1] == "t59" and "t60" not in rows
+    assert "(5 more tasks not shown; --all prints every row)" in short
+    assert "(4 more edges not shown; --all prints every row)" in short
+    assert "min/max over the 72 ordered device pairs" in short
+    full = render(c, all_rows=True)
+    assert "\nt64 " in full and "more tasks not shown" not in full

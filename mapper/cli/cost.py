@@ -105,6 +105,10 @@ def _time(x: float) -> str:
     return "-" if not math.isfinite(x) else fmt_time(x, 3)
 
 
+def _cell(seconds: float, bound: str) -> str:
+    return "-" if bound == "infeasible" else f"{_time(seconds)} {MARKS[bound]}"
+
+
 def _grid(header: list[str], rows: list[list[str]], right_from: int) -> list[str]:
     """Aligned columns: the first ``right_from`` left-aligned, the rest right-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -134,7 +138,7 @@ def render(cost: CostTable, all_rows: bool = False) -> str:
     ]
     n = _limit(len(g.tasks), all_rows)
     rows = [
-        [t.name, t.op, *(f"{_time(x)} {MARKS[b]}" for x, b in zip(cost.time[t.index], cost.bound[t.index]))]
+        [t.name, t.op, *(_cell(x, b) for x, b in zip(cost.time[t.index], cost.bound[t.index]))]
         for t in g.tasks[:n]
     ]
     lines += _grid(["task", "op", *(d.name for d in devs)], rows, 2)

@@ -1,0 +1,139 @@
+"""Platform loading, the shipped platforms, their source comments, and routes."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+import pytest
+
+from mapper.cli import main
+from mapper.cost import EFF_COMPUTE, EFF_MEMORY
+from mapper.platform import list_platforms, load_platform, parse_platform
+
+SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dgx-a100", "heft3", "host", "workstation")
+
+
+def _shipped_texts():
+    root = resources.files("mapper.platforms")
+    return {p.name: p.read_text(encoding="utf-8") for p in root.iterdir() if p.name.endswith(".toml")}
+
+
+def test_list_platforms_names_every_shipped_file_in_order():
+    names = [n for n, _ in list_platforms()]
+    assert tuple(names) == SHIPPED
+    assert all(desc for _, desc in list_platforms())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_platform_loads(name):
+    p = load_platform(name)
+    assert p.name == name and p.source == f"{name}.toml"
+    assert p.host == next((d.name for d in p.devices if d.kind == "cpu"), None)
+    assert [d.index for d in p.devices] == list(range(len(p.devices)))
+    assert [lk.index for lk in p.links] == list(range(len(p.links)))
+
+
+_NUMBER = re.compile(r"[-+]?(\d|\.\d|inf|nan)")
+
+
+def _uncommented(text: str) -> list[str]:
+    """Lines assigning a number (or a table of numbers) with no comment on them or above."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*([A-Za-z_][\w.]*)\s*=\s*(.*)", line)
+        if not m:
+            continue
+        value = m.group(2).split("#", 1)[0]
+        if value.lstrip().startswith('"') or not _NUMBER.search(value):
+            continue
+        same_line = "#" in m.group(2)
+        above = i > 0 and lines[i - 1].lstrip().startswith("#")
+        if not (same_line or above):
+            out.append(f"{i + 1}: {line.strip()}")
+    return out
+
+
+def test_every_numeric_field_in_a_shipped_platform_cites_a_source():
+    missing = [f"{fname}:{row}" for fname, text in _shipped_texts().items() for row in _uncommented(text)]
+    assert not missing, "numbers without a source comment:\n" + "\n".join(missing)
+
+
+def test_source_comment_check_catches_an_uncommented_number():
+    text = (
+        'name = "x"\n[[device]]\nname = "c"\nkind = "cpu"\n'
+        "launch_us = 2.0  # measured\n# datasheet\nmemory_gib = 4\n"
+        "mem_bandwidth_gbs = 10.0\npeak_gflops = { f32 = 1.0 }\nstreaming = true\n"
+    )
+    assert _uncommented(text) == ["8: mem_bandwidth_gbs = 10.0", "9: peak_gflops = { f32 = 1.0 }"]
+
+
+def test_host_platform_reproduces_its_numpy_measurement():
+    cpu = load_platform("host").devices[0]
+    assert cpu.peak("f32") * EFF_COMPUTE["cpu"]["gemm"] == pytest.approx(244.6, rel=2e-3)
+    assert cpu.peak("f64") * EFF_COMPUTE["cpu"]["gemm"] == pytest.approx(107.9, rel=2e-3)
+    assert cpu.mem_bandwidth_gbs * EFF_MEMORY["cpu"] == pytest.approx(19.2)
+
+
+def test_datasheet_figures():
+    ws = load_platform("workstation")
+    gpu = ws.devices[ws.device_index("gpu0")]
+    assert (gpu.peak("f32"), gpu.peak("f64"), gpu.peak("f16"), gpu.mem_bandwidth_gbs) == (19500, 9700, 312000, 1555)
+    fpga = load_platform("cpu-gpu-fpga").devices[2]
+    assert (fpga.kind, fpga.area, fpga.clock_mhz, fpga.streaming, fpga.mem_bandwidth_gbs) == ("fpga", 9024, 300, True, 460)
+    assert fpga.peak("f32") == pytest.approx(9024 / 5 * 2 * 0.3, rel=1e-4)
+
+
+def test_minimal_platform_with_names_and_kinds_only():
+    p = parse_platform('name = "m"\n[[device]]\nname = "a"\nkind = "gpu"\n[[device]]\nname = "b"\nkind = "cpu"\n')
+    assert [(d.name, d.kind, d.peak_gflops, d.has_rates) for d in p.devices] == [
+        ("a", "gpu", (), False), ("b", "cpu", (), False)]
+    assert p.host == "b"  # the first cpu
+    assert p.description == "" and p.links == ()
+    assert p.route(0, 1) is None and p.route(1, 1) == ()
+
+
+def test_no_cpu_means_no_host_and_explicit_host_wins():
+    text = 'name = "g"\n[[device]]\nname = "g0"\nkind = "gpu"\n[[device]]\nname = "g1"\nkind = "gpu"\n'
+    assert parse_platform(text).host is None
+    assert parse_platform('host = "g1"\n' + text).host == "g1"
+
+
+def test_bidirectional_links_and_routes():
+    p = load_platform("cpu-gpu-fpga")
+    assert [(lk.src, lk.dst) for lk in p.links] == [
+        ("cpu0", "gpu0"), ("gpu0", "cpu0"), ("cpu0", "fpga0"), ("fpga0", "cpu0")]
+    cpu, gpu, fpga = (p.device_index(n) for n in ("cpu0", "gpu0", "fpga0"))
+    assert p.route(gpu, fpga) == (1, 2)  # gpu0 -> cpu0 -> fpga0 through host memory
+    assert p.route(fpga, gpu) == (3, 0)
+    assert p.route(cpu, gpu) == (0,)
+
+
+def test_dgx_gpus_talk_over_nvlink_directly():
+    p = load_platform("dgx-a100")
+    assert p.summary() == "1 cpu, 8 gpu"
+    assert len(p.links) == 2 * (8 + 28)
+    route = p.route(p.device_index("gpu3"), p.device_index("gpu6"))
+    assert len(route) == 1 and p.links[route[0]].bandwidth_gbs == 300.0
+
+
+def test_load_by_path_and_by_name_agree(tmp_path):
+    text = _shipped_texts()["workstation.toml"]
+    path = tmp_path / "ws.toml"
+    path.write_text(text)
+    by_path = load_platform(str(path))
+    by_name = load_platform("workstation")
+    assert by_path.devices == by_name.devices and by_path.links == by_name.links
+    assert by_path.source == str(path)
+
+
+def test_cli_platforms_one_line_each(capsys):
+    assert main(["platforms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == list(SHIPPED)
+    assert "1 cpu, 8 gpu" in lines[2] and "DGX A100" in lines[2]
+    assert main(["platforms", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["name"] == "cpu-gpu-fpga" and data[0]["devices"] == ["cpu0", "gpu0", "fpga0"]
