@@ -405,11 +405,11 @@ def _reshape(c: _Call) -> OpInfo:
     known = prod(d for d in shape if d != -1)
     if -1 in shape:
         if x.numel % known:
-            raise c.fail(f"cannot infer the -1 in shape = {_fmt(shape)}: {c.desc(0)} has "
+            raise c.fail(f"cannot infer the -1 in shape = {_fmt(shape)}: x ({x}) has "
                          f"{x.numel} elements, not a multiple of {known}", attr="shape")
         shape[shape.index(-1)] = x.numel // known
     elif known != x.numel:
-        raise c.fail(f"shape = {_fmt(shape)} has {known} elements but {c.desc(0)} has {x.numel}",
+        raise c.fail(f"shape = {_fmt(shape)} has {known} elements but x ({x}) has {x.numel}",
                      attr="shape")
     return c.info(_dense(shape, x.dtype), 0, 0, 0)
 

@@ -220,3 +220,23 @@ def test_heft_data_reproduces_the_papers_upward_ranks():
         succ = [rank[d] + c for (s, d), c in HEFT_EDGES.items() if s == i]
         rank[i] = mean[i - 1] + max(succ, default=0)
     assert [round(rank[i], 3) for i in range(1, 11)] == list(published)
+
+
+@pytest.mark.parametrize("mapper, makespan", [("heft", 80.0), ("cpop", 86.0)])
+def test_heft_paper_schedules_reproduce_the_paper(mapper, makespan):
+    """The paper's Fig. 3 schedules: HEFT finishes at 80, CPOP at 86."""
+    from mapper.pipeline import compile_graph
+
+    result = compile_graph(load("heft_paper"), "heft3", mapper=mapper).result
+    assert result.schedule.makespan == makespan
+
+
+@pytest.mark.parametrize("name", ["resnet50", "bert_base", "gpt2_block", "jacobi2d", "cg", "fft_conv"])
+def test_examples_compile_end_to_end(name):
+    """Each workload runs through cost, mapping and validation on a CPU+GPU+FPGA platform."""
+    from mapper.pipeline import compile_graph
+
+    g = load(name)
+    result = compile_graph(g, "cpu-gpu-fpga", mapper="heft").result
+    assert 0 < result.schedule.makespan < float("inf")
+    assert len(result.schedule.slots) == len(g.tasks)
