@@ -174,7 +174,7 @@ class TensorStore:
 
 
 # -- running one task -------------------------------------------------------------------
-def _timed(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+def time_call(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
     """Call ``fn`` once untimed (warm-up, compile), then ``repeats`` times; median seconds."""
     out = fn()
     samples = []
@@ -243,7 +243,7 @@ class _Run:
         args = self.store.operands(task)
         attrs = dict(task.attrs)
         kernel = self.k.run_kernel if self.opts.backend == "numba" else self.k.reference
-        out, secs = _timed(lambda: kernel(task.op, args, attrs), self.opts.repeats)
+        out, secs = time_call(lambda: kernel(task.op, args, attrs), self.opts.repeats)
         ref = self.k.reference(task.op, args, attrs) if self.opts.check and self.opts.backend == "numba" else None
         _check_output(task, out, ref, self.k)
         self.measured[t] = secs

@@ -1,0 +1,360 @@
+"""Calibrate the CPU model of this machine: measure rates, write a platform file.
+
+:func:`calibrate` measures, with the project's own kernels
+(:mod:`mapper.kernels`) so that the model describes what the executor runs:
+
+- the achievable GFLOP/s per dtype (f32, f64): matmul at a few sizes, the best
+  of short, time-bounded runs (the roofline's compute ceiling, Williams,
+  Waterman, Patterson, "Roofline", CACM 52(4), 2009);
+- the single-thread rate (``serial_gflops``, Amdahl's serial part): the same
+  matmul in a child process limited to one thread;
+- the memory bandwidth: an ``add`` of two arrays larger than the last-level
+  cache (a STREAM-style kernel, McCalpin, IEEE TCCA newsletter, 1995);
+- the launch overhead: a kernel call on one-element arrays, from Python;
+- per op class, the model's prediction against a measured probe task.
+
+:func:`platform_toml` writes the result in the schema of docs/platforms.md,
+with comments saying when and how each number was measured. Rates are
+stored divided by the cost model's efficiency factors (``mapper.cost``) so
+that the model reproduces the measured rates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform as pyplatform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import numpy as np
+
+from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, op_class
+from mapper.errors import MapperError, OptionsError
+from mapper.platform import Platform, parse_platform
+
+#: Threading knobs set to 1 in the serial-rate child process.
+_ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Sizes and time budgets of one calibration (``quick`` for tests)."""
+
+    gemm_sizes: tuple[int, ...] = (256, 512, 1024)
+    gemm_budget: float = 1.5  # seconds per dtype
+    serial_size: int = 512
+    serial_budget: float = 1.0
+    measure_serial: bool = True
+    stream_mib: int = 0  # per array; 0: 2 x LLC, clamped to [64, 512] MiB
+    stream_budget: float = 3.0
+    launch_calls: int = 2000
+    probes: bool = True
+    probe_repeats: int = 5
+
+    @staticmethod
+    def quick() -> Settings:
+        return Settings(
+            gemm_sizes=(128, 256), gemm_budget=0.25, measure_serial=False, stream_mib=16,
+            stream_budget=0.4, launch_calls=200, probes=False,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """One measured quantity: the measured ``value``, the ``stored`` value
+    (after dividing by the model's efficiency factor), and how it was measured."""
+
+    key: str
+    value: float
+    stored: float
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One op class checked against the calibrated model: a probe task's
+    measured median and the model's time (``ratio`` = model / measured)."""
+
+    op_class: str
+    task: str
+    measured: float
+    model: float
+    bound: str
+
+    @property
+    def ratio(self) -> float:
+        return self.model / self.measured if self.measured > 0 else float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What :func:`calibrate` measured on this machine."""
+
+    name: str
+    when: str  # ISO 8601 UTC
+    threads: int
+    peak_gflops: tuple[Rate, ...]  # per dtype, key "f32"/"f64"
+    serial_gflops: Rate
+    mem_bandwidth_gbs: Rate
+    launch_us: Rate
+    memory_gib: float
+    probes: tuple[Probe, ...] = ()
+    seconds: float = 0.0
+
+    def platform(self) -> Platform:
+        """The calibrated platform, as :func:`mapper.platform.load_platform` reads the file."""
+        return parse_platform(platform_toml(self), f"<calibration {self.name}>")
+
+
+# -- timing -------------------------------------------------------------------------------
+def best_time(fn: Callable[[], Any], budget: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int]:
+    """Best wall time of ``fn`` after one warm-up call: at least ``min_runs``
+    runs, more while ``budget`` seconds last. Returns (seconds, runs)."""
+    fn()
+    best = float("inf")
+    runs = 0
+    stop = time.perf_counter() + budget
+    while runs < min_runs or (runs < max_runs and time.perf_counter() < stop):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        runs += 1
+    return best, runs
+
+
+def measure_gemm(dtype: str, sizes: tuple[int, ...], budget: float) -> tuple[float, int, int]:
+    """Best matmul GFLOP/s over square ``sizes``: (gflops, size, runs)."""
+    from mapper.kernels import registry as k
+
+    rng = np.random.default_rng(0)
+    best = (0.0, 0, 0)
+    for n in sizes:
+        a, b = k.make_tensor(dtype, (n, n), rng), k.make_tensor(dtype, (n, n), rng)
+        secs, runs = best_time(lambda: k.run_kernel("matmul", [a, b], {}), budget / len(sizes))
+        rate = 2.0 * n**3 / secs / 1e9
+        if rate > best[0]:
+            best = (rate, n, runs)
+    return best
+
+
+def measure_serial(dtype: str, size: int, budget: float) -> tuple[float, int, int]:
+    """:func:`measure_gemm` in a child process with every thread pool at one thread."""
+    env = dict(os.environ)
+    env.update({k: "1" for k in _ONE_THREAD})
+    cmd = [sys.executable, "-m", "mapper.calibrate", "--serial-probe", dtype, str(size), str(budget)]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120 + 10 * budget, check=False)
+    except subprocess.TimeoutExpired:
+        raise MapperError("the single-thread calibration run timed out", obj="calibrate") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise MapperError(f"the single-thread calibration run failed: {tail[0]}", obj="calibrate")
+    rate, n, runs = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(rate), int(n), int(runs)
+
+
+def llc_bytes() -> int | None:
+    """The last-level cache size in bytes, when the OS says."""
+    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        try:
+            size = os.sysconf(name)
+        except (ValueError, OSError):
+            continue
+        if size and size > 0:
+            return int(size)
+    return None
+
+
+def stream_mib(settings: Settings) -> int:
+    """Array size of the bandwidth run: twice the LLC, within [64, 512] MiB."""
+    if settings.stream_mib:
+        return settings.stream_mib
+    llc = llc_bytes() or 32 * 2**20
+    return int(min(max(2 * llc // 2**20, 64), 512))
+
+
+def measure_bandwidth(mib: int, budget: float) -> tuple[float, int]:
+    """GB/s of ``add`` on two f64 arrays of ``mib`` MiB (3 arrays' bytes move): (gbs, runs)."""
+    from mapper.kernels import registry as k
+
+    n = mib * 2**20 // 8
+    a = np.full(n, 1.5)
+    b = np.full(n, 2.5)
+    secs, runs = best_time(lambda: k.run_kernel("add", [a, b], {}), budget, min_runs=2)
+    return 3 * n * 8 / secs / 1e9, runs
+
+
+def measure_launch(calls: int) -> float:
+    """Median seconds of a kernel call (``add``) on one-element arrays, from Python."""
+    from mapper.kernels import registry as k
+
+    a, b = np.ones(1), np.ones(1)
+    k.run_kernel("add", [a, b], {})
+    per = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(max(calls // 5, 1)):
+            k.run_kernel("add", [a, b], {})
+        per.append((time.perf_counter() - t0) / max(calls // 5, 1))
+    return statistics.median(per)
+
+
+def memory_gib() -> float:
+    """Physical memory in GiB."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (ValueError, OSError):
+        return 0.0
+
+
+def threads() -> int:
+    """Threads the kernels use (CPUs this process may run on)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+# -- op-class probes ------------------------------------------------------------------------
+#: One probe task per op class (moderate sizes: milliseconds each).
+PROBES: tuple[tuple[str, str], ...] = (
+    ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
+    ("conv", "input x : f32[8, 64, 28, 28]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
+    ("attention", "input x : f32[512, 768]\n  y = attention(x, heads = 12, seq = 128)"),
+    ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
+    ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
+    ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
+    ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
+    ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
+    ("stencil", "input x : f64[1024, 1024]\n  y = stencil(x, points = 5, steps = 4)"),
+    ("sparse", "weight A : f64[262144, 262144] csr(nnz = 1310720)\n  input x : f64[262144]\n  y = spmv(A, x)"),
+    ("fft", "input x : c64[256, 1024]\n  y = fft(x)"),
+)
+
+
+def run_probes(plat: Platform, repeats: int) -> tuple[Probe, ...]:
+    """Time each probe task with the kernels and predict it with the model on ``plat``."""
+    from mapper.execute import TensorStore, time_call
+    from mapper.kernels import registry as k
+    from mapper.lower import graph_from_text
+
+    out = []
+    for cls, body in PROBES:
+        graph = graph_from_text(f"graph probe_{cls} {{\n  {body}\n  output y\n}}\n", f"<probe {cls}>")
+        cost = build_cost_table(graph, plat)
+        task = graph.tasks[-1]
+        args = TensorStore(graph, 0, k).operands(task)
+        attrs = dict(task.attrs)
+        _, secs = time_call(lambda: k.run_kernel(task.op, args, attrs), repeats)
+        out.append(Probe(op_class(task.op), f"{task.op} {task.output}", secs, cost.time[task.index][0],
+                         cost.bound[task.index][0]))
+    return tuple(out)
+
+
+# -- the calibration -------------------------------------------------------------------------
+def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable[[str], None] | None = None) -> Calibration:
+    """Measure this machine; see the module docstring. ``log`` gets progress lines."""
+    say = log or (lambda _: None)
+    if not name.strip():
+        raise OptionsError("the platform name must not be empty", obj="--name")
+    t_start = time.perf_counter()
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    eff_gemm = EFF_COMPUTE["cpu"]["gemm"]
+    eff_mem = EFF_MEMORY["cpu"]
+    nthreads = threads()
+    sizes = ", ".join(str(n) for n in settings.gemm_sizes)
+    peaks = []
+    for dtype in ("f32", "f64"):
+        rate, n, runs = measure_gemm(dtype, settings.gemm_sizes, settings.gemm_budget)
+        say(f"{dtype} matmul: {rate:.1f} GFLOP/s (n = {n})")
+        peaks.append(Rate(dtype, rate, rate / eff_gemm,
+                          f"{dtype} matmul n x n x n, n in ({sizes}): best {rate:.1f} GFLOP/s at n = {n} "
+                          f"({runs} runs), {nthreads} threads; stored / {eff_gemm:.2f} (gemm efficiency)"))
+    if settings.measure_serial:
+        rate, n, runs = measure_serial("f64", settings.serial_size, settings.serial_budget)
+        serial = Rate("serial_gflops", rate, rate,
+                      f"f64 matmul n = {n} in a process limited to one thread, best of {runs} runs")
+    else:
+        rate = peaks[1].value / nthreads
+        serial = Rate("serial_gflops", rate, rate,
+                      f"estimated (--quick, not measured): f64 matmul rate / {nthreads} threads")
+    say(f"serial: {serial.value:.1f} GFLOP/s")
+    mib = stream_mib(settings)
+    gbs, runs = measure_bandwidth(mib, settings.stream_budget)
+    llc = llc_bytes()
+    llc_text = f"LLC {llc / 2**20:.0f} MiB" if llc else "LLC size unknown"
+    bandwidth = Rate("mem_bandwidth_gbs", gbs, gbs / eff_mem,
+                     f"add of two {mib} MiB f64 arrays into a new one ({llc_text}): best {gbs:.2f} GB/s of "
+                     f"{runs} runs counting 3 arrays moved; stored / {eff_mem:.2f} (memory efficiency)")
+    say(f"bandwidth: {gbs:.2f} GB/s ({mib} MiB arrays)")
+    launch = measure_launch(settings.launch_calls) * 1e6
+    launch_rate = Rate("launch_us", launch, launch,
+                       f"median of 5 x {max(settings.launch_calls // 5, 1)} kernel calls (add, 1-element "
+                       "arrays) from Python, argument checks included")
+    say(f"launch: {launch:.1f} us")
+    cal = Calibration(name, when, nthreads, tuple(peaks), serial, bandwidth, launch_rate, memory_gib())
+    probes: tuple[Probe, ...] = ()
+    if settings.probes:
+        probes = run_probes(cal.platform(), settings.probe_repeats)
+        for p in probes:
+            say(f"probe {p.op_class}: measured {p.measured * 1e3:.3f} ms, model {p.model * 1e3:.3f} ms")
+    return Calibration(name, when, nthreads, tuple(peaks), serial, bandwidth, launch_rate, cal.memory_gib,
+                       probes, time.perf_counter() - t_start)
+
+
+# -- the platform file ---------------------------------------------------------------------------
+def _num(x: float) -> str:
+    return f"{x:.4g}" if x < 1e4 else f"{x:.0f}"
+
+
+def platform_toml(cal: Calibration) -> str:
+    """The platform file for ``cal``, with a comment on every number."""
+    peaks = ", ".join(f"{r.key} = {_num(r.stored)}" for r in cal.peak_gflops)
+    lines = [
+        f"# CPU model of this machine, written by `mapper calibrate` on {cal.when}",
+        f"# ({pyplatform.python_implementation()} {pyplatform.python_version()}, NumPy {np.__version__}, "
+        f"{cal.threads} threads, the mapper.kernels kernels;",
+        "# best of short bounded runs unless said otherwise). Rates are stored divided by the cost model's",
+        "# cpu efficiency factors (docs/cost_model.md) so that the model reproduces the measured rates.",
+        f'name = "{cal.name}"',
+        f'description = "this machine, calibrated {cal.when[:10]} ({cal.threads} threads)"',
+        "",
+        "[[device]]",
+        'name = "cpu0"',
+        'kind = "cpu"',
+    ]
+    lines += [f"# {r.how}" for r in cal.peak_gflops]
+    lines.append(f"peak_gflops = {{ {peaks} }}")
+    for r in (cal.serial_gflops, cal.mem_bandwidth_gbs, cal.launch_us):
+        lines.append(f"# {r.how}")
+        lines.append(f"{r.key} = {_num(r.stored)}")
+    lines.append("# physical memory (sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)")
+    lines.append(f"memory_gib = {cal.memory_gib:.2f}")
+    if cal.probes:
+        lines.append("")
+        lines.append("# Op-class check with these numbers: probe task, measured median, model time, model/measured.")
+        lines.append("# A ratio far from 1 means the class's efficiency factor in the cost model does not fit this")
+        lines.append("# machine (the platform schema has no per-class efficiency table to store a correction).")
+        for p in cal.probes:
+            lines.append(f"#   {p.op_class:<11} {p.task:<36} {p.measured * 1e3:9.3f} ms  {p.model * 1e3:9.3f} ms  "
+                         f"{p.ratio:5.2f}  ({p.bound})")
+    return "\n".join(lines) + "\n"
+
+
+def _serial_probe(argv: list[str]) -> int:
+    """Child-process entry of :func:`measure_serial`: prints ``[gflops, n, runs]``."""
+    dtype, size, budget = argv[0], int(argv[1]), float(argv[2])
+    print(json.dumps(list(measure_gemm(dtype, (size,), budget))))
+    return 0
+
+
+if __name__ == "__main__":  # the serial-rate child process
+    if sys.argv[1:2] == ["--serial-probe"]:
+        sys.exit(_serial_probe(sys.argv[2:]))
+    sys.exit(2)
