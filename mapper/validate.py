@@ -9,7 +9,8 @@ finite time).
 Violation kinds: ``structure`` (slots missing or misnumbered), ``time``
 (non-finite or negative times), ``placement``, ``duration``, ``overlap``,
 ``precedence``, ``transfer``, ``link`` (two transfers on one link at once,
-under contention), ``stream`` (a pipelined FPGA chain off its pipeline
+under contention), ``order`` (``schedule.order``, when given, disagrees
+with the slots), ``stream`` (a pipelined FPGA chain off its pipeline
 times), ``memory``, ``area``, ``makespan``.
 """
 
@@ -124,19 +125,42 @@ class _Checker:
         return (g.tasks[u].streamable > 0 and g.tasks[v].streamable > 0
                 and {g.edges[e].dst for e in g.succs[u]} == {v} and {g.edges[e].src for e in g.preds[v]} == {u})
 
+    def sequences(self) -> dict[int, list[int]]:
+        """Each device's tasks in execution order: ``schedule.order`` when it
+        is given (checked against the slots), else by (start, end, topological
+        position)."""
+        topo = {t: k for k, t in enumerate(self.g.topo_order)}
+        slots = self.s.slots
+        by_dev: dict[int, list[int]] = {}
+        for sl in sorted(slots, key=lambda sl: (sl.start, sl.end, topo[sl.task])):
+            by_dev.setdefault(sl.device, []).append(sl.task)
+        order = self.s.order
+        if not order:
+            return by_dev
+        for d, seq in enumerate(order):
+            seq = list(seq)
+            if sorted(seq) != sorted(by_dev.get(d, [])):
+                self.add("order", f"the order of {self.dev(d)} lists tasks {seq}, the tasks placed there are "
+                                  f"{sorted(by_dev.get(d, []))}", tasks=seq)
+                continue
+            if any(slots[b].start < slots[a].start - self.tol for a, b in zip(seq, seq[1:])):
+                self.add("order", f"tasks on {self.dev(d)} start out of their order {seq}", tasks=seq)
+                continue
+            by_dev[d] = seq
+        return by_dev
+
     def check_streams(self) -> None:
-        """Under streaming, runs of linked streamable tasks on a streaming FPGA
-        must follow ``cost.stream_chain_times`` from the run's start."""
+        """Under streaming, runs of linked streamable tasks consecutive on a
+        streaming FPGA must follow ``cost.stream_chain_times`` from the run's start."""
+        seqs = self.sequences()
         if not self.s.options.streaming:
             return
-        topo = {t: k for k, t in enumerate(self.g.topo_order)}
         runs: list[list[int]] = []
         for d, dev in enumerate(self.cost.platform.devices):
             if dev.kind != "fpga" or not dev.streaming:
                 continue
-            seq = sorted((sl.start, topo[sl.task], sl.task) for sl in self.s.slots if sl.device == d)
             run: list[int] = []
-            for _, _, t in seq:
+            for t in seqs.get(d, []):
                 if run and self._linked(run[-1], t):
                     run.append(t)
                     continue

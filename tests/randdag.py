@@ -155,7 +155,7 @@ def random_edges(rng: random.Random, n: int, shape: str) -> list[tuple[int, int]
 
 def random_instance(seed: int, n: int, shape: str = "random", ccr: float = 1.0, heterogeneity: float = 0.5,
                     n_devices: int = 3, infeasible: float = 0.1, explicit_comm: bool = True,
-                    zero_times: bool = False) -> CostTable:
+                    zero_times: bool = False, budgets: bool = False) -> CostTable:
     """A random graph, platform and CostTable.
 
     ``ccr``: mean communication / mean computation; ``heterogeneity`` in
@@ -164,7 +164,9 @@ def random_instance(seed: int, n: int, shape: str = "random", ccr: float = 1.0, 
     to ``inf`` (every task keeps a feasible device). Devices: a CPU, a GPU,
     an FPGA (streaming), then more GPUs; links CPU<->GPU, CPU<->FPGA, so
     GPU->FPGA goes through the host. Bytes-based edges when not
-    ``explicit_comm``.
+    ``explicit_comm``. With ``budgets`` every task can run on the CPU (whose
+    memory is unbounded) and the other devices' memory, and the FPGA's area,
+    hold about 40% of the graph's footprint and area.
     """
     rng = random.Random(seed)
     kinds = ["cpu", "gpu", "fpga", "gpu"][:n_devices] + ["gpu"] * max(0, n_devices - 4)
@@ -181,6 +183,8 @@ def random_instance(seed: int, n: int, shape: str = "random", ccr: float = 1.0, 
                 row[d] = INF
         if not any(x < INF for x in row):
             row[rng.randrange(n_devices)] = base[t]
+        if budgets and not row[0] < INF:
+            row[0] = base[t]
         time.append(row)
     mean_w = sum(base) / n
     edges = []
@@ -195,7 +199,11 @@ def random_instance(seed: int, n: int, shape: str = "random", ccr: float = 1.0, 
     graph = make_graph(n, edges, streamable, name=f"rand{seed}")
     footprint = [rng.uniform(0.0, 1e9) for _ in range(n)]
     area = [[rng.uniform(0.5, 2.0) if k == "fpga" else 0.0 for k in kinds] for _ in range(n)]
-    return make_cost(graph, platform, time, footprint=footprint, area=area)
+    memory = [INF] + [0.4 * sum(footprint) if budgets else INF for _ in kinds[1:]]
+    area_cap = [0.4 * sum(r[d] for r in area) if budgets and k == "fpga" else (float(n) if k == "fpga" else INF)
+                for d, k in enumerate(kinds)]
+    return make_cost(graph, platform, time, footprint=footprint, area=area, memory_capacity=memory,
+                     area_capacity=area_cap)
 
 
 # -- the HEFT paper's example (Topcuoglu, Hariri, Wu, IEEE TPDS 13(3) 2002, Fig. 2) --

@@ -54,7 +54,7 @@ def test_infeasible_device_and_forbidden_placement():
     cost = make_cost(g, make_platform(["cpu", "gpu"]), [[1.0, INF], [1.0, 1.0]])
     s = build_schedule(cost, Assignment((0, 0), ((0, 1), ())))
     assert validate(s) == []
-    bad = replace(s, slots=(TaskSlot(0, 1, 0.0, 1.0), TaskSlot(1, 1, 1.0, 2.0)))
+    bad = replace(s, slots=(TaskSlot(0, 1, 0.0, 1.0), TaskSlot(1, 1, 1.0, 2.0)), order=((), (0, 1)))
     v = validate(bad)
     assert [x.kind for x in v] == ["placement", "placement"]
     assert "cannot run" in v[0].message and "@cpu" in v[1].message
@@ -97,6 +97,13 @@ def test_transfer_missing_extra_or_wrong(good):
     tr[0] = replace(good.transfers[0], dst_device=1)
     assert _kinds(replace(good, transfers=tuple(tr))) == ["transfer"]
     assert "transfer" in _kinds(replace(good, transfers=good.transfers + good.transfers[:1]))
+
+
+def test_order_must_agree_with_the_slots(good):
+    v = validate(replace(good, order=((7, 1),) + good.order[1:]))
+    assert [x.kind for x in v] == ["order"] and v[0].tasks == (7, 1)
+    assert _kinds(replace(good, order=((1,),) + good.order[1:])) == ["order"]
+    assert validate(replace(good, order=())) == []  # no order recorded: sorted by time
 
 
 def test_wrong_makespan(good):
