@@ -92,8 +92,10 @@ class OpSpec:
     ``max_operands`` is None for no limit; ``attrs`` are ``(name, default)``
     pairs with :data:`REQUIRED` for must-give attributes; ``attr_kinds`` the
     matching ``(name, kind)`` with kind one of ``int``, ``int2`` (an int or a
-    pair ``[h, w]``), ``float``, ``bool``, ``str``, ``ints``; ``formula`` the FLOP count as written in docs/ops.md;
-    ``signature`` the operand forms.
+    pair ``[h, w]``), ``float``, ``bool``, ``str``, ``ints``; ``choices`` the
+    allowed strings; ``formula`` the FLOP count as written in docs/ops.md;
+    ``signature`` the operand forms. ``infer_fn`` is internal (it takes the
+    checked call): use :func:`infer`.
     """
 
     name: str
@@ -231,6 +233,7 @@ def _fmt(shape: Sequence[int]) -> str:
 
 
 def _matmul(c: _Call) -> OpInfo:
+    """(Batched) matrix product: ``2*batch*M*N*K``."""
     a, b = c.args
     c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
     c.min_ndim(0, 2, "at least 2-D ([..., M, K])")
@@ -260,6 +263,7 @@ def _window(c: _Call, hw: Sequence[int], kern: tuple[int, int], what: str, at: d
 
 
 def _conv2d(c: _Call) -> OpInfo:
+    """Direct 2-D convolution (NCHW, grouped): 2 flops per MAC of each window."""
     x, w = c.args
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
     c.ndim(0, (4,), "4-D [N, C, H, W]")
@@ -278,6 +282,7 @@ def _conv2d(c: _Call) -> OpInfo:
 
 
 def _pool(c: _Call) -> OpInfo:
+    """Max or average pooling: ``kh*kw`` flops (adds or comparisons) per output element."""
     (x,) = c.args
     if c.spec.name == "maxpool":
         c.dtypes(INT_DTYPES + FLOAT_DTYPES, "a real tensor")
@@ -313,6 +318,7 @@ def _per_element(flops_per_element: int, dtypes: Sequence[str] = FLOAT_DTYPES,
 
 
 def _binary(c: _Call) -> OpInfo:
+    """add, mul, sub, div with NumPy broadcasting: 1 flop per output element."""
     a, b = c.args
     c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
     shape = _broadcast(a.shape, b.shape)
@@ -323,6 +329,7 @@ def _binary(c: _Call) -> OpInfo:
 
 
 def _attention(c: _Call) -> OpInfo:
+    """Multi-head scaled dot-product attention (Vaswani et al., NeurIPS 2017), no projections."""
     if len(c.args) == 2:
         raise c.fail("takes one operand qkv[T, 3D] or three q[T, D], k[T, D], v[T, D]; got 2", arg=1)
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
@@ -349,6 +356,7 @@ def _attention(c: _Call) -> OpInfo:
 
 
 def _embedding(c: _Call) -> OpInfo:
+    """Row gather: 0 flops; reads the ids and the gathered rows only."""
     ids, table = c.args
     c.dtypes(("i32", "i64"), "an integer tensor (i32 or i64)", (0,))
     c.dtypes(INEXACT_DTYPES, "a floating-point tensor", (1,))
@@ -361,6 +369,7 @@ def _embedding(c: _Call) -> OpInfo:
 
 
 def _concat(c: _Call) -> OpInfo:
+    """Concatenation along ``axis``: a copy, 0 flops."""
     c.dtypes(ANY_DTYPES, "a tensor")
     first = c.args[0]
     c.min_ndim(0, 1, "at least 1-D")
@@ -378,6 +387,7 @@ def _concat(c: _Call) -> OpInfo:
 
 
 def _split(c: _Call) -> OpInfo:
+    """The ``index``-th of ``parts`` equal chunks: reads and writes only that chunk."""
     (x,) = c.args
     c.dtypes(ANY_DTYPES, "a tensor")
     c.min_ndim(0, 1, "at least 1-D")
@@ -396,6 +406,7 @@ def _split(c: _Call) -> OpInfo:
 
 
 def _reshape(c: _Call) -> OpInfo:
+    """A view with a new shape: no flops and no bytes."""
     (x,) = c.args
     c.dtypes(ANY_DTYPES, "a tensor")
     shape = list(c.attrs["shape"])
@@ -415,6 +426,7 @@ def _reshape(c: _Call) -> OpInfo:
 
 
 def _transpose(c: _Call) -> OpInfo:
+    """An axis permutation, materialised: a copy, 0 flops."""
     (x,) = c.args
     c.dtypes(ANY_DTYPES, "a tensor")
     nd = len(x.shape)
@@ -432,6 +444,7 @@ def _transpose(c: _Call) -> OpInfo:
 
 
 def _stencil(c: _Call) -> OpInfo:
+    """Jacobi averaging sweeps, fixed boundary: ``points`` flops per interior point per step."""
     (x,) = c.args
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
     c.ndim(0, (2, 3), "2-D [H, W] or 3-D [D, H, W]")
@@ -446,6 +459,7 @@ def _stencil(c: _Call) -> OpInfo:
 
 
 def _spmv(c: _Call) -> OpInfo:
+    """CSR sparse matrix times dense vector: ``2*nnz``."""
     a, x = c.args
     if a.layout != "csr":
         raise c.fail(f"A must be a csr matrix, got {a}", arg=0,
@@ -462,6 +476,8 @@ def _spmv(c: _Call) -> OpInfo:
 
 
 def _fft(c: _Call) -> OpInfo:
+    """1-D complex FFT along the last axis: ``5 N log2 N`` per transform
+    (the radix-2 count of Cooley and Tukey, Math. Comp. 19(90), 1965)."""
     (x,) = c.args
     c.dtypes(COMPLEX_DTYPES, "a complex tensor (c64 or c128)")
     c.min_ndim(0, 1, "at least 1-D [..., N]")
@@ -471,6 +487,7 @@ def _fft(c: _Call) -> OpInfo:
 
 
 def _dot(c: _Call) -> OpInfo:
+    """Unconjugated inner product: ``2*N``."""
     a, b = c.args
     c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
     c.ndim(0, (1,), "1-D [N]")
@@ -481,6 +498,7 @@ def _dot(c: _Call) -> OpInfo:
 
 
 def _axpy(c: _Call) -> OpInfo:
+    """``alpha*x + y`` or ``a*x + y`` with a scalar tensor ``a``: ``2*N``."""
     c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
     if len(c.args) == 3:
         if c.attrs["alpha"] is not None:
@@ -500,6 +518,7 @@ def _axpy(c: _Call) -> OpInfo:
 
 
 def _reduce(c: _Call) -> OpInfo:
+    """sum, max or mean over all elements or one axis: 1 flop per input element (+1 per output for mean)."""
     (x,) = c.args
     kind = c.attrs["kind"]
     if kind == "max":
@@ -523,6 +542,7 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
 
 
 def _elementwise(c: _Call) -> OpInfo:
+    """One unary function per element, :data:`ELEMENTWISE_FLOPS` flops each."""
     (x,) = c.args
     fn = c.attrs["fn"]
     if fn == "scale":
@@ -559,16 +579,21 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           ("stride", "int2", 1), ("padding", "int2", 0), ("groups", "int", 1)),
     _spec("maxpool", (1, 1), "pool", "kh*kw * out.numel", _pool, "x[N, C, H, W]", *_POOL_ATTRS),
     _spec("avgpool", (1, 1), "pool", "kh*kw * out.numel", _pool, "x[N, C, H, W]", *_POOL_ATTRS),
-    _spec("batchnorm", (1, 1), "norm", "2 * numel", _per_element(2, min_ndim=2, form="at least 2-D [N, C, ...]"),
+    # batch norm (Ioffe and Szegedy, ICML 2015), inference form folded to scale + shift
+    _spec("batchnorm", (1, 1), "norm", "2 * numel",
+          _per_element(2, min_ndim=2, form="at least 2-D [N, C, ...]"),
           "x[N, C, ...]", _EPS),
     _spec("relu", (1, 1), "activation", "1 * numel",
           _per_element(1, INT_DTYPES + FLOAT_DTYPES, "a real tensor"), "x"),
+    # GELU, tanh form (Hendrycks and Gimpel, arXiv:1606.08415)
     _spec("gelu", (1, 1), "activation", "8 * numel", _per_element(8), "x"),
     _spec("softmax", (1, 1), "norm", "5 * numel", _per_element(5, min_ndim=1, form="at least 1-D"), "x",
           ("axis", "int", -1)),
+    # layer norm (Ba, Kiros and Hinton, arXiv:1607.06450), two-pass
     _spec("layernorm", (1, 1), "norm", "8 * numel", _per_element(8, min_ndim=1, form="at least 1-D"),
           "x", _EPS),
-    *(_spec(op, (2, 2), "elementwise", "1 * out.numel", _binary, "a, b") for op in ("add", "mul", "sub", "div")),
+    *(_spec(op, (2, 2), "elementwise", "1 * out.numel", _binary, "a, b")
+      for op in ("add", "mul", "sub", "div")),
     _spec("attention", (1, 3), "attention", "4*B*S*S*D + 5*B*heads*S*S", _attention,
           "qkv[T, 3D] or q[T, D], k[T, D], v[T, D]",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0)),
