@@ -48,7 +48,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-from mapper.cost import CostTable
+from mapper.cost import CostTable, stream_chain_times
 from mapper.errors import InfeasibleError, OptionsError
 
 INF = math.inf
@@ -137,14 +137,6 @@ def _dev_name(cost: CostTable, d: int) -> str:
     return cost.platform.devices[d].name
 
 
-def infeasible_reason(cost: CostTable, t: int, d: int) -> str:
-    """Why task ``t`` cannot run on device ``d`` (from ``cost.reasons``)."""
-    for task, dev, why in cost.reasons:
-        if task == t and dev == d:
-            return why
-    return "its time there is infinite"
-
-
 def _check_devices(cost: CostTable, device: Sequence[int]) -> tuple[int, ...]:
     n, nd = cost.n_tasks, cost.n_devices
     if len(device) != n:
@@ -159,8 +151,8 @@ def _check_devices(cost: CostTable, device: Sequence[int]) -> tuple[int, ...]:
             raise InfeasibleError(f"task {task.name!r} may not run on {dev.name}: placement {task.placement}",
                                   obj=task.name)
         if not cost.time[t][d] < INF:
-            raise InfeasibleError(f"task {task.name!r} cannot run on {dev.name}: {infeasible_reason(cost, t, d)}",
-                                  obj=task.name)
+            why = cost.reason(t, d) or "its time there is infinite"
+            raise InfeasibleError(f"task {task.name!r} cannot run on {dev.name}: {why}", obj=task.name)
     return tuple(device)
 
 
@@ -168,11 +160,7 @@ def _check_routes(cost: CostTable, device: Sequence[int]) -> None:
     for e in cost.graph.edges:
         a, b = device[e.src], device[e.dst]
         if a != b and not cost.comm(e.index, a, b) < INF:
-            raise InfeasibleError(
-                f"edge {_task_name(cost, e.src)} -> {_task_name(cost, e.dst)} needs a transfer from "
-                f"{_dev_name(cost, a)} to {_dev_name(cost, b)}, and no route connects them",
-                obj=f"{_dev_name(cost, a)}->{_dev_name(cost, b)}",
-            )
+            raise cost.route_error(e.index, a, b)
 
 
 def _check_capacity(cost: CostTable, device: Sequence[int], options: ScheduleOptions) -> None:
@@ -420,8 +408,6 @@ def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, 
         if len(unit) == 1:
             offsets = ((0.0, cost.time[unit[0]][d]),)
         else:
-            from mapper.cost import stream_chain_times
-
             chunks = min(g.tasks[t].streamable for t in unit)
             offsets = tuple(stream_chain_times([cost.time[t][d] for t in unit], chunks))
         for t, (a, b) in zip(unit, offsets):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mapper.cost import CostTable
+from mapper.cost import CostTable, stream_chain_times
 
 INF = math.inf
 
@@ -171,8 +171,6 @@ class _Checker:
                 runs.append(run)
         if not runs:
             return
-        from mapper.cost import stream_chain_times
-
         slots = self.s.slots
         for k, run in enumerate(runs):
             d = slots[run[0]].device

@@ -107,9 +107,8 @@ def test_missing_route_names_the_pair():
     plat = make_platform(["cpu", "gpu", "fpga"], links=[(1, 2, 10.0, 1.0)])
     g = make_graph(2, [(0, 1, 1e6, None)])
     cost = make_cost(g, plat, [[1.0, 1.0, 1.0]] * 2)
-    with pytest.raises(InfeasibleError, match="from cpu0 to gpu0, and no route") as err:
+    with pytest.raises(InfeasibleError, match="t0 -> t1 would move 1e.06 bytes from cpu0 to gpu0, but platform"):
         build_schedule(cost, Assignment((0, 1)))
-    assert err.value.obj == "cpu0->gpu0"
     s = build_schedule(cost, Assignment((1, 2)))
     assert s.makespan == pytest.approx(2.0 + 1e-6 + 1e6 / 10e9)
 

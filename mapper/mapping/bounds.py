@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from mapper.cost import CostTable
-from mapper.mapping.ranks import require_feasible
 from mapper.schedule import ScheduleOptions
 
 INF = math.inf
@@ -13,7 +12,7 @@ INF = math.inf
 
 def min_times(cost: CostTable) -> tuple[float, ...]:
     """Each task's smallest time over devices (raises if a task has none)."""
-    require_feasible(cost)
+    cost.require_feasible()
     return tuple(min(row) for row in cost.time)
 
 

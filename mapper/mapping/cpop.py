@@ -11,7 +11,7 @@ import time
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
-from mapper.mapping.ranks import (downward_rank, mean_comm, mean_times, priority_order, rank_key, require_feasible,
+from mapper.mapping.ranks import (downward_rank, mean_comm, mean_times, priority_order, rank_key,
                                   upward_rank)
 
 
@@ -60,7 +60,7 @@ class CpopMapper(Mapper):
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
-        require_feasible(cost)
+        cost.require_feasible()
         w, c = mean_times(cost), mean_comm(cost)
         up, down = upward_rank(cost, w, c), downward_rank(cost, w, c)
         priority = tuple(a + b for a, b in zip(up, down))

@@ -7,7 +7,6 @@ import time
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
-from mapper.mapping.ranks import require_feasible
 
 
 class GreedyMapper(Mapper):
@@ -24,7 +23,7 @@ class GreedyMapper(Mapper):
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
-        require_feasible(cost)
+        cost.require_feasible()
         placer = Placer(cost, options.schedule, insertion=False)
         for t in cost.graph.topo_order:
             placer.place_best(t)

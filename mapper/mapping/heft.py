@@ -11,7 +11,7 @@ import time
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
-from mapper.mapping.ranks import mean_comm, mean_times, priority_order, require_feasible, upward_rank
+from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_rank
 
 
 class HeftMapper(Mapper):
@@ -28,7 +28,7 @@ class HeftMapper(Mapper):
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
-        require_feasible(cost)
+        cost.require_feasible()
         order = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
         placer = Placer(cost, options.schedule)
         for t in order:

@@ -12,7 +12,7 @@ import time
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
-from mapper.mapping.ranks import mean_comm, priority_order, require_feasible
+from mapper.mapping.ranks import mean_comm, priority_order
 
 INF = math.inf
 
@@ -49,7 +49,7 @@ class PeftMapper(Mapper):
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
-        require_feasible(cost)
+        cost.require_feasible()
         table = optimistic_cost_table(cost)
         rank = []
         for t in range(cost.n_tasks):

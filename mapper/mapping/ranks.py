@@ -13,21 +13,8 @@ import math
 from typing import Sequence
 
 from mapper.cost import CostTable
-from mapper.errors import InfeasibleError
-from mapper.schedule import infeasible_reason
 
 INF = math.inf
-
-
-def require_feasible(cost: CostTable) -> None:
-    """Raise :class:`InfeasibleError` naming the first task no device can run."""
-    for t in range(cost.n_tasks):
-        if not cost.feasible_devices(t):
-            why = "; ".join(f"{cost.platform.devices[d].name}: {infeasible_reason(cost, t, d)}"
-                            for d in range(cost.n_devices))
-            name = cost.graph.tasks[t].name
-            raise InfeasibleError(f"task {name!r} can run on no device ({why or 'the platform has no devices'})",
-                                  obj=name)
 
 
 def mean_times(cost: CostTable) -> tuple[float, ...]:
