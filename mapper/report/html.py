@@ -51,7 +51,7 @@ svg text{font:11px system-ui,sans-serif}
 #gantt .lane-label{text-anchor:end;font-weight:600;fill:#39424e}
 #gantt .link-lane .lane-label{font-weight:400;fill:#5b6572}
 #gantt .task rect,#gantt .transfer rect{stroke:#fff;stroke-width:.5}
-#gantt .critical rect{stroke:#b71c1c;stroke-width:2}
+#gantt .crit-mark{fill:#b71c1c;stroke:none}
 #gantt .critical-path{fill:none;stroke:#b71c1c;stroke-width:1;stroke-dasharray:3 3;opacity:.55;pointer-events:none}
 .hl rect{stroke:#111 !important;stroke-width:2.5 !important}
 .bar{background:#eef0f2;width:320px;height:12px;border-radius:3px;display:inline-block;vertical-align:middle}
@@ -231,8 +231,8 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         f'<section id="summary"><h2>Summary</h2>{_facts(result)}</section>',
         '<section id="schedule"><h2>Schedule</h2>',
         op_legend(sched),
-        '<p class="note">Lanes: devices, then links carrying transfers. Outlined in red and joined by the '
-        "dashed line: the critical path. Hover a bar for details.</p>",
+        '<p class="note">Lanes: devices, then links carrying transfers. Underlined in red and joined by '
+        "dashed lines: the critical path. Hover a bar for details.</p>",
         f'<div class="scroll">{gantt_svg(sched, path)}</div></section>',
         f'<section id="utilisation"><h2>Device utilisation</h2>{_utilisation(result)}</section>',
         f'<section id="critical-path"><h2>Critical path</h2>{_path_list(result, path)}</section>',

@@ -181,13 +181,16 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
             x0, x1 = x(it.start), x(it.end)
             w = max(x1 - x0, 1.0)
             ry = lane.y + (h - lane.rows * row_h) / 2 + it.row * row_h + 1
-            lane_y.setdefault(it.key, ry + (row_h - 2) / 2)
+            lane_y.setdefault(it.key, ry + (row_h - 5) / 2)
             out.append(f'<g class="{cls_i}"{_attrs(attrs)}>')
-            out.append(f'<rect x="{x0:.2f}" y="{ry:.2f}" width="{w:.2f}" height="{row_h - 2}" rx="2" fill="{fill}"/>')
-            shown = clip_text(label, int((w - 6) / CHAR_W)) if label else ""
+            out.append(f'<rect x="{x0:.2f}" y="{ry:.2f}" width="{w:.2f}" height="{row_h - 5}" rx="2" fill="{fill}"/>')
+            if "critical" in cls_i:  # a red underline keeps the op colour visible
+                out.append(f'<rect class="crit-mark" x="{x0:.2f}" y="{ry + row_h - 4:.2f}" width="{w:.2f}" height="3"/>')
+            fits = int((w - 6) / CHAR_W)
+            shown = clip_text(label, fits) if label and fits >= min(len(label), 4) else ""
             if shown:
                 out.append(
-                    f'<text x="{x0 + 3:.2f}" y="{ry + ROW_H / 2 + 3:.2f}" fill="{text_colour(fill)}">{esc(shown)}</text>'
+                    f'<text x="{x0 + 3:.2f}" y="{ry + ROW_H / 2 + 1.5:.2f}" fill="{text_colour(fill)}">{esc(shown)}</text>'
                 )
             out.append(f"<title>{esc(title)}</title></g>")
         out.append("</g>")
