@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
@@ -129,6 +130,15 @@ class Schedule:
 # -- checks shared by both entry points ----------------------------------------
 
 
+def _index(x, n: int) -> int | None:
+    """``x`` as an int in ``range(n)`` (NumPy integers welcome), else None."""
+    try:
+        i = operator.index(x)
+    except TypeError:
+        return None
+    return i if 0 <= i < n else None
+
+
 def _task_name(cost: CostTable, t: int) -> str:
     return cost.graph.tasks[t].name
 
@@ -137,14 +147,15 @@ def _dev_name(cost: CostTable, d: int) -> str:
     return cost.platform.devices[d].name
 
 
-def _check_devices(cost: CostTable, device: Sequence[int]) -> tuple[int, ...]:
+def _check_devices(cost: CostTable, given: Sequence[int]) -> tuple[int, ...]:
     n, nd = cost.n_tasks, cost.n_devices
-    if len(device) != n:
-        raise OptionsError(f"the assignment places {len(device)} tasks, the graph has {n}", obj=cost.graph.name)
+    if len(given) != n:
+        raise OptionsError(f"the assignment places {len(given)} tasks, the graph has {n}", obj=cost.graph.name)
+    device = tuple(_index(d, nd) for d in given)
     for t, d in enumerate(device):
-        if not (isinstance(d, int) and 0 <= d < nd):
-            raise OptionsError(f"task {_task_name(cost, t)!r} is assigned to device {d!r}, not one of 0..{nd - 1}",
-                               obj=_task_name(cost, t))
+        if d is None:
+            raise OptionsError(f"task {_task_name(cost, t)!r} is assigned to device {given[t]!r}, not one of "
+                               f"0..{nd - 1}", obj=_task_name(cost, t))
         dev = cost.platform.devices[d]
         task = cost.graph.tasks[t]
         if not task.placement.permits(dev.name, dev.kind):
@@ -153,7 +164,7 @@ def _check_devices(cost: CostTable, device: Sequence[int]) -> tuple[int, ...]:
         if not cost.time[t][d] < INF:
             why = cost.reason(t, d) or "its time there is infinite"
             raise InfeasibleError(f"task {task.name!r} cannot run on {dev.name}: {why}", obj=task.name)
-    return tuple(device)
+    return device
 
 
 def _check_routes(cost: CostTable, device: Sequence[int]) -> None:
@@ -191,11 +202,14 @@ def _check_order(cost: CostTable, device: Sequence[int], order: Sequence[Sequenc
     if len(order) != nd:
         raise OptionsError(f"the order lists {len(order)} devices, the platform has {nd}", obj=cost.platform.name)
     seen = [False] * n
-    for d, seq in enumerate(order):
-        for t in seq:
-            if not (isinstance(t, int) and 0 <= t < n):
-                raise OptionsError(f"the order of {_dev_name(cost, d)} names task {t!r}, not one of 0..{n - 1}",
-                                   obj=_dev_name(cost, d))
+    out = []
+    for d, given in enumerate(order):
+        seq = tuple(_index(t, n) for t in given)
+        out.append(seq)
+        for k, t in enumerate(seq):
+            if t is None:
+                raise OptionsError(f"the order of {_dev_name(cost, d)} names task {given[k]!r}, not one of "
+                                   f"0..{n - 1}", obj=_dev_name(cost, d))
             if seen[t] or device[t] != d:
                 what = "twice" if seen[t] else f"on {_dev_name(cost, d)} but it is assigned to " \
                                                f"{_dev_name(cost, device[t])}"
@@ -204,7 +218,7 @@ def _check_order(cost: CostTable, device: Sequence[int], order: Sequence[Sequenc
     missing = [_task_name(cost, t) for t in range(n) if not seen[t]]
     if missing:
         raise OptionsError("the order leaves out tasks " + ", ".join(missing[:8]), obj=missing[0])
-    return tuple(tuple(seq) for seq in order)
+    return tuple(out)
 
 
 # -- helpers for list schedulers -----------------------------------------------
@@ -269,9 +283,10 @@ def check_priority(cost: CostTable, priority: Sequence[int]) -> tuple[int, ...]:
     """``priority`` as a tuple, after checking it is a topological order."""
     g = cost.graph
     pos = [-1] * cost.n_tasks
-    for k, t in enumerate(priority):
-        if not (isinstance(t, int) and 0 <= t < cost.n_tasks) or pos[t] >= 0:
-            raise OptionsError(f"the priority list has a bad or repeated entry {t!r}", obj=g.name)
+    prio = tuple(_index(t, cost.n_tasks) for t in priority)
+    for k, t in enumerate(prio):
+        if t is None or pos[t] >= 0:
+            raise OptionsError(f"the priority list has a bad or repeated entry {priority[k]!r}", obj=g.name)
         pos[t] = k
     if min(pos, default=0) < 0:
         raise OptionsError("the priority list leaves out tasks", obj=g.name)
@@ -279,7 +294,7 @@ def check_priority(cost: CostTable, priority: Sequence[int]) -> tuple[int, ...]:
         if pos[e.src] > pos[e.dst]:
             raise OptionsError(f"the priority list puts {_task_name(cost, e.dst)!r} before its predecessor "
                                f"{_task_name(cost, e.src)!r}", obj=_task_name(cost, e.dst))
-    return tuple(priority)
+    return prio
 
 
 def list_schedule(cost: CostTable, device_of: Sequence[int], priority: Sequence[int],

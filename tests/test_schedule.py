@@ -208,3 +208,16 @@ def test_random_retiming_is_exact():
     s = build_schedule(cost, Assignment(dev))
     assert build_schedule(cost, s.assignment).slots == s.slots
     assert validate(s) == []
+
+
+def test_numpy_integers_are_accepted():
+    import numpy as np
+
+    cost = heft_paper_example()
+    dev = tuple(np.int64(d) for d in HEFT_DEVICE)
+    order = tuple(tuple(np.int32(t) for t in seq) for seq in HEFT_ORDER)
+    s = build_schedule(cost, Assignment(dev, order))
+    assert s.makespan == 80.0 and all(type(sl.device) is int for sl in s.slots)
+    assert all(type(t) is int for seq in s.order for t in seq)
+    with pytest.raises(OptionsError, match="device 1.5"):
+        build_schedule(cost, Assignment((1.5,) * 10))
