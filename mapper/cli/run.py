@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mapper.execute import execute, refuse_kernel_less
+    from mapper.lower import load_graph
     from mapper.mapping.base import MapOptions
     from mapper.pipeline import compile_graph
     from mapper.report.common import atomic_write
@@ -43,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.time_limit <= 0:
         raise OptionsError(f"--time-limit must be positive, got {args.time_limit:g}", obj="--time-limit")
+    graph = load_graph(args.file)
+    refuse_kernel_less(graph)  # before mapping: such a graph can't be run at all
     compiled = compile_graph(
-        args.file, args.platform, mapper=args.mapper, options=MapOptions(time_limit=args.time_limit, seed=args.seed)
+        graph, args.platform, mapper=args.mapper, options=MapOptions(time_limit=args.time_limit, seed=args.seed)
     )
-    refuse_kernel_less(compiled.graph)
     trace = execute(
         compiled.result, seed=args.seed, repeats=args.repeats, check=not args.no_check,
         backend=args.backend, max_workers=args.workers,

@@ -1,0 +1,263 @@
+"""Executing mapped schedules with the kernels: results, failures, freeing, concurrency, CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mapper.cli import main
+from mapper.cost import build_cost_table
+from mapper.errors import InputError, OptionsError
+from mapper.execute import ExecutionError, execute, make_plan, retime
+from mapper.kernels import registry
+from mapper.lower import graph_from_text
+from mapper.mapping.base import MapResult
+from mapper.pipeline import compile_graph
+from mapper.platform import load_platform
+from mapper.schedule import Assignment, build_schedule
+from mapper.trace import ErrorSummary, TaskRecord, format_trace
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+#: Small sizes for every kernel example (the examples' own ``param`` lines, shrunk).
+SMALL = {
+    "bert_base": "param B = 1, S = 16, H = 64, A = 4, F = 256, L = 2, V = 100",
+    "gpt2_block": "param S = 32, D = 64, HEADS = 4",
+    "jacobi2d": "param N = 64, K = 3, R = 2",
+    "cg": "param n = 16, N = n*n",
+    "fft_conv": "param B = 4, L = 256",
+}
+
+#: A small ResNet-style conv net: stem, pool, a projection and an identity bottleneck, head.
+RESNET_SMALL = """
+graph resnet_small {
+  input image : f32[2, 3, 16, 16]
+  template conv_bn_relu(x, cin = 8, cout = 8, k = 1, stride = 1, pad = 0) {
+    y = relu(batchnorm(conv2d(x, weight f32[cout, cin, k, k], stride = stride, padding = pad)))
+    return y
+  }
+  stem = conv_bn_relu(image, cin = 3, cout = 8, k = 3, stride = 2, pad = 1)
+  pool = maxpool(stem, kernel = 2)
+  a = conv_bn_relu(pool, cin = 8, cout = 4)
+  b = conv_bn_relu(a, cin = 4, cout = 4, k = 3, pad = 1)
+  c = batchnorm(conv2d(b, weight f32[16, 4, 1, 1]))
+  sc = batchnorm(conv2d(pool, weight f32[16, 8, 1, 1]))
+  blk = relu(add(c, sc))
+  gap = avgpool(blk, kernel = 4)
+  flat = reshape(gap, shape = [2, 16])
+  logits = add(matmul(flat, weight f32[16, 10]), weight f32[10])
+  output logits
+}
+"""
+
+
+@lru_cache(maxsize=None)
+def small_source(name: str) -> str:
+    if name == "resnet_small":
+        return RESNET_SMALL
+    text = (EXAMPLES / f"{name}.tg").read_text()
+    new, n = re.subn(r"^param .*$", SMALL[name], text, count=1, flags=re.M)
+    assert n == 1, name
+    return new
+
+
+@lru_cache(maxsize=None)
+def compiled(name: str, platform: str = "host"):
+    graph = graph_from_text(small_source(name), f"{name}_small.tg")
+    return compile_graph(graph, platform, mapper="heft")
+
+
+def assert_same_outputs(a, b, exact: bool = False) -> None:
+    assert [n for n, _ in a.outputs] == [n for n, _ in b.outputs]
+    assert a.outputs, "no outputs kept"
+    for (name, x), (_, y) in zip(a.outputs, b.outputs):
+        assert x.shape == y.shape, name
+        if exact:
+            assert np.array_equal(x, y), name
+        else:
+            rtol, atol = registry.tolerance(x.dtype)
+            np.testing.assert_allclose(x, y, rtol=max(rtol, 1e-4), atol=max(atol, 1e-4), err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["bert_base", "resnet_small", "gpt2_block", "jacobi2d", "cg", "fft_conv"])
+def test_numba_run_equals_numpy_run(name):
+    res = compiled(name).result
+    graph = res.schedule.cost.graph
+    fast = execute(res, repeats=1, check=True)
+    ref = execute(res, repeats=1, backend="numpy")
+    assert fast.checked and not ref.checked
+    assert_same_outputs(fast, ref)
+    assert [r.name for r in fast.records] == [t.name for t in graph.tasks]
+    assert all(r.measured is not None and r.measured > 0 for r in fast.records)
+    assert all(r.modelled is None and r.error is not None for r in fast.records)  # host: CPU only
+    assert fast.predicted_makespan == res.schedule.makespan
+    # one device: the re-timed makespan is the sum of the measured times
+    assert fast.makespan == pytest.approx(sum(r.measured for r in fast.records), rel=1e-9)
+    assert fast.peak_live < fast.tensors_total  # tensors are freed after their last consumer
+
+
+def test_same_seed_same_values_other_seed_other_values():
+    res = compiled("gpt2_block").result
+    a = execute(res, repeats=1, seed=3, check=False)
+    b = execute(res, repeats=1, seed=3, check=False)
+    c = execute(res, repeats=1, seed=4, check=False)
+    assert_same_outputs(a, b, exact=True)
+    assert not np.array_equal(a.outputs[0][1], c.outputs[0][1])
+
+
+def spread(res: MapResult) -> MapResult:
+    """The same graph with tasks dealt round-robin over their feasible devices."""
+    cost = res.schedule.cost
+    device = tuple(cost.feasible_devices(t)[t % len(cost.feasible_devices(t))] for t in range(cost.n_tasks))
+    sched = build_schedule(cost, Assignment(device))
+    return MapResult(sched, "spread", "heuristic", "makespan", sched.makespan)
+
+
+def test_concurrency_across_devices_keeps_results():
+    res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
+    kinds = {res.schedule.cost.platform.devices[s.device].kind for s in res.schedule.slots}
+    assert kinds == {"cpu", "gpu", "fpga"}
+    par = execute(res, repeats=1, check=True)
+    one = execute(res, repeats=1, check=False, max_workers=1)
+    assert par.workers == 3 and one.workers == 1
+    assert_same_outputs(par, one, exact=True)
+    cost = res.schedule.cost
+    for r in par.records:
+        assert r.measured is not None  # every task ran on this CPU for its values
+        if r.device_kind == "cpu":
+            assert r.modelled is None and r.error is not None
+        else:  # accelerators keep the cost model's time
+            assert r.modelled == cost.time[r.task][r.device] and r.error is None
+            assert r.actual == r.modelled
+
+
+def test_retime_with_predicted_durations_reproduces_the_schedule():
+    sched = spread(compiled("gpt2_block", "cpu-gpu-fpga").result).schedule
+    plan = make_plan(sched)
+    again = retime(sched, [s.end - s.start for s in sched.slots], plan.device_order)
+    assert again.makespan == pytest.approx(sched.makespan, rel=1e-12)
+    for s, t in zip(sched.slots, again.slots):
+        assert (t.start, t.end) == pytest.approx((s.start, s.end), rel=1e-12, abs=1e-15)
+
+
+def test_plan_lanes_follow_one_topological_order():
+    sched = spread(compiled("bert_base", "cpu-gpu-fpga").result).schedule
+    graph = sched.cost.graph
+    for workers in (None, 1, 2):
+        plan = make_plan(sched, workers)
+        pos = {t: i for i, t in enumerate(plan.order)}
+        assert sorted(plan.order) == list(range(len(graph.tasks)))
+        assert all(pos[e.src] < pos[e.dst] for e in graph.edges)
+        assert sorted(t for lane in plan.lanes for t in lane) == list(range(len(graph.tasks)))
+        for lane in plan.lanes:
+            assert list(lane) == sorted(lane, key=pos.get)
+    assert len(make_plan(sched, 1).lanes) == 1
+    with pytest.raises(OptionsError):
+        make_plan(sched, 0)
+
+
+def test_failing_task_is_named_and_the_run_stops(monkeypatch):
+    res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
+    graph = res.schedule.cost.graph
+    victim = next(t for t in graph.tasks if t.op == "gelu")
+    calls: list[str] = []
+    real = registry.run_kernel
+
+    def flaky(op, inputs, attrs):
+        calls.append(op)
+        if op == "gelu":
+            raise ValueError("boom")
+        return real(op, inputs, attrs)
+
+    monkeypatch.setattr(registry, "run_kernel", flaky)
+    with pytest.raises(ExecutionError) as info:
+        execute(res, repeats=1, check=False)
+    assert f"task {victim.name!r} (gelu) failed: ValueError: boom" in str(info.value)
+    assert info.value.obj == victim.name
+    # the failure stopped every worker: the tasks that depend on it never ran
+    downstream = [t for t in graph.tasks if t.index > victim.index and t.op == "layernorm"]
+    assert downstream and calls.count("layernorm") < sum(t.op == "layernorm" for t in graph.tasks)
+
+
+def test_wrong_result_is_named_with_its_error(monkeypatch):
+    res = compiled("gpt2_block").result
+    real = registry.run_kernel
+    monkeypatch.setattr(
+        registry, "run_kernel", lambda op, xs, at: real(op, xs, at) + (0.5 if op == "gelu" else 0.0)
+    )
+    with pytest.raises(ExecutionError, match=r"task 'fc' \(gelu\) differs from the NumPy reference: max abs error 0.5"):
+        execute(res, repeats=1)
+    execute(res, repeats=1, check=False)  # without the check the run completes
+
+
+def test_explicit_cost_graph_is_refused(capsys):
+    heft = str(EXAMPLES / "heft_paper.tg")
+    res = compile_graph(graph_from_text(Path(heft).read_text(), heft), "heft3", mapper="heft").result
+    with pytest.raises(InputError, match="explicit-cost tasks without a kernel"):
+        execute(res)
+    assert main(["run", heft, "--platform", "heft3"]) == 2
+    assert "can't be run" in capsys.readouterr().err
+
+
+def test_bad_options_are_input_errors():
+    res = compiled("cg").result
+    with pytest.raises(OptionsError, match="backend"):
+        execute(res, backend="cuda")
+    with pytest.raises(OptionsError, match="repeats"):
+        execute(res, repeats=0)
+
+
+def test_cli_run_writes_json_html_and_trace(tmp_path, capsys):
+    src = tmp_path / "jacobi_small.tg"
+    src.write_text(small_source("jacobi2d"))
+    out_json, out_html, out_trace = tmp_path / "run.json", tmp_path / "run.html", tmp_path / "run.trace.json"
+    code = main(["run", str(src), "--platform", "cpu-gpu-fpga", "--repeats", "2", "--top", "3",
+                 "--json", str(out_json), "--html", str(out_html), "--trace", str(out_trace)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "measured-or-modelled makespan" in text and "more tasks (shown: the 3 longest)" in text
+    doc = json.loads(out_json.read_text())
+    graph = graph_from_text(small_source("jacobi2d"))
+    assert [t["name"] for t in doc["tasks"]] == [t.name for t in graph.tasks]
+    assert doc["repeats"] == 2 and doc["checked"] is True and doc["graph"] == "jacobi2d"
+    assert set(doc["errors"]) == {"count", "median", "p90", "max", "min_seconds"}
+    assert doc["tensors"]["peak_live"] < doc["tensors"]["total"]
+    assert out_html.read_text().lstrip().lower().startswith("<!doctype html")
+    assert "traceEvents" in json.loads(out_trace.read_text())
+
+
+def rec(task: int, measured: float, predicted: float, kind: str = "cpu") -> TaskRecord:
+    err = (predicted - measured) / measured if kind == "cpu" else None
+    return TaskRecord(task, f"t{task}", "add", 0, "cpu0", kind, 0.0, predicted, predicted, measured,
+                      None if kind == "cpu" else predicted, err)
+
+
+def test_error_summary_counts_cpu_tasks_over_a_millisecond():
+    recs = (
+        rec(0, 0.010, 0.011),  # +10 %
+        rec(1, 0.002, 0.001),  # -50 %
+        rec(2, 0.004, 0.005),  # +25 %
+        rec(3, 0.0005, 0.005),  # too short: left out
+        rec(4, 0.010, 0.100, kind="gpu"),  # modelled: left out
+    )
+    s = ErrorSummary.of(recs)
+    assert s.count == 3
+    assert s.median == pytest.approx(0.25)
+    assert s.p90 == pytest.approx(0.5) and s.max == pytest.approx(0.5)
+    assert ErrorSummary.of(recs[3:]).count == 0 and ErrorSummary.of(recs[3:]).median is None
+
+
+def test_text_table_lists_the_longest_tasks_first():
+    trace = execute(compiled("cg").result, repeats=1)
+    text = format_trace(trace, top=2)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["task", "op", "device"]
+    longest = sorted(trace.records, key=lambda r: (-r.actual, r.task))[:2]
+    assert [ln.split()[0] for ln in lines[2:4]] == [r.name for r in longest]
+    assert f"{len(trace.records) - 2} more tasks" in text
+    assert len(format_trace(trace, top=0).splitlines()) > len(trace.records)
