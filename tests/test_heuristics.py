@@ -132,6 +132,16 @@ def test_infeasible_entries_explicit_comm_and_errors():
         get_mapper("cpu").map(make_cost(make_graph(1, []), make_platform(["gpu"]), [[1.0]]))
 
 
+def test_unreachable_device_and_makespan_bound_note():
+    # t1 runs only on the GPU, t0 only on the CPU, and no link joins them
+    cost = make_cost(make_graph(2, [(0, 1, 1e6, None)]), make_platform(["cpu", "gpu"]), [[1.0, INF], [INF, 1.0]])
+    for name in ("heft", "cpop", "peft", "greedy"):
+        with pytest.raises(InfeasibleError, match="'t1' fits on no device"):
+            get_mapper(name).map(cost)
+    r = get_mapper("heft").map(heft_paper_example(), MapOptions(objective="energy", makespan_bound=70.0))
+    assert any("exceeds the requested bound 70" in note for note in r.notes)
+
+
 def test_heuristics_respect_memory_budgets():
     # the GPU is fastest but holds only one task's footprint
     plat = make_platform(["cpu", "gpu"], links=[(0, 1, 8.0, 0.0)])

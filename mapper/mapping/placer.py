@@ -99,6 +99,9 @@ def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started
         gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
     if options.objective != "makespan":
         notes = notes + (f"{name} minimises makespan; {options.objective} is reported, not optimised",)
+    if options.makespan_bound is not None and schedule.makespan > options.makespan_bound:
+        notes = notes + (f"makespan {schedule.makespan:.6g} s exceeds the requested bound "
+                         f"{options.makespan_bound:.6g} s",)
     return MapResult(schedule=schedule, mapper=name, status="heuristic", objective=options.objective,
                      objective_value=value, lower_bound=bound, gap=gap,
                      solve_time=_time.perf_counter() - started, notes=notes)
