@@ -84,3 +84,24 @@ def test_json_none_bounds():
     res = dataclasses.replace(res, lower_bound=None, gap=None)
     d = json.loads(to_json(res))
     assert d["lower_bound"] is None and d["gap"] is None
+
+
+def test_write_report_dispatch(tmp_path):
+    import pytest
+
+    from mapper.errors import OptionsError
+    from mapper.report import format_for, write_report
+
+    res = small_result()
+    assert write_report(res, tmp_path / "r.json") == "json"
+    assert json.loads((tmp_path / "r.json").read_text())["mapper"] == "heft"
+    assert write_report(res, tmp_path / "t.json", "trace") == "trace"
+    assert "traceEvents" in json.loads((tmp_path / "t.json").read_text())
+    assert write_report(res, tmp_path / "r.txt") == "text"
+    assert (tmp_path / "r.txt").read_text().startswith("device")
+    assert write_report(res, tmp_path / "r.dot") == "dot"
+    assert format_for("x.HTML") == "html"
+    with pytest.raises(OptionsError):
+        format_for("x.pdf")
+    with pytest.raises(OptionsError):
+        format_for("x.json", "svg")

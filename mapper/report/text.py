@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from mapper.mapping.base import MapResult
-from mapper.report.common import device_stats, fmt_pct, fmt_time
+from mapper.report.common import atomic_write, device_stats, fmt_pct, fmt_time
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
@@ -68,3 +70,8 @@ def schedule_table(result: MapResult) -> str:
     ]
     lines = _table(("task", "device", "start", "end", "duration"), rows, (False, False, True, True, True))
     return "\n".join(lines) + "\n"
+
+
+def write_text(result: MapResult, path: str | os.PathLike) -> None:
+    """Write the summary and the schedule table to ``path`` atomically."""
+    atomic_write(path, summary_table(result) + "\n" + schedule_table(result))
