@@ -1,0 +1,73 @@
+"""Calibration: measurements are sane, the written platform file loads and says how."""
+
+from __future__ import annotations
+
+import pytest
+
+from mapper.calibrate import Calibration, Probe, Rate, Settings, best_time, calibrate, platform_toml, stream_mib
+from mapper.cli import main
+from mapper.cost import EFF_COMPUTE, EFF_MEMORY
+from mapper.errors import OptionsError
+from mapper.platform import load_platform, parse_platform
+
+
+def fake() -> Calibration:
+    peaks = (Rate("f32", 90.0, 100.0, "f32 matmul"), Rate("f64", 45.0, 50.0, "f64 matmul"))
+    return Calibration(
+        "calibrated", "2026-01-02T03:04:05Z", 2, peaks,
+        Rate("serial_gflops", 20.0, 20.0, "one thread"),
+        Rate("mem_bandwidth_gbs", 16.0, 20.0, "add of two arrays"),
+        Rate("launch_us", 12.5, 12.5, "tiny calls"),
+        23.5,
+        (Probe("gemm", "matmul f32[512, 512]", 0.002, 0.0021, "compute"),),
+    )
+
+
+def test_platform_file_round_trips_with_a_comment_per_number():
+    text = platform_toml(fake())
+    plat = parse_platform(text, "cal.toml")
+    (dev,) = plat.devices
+    assert plat.name == "calibrated" and dev.kind == "cpu"
+    assert dev.peak("f32") == 100.0 and dev.peak("f64") == 50.0
+    assert (dev.serial_gflops, dev.mem_bandwidth_gbs, dev.launch_us, dev.memory_gib) == (20.0, 20.0, 12.5, 23.5)
+    lines = text.splitlines()
+    for key in ("peak_gflops", "serial_gflops", "mem_bandwidth_gbs", "launch_us", "memory_gib"):
+        i = next(i for i, ln in enumerate(lines) if ln.startswith(key + " ="))
+        assert lines[i - 1].startswith("# "), key  # every number says how it was measured
+    assert "2026-01-02T03:04:05Z" in lines[0]
+    assert any("gemm" in ln and "1.05" in ln for ln in lines)  # the op-class check, model / measured
+
+
+def test_best_time_runs_at_least_min_runs():
+    calls = []
+    secs, runs = best_time(lambda: calls.append(1), budget=0.0, min_runs=3)
+    assert runs == 3 and len(calls) == 4 and secs >= 0.0  # one warm-up call
+
+
+def test_stream_size_is_bounded():
+    assert stream_mib(Settings(stream_mib=8)) == 8
+    assert 64 <= stream_mib(Settings()) <= 512
+
+
+def test_quick_calibration_writes_a_loadable_platform(tmp_path, capsys):
+    out = tmp_path / "host.toml"
+    assert main(["calibrate", "--quick", "-o", str(out), "--name", "here"]) == 0
+    plat = load_platform(str(out))
+    (dev,) = plat.devices
+    assert plat.name == "here" and dev.name == "cpu0" and dev.kind == "cpu"
+    assert dev.peak("f32") > 0 and dev.peak("f64") > 0 and dev.serial_gflops > 0
+    assert dev.mem_bandwidth_gbs > 0 and dev.launch_us > 0 and dev.memory_gib > 0
+    text = out.read_text()
+    assert "estimated (--quick, not measured)" in text
+    assert f"stored / {EFF_COMPUTE['cpu']['gemm']:.2f}" in text and f"stored / {EFF_MEMORY['cpu']:.2f}" in text
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_calibration_api_reports_measured_and_stored_rates():
+    cal = calibrate(Settings.quick())
+    f32 = cal.peak_gflops[0]
+    assert f32.key == "f32" and f32.stored == pytest.approx(f32.value / EFF_COMPUTE["cpu"]["gemm"])
+    assert cal.mem_bandwidth_gbs.stored == pytest.approx(cal.mem_bandwidth_gbs.value / EFF_MEMORY["cpu"])
+    assert cal.platform().devices[0].peak("f64") == pytest.approx(cal.peak_gflops[1].stored, rel=1e-3)
+    with pytest.raises(OptionsError):
+        calibrate(Settings.quick(), name=" ")
