@@ -12,6 +12,7 @@ Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`.
 from __future__ import annotations
 
 import difflib
+import gc
 import math
 import os
 from dataclasses import dataclass
@@ -66,11 +67,16 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
 def lower(program: S.Program) -> TaskGraph:
     """Lower a parsed program (and the files it includes) to a task graph."""
     lowerer = _Lowerer(program)
+    collecting = gc.isenabled()
+    gc.disable()  # lowering allocates many acyclic objects; collection passes only cost time
     try:
         return lowerer.run()
     except RecursionError:
         raise DslError("the program is nested too deeply", span=SourceSpan(program.file, 1, 1),
                        source_line=_first_line(program.text)) from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _first_line(text: str) -> str | None:
@@ -343,7 +349,9 @@ class _Lowerer:
         try:
             return value * table[unit]
         except KeyError:
-            hint = _hint(unit, table) or f"{what} units: " + ", ".join(table)
+            same = [u for u in table if u.lower() == unit.lower()]
+            hint = (f"did you mean '{same[0]}'?" if same else _hint(unit, table)) or (
+                f"{what} units: " + ", ".join(table))
             raise self.err(f"unknown {what} unit '{unit}'", span, hint) from None
 
     # -- names and types ----------------------------------------------------
@@ -535,12 +543,13 @@ class _Lowerer:
         local = self._name(st.target, scope.values)
         self._check_free(local, st.target.span, scope)  # before the call makes any task
         counters: dict[str, int] = {}
-        b = self._call(st.call, scope, templates, scope.full(local), counters, st.annotations)
+        full = scope.full(local)
+        b = self._call(st.call, scope, templates, full, full, counters, st.annotations)
         self._bind(local, st.target.span, scope, _Binding(b.operand, b.task, st.target.span))
 
     def _call(self, call: S.Call, scope: _Scope, templates: dict[str, S.TemplateDef], name: str,
-              counters: dict[str, int], annotations: tuple[S.Annotation, ...] = ()) -> _Binding:
-        """Lower one call (and its nested calls) as the task or instance ``name``."""
+              stmt: str, counters: dict[str, int], annotations: tuple[S.Annotation, ...] = ()) -> _Binding:
+        """Lower one call as the task or instance ``name``; nested calls become ``stmt.OP[.K]``."""
         template = templates.get(call.func)
         if template is None and call.func not in OPS:
             names = list(OPS) + list(templates)
@@ -556,8 +565,8 @@ class _Lowerer:
                 weights += 1
             else:
                 k = counters[a.func] = counters.get(a.func, 0) + 1
-                inner = f"{name}.{a.func}" if k == 1 else f"{name}.{a.func}.{k}"
-                op = self._call(a, scope, templates, inner, counters).operand
+                inner = f"{stmt}.{a.func}" if k == 1 else f"{stmt}.{a.func}.{k}"
+                op = self._call(a, scope, templates, inner, stmt, counters).operand
                 if op is None:
                     raise self.err(f"'{a.func}' returns a task without an output tensor", a.span)
                 operands.append(op)
@@ -692,7 +701,7 @@ class _Lowerer:
                 continue
             first = first or a
             target = deny if a.deny else allow
-            if a.target in allow or a.target in deny[len(outer_deny):]:
+            if a.target in (deny[len(outer_deny):] if a.deny else allow):
                 raise self.err(f"'{a.target}' appears twice in the placement", a.span)
             if a.target not in target:
                 target.append(a.target)

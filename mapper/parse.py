@@ -8,6 +8,7 @@ drops the newlines that cannot end a statement. Every Lark exception becomes a
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 import lark
@@ -302,6 +303,11 @@ def _line(text: str, line: int) -> str | None:
     return lines[line - 1] if 0 < line <= len(lines) else None
 
 
+def _word_before(line: str, col: int) -> str | None:
+    m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", line[: col - 1])
+    return m.group(1) if m else None
+
+
 def _describe(name: str, parser: Lark) -> str:
     if name in _WORDS:
         return _WORDS[name]
@@ -344,8 +350,11 @@ def _translate(exc: Exception, text: str, file: str, parser: Lark) -> DslError:
             line, col = len(lines), len(lines[-1]) + 1
         end = tok.end_column if tok.type not in ("$END", "_SEP") and tok.end_line == tok.line else None
         msg = f"unexpected {_token_text(tok)}{_expected(exc.expected, parser)}"
-        if tok.type.upper() in {k.upper() for k in KEYWORDS} and tok.value in KEYWORDS:
+        before = _word_before(_line(text, line) or "", col)
+        if tok.value in KEYWORDS and tok.type == tok.value.upper():
             hint = f"'{tok.value}' is a reserved word and cannot be used as a name"
+        elif tok.value in ("=", "->", "{") and before in KEYWORDS:
+            hint = f"'{before}' is a reserved word and cannot be used as a name"
         elif tok.type == "_SEP" and "RPAR" in exc.expected:
             hint = "a call is missing its closing ')'"
         elif tok.type not in ("_SEP", "$END") and "_SEP" in exc.expected:
