@@ -89,7 +89,8 @@ def test_flow_endpoints_are_inside_their_slices():
             slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
     for e in evs:
         if e["ph"] in "sf":
-            assert any(a <= e["ts"] <= b for a, b in slices[(e["pid"], e["tid"])])
+            inside = [(a, b) for a, b in slices[(e["pid"], e["tid"])] if a < e["ts"] < b or a == e["ts"] == b]
+            assert len(inside) == 1, "a flow end lies inside exactly one slice of its track"
 
 
 def test_run_track():

@@ -5,8 +5,9 @@ One process per device (pid = device index + 1) with a ``tasks`` thread
 (tid 1) and, when a run is given, a ``run`` thread (tid 2) holding the
 measured or modelled durations; one more process, ``links``, with one thread
 per link that carries transfers. Tasks and transfer pieces are complete
-events (``"ph": "X"``), each transfer also a flow (``"s"`` on the producing
-task, ``"f"`` bound to the consuming task) so viewers draw an arrow.
+events (``"ph": "X"``), each transfer also a flow (``"s"`` inside the
+producing task's slice, ``"f"`` with ``"bp": "e"`` inside the consuming
+task's slice) so viewers draw an arrow.
 Timestamps are microseconds. Format: "Trace Event Format", Google, 2016
 (docs.google.com document 1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
 """
@@ -38,6 +39,10 @@ def _us(seconds: float) -> float:
 
 def _dur(start: float, end: float) -> float:
     return max(round(_us(end) - _us(start), 3), 0.0)
+
+
+def _mid(start: float, end: float) -> float:
+    return round((_us(start) + _us(end)) / 2, 3) + 0.0
 
 
 def trace_events(result: MapResult, run=None) -> list[dict]:
@@ -115,8 +120,12 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
         e = graph.edges[tr.edge]
         src, dst = sched.slots[e.src], sched.slots[e.dst]
         common = {"name": "transfer", "cat": "transfer", "id": tr.edge + 1}
-        events.append({**common, "ph": "s", "ts": _us(src.start), "pid": src.device + 1, "tid": TASK_TID})
-        events.append({**common, "ph": "f", "bp": "e", "ts": _us(dst.start), "pid": dst.device + 1, "tid": TASK_TID})
+        # flow ends at slice midpoints: unambiguously inside the producing and
+        # consuming slices even when a neighbour ends exactly where they start
+        events.append({**common, "ph": "s", "ts": _mid(src.start, src.end), "pid": src.device + 1, "tid": TASK_TID})
+        events.append(
+            {**common, "ph": "f", "bp": "e", "ts": _mid(dst.start, dst.end), "pid": dst.device + 1, "tid": TASK_TID}
+        )
     for r in rows:
         if r.actual is None:
             continue
