@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -60,3 +62,18 @@ def test_every_heuristic_schedule_validates(case):
         # re-timing the mapper's own order reproduces its schedule
         again = build_schedule(cost, s.assignment, sched)
         assert again.makespan == s.makespan and again.slots == s.slots, name
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(cases(), st.sampled_from(("heft", "peft", "greedy")), st.integers(0, 10**6), st.floats(1e-3, 1.0))
+def test_moving_any_task_earlier_is_caught(case, name, pick, frac):
+    """Schedules are as-soon-as-possible, so starting any task earlier breaks
+    a rule (precedence, overlap, streaming or time >= 0) and the validator says so."""
+    cost, sched = case
+    s = get_mapper(name).map(cost, MapOptions(schedule=sched)).schedule
+    t = pick % cost.n_tasks
+    slot = s.slots[t]
+    delta = max(slot.start * frac, 1e-3)
+    moved = replace(slot, start=slot.start - delta, end=slot.end - delta)
+    bad = replace(s, slots=s.slots[:t] + (moved,) + s.slots[t + 1:])
+    assert validate(bad) != []
