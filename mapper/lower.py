@@ -35,8 +35,8 @@ MAX_TASKS = 1_000_000
 MAX_LOOP_ITERATIONS = 10_000_000
 #: Integers must stay below this magnitude (64-bit signed).
 MAX_INT = 2**63
-#: Seconds per time unit (``comm`` and ``cost`` values; default s).
-TIME_UNITS: dict[str, float] = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+#: Time units per second (``comm`` and ``cost`` values are divided by it; default s).
+TIME_UNITS: dict[str, float] = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 #: Bytes per size unit (``bytes`` values; default B).
 BYTE_UNITS: dict[str, float] = {
     "B": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40,
@@ -344,10 +344,12 @@ class _Lowerer:
 
     def _unit(self, value: float, unit: str | None, span: SourceSpan | None, table: dict[str, float],
               what: str) -> float:
+        """``value`` in base units: sizes multiply by ``BYTE_UNITS``, times divide by ``TIME_UNITS``
+        (so 40 us is exactly the float nearest 4e-05)."""
         if unit is None:
             return value
         try:
-            return value * table[unit]
+            return value / table[unit] if table is TIME_UNITS else value * table[unit]
         except KeyError:
             same = [u for u in table if u.lower() == unit.lower()]
             hint = (f"did you mean '{same[0]}'?" if same else _hint(unit, table)) or (
