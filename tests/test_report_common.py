@@ -252,3 +252,50 @@ def test_resolve_run_by_name_and_index():
         common.resolve_run(s, [Rec("nope", "gpu0", 0, 1, None, None)])
     with pytest.raises(OptionsError):
         common.resolve_run(s, [object()])
+
+
+# -- properties on schedules built by mapper.schedule ---------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 40),
+    shape=st.sampled_from(("layered", "forkjoin", "chain", "random")),
+    explicit=st.booleans(),
+    contention=st.booleans(),
+    streaming=st.booleans(),
+    mapper=st.sampled_from(("heft", "cpop", "greedy")),
+)
+def test_critical_path_property(seed, n, shape, explicit, contention, streaming, mapper):
+    """On any schedule: the path is a chain of distinct elements from time 0 to
+    the makespan, each starting when the one before it ends (or, for stages of
+    a streamed FPGA chain, while the stage before it runs)."""
+    from randdag import random_instance
+
+    from mapper.mapping import get_mapper
+    from mapper.mapping.base import MapOptions
+
+    cost = random_instance(seed, n, shape, explicit_comm=explicit)
+    opts = MapOptions(schedule=ScheduleOptions(contention=contention, streaming=streaming))
+    s = get_mapper(mapper).map(cost, opts).schedule
+    path = common.critical_path(s)
+    xfer = {t.edge: t for t in s.transfers}
+
+    def span(step):
+        if step.kind == "task":
+            return s.slots[step.index].start, s.slots[step.index].end
+        return xfer[step.index].start, xfer[step.index].end
+
+    assert len(set(path)) == len(path) >= 1
+    assert path[-1].kind == "task" and span(path[-1])[1] == s.makespan
+    tol = 1e-9 * max(1.0, s.makespan)
+    piped = {(c[k - 1], c[k]) for c in s.streamed for k in range(1, len(c))}
+    for a, b in zip(path, path[1:]):
+        if (a.kind, b.kind) == ("task", "task") and (a.index, b.index) in piped:
+            assert span(a)[0] <= span(b)[0] <= span(a)[1] + tol  # overlapped stages
+        else:
+            assert abs(span(a)[1] - span(b)[0]) <= tol
+    assert span(path[0])[0] == 0.0

@@ -270,8 +270,10 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
     transfers (cross-device edges), its same-device predecessors (data) and the
     task before it on its device (the resource); a transfer waited on its
     source task or, under link contention, on the transfer before it on a
-    shared link. The walk stops at an element that waited on nothing (it starts
-    at a time no predecessor explains, e.g. 0). This is the classic critical
+    shared link; a task inside a streamed FPGA chain waited on the chain's
+    stage before it (it starts before that stage ends: the pipeline's fill).
+    The walk stops at an element that waited on nothing (it starts at a time
+    no predecessor explains, e.g. 0). This is the classic critical
     path of a list schedule (Topcuoglu, Hariri, Wu, "Performance-effective and
     low-complexity task scheduling for heterogeneous computing", IEEE TPDS
     13(3), 2002, section 4.2), extended with resource waits.
@@ -285,6 +287,7 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
     by_device: dict[int, list[int]] = {}
     for s in slots:
         by_device.setdefault(s.device, []).append(s.task)
+    chain_prev = {c[k]: c[k - 1] for c in getattr(schedule, "streamed", ()) for k in range(1, len(c))}
     by_link: dict[int, list[int]] = {}
     for tr in schedule.transfers:
         for link in tr.links:
@@ -306,6 +309,8 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
                     cands.append((tr.end, 0, PathStep("transfer", e)))
                 else:
                     cands.append((slots[edge.src].end, 0, PathStep("task", edge.src)))
+            if step.index in chain_prev:  # pipelined: explained by the stage before it
+                cands.append((start, 0, PathStep("task", chain_prev[step.index])))
             for other in by_device.get(me.device, ()):
                 o = slots[other]
                 if other != step.index and o.end <= start + tol and o.start < start:

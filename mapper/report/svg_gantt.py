@@ -201,7 +201,8 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
         keys = [(0 if p.kind == "task" else 1, p.index) for p in crit]
         segs = []
         for a, b in zip(keys, keys[1:]):
-            segs.append(f"M{x(times[a][1]):.2f},{lane_y[a]:.2f} L{x(times[b][0]):.2f},{lane_y[b]:.2f}")
+            x_from = x(min(times[a][1], times[b][0]))  # streamed stages overlap: no backward lines
+            segs.append(f"M{x_from:.2f},{lane_y[a]:.2f} L{x(times[b][0]):.2f},{lane_y[b]:.2f}")
         out.append(f'<path class="critical-path" d="{" ".join(segs)}"/>')
     out.append("</svg>")
     return "\n".join(out)
