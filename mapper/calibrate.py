@@ -226,7 +226,7 @@ def threads() -> int:
 PROBES: tuple[tuple[str, str], ...] = (
     ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
     ("conv", "input x : f32[8, 64, 28, 28]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
-    ("attention", "input x : f32[512, 768]\n  y = attention(x, heads = 12, seq = 128)"),
+    ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),

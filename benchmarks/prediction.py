@@ -1,0 +1,124 @@
+"""Prediction accuracy of the CPU cost model on this machine.
+
+Calibrates the CPU (``mapper calibrate``), maps each example all-on-CPU on
+the calibrated platform, runs it with the Numba kernels (median of
+``--repeats`` timed calls per task after a warm-up) and prints the
+distribution of the relative prediction error ``(predicted - measured) /
+measured`` over CPU tasks longer than 1 ms, per example and per op class.
+Target: within 15 % of the measured medians.
+
+It also prints, per op class, the model/measured ratio of the calibration's
+probe tasks and what the error would be if each class's prediction were
+scaled by its probe's measured/model ratio (what a per-class efficiency table
+in the platform file would give; fitted on the probes, not on the examples).
+
+Sizes (smaller than the examples' own where a full run takes too long on a
+2-core machine; every size is printed): see :data:`SIZES`.
+
+Usage: python benchmarks/prediction.py [--repeats 5] [--quick-calibration] [--only NAME ...] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from mapper.calibrate import Settings, calibrate, platform_toml
+from mapper.cost import op_class
+from mapper.execute import execute
+from mapper.lower import graph_from_text
+from mapper.pipeline import compile_graph
+from mapper.trace import ERROR_MIN_SECONDS
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+#: Example -> replacement of its first ``param`` line (None: the example's own sizes).
+SIZES: dict[str, str | None] = {
+    "resnet50": None,  # batch 1, 3x224x224
+    "bert_base": "param B = 1, S = 128, H = 768, A = 12, F = 3072, L = 2, V = 30522",
+    "gpt2_block": None,  # S = 1024, d = 768
+    "jacobi2d": "param N = 1024, K = 10, R = 2",
+    "cg": "param n = 512, N = n*n",
+    "fft_conv": "param B = 16, L = 16384",
+}
+
+
+def source(name: str) -> str:
+    text = (EXAMPLES / f"{name}.tg").read_text()
+    if SIZES[name] is None:
+        return text
+    return re.sub(r"^param .*$", SIZES[name], text, count=1, flags=re.M)
+
+
+def params(name: str) -> str:
+    m = re.search(r"^param .*$", source(name), flags=re.M)
+    return m.group(0) if m else "(no params)"
+
+
+def dist(errs: list[float]) -> str:
+    if not errs:
+        return "no tasks"
+    a = sorted(abs(e) for e in errs)
+    n = len(a)
+    p90 = a[max(-(-9 * n // 10) - 1, 0)]
+    within = sum(e <= 0.15 for e in a)
+    return (f"n={n:3d}  median {statistics.median(a) * 100:6.1f}%  p90 {p90 * 100:6.1f}%  "
+            f"max {a[-1] * 100:7.1f}%  bias {statistics.median(errs) * 100:+6.1f}%  within 15%: {within}/{n}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--quick-calibration", action="store_true")
+    ap.add_argument("--only", nargs="*", default=None, choices=sorted(SIZES))
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    cal = calibrate(Settings.quick() if args.quick_calibration else Settings(),
+                    log=lambda s: print("  calibrate:", s, flush=True))
+    plat = cal.platform()
+    print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
+    print(platform_toml(cal))
+    factor = {p.op_class: p.measured / p.model for p in cal.probes if p.model > 0}
+
+    rows: list[dict] = []
+    for name in args.only or list(SIZES):
+        graph = graph_from_text(source(name), f"{name}.tg")
+        res = compile_graph(graph, plat, mapper="heft").result
+        t1 = time.perf_counter()
+        trace = execute(res, repeats=args.repeats, check=False)
+        long = [r for r in trace.records if r.measured is not None and r.measured > ERROR_MIN_SECONDS]
+        print(f"{name:10s} [{params(name)}] {len(trace.records)} tasks, {len(long)} > 1 ms, "
+              f"run {time.perf_counter() - t1:.1f} s")
+        print(f"           predicted makespan {trace.predicted_makespan * 1e3:9.2f} ms, "
+              f"measured {trace.makespan * 1e3:9.2f} ms")
+        print(f"           {dist([r.error for r in long])}")
+        for r in trace.records:
+            rows.append({"example": name, "task": r.name, "op": r.op, "class": op_class(r.op),
+                         "bound": r.bound, "predicted": r.predicted, "measured": r.measured, "error": r.error})
+
+    long_rows = [r for r in rows if r["measured"] and r["measured"] > ERROR_MIN_SECONDS]
+    print("\nper op class (CPU tasks > 1 ms):")
+    for cls in sorted({r["class"] for r in long_rows}):
+        errs = [r["error"] for r in long_rows if r["class"] == cls]
+        probe = f"probe model/measured {1 / factor[cls]:5.2f}" if cls in factor else "no probe"
+        print(f"  {cls:11s} {dist(errs)}  ({probe})")
+    all_errs = [r["error"] for r in long_rows]
+    print(f"\nALL        {dist(all_errs)}")
+    if factor:
+        fixed = [(r["predicted"] * factor.get(r["class"], 1.0) - r["measured"]) / r["measured"] for r in long_rows]
+        print(f"per-class  {dist(fixed)}   <- predictions scaled by each class's probe measured/model ratio")
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"calibration": platform_toml(cal), "tasks": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
