@@ -355,7 +355,7 @@ def _units(cost: CostTable, order: tuple[tuple[int, ...], ...], streaming: bool)
     return units
 
 
-def _hop_durations(cost: CostTable, e: int, a: int, b: int, contention: bool) -> list[tuple[int, float]]:
+def hop_durations(cost: CostTable, e: int, a: int, b: int, contention: bool) -> list[tuple[int, float]]:
     """``(link, seconds)`` per hop of edge ``e``'s transfer; link -1 never waits."""
     comm = cost.comm(e, a, b)
     links = cost.routes[a][b] if contention else ()
@@ -452,7 +452,7 @@ def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, 
                 if device[v] == device[a]:
                     arrive(e, now)
                 else:
-                    hops[e] = _hop_durations(cost, e, device[a], device[v], options.contention)
+                    hops[e] = hop_durations(cost, e, device[a], device[v], options.contention)
                     hop_times[e] = []
                     heapq.heappush(heap, (now, _HOP_READY, e, 0))
         elif kind == _HOP_READY:

@@ -142,6 +142,19 @@ def test_unreachable_device_and_makespan_bound_note():
     assert any("exceeds the requested bound 70" in note for note in r.notes)
 
 
+def test_contention_aware_placement():
+    # one producer on the CPU, four consumers 3.2x faster on the GPU behind one 2 s link
+    plat = make_platform(["cpu", "gpu"], links=[(0, 1, 8.0, 0.0)])
+    cost = make_cost(make_graph(5, [(0, k, 16e9, None) for k in (1, 2, 3, 4)]), plat, [[1.0, INF]] + [[3.2, 1.0]] * 4)
+    blind = get_mapper("heft").map(cost).schedule
+    assert blind.device_of == (0, 1, 0, 1, 1) and blind.makespan == 6.0
+    on = ScheduleOptions(contention=True)
+    assert build_schedule(cost, blind.assignment, on).makespan == 8.0  # transfers queue: 3, 5, 7
+    aware = get_mapper("heft").map(cost, MapOptions(schedule=on)).schedule
+    assert aware.device_of == (0, 1, 0, 1, 0) and aware.makespan == pytest.approx(7.4)
+    assert validate(aware) == []
+
+
 def test_heuristics_respect_memory_budgets():
     # the GPU is fastest but holds only one task's footprint
     plat = make_platform(["cpu", "gpu"], links=[(0, 1, 8.0, 0.0)])

@@ -13,7 +13,8 @@ from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.bounds import lower_bound
 from mapper.mapping.objectives import objective_value
 from mapper.mapping.ranks import rank_key
-from mapper.schedule import Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, ready_time
+from mapper.schedule import (Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, hop_durations,
+                             ready_time)
 
 INF = math.inf
 
@@ -23,7 +24,11 @@ class Placer:
     start on a device, with HEFT's insertion policy or append-only.
 
     With the ``memory`` / ``area`` schedule options on, a device whose static
-    budget the task would overflow is not a candidate.
+    budget the task would overflow is not a candidate. With ``contention``
+    on, input arrivals are estimated by booking each transfer's hops on its
+    route's links after the transfers booked before it (placement order, a
+    stand-in for the FIFO order :func:`~mapper.schedule.build_schedule`
+    applies when it times the final order).
     """
 
     def __init__(self, cost: CostTable, options: ScheduleOptions, insertion: bool = True) -> None:
@@ -35,6 +40,7 @@ class Placer:
         self.end: list[float | None] = [None] * cost.n_tasks
         self.memory = [0.0] * cost.n_devices
         self.area = [0.0] * cost.n_devices
+        self.link_free: dict[int, float] = {}
 
     def fits(self, t: int, d: int) -> bool:
         cost = self.cost
@@ -47,41 +53,62 @@ class Placer:
             return False
         return True
 
-    def eft(self, t: int, d: int) -> tuple[float, float, int]:
-        """``(finish, start, position)`` of ``t`` on ``d``; finish ``inf`` if it cannot go there."""
-        if not self.fits(t, d):
-            return INF, INF, -1
-        ready = ready_time(self.cost, t, d, self.device, self.end)
-        if not ready < INF:
-            return INF, INF, -1
-        start, pos = self.timeline.slot(d, ready, self.cost.time[t][d], self.insertion)
-        return start + self.cost.time[t][d], start, pos
+    def ready(self, t: int, d: int) -> tuple[float, dict[int, float]]:
+        """When ``t``'s inputs are on ``d``, and the link bookings that assumes."""
+        if not self.options.contention:
+            return ready_time(self.cost, t, d, self.device, self.end), {}
+        g = self.cost.graph
+        booked: dict[int, float] = {}
+        r = 0.0
+        for e in sorted(g.preds[t], key=lambda e: (self.end[g.edges[e].src], e)):
+            p = g.edges[e].src
+            at = self.end[p]
+            if self.device[p] != d:
+                for link, dur in hop_durations(self.cost, e, self.device[p], d, True):
+                    if link >= 0:
+                        at = max(at, booked.get(link, self.link_free.get(link, 0.0)))
+                        booked[link] = at + dur
+                    at += dur
+            r = max(r, at)
+        return r, booked
 
-    def place(self, t: int, d: int, start: float, pos: int) -> None:
+    def eft(self, t: int, d: int) -> tuple[float, float, int, dict[int, float]]:
+        """``(finish, start, position, link bookings)`` of ``t`` on ``d``;
+        finish ``inf`` if it cannot go there."""
+        if not self.fits(t, d):
+            return INF, INF, -1, {}
+        ready, booked = self.ready(t, d)
+        if not ready < INF:
+            return INF, INF, -1, {}
+        start, pos = self.timeline.slot(d, ready, self.cost.time[t][d], self.insertion)
+        return start + self.cost.time[t][d], start, pos, booked
+
+    def place(self, t: int, d: int, start: float, pos: int, booked: dict[int, float] | None = None) -> None:
         self.device[t] = d
         self.end[t] = start + self.cost.time[t][d]
         self.timeline.place(d, pos, t, start, self.end[t])
         self.memory[d] += self.cost.footprint[t]
         self.area[d] += self.cost.area[t][d]
+        self.link_free.update(booked or {})
 
     def place_best(self, t: int, extra: Sequence[float] | None = None, devices: Sequence[int] | None = None) -> int:
         """Put ``t`` on the device minimising its finish time (plus ``extra[d]``),
         ties to the lowest index; returns the device."""
         best = None
         for d in devices if devices is not None else range(self.cost.n_devices):
-            finish, start, pos = self.eft(t, d)
+            finish, start, pos, booked = self.eft(t, d)
             if not finish < INF:
                 continue
             score = rank_key(finish + (extra[d] if extra is not None else 0.0))
             if best is None or score < best[0]:
-                best = (score, d, start, pos)
+                best = (score, d, start, pos, booked)
         if best is None:
             name = self.cost.graph.tasks[t].name
             raise InfeasibleError(
                 f"task {name!r} fits on no device: each one it can run on is unreachable from its "
                 f"predecessors' devices" + (" or out of memory/area" if self.options.memory or self.options.area
                                             else ""), obj=name)
-        self.place(t, best[1], best[2], best[3])
+        self.place(t, best[1], best[2], best[3], best[4])
         return best[1]
 
     def schedule(self) -> Schedule:
