@@ -226,3 +226,29 @@ def test_failure_mid_render_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         write_html(small_result(), out)
     assert out.read_text() == "old" and os.listdir(tmp_path) == ["r.html"]
+
+
+def test_run_accepts_execution_trace_records():
+    """The execution engine's TaskRecord satisfies the RunRecord protocol."""
+    from mapper.report.common import RunRecord
+    from mapper.trace import TaskRecord
+
+    res = small_result()
+    g, devs = res.schedule.cost.graph, res.schedule.cost.platform.devices
+    records = []
+    for s in res.schedule.slots:
+        on_cpu = devs[s.device].kind == "cpu"
+        d = s.end - s.start
+        records.append(
+            TaskRecord(
+                task=s.task, name=g.tasks[s.task].name, op=g.tasks[s.task].op, device=s.device,
+                device_name=devs[s.device].name, device_kind=devs[s.device].kind,
+                predicted_start=s.start, predicted_end=s.end, predicted=d,
+                measured=1.5 * d if on_cpu else 40 * d, modelled=None if on_cpu else d,
+                error=(d - 1.5 * d) / (1.5 * d) if on_cpu else None,
+            )
+        )  # fmt: skip
+    assert all(isinstance(r, RunRecord) for r in records)
+    rows = Dom(render_html(res, run=records)).find("tr", cls="run")
+    ratios = {int(r["attrs"]["data-task"]): r["text"] for r in rows}
+    assert "1.50" in ratios[0] and "1.00" in ratios[1]  # cpu: measured; gpu: modelled
