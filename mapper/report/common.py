@@ -345,9 +345,9 @@ PALETTE = (
 
 #: Ops of the catalogue (docs/ops.md) in a fixed colour order.
 _KNOWN_OPS = (
-    # DNN ops take the first ten colours, scientific ops the next ten
+    # DNN ops take the first ten colours; explicit-cost tasks and scientific ops the next ten
     "matmul", "conv2d", "attention", "layernorm", "add", "gelu", "softmax", "relu", "batchnorm", "maxpool",
-    "stencil", "spmv", "fft", "dot", "axpy", "reduce", "elementwise", "task", "embedding", "avgpool",
+    "task", "stencil", "spmv", "fft", "dot", "axpy", "reduce", "elementwise", "embedding", "avgpool",
 )  # fmt: skip
 
 
