@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from mapper.errors import InfeasibleError, InputError, OptionsError
+from mapper.errors import InfeasibleError, InputError, OptionsError, SourceSpan
 from mapper.graph import Task, TaskGraph
 from mapper.platform import DEVICE_KINDS, Device, Platform
 
@@ -171,7 +171,7 @@ def route_tables(platform: Platform) -> tuple[
 
 # -- device-latency model -------------------------------------------------------
 
-def op_class(op: str) -> str:
+def op_class(op: str, span: SourceSpan | None = None) -> str:
     """The op class of ``op`` from the catalogue; ``"task"`` for kernel-less tasks."""
     if op == "task":
         return "task"
@@ -179,7 +179,7 @@ def op_class(op: str) -> str:
 
     spec = OPS.get(op)
     if spec is None:
-        raise InputError(f"unknown op {op!r}: it is not in the op catalogue")
+        raise InputError(f"unknown op {op!r}: it is not in the op catalogue", span=span)
     return spec.op_class
 
 
@@ -307,7 +307,7 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
     capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
     for task in graph.tasks:
         explicit = _explicit_costs(task, platform) if task.explicit_cost else None
-        cls = op_class(task.op)
+        cls = op_class(task.op, task.span)
         row_t, row_e, row_b, row_a = [], [], [], []
         for dev in devices:
             if not task.placement.permits(dev.name, dev.kind):

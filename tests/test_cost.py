@@ -336,3 +336,8 @@ def test_render_limits_large_graphs_to_sixty_rows():
     assert "min/max over the 72 ordered device pairs" in short
     full = render(c, all_rows=True)
     assert "\nt64 " in full and "more tasks not shown" not in full
+
+
+def test_unknown_op_is_an_input_error():
+    with pytest.raises(InputError, match="unknown op 'frobnicate'"):
+        _table(_task(0, "x", "frobnicate", flops=1.0))
