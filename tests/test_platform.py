@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +142,24 @@ def test_cli_platforms_one_line_each(capsys):
     assert main(["platforms", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data[0]["name"] == "cpu-gpu-fpga" and data[0]["devices"] == ["cpu0", "gpu0", "fpga0"]
+
+
+def test_wheel_ships_every_platform_file(tmp_path):
+    """Build a wheel from a copy of the tree; every platforms/*.toml must be inside."""
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    for pkg in ("mapper", "grammar", "platforms", "kernels"):
+        shutil.copytree(root / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", "dist"],
+        cwd=src, check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = (src / "dist").glob("mapper-*.whl")
+    inside = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("mapper/platforms/")}
+    expected = {f"mapper/platforms/{p.name}" for p in (root / "platforms").glob("*.toml")}
+    assert expected and expected <= inside
