@@ -341,3 +341,18 @@ def test_render_limits_large_graphs_to_sixty_rows():
 def test_unknown_op_is_an_input_error():
     with pytest.raises(InputError, match="unknown op 'frobnicate'"):
         _table(_task(0, "x", "frobnicate", flops=1.0))
+
+
+def test_cli_cost_on_the_bert_example(capsys):
+    from pathlib import Path
+
+    from mapper.cli import main
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "bert_base.tg"
+    if not example.exists():
+        pytest.skip("examples/bert_base.tg is not there")
+    assert main(["cost", str(example), "--platform", "cpu-gpu-fpga"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cost of bert")
+    assert "on fpga0: op embedding (embedding) has no fpga implementation in the model" in out
+    assert "cpu0>gpu0" in out and "gpu0>fpga0" in out
