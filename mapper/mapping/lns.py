@@ -4,13 +4,19 @@ Large neighbourhood search (Shaw, "Using constraint programming and local
 search methods to solve vehicle routing problems", CP 1998) with an exact
 MILP as the repair step, as in the window decompositions used for
 scheduling (e.g. Pacino & Van Hentenryck, IJCAI 2011): a window of ``k``
-consecutive tasks of a topological order is freed (device and order), every
+consecutive tasks (of the critical tasks by start time, for makespan, then of
+a topological order) is freed (device and order), every
 other task keeps its device and its relative order on that device, and the
 window subproblem (:func:`mapper.mapping.milp.solve`) is solved exactly or up
 to its time slice, warm-started from the current mapping. A window result is
 accepted only when its re-timed schedule (:func:`mapper.schedule.build_schedule`)
-validates and improves the objective. Windows slide by ``k // 2`` and passes
-repeat until a pass improves nothing or time runs out.
+validates and improves the objective; for makespan, a window also minimises
+a small multiple of the sum of finish times, and an equal makespan with a
+smaller sum is accepted, so work moves earlier and later windows can shorten
+the critical path. Windows slide by ``k // 2``; after
+every accepted window the windows are rebuilt (the critical path moved); when
+every window fails the width doubles (up to :data:`MAX_WINDOW`), and when
+those fail too, or time runs out, the search ends.
 
 :func:`map_large` is what :class:`~mapper.mapping.milp.MilpMapper` does above
 its exact-size limit: coarsen chains (:mod:`.coarsen`), start from the better
@@ -25,8 +31,8 @@ import time
 from dataclasses import dataclass
 
 from mapper.cost import CostTable
-from mapper.errors import InfeasibleError
-from mapper.mapping.base import MapOptions, MapResult
+from mapper.errors import InfeasibleError, MapperError
+from mapper.mapping.base import MapOptions, MapResult, Progress
 from mapper.mapping.coarsen import coarsen, expand, project
 from mapper.mapping.milp import (
     REL_TOL,
@@ -36,6 +42,8 @@ from mapper.mapping.milp import (
     delay_options,
     make_result,
     objective_needs_time,
+    chain_arcs,
+    order_from_starts,
     retime,
     schedule_order,
     solve,
@@ -45,8 +53,14 @@ from mapper.schedule import Schedule, ScheduleOptions
 
 #: Tasks freed per window.
 WINDOW = 8
+#: Widest window tried after passes without improvement.
+MAX_WINDOW = 16
+#: Weight (times 1/n) of the sum of finish times in makespan windows.
+FLOW_WEIGHT = 1e-3
 #: Seconds at most per window solve.
 WINDOW_TIME = 2.0
+#: Seconds at least per window solve (when that much time is left).
+MIN_SLICE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,31 +90,30 @@ def improve(
     ``deadline`` (a :func:`time.perf_counter` value). The returned schedule
     is timed with ``options`` restricted to what the MILP models (delay
     model plus memory/area; see :func:`~mapper.mapping.milp.delay_options`)."""
-    from mapper.validate import validate
-
     opts = delay_options(options)
     bound = makespan_bound if objective != "makespan" else None
     timed = objective_needs_time(objective, bound)
     current = retime(cost, schedule.device_of, schedule_order(schedule) if timed else None, opts)
     value = start_value = value_of(current, objective)
-    topo = cost.graph.topo_order
+    flow = FLOW_WEIGHT / max(1, cost.n_tasks) if objective == "makespan" else 0.0
+    key = _key(current, value, flow)
     n = cost.n_tasks
     k = max(1, min(window, n))
-    stride = max(1, k // 2)
-    starts = list(range(0, max(n - k, 0) + 1, stride))
-    if starts[-1] + k < n:
-        starts.append(n - k)
     solved_count = accepted = passes = 0
-    improved = True
-    while improved and time.perf_counter() < deadline:
-        improved = False
+    tried: set[tuple[int, ...]] = set()
+    while n and time.perf_counter() < deadline - 0.05:
+        windows = [w for w in _windows(current, k, objective == "makespan") if w not in tried]
+        if not windows:
+            if k >= min(MAX_WINDOW, n):
+                break
+            k = min(MAX_WINDOW, n, 2 * k)  # every window failed: widen them
+            continue
         passes += 1
-        for i, first in enumerate(starts):
+        for i, free in enumerate(windows):
             left = deadline - time.perf_counter()
             if left <= 0.05:
                 break
-            slice_ = min(WINDOW_TIME, max(0.05, left / max(1, len(starts) - i)))
-            free = tuple(sorted(topo[first : first + k]))
+            tried.add(free)
             sub = Subproblem(
                 cost=cost,
                 objective=objective,
@@ -108,107 +121,187 @@ def improve(
                 device=current.device_of,
                 start=tuple(s.start for s in current.slots),
                 upper=current.makespan * (1 + 1e-9) + 1e-12 if bound is None else bound,
-                time_limit=slice_,
+                time_limit=min(WINDOW_TIME, left, max(MIN_SLICE, left / (len(windows) - i))),
                 seed=seed,
                 memory=options.memory,
                 area=options.area,
                 makespan_bound=bound,
                 symmetry=False,
-                start_value=value,
+                start_value=value + flow * key[1],
+                flow_weight=flow,
             )
             res = solve(sub)
             solved_count += 1
-            if res.device is None:
-                continue
-            try:
-                cand = retime(cost, res.device, res.order, opts)
-            except InfeasibleError:
-                continue
-            if validate(cand):
+            cand = _checked(cost, res.device, res.order, opts) if res.device is not None else None
+            if cand is None or (bound is not None and cand.makespan > bound * (1 + REL_TOL)):
                 continue
             cand_value = value_of(cand, objective)
-            if bound is not None and cand.makespan > bound * (1 + REL_TOL):
-                continue
-            if cand_value < value * (1 - 1e-9):
-                current, value = cand, cand_value
+            cand_key = _key(cand, cand_value, flow)
+            if cand_key < key:
+                current, value, key = cand, cand_value, cand_key
                 accepted += 1
-                improved = True
+                tried.clear()
                 if progress is not None:
                     progress(value)
+                break  # the schedule changed: rebuild the windows
     return current, LnsStats(solved_count, accepted, passes, start_value, value)
+
+
+def _key(schedule: Schedule, value: float, flow: float) -> tuple[float, float]:
+    """Acceptance order: the objective (rounded to 1e-9 relative), then,
+    with a flow weight, the sum of task ends."""
+    scale = 1e-9 * max(abs(value), 1e-300)
+    return (round(value / scale) * scale if value else 0.0, sum(s.end for s in schedule.slots) if flow else 0.0)
+
+
+def critical_tasks(schedule: Schedule) -> tuple[int, ...]:
+    """Tasks with zero slack in ``schedule`` (delay model): delaying any of
+    them delays the makespan. Slack from a backward pass over the graph's
+    edges (with their transfer times) and the device orders."""
+    cost = schedule.cost
+    n = cost.n_tasks
+    dev, slots = schedule.device_of, schedule.slots
+    arcs = [(e.src, e.dst, cost.comm(e.index, dev[e.src], dev[e.dst])) for e in cost.graph.edges]
+    arcs += [(a, b, 0.0) for a, b in chain_arcs(schedule_order(schedule), frozenset(range(n)))]
+    out: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for a, b, c in arcs:
+        out[a].append((b, c))
+        indeg[b] += 1
+    stack = [t for t in range(n) if indeg[t] == 0]
+    topo = []
+    while stack:
+        t = stack.pop()
+        topo.append(t)
+        for b, _ in out[t]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                stack.append(b)
+    latest = [schedule.makespan] * n
+    for t in reversed(topo):
+        for b, c in out[t]:
+            latest[t] = min(latest[t], latest[b] - (slots[b].end - slots[b].start) - c)
+    tol = 1e-9 * max(schedule.makespan, 1e-300)
+    return tuple(t for t in range(n) if latest[t] - slots[t].end <= tol)
+
+
+def _windows(schedule: Schedule, k: int, critical: bool) -> list[tuple[int, ...]]:
+    """Windows of ``k`` tasks, sliding by ``k // 2``: first along the critical
+    tasks in start order (when ``critical``), then along the topological order."""
+    cost = schedule.cost
+    seqs = []
+    if critical:
+        crit = sorted(critical_tasks(schedule), key=lambda t: (schedule.slots[t].start, t))
+        seqs.append(crit)
+    seqs.append(list(cost.graph.topo_order))
+    out: list[tuple[int, ...]] = []
+    seen: set[tuple[int, ...]] = set()
+    for seq in seqs:
+        m = len(seq)
+        if not m:
+            continue
+        width = min(k, m)
+        firsts = list(range(0, m - width + 1, max(1, width // 2)))
+        if firsts[-1] + width < m:
+            firsts.append(m - width)
+        for first in firsts:
+            w = tuple(sorted(seq[first : first + width]))
+            if w not in seen:
+                seen.add(w)
+                out.append(w)
+    return out
 
 
 def map_large(
     cost: CostTable, options: MapOptions, best: Incumbent | None, notes: tuple[str, ...], t0: float
 ) -> MapResult:
-    """The large-graph path of :class:`~mapper.mapping.milp.MilpMapper`."""
-    from mapper.validate import validate
+    """The large-graph path of :class:`~mapper.mapping.milp.MilpMapper`.
 
+    Half of the remaining time goes to LNS on the coarse graph (skipped when
+    nothing fuses), the rest to LNS on the original graph, started from the
+    better of the expanded coarse result and the best heuristic.
+    """
     objective, sopts = options.objective, options.schedule
     deadline = t0 + options.time_limit
+    timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)
     notes = list(notes)
+    report = _reporter(options, t0)
     coarse = coarsen(cost, sopts)
     notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
+    seeds: list[tuple[Schedule, str]] = []
+    if best is not None:
+        seeds.append((retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts)),
+                      best.name))
+    start, origin = _coarse_start(coarse, options, seeds[0][0] if seeds else None, best)
+    if start is not None and coarse.fused:
+        now = time.perf_counter()
+        improved, stats = improve(coarse.cost, start, objective, sopts, now + (deadline - now) / 2,
+                                  seed=options.seed, makespan_bound=options.makespan_bound, progress=report)
+        notes.append(f"coarse LNS from {origin}: {_stats(stats)}")
+        dev, order = expand(coarse, improved.device_of, schedule_order(improved) if timed else None)
+        fine = _checked(cost, dev, order, delay_options(sopts))
+        if fine is not None:
+            seeds.append((fine, "the expanded coarse LNS result"))
+    if not seeds:
+        raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
+    seed_sched, seed_name = min(seeds, key=lambda p: value_of(p[0], objective))
+    improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
+                              makespan_bound=options.makespan_bound, progress=report)
+    notes.append(f"LNS from {seed_name}: {_stats(stats)}")
+    final = _checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
+    if final is not None and (best is None or value_of(final, objective) < best.value * (1 - REL_TOL)):
+        value = value_of(final, objective)
+        if best is not None:
+            notes.append(f"improvement over {best.name}: {_pct(best.value, value)}")
+        return make_result(cost, options, final, value, "feasible", None, t0, notes)
+    if best is None:
+        raise InfeasibleError("LNS produced no valid mapping and no heuristic succeeded", obj=cost.graph.name)
+    notes.append(f"no improvement over {best.name}; kept")
+    return make_result(cost, options, best.schedule, best.value, "heuristic", None, t0, notes)
+
+
+def _coarse_start(coarse, options: MapOptions, fine_best: Schedule | None, best: Incumbent | None):
+    """Better of the heuristics on the coarse graph and the projection of the
+    best fine mapping (when no chain is split): ``(schedule, origin)``."""
+    objective = options.objective
     c_best, _ = best_heuristic(coarse.cost, options)
     start = c_best.schedule if c_best is not None else None
     origin = f"{c_best.name} on the coarse graph" if c_best is not None else ""
-    if best is not None:
-        fine_sched = retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts))
-        proj = project(coarse, fine_sched.device_of, tuple(s.start for s in fine_sched.slots))
-        if proj is not None:
-            from mapper.mapping.milp import order_from_starts
+    if fine_best is None:
+        return start, origin
+    proj = project(coarse, fine_best.device_of, tuple(s.start for s in fine_best.slots))
+    if proj is not None:
+        order = order_from_starts(coarse.cost, proj[0], proj[1])
+        cand = _checked(coarse.cost, proj[0], order, delay_options(options.schedule))
+        if cand is not None and (start is None or value_of(cand, objective) < value_of(start, objective)):
+            start, origin = cand, f"{best.name} projected onto the coarse graph"
+    return start, origin
 
-            order = order_from_starts(coarse.cost, proj[0], proj[1])
-            try:
-                cand = retime(coarse.cost, proj[0], order, delay_options(sopts))
-            except InfeasibleError:
-                cand = None
-            if cand is not None and (start is None or value_of(cand, objective) < value_of(start, objective)):
-                start, origin = cand, f"{best.name} projected onto the coarse graph"
-    result_sched: Schedule | None = None
-    result_value = None
-    if start is not None:
-        report = None
-        if options.progress is not None:
-            from mapper.mapping.base import Progress
 
-            def report(v: float) -> None:
-                options.progress(Progress(time.perf_counter() - t0, v, None))
+def _checked(cost: CostTable, device, order, options: ScheduleOptions) -> Schedule | None:
+    """Re-timed and validated schedule, or None when it is rejected."""
+    from mapper.validate import validate
 
-        improved, stats = improve(
-            coarse.cost,
-            start,
-            objective,
-            sopts,
-            deadline,
-            seed=options.seed,
-            makespan_bound=options.makespan_bound,
-            progress=report,
-        )
-        notes.append(
-            f"LNS from {origin}: {stats.windows} windows of {WINDOW} tasks in {stats.passes} passes, "
-            f"{stats.accepted} accepted, {stats.start_value:.6g} -> {stats.end_value:.6g} "
-            f"({_pct(stats.start_value, stats.end_value)} better)"
-        )
-        timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)
-        dev, order = expand(coarse, improved.device_of, schedule_order(improved) if timed else None)
-        try:
-            fine = retime(cost, dev, order, sopts)
-        except InfeasibleError as err:
-            notes.append(f"expanded LNS mapping rejected: {err.message}")
-            fine = None
-        if fine is not None and not validate(fine):
-            result_sched, result_value = fine, value_of(fine, objective)
-    status = "feasible"
-    if result_sched is None or (best is not None and best.value <= result_value * (1 + REL_TOL)):
-        if best is None:
-            raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
-        if result_value is not None:
-            notes.append(f"{best.name} on the original graph ({best.value:.6g}) is at least as good; kept")
-        result_sched, result_value, status = best.schedule, best.value, "heuristic"
-    elif best is not None:
-        notes.append(f"improvement over {best.name}: {_pct(best.value, result_value)}")
-    return make_result(cost, options, result_sched, result_value, status, None, t0, notes)
+    try:
+        sched = retime(cost, device, order, options)
+    except MapperError:
+        return None
+    return None if validate(sched) else sched
+
+
+def _reporter(options: MapOptions, t0: float):
+    if options.progress is None:
+        return None
+
+    def report(value: float) -> None:
+        options.progress(Progress(time.perf_counter() - t0, value, None))
+
+    return report
+
+
+def _stats(stats: LnsStats) -> str:
+    return (f"{stats.windows} windows of {WINDOW} tasks in {stats.passes} passes, {stats.accepted} accepted, "
+            f"{stats.start_value:.6g} -> {stats.end_value:.6g} ({_pct(stats.start_value, stats.end_value)} better)")
 
 
 def _pct(before: float, after: float) -> str:

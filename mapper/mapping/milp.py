@@ -23,12 +23,15 @@ Variables and constraints (``F(t)`` = devices where task ``t`` is feasible):
       s[j] >= s[i] + time[i][d] - M (1 - o[i,j]) - M (2 - x[i,d] - x[j,d])
       s[i] >= s[j] + time[j][d] - M o[i,j]       - M (2 - x[i,d] - x[j,d])
 
-  so the disjunction binds only when both tasks are on ``d``. ``M = U`` with
-  ``U`` an upper bound on the makespan (the best heuristic's makespan, or a
-  serial bound), and ``Cmax <= U`` is a constraint. This is exact: every
-  solution the model keeps has all starts and ends in ``[0, U]``, so a relaxed
-  row (right side at most ``U - M <= 0``) never cuts one off, and an optimal
-  schedule has makespan ``<= U``, so it stays in the model.
+  so the disjunction binds only when both tasks are on ``d``. ``U`` is an
+  upper bound on the makespan (the best heuristic's makespan, or a serial
+  bound) and ``Cmax <= U`` is a constraint, so every kept solution has
+  ``head[t] <= s[t] <= L[t] = U - minp[t] - tail[t]`` (``head``/``tail``:
+  longest paths of minimum times before/after ``t``); these are the bounds of
+  ``s``, and each row's ``M = L[i] + time[i][d] - head[j]`` (resp. with
+  ``i``, ``j`` swapped). This is exact: a relaxed row then never cuts off a
+  kept solution, and an optimal schedule has makespan ``<= U``, so it stays
+  in the model.
 * Makespan: ``Cmax >= s[t] + p[t]`` for sinks, and the valid device-load cuts
   ``Cmax >= sum_t time[t][d] x[t,d]``.
 * Symmetry breaking among interchangeable devices only (equal time, energy,
@@ -100,6 +103,42 @@ def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
     return tuple(reach)
 
 
+def head_tail(n: int, arcs: tuple[tuple[int, int], ...], weight: list[float]) -> tuple[list[float], list[float]]:
+    """Longest ``weight`` path ending before each task (head) and starting
+    after it (tail) over an acyclic arc set: lower bounds on the start and on
+    the time from the end to the makespan, whatever the devices."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for a, b in arcs:
+        succ[a].append(b)
+        pred[b].append(a)
+        indeg[b] += 1
+    stack = [i for i in range(n) if indeg[i] == 0]
+    topo: list[int] = []
+    while stack:
+        i = stack.pop()
+        topo.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    head = [0.0] * n
+    tail = [0.0] * n
+    for t in topo:
+        head[t] = max((head[p] + weight[p] for p in pred[t]), default=0.0)
+    for t in reversed(topo):
+        tail[t] = max((weight[q] + tail[q] for q in succ[t]), default=0.0)
+    return head, tail
+
+
+def allowed_devices(cost: CostTable, t: int) -> tuple[int, ...]:
+    """Devices where task ``t`` has a finite time and its placement permits it."""
+    place = cost.graph.tasks[t].placement
+    devices = cost.platform.devices
+    return tuple(d for d in cost.feasible_devices(t) if place.permits(devices[d].name, devices[d].kind))
+
+
 def _dag_arcs(cost: CostTable) -> tuple[tuple[int, int], ...]:
     return tuple((e.src, e.dst) for e in cost.graph.edges)
 
@@ -145,7 +184,7 @@ def chain_arcs(order: tuple[tuple[int, ...], ...], keep: frozenset[int]) -> tupl
 def count_order_pairs(cost: CostTable) -> int:
     """Number of ordering binaries the full model needs."""
     reach = closure(cost.n_tasks, _dag_arcs(cost))
-    feas = [frozenset(cost.feasible_devices(t)) for t in range(cost.n_tasks)]
+    feas = [frozenset(allowed_devices(cost, t)) for t in range(cost.n_tasks)]
     count = 0
     for i in range(cost.n_tasks):
         for j in range(i + 1, cost.n_tasks):
@@ -159,11 +198,12 @@ def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     nd = cost.n_devices
     cols = []
     for d in range(nd):
-        dev = replace(cost.platform.devices[d], index=0, name="")
+        dev = cost.platform.devices[d]
         cols.append(
             (
-                dev,
+                replace(dev, index=0, name=""),
                 tuple(row[d] for row in cost.time),
+                tuple(t.placement.permits(dev.name, dev.kind) for t in cost.graph.tasks),
                 tuple(row[d] for row in cost.energy),
                 tuple(row[d] for row in cost.area),
                 cost.memory_capacity[d],
@@ -230,7 +270,9 @@ class Subproblem:
     only allowed when ``free`` is every task); ``start_value`` is its
     objective value. ``upper`` bounds the makespan of the solutions sought
     (the big-M): the incumbent's makespan for the makespan objective, the
-    makespan bound otherwise (unused by time-free models).
+    makespan bound otherwise (unused by time-free models). ``flow_weight``
+    (makespan objective only) adds that multiple of the sum of all finish
+    times, a tie-breaker LNS uses to pull work earlier.
     """
 
     cost: CostTable
@@ -246,6 +288,7 @@ class Subproblem:
     makespan_bound: float | None = None
     symmetry: bool = True
     start_value: float | None = None
+    flow_weight: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,10 +311,11 @@ class _HighsWarm(pulp.HiGHS):
     """PuLP's in-process HiGHS plus a MIP start (``setSolution``) and
     callbacks for progress; PuLP 3.3's own ``HiGHS`` ignores warm starts."""
 
-    def __init__(self, start: dict[str, float] | None, on_event, **kwargs):
+    def __init__(self, start: dict[str, float] | None, on_event, periodic: bool, **kwargs):
         super().__init__(**kwargs)
         self.start = start
         self.on_event = on_event
+        self.periodic = periodic
         self.first_incumbent: float | None = None
 
     def actualSolve(self, lp):  # noqa: N802 - PuLP's name
@@ -295,7 +339,8 @@ class _HighsWarm(pulp.HiGHS):
             self.on_event(out.running_time, out.mip_primal_bound, out.mip_dual_bound, False)
 
         model.cbMipImprovingSolution.subscribe(improving)
-        model.cbMipInterrupt.subscribe(interrupt)
+        if self.periodic:
+            model.cbMipInterrupt.subscribe(interrupt)
         self.callSolver(lp)
         status, sol_status = self.findSolutionValues(lp)
         lp.assignStatus(status, sol_status)
@@ -325,12 +370,11 @@ def solve(sub: Subproblem, progress=None) -> Solved:
     fixed_dev = {t: sub.device[t] for t in range(n) if t not in free} if sub.device else {}
     timed = objective_needs_time(sub.objective, sub.makespan_bound)
     upper = sub.upper if sub.makespan_bound is None else min(sub.upper, sub.makespan_bound)
-    big_m = upper
 
     prob = pulp.LpProblem("mapping", pulp.LpMinimize)
     x: dict[tuple[int, int], pulp.LpVariable] = {}
     for t in sorted(free):
-        feas = cost.feasible_devices(t)
+        feas = allowed_devices(cost, t)
         if sub.memory:
             feas = tuple(d for d in feas if cost.footprint[t] <= cost.memory_capacity[d])
         if sub.area:
@@ -437,8 +481,20 @@ def solve(sub: Subproblem, progress=None) -> Solved:
     cmax = None
     fixed_chain: tuple[tuple[int, int], ...] = ()
     if timed:
+        if not all_free:
+            fixed_order = order_from_starts(cost, sub.device, sub.start)
+            fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - free)
+        arcs = _dag_arcs(cost) + fixed_chain
+        devs = [
+            frozenset(d for d in range(nd) if (t, d) in x) if t in free else frozenset((fixed_dev[t],))
+            for t in range(n)
+        ]
+        mint = [min(cost.time[t][d] for d in devs[t]) for t in range(n)]
+        head, tail = head_tail(n, arcs, mint)
+        # every kept solution has head <= s <= latest (Cmax <= upper): bounds and per-row big-Ms
+        latest = [max(head[t], upper - mint[t] - tail[t]) for t in range(n)]
         for t in range(n):
-            s[t] = prob.add_variable(f"s_{t}", 0, upper)
+            s[t] = prob.add_variable(f"s_{t}", head[t], latest[t])
 
         def duration(terms: dict, t: int, coef: float) -> float:
             if t in free:
@@ -456,16 +512,9 @@ def solve(sub: Subproblem, progress=None) -> Solved:
             for var, c in cterms.items():
                 _add(terms, var, -c)
             prob += _lin(terms, const - cconst) >= 0
-        if not all_free:
-            fixed_order = order_from_starts(cost, sub.device, sub.start)
-            fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - free)
-            for a, b in fixed_chain:
-                prob += _lin({s[b]: 1.0, s[a]: -1.0}, -cost.time[a][fixed_dev[a]]) >= 0
-        reach = closure(n, _dag_arcs(cost) + fixed_chain)
-        devs = [
-            frozenset(d for d in range(nd) if (t, d) in x) if t in free else frozenset((fixed_dev[t],))
-            for t in range(n)
-        ]
+        for a, b in fixed_chain:
+            prob += _lin({s[b]: 1.0, s[a]: -1.0}, -cost.time[a][fixed_dev[a]]) >= 0
+        reach = closure(n, arcs)
         for i in range(n):
             for j in range(i + 1, n):
                 if (i not in free and j not in free) or (reach[i] >> j) & 1 or (reach[j] >> i) & 1:
@@ -475,17 +524,20 @@ def solve(sub: Subproblem, progress=None) -> Solved:
                     continue
                 oij = o[i, j] = prob.add_variable(f"o_{i}_{j}", 0, 1, pulp.LpBinary)
                 for d in shared:
-                    # s[j] - s[i] - time_i - M*o - M*(x_i + x_j) >= -3M
                     both: dict = {}
                     bconst = add_place(both, i, d, 1.0) + add_place(both, j, d, 1.0)
-                    row = {s[j]: 1.0, s[i]: -1.0, oij: -big_m}
+                    # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
+                    m = max(0.0, latest[i] + cost.time[i][d] - head[j])
+                    row = {s[j]: 1.0, s[i]: -1.0, oij: -m}
                     for var, c in both.items():
-                        _add(row, var, -big_m * c)
-                    prob += _lin(row, -cost.time[i][d] - big_m * bconst + 3 * big_m) >= 0
-                    row = {s[i]: 1.0, s[j]: -1.0, oij: big_m}
+                        _add(row, var, -m * c)
+                    prob += _lin(row, -cost.time[i][d] - m * bconst + 3 * m) >= 0
+                    # j before i: s[i] >= s[j] + time[j][d] - M o - M (2 - x_i - x_j)
+                    m = max(0.0, latest[j] + cost.time[j][d] - head[i])
+                    row = {s[i]: 1.0, s[j]: -1.0, oij: m}
                     for var, c in both.items():
-                        _add(row, var, -big_m * c)
-                    prob += _lin(row, -cost.time[j][d] - big_m * bconst + 2 * big_m) >= 0
+                        _add(row, var, -m * c)
+                    prob += _lin(row, -cost.time[j][d] - m * bconst + 2 * m) >= 0
         n_bin += len(o)
         sinks = [t for t in range(n) if not g.succs[t]]
         if sub.objective == "makespan":
@@ -494,10 +546,17 @@ def solve(sub: Subproblem, progress=None) -> Solved:
                 terms = {cmax: 1.0, s[t]: -1.0}
                 const = duration(terms, t, -1.0)
                 prob += _lin(terms, const) >= 0
+            # load cuts: the tasks on d with head >= h (tail >= q) run after h (before Cmax - q)
             for d in range(nd):
-                terms = {cmax: 1.0}
-                const = sum(add_place(terms, t, d, -cost.time[t][d]) for t in range(n) if cost.time[t][d] < INF)
-                prob += _lin(terms, const) >= 0
+                on_d = [t for t in range(n) if d in devs[t]]
+                cuts = {(0.0, 0.0)} | {(head[t], 0.0) for t in on_d} | {(0.0, tail[t]) for t in on_d}
+                for h, q in sorted(cuts):
+                    terms = {cmax: 1.0}
+                    const = -h - q
+                    for t in on_d:
+                        if head[t] >= h and tail[t] >= q:
+                            const += add_place(terms, t, d, -cost.time[t][d])
+                    prob += _lin(terms, const) >= 0
         else:
             for t in sinks:
                 terms = {s[t]: 1.0}
@@ -510,6 +569,10 @@ def solve(sub: Subproblem, progress=None) -> Solved:
     period = None
     if sub.objective == "makespan":
         obj_terms[cmax] = 1.0
+        if sub.flow_weight:
+            for t in range(n):
+                _add(obj_terms, s[t], sub.flow_weight)
+                obj_const += duration(obj_terms, t, sub.flow_weight)
     elif sub.objective == "energy":
         for t in range(n):
             for d in range(nd):
@@ -584,6 +647,7 @@ def solve(sub: Subproblem, progress=None) -> Solved:
     solver = _HighsWarm(
         start_vals,
         on_event,
+        progress is not None,
         msg=False,
         threads=1,
         timeLimit=limit,
@@ -629,7 +693,13 @@ def solve(sub: Subproblem, progress=None) -> Solved:
 
 # -- the mapper -------------------------------------------------------------
 #: Heuristics whose best result seeds the MILP: (module, class) under mapper.mapping.
-HEURISTICS = (("heft", "HeftMapper"), ("cpop", "CpopMapper"), ("peft", "PeftMapper"), ("greedy", "GreedyMapper"))
+HEURISTICS = (
+    ("heft", "HeftMapper"),
+    ("cpop", "CpopMapper"),
+    ("peft", "PeftMapper"),
+    ("greedy", "GreedyMapper"),
+    ("single", "SingleDeviceMapper"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -656,7 +726,7 @@ def check_feasible(cost: CostTable, options: ScheduleOptions) -> None:
     """Raise :class:`InfeasibleError` naming a task that fits no device."""
     for t in range(cost.n_tasks):
         name = cost.graph.tasks[t].name
-        feas = cost.feasible_devices(t)
+        feas = allowed_devices(cost, t)
         if not feas:
             raise InfeasibleError(f"task {name!r} cannot run on any device of {cost.platform.name}", obj=name)
         if options.memory and not any(cost.footprint[t] <= cost.memory_capacity[d] for d in feas):
@@ -715,8 +785,8 @@ def serial_upper_bound(cost: CostTable) -> float:
     total = sum(max(x for x in row if x < INF) for row in cost.time)
     for e in cost.graph.edges:
         worst = 0.0
-        for a in cost.feasible_devices(e.src):
-            for b in cost.feasible_devices(e.dst):
+        for a in allowed_devices(cost, e.src):
+            for b in allowed_devices(cost, e.dst):
                 c = cost.comm(e.index, a, b)
                 if c < INF:
                     worst = max(worst, c)
@@ -738,19 +808,15 @@ def schedule_order(schedule: Schedule) -> tuple[tuple[int, ...], ...]:
 
 
 def lower_bound_for(cost: CostTable, objective: str, options: ScheduleOptions, solver_bound: float | None):
-    """A valid lower bound on the objective: the solver's, and for makespan
-    the combinatorial bound; none under streaming (the MILP does not model it)."""
-    if options.streaming:
-        return None
-    bound = solver_bound
-    if objective == "makespan":
-        try:
-            from mapper.mapping.bounds import makespan_lower_bound
-        except ImportError:  # pragma: no cover - bounds module not installed
-            return bound
-        lb = float(makespan_lower_bound(cost))
-        bound = lb if bound is None else max(bound, lb)
-    return bound
+    """A valid lower bound on the objective: the larger of the solver's
+    (dropped under streaming, which the MILP does not model) and
+    :func:`mapper.mapping.bounds.lower_bound`."""
+    from mapper.mapping.bounds import lower_bound
+
+    bounds = [b for b in (lower_bound(cost, objective, options),) if b is not None]
+    if solver_bound is not None and not options.streaming:
+        bounds.append(solver_bound)
+    return max(bounds) if bounds else None
 
 
 def gap_of(value: float, bound: float | None) -> float | None:

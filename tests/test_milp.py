@@ -1,0 +1,324 @@
+"""The exact MILP mapper: optimality, agreement with the schedule builder,
+brute force on tiny cases, capacities, infeasibility and the fallbacks."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+
+import pytest
+
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.graph import Placement
+from mapper.mapping import get_mapper
+from mapper.mapping.base import MapOptions
+from mapper.mapping.milp import (
+    MilpMapper,
+    Subproblem,
+    canonical_devices,
+    identical_device_classes,
+    retime,
+    solve,
+)
+from mapper.mapping.objectives import objective_value
+from mapper.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.validate import validate
+from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
+
+INF = math.inf
+HEURISTIC_NAMES = ("heft", "cpop", "peft", "greedy", "single", "cpu")
+
+
+def _full(cost, objective="makespan", time_limit=10.0, makespan_bound=None, symmetry=True):
+    """Solve the whole problem from scratch (no warm start)."""
+    from mapper.mapping.milp import serial_upper_bound
+
+    upper = serial_upper_bound(cost) if makespan_bound is None else makespan_bound
+    return solve(Subproblem(cost=cost, objective=objective, free=tuple(range(cost.n_tasks)), device=None,
+                            start=None, upper=upper, time_limit=time_limit, makespan_bound=makespan_bound,
+                            symmetry=symmetry))
+
+
+# -- the HEFT paper's example ------------------------------------------------------
+def test_heft_example_proves_optimum_under_80():
+    cost = heft_paper_example()
+    result = MilpMapper().map(cost, MapOptions(time_limit=30))
+    print(f"\nHEFT example: MILP {result.status} makespan {result.objective_value:g} in {result.solve_time:.3f} s")
+    assert result.status == "optimal"
+    assert result.objective_value <= 80 + 1e-9
+    assert result.objective_value == pytest.approx(73.0)
+    assert result.lower_bound == pytest.approx(result.objective_value, rel=1e-6)
+    assert result.gap == pytest.approx(0.0, abs=1e-6)
+    assert result.solve_time < 2.0
+    assert not validate(result.schedule)
+    assert "warm start taken by HiGHS" in result.notes
+    assert result.mapper == "milp" and result.objective == "makespan"
+
+
+def test_registry_finds_milp():
+    assert isinstance(get_mapper("milp"), MilpMapper)
+    assert MilpMapper.summary
+
+
+# -- re-timing agrees with the MILP ------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_retimed_makespan_equals_milp_objective(seed):
+    cost = random_instance(seed, 6 + seed, n_devices=3, explicit_comm=seed % 2 == 0)
+    solved = _full(cost)
+    assert solved.status == "optimal"
+    sched = retime(cost, solved.device, solved.order, ScheduleOptions())
+    assert not validate(sched)
+    assert sched.makespan == pytest.approx(solved.objective, rel=1e-6)
+
+
+# -- never worse than a heuristic, on many random graphs ------------------------------
+def _heuristic_values(cost, options):
+    out = {}
+    for name in HEURISTIC_NAMES:
+        try:
+            out[name] = get_mapper(name).map(cost, options).objective_value
+        except InfeasibleError:
+            pass
+    return out
+
+
+def test_random_graphs_never_worse_than_heuristics():
+    rng = random.Random(2024)
+    shapes = ("layered", "forkjoin", "chain", "random")
+    checked = optimal = 0
+    for k in range(200):
+        n = rng.randint(2, 9) if k < 180 else rng.randint(10, 40)
+        cost = random_instance(k, n, shape=shapes[k % 4], n_devices=rng.choice((2, 3, 4)),
+                               ccr=rng.choice((0.2, 1.0, 3.0)), explicit_comm=k % 3 != 0, zero_times=k % 7 == 0)
+        options = MapOptions(time_limit=2.0 if n < 10 else 0.5, seed=k)
+        result = MilpMapper().map(cost, options)
+        assert not validate(result.schedule), k
+        assert result.objective_value == pytest.approx(result.schedule.makespan)
+        for name, value in _heuristic_values(cost, options).items():
+            assert result.objective_value <= value * (1 + 1e-6) + 1e-9, (k, name)
+        if result.status == "optimal":
+            optimal += 1
+            assert result.gap == pytest.approx(0.0, abs=1e-5)
+        checked += 1
+    assert checked == 200
+    assert optimal >= 170  # the small ones are proven
+
+
+# -- brute force on tiny cases -----------------------------------------------------
+def _orders(cost):
+    """Every per-device order that a topological order of the graph induces."""
+    n = cost.n_tasks
+    preds = [set(cost.graph.pred_tasks(t)) for t in range(n)]
+    for perm in itertools.permutations(range(n)):
+        pos = {t: i for i, t in enumerate(perm)}
+        if all(pos[p] < pos[t] for t in range(n) for p in preds[t]):
+            yield perm
+
+
+def _brute(cost, objective, makespan_bound=None, options=ScheduleOptions()):
+    best = INF
+    feas = [cost.feasible_devices(t) for t in range(cost.n_tasks)]
+    perms = list(_orders(cost))
+    for device in itertools.product(*feas):
+        for perm in perms:
+            order = tuple(tuple(t for t in perm if device[t] == d) for d in range(cost.n_devices))
+            try:
+                sched = build_schedule(cost, Assignment(tuple(device), order), options)
+            except InfeasibleError:
+                break
+            if makespan_bound is not None and sched.makespan > makespan_bound * (1 + 1e-9):
+                continue
+            best = min(best, objective_value(sched, objective))
+    return best
+
+
+def _tiny(seed):
+    rng = random.Random(seed)
+    n = rng.randint(3, 5)
+    return random_instance(seed, n, shape=("random", "layered", "forkjoin")[seed % 3], n_devices=rng.choice((2, 3)),
+                           ccr=rng.choice((0.5, 2.0)), explicit_comm=seed % 2 == 0, infeasible=0.15)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_makespan_matches_brute_force(seed):
+    cost = _tiny(seed)
+    result = MilpMapper().map(cost, MapOptions(time_limit=10))
+    assert result.status == "optimal"
+    assert result.objective_value == pytest.approx(_brute(cost, "makespan"), rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_energy_and_throughput_match_brute_force(seed):
+    cost = _tiny(100 + seed)
+    for objective in ("energy", "throughput"):
+        result = MilpMapper().map(cost, MapOptions(objective=objective, time_limit=10))
+        assert result.status == "optimal" and result.objective == objective
+        assert not validate(result.schedule)
+        assert result.objective_value == pytest.approx(_brute(cost, objective), rel=1e-6)
+        assert result.objective_value == pytest.approx(objective_value(result.schedule, objective), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_energy_under_makespan_bound_matches_brute_force(seed):
+    cost = _tiny(200 + seed)
+    fastest = _brute(cost, "makespan")
+    bound = fastest * 1.15
+    result = MilpMapper().map(cost, MapOptions(objective="energy", makespan_bound=bound, time_limit=10))
+    assert result.status == "optimal"
+    assert result.schedule.makespan <= bound * (1 + 1e-9)
+    assert result.objective_value == pytest.approx(_brute(cost, "energy", makespan_bound=bound), rel=1e-6)
+
+
+# -- capacities, routes, placement --------------------------------------------------
+def _independent(n, kinds, time, **kw):
+    graph = make_graph(n, [])
+    return make_cost(graph, make_platform(kinds), time, **kw)
+
+
+def test_memory_capacity_binds():
+    # dev 0 is fastest for all; unbounded, three go there (3) and one to dev 1 (3);
+    # its memory holds only two, so two go to dev 1 (6)
+    cost = _independent(4, ("cpu", "gpu"), [(1, 3)] * 4, footprint=[1.0] * 4, memory_capacity=[2.0, 10.0])
+    free = MilpMapper().map(cost, MapOptions())
+    assert free.objective_value == pytest.approx(3.0)
+    bound = MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(memory=True)))
+    assert sum(1 for d in bound.schedule.device_of if d == 0) == 2
+    assert bound.status == "optimal"
+    assert bound.objective_value == pytest.approx(6.0)
+    assert not validate(bound.schedule)
+
+
+def test_fpga_area_binds():
+    cost = _independent(3, ("cpu", "fpga"), [(4, 1)] * 3, area=[(0, 2.0)] * 3, area_capacity=[INF, 4.0])
+    result = MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(area=True)))
+    assert sum(1 for d in result.schedule.device_of if d == 1) == 2
+    assert result.objective_value == pytest.approx(4.0)
+    assert result.status == "optimal"
+    unbounded = MilpMapper().map(cost, MapOptions())
+    assert unbounded.objective_value == pytest.approx(3.0)
+
+
+def test_no_route_pair_is_never_used():
+    # bytes-based edge, no links at all: the two tasks must share a device
+    graph = make_graph(2, [(0, 1, 1e9, None)])
+    cost = make_cost(graph, make_platform(("cpu", "gpu")), [(1, 10), (10, 1)])
+    result = MilpMapper().map(cost, MapOptions())
+    dev = result.schedule.device_of
+    assert dev[0] == dev[1]
+    assert result.objective_value == pytest.approx(11.0)
+    assert result.status == "optimal"
+
+
+def test_placement_leaving_no_device_is_named():
+    graph = make_graph(3, [(0, 1, 0, 1.0), (1, 2, 0, 1.0)], placement=[Placement(), Placement(allow=("gpu",)),
+                                                                         Placement()])
+    cost = make_cost(graph, make_platform(("cpu", "gpu")), [(1, 5), (1, INF), (1, 5)])
+    with pytest.raises(InfeasibleError) as err:
+        MilpMapper().map(cost)
+    assert err.value.obj == "t1"
+
+
+def test_placement_is_respected():
+    graph = make_graph(3, [(0, 1, 0, 1.0), (1, 2, 0, 1.0)], placement=[Placement(), Placement(allow=("gpu",)),
+                                                                         Placement()])
+    cost = make_cost(graph, make_platform(("cpu", "gpu")), [(1, 5), (1, 5), (1, 5)])
+    result = MilpMapper().map(cost)
+    assert result.schedule.device_of[1] == 1
+    assert result.objective_value == pytest.approx(9.0)  # t0 cpu, comm, t1 gpu, comm, t2 cpu
+    assert not validate(result.schedule)
+
+
+def test_task_feasible_nowhere_is_named():
+    cost = _independent(3, ("cpu", "gpu"), [(1, 2), (INF, INF), (3, 1)])
+    with pytest.raises(InfeasibleError) as err:
+        MilpMapper().map(cost)
+    assert err.value.obj == "t1" and "t1" in str(err.value)
+
+
+def test_memory_too_small_is_infeasible():
+    cost = _independent(2, ("cpu", "gpu"), [(1, 2), (1, 2)], footprint=[5.0, 1.0], memory_capacity=[2.0, 2.0])
+    with pytest.raises(InfeasibleError) as err:
+        MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(memory=True)))
+    assert err.value.obj == "t0"
+
+
+def test_memory_too_small_in_total_is_infeasible():
+    # each task fits a device, all four do not fit the two devices together
+    cost = _independent(4, ("cpu", "gpu"), [(1, 2)] * 4, footprint=[1.0] * 4, memory_capacity=[1.5, 1.5])
+    with pytest.raises(InfeasibleError) as err:
+        MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(memory=True)))
+    assert "memory" in str(err.value)
+
+
+# -- limits, fallbacks, options -----------------------------------------------------
+def test_tiny_time_limit_on_40_tasks_returns_valid_schedule():
+    cost = random_instance(7, 40, shape="layered", n_devices=4)
+    result = MilpMapper().map(cost, MapOptions(time_limit=0.05))
+    assert not validate(result.schedule)
+    assert result.status in ("feasible", "heuristic")
+    heft = get_mapper("heft").map(cost)
+    assert result.objective_value <= heft.objective_value * (1 + 1e-9)
+    assert result.lower_bound is not None and result.lower_bound <= result.objective_value * (1 + 1e-9)
+
+
+def test_bad_objective_is_an_options_error():
+    with pytest.raises(OptionsError):
+        MilpMapper().map(heft_paper_example(), MapOptions(objective="speed"))
+    with pytest.raises(OptionsError):
+        MilpMapper().map(heft_paper_example(), MapOptions(time_limit=0))
+
+
+def test_progress_reports_start_and_end():
+    seen = []
+    MilpMapper().map(heft_paper_example(), MapOptions(progress=seen.append))
+    assert len(seen) >= 2
+    assert seen[0].incumbent is None
+    assert seen[-1].incumbent == pytest.approx(73.0)
+    assert all(b.elapsed >= a.elapsed for a, b in zip(seen, seen[1:]))
+
+
+def test_same_input_same_output():
+    cost = random_instance(11, 9, shape="layered", n_devices=3)
+    a = MilpMapper().map(cost, MapOptions(seed=3))
+    b = MilpMapper().map(cost, MapOptions(seed=3))
+    assert a.status == b.status == "optimal"
+    assert a.schedule.slots == b.schedule.slots
+
+
+def test_contention_is_applied_when_retiming():
+    cost = random_instance(5, 8, shape="forkjoin", n_devices=3, explicit_comm=False)
+    result = MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(contention=True)))
+    assert result.status == "feasible"  # the MILP does not model contention
+    assert result.schedule.options.contention
+    assert not validate(result.schedule)
+    assert any("contention" in n for n in result.notes)
+
+
+# -- symmetry breaking -------------------------------------------------------------
+def test_identical_devices_detected_and_symmetry_keeps_optimum():
+    graph = make_graph(6, [(0, 1, 0, 2.0), (0, 2, 0, 2.0), (0, 3, 0, 2.0), (1, 4, 0, 1.0), (2, 4, 0, 1.0),
+                           (3, 5, 0, 1.0)])
+    times = [(4, 2, 2), (5, 3, 3), (6, 2, 2), (3, 4, 4), (2, 2, 2), (7, 3, 3)]
+    cost = make_cost(graph, make_platform(("cpu", "gpu", "gpu")), times)
+    assert identical_device_classes(cost) == ((1, 2),)
+    assert canonical_devices((2, 2, 1, 0, 1, 2), ((1, 2),)) == (1, 1, 2, 0, 2, 1)
+    with_sym = _full(cost, symmetry=True)
+    without = _full(cost, symmetry=False)
+    assert with_sym.status == without.status == "optimal"
+    assert with_sym.objective == pytest.approx(without.objective, rel=1e-9)
+
+
+def test_different_devices_are_not_merged():
+    cost = random_instance(1, 5, n_devices=4)
+    assert identical_device_classes(cost) == ()
+
+
+def test_large_graph_takes_the_lns_path():
+    cost = random_instance(3, 70, shape="layered", n_devices=3)
+    start = time.perf_counter()
+    result = MilpMapper().map(cost, MapOptions(time_limit=3))
+    assert time.perf_counter() - start < 15
+    assert any("coarsened 70 ->" in n for n in result.notes)
+    assert not validate(result.schedule)
