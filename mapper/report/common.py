@@ -7,6 +7,7 @@ lets reports show predicted against measured times.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import tempfile
@@ -284,14 +285,24 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
     graph = schedule.cost.graph
     tol = 1e-9 * max(1.0, abs(schedule.makespan))
     xfer = {tr.edge: tr for tr in schedule.transfers}
-    by_device: dict[int, list[int]] = {}
-    for s in slots:
-        by_device.setdefault(s.device, []).append(s.task)
     chain_prev = {c[k]: c[k - 1] for c in getattr(schedule, "streamed", ()) for k in range(1, len(c))}
-    by_link: dict[int, list[int]] = {}
+    # (end, start, index) sorted per device and per link: "what ended at time s"
+    # is a bisection, so the walk is O(path length * log n)
+    dev_ends: dict[int, list[tuple[float, float, int]]] = {}
+    for sl in slots:
+        dev_ends.setdefault(sl.device, []).append((sl.end, sl.start, sl.task))
+    link_ends: dict[int, list[tuple[float, float, int]]] = {}
     for tr in schedule.transfers:
         for link in tr.links:
-            by_link.setdefault(link, []).append(tr.edge)
+            link_ends.setdefault(link, []).append((tr.end, tr.start, tr.edge))
+    for table in (dev_ends, link_ends):
+        for rows in table.values():
+            rows.sort()
+
+    def ended_at(rows: list[tuple[float, float, int]], t: float, me: int) -> list[int]:
+        lo = bisect.bisect_left(rows, (t - tol, -math.inf, -1))
+        hi = bisect.bisect_right(rows, (t + tol, math.inf, len(slots) + len(graph.edges)))
+        return [i for end, start, i in rows[lo:hi] if i != me and start < t]
 
     last = min(range(len(slots)), key=lambda t: (-slots[t].end, t))
     path = [PathStep("task", last)]
@@ -311,20 +322,16 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
                     cands.append((slots[edge.src].end, 0, PathStep("task", edge.src)))
             if step.index in chain_prev:  # pipelined: explained by the stage before it
                 cands.append((start, 0, PathStep("task", chain_prev[step.index])))
-            for other in by_device.get(me.device, ()):
-                o = slots[other]
-                if other != step.index and o.end <= start + tol and o.start < start:
-                    cands.append((o.end, 1, PathStep("task", other)))
+            for other in ended_at(dev_ends[me.device], start, step.index):
+                cands.append((slots[other].end, 1, PathStep("task", other)))
         else:
             tr = xfer[step.index]
             start = tr.start
             src = graph.edges[step.index].src
             cands.append((slots[src].end, 0, PathStep("task", src)))
             for link in tr.links:
-                for e in by_link[link]:
-                    o = xfer[e]
-                    if e != step.index and o.end <= start + tol and o.start < start:
-                        cands.append((o.end, 1, PathStep("transfer", e)))
+                for e in ended_at(link_ends[link], start, step.index):
+                    cands.append((xfer[e].end, 1, PathStep("transfer", e)))
         ready = [c for c in cands if c[0] <= start + tol and c[0] >= start - tol and c[2] not in seen]
         if not ready:
             break
