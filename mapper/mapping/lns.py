@@ -47,6 +47,7 @@ from mapper.mapping.milp import (
     retime,
     schedule_order,
     solve,
+    topo_arcs,
     value_of,
 )
 from mapper.schedule import Schedule, ScheduleOptions
@@ -163,20 +164,10 @@ def critical_tasks(schedule: Schedule) -> tuple[int, ...]:
     dev, slots = schedule.device_of, schedule.slots
     arcs = [(e.src, e.dst, cost.comm(e.index, dev[e.src], dev[e.dst])) for e in cost.graph.edges]
     arcs += [(a, b, 0.0) for a, b in chain_arcs(schedule_order(schedule), frozenset(range(n)))]
+    topo, _, _ = topo_arcs(n, arcs)
     out: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    indeg = [0] * n
     for a, b, c in arcs:
         out[a].append((b, c))
-        indeg[b] += 1
-    stack = [t for t in range(n) if indeg[t] == 0]
-    topo = []
-    while stack:
-        t = stack.pop()
-        topo.append(t)
-        for b, _ in out[t]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                stack.append(b)
     latest = [schedule.makespan] * n
     for t in reversed(topo):
         for b, c in out[t]:

@@ -78,12 +78,16 @@ REL_TOL = 1e-6
 
 
 # -- graph helpers ---------------------------------------------------------
-def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
-    """Descendant bitsets (``bit j of result[i]`` = ``i`` reaches ``j``) of an acyclic arc set."""
+def topo_arcs(n: int, arcs) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """``(topological order, successors, predecessors)`` of an acyclic arc set
+    over ``0..n-1`` (arcs are ``(a, b, ...)``; extra items are ignored)."""
     succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
-    for a, b in arcs:
+    for arc in arcs:
+        a, b = arc[0], arc[1]
         succ[a].append(b)
+        pred[b].append(a)
         indeg[b] += 1
     stack = [i for i in range(n) if indeg[i] == 0]
     topo: list[int] = []
@@ -94,6 +98,12 @@ def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
             indeg[j] -= 1
             if indeg[j] == 0:
                 stack.append(j)
+    return topo, succ, pred
+
+
+def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+    """Descendant bitsets (``bit j of result[i]`` = ``i`` reaches ``j``) of an acyclic arc set."""
+    topo, succ, _ = topo_arcs(n, arcs)
     reach = [0] * n
     for i in reversed(topo):
         r = 0
@@ -107,22 +117,7 @@ def head_tail(n: int, arcs: tuple[tuple[int, int], ...], weight: list[float]) ->
     """Longest ``weight`` path ending before each task (head) and starting
     after it (tail) over an acyclic arc set: lower bounds on the start and on
     the time from the end to the makespan, whatever the devices."""
-    succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for a, b in arcs:
-        succ[a].append(b)
-        pred[b].append(a)
-        indeg[b] += 1
-    stack = [i for i in range(n) if indeg[i] == 0]
-    topo: list[int] = []
-    while stack:
-        i = stack.pop()
-        topo.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
+    topo, succ, pred = topo_arcs(n, arcs)
     head = [0.0] * n
     tail = [0.0] * n
     for t in topo:
@@ -759,7 +754,7 @@ def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | No
         try:
             res = mapper.map(cost, options)
         except MapperError as err:
-            notes.append(f"{module}: {err.message}")
+            notes.append(f"{module}: {err.message.split(' (')[0]}")
             continue
         sched = res.schedule
         if validate(sched):
