@@ -111,7 +111,7 @@ def test_zero_length_schedule_all_formats(tmp_path):
     from mapper.report import write_report
     from test_report_common import build_result
 
-    res = build_result([("a", "add"), ("b", "add")], [(0, 1, 0)], [0, 1], [0.0, 0.0])
+    res = build_result([("a", "add"), ("b", "add")], [(0, 1, 0)], [0, 0], [0.0, 0.0])
     for name, fmt in (("r.json", None), ("r.html", None), ("r.dot", None), ("r.txt", None), ("t.json", "trace")):
         write_report(res, tmp_path / name, fmt)
     d = json.loads((tmp_path / "r.json").read_text())
