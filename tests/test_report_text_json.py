@@ -116,3 +116,14 @@ def test_zero_length_schedule_all_formats(tmp_path):
         write_report(res, tmp_path / name, fmt)
     d = json.loads((tmp_path / "r.json").read_text())
     assert d["makespan"] == 0.0 and [x["utilisation"] for x in d["devices"]] == [0.0, 0.0, 0.0]
+
+
+def test_compare_table():
+    from mapper.report.text import compare_table
+
+    a, b = small_result(), random_result(5, seed=1)
+    lines = compare_table([a, b]).splitlines()
+    assert lines[0].split()[:4] == ["mapper", "status", "makespan", "vs"]
+    assert lines[2].startswith("heft") and "7.57 ms" in lines[2]
+    ratio = a.schedule.makespan / b.schedule.makespan
+    assert f"{ratio:.3f}x" in lines[2] and "1.000x" in lines[3]

@@ -72,6 +72,25 @@ def schedule_table(result: MapResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_table(results) -> str:
+    """One row per mapping of the same graph: mapper, status, makespan, ratio to
+    the best makespan, objective value, lower bound, gap, solve time."""
+    best = min(r.schedule.makespan for r in results)
+    rows = []
+    for r in results:
+        ms = r.schedule.makespan
+        value = f"{r.objective_value:.6g} J" if r.objective == "energy" else fmt_time(r.objective_value)
+        rows.append(
+            (
+                r.mapper, r.status, fmt_time(ms), f"{ms / best:.3f}x" if best > 0 else "-",
+                f"{r.objective} {value}", fmt_time(r.lower_bound), fmt_pct(r.gap), fmt_time(r.solve_time),
+            )
+        )  # fmt: skip
+    header = ("mapper", "status", "makespan", "vs best", "objective", "lower bound", "gap", "solve time")
+    lines = _table(header, rows, (False, False, True, True, False, True, True, True))
+    return "\n".join(lines) + "\n"
+
+
 def write_text(result: MapResult, path: str | os.PathLike) -> None:
     """Write the summary and the schedule table to ``path`` atomically."""
     atomic_write(path, summary_table(result) + "\n" + schedule_table(result))
