@@ -69,7 +69,9 @@ class _Lane:
 
 
 def _pack(items: list[_Item], tol: float) -> int:
-    """Greedy interval partitioning (first row free); returns the row count."""
+    """Greedy interval partitioning: by start time, each item takes the first
+    row that is free (optimal row count; Kleinberg and Tardos, "Algorithm
+    Design", 2005, section 4.1). Returns the row count, capped at MAX_ROWS."""
     ends: list[float] = []
     for it in sorted(items, key=lambda i: (i.start, i.key)):
         for r, last in enumerate(ends):
