@@ -261,3 +261,17 @@ def test_text_table_lists_the_longest_tasks_first():
     assert [ln.split()[0] for ln in lines[2:4]] == [r.name for r in longest]
     assert f"{len(trace.records) - 2} more tasks" in text
     assert len(format_trace(trace, top=0).splitlines()) > len(trace.records)
+
+
+def test_log_sqrt_inputs_are_positive_and_infinities_compare_equal():
+    src = """graph g {
+  input x : f32[64]
+  input y : f32[64]
+  c = add(elementwise(x, fn = "log"), elementwise(y, fn = "sqrt"))
+  d = div(c, elementwise(c, fn = "scale", alpha = 0.0))
+  output c, d
+}"""
+    res = compile_graph(graph_from_text(src), "host", mapper="heft").result
+    trace = execute(res, repeats=1, check=True)
+    assert np.isfinite(trace.output("c")).all()
+    assert np.isinf(trace.output("d")).all()
