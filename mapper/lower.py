@@ -64,6 +64,11 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
     return graph_from_text(_read(file, None, None), file)
 
 
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of the DSL file at ``path``; InputError naming the file if unreadable."""
+    return _read(os.fspath(path), None, None)
+
+
 def lower(program: S.Program) -> TaskGraph:
     """Lower a parsed program (and the files it includes) to a task graph."""
     lowerer = _Lowerer(program)

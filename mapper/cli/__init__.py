@@ -15,7 +15,7 @@ from mapper import __version__
 from mapper.errors import MapperError, format_error
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ("mappers", "cost", "platforms", "check", "run", "calibrate")
+COMMANDS: tuple[str, ...] = ("compile", "mappers", "cost", "platforms", "check", "run", "calibrate", "import_")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,181 @@
+"""``mapper compile FILE --platform P``: map a task graph and write its reports.
+
+Prints the per-device summary and the mapping's quality (makespan, lower
+bound, gap, status, solve time); writes the JSON contract, HTML, Chrome trace,
+DOT and PNG reports on request. Every output file is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from mapper.errors import OptionsError
+from mapper.mapping.base import OBJECTIVES, MapOptions, Progress
+from mapper.pipeline import STAGES, StoppedAfter, compile_graph
+from mapper.schedule import ScheduleOptions
+
+EXAMPLES = """\
+examples:
+  mapper compile examples/heft_paper.tg --platform heft3 --mapper heft
+  mapper compile examples/bert_base.tg --platform cpu-gpu-fpga --time-limit 20 --html bert.html
+  mapper compile examples/resnet50.tg --platform workstation --compare heft,peft,milp --json out.json
+  mapper compile examples/jacobi2d.tg --platform cpu-gpu-fpga --objective energy --trace trace.json
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compile",
+        help="map a task graph onto a platform and report the schedule",
+        description="Parse FILE, build the cost table for the platform, map tasks to devices, "
+        "validate the schedule and report it.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="a task-graph DSL file (.tg)")
+    p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
+    p.add_argument("--mapper", default="milp", help="mapping algorithm (default: milp; see `mapper mappers`)")
+    p.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                   help="seconds for exact and search-based mappers (default 10)")
+    p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
+    p.add_argument("--makespan-bound", type=float, metavar="S",
+                   help="with --objective energy: the schedule must finish within S seconds")
+    p.add_argument("--seed", type=int, default=0, help="seed for randomised mappers (default 0)")
+    p.add_argument("--compare", metavar="M1,M2", default="",
+                   help="also run these mappers and compare them in the reports")
+    for name, text in (
+        ("contention", "serialise transfers that share a link"),
+        ("streaming", "pipeline chains of streamable tasks on an FPGA"),
+        ("memory", "enforce each device's memory capacity"),
+        ("area", "enforce each FPGA's area"),
+    ):
+        p.add_argument(f"--{name}", action="store_true", help=text)
+    p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
+    p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
+    p.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace")
+    p.add_argument("--dot", metavar="OUT", help="write the task graph as Graphviz DOT")
+    p.add_argument("--png", metavar="OUT", help="write a Gantt chart PNG (needs mapper[plot])")
+    p.add_argument("--dump-after", choices=STAGES, metavar="STAGE",
+                   help=f"print the product of a stage and stop ({', '.join(STAGES)})")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    loud.add_argument("-v", "--verbose", action="store_true", help="also print the schedule and stage times")
+    p.set_defaults(func=run)
+
+
+def _progress_printer(stream) -> callable:
+    """A MapOptions.progress callback printing one live line (on a terminal only)."""
+    if not stream.isatty():
+        return None
+
+    def show(p: Progress) -> None:
+        inc = "-" if p.incumbent is None else f"{p.incumbent:.6g}"
+        bnd = "-" if p.bound is None else f"{p.bound:.6g}"
+        stream.write(f"\r  solving: {p.elapsed:6.1f} s  incumbent {inc}  bound {bnd}   ")
+        stream.flush()
+
+    return show
+
+
+def _dump(stage: str, product) -> str:
+    """Text for ``--dump-after STAGE``."""
+    if stage == "parse":
+        return f"parsed {product.file}: {len(product.items)} top-level items\n"
+    if stage == "lower":
+        from mapper.dump import dump_graph
+
+        return dump_graph(product)
+    if stage == "platform":
+        lines = [f"platform {product.name}: {product.summary()}"]
+        lines += [f"  {d.name} ({d.kind})" for d in product.devices]
+        return "\n".join(lines) + "\n"
+    if stage == "cost":
+        from mapper.cli.cost import render
+
+        return render(product)
+    from mapper.report.text import schedule_table, summary_table
+
+    return summary_table(product) + "\n" + schedule_table(product)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.time_limit <= 0:
+        raise OptionsError(f"--time-limit must be positive, got {args.time_limit:g}", obj="--time-limit")
+    if args.makespan_bound is not None and args.objective != "energy":
+        raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
+    compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
+    progress = None if args.quiet else _progress_printer(sys.stderr)
+    options = MapOptions(
+        objective=args.objective,
+        time_limit=args.time_limit,
+        seed=args.seed,
+        schedule=ScheduleOptions(
+            contention=args.contention, streaming=args.streaming, memory=args.memory, area=args.area
+        ),
+        makespan_bound=args.makespan_bound,
+        progress=progress,
+    )
+    t0 = time.perf_counter()
+    try:
+        compiled = compile_graph(
+            args.file, args.platform, mapper=args.mapper, options=options,
+            compare=compare, dump_after=args.dump_after,
+        )
+    except StoppedAfter as stop:
+        sys.stdout.write(_dump(stop.stage, stop.product))
+        return 0
+    finally:
+        if progress is not None:
+            sys.stderr.write("\r" + " " * 70 + "\r")
+    result = compiled.result
+    _write_reports(args, compiled)
+    if not args.quiet:
+        from mapper.report.text import schedule_table, summary_table
+
+        out = [summary_table(result)]
+        if compiled.compare:
+            out.append(_compare_table((result, *compiled.compare)))
+        if args.verbose:
+            out.append(schedule_table(result))
+            stages = "  ".join(f"{name} {secs * 1e3:.1f} ms" for name, secs in compiled.stage_times)
+            out.append(f"stages: {stages}  (total {time.perf_counter() - t0:.2f} s)\n")
+        sys.stdout.write("\n".join(out))
+    return 0
+
+
+def _compare_table(results) -> str:
+    """Mapper, status, makespan, objective value, solve time: one line each."""
+    best = min(r.schedule.makespan for r in results)
+    lines = ["", f"{'mapper':<10} {'status':<10} {'makespan':>14} {'vs best':>8} {'solve':>10}"]
+    for r in results:
+        ratio = r.schedule.makespan / best if best > 0 else 1.0
+        lines.append(
+            f"{r.mapper:<10} {r.status:<10} {r.schedule.makespan:>14.6g} {ratio:>8.3f} {r.solve_time:>9.3f}s"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _write_reports(args: argparse.Namespace, compiled) -> None:
+    result = compiled.result
+    if args.json:
+        from mapper.report.json_report import write_json
+
+        write_json(result, args.json)
+    if args.html:
+        from mapper.report.html import write_html
+
+        write_html(result, args.html, compare=compiled.compare)
+    if args.trace:
+        from mapper.report.chrome_trace import write_chrome_trace
+
+        write_chrome_trace(result, args.trace)
+    if args.dot:
+        from mapper.report.dot import write_dot
+
+        write_dot(result, args.dot)
+    if args.png:
+        from mapper.report.png import write_png
+
+        write_png(result, args.png)

@@ -1,0 +1,132 @@
+"""The compiler pipeline: parse -> lower -> platform -> cost -> map -> validate.
+
+Each stage is a function from one frozen type to the next (DESIGN.md section
+2). :func:`compile_graph` calls them in order, times each stage, and can stop
+after any stage (``dump_after``), handing the stage's product to a callback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from mapper.cost import CostTable, build_cost_table
+from mapper.errors import MapperError, OptionsError
+from mapper.graph import TaskGraph
+from mapper.mapping import get_mapper
+from mapper.mapping.base import MapOptions, MapResult
+from mapper.platform import Platform, load_platform
+from mapper.validate import validate
+
+#: Stage names, in order; ``dump_after`` takes one of them.
+STAGES = ("parse", "lower", "platform", "cost", "map", "validate")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    """Everything one compilation produced, with per-stage wall times."""
+
+    graph: TaskGraph
+    platform: Platform
+    cost: CostTable
+    result: MapResult
+    compare: tuple[MapResult, ...] = ()
+    stage_times: tuple[tuple[str, float], ...] = ()
+
+
+class StoppedAfter(Exception):
+    """Raised internally when ``dump_after`` names a stage; carries its product."""
+
+    def __init__(self, stage: str, product: Any) -> None:
+        super().__init__(stage)
+        self.stage = stage
+        self.product = product
+
+
+def require_valid(result: MapResult) -> MapResult:
+    """Check ``result``'s schedule with the independent validator; raise if broken.
+
+    An invalid schedule is a bug in a mapper, so this is an internal error (exit 1).
+    """
+    violations = validate(result.schedule)
+    if violations:
+        listed = "; ".join(v.message for v in violations[:5])
+        raise MapperError(
+            f"mapper {result.mapper!r} produced an invalid schedule "
+            f"({len(violations)} violations): {listed}",
+            obj=result.mapper,
+        )
+    return result
+
+
+def map_and_validate(cost: CostTable, mapper: str, options: MapOptions) -> MapResult:
+    """Run one mapper and check its schedule with the independent validator."""
+    return require_valid(get_mapper(mapper).map(cost, options))
+
+
+def compile_graph(
+    source: str | Path | TaskGraph,
+    platform: str | Path | Platform,
+    *,
+    mapper: str = "milp",
+    options: MapOptions = MapOptions(),
+    compare: Sequence[str] = (),
+    dump_after: str | None = None,
+    on_stage: Callable[[str, float], None] | None = None,
+) -> CompileResult:
+    """Compile ``source`` for ``platform`` with ``mapper``.
+
+    Parameters
+    ----------
+    source : a DSL file path, or an already lowered TaskGraph.
+    platform : a shipped platform name, a TOML path, or a Platform.
+    mapper : the mapper whose schedule is the result.
+    compare : further mappers to run on the same cost table, for comparison.
+    dump_after : stop after this stage and raise :class:`StoppedAfter` with its product.
+    on_stage : called with (stage name, seconds) after each stage.
+
+    Raises
+    ------
+    MapperError
+        On bad input (exit 2), infeasibility (exit 3) or an invalid schedule.
+    """
+    if dump_after is not None and dump_after not in STAGES:
+        raise OptionsError(f"unknown stage {dump_after!r}; choose one of {', '.join(STAGES)}")
+    times: list[tuple[str, float]] = []
+
+    def stage(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        product = fn()
+        dt = time.perf_counter() - t0
+        times.append((name, dt))
+        if on_stage is not None:
+            on_stage(name, dt)
+        if dump_after == name:
+            raise StoppedAfter(name, product)
+        return product
+
+    if isinstance(source, TaskGraph):
+        graph = source
+    else:
+        from mapper.lower import lower, read_source
+        from mapper.parse import parse
+
+        path = str(source)
+        program = stage("parse", lambda: parse(read_source(path), path))
+        graph = stage("lower", lambda: lower(program))
+    plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
+    cost = stage("cost", lambda: build_cost_table(graph, plat))
+    result = stage("map", lambda: get_mapper(mapper).map(cost, options))
+    others: list[MapResult] = []
+
+    def check() -> MapResult:
+        require_valid(result)
+        for name in compare:
+            if name != mapper:
+                others.append(map_and_validate(cost, name, options))
+        return result
+
+    stage("validate", check)
+    return CompileResult(graph, plat, cost, result, tuple(others), tuple(times))
