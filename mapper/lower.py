@@ -6,7 +6,8 @@ and work through :mod:`mapper.ops`, applies annotations, and builds the edges.
 Every user error becomes a :class:`~mapper.errors.DslError` with the span of
 the construct at fault. docs/dsl.md is the reference for the semantics.
 
-Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`.
+Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`,
+:func:`read_source`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
 
 __all__ = [
-    "graph_from_text", "load_graph", "lower", "MAX_TASKS", "MAX_LOOP_ITERATIONS",
+    "graph_from_text", "load_graph", "lower", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS",
     "TIME_UNITS", "BYTE_UNITS",
 ]
 
@@ -61,7 +62,7 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
         On any error in the program.
     """
     file = os.fspath(path)
-    return graph_from_text(_read(file, None, None), file)
+    return graph_from_text(read_source(file), file)
 
 
 def read_source(path: str | os.PathLike[str]) -> str:

@@ -7,7 +7,7 @@ import pytest
 from mapper.dump import dump_graph
 from mapper.errors import InputError
 from mapper.graph import TensorType
-from mapper.lower import graph_from_text, load_graph
+from mapper.lower import graph_from_text, load_graph, read_source
 
 BERT = """
 param B = 2, S = 8, H = 16, L = 3
@@ -215,6 +215,14 @@ def test_load_graph_missing_file_names_it(tmp_path):
     with pytest.raises(InputError) as info:
         load_graph(path)
     assert info.value.obj == str(path) and "no such file" in info.value.message
+
+
+def test_read_source_names_an_unreadable_file(tmp_path):
+    with pytest.raises(InputError) as info:
+        read_source(tmp_path)
+    assert info.value.obj == str(tmp_path) and "directory" in info.value.message
+    (tmp_path / "a.tg").write_text("graph g { }")
+    assert read_source(tmp_path / "a.tg") == "graph g { }"
 
 
 def test_load_graph_not_utf8(tmp_path):
