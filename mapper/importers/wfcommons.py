@@ -212,10 +212,14 @@ def _read_spec(js: _Json, wf: dict) -> tuple[list[tuple[WfTask, tuple[str, ...],
         records[rid] = (float(js.get(r, "runtimeInSeconds", rp, "number")),
                         _cores(js, r, "coreCount", rp), _opt_number(js, r, "avgCPU", rp))
     out = []
+    first: dict[str, str] = {}
     for i, t in enumerate(js.get(spec, "tasks", sp, "array")):
         tp = f"{sp}.tasks[{i}]"
         js.check(t, tp, "object")
         tid = js.get(t, "id", tp, "string")
+        if tid in first:
+            raise js.fail(f"{tp}.id", f"duplicate task id {tid!r} (also {first[tid]})")
+        first[tid] = tp
         if tid not in records:
             raise js.fail(f"{tp}.id", f"task {tid!r} has no record in workflow.execution.tasks")
         runtime, cores, avg = records.pop(tid)
