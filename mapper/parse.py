@@ -67,9 +67,9 @@ class _Newlines:
                 if tok.type not in _CONTINUED_BY:
                     yield pending
                 pending = None
-            if tok.value in ("(", "[") and tok.type not in ("STRING",):
+            if tok.type in ("LPAR", "LSQB"):
                 depth += 1
-            elif tok.value in (")", "]") and tok.type != "STRING" and depth > 0:
+            elif tok.type in ("RPAR", "RSQB") and depth > 0:
                 depth -= 1
             prev = tok
             yield tok
@@ -303,6 +303,12 @@ def _line(text: str, line: int) -> str | None:
     return lines[line - 1] if 0 < line <= len(lines) else None
 
 
+def _end_of_text(text: str) -> tuple[int, int]:
+    """Line and column just after the last non-blank character."""
+    lines = text.rstrip().splitlines() or [""]
+    return len(lines), len(lines[-1]) + 1
+
+
 def _word_before(line: str, col: int) -> str | None:
     m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", line[: col - 1])
     return m.group(1) if m else None
@@ -345,9 +351,8 @@ def _translate(exc: Exception, text: str, file: str, parser: Lark) -> DslError:
     if isinstance(exc, lark.exceptions.UnexpectedToken):
         tok = exc.token
         line, col = exc.line, exc.column
-        if not isinstance(line, int) or line < 1:  # $END carries no position
-            lines = text.splitlines() or [""]
-            line, col = len(lines), len(lines[-1]) + 1
+        if tok.type == "$END" or not isinstance(line, int) or line < 1:
+            line, col = _end_of_text(text)
         end = tok.end_column if tok.type not in ("$END", "_SEP") and tok.end_line == tok.line else None
         msg = f"unexpected {_token_text(tok)}{_expected(exc.expected, parser)}"
         before = _word_before(_line(text, line) or "", col)
@@ -366,8 +371,7 @@ def _translate(exc: Exception, text: str, file: str, parser: Lark) -> DslError:
         if ch == '"':
             hint = "strings end on the same line and cannot contain '\"' or '\\'"
     elif isinstance(exc, lark.exceptions.UnexpectedEOF):
-        lines = text.splitlines() or [""]
-        line, col, end = len(lines), len(lines[-1]) + 1, None
+        (line, col), end = _end_of_text(text), None
         msg = f"unexpected end of file{_expected(exc.expected, parser)}"
     else:
         line, col, end = 1, 1, None

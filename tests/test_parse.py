@@ -123,7 +123,7 @@ def test_spans_are_one_based_with_end_column():
     ("graph g { y = relu(x) z = relu(y) }", (1, 23), ["unexpected 'z'", "a newline"]),
     ("graph g {\n  input in : f32[3]\n}", (2, 9), ["unexpected 'in'", "a name"]),
     ("graph g { y = $ }", (1, 15), ["unexpected character '$'"]),
-    ("graph g { y = relu(x)", None, ["unexpected end of file", "'}'"]),
+    ("graph g { y = relu(x)\n\n", (1, 22), ["unexpected end of file", "'}'"]),
     ("param = 3", (1, 7), ["unexpected '='", "expected a name"]),
     ('graph g { y = f(x, k = "ab\n") }', (1, 24), ["unexpected character '\"'"]),
 ])
