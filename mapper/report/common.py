@@ -401,7 +401,7 @@ def text_colour(fill: str) -> str:
     """Black or white, whichever reads better on the ``#rrggbb`` colour ``fill``."""
     r, g, b = (int(fill[i : i + 2], 16) / 255.0 for i in (1, 3, 5))
     luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
-    return "#111" if luminance > 0.55 else "#fff"
+    return "#111111" if luminance > 0.55 else "#ffffff"
 
 
 def clip_text(text: str, max_chars: int) -> str:
