@@ -15,13 +15,15 @@ in the platform file would give; fitted on the probes, not on the examples).
 Sizes (smaller than the examples' own where a full run takes too long on a
 2-core machine; every size is printed): see :data:`SIZES`.
 
-Usage: python benchmarks/prediction.py [--repeats 5] [--quick-calibration] [--only NAME ...] [--json OUT]
+Usage: python benchmarks/prediction.py [--repeats 5] [--quick-calibration | --platform FILE]
+       [--only NAME ...] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -33,6 +35,7 @@ from mapper.cost import op_class
 from mapper.execute import execute
 from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
+from mapper.platform import load_platform
 from mapper.trace import ERROR_MIN_SECONDS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -76,16 +79,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick-calibration", action="store_true")
     ap.add_argument("--only", nargs="*", default=None, choices=sorted(SIZES))
+    ap.add_argument("--platform", help="use this platform file instead of calibrating")
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    cal = calibrate(Settings.quick() if args.quick_calibration else Settings(),
-                    log=lambda s: print("  calibrate:", s, flush=True))
-    plat = cal.platform()
-    print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
-    print(platform_toml(cal))
-    factor = {p.op_class: p.measured / p.model for p in cal.probes if p.model > 0}
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    factor: dict[str, float] = {}
+    if args.platform:
+        plat = load_platform(args.platform)
+        calibration = Path(args.platform).read_text()
+        print(f"platform {plat.name} from {args.platform} (no calibration run)")
+    else:
+        cal = calibrate(Settings.quick() if args.quick_calibration else Settings(),
+                        log=lambda s: print("  calibrate:", s, flush=True))
+        plat = cal.platform()
+        calibration = platform_toml(cal)
+        print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
+        print(calibration)
+        factor = {p.op_class: p.measured / p.model for p in cal.probes if p.model > 0}
 
     rows: list[dict] = []
     for name in args.only or list(SIZES):
@@ -99,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"           predicted makespan {trace.predicted_makespan * 1e3:9.2f} ms, "
               f"measured {trace.makespan * 1e3:9.2f} ms")
         print(f"           {dist([r.error for r in long])}")
+        print(f"   vs best {dist([(r.predicted - r.best) / r.best for r in long])}")
         for r in trace.records:
             rows.append({"example": name, "task": r.name, "op": r.op, "class": op_class(r.op),
-                         "bound": r.bound, "predicted": r.predicted, "measured": r.measured, "error": r.error})
+                         "bound": r.bound, "predicted": r.predicted, "measured": r.measured, "error": r.error,
+                         "best": r.best})
 
     long_rows = [r for r in rows if r["measured"] and r["measured"] > ERROR_MIN_SECONDS]
     print("\nper op class (CPU tasks > 1 ms):")
@@ -111,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {cls:11s} {dist(errs)}  ({probe})")
     all_errs = [r["error"] for r in long_rows]
     print(f"\nALL        {dist(all_errs)}")
+    print(f"vs best    {dist([(r['predicted'] - r['best']) / r['best'] for r in long_rows])}"
+          "   <- against the fastest timed call instead of the median")
     if factor:
         fixed = [(r["predicted"] * factor.get(r["class"], 1.0) - r["measured"]) / r["measured"] for r in long_rows]
         print(f"per-class  {dist(fixed)}   <- predictions scaled by each class's probe measured/model ratio")
-    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s; load average at end: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"calibration": platform_toml(cal), "tasks": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"calibration": calibration, "tasks": rows}, indent=1))
     return 0
 
 

@@ -187,15 +187,18 @@ class TensorStore:
 
 
 # -- running one task -------------------------------------------------------------------
-def time_call(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
-    """Call ``fn`` once untimed (warm-up, compile), then ``repeats`` times; median seconds."""
+def time_call(fn: Callable[[], Any], repeats: int) -> tuple[Any, tuple[float, ...]]:
+    """Call ``fn`` once untimed (warm-up, compile), then ``repeats`` timed calls.
+
+    Returns the last result and the ``repeats`` durations in seconds.
+    """
     out = fn()
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
         samples.append(time.perf_counter() - t0)
-    return out, statistics.median(samples)
+    return out, tuple(samples)
 
 
 def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
@@ -246,7 +249,7 @@ class _Run:
         self.opts = opts
         self.done = [threading.Event() for _ in graph.tasks]
         self.stop = threading.Event()
-        self.measured: list[float | None] = [None] * len(graph.tasks)
+        self.samples: list[tuple[float, ...]] = [()] * len(graph.tasks)
         self.failures: list[tuple[int, BaseException]] = []
         self._lock = threading.Lock()
 
@@ -262,10 +265,10 @@ class _Run:
         args = self.store.operands(task)
         attrs = dict(task.attrs)
         kernel = self.k.run_kernel if self.opts.backend == "numba" else self.k.reference
-        out, secs = time_call(lambda: kernel(task.op, args, attrs), self.opts.repeats)
+        out, samples = time_call(lambda: kernel(task.op, args, attrs), self.opts.repeats)
         ref = self.k.reference(task.op, args, attrs) if self.opts.check and self.opts.backend == "numba" else None
         _check_output(task, out, ref, self.k)
-        self.measured[t] = secs
+        self.samples[t] = samples
         self.store.finish(task, out)
 
     def lane(self, tasks: tuple[int, ...], rank: dict[int, int]) -> None:
@@ -381,37 +384,28 @@ def _trace(
 ) -> Trace:
     schedule = result.schedule
     cost = schedule.cost
-    devices = cost.platform.devices
-    durations: list[float] = []
-    partial = []
+    graph, devices = cost.graph, cost.platform.devices
+    records = []
     for t, slot in enumerate(schedule.slots):
         dev = devices[slot.device]
+        samples = run.samples[t]
+        measured = statistics.median(samples) if samples else None
         predicted = slot.end - slot.start
-        measured = run.measured[t]
-        if dev.kind in MEASURED_KINDS:
-            modelled = None
-            error = (predicted - measured) / measured if measured else None
-            durations.append(measured if measured is not None else predicted)
-        else:
-            modelled = cost.time[t][slot.device]
-            error = None
-            durations.append(modelled)
-        partial.append((t, slot, dev, predicted, measured, modelled, error))
-    actual = retime(schedule, durations, plan.device_order)
-    records = tuple(
-        TaskRecord(
-            task=t, name=cost.graph.tasks[t].name, op=cost.graph.tasks[t].op,
+        cpu = dev.kind in MEASURED_KINDS
+        records.append(TaskRecord(
+            task=t, name=graph.tasks[t].name, op=graph.tasks[t].op,
             device=slot.device, device_name=dev.name, device_kind=dev.kind,
             predicted_start=slot.start, predicted_end=slot.end, predicted=predicted,
-            measured=measured, modelled=modelled, error=error,
-            start=actual.slots[t].start, end=actual.slots[t].end, bound=cost.bound[t][slot.device],
-        )
-        for t, slot, dev, predicted, measured, modelled, error in partial
-    )
+            measured=measured, modelled=None if cpu else cost.time[t][slot.device],
+            error=(predicted - measured) / measured if cpu and measured else None,
+            bound=cost.bound[t][slot.device], best=min(samples) if samples else None,
+        ))
+    actual = retime(schedule, [r.actual for r in records], plan.device_order)
+    records = [dataclasses.replace(r, start=s.start, end=s.end) for r, s in zip(records, actual.slots)]
     return Trace(
-        graph=cost.graph.name, platform=cost.platform.name, mapper=result.mapper, backend=backend,
-        seed=seed, repeats=repeats, checked=checked, records=records,
+        graph=graph.name, platform=cost.platform.name, mapper=result.mapper, backend=backend,
+        seed=seed, repeats=repeats, checked=checked, records=tuple(records),
         predicted_makespan=schedule.makespan, makespan=actual.makespan,
-        errors=ErrorSummary.of(records), tensors_total=store.total, peak_live=store.peak,
+        errors=ErrorSummary.of(tuple(records)), tensors_total=store.total, peak_live=store.peak,
         wall=wall, workers=len(plan.lanes), outputs=store.kept(),
     )

@@ -27,7 +27,8 @@ class TaskRecord:
     mapped schedule. ``measured`` is the median CPU time of the repeated runs
     (None if the task was not run), ``modelled`` the cost model's time on an
     accelerator (None on CPU devices), and ``error`` the relative prediction
-    error ``(predicted - measured) / measured`` on CPU devices (None elsewhere).
+    error ``(predicted - measured) / measured`` on CPU devices (None elsewhere);
+    ``best`` is the fastest timed call.
     ``start``/``end`` place the task in the re-timed schedule, where every
     duration is the measured (CPU) or modelled (accelerator) time.
     """
@@ -47,6 +48,7 @@ class TaskRecord:
     start: float = 0.0
     end: float = 0.0
     bound: str = ""  # what limits the prediction: compute|memory|launch|serial|...
+    best: float | None = None  # fastest of the timed calls, seconds
 
     @property
     def actual(self) -> float:
@@ -154,6 +156,7 @@ class Trace:
                     "start": r.start,
                     "end": r.end,
                     "bound": r.bound,
+                    "best": r.best,
                 }
                 for r in self.records
             ],
