@@ -32,7 +32,9 @@ FORMATS: dict[str, tuple[str, str]] = {
     "png": ("mapper.report.png", "write_png"),
 }
 
-_SUFFIXES = {".txt": "text", ".json": "json", ".html": "html", ".htm": "html", ".dot": "dot", ".gv": "dot", ".png": "png"}
+_SUFFIXES = {
+    ".txt": "text", ".json": "json", ".html": "html", ".htm": "html", ".dot": "dot", ".gv": "dot", ".png": "png",
+}  # fmt: skip
 
 
 def format_for(path: str | os.PathLike, fmt: str | None = None) -> str:

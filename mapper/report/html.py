@@ -116,19 +116,31 @@ def _facts(result: MapResult) -> str:
     return '<table class="facts" id="summary-table">' + "".join(cells) + "</table>"
 
 
+def _table(table_id: str, header: tuple[str, ...], rows: list[str]) -> str:
+    """A table; header cells starting with ``#`` are numeric (right-aligned)."""
+    head = "".join(f'<th class="num">{esc(h[1:])}</th>' if h[:1] == "#" else f"<th>{esc(h)}</th>" for h in header)
+    return f'<table id="{table_id}"><tr>{head}</tr>' + "".join(rows) + "</table>"
+
+
+def _tr(cls: str, data: dict[str, object], cells: list[tuple[str, bool]]) -> str:
+    """A row: ``cells`` are (html, numeric); ``data`` become escaped data-* attributes."""
+    attrs = "".join(f' data-{k}="{esc(v)}"' for k, v in data.items())
+    tds = "".join(f'<td class="num">{c}</td>' if num else f"<td>{c}</td>" for c, num in cells)
+    return f'<tr class="{cls}"{attrs}>{tds}</tr>'
+
+
 def _utilisation(result: MapResult) -> str:
     sched = result.schedule
     colours = device_colours(sched)
-    rows = ['<tr><th>device</th><th>kind</th><th class="num">tasks</th><th class="num">busy</th><th>utilisation</th></tr>']
+    rows = []
     for d in device_stats(sched):
         pct = 100.0 * d.utilisation
-        rows.append(
-            f'<tr class="util" data-device="{esc(d.name)}"><td>{esc(d.name)}</td><td>{esc(d.kind)}</td>'
-            f'<td class="num">{d.tasks}</td><td class="num">{esc(fmt_time(d.busy))}</td>'
-            f'<td><span class="bar"><i style="width:{pct:.1f}%;background:{colours[d.index]}"></i></span> '
-            f"{pct:.1f} %</td></tr>"
-        )
-    return '<table id="utilisation-table">' + "".join(rows) + "</table>"
+        bar = f'<span class="bar"><i style="width:{pct:.1f}%;background:{colours[d.index]}"></i></span> {pct:.1f} %'
+        cells = [
+            (esc(d.name), False), (esc(d.kind), False), (str(d.tasks), True), (esc(fmt_time(d.busy)), True), (bar, False),
+        ]  # fmt: skip
+        rows.append(_tr("util", {"device": d.name}, cells))
+    return _table("utilisation-table", ("device", "kind", "#tasks", "#busy", "utilisation"), rows)
 
 
 def _path_list(result: MapResult, path: tuple[PathStep, ...]) -> str:
@@ -167,48 +179,44 @@ def _path_list(result: MapResult, path: tuple[PathStep, ...]) -> str:
 def _compare(result: MapResult, compare: Sequence[MapResult]) -> str:
     results = [result, *compare]
     best = min(r.schedule.makespan for r in results)
-    rows = [
-        "<tr><th>mapper</th><th>status</th><th>objective</th><th class='num'>makespan</th>"
-        "<th class='num'>vs best</th><th class='num'>lower bound</th><th class='num'>gap</th>"
-        "<th class='num'>solve time</th></tr>"
-    ]
+    rows = []
     for i, r in enumerate(results):
         ms = r.schedule.makespan
         cls = " ".join(c for c in ("cmp", "current" if i == 0 else "", "best" if ms == best else "") if c)
-        ratio = f"{ms / best:.3f}\u00d7" if best > 0 else "-"
-        rows.append(
-            f'<tr class="{cls}" data-mapper="{esc(r.mapper)}"><td>{esc(r.mapper)}</td>'
-            f'<td><span class="status {esc(r.status)}">{esc(r.status)}</span></td><td>{esc(r.objective)}</td>'
-            f'<td class="num">{esc(fmt_time(ms))}</td><td class="num">{ratio}</td>'
-            f'<td class="num">{esc(fmt_time(r.lower_bound))}</td><td class="num">{esc(fmt_pct(r.gap))}</td>'
-            f'<td class="num">{esc(fmt_time(r.solve_time))}</td></tr>'
-        )
-    return '<table id="compare-table">' + "".join(rows) + "</table>"
+        status = f'<span class="status {esc(r.status)}">{esc(r.status)}</span>'
+        cells = [
+            (esc(r.mapper), False), (status, False), (esc(r.objective), False), (esc(fmt_time(ms)), True),
+            (f"{ms / best:.3f}\u00d7" if best > 0 else "-", True), (esc(fmt_time(r.lower_bound)), True),
+            (esc(fmt_pct(r.gap)), True), (esc(fmt_time(r.solve_time)), True),
+        ]  # fmt: skip
+        rows.append(_tr(cls, {"mapper": r.mapper}, cells))
+    header = ("mapper", "status", "objective", "#makespan", "#vs best", "#lower bound", "#gap", "#solve time")
+    return _table("compare-table", header, rows)
 
 
 def _run_table(result: MapResult, rows: tuple[RunRow, ...]) -> str:
     sched = result.schedule
     graph, devs = sched.cost.graph, sched.cost.platform.devices
     longest = max([r.predicted for r in rows] + [r.actual or 0.0 for r in rows] + [1e-30])
-    out = [
-        "<tr><th>task</th><th>device</th><th class='num'>predicted start</th><th class='num'>predicted</th>"
-        "<th class='num'>measured</th><th class='num'>modelled</th><th class='num'>actual / predicted</th>"
-        "<th>predicted (grey) against actual (colour)</th></tr>"
-    ]
+    out = []
     for r in rows:
         ratio = f"{r.actual / r.predicted:.2f}" if r.actual is not None and r.predicted > 0 else "-"
         wp = 200.0 * r.predicted / longest
         wa = 200.0 * (r.actual or 0.0) / longest
-        out.append(
-            f'<tr class="run" data-task="{r.task}"><td>{esc(graph.tasks[r.task].name)}</td>'
-            f"<td>{esc(devs[r.device].name)}</td><td class='num'>{esc(fmt_time(r.predicted_start))}</td>"
-            f"<td class='num'>{esc(fmt_time(r.predicted))}</td><td class='num'>{esc(fmt_time(r.measured))}</td>"
-            f"<td class='num'>{esc(fmt_time(r.modelled))}</td><td class='num'>{ratio}</td>"
-            f'<td><svg xmlns="http://www.w3.org/2000/svg" width="204" height="14">'
+        bars = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="204" height="14">'
             f'<rect x="0" y="1" width="{wp:.1f}" height="5" fill="#9aa3ad"/>'
-            f'<rect x="0" y="8" width="{wa:.1f}" height="5" fill="#1565c0"/></svg></td></tr>'
+            f'<rect x="0" y="8" width="{wa:.1f}" height="5" fill="#1565c0"/></svg>'
         )
-    return '<table id="run-table">' + "".join(out) + "</table>"
+        cells = [
+            (esc(graph.tasks[r.task].name), False), (esc(devs[r.device].name), False),
+            (esc(fmt_time(r.predicted_start)), True), (esc(fmt_time(r.predicted)), True),
+            (esc(fmt_time(r.measured)), True), (esc(fmt_time(r.modelled)), True), (ratio, True), (bars, False),
+        ]  # fmt: skip
+        out.append(_tr("run", {"task": r.task}, cells))
+    header = ("task", "device", "#predicted start", "#predicted", "#measured", "#modelled", "#actual / predicted",
+              "predicted (grey) against actual (colour)")  # fmt: skip
+    return _table("run-table", header, out)
 
 
 def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None) -> str:

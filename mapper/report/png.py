@@ -75,7 +75,8 @@ def render_png(result: MapResult, *, width_in: float = 10.0, dpi: int = 200, tit
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     if title is None:
-        title = f"{graph.name} on {sched.cost.platform.name}: {result.mapper}, makespan {sched.makespan / scale:.4g} {unit}"
+        title = f"{graph.name} on {sched.cost.platform.name}: {result.mapper}, "
+        title += f"makespan {sched.makespan / scale:.4g} {unit}"
     ax.set_title(title, fontsize=10)
     ops = sorted({t.op for t in graph.tasks})
     handles = [Patch(color=op_colour(op), label=op) for op in ops]
