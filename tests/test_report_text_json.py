@@ -47,8 +47,11 @@ def test_json_contract_keys_and_values():
     d = to_json_dict(res)
     assert list(d) == [
         "makespan", "mapper", "status", "objective", "objective_value", "lower_bound", "gap",
-        "solve_time", "graph", "platform", "options", "tasks", "transfers", "devices", "notes",
+        "graph", "platform", "options", "tasks", "transfers", "devices", "notes",
     ]  # fmt: skip
+    timed = to_json_dict(res, timings=True)
+    assert list(timed).index("solve_time") == list(timed).index("gap") + 1
+    assert timed["solve_time"] == 0.0125
     s = res.schedule
     assert abs(d["makespan"] - s.makespan) <= 1e-11 * s.makespan
     assert d["status"] in ("optimal", "feasible", "heuristic")

@@ -53,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ):
         p.add_argument(f"--{name}", action="store_true", help=text)
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
+    p.add_argument("--timings", action="store_true",
+                   help="add the solve time to the JSON (which then differs from run to run)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     p.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace")
     p.add_argument("--dot", metavar="OUT", help="write the task graph as Graphviz DOT")
@@ -132,11 +134,11 @@ def run(args: argparse.Namespace) -> int:
     result = compiled.result
     _write_reports(args, compiled)
     if not args.quiet:
-        from mapper.report.text import schedule_table, summary_table
+        from mapper.report.text import compare_table, schedule_table, summary_table
 
         out = [summary_table(result)]
         if compiled.compare:
-            out.append(_compare_table((result, *compiled.compare)))
+            out.append(compare_table((result, *compiled.compare)))
         if args.verbose:
             out.append(schedule_table(result))
             stages = "  ".join(f"{name} {secs * 1e3:.1f} ms" for name, secs in compiled.stage_times)
@@ -145,24 +147,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare_table(results) -> str:
-    """Mapper, status, makespan, objective value, solve time: one line each."""
-    best = min(r.schedule.makespan for r in results)
-    lines = ["", f"{'mapper':<10} {'status':<10} {'makespan':>14} {'vs best':>8} {'solve':>10}"]
-    for r in results:
-        ratio = r.schedule.makespan / best if best > 0 else 1.0
-        lines.append(
-            f"{r.mapper:<10} {r.status:<10} {r.schedule.makespan:>14.6g} {ratio:>8.3f} {r.solve_time:>9.3f}s"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def _write_reports(args: argparse.Namespace, compiled) -> None:
     result = compiled.result
     if args.json:
         from mapper.report.json_report import write_json
 
-        write_json(result, args.json)
+        write_json(result, args.json, timings=args.timings)
     if args.html:
         from mapper.report.html import write_html
 

@@ -1,10 +1,11 @@
 """The JSON report: the machine-readable contract of DESIGN.md section 6.
 
 Top-level keys, in this order: ``makespan``, ``mapper``, ``status``,
-``objective``, ``objective_value``, ``lower_bound``, ``gap``, ``solve_time``,
-``graph``, ``platform``, ``options``, ``tasks``, ``transfers``, ``devices``,
-``notes``. Times are seconds; floats are rounded to 12 significant digits so
-the same input gives byte-identical output. See docs/reports.md.
+``objective``, ``objective_value``, ``lower_bound``, ``gap``, ``solve_time``
+(only with ``timings=True``: it is a wall-clock measurement), ``graph``,
+``platform``, ``options``, ``tasks``, ``transfers``, ``devices``, ``notes``.
+Times are seconds; floats are rounded to 12 significant digits, so the same
+input gives byte-identical output. See docs/reports.md.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from mapper.mapping.base import MapResult
 from mapper.report.common import atomic_write, device_stats, round_sig
 
 
-def to_json_dict(result: MapResult) -> dict:
-    """The report as plain JSON-ready Python objects (dicts keep key order)."""
+def to_json_dict(result: MapResult, *, timings: bool = False) -> dict:
+    """The report as plain JSON-ready Python objects (dicts keep key order).
+
+    ``timings`` adds ``solve_time``, the mapper's wall time, which differs
+    from run to run; without it the output depends only on the input.
+    """
     sched = result.schedule
     graph = sched.cost.graph
     plat = sched.cost.platform
@@ -52,7 +57,7 @@ def to_json_dict(result: MapResult) -> dict:
                 "links": [f"{links[k].src}->{links[k].dst}" for k in tr.links],
             }
         )
-    return {
+    head = {
         "makespan": r(sched.makespan),
         "mapper": result.mapper,
         "status": result.status,
@@ -60,7 +65,10 @@ def to_json_dict(result: MapResult) -> dict:
         "objective_value": r(result.objective_value),
         "lower_bound": r(result.lower_bound) if result.lower_bound is not None else None,
         "gap": r(result.gap) if result.gap is not None else None,
-        "solve_time": r(result.solve_time),
+    }
+    if timings:
+        head["solve_time"] = r(result.solve_time)
+    return head | {
         "graph": {
             "name": graph.name,
             "tasks": len(graph.tasks),
@@ -84,11 +92,11 @@ def to_json_dict(result: MapResult) -> dict:
     }
 
 
-def to_json(result: MapResult) -> str:
+def to_json(result: MapResult, *, timings: bool = False) -> str:
     """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
-    return json.dumps(to_json_dict(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(to_json_dict(result, timings=timings), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_json(result: MapResult, path: str | os.PathLike) -> None:
+def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False) -> None:
     """Write :func:`to_json` to ``path`` atomically."""
-    atomic_write(path, to_json(result))
+    atomic_write(path, to_json(result, timings=timings))
