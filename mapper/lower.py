@@ -93,7 +93,7 @@ def _first_line(text: str) -> str | None:
 def _read(file: str, span: SourceSpan | None, err: Any) -> str:
     """The text of ``file``; errors name the file (and the include, via ``err``)."""
     try:
-        with open(file, encoding="utf-8") as fh:
+        with open(file, encoding="utf-8-sig") as fh:  # a leading BOM is dropped
             return fh.read()
     except UnicodeDecodeError:
         why = "it is not UTF-8 text"

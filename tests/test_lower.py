@@ -254,3 +254,11 @@ def test_loop_with_zero_or_negative_trip_count_runs_nothing():
 def test_float_attributes_and_params():
     g = graph_from_text("param E = 1e-3\ngraph g { input x : f32[2, 3]\n y = layernorm(x, eps = E * 2) }")
     assert g.tasks[0].attr("eps") == pytest.approx(2e-3)
+
+
+def test_crlf_line_ends_and_byte_order_mark(tmp_path):
+    g = graph_from_text("param A = 2\r\ngraph g {\r\n  input x : f32[A]\r\n  y = relu(x)\r\n}\r\n")
+    assert [t.name for t in g.tasks] == ["y"]
+    path = tmp_path / "bom.tg"
+    path.write_text("graph g {\n  task t work { flops 1 }\n}\n", encoding="utf-8-sig")
+    assert load_graph(path).tasks[0].name == "t"
