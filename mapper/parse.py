@@ -338,6 +338,18 @@ def _expected(names: Any, parser: Lark) -> str:
     return f"; expected {', '.join(words[:-1])} or {words[-1]}"
 
 
+def _acceptable(exc: Any) -> Any:
+    """The terminals the parser could really take here (LALR's ``expected`` set
+    has extra lookaheads from merged states); falls back to ``expected``."""
+    ip = getattr(exc, "interactive_parser", None)
+    if ip is not None:
+        try:
+            return ip.accepts()
+        except lark.exceptions.LarkError:  # pragma: no cover - defensive
+            pass
+    return exc.expected
+
+
 def _token_text(tok: Token) -> str:
     if tok.type == "$END":
         return "end of file"
@@ -354,15 +366,16 @@ def _translate(exc: Exception, text: str, file: str, parser: Lark) -> DslError:
         if tok.type == "$END" or not isinstance(line, int) or line < 1:
             line, col = _end_of_text(text)
         end = tok.end_column if tok.type not in ("$END", "_SEP") and tok.end_line == tok.line else None
-        msg = f"unexpected {_token_text(tok)}{_expected(exc.expected, parser)}"
+        acc = _acceptable(exc)
+        msg = f"unexpected {_token_text(tok)}{_expected(acc, parser)}"
         before = _word_before(_line(text, line) or "", col)
         if tok.value in KEYWORDS and tok.type == tok.value.upper():
             hint = f"'{tok.value}' is a reserved word and cannot be used as a name"
         elif tok.value in ("=", "->", "{") and before in KEYWORDS:
             hint = f"'{before}' is a reserved word and cannot be used as a name"
-        elif tok.type == "_SEP" and "RPAR" in exc.expected:
+        elif tok.type == "_SEP" and "RPAR" in acc:
             hint = "a call is missing its closing ')'"
-        elif tok.type not in ("_SEP", "$END") and "_SEP" in exc.expected:
+        elif tok.type not in ("_SEP", "$END") and "_SEP" in acc:
             hint = "statements are separated by newlines or ';'"
     elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
         line, col, end = exc.line, exc.column, exc.column + 1

@@ -125,6 +125,9 @@ def test_spans_are_one_based_with_end_column():
     ("graph g { y = $ }", (1, 15), ["unexpected character '$'"]),
     ("graph g { y = relu(x)\n\n", (1, 22), ["unexpected end of file", "'}'"]),
     ("param = 3", (1, 7), ["unexpected '='", "expected a name"]),
+    ("graph g {\n  input x f32[2]\n}", (2, 11), ["unexpected 'f32'; expected ':' or '{'"]),
+    ("graph g { for i 0..3 { } }", (1, 17), ["unexpected '0'; expected 'in'"]),
+    ("graph g { task t cost { p1 3 } }", (1, 28), ["unexpected '3'; expected ':'"]),
     ('graph g { y = f(x, k = "ab\n") }', (1, 24), ["unexpected character '\"'"]),
 ])
 def test_syntax_errors_are_readable(text, where, words):
@@ -140,6 +143,13 @@ def test_syntax_errors_are_readable(text, where, words):
     rendered = format_error(err)
     assert rendered.startswith(f"bad.tg:{err.span.line}:{err.span.col}: error: ")
     assert "^" in rendered
+
+
+def test_expected_lists_only_what_can_follow():
+    with pytest.raises(DslError) as info:
+        parse("graph g { y = relu(x)")
+    msg = info.value.message
+    assert "'}'" in msg and "a newline" in msg and "')'" not in msg and "','" not in msg
 
 
 def test_reserved_word_hint():
