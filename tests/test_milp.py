@@ -322,3 +322,16 @@ def test_large_graph_takes_the_lns_path():
     assert time.perf_counter() - start < 15
     assert any("coarsened 70 ->" in n for n in result.notes)
     assert not validate(result.schedule)
+
+
+def test_cbc_is_used_when_highs_is_missing(monkeypatch):
+    import mapper.mapping.milp as milp
+
+    cost = random_instance(3, 7, n_devices=3)
+    exact = MilpMapper().map(cost, MapOptions(time_limit=10))
+    monkeypatch.setattr(milp, "HIGHS_AVAILABLE", False)
+    result = MilpMapper().map(cost, MapOptions(time_limit=10))
+    assert result.status == "optimal"
+    assert result.objective_value == pytest.approx(exact.objective_value, rel=1e-5)
+    assert any("CBC" in n for n in result.notes)
+    assert not validate(result.schedule)

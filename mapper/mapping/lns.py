@@ -231,7 +231,7 @@ def map_large(
         notes.append(f"coarse LNS from {origin}: {_stats(stats)}")
         dev, order = expand(coarse, improved.device_of, schedule_order(improved) if timed else None)
         fine = _checked(cost, dev, order, delay_options(sopts))
-        if fine is not None:
+        if fine is not None and _within(fine, options):
             seeds.append((fine, "the expanded coarse LNS result"))
     if not seeds:
         raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
@@ -240,7 +240,9 @@ def map_large(
                               makespan_bound=options.makespan_bound, progress=report)
     notes.append(f"LNS from {seed_name}: {_stats(stats)}")
     final = _checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
-    if final is not None and (best is None or value_of(final, objective) < best.value * (1 - REL_TOL)):
+    if final is not None and _within(final, options) and (
+        best is None or value_of(final, objective) < best.value * (1 - REL_TOL)
+    ):
         value = value_of(final, objective)
         if best is not None:
             notes.append(f"improvement over {best.name}: {_pct(best.value, value)}")
@@ -267,6 +269,12 @@ def _coarse_start(coarse, options: MapOptions, fine_best: Schedule | None, best:
         if cand is not None and (start is None or value_of(cand, objective) < value_of(start, objective)):
             start, origin = cand, f"{best.name} projected onto the coarse graph"
     return start, origin
+
+
+def _within(schedule: Schedule, options: MapOptions) -> bool:
+    """Whether ``schedule`` meets the makespan bound (energy/throughput)."""
+    bound = options.makespan_bound if options.objective != "makespan" else None
+    return bound is None or schedule.makespan <= bound * (1 + REL_TOL)
 
 
 def _checked(cost: CostTable, device, order, options: ScheduleOptions) -> Schedule | None:

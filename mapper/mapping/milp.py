@@ -73,6 +73,11 @@ EXACT_MAX_TASKS = 60
 EXACT_MAX_PAIRS = 1500
 #: HiGHS relative gap at which a solve counts as optimal.
 MIP_REL_GAP = 1e-6
+#: Up to this many binaries HiGHS runs without its RINS/RENS sub-MIP
+#: heuristics: on small models branching alone proves optimality sooner
+#: (HEFT paper example: about 2x faster, measured).
+SMALL_MODEL_BINARIES = 100
+NO_SUB_MIPS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False}
 #: Relative tolerance when comparing objective values.
 REL_TOL = 1e-6
 
@@ -340,6 +345,36 @@ class _HighsWarm(pulp.HiGHS):
         status, sol_status = self.findSolutionValues(lp)
         lp.assignStatus(status, sol_status)
         return status
+
+
+#: Whether PuLP's in-process HiGHS (highspy) can be used; else bundled CBC.
+HIGHS_AVAILABLE = bool(pulp.HiGHS().available())
+
+
+def _highs_outcome(model, first_incumbent):
+    """``(status name, has solution, dual bound, first incumbent)`` from highspy."""
+    info = model.getInfo()
+    name = str(model.getModelStatus()).rsplit(".", 1)[-1]
+    bound = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else None
+    first = None if first_incumbent is None else float(first_incumbent)
+    return name, info.primal_solution_status == 2, bound, first
+
+
+def _cbc(prob, start_vals: dict[str, float] | None, limit: float, seed: int):
+    """PuLP's bundled CBC through ``COIN_CMD`` (used only without HiGHS)."""
+    if start_vals:
+        for var in prob.variables():
+            if var.name in start_vals:
+                var.setInitialValue(start_vals[var.name])
+    return pulp.COIN_CMD(
+        path=pulp.PULP_CBC_CMD.pulp_cbc_path,
+        msg=False,
+        threads=1,
+        timeLimit=limit,
+        gapRel=MIP_REL_GAP,
+        warmStart=bool(start_vals),
+        options=[f"randomCbcSeed {int(seed) % 2147483647 + 1}"],
+    )
 
 
 def _lin(terms: dict, const: float = 0.0) -> pulp.LpAffineExpression:
@@ -639,33 +674,40 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         progress(now - t0, inc, bnd)
 
     limit = max(0.01, sub.time_limit - (time.perf_counter() - t0))
-    solver = _HighsWarm(
-        start_vals,
-        on_event,
-        progress is not None,
-        msg=False,
-        threads=1,
-        timeLimit=limit,
-        gapRel=MIP_REL_GAP,
-        random_seed=int(sub.seed) % 2147483647,
-    )
     n_rows = len(prob.constraints())
+    if HIGHS_AVAILABLE:
+        solver = _HighsWarm(
+            start_vals,
+            on_event,
+            progress is not None,
+            msg=False,
+            threads=1,
+            timeLimit=limit,
+            gapRel=MIP_REL_GAP,
+            random_seed=int(sub.seed) % 2147483647,
+            **(NO_SUB_MIPS if n_bin <= SMALL_MODEL_BINARIES else {}),
+        )
+    else:
+        solver = _cbc(prob, start_vals, limit, sub.seed)
     try:
         prob.solve(solver)
     except Exception as err:  # solver trouble is reported, never raised  # noqa: BLE001
         return Solved(f"none: {err}", None, None, None, None, None, False, time.perf_counter() - t0, n_bin, n_rows)
-    model = prob.solverModel
-    info = model.getInfo()
-    mstatus = model.getModelStatus()
-    has_sol = info.primal_solution_status == 2
-    bound = float(info.mip_dual_bound) + obj_const if math.isfinite(info.mip_dual_bound) else None
+    if HIGHS_AVAILABLE:
+        name, has_sol, bound, first = _highs_outcome(prob.solverModel, solver.first_incumbent)
+    else:  # CBC: no dual bound through PuLP, no callbacks
+        optimal = prob.status == pulp.LpStatusOptimal and prob.sol_status == pulp.LpSolutionOptimal
+        name = "kOptimal" if optimal else "kInfeasible" if prob.status == pulp.LpStatusInfeasible else "other"
+        has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+        bound = first = None
+    if bound is not None:
+        bound += obj_const
     warm = (
         sub.start_value is not None
-        and solver.first_incumbent is not None
-        and abs(solver.first_incumbent + obj_const - sub.start_value) <= REL_TOL * max(1.0, abs(sub.start_value))
+        and first is not None
+        and abs(first + obj_const - sub.start_value) <= REL_TOL * max(1.0, abs(sub.start_value))
     )
     elapsed = time.perf_counter() - t0
-    name = str(mstatus).rsplit(".", 1)[-1]
     if name in ("kInfeasible", "kUnboundedOrInfeasible"):
         return Solved("infeasible", None, None, None, None, bound, warm, elapsed, n_bin, n_rows)
     if not has_sol:
@@ -679,7 +721,7 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         order = order_from_starts(cost, device, start, fixed_chain)
     else:
         start, order = None, None
-    value = float(info.objective_function_value) + obj_const
+    value = sum(c * float(var.varValue or 0.0) for var, c in obj_terms.items()) + obj_const
     status = "optimal" if name == "kOptimal" else "feasible"
     if status == "optimal" and bound is None:
         bound = value
@@ -886,8 +928,10 @@ class MilpMapper(Mapper):
         notes.append(
             f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status} in {solved.solve_time:.3f} s"
         )
-        if best is not None:
+        if best is not None and HIGHS_AVAILABLE:
             notes.append("warm start taken by HiGHS" if solved.warm_start_taken else "warm start NOT taken by HiGHS")
+        elif best is not None:
+            notes.append("HiGHS unavailable: solved with CBC (warm start passed, not verifiable; no dual bound)")
         if solved.status == "infeasible":
             if best is None:
                 raise InfeasibleError(_infeasible_reason(cost, options), obj=cost.graph.name)
