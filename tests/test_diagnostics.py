@@ -196,3 +196,12 @@ def test_cli_check_summary(tmp_path, capsys):
     assert "tasks    3" in out and "GFLOP" in out and "MiB" in out and "a -> c" in out
     assert main(["check", str(f)]) == 0
     assert capsys.readouterr().out == out  # deterministic
+
+
+def test_cli_check_dump(tmp_path, capsys):
+    f = tmp_path / "ok.tg"
+    f.write_text("graph g {\n  input x : f32[2]\n  y = relu(x) @gpu\n  output y\n}\n")
+    assert main(["check", str(f), "--dump"]) == 0
+    assert capsys.readouterr().out == (
+        "graph g\ninput x : f32[2]\n"
+        "task 0 y = relu(input x) -> f32[2] flops 2 read 8 written 8 @gpu\noutput y\n")

@@ -1,4 +1,4 @@
-"""``mapper check FILE [--json]``: parse and lower a program, print its summary.
+"""``mapper check FILE [--json | --dump]``: parse and lower a program, print its summary.
 
 The summary: graph name, task and edge counts, total FLOPs and bytes, the op
 histogram, and the critical path by FLOPs (the chain of dependent tasks with
@@ -11,6 +11,7 @@ import json
 import sys
 from collections import Counter
 
+from mapper.dump import dump_graph
 from mapper.graph import TaskGraph
 from mapper.lower import load_graph
 
@@ -21,7 +22,10 @@ def register(subparsers) -> None:
                                           "total FLOPs and bytes, the op histogram and the "
                                           "critical path by FLOPs.")
     p.add_argument("file", metavar="FILE", help="the DSL program (.tg)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the summary as JSON")
+    out.add_argument("--dump", action="store_true",
+                     help="print the lowered graph, one line per input, task, edge and output")
     p.set_defaults(func=run)
 
 
@@ -70,6 +74,9 @@ def _mib(x: float) -> str:
 
 def run(args) -> int:
     g = load_graph(args.file)
+    if args.dump:
+        sys.stdout.write(dump_graph(g))
+        return 0
     s = summary(g)
     if args.json:
         json.dump(s, sys.stdout, indent=2)
