@@ -606,6 +606,10 @@ class _Lowerer:
         if t.name in self.instances:
             chain = self.instances[self.instances.index(t.name):] + [t.name]
             raise self.err("recursive template: " + " -> ".join(chain), call.span)
+        need = self._call_tasks(call, templates)
+        if len(self.tasks) + need > MAX_TASKS:
+            raise self.err(f"too large: this call makes at least {need:,} tasks (the limit is {MAX_TASKS:,})",
+                           call.span)
         tensor_params = [p for p in t.params if p.default is None]
         if len(operands) != len(tensor_params):
             raise self.err(f"template '{t.name}' takes {len(tensor_params)} tensor argument"

@@ -155,6 +155,16 @@ def test_too_large_fails_fast():
     assert time.perf_counter() - t0 < 5
 
 
+def test_exponential_template_nesting_fails_fast():
+    levels = ["template t0(x) {\n  y = relu(x)\n  return y\n}"]
+    for i in range(1, 31):
+        levels.append(f"template t{i}(x) {{\n  a = t{i - 1}(x)\n  b = t{i - 1}(a)\n  return b\n}}")
+    t0 = time.perf_counter()
+    e = err_of("\n".join(levels) + "\n" + G % "  y = t30(x)")
+    assert "too large: this call makes at least" in e.message and e.span.line == 158  # the graph's call
+    assert time.perf_counter() - t0 < 5
+
+
 def test_deep_expression_is_an_error_not_a_crash():
     deep = "1" + " + 1" * 20000
     err = err_of(f"param A = {deep}\ngraph g {{ task t work {{ flops A }} }}")
