@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mapper import syntax as S
@@ -171,3 +173,11 @@ def test_parse_is_deterministic_and_ast_is_frozen():
     assert a == b
     with pytest.raises(AttributeError):
         a.items[0].span = None  # type: ignore[misc]
+
+
+def test_keywords_match_the_grammar():
+    from mapper.parse import _parser
+
+    words = {t.pattern.value for t in _parser().terminals
+             if t.pattern.type == "str" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.pattern.value)}
+    assert words == set(KEYWORDS)
