@@ -810,7 +810,12 @@ class _Lowerer:
                      for i, (s, d) in enumerate(order))
 
     def _check_cycles(self) -> None:
-        """Raise at the first explicit edge (in source order) that closes a cycle."""
+        """Raise at the first explicit edge (in source order) that closes a cycle.
+
+        Binary search over prefixes of the explicit edges, each tested with
+        Kahn's topological sort (A. B. Kahn, "Topological sorting of large
+        networks", CACM 5(11), 1962); the cycle shown is a breadth-first path.
+        """
         n = len(self.tasks)
         base: list[list[int]] = [[] for _ in range(n)]
         for t in self.tasks:

@@ -30,7 +30,11 @@ def register(subparsers) -> None:
 
 
 def critical_path_flops(g: TaskGraph) -> tuple[tuple[int, ...], float]:
-    """The path with the most FLOPs (task indices, FLOPs); ties go to the smaller index."""
+    """The path with the most FLOPs (task indices, FLOPs); ties go to the smaller index.
+
+    The longest path of a DAG by dynamic programming over a topological order
+    (the critical-path method, Kelley and Walker, 1959), node weights = FLOPs.
+    """
     best = [0.0] * len(g.tasks)
     parent = [-1] * len(g.tasks)
     for i in g.topo_order:
