@@ -1,6 +1,6 @@
 """Parse DSL text into a :class:`mapper.syntax.Program` (the only Lark user).
 
-The grammar is ``mapper/grammar/mapper.lark`` (LALR(1), basic lexer, so
+The grammar is ``mapper/grammar/mapper.lark`` (LALR(1) after DeRemer, 1969; basic lexer, so
 keywords are reserved words). Statements end at a newline; :class:`_Newlines`
 drops the newlines that cannot end a statement. Every Lark exception becomes a
 :class:`~mapper.errors.DslError` with a span and a readable "expected ..." list.
