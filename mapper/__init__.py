@@ -1,3 +1,63 @@
-"""mapper: a task-graph mapping compiler for heterogeneous CPU/GPU/FPGA systems."""
+"""mapper: a task-graph mapping compiler for heterogeneous CPU/GPU/FPGA systems.
+
+The Python API mirrors the CLI; every name below is imported on first use,
+so ``import mapper`` stays cheap (no solver, no Numba). Names that would
+clash with a submodule (``mapper.parse``, ``mapper.validate``, ...) are
+exported under longer names (``parse_program``, ``validate_schedule``, ``run``)::
+
+    import mapper
+    graph = mapper.load_graph("examples/heft_paper.tg")         # parse + lower
+    cost = mapper.build_cost_table(graph, mapper.load_platform("heft3"))
+    result = mapper.get_mapper("milp").map(cost, mapper.MapOptions(time_limit=10))
+    assert mapper.validate_schedule(result.schedule) == []
+    mapper.write_report(result, "heft.html")
+
+See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+#: public name -> "module:attribute"
+_API: dict[str, str] = {
+    "parse_program": "mapper.parse:parse",
+    "lower_program": "mapper.lower:lower",
+    "graph_from_text": "mapper.lower:graph_from_text",
+    "load_graph": "mapper.lower:load_graph",
+    "load_platform": "mapper.platform:load_platform",
+    "list_platforms": "mapper.platform:list_platforms",
+    "build_cost_table": "mapper.cost:build_cost_table",
+    "get_mapper": "mapper.mapping:get_mapper",
+    "available_mappers": "mapper.mapping:available_mappers",
+    "MapOptions": "mapper.mapping.base:MapOptions",
+    "MapResult": "mapper.mapping.base:MapResult",
+    "ScheduleOptions": "mapper.schedule:ScheduleOptions",
+    "Assignment": "mapper.schedule:Assignment",
+    "build_schedule": "mapper.schedule:build_schedule",
+    "validate_schedule": "mapper.validate:validate",
+    "compile_graph": "mapper.pipeline:compile_graph",
+    "run": "mapper.execute:execute",
+    "write_report": "mapper.report:write_report",
+    "TaskGraph": "mapper.graph:TaskGraph",
+    "MapperError": "mapper.errors:MapperError",
+    "format_error": "mapper.errors:format_error",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    target = _API.get(name)
+    if target is None:
+        raise AttributeError(f"module 'mapper' has no attribute {name!r}")
+    module, attr = target.split(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
