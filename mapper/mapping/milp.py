@@ -5,7 +5,8 @@ style of Venugopalan & Sinnen, "ILP formulations for optimal task scheduling
 with communication delays on parallel systems", IEEE TPDS 26(1), 2015, with the
 device-load (bottleneck) throughput model of Wilhelm et al., arXiv 2208.06321.
 
-Variables and constraints (``F(t)`` = devices where task ``t`` is feasible):
+Variables and constraints (``F(t)`` = devices where task ``t`` has a finite
+time and its placement allows it):
 
 * ``x[t,d]`` binary for ``d in F(t)`` only; ``sum_d x[t,d] = 1``.
 * ``s[t] >= 0`` start time; duration ``p[t] = sum_d time[t][d] x[t,d]``.
@@ -32,8 +33,11 @@ Variables and constraints (``F(t)`` = devices where task ``t`` is feasible):
   ``i``, ``j`` swapped). This is exact: a relaxed row then never cuts off a
   kept solution, and an optimal schedule has makespan ``<= U``, so it stays
   in the model.
-* Makespan: ``Cmax >= s[t] + p[t]`` for sinks, and the valid device-load cuts
-  ``Cmax >= sum_t time[t][d] x[t,d]``.
+* Makespan: ``Cmax >= s[t] + p[t]`` for sinks, and the valid device-load
+  cuts ``Cmax >= h + q + sum_{t: head[t] >= h, tail[t] >= q} time[t][d] x[t,d]``
+  for every device ``d`` and ``(h, q)`` in ``{(0, 0)} U {(head[t], 0)} U
+  {(0, tail[t])}`` (those tasks all run on ``d`` after ``h`` and end at least
+  ``q`` before ``Cmax``).
 * Symmetry breaking among interchangeable devices only (equal time, energy,
   area columns, capacities, device data, and route data invariant under the
   swap): within a class ``c1 < c2 < ...`` a task may use ``c_k`` only if a
@@ -49,7 +53,13 @@ drops the time variables (the assignment alone decides the value).
 The solution is re-timed by :func:`mapper.schedule.build_schedule` with each
 device's order sorted by MILP start time, and validated. HiGHS runs with one
 thread, a fixed seed, a warm start from the best heuristic (checked: the
-solver reports it as its first incumbent), and the time limit.
+solver reports it as its first incumbent), and the time limit; PuLP's
+bundled CBC only when HiGHS is unavailable. Status ``optimal`` when the
+solver proves it (and the options are ones the model covers: contention and
+streaming are applied only when re-timing), else ``feasible``; ``heuristic``
+when the solver gave nothing better than the best heuristic's schedule.
+Graphs above :data:`EXACT_MAX_TASKS` tasks or :data:`EXACT_MAX_PAIRS`
+ordering binaries go to :func:`mapper.mapping.lns.map_large` instead.
 """
 
 from __future__ import annotations
@@ -386,280 +396,342 @@ def _add(terms: dict, var, coef: float) -> None:
         terms[var] = terms.get(var, 0.0) + coef
 
 
+class _Infeasible(Exception):
+    """The subproblem is infeasible before solving (no device, full capacity)."""
+
+
+class _Model:
+    """The MILP of one :class:`Subproblem`, built family by family (see the
+    module docstring); fixed tasks enter as constants."""
+
+    def __init__(self, sub: Subproblem) -> None:
+        self.sub = sub
+        self.cost = cost = sub.cost
+        self.n, self.nd = cost.n_tasks, cost.n_devices
+        self.free = frozenset(sub.free)
+        self.all_free = len(self.free) == self.n
+        self.fixed_dev = {t: sub.device[t] for t in range(self.n) if t not in self.free} if sub.device else {}
+        self.timed = objective_needs_time(sub.objective, sub.makespan_bound)
+        self.upper = sub.upper if sub.makespan_bound is None else min(sub.upper, sub.makespan_bound)
+        self.prob = pulp.LpProblem("mapping", pulp.LpMinimize)
+        self.x: dict[tuple[int, int], pulp.LpVariable] = {}
+        self.z: dict[tuple[int, int, int], pulp.LpVariable] = {}
+        self.s: dict[int, pulp.LpVariable] = {}
+        self.o: dict[tuple[int, int], pulp.LpVariable] = {}
+        self.cmax = self.period = None
+        self.comm_terms: dict[int, tuple[dict, float]] = {}
+        self.fixed_chain: tuple[tuple[int, int], ...] = ()
+        self.classes: tuple[tuple[int, ...], ...] = ()
+        self.obj_terms: dict = {}
+        self.obj_const = 0.0
+
+    def build(self) -> None:
+        """All constraint families and the objective; raises :class:`_Infeasible`."""
+        self.assignment()
+        self.capacities()
+        self.symmetry()
+        self.transfers()
+        if self.timed:
+            self.timing()
+        self.objective()
+
+    # -- helpers ---------------------------------------------------------------
+    def add_place(self, terms: dict, t: int, d: int, coef: float) -> float:
+        """Add ``coef * [t on d]`` to ``terms``; returns its constant part."""
+        if t in self.free:
+            var = self.x.get((t, d))
+            if var is not None:
+                _add(terms, var, coef)
+            return 0.0
+        return coef if self.fixed_dev[t] == d else 0.0
+
+    def duration(self, terms: dict, t: int, coef: float) -> float:
+        """Add ``coef * p[t]`` to ``terms``; returns its constant part."""
+        if t in self.free:
+            for d in range(self.nd):
+                if (t, d) in self.x:
+                    _add(terms, self.x[t, d], coef * self.cost.time[t][d])
+            return 0.0
+        return coef * self.cost.time[t][self.fixed_dev[t]]
+
+    def devices(self, t: int) -> frozenset[int]:
+        if t in self.free:
+            return frozenset(d for d in range(self.nd) if (t, d) in self.x)
+        return frozenset((self.fixed_dev[t],))
+
+    # -- families --------------------------------------------------------------
+    def assignment(self) -> None:
+        cost, sub = self.cost, self.sub
+        for t in sorted(self.free):
+            feas = allowed_devices(cost, t)
+            if sub.memory:
+                feas = tuple(d for d in feas if cost.footprint[t] <= cost.memory_capacity[d])
+            if sub.area:
+                feas = tuple(d for d in feas if not _is_fpga(cost, d) or cost.area[t][d] <= cost.area_capacity[d])
+            if not feas:
+                raise _Infeasible
+            for d in feas:
+                self.x[t, d] = self.prob.add_variable(f"x_{t}_{d}", 0, 1, pulp.LpBinary)
+            self.prob += _lin({self.x[t, d]: 1.0 for d in feas}) == 1
+
+    def capacities(self) -> None:
+        cost, sub = self.cost, self.sub
+        for enabled, weight, cap in (
+            (sub.memory, lambda t, d: cost.footprint[t], cost.memory_capacity),
+            (sub.area, lambda t, d: cost.area[t][d], cost.area_capacity),
+        ):
+            if not enabled:
+                continue
+            for d in range(self.nd):
+                if cap[d] == INF or (cap is cost.area_capacity and not _is_fpga(cost, d)):
+                    continue
+                terms: dict = {}
+                const = sum(self.add_place(terms, t, d, weight(t, d)) for t in range(self.n))
+                if terms:
+                    self.prob += _lin(terms, const) <= cap[d]
+                elif const > cap[d] * (1 + REL_TOL):
+                    raise _Infeasible
+
+    def symmetry(self) -> None:
+        """Interchangeable devices used in order of their lowest task index."""
+        if not (self.all_free and self.sub.symmetry):
+            return
+        self.classes = identical_device_classes(self.cost)
+        x = self.x
+        for cls in self.classes:
+            for prev, d in zip(cls, cls[1:]):
+                for t in range(self.n):
+                    if (t, d) in x:
+                        terms = {x[t, d]: 1.0}
+                        for u in range(t):
+                            if (u, prev) in x:
+                                _add(terms, x[u, prev], -1.0)
+                        self.prob += _lin(terms) <= 0
+
+    def transfers(self) -> None:
+        """Transfer-time terms per edge; no-route pairs forbidden."""
+        cost, x, nd = self.cost, self.x, self.nd
+        for e in cost.graph.edges:
+            u, v = e.src, e.dst
+            if u not in self.free and v not in self.free:
+                if self.timed:
+                    self.comm_terms[e.index] = ({}, cost.comm(e.index, self.fixed_dev[u], self.fixed_dev[v]))
+                continue
+            terms: dict = {}
+            if u in self.free and v in self.free:
+                self.products(e.index, u, v, terms)
+            else:
+                mover, anchor, outgoing = (u, self.fixed_dev[v], True) if u in self.free else (v, self.fixed_dev[u], False)
+                for d in range(nd):
+                    if (mover, d) in x:
+                        c = cost.comm(e.index, d, anchor) if outgoing else cost.comm(e.index, anchor, d)
+                        if c == INF:
+                            self.prob += _lin({x[mover, d]: 1.0}) == 0
+                        else:
+                            _add(terms, x[mover, d], c)
+            self.comm_terms[e.index] = (terms, 0.0)
+
+    def products(self, ei: int, u: int, v: int, terms: dict) -> None:
+        """``z[e,a,b] = x[u,a] x[v,b]`` by the aggregated linearisation."""
+        cost, x, z = self.cost, self.x, self.z
+        du, dv = sorted(self.devices(u)), sorted(self.devices(v))
+        pairs = [(a, b) for a in du for b in dv if cost.comm(ei, a, b) < INF]
+        if not any(cost.comm(ei, a, b) > 0 for a, b in pairs) and len(pairs) == len(du) * len(dv):
+            return  # every pair allowed and free: no product needed
+        for a, b in pairs:
+            z[ei, a, b] = self.prob.add_variable(f"z_{ei}_{a}_{b}", 0, 1)
+            if a != b:
+                _add(terms, z[ei, a, b], cost.comm(ei, a, b))
+        for d in du:
+            row = {z[ei, d, b]: 1.0 for a, b in pairs if a == d}
+            _add(row, x[u, d], -1.0)
+            self.prob += _lin(row) == 0
+        for d in dv:
+            row = {z[ei, a, d]: 1.0 for a, b in pairs if b == d}
+            _add(row, x[v, d], -1.0)
+            self.prob += _lin(row) == 0
+
+    def timing(self) -> None:
+        """Starts with head/tail bounds, precedence, fixed orders, disjunctions,
+        and the makespan rows."""
+        cost, sub, n, prob = self.cost, self.sub, self.n, self.prob
+        if not self.all_free:
+            fixed_order = order_from_starts(cost, sub.device, sub.start)
+            self.fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - self.free)
+        arcs = _dag_arcs(cost) + self.fixed_chain
+        devs = [self.devices(t) for t in range(n)]
+        mint = [min(cost.time[t][d] for d in devs[t]) for t in range(n)]
+        head, tail = head_tail(n, arcs, mint)
+        latest = [max(head[t], self.upper - mint[t] - tail[t]) for t in range(n)]
+        s = self.s
+        for t in range(n):
+            s[t] = prob.add_variable(f"s_{t}", head[t], latest[t])
+        for e in cost.graph.edges:
+            terms = {s[e.dst]: 1.0}
+            _add(terms, s[e.src], -1.0)
+            const = self.duration(terms, e.src, -1.0)
+            cterms, cconst = self.comm_terms[e.index]
+            for var, c in cterms.items():
+                _add(terms, var, -c)
+            prob += _lin(terms, const - cconst) >= 0
+        for a, b in self.fixed_chain:
+            prob += _lin({s[b]: 1.0, s[a]: -1.0}, -cost.time[a][self.fixed_dev[a]]) >= 0
+        self.disjunctions(closure(n, arcs), devs, head, latest)
+        sinks = [t for t in range(n) if not cost.graph.succs[t]]
+        if sub.objective != "makespan":
+            for t in sinks:
+                terms = {s[t]: 1.0}
+                prob += _lin(terms, self.duration(terms, t, 1.0)) <= self.upper
+            return
+        cmax = self.cmax = prob.add_variable("cmax", 0, self.upper)
+        for t in sinks:
+            terms = {cmax: 1.0, s[t]: -1.0}
+            prob += _lin(terms, self.duration(terms, t, -1.0)) >= 0
+        # load cuts: the tasks on d with head >= h (tail >= q) run after h and end by Cmax - q
+        for d in range(self.nd):
+            on_d = [t for t in range(n) if d in devs[t]]
+            for h, q in sorted({(0.0, 0.0)} | {(head[t], 0.0) for t in on_d} | {(0.0, tail[t]) for t in on_d}):
+                terms = {cmax: 1.0}
+                const = -h - q
+                for t in on_d:
+                    if head[t] >= h and tail[t] >= q:
+                        const += self.add_place(terms, t, d, -cost.time[t][d])
+                prob += _lin(terms, const) >= 0
+
+    def disjunctions(self, reach, devs, head, latest) -> None:
+        """Non-overlap of unordered pairs that may share a device."""
+        time_, s = self.cost.time, self.s
+        for i in range(self.n):
+            for j in range(i + 1, self.n):
+                if (i not in self.free and j not in self.free) or (reach[i] >> j) & 1 or (reach[j] >> i) & 1:
+                    continue
+                shared = sorted(devs[i] & devs[j])
+                if not shared:
+                    continue
+                oij = self.o[i, j] = self.prob.add_variable(f"o_{i}_{j}", 0, 1, pulp.LpBinary)
+                for d in shared:
+                    both: dict = {}
+                    bconst = self.add_place(both, i, d, 1.0) + self.add_place(both, j, d, 1.0)
+                    # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
+                    m = max(0.0, latest[i] + time_[i][d] - head[j])
+                    row = {s[j]: 1.0, s[i]: -1.0, oij: -m}
+                    for var, c in both.items():
+                        _add(row, var, -m * c)
+                    self.prob += _lin(row, -time_[i][d] - m * bconst + 3 * m) >= 0
+                    # j before i: s[i] >= s[j] + time[j][d] - M o - M (2 - x_i - x_j)
+                    m = max(0.0, latest[j] + time_[j][d] - head[i])
+                    row = {s[i]: 1.0, s[j]: -1.0, oij: m}
+                    for var, c in both.items():
+                        _add(row, var, -m * c)
+                    self.prob += _lin(row, -time_[j][d] - m * bconst + 2 * m) >= 0
+
+    def objective(self) -> None:
+        cost, sub, n, nd = self.cost, self.sub, self.n, self.nd
+        terms = self.obj_terms
+        if sub.objective == "makespan":
+            terms[self.cmax] = 1.0
+            if sub.flow_weight:
+                for t in range(n):
+                    _add(terms, self.s[t], sub.flow_weight)
+                    self.obj_const += self.duration(terms, t, sub.flow_weight)
+        elif sub.objective == "energy":
+            for t in range(n):
+                for d in range(nd):
+                    if cost.time[t][d] < INF:
+                        self.obj_const += self.add_place(terms, t, d, cost.energy[t][d])
+        else:
+            self.period = self.prob.add_variable("period", 0)
+            terms[self.period] = 1.0
+            for d in range(nd):
+                self.period_row(d)
+        self.prob += _lin(terms, 0.0)
+
+    def period_row(self, d: int) -> None:
+        """Throughput: period >= compute load of ``d`` + its incoming transfers."""
+        cost, x, z, fixed = self.cost, self.x, self.z, self.fixed_dev
+        row: dict = {self.period: -1.0}
+        const = sum(self.add_place(row, t, d, cost.time[t][d]) for t in range(self.n) if cost.time[t][d] < INF)
+        for e in cost.graph.edges:
+            u, v, ei = e.src, e.dst, e.index
+            if u in self.free and v in self.free:
+                for a in range(self.nd):
+                    if a != d and (ei, a, d) in z:
+                        _add(row, z[ei, a, d], cost.comm(ei, a, d))
+            elif u in self.free:
+                if fixed[v] == d:
+                    for a in range(self.nd):
+                        if a != d and (u, a) in x and cost.comm(ei, a, d) < INF:
+                            _add(row, x[u, a], cost.comm(ei, a, d))
+            elif v in self.free:
+                a = fixed[u]
+                if a != d and (v, d) in x and cost.comm(ei, a, d) < INF:
+                    _add(row, x[v, d], cost.comm(ei, a, d))
+            elif fixed[v] == d != fixed[u]:
+                const += cost.comm(ei, fixed[u], d)
+        self.prob += _lin(row, const) <= 0
+
+    def warm_start(self) -> dict[str, float] | None:
+        """Column values of the start solution (devices relabelled for the symmetry cuts)."""
+        sub, cost = self.sub, self.cost
+        if sub.device is None:
+            return None
+        dev0 = canonical_devices(sub.device, self.classes) if self.classes else sub.device
+        vals = {var.name: 1.0 if dev0[t] == d else 0.0 for (t, d), var in self.x.items()}
+        for (ei, a, b), var in self.z.items():
+            e = cost.graph.edges[ei]
+            vals[var.name] = 1.0 if (dev0[e.src], dev0[e.dst]) == (a, b) else 0.0
+        if self.timed and sub.start is not None:
+            order0 = order_from_starts(cost, dev0, sub.start, self.fixed_chain)
+            pos = {t: k for seq in order0 for k, t in enumerate(seq)}
+            for t, var in self.s.items():
+                vals[var.name] = sub.start[t]
+            for (i, j), var in self.o.items():
+                before = pos[i] < pos[j] if dev0[i] == dev0[j] else (sub.start[i], i) <= (sub.start[j], j)
+                vals[var.name] = 1.0 if before else 0.0
+            if self.cmax is not None:
+                ends = (sub.start[t] + cost.time[t][dev0[t]] for t in range(self.n))
+                vals[self.cmax.name] = min(self.upper, max(ends, default=0.0))
+        if self.period is not None and sub.start_value is not None:
+            vals[self.period.name] = sub.start_value
+        return vals
+
+    def n_binaries(self) -> int:
+        return len(self.x) + len(self.o)
+
+    def extract(self, name: str, bound: float | None, warm: bool, elapsed: float) -> Solved:
+        """The solution in task terms."""
+        x, n, nd = self.x, self.n, self.nd
+        device = tuple(
+            self.fixed_dev[t] if t not in self.free
+            else max((d for d in range(nd) if (t, d) in x), key=lambda d: (x[t, d].varValue, -d))
+            for t in range(n)
+        )
+        start = order = None
+        if self.timed:
+            start = tuple(float(self.s[t].varValue) for t in range(n))
+            order = order_from_starts(self.cost, device, start, self.fixed_chain)
+        value = sum(c * float(var.varValue or 0.0) for var, c in self.obj_terms.items()) + self.obj_const
+        status = "optimal" if name == "kOptimal" else "feasible"
+        if status == "optimal" and bound is None:
+            bound = value
+        return Solved(status, device, start, order, value, bound, warm, elapsed, self.n_binaries(),
+                      len(self.prob.constraints()))
+
+
 def solve(sub: Subproblem, progress=None) -> Solved:
-    """Build and solve ``sub`` with HiGHS; never raises for solver trouble.
+    """Build and solve ``sub`` (HiGHS, else CBC); never raises for solver trouble.
 
     ``progress(elapsed, incumbent, bound)`` is called on improving solutions
     and about once a second during the search.
     """
     t0 = time.perf_counter()
-    cost = sub.cost
-    n, nd = cost.n_tasks, cost.n_devices
-    free = frozenset(sub.free)
-    all_free = len(free) == n
-    fixed_dev = {t: sub.device[t] for t in range(n) if t not in free} if sub.device else {}
-    timed = objective_needs_time(sub.objective, sub.makespan_bound)
-    upper = sub.upper if sub.makespan_bound is None else min(sub.upper, sub.makespan_bound)
-
-    prob = pulp.LpProblem("mapping", pulp.LpMinimize)
-    x: dict[tuple[int, int], pulp.LpVariable] = {}
-    for t in sorted(free):
-        feas = allowed_devices(cost, t)
-        if sub.memory:
-            feas = tuple(d for d in feas if cost.footprint[t] <= cost.memory_capacity[d])
-        if sub.area:
-            feas = tuple(d for d in feas if not _is_fpga(cost, d) or cost.area[t][d] <= cost.area_capacity[d])
-        if not feas:
-            return Solved("infeasible", None, None, None, None, None, False, time.perf_counter() - t0, 0, 0)
-        for d in feas:
-            x[t, d] = prob.add_variable(f"x_{t}_{d}", 0, 1, pulp.LpBinary)
-        prob += _lin({x[t, d]: 1.0 for d in feas}) == 1
-    n_bin = len(x)
-
-    def place(t: int, d: int):
-        """(variable or None, constant) for the indicator 'task t on device d'."""
-        if t in free:
-            return x.get((t, d)), 0.0
-        return None, 1.0 if fixed_dev[t] == d else 0.0
-
-    def add_place(terms: dict, t: int, d: int, coef: float) -> float:
-        var, c = place(t, d)
-        if var is not None:
-            _add(terms, var, coef)
-        return c * coef
-
-    # capacities
-    for enabled, weight, cap in (
-        (sub.memory, lambda t, d: cost.footprint[t], cost.memory_capacity),
-        (sub.area, lambda t, d: cost.area[t][d], cost.area_capacity),
-    ):
-        if not enabled:
-            continue
-        for d in range(nd):
-            if cap[d] == INF or (cap is cost.area_capacity and not _is_fpga(cost, d)):
-                continue
-            terms: dict = {}
-            const = sum(add_place(terms, t, d, weight(t, d)) for t in range(n))
-            if terms:
-                prob += _lin(terms, const) <= cap[d]
-            elif const > cap[d] * (1 + REL_TOL):
-                return Solved("infeasible", None, None, None, None, None, False, time.perf_counter() - t0, n_bin, 0)
-
-    # symmetry among interchangeable devices (only when every task is free)
-    classes = identical_device_classes(cost) if (all_free and sub.symmetry) else ()
-    for cls in classes:
-        for prev, d in zip(cls, cls[1:]):
-            for t in range(n):
-                if (t, d) not in x:
-                    continue
-                terms = {x[t, d]: 1.0}
-                for u in range(t):
-                    if (u, prev) in x:
-                        _add(terms, x[u, prev], -1.0)
-                prob += _lin(terms) <= 0
-
-    # edges: transfer terms (and forbidden no-route pairs)
-    comm_terms: dict[int, tuple[dict, float]] = {}
-    z: dict[tuple[int, int, int], pulp.LpVariable] = {}
-    g = cost.graph
-    for e in g.edges:
-        u, v = e.src, e.dst
-        if u not in free and v not in free:
-            if timed:
-                comm_terms[e.index] = ({}, cost.comm(e.index, fixed_dev[u], fixed_dev[v]))
-            continue
-        terms = {}
-        if u in free and v in free:
-            pairs = [
-                (a, b)
-                for a in (d for d in range(nd) if (u, d) in x)
-                for b in (d for d in range(nd) if (v, d) in x)
-                if cost.comm(e.index, a, b) < INF
-            ]
-            needs_z = any(cost.comm(e.index, a, b) > 0 for a, b in pairs) or len(pairs) < sum(
-                1 for d in range(nd) if (u, d) in x
-            ) * sum(1 for d in range(nd) if (v, d) in x)
-            if needs_z:
-                for a, b in pairs:
-                    z[e.index, a, b] = prob.add_variable(f"z_{e.index}_{a}_{b}", 0, 1)
-                    if a != b:
-                        _add(terms, z[e.index, a, b], cost.comm(e.index, a, b))
-                for d in range(nd):
-                    if (u, d) in x:
-                        row = {z[e.index, d, b]: 1.0 for a, b in pairs if a == d}
-                        row[x[u, d]] = row.get(x[u, d], 0.0) - 1.0
-                        prob += _lin(row) == 0
-                    if (v, d) in x:
-                        row = {z[e.index, a, d]: 1.0 for a, b in pairs if b == d}
-                        row[x[v, d]] = row.get(x[v, d], 0.0) - 1.0
-                        prob += _lin(row) == 0
-        else:
-            mover, anchor, outgoing = (u, fixed_dev[v], True) if u in free else (v, fixed_dev[u], False)
-            for d in range(nd):
-                if (mover, d) not in x:
-                    continue
-                c = cost.comm(e.index, d, anchor) if outgoing else cost.comm(e.index, anchor, d)
-                if c == INF:
-                    prob += _lin({x[mover, d]: 1.0}) == 0
-                else:
-                    _add(terms, x[mover, d], c)
-        comm_terms[e.index] = (terms, 0.0)
-
-    # time model
-    s: dict[int, pulp.LpVariable] = {}
-    o: dict[tuple[int, int], pulp.LpVariable] = {}
-    cmax = None
-    fixed_chain: tuple[tuple[int, int], ...] = ()
-    if timed:
-        if not all_free:
-            fixed_order = order_from_starts(cost, sub.device, sub.start)
-            fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - free)
-        arcs = _dag_arcs(cost) + fixed_chain
-        devs = [
-            frozenset(d for d in range(nd) if (t, d) in x) if t in free else frozenset((fixed_dev[t],))
-            for t in range(n)
-        ]
-        mint = [min(cost.time[t][d] for d in devs[t]) for t in range(n)]
-        head, tail = head_tail(n, arcs, mint)
-        # every kept solution has head <= s <= latest (Cmax <= upper): bounds and per-row big-Ms
-        latest = [max(head[t], upper - mint[t] - tail[t]) for t in range(n)]
-        for t in range(n):
-            s[t] = prob.add_variable(f"s_{t}", head[t], latest[t])
-
-        def duration(terms: dict, t: int, coef: float) -> float:
-            if t in free:
-                for d in range(nd):
-                    if (t, d) in x:
-                        _add(terms, x[t, d], coef * cost.time[t][d])
-                return 0.0
-            return coef * cost.time[t][fixed_dev[t]]
-
-        for e in g.edges:
-            terms = {s[e.dst]: 1.0}
-            _add(terms, s[e.src], -1.0)
-            const = duration(terms, e.src, -1.0)
-            cterms, cconst = comm_terms[e.index]
-            for var, c in cterms.items():
-                _add(terms, var, -c)
-            prob += _lin(terms, const - cconst) >= 0
-        for a, b in fixed_chain:
-            prob += _lin({s[b]: 1.0, s[a]: -1.0}, -cost.time[a][fixed_dev[a]]) >= 0
-        reach = closure(n, arcs)
-        for i in range(n):
-            for j in range(i + 1, n):
-                if (i not in free and j not in free) or (reach[i] >> j) & 1 or (reach[j] >> i) & 1:
-                    continue
-                shared = sorted(devs[i] & devs[j])
-                if not shared:
-                    continue
-                oij = o[i, j] = prob.add_variable(f"o_{i}_{j}", 0, 1, pulp.LpBinary)
-                for d in shared:
-                    both: dict = {}
-                    bconst = add_place(both, i, d, 1.0) + add_place(both, j, d, 1.0)
-                    # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
-                    m = max(0.0, latest[i] + cost.time[i][d] - head[j])
-                    row = {s[j]: 1.0, s[i]: -1.0, oij: -m}
-                    for var, c in both.items():
-                        _add(row, var, -m * c)
-                    prob += _lin(row, -cost.time[i][d] - m * bconst + 3 * m) >= 0
-                    # j before i: s[i] >= s[j] + time[j][d] - M o - M (2 - x_i - x_j)
-                    m = max(0.0, latest[j] + cost.time[j][d] - head[i])
-                    row = {s[i]: 1.0, s[j]: -1.0, oij: m}
-                    for var, c in both.items():
-                        _add(row, var, -m * c)
-                    prob += _lin(row, -cost.time[j][d] - m * bconst + 2 * m) >= 0
-        n_bin += len(o)
-        sinks = [t for t in range(n) if not g.succs[t]]
-        if sub.objective == "makespan":
-            cmax = prob.add_variable("cmax", 0, upper)
-            for t in sinks:
-                terms = {cmax: 1.0, s[t]: -1.0}
-                const = duration(terms, t, -1.0)
-                prob += _lin(terms, const) >= 0
-            # load cuts: the tasks on d with head >= h (tail >= q) run after h (before Cmax - q)
-            for d in range(nd):
-                on_d = [t for t in range(n) if d in devs[t]]
-                cuts = {(0.0, 0.0)} | {(head[t], 0.0) for t in on_d} | {(0.0, tail[t]) for t in on_d}
-                for h, q in sorted(cuts):
-                    terms = {cmax: 1.0}
-                    const = -h - q
-                    for t in on_d:
-                        if head[t] >= h and tail[t] >= q:
-                            const += add_place(terms, t, d, -cost.time[t][d])
-                    prob += _lin(terms, const) >= 0
-        else:
-            for t in sinks:
-                terms = {s[t]: 1.0}
-                const = duration(terms, t, 1.0)
-                prob += _lin(terms, const) <= upper
-
-    # objective
-    obj_terms: dict = {}
-    obj_const = 0.0
-    period = None
-    if sub.objective == "makespan":
-        obj_terms[cmax] = 1.0
-        if sub.flow_weight:
-            for t in range(n):
-                _add(obj_terms, s[t], sub.flow_weight)
-                obj_const += duration(obj_terms, t, sub.flow_weight)
-    elif sub.objective == "energy":
-        for t in range(n):
-            for d in range(nd):
-                if cost.time[t][d] < INF:
-                    obj_const += add_place(obj_terms, t, d, cost.energy[t][d])
-    else:  # throughput: period >= compute load + incoming transfers, per device
-        period = prob.add_variable("period", 0)
-        obj_terms[period] = 1.0
-        for d in range(nd):
-            row: dict = {period: -1.0}
-            const = sum(add_place(row, t, d, cost.time[t][d]) for t in range(n) if cost.time[t][d] < INF)
-            for e in g.edges:
-                u, v = e.src, e.dst
-                if u in free and v in free:
-                    for a in range(nd):
-                        if a != d and (e.index, a, d) in z:
-                            _add(row, z[e.index, a, d], cost.comm(e.index, a, d))
-                elif u in free:
-                    if fixed_dev[v] == d:
-                        for a in range(nd):
-                            if a != d and (u, a) in x and cost.comm(e.index, a, d) < INF:
-                                _add(row, x[u, a], cost.comm(e.index, a, d))
-                elif v in free:
-                    a = fixed_dev[u]
-                    if a != d and (v, d) in x and cost.comm(e.index, a, d) < INF:
-                        _add(row, x[v, d], cost.comm(e.index, a, d))
-                elif fixed_dev[v] == d != fixed_dev[u]:
-                    const += cost.comm(e.index, fixed_dev[u], d)
-            prob += _lin(row, const) <= 0
-    prob += _lin(obj_terms, 0.0)
-
-    # warm start
-    start_vals: dict[str, float] | None = None
-    if sub.device is not None:
-        dev0 = canonical_devices(sub.device, classes) if classes else sub.device
-        start_vals = {}
-        for (t, d), var in x.items():
-            start_vals[var.name] = 1.0 if dev0[t] == d else 0.0
-        for (ei, a, b), var in z.items():
-            e = g.edges[ei]
-            start_vals[var.name] = 1.0 if (dev0[e.src], dev0[e.dst]) == (a, b) else 0.0
-        if timed and sub.start is not None:
-            order0 = order_from_starts(cost, dev0, sub.start, fixed_chain)
-            pos = {t: (k, sub.start[t]) for seq in order0 for k, t in enumerate(seq)}
-            for t, var in s.items():
-                start_vals[var.name] = min(max(sub.start[t], 0.0), upper)
-            for (i, j), var in o.items():
-                same = dev0[i] == dev0[j]
-                before = pos[i][0] < pos[j][0] if same else (sub.start[i], i) <= (sub.start[j], j)
-                start_vals[var.name] = 1.0 if before else 0.0
-            if cmax is not None:
-                start_vals[cmax.name] = min(
-                    upper, max((sub.start[t] + cost.time[t][dev0[t]] for t in range(n)), default=0.0)
-                )
-        if period is not None and sub.start_value is not None:
-            start_vals[period.name] = sub.start_value
-
+    model = _Model(sub)
+    try:
+        model.build()
+    except _Infeasible:
+        return Solved("infeasible", None, None, None, None, None, False, time.perf_counter() - t0, 0, 0)
+    prob, obj_const = model.prob, model.obj_const
+    start_vals = model.warm_start()
     last = [0.0]
 
     def on_event(run_time: float, incumbent: float, bound: float, improving: bool) -> None:
@@ -674,7 +746,7 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         progress(now - t0, inc, bnd)
 
     limit = max(0.01, sub.time_limit - (time.perf_counter() - t0))
-    n_rows = len(prob.constraints())
+    n_bin, n_rows = model.n_binaries(), len(prob.constraints())
     if HIGHS_AVAILABLE:
         solver = _HighsWarm(
             start_vals,
@@ -712,20 +784,7 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         return Solved("infeasible", None, None, None, None, bound, warm, elapsed, n_bin, n_rows)
     if not has_sol:
         return Solved("none", None, None, None, None, bound, warm, elapsed, n_bin, n_rows)
-    device = tuple(
-        fixed_dev[t] if t not in free else max((d for d in range(nd) if (t, d) in x), key=lambda d: (x[t, d].varValue, -d))
-        for t in range(n)
-    )
-    if timed:
-        start = tuple(float(s[t].varValue) for t in range(n))
-        order = order_from_starts(cost, device, start, fixed_chain)
-    else:
-        start, order = None, None
-    value = sum(c * float(var.varValue or 0.0) for var, c in obj_terms.items()) + obj_const
-    status = "optimal" if name == "kOptimal" else "feasible"
-    if status == "optimal" and bound is None:
-        bound = value
-    return Solved(status, device, start, order, value, bound, warm, elapsed, n_bin, n_rows)
+    return model.extract(name, bound, warm, elapsed)
 
 
 # -- the mapper -------------------------------------------------------------
