@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, op_class
+from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, op_class, rate_dtype
 from mapper.errors import MapperError, OptionsError
 from mapper.platform import Platform, parse_platform
 
@@ -78,17 +78,34 @@ class Rate:
 @dataclass(frozen=True, slots=True)
 class Probe:
     """One op class checked against the calibrated model: a probe task's
-    measured median and the model's time (``ratio`` = model / measured)."""
+    fastest timed call, the model's time (``ratio`` = model / measured), and
+    the rates the kernel achieved net of the launch overhead."""
 
     op_class: str
     task: str
     measured: float
     model: float
     bound: str
+    flops: float = 0.0
+    bytes: float = 0.0
+    launch: float = 0.0  # seconds, the platform's launch overhead
+    rate_dtype: str = "f32"  # the dtype whose peak rates the task
 
     @property
     def ratio(self) -> float:
         return self.model / self.measured if self.measured > 0 else float("inf")
+
+    @property
+    def gflops(self) -> float | None:
+        """FLOP rate net of the launch overhead; None when the call took no longer than a launch."""
+        body = self.measured - self.launch
+        return self.flops / body / 1e9 if body > 0 else None
+
+    @property
+    def gbs(self) -> float | None:
+        """Byte rate net of the launch overhead; None when the call took no longer than a launch."""
+        body = self.measured - self.launch
+        return self.bytes / body / 1e9 if body > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +252,11 @@ def memory_gib() -> float:
 
 
 def threads() -> int:
-    """Threads the kernels use (CPUs this process may run on)."""
+    """Threads the kernels use: ``NUMBA_NUM_THREADS`` when set, else the CPUs
+    this process may run on."""
+    env = os.environ.get("NUMBA_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -274,7 +295,8 @@ def run_probes(plat: Platform, repeats: int) -> tuple[Probe, ...]:
         attrs = dict(task.attrs)
         _, samples = time_call(lambda: k.run_kernel(task.op, args, attrs), repeats)
         out.append(Probe(op_class(task.op), f"{task.op} {task.output}", min(samples), cost.time[task.index][0],
-                         cost.bound[task.index][0]))
+                         cost.bound[task.index][0], task.flops, task.bytes, plat.devices[0].launch_us * 1e-6,
+                         rate_dtype(plat.devices[0], task.dtype) or task.dtype))
     return tuple(out)
 
 
@@ -358,13 +380,25 @@ def platform_toml(cal: Calibration) -> str:
     lines.append("# physical memory (sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)")
     lines.append(f"memory_gib = {cal.memory_gib:.2f}")
     if cal.probes:
-        lines.append("")
-        lines.append("# Op-class check with these numbers: probe task, measured median, model time, model/measured.")
-        lines.append("# A ratio far from 1 means the class's efficiency factor in the cost model does not fit this")
-        lines.append("# machine (the platform schema has no per-class efficiency table to store a correction).")
+        peaks_by = {r.key: r.stored for r in cal.peak_gflops}
+        bw = cal.mem_bandwidth_gbs.stored
+        lines += [
+            "",
+            "# Op-class check with these numbers (fastest of the timed calls of one probe task per class):",
+            "# measured, model, model/measured, and the rates the kernel reached net of launch_us, as fractions",
+            "# of the stored peak and bandwidth. A ratio far from 1 means the class's efficiency factor in the",
+            "# cost model does not fit this machine's kernels; the platform schema has no per-class efficiency",
+            "# table, so the achieved fractions are recorded here, not applied.",
+        ]
         for p in cal.probes:
-            lines.append(f"#   {p.op_class:<11} {p.task:<36} {p.measured * 1e3:9.3f} ms  {p.model * 1e3:9.3f} ms  "
-                         f"{p.ratio:5.2f}  ({p.bound})")
+            peak = peaks_by.get(p.rate_dtype, 0.0)
+            head = (f"#   {p.op_class:<11} {p.task:<28} {p.measured * 1e3:9.3f} ms {p.model * 1e3:9.3f} ms "
+                    f"{p.ratio:6.2f} ({p.bound})")
+            if p.gflops is None or p.gbs is None:
+                lines.append(f"{head} no faster than one launch: no rates")
+            else:
+                frac = f" = {p.gflops / peak:.3f} of peak" if peak else ""
+                lines.append(f"{head} {p.gflops:.3g} GFLOP/s{frac}, {p.gbs:.3g} GB/s = {p.gbs / bw:.3f} of bandwidth")
     return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,8 @@ def fake() -> Calibration:
         Rate("mem_bandwidth_gbs", 16.0, 20.0, "add of two arrays"),
         Rate("launch_us", 12.5, 12.5, "tiny calls"),
         23.5,
-        (Probe("gemm", "matmul f32[512, 512]", 0.002, 0.0021, "compute"),),
+        (Probe("gemm", "matmul f32[512, 512]", 0.002, 0.0021, "compute", 2.0e8, 3.0e6, 1e-3, "f32"),
+         Probe("elementwise", "add f32[4]", 1e-6, 2e-6, "launch", 4.0, 48.0, 1e-5, "f32")),
     )
 
 
@@ -35,7 +36,10 @@ def test_platform_file_round_trips_with_a_comment_per_number():
         i = next(i for i, ln in enumerate(lines) if ln.startswith(key + " ="))
         assert lines[i - 1].startswith("# "), key  # every number says how it was measured
     assert "2026-01-02T03:04:05Z" in lines[0]
-    assert any("gemm" in ln and "1.05" in ln for ln in lines)  # the op-class check, model / measured
+    gemm = next(ln for ln in lines if ln.startswith("#   gemm"))
+    # model / measured, and the achieved rates net of the 1 ms launch: 0.2 GFLOP in 1 ms, 3 MB in 1 ms
+    assert " 1.05 (compute) 200 GFLOP/s = 2.000 of peak, 3 GB/s = 0.150 of bandwidth" in gemm
+    assert next(ln for ln in lines if ln.startswith("#   elementwise")).endswith("no faster than one launch: no rates")
 
 
 def test_best_time_runs_at_least_min_runs():
