@@ -278,3 +278,14 @@ def test_every_workflow_compiles_with_every_mapper(path, where):
         makespans[name] = res.objective_value
     assert makespans["milp"] <= min(makespans["heft"], makespans["cpop"], makespans["peft"]) * (1 + 1e-9)
     assert all(v > 0 and math.isfinite(v) for v in makespans.values())
+
+
+def test_cli_import_then_compile_end_to_end(tmp_path, capsys):
+    tg, out = tmp_path / "cycles.tg", tmp_path / "cycles.json"
+    assert main(["import", "wfcommons", str(DATA / "cycles-67.json"), "-o", str(tg)]) == 0
+    assert main(["compile", str(tg), "--platform", "cpu-gpu-fpga", "--mapper", "heft", "--json", str(out), "-q"]) == 0
+    capsys.readouterr()
+    report = json.loads(out.read_text())
+    expected = compile_graph(import_wfcommons(DATA / "cycles-67.json"), "cpu-gpu-fpga", mapper="heft").result
+    assert report["mapper"] == "heft" and len(report["tasks"]) == 67
+    assert report["makespan"] == pytest.approx(expected.objective_value, rel=1e-12)
