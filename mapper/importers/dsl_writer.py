@@ -16,12 +16,7 @@ from typing import Sequence
 
 from mapper.errors import OptionsError
 from mapper.graph import Task, TaskGraph
-
-#: Words the DSL grammar reserves; a name may not be one of them.
-KEYWORDS = frozenset({
-    "include", "param", "graph", "template", "input", "weight", "output", "return", "for", "in",
-    "task", "work", "cost", "parallel", "streamable", "comm", "bytes",
-})
+from mapper.parse import KEYWORDS  # the words the grammar reserves
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _BAD = re.compile(r"[^A-Za-z0-9_]")
