@@ -1,0 +1,93 @@
+"""The one place Numba is imported: cache location and the ``jit`` decorator.
+
+``NUMBA_CACHE_DIR`` is set (unless the user set it) to a user-writable
+directory, ``$XDG_CACHE_HOME/mapper/numba`` or ``~/.cache/mapper/numba``,
+before Numba is imported, so ``cache=True`` works for read-only installs too.
+Kernels compile lazily on their first call; nothing is compiled at import.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mapper", "numba")
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", _cache_dir())
+
+import numba  # noqa: E402  (the cache directory must be set first)
+
+from numba.core import types  # noqa: E402,F401  (re-exported for kernel modules)
+from numba.extending import overload  # noqa: E402
+
+prange = numba.prange
+
+#: Fast-math flags for reductions: reassociation lets LLVM vectorise sums;
+#: NaN and infinity semantics are kept.
+REASSOC = frozenset({"reassoc", "contract"})
+
+
+def jit(*, parallel: bool = False, fastmath: bool | frozenset = False):
+    """``numba.njit`` with the project's settings.
+
+    ``nogil=True`` (the executor runs tasks on threads), ``cache=True`` (on-disk
+    cache), ``error_model="numpy"`` (float division by zero gives inf/nan as
+    in NumPy instead of raising). No signatures: compilation is lazy.
+    """
+    fm = set(fastmath) if isinstance(fastmath, frozenset) else fastmath
+    return numba.njit(nogil=True, cache=True, parallel=parallel, fastmath=fm, error_model="numpy")
+
+
+def quotient(x, y):
+    """``x / y`` for floats and complex; floor division with ``x // 0 = 0``
+    for integers (usable inside kernels)."""
+    raise NotImplementedError("quotient is only callable inside Numba kernels")
+
+
+@overload(quotient)
+def _quotient(x, y):
+    if isinstance(x, types.Integer):
+        return lambda x, y: x // y if y != 0 else x - x
+    return lambda x, y: x / y
+
+
+@jit()
+def split_index(t, nchunk, n1, n2):
+    """Flat work item ``t`` of a ``(n0, n1, n2, nchunk)`` grid as ``(i, j, k, chunk)``."""
+    c = t % nchunk
+    r = t // nchunk
+    k = r % n2
+    r //= n2
+    return r // n1, r % n1, k, c
+
+
+def num_threads() -> int:
+    """Threads Numba's parallel loops use."""
+    return int(numba.get_num_threads())
+
+
+def chunks(outer: int, inner: int, min_len: int = 2048) -> int:
+    """How many pieces to cut each of ``outer`` rows of ``inner`` elements
+    into, so that a ``prange`` has work for every thread (at least
+    ``4 * threads`` pieces when the data allows) without pieces shorter than
+    ``min_len``."""
+    want = 4 * num_threads()
+    if outer >= want or inner < 2 * min_len:
+        return 1
+    return max(1, min(inner // min_len, -(-want // max(outer, 1))))
+
+
+def readonly(x, dtype=None):
+    """``x`` as a C-contiguous, read-only array (a view when it already is one).
+
+    Kernels take their inputs through this so every caller's array has the
+    same Numba type (layout ``C``, read-only): one compiled version per dtype.
+    """
+    import numpy as np
+
+    arr = np.ascontiguousarray(x, dtype=dtype).view()
+    arr.flags.writeable = False
+    return arr

@@ -1,0 +1,101 @@
+"""Row and channel normalisations: softmax, layernorm, batchnorm (Numba,
+parallel over rows or channels; statistics accumulated in float64).
+
+batchnorm is the identity-affine batch normalisation: each channel ``c`` of
+``x[N, C, ...]`` becomes ``(x - mean_c) / sqrt(var_c + eps)`` with the mean
+and biased variance of that channel over the batch and spatial axes (the
+DSL gives no running statistics, so the batch's own are used)
+(Ioffe and Szegedy, "Batch Normalization", ICML 2015, Algorithm 1 with
+gamma = 1, beta = 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mapper.kernels._jit import jit, prange, readonly
+
+
+@jit(parallel=True)
+def _softmax_rows(x, out):
+    for r in prange(x.shape[0]):
+        m = x[r, 0]
+        for j in range(1, x.shape[1]):
+            if x[r, j] > m or x[r, j] != x[r, j]:
+                m = x[r, j]
+        s = 0.0
+        for j in range(x.shape[1]):
+            e = np.exp(x[r, j] - m)
+            out[r, j] = e
+            s += e
+        inv = 1.0 / s
+        for j in range(x.shape[1]):
+            out[r, j] = out[r, j] * inv
+
+
+@jit(parallel=True)
+def _layernorm_rows(x, out, eps):
+    n = x.shape[1]
+    for r in prange(x.shape[0]):
+        s = 0.0
+        for j in range(n):
+            s += x[r, j]
+        mean = s / n
+        v = 0.0
+        for j in range(n):
+            d = x[r, j] - mean
+            v += d * d
+        inv = 1.0 / math.sqrt(v / n + eps)
+        for j in range(n):
+            out[r, j] = (x[r, j] - mean) * inv
+
+
+@jit(parallel=True)
+def _batchnorm_channels(x, out, eps):
+    nb, nc, nl = x.shape
+    count = nb * nl
+    for c in prange(nc):
+        s = 0.0
+        for b in range(nb):
+            for j in range(nl):
+                s += x[b, c, j]
+        mean = s / count
+        v = 0.0
+        for b in range(nb):
+            for j in range(nl):
+                d = x[b, c, j] - mean
+                v += d * d
+        inv = 1.0 / math.sqrt(v / count + eps)
+        for b in range(nb):
+            for j in range(nl):
+                out[b, c, j] = (x[b, c, j] - mean) * inv
+
+
+def softmax(x: np.ndarray, *, axis: int) -> np.ndarray:
+    moved = readonly(np.moveaxis(x, axis, -1))
+    if moved.size == 0:
+        return np.empty_like(x)
+    rows = moved.reshape(-1, moved.shape[-1])
+    out = np.empty(rows.shape, dtype=x.dtype)
+    _softmax_rows(rows, out)
+    return np.ascontiguousarray(np.moveaxis(out.reshape(moved.shape), -1, axis))
+
+
+def layernorm(x: np.ndarray, *, eps: float) -> np.ndarray:
+    if x.size == 0:
+        return np.empty_like(x)
+    rows = readonly(x).reshape(-1, x.shape[-1])
+    out = np.empty(rows.shape, dtype=x.dtype)
+    _layernorm_rows(rows, out, eps)
+    return out.reshape(x.shape)
+
+
+def batchnorm(x: np.ndarray, *, eps: float) -> np.ndarray:
+    if x.size == 0:
+        return np.empty_like(x)
+    x3 = readonly(x).reshape(x.shape[0], x.shape[1], -1)
+    out = np.empty(x3.shape, dtype=x.dtype)
+    _batchnorm_channels(x3, out, eps)
+    return out.reshape(x.shape)

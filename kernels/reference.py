@@ -1,0 +1,230 @@
+"""NumPy-only reference implementations of every op (no Numba).
+
+Each takes checked operands and canonical attributes from
+:func:`mapper.kernels.spec.prepare` and returns a new array. They define the
+semantics the Numba kernels must reproduce; docs/ops.md is the catalogue.
+Conventions fixed here (and documented in :mod:`mapper.kernels.registry`):
+avgpool divides by the number of valid (non-padding) elements; batchnorm
+normalises each channel with the batch's own mean and biased variance
+(identity affine); integer ``div`` is floor division with ``x // 0 = 0``;
+integer ``mean`` is the floor of the mean; ``elementwise(fn="abs")`` of a
+complex tensor keeps the complex dtype (``|z| + 0j``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from mapper.kernels.csr import Csr
+
+GELU_C = 0.7978845608028654  # sqrt(2 / pi)
+GELU_K = 0.044715
+
+
+def matmul(a, b):
+    return np.matmul(a, b)
+
+
+def _windows(x, kernel, stride):
+    """Sliding windows over the last two axes: [..., Ho, Wo, kh, kw]."""
+    w = sliding_window_view(x, kernel, axis=(-2, -1))
+    return w[..., :: stride[0], :: stride[1], :, :]
+
+
+def conv2d(x, w, *, stride, padding, groups):
+    (ph, pw) = padding
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    k, cg, r, s = w.shape
+    kg = k // groups
+    win = _windows(xp, (r, s), stride)  # [N, C, Ho, Wo, R, S]
+    outs = [np.einsum("nchwrs,kcrs->nkhw", win[:, g * cg:(g + 1) * cg], w[g * kg:(g + 1) * kg], optimize=True)
+            for g in range(groups)]
+    return np.ascontiguousarray(np.concatenate(outs, axis=1), dtype=x.dtype)
+
+
+def maxpool(x, *, kernel, stride, padding):
+    (ph, pw) = padding
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=low)
+    return np.ascontiguousarray(_windows(xp, kernel, stride).max(axis=(-2, -1)))
+
+
+def avgpool(x, *, kernel, stride, padding):
+    (ph, pw) = padding
+    pad = ((0, 0), (0, 0), (ph, ph), (pw, pw))
+    sums = _windows(np.pad(x.astype(np.float64), pad), kernel, stride).sum(axis=(-2, -1))
+    valid = np.pad(np.ones(x.shape[2:], dtype=np.float64), pad[2:])
+    counts = _windows(valid, kernel, stride).sum(axis=(-2, -1))
+    return (sums / counts).astype(x.dtype)
+
+
+def batchnorm(x, *, eps):
+    axes = (0,) + tuple(range(2, x.ndim))
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=axes, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
+    return ((x64 - mean) / np.sqrt(var + eps)).astype(x.dtype)
+
+
+def relu(x):
+    return np.maximum(x, x.dtype.type(0))
+
+
+def gelu(x):
+    return (0.5 * x * (1 + np.tanh(GELU_C * (x + GELU_K * x * x * x)))).astype(x.dtype)
+
+
+def softmax(x, *, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+def layernorm(x, *, eps):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=-1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=-1, keepdims=True)
+    return ((x64 - mean) / np.sqrt(var + eps)).astype(x.dtype)
+
+
+def add(a, b):
+    return np.add(a, b)
+
+
+def sub(a, b):
+    return np.subtract(a, b)
+
+
+def mul(a, b):
+    return np.multiply(a, b)
+
+
+def div(a, b):
+    if a.dtype.kind in "iu":
+        out = np.zeros(np.broadcast_shapes(a.shape, b.shape), dtype=a.dtype)
+        np.floor_divide(a, b, out=out, where=np.broadcast_to(b != 0, out.shape))
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(a, b)
+
+
+def attention(*xs, heads, seq, causal):
+    if len(xs) == 1:
+        q, k, v = np.split(xs[0], 3, axis=1)
+    else:
+        q, k, v = xs
+    t, d = q.shape
+    dh = d // heads
+
+    def split(m):  # [T, D] -> [B, heads, S, dh]
+        return m.reshape(t // seq, seq, heads, dh).transpose(0, 2, 1, 3)
+
+    scores = split(q) @ split(k).transpose(0, 1, 3, 2) / q.dtype.type(np.sqrt(dh))
+    if causal:
+        scores = np.where(np.triu(np.ones((seq, seq), dtype=bool), 1), -np.inf, scores)
+    p = softmax(scores, axis=-1)
+    return np.ascontiguousarray((p @ split(v)).transpose(0, 2, 1, 3).reshape(t, d), dtype=q.dtype)
+
+
+def embedding(ids, table):
+    return table[ids]
+
+
+def concat(*xs, axis):
+    return np.concatenate(xs, axis=axis)
+
+
+def split(x, *, parts, index, axis):
+    return np.ascontiguousarray(np.split(x, parts, axis=axis)[index])
+
+
+def reshape(x, *, shape):
+    return np.reshape(x, shape)
+
+
+def transpose(x, *, perm):
+    return np.ascontiguousarray(np.transpose(x, perm))
+
+
+def stencil(x, *, points, steps):
+    """Jacobi sweeps: each interior point becomes the plain average of its
+    ``points``-point neighbourhood (itself included); boundary points stay."""
+    cur = x.copy()
+    div = x.dtype.type(points)
+    for _ in range(steps):
+        nxt = cur.copy()
+        if points == 5:
+            c = cur
+            nxt[1:-1, 1:-1] = (c[1:-1, 1:-1] + c[:-2, 1:-1] + c[2:, 1:-1] + c[1:-1, :-2] + c[1:-1, 2:]) / div
+        elif points == 9:
+            h, w = cur.shape
+            acc = cur[0:h - 2, 0:w - 2].copy()
+            for di in range(3):
+                for dj in range(3):
+                    if di or dj:
+                        acc += cur[di:h - 2 + di, dj:w - 2 + dj]
+            nxt[1:-1, 1:-1] = acc / div
+        else:
+            c = cur
+            nxt[1:-1, 1:-1, 1:-1] = (c[1:-1, 1:-1, 1:-1] + c[:-2, 1:-1, 1:-1] + c[2:, 1:-1, 1:-1]
+                                     + c[1:-1, :-2, 1:-1] + c[1:-1, 2:, 1:-1]
+                                     + c[1:-1, 1:-1, :-2] + c[1:-1, 1:-1, 2:]) / div
+        cur = nxt
+    return cur
+
+
+def spmv(a: Csr, x):
+    m = a.shape[0]
+    nnz = a.data.shape[0]
+    if nnz == 0:
+        return np.zeros(m, dtype=x.dtype)
+    prod = a.data * x[a.indices]
+    out = np.add.reduceat(prod, np.minimum(a.indptr[:-1], nnz - 1))
+    out[a.indptr[:-1] == a.indptr[1:]] = 0
+    return out.astype(x.dtype, copy=False)
+
+
+def fft(x):
+    return np.fft.fft(x, axis=-1).astype(x.dtype, copy=False)
+
+
+def ifft(x):
+    return np.fft.ifft(x, axis=-1).astype(x.dtype, copy=False)
+
+
+def dot(a, b):
+    return np.asarray(np.dot(a, b), dtype=a.dtype)
+
+
+def axpy(*xs, alpha):
+    x, y = xs[-2:]
+    return alpha * x + y
+
+
+def reduce(x, *, kind, axis):
+    if kind == "max":
+        return np.asarray(np.max(x, axis=axis))
+    if kind == "sum" or x.dtype.kind in "fc":
+        fn = np.sum if kind == "sum" else np.mean
+        return np.asarray(fn(x, axis=axis, dtype=x.dtype))
+    count = x.size if axis is None else x.shape[axis]
+    total = np.sum(x, axis=axis, dtype=np.int64)
+    return np.asarray(total // count).astype(x.dtype)
+
+
+def elementwise(x, *, fn, alpha):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if fn == "sigmoid":
+            if x.dtype.kind == "c":
+                return (1 / (1 + np.exp(-x))).astype(x.dtype)
+            e = np.exp(-np.abs(x))
+            return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+        if fn == "abs":
+            return np.abs(x).astype(x.dtype)
+        if fn == "square":
+            return x * x
+        if fn == "neg":
+            return -x
+        if fn == "scale":
+            return (x.dtype.type(alpha) * x).astype(x.dtype)
+        return getattr(np, fn)(x).astype(x.dtype, copy=False)

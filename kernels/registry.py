@@ -1,0 +1,138 @@
+"""The kernel registry: what the executor calls.
+
+``run_kernel(op, inputs, attrs)`` runs the Numba path, ``reference(op,
+inputs, attrs)`` the NumPy-only path; both check the call first (see
+:mod:`mapper.kernels.spec`) and return a new array (``reshape`` may return a
+view of its input). :data:`KERNELS` says for every op how it is implemented.
+
+Dtypes: ``f16`` operands are computed in float32 and the result rounded to
+float16 (both paths); ``bf16`` tensors are float32 arrays (NumPy has no
+bfloat16) and compute as float32. Importing this module imports Numba but
+compiles nothing; each kernel compiles on its first call per dtype (cached
+on disk, see :mod:`mapper.kernels._jit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from mapper.kernels import reference as ref
+from mapper.kernels.attention import attention
+from mapper.kernels.binary import binary
+from mapper.kernels.conv import conv2d
+from mapper.kernels.csr import Csr
+from mapper.kernels.dtypes import numpy_dtype, round_bf16, tolerance
+from mapper.kernels.elementwise import elementwise, gelu, relu
+from mapper.kernels.embedding import embedding
+from mapper.kernels.fft import fft, ifft
+from mapper.kernels.layout import concat, reshape, split, transpose
+from mapper.kernels.linalg import axpy, dot, matmul
+from mapper.kernels.norm import batchnorm, layernorm, softmax
+from mapper.kernels.operands import make_csr, make_ids, make_tensor
+from mapper.kernels.pool import avgpool, maxpool
+from mapper.kernels.reduce import reduce
+from mapper.kernels.sparse import spmv
+from mapper.kernels.spec import SPECS, prepare
+from mapper.kernels.stencil import stencil
+
+__all__ = ["KERNELS", "KernelInfo", "Csr", "run_kernel", "reference", "tolerance", "make_tensor",
+           "make_csr", "make_ids", "numpy_dtype", "round_bf16"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """How one op is implemented: ``impl`` says honestly what runs."""
+
+    name: str
+    module: str
+    impl: str
+    dtypes: tuple[str, ...] = ()
+
+
+def _binary(op: str) -> Callable[..., np.ndarray]:
+    return lambda a, b: binary(op, a, b)
+
+
+_NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
+    "matmul": (matmul, "linalg", "numpy BLAS GEMM (np.matmul) for float/complex; numba direct "
+                                 "i-k-j loop for integers and tiny products"),
+    "conv2d": (conv2d, "conv", "numba im2col + BLAS GEMM when Cg*R*S and K/groups >= 16, else numba direct"),
+    "maxpool": (maxpool, "pool", "numba direct"),
+    "avgpool": (avgpool, "pool", "numba direct (divides by the count of valid elements)"),
+    "batchnorm": (batchnorm, "norm", "numba direct (batch statistics, identity affine)"),
+    "relu": (relu, "elementwise", "numba direct"),
+    "gelu": (gelu, "elementwise", "numba direct (tanh approximation)"),
+    "softmax": (softmax, "norm", "numba direct (rows; numpy moves a non-last axis)"),
+    "layernorm": (layernorm, "norm", "numba direct"),
+    "add": (_binary("add"), "binary", "numba strided broadcast loop"),
+    "sub": (_binary("sub"), "binary", "numba strided broadcast loop"),
+    "mul": (_binary("mul"), "binary", "numba strided broadcast loop"),
+    "div": (_binary("div"), "binary", "numba strided broadcast loop (integers: floor division, x // 0 = 0)"),
+    "attention": (attention, "attention", "numba direct per (sequence, head), no BLAS"),
+    "embedding": (embedding, "embedding", "numba gather"),
+    "concat": (concat, "layout", "numba strided copy"),
+    "split": (split, "layout", "numba strided copy"),
+    "reshape": (reshape, "layout", "numpy view (no data movement)"),
+    "transpose": (transpose, "layout", "numba strided copy"),
+    "stencil": (stencil, "stencil", "numba direct Jacobi sweeps"),
+    "spmv": (spmv, "sparse", "numba CSR, parallel over rows"),
+    "fft": (fft, "fft", "numba radix-2 for power-of-two N; numpy.fft (pocketfft) otherwise"),
+    "ifft": (ifft, "fft", "numba radix-2 for power-of-two N; numpy.fft (pocketfft) otherwise"),
+    "dot": (dot, "linalg", "numba blocked parallel reduction"),
+    "axpy": (axpy, "linalg", "numba direct"),
+    "reduce": (reduce, "reduce", "numba blocked parallel reduction"),
+    "elementwise": (elementwise, "elementwise", "numba direct"),
+}
+
+_F16_NOTE = "; f16 computed in float32 and rounded, bf16 stored and computed as float32"
+
+#: Every op: how its Numba path is implemented and which DSL dtypes it takes.
+KERNELS: dict[str, KernelInfo] = {
+    op: KernelInfo(op, f"mapper.kernels.{mod}", impl + (_F16_NOTE if "f16" in SPECS[op].dtypes else ""),
+                   tuple(sorted(SPECS[op].dtypes + (("bf16",) if "f32" in SPECS[op].dtypes else ()))))
+    for op, (_, mod, impl) in _NUMBA.items()
+}
+
+
+def _widen(xs: list) -> tuple[list, bool]:
+    """float16 operands as float32; whether the result goes back to float16."""
+    floats = [x.dtype for x in xs if isinstance(x, np.ndarray) and x.dtype.kind in "fc"]
+    floats += [x.data.dtype for x in xs if isinstance(x, Csr)]
+    if not floats or any(d != np.float16 for d in floats):
+        return xs, False
+    out = []
+    for x in xs:
+        if isinstance(x, Csr):
+            out.append(x._replace(data=x.data.astype(np.float32)))
+        elif isinstance(x, np.ndarray) and x.dtype == np.float16:
+            out.append(x.astype(np.float32))
+        else:
+            out.append(x)
+    return out, True
+
+
+def _call(fn: Callable[..., np.ndarray], op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    xs, canon = prepare(op, inputs, attrs)
+    xs, narrow = _widen(xs)
+    if op == "axpy" and narrow:
+        canon["alpha"] = np.float32(canon["alpha"])
+    out = np.asarray(fn(*xs, **canon))
+    return out.astype(np.float16) if narrow and out.dtype == np.float32 else out
+
+
+def run_kernel(op: str, inputs: Sequence[np.ndarray | Csr], attrs: Mapping[str, Any]) -> np.ndarray:
+    """Run ``op``'s Numba kernel on ``inputs`` (operand order of docs/ops.md)."""
+    entry = _NUMBA.get(op)
+    return _call(entry[0] if entry else _missing, op, inputs, attrs)
+
+
+def reference(op: str, inputs: Sequence[np.ndarray | Csr], attrs: Mapping[str, Any]) -> np.ndarray:
+    """Run ``op``'s NumPy reference on ``inputs``."""
+    return _call(getattr(ref, op, _missing), op, inputs, attrs)
+
+
+def _missing(*_: Any, **__: Any) -> np.ndarray:  # pragma: no cover - prepare rejects unknown ops first
+    raise AssertionError("unreachable: prepare() rejects unknown ops")

@@ -1,0 +1,418 @@
+"""Operand and attribute checks shared by the Numba kernels and the references.
+
+:func:`prepare` validates one call (operand count, dtypes, shapes, attribute
+names and values) and returns the operands as arrays and the attributes in
+canonical form (pairs for stride/padding/kernel, non-negative axes, tuples),
+so both paths see the same, valid input. Bad input raises
+:class:`~mapper.errors.InputError` naming the op; no kernel ever sees an
+operand that could make it index out of bounds. docs/ops.md is the catalogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from mapper.errors import InputError
+from mapper.kernels.csr import Csr, check_csr
+
+REQUIRED = "<required>"
+
+FLOAT = ("f16", "f32", "f64")
+COMPLEX = ("c64", "c128")
+INT = ("i8", "i32", "i64")
+INEXACT = FLOAT + COMPLEX
+NUMERIC = INT + INEXACT
+ANY = ("bool",) + NUMERIC
+
+_DTYPE_NAMES = {"float16": "f16", "float32": "f32", "float64": "f64", "complex64": "c64",
+                "complex128": "c128", "int8": "i8", "int32": "i32", "int64": "i64", "bool": "bool"}
+
+#: Functions of ``elementwise``.
+ELEMENTWISE_FNS = ("exp", "log", "sqrt", "tanh", "neg", "abs", "square", "sigmoid", "scale")
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One op: operand count, allowed dtypes, attributes with defaults, checker."""
+
+    name: str
+    min_inputs: int
+    max_inputs: int | None
+    dtypes: tuple[str, ...]
+    attrs: tuple[tuple[str, Any], ...]
+    check: Callable[[str, list, dict], dict]
+
+
+def fail(op: str, message: str, hint: str | None = None) -> InputError:
+    return InputError(f"{op}: {message}", obj=op, hint=hint)
+
+
+def _int(op: str, key: str, v: Any, low: int | None = None) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        if isinstance(v, (float, np.floating)) and float(v).is_integer():
+            v = int(v)
+        else:
+            raise fail(op, f"{key} must be an integer, got {v!r}")
+    if low is not None and v < low:
+        raise fail(op, f"{key} must be >= {low}, got {v}")
+    return int(v)
+
+
+def _pair(op: str, key: str, v: Any, low: int) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)):
+        if len(v) != 2:
+            raise fail(op, f"{key} must be an integer or a pair [h, w], got {v!r}")
+        return (_int(op, key, v[0], low), _int(op, key, v[1], low))
+    x = _int(op, key, v, low)
+    return (x, x)
+
+
+def _float(op: str, key: str, v: Any) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise fail(op, f"{key} must be a number, got {v!r}")
+    return float(v)
+
+
+def _axis(op: str, key: str, v: Any, ndim: int) -> int:
+    a = _int(op, key, v)
+    if not -max(ndim, 1) <= a < max(ndim, 1):
+        raise fail(op, f"{key} = {a} is out of range for a {ndim}-D tensor")
+    return a % max(ndim, 1)
+
+
+def _shape(x: np.ndarray) -> str:
+    return "[" + ", ".join(str(d) for d in x.shape) + "]"
+
+
+def _ndim(op: str, x: np.ndarray, what: str, dims: Sequence[int]) -> None:
+    if x.ndim not in dims:
+        raise fail(op, f"{what} must be {' or '.join(f'{d}-D' for d in dims)}, got {_shape(x)}")
+
+
+# -- per-op checks: (op, inputs, attrs) -> canonical attrs --------------------------------
+def _matmul(op, xs, at):
+    a, b = xs
+    if a.ndim < 2 or b.ndim < 2:
+        raise fail(op, f"operands must be at least 2-D, got {_shape(a)} and {_shape(b)}")
+    if a.shape[-1] != b.shape[-2]:
+        raise fail(op, f"inner dimensions differ: {_shape(a)} @ {_shape(b)}")
+    if b.ndim > 2:
+        try:
+            np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise fail(op, f"batch dimensions do not broadcast: {_shape(a)} @ {_shape(b)}") from None
+    return {}
+
+
+def _conv2d(op, xs, at):
+    x, w = xs
+    _ndim(op, x, "x", (4,))
+    _ndim(op, w, "w", (4,))
+    g = _int(op, "groups", at["groups"], 1)
+    st, pad = _pair(op, "stride", at["stride"], 1), _pair(op, "padding", at["padding"], 0)
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    if c % g or k % g or cg * g != c:
+        raise fail(op, f"x {_shape(x)} and w {_shape(w)} do not fit groups = {g} "
+                       "(need C % groups == 0, K % groups == 0, w.shape[1] == C / groups)")
+    if h + 2 * pad[0] < r or wd + 2 * pad[1] < s:
+        raise fail(op, f"filter {r}x{s} is larger than the padded input {_shape(x)}")
+    return {"stride": st, "padding": pad, "groups": g}
+
+
+def _pool(op, xs, at):
+    (x,) = xs
+    _ndim(op, x, "x", (4,))
+    if at["kernel"] is REQUIRED:
+        raise fail(op, "missing attribute kernel")
+    k = _pair(op, "kernel", at["kernel"], 1)
+    st = k if at["stride"] is None else _pair(op, "stride", at["stride"], 1)
+    pad = _pair(op, "padding", at["padding"], 0)
+    if pad[0] > k[0] // 2 or pad[1] > k[1] // 2:
+        raise fail(op, f"padding {pad} must be at most half the kernel {k}")
+    if x.shape[2] + 2 * pad[0] < k[0] or x.shape[3] + 2 * pad[1] < k[1]:
+        raise fail(op, f"kernel {k} is larger than the padded input {_shape(x)}")
+    return {"kernel": k, "stride": st, "padding": pad}
+
+
+def _eps(op, xs, at, min_ndim):
+    if xs[0].ndim < min_ndim:
+        raise fail(op, f"x must be at least {min_ndim}-D, got {_shape(xs[0])}")
+    eps = _float(op, "eps", at["eps"])
+    if eps < 0:
+        raise fail(op, f"eps must be >= 0, got {eps}")
+    return {"eps": eps}
+
+
+def _softmax(op, xs, at):
+    return {"axis": _axis(op, "axis", at["axis"], xs[0].ndim)}
+
+
+def _binary(op, xs, at):
+    try:
+        np.broadcast_shapes(xs[0].shape, xs[1].shape)
+    except ValueError:
+        raise fail(op, f"shapes do not broadcast: {_shape(xs[0])}, {_shape(xs[1])}") from None
+    return {}
+
+
+def _attention(op, xs, at):
+    if len(xs) == 2:
+        raise fail(op, "takes qkv[T, 3D] or q[T, D], k[T, D], v[T, D]; got 2 operands")
+    for x in xs:
+        _ndim(op, x, "each operand", (2,))
+    t, width = xs[0].shape
+    if len(xs) == 1 and width % 3:
+        raise fail(op, f"qkv's last dimension must be 3*D, got {_shape(xs[0])}")
+    if len(xs) == 3 and not xs[0].shape == xs[1].shape == xs[2].shape:
+        raise fail(op, f"q, k, v shapes differ: {', '.join(_shape(x) for x in xs)}")
+    d = width // 3 if len(xs) == 1 else width
+    for key in ("heads", "seq"):
+        if at[key] is REQUIRED:
+            raise fail(op, f"missing attribute {key}")
+    h, s = _int(op, "heads", at["heads"], 1), _int(op, "seq", at["seq"], 1)
+    if d % h:
+        raise fail(op, f"D = {d} is not divisible by heads = {h}")
+    if t % s:
+        raise fail(op, f"T = {t} is not a multiple of seq = {s}")
+    causal = at["causal"]
+    if causal not in (0, 1, True, False):
+        raise fail(op, f"causal must be 0 or 1, got {causal!r}")
+    return {"heads": h, "seq": s, "causal": bool(causal)}
+
+
+def _embedding(op, xs, at):
+    ids, table = xs
+    if ids.dtype.kind not in "iu":
+        raise fail(op, f"ids must be integers, got {ids.dtype}")
+    _ndim(op, table, "table", (2,))
+    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+        raise fail(op, f"ids must lie in [0, {table.shape[0]}), got [{ids.min()}, {ids.max()}]")
+    return {}
+
+
+def _concat(op, xs, at):
+    ax = _axis(op, "axis", at["axis"], xs[0].ndim)
+    if xs[0].ndim == 0:
+        raise fail(op, "cannot concatenate scalars")
+    for x in xs[1:]:
+        if x.ndim != xs[0].ndim or x.shape[:ax] + x.shape[ax + 1:] != xs[0].shape[:ax] + xs[0].shape[ax + 1:]:
+            raise fail(op, f"shapes differ off axis {ax}: {_shape(xs[0])}, {_shape(x)}")
+        if x.dtype != xs[0].dtype:
+            raise fail(op, f"dtypes differ: {xs[0].dtype}, {x.dtype}")
+    return {"axis": ax}
+
+
+def _split(op, xs, at):
+    (x,) = xs
+    if x.ndim == 0:
+        raise fail(op, "cannot split a scalar")
+    for key in ("parts", "index"):
+        if at[key] is REQUIRED:
+            raise fail(op, f"missing attribute {key}")
+    ax = _axis(op, "axis", at["axis"], x.ndim)
+    parts, index = _int(op, "parts", at["parts"], 1), _int(op, "index", at["index"], 0)
+    if x.shape[ax] % parts:
+        raise fail(op, f"axis {ax} of {_shape(x)} does not split into {parts} equal parts")
+    if index >= parts:
+        raise fail(op, f"index = {index} must be < parts = {parts}")
+    return {"parts": parts, "index": index, "axis": ax}
+
+
+def _reshape(op, xs, at):
+    (x,) = xs
+    if at["shape"] is REQUIRED:
+        raise fail(op, "missing attribute shape")
+    raw = at["shape"] if isinstance(at["shape"], (list, tuple)) else [at["shape"]]
+    shape = [_int(op, "shape", d, -1) for d in raw]
+    if shape.count(-1) > 1:
+        raise fail(op, f"at most one -1 in shape, got {list(shape)}")
+    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    if -1 in shape:
+        if known == 0 or x.size % known:
+            raise fail(op, f"cannot reshape {_shape(x)} into {list(shape)}")
+        shape[shape.index(-1)] = x.size // known
+    elif known != x.size:
+        raise fail(op, f"cannot reshape {_shape(x)} ({x.size} elements) into {list(shape)}")
+    return {"shape": tuple(shape)}
+
+
+def _transpose(op, xs, at):
+    (x,) = xs
+    perm = tuple(range(x.ndim))[::-1] if at["perm"] is None else tuple(
+        _int(op, "perm", p) for p in at["perm"])
+    if sorted(perm) != list(range(x.ndim)):
+        raise fail(op, f"perm {list(perm)} is not a permutation of the {x.ndim} axes")
+    return {"perm": perm}
+
+
+def _stencil(op, xs, at):
+    (x,) = xs
+    _ndim(op, x, "x", (2, 3))
+    if at["points"] is REQUIRED:
+        raise fail(op, "missing attribute points")
+    pts, steps = _int(op, "points", at["points"]), _int(op, "steps", at["steps"], 0)
+    valid = (5, 9) if x.ndim == 2 else (7,)
+    if pts not in valid:
+        raise fail(op, f"points = {pts} is not valid for a {x.ndim}-D grid (valid: {valid})")
+    return {"points": pts, "steps": steps}
+
+
+def _spmv(op, xs, at):
+    a, x = xs
+    _ndim(op, x, "x", (1,))
+    if a.shape[1] != x.shape[0]:
+        raise fail(op, f"A is {a.shape[0]}x{a.shape[1]} but x is {_shape(x)}")
+    if a.data.dtype != x.dtype:
+        raise fail(op, f"dtypes differ: A {a.data.dtype}, x {x.dtype}")
+    return {}
+
+
+def _fft(op, xs, at):
+    if xs[0].ndim < 1:
+        raise fail(op, "x must be at least 1-D")
+    return {}
+
+
+def _dot(op, xs, at):
+    a, b = xs
+    if a.ndim != 1 or a.shape != b.shape:
+        raise fail(op, f"operands must be 1-D of equal length, got {_shape(a)}, {_shape(b)}")
+    return {}
+
+
+def _axpy(op, xs, at):
+    if len(xs) == 3:
+        if at["alpha"] is not None:
+            raise fail(op, "alpha is only for the two-operand form; here a is the factor")
+        if xs[0].ndim != 0:
+            raise fail(op, f"a must be a scalar tensor [], got {_shape(xs[0])}")
+        alpha = xs[0][()]
+    else:
+        alpha = 1.0 if at["alpha"] is None else _float(op, "alpha", at["alpha"])
+    x, y = xs[-2:]
+    if x.ndim != 1 or x.shape != y.shape:
+        raise fail(op, f"x and y must be 1-D of equal length, got {_shape(x)}, {_shape(y)}")
+    if y.dtype.kind in "iu":
+        if complex(alpha).imag or not float(complex(alpha).real).is_integer():
+            raise fail(op, f"alpha = {alpha} must be an integer for {y.dtype} vectors")
+        alpha = int(complex(alpha).real)
+    return {"alpha": y.dtype.type(alpha)}
+
+
+def _reduce(op, xs, at):
+    (x,) = xs
+    kind = at["kind"]
+    if kind not in ("sum", "max", "mean"):
+        raise fail(op, f"kind must be \"sum\", \"max\" or \"mean\", got {kind!r}")
+    if kind == "max" and x.dtype.kind == "c":
+        raise fail(op, "max has no order on complex numbers")
+    axis = None if at["axis"] is None or x.ndim == 0 else _axis(op, "axis", at["axis"], x.ndim)
+    n = x.size if axis is None else (x.shape[axis] if x.ndim else 1)
+    if kind != "sum" and n == 0:
+        raise fail(op, f"{kind} of an empty set of elements")
+    return {"kind": kind, "axis": axis}
+
+
+def _elementwise(op, xs, at):
+    fn = at["fn"]
+    if fn is REQUIRED:
+        raise fail(op, "missing attribute fn")
+    if fn not in ELEMENTWISE_FNS:
+        raise fail(op, f"unknown fn {fn!r}", hint="one of " + ", ".join(ELEMENTWISE_FNS))
+    if fn != "scale" and at["alpha"] is not None:
+        raise fail(op, f'alpha is only for fn = "scale", not fn = "{fn}"')
+    alpha = 1.0 if at["alpha"] is None else _float(op, "alpha", at["alpha"])
+    return {"fn": fn, "alpha": alpha}
+
+
+def _none(op, xs, at):
+    return {}
+
+
+def _spec(name, n, dtypes, check, *attrs):
+    return OpSpec(name, n[0], n[1], dtypes, tuple(attrs), check)
+
+
+_POOL = (("kernel", REQUIRED), ("stride", None), ("padding", 0))
+
+#: Every op of docs/ops.md.
+SPECS: dict[str, OpSpec] = {s.name: s for s in (
+    _spec("matmul", (2, 2), NUMERIC, _matmul),
+    _spec("conv2d", (2, 2), FLOAT, _conv2d, ("stride", 1), ("padding", 0), ("groups", 1)),
+    _spec("maxpool", (1, 1), FLOAT + INT, _pool, *_POOL),
+    _spec("avgpool", (1, 1), FLOAT, _pool, *_POOL),
+    _spec("batchnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 2), ("eps", 1e-5)),
+    _spec("relu", (1, 1), FLOAT + INT, _none),
+    _spec("gelu", (1, 1), FLOAT, _none),
+    _spec("softmax", (1, 1), FLOAT, _softmax, ("axis", -1)),
+    _spec("layernorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5)),
+    *(_spec(b, (2, 2), NUMERIC, _binary) for b in ("add", "mul", "sub", "div")),
+    _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0)),
+    _spec("embedding", (2, 2), ANY, _embedding),
+    _spec("concat", (1, None), ANY, _concat, ("axis", 0)),
+    _spec("split", (1, 1), ANY, _split, ("parts", REQUIRED), ("index", REQUIRED), ("axis", 0)),
+    _spec("reshape", (1, 1), ANY, _reshape, ("shape", REQUIRED)),
+    _spec("transpose", (1, 1), ANY, _transpose, ("perm", None)),
+    _spec("stencil", (1, 1), FLOAT, _stencil, ("points", REQUIRED), ("steps", 1)),
+    _spec("spmv", (2, 2), INEXACT, _spmv),
+    _spec("fft", (1, 1), COMPLEX, _fft),
+    _spec("ifft", (1, 1), COMPLEX, _fft),
+    _spec("dot", (2, 2), NUMERIC, _dot),
+    _spec("axpy", (2, 3), NUMERIC, _axpy, ("alpha", None)),
+    _spec("reduce", (1, 1), NUMERIC, _reduce, ("kind", "sum"), ("axis", None)),
+    _spec("elementwise", (1, 1), INEXACT, _elementwise, ("fn", REQUIRED), ("alpha", None)),
+)}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return _DTYPE_NAMES.get(dtype.name, dtype.name)
+
+
+def prepare(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list, dict]:
+    """Check one call of ``op``; return ``(operands, canonical attributes)``.
+
+    Dense operands become NumPy arrays (not copied when already arrays); a
+    ``spmv`` matrix must be a :class:`Csr`. Raises :class:`InputError`.
+    """
+    spec = SPECS.get(op)
+    if spec is None:
+        raise InputError(f"no kernel for op {op!r}", obj=str(op),
+                         hint="ops: " + ", ".join(sorted(SPECS)))
+    n = len(inputs)
+    hi = spec.max_inputs
+    if n < spec.min_inputs or (hi is not None and n > hi):
+        want = str(spec.min_inputs) if hi == spec.min_inputs else (
+            f"{spec.min_inputs} to {hi}" if hi is not None else f"at least {spec.min_inputs}")
+        raise fail(op, f"takes {want} operands, got {n}")
+    known = dict(spec.attrs)
+    for key in attrs:
+        if key not in known:
+            raise fail(op, f"unknown attribute {key!r}", hint="attributes: " + (", ".join(known) or "none"))
+    merged = {**known, **attrs}
+    xs: list = []
+    for i, v in enumerate(inputs):
+        if op == "spmv" and i == 0:
+            xs.append(check_csr(v, op))
+            continue
+        if isinstance(v, Csr):
+            raise fail(op, f"operand {i + 1} is a csr matrix; {op} takes dense tensors")
+        arr = np.asarray(v)
+        name = _dtype_name(arr.dtype)
+        ok = spec.dtypes if not (op == "embedding" and i == 0) else INT
+        if op == "embedding" and i == 1:
+            ok = INEXACT
+        if name not in ok:
+            raise fail(op, f"operand {i + 1} has dtype {name}", hint="allowed: " + ", ".join(ok))
+        xs.append(arr)
+    dense = [x for x in xs if isinstance(x, np.ndarray)]
+    if op not in ("embedding", "spmv") and len({x.dtype for x in dense}) > 1:
+        raise fail(op, "operand dtypes differ: " + ", ".join(_dtype_name(x.dtype) for x in dense),
+                   hint="convert one operand first")
+    spmv_dtype = xs[0].data.dtype if op == "spmv" else None
+    if spmv_dtype is not None and _dtype_name(spmv_dtype) not in INEXACT:
+        raise fail(op, f"A has dtype {spmv_dtype}", hint="allowed: " + ", ".join(INEXACT))
+    return xs, spec.check(op, xs, merged)

@@ -1,0 +1,351 @@
+"""Numba kernels against their NumPy references, across dtypes and odd shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mapper.kernels import conv as conv_mod
+from mapper.kernels import fft as fft_mod
+from mapper.kernels import linalg
+from mapper.kernels.registry import make_csr, make_ids, make_tensor, reference, run_kernel, tolerance
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def assert_close(out: np.ndarray, exp: np.ndarray, dtype: str | None = None) -> None:
+    assert out.shape == exp.shape, (out.shape, exp.shape)
+    assert out.dtype == exp.dtype, (out.dtype, exp.dtype)
+    rtol, atol = tolerance(dtype or exp.dtype)
+    np.testing.assert_allclose(out, exp, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def check(op: str, inputs: list, attrs: dict | None = None, dtype: str | None = None) -> np.ndarray:
+    attrs = attrs or {}
+    out = run_kernel(op, inputs, attrs)
+    assert_close(out, reference(op, inputs, attrs), dtype)
+    return out
+
+
+# -- dense linear algebra -------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64", "c128", "i64"])
+@pytest.mark.parametrize("sa,sb", [
+    ((5, 7), (7, 3)), ((1, 1), (1, 1)), ((2, 3, 33, 40), (40, 35)), ((3, 4, 5), (3, 5, 2)),
+    ((1, 4, 5), (3, 5, 2)), ((2, 1, 3, 4), (5, 4, 6)),
+])
+def test_matmul(dtype, sa, sb):
+    r = rng()
+    check("matmul", [make_tensor(dtype, sa, r), make_tensor(dtype, sb, r)], dtype=dtype)
+
+
+@pytest.mark.parametrize("method", ["direct", "blas"])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_matmul_both_paths(method, dtype):
+    r = rng(1)
+    a, b = make_tensor(dtype, (2, 37, 19), r), make_tensor(dtype, (2, 19, 23), r)
+    assert_close(linalg.matmul(a, b, method=method), np.matmul(a, b))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "c128", "i64"])
+@pytest.mark.parametrize("n", [1, 17, 10001])
+def test_dot(dtype, n):
+    r = rng(n)
+    out = check("dot", [make_tensor(dtype, (n,), r), make_tensor(dtype, (n,), r)], dtype=dtype)
+    assert out.shape == ()
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "c128", "i64"])
+def test_axpy_both_forms(dtype):
+    r = rng(2)
+    x, y = make_tensor(dtype, (37,), r), make_tensor(dtype, (37,), r)
+    alpha = 3 if dtype == "i64" else 2.5
+    out = check("axpy", [x, y], {"alpha": alpha}, dtype)
+    c = np.complex128
+    np.testing.assert_allclose(out.astype(c), alpha * x.astype(c) + y.astype(c), rtol=4e-3, atol=4e-3)
+    a = make_tensor(dtype, (), r)
+    check("axpy", [a, x, y], {}, dtype)
+
+
+# -- DNN ops -----------------------------------------------------------------------------
+CONV_CASES = [  # x shape, w shape, stride, padding, groups
+    ((2, 3, 9, 11), (4, 3, 3, 3), 1, 0, 1),
+    ((1, 4, 8, 7), (6, 2, 3, 2), 2, 1, 2),
+    ((2, 5, 7, 7), (5, 1, 3, 3), 1, 1, 5),        # depthwise
+    ((1, 3, 6, 5), (2, 3, 1, 1), 1, 0, 1),        # 1x1
+    ((1, 2, 5, 6), (3, 2, 5, 4), [2, 1], [2, 1], 1),
+    ((1, 1, 1, 1), (1, 1, 1, 1), 3, 0, 1),
+    ((2, 32, 10, 9), (32, 16, 3, 3), 2, 1, 2),    # big enough for im2col
+]
+
+
+@pytest.mark.parametrize("xs,ws,stride,pad,groups", CONV_CASES)
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_conv2d(xs, ws, stride, pad, groups, dtype):
+    r = rng(3)
+    x, w = make_tensor(dtype, xs, r), make_tensor(dtype, ws, r)
+    check("conv2d", [x, w], {"stride": stride, "padding": pad, "groups": groups}, dtype)
+
+
+@pytest.mark.parametrize("method", ["direct", "im2col"])
+@pytest.mark.parametrize("xs,ws,stride,pad,groups", CONV_CASES)
+def test_conv2d_both_paths(method, xs, ws, stride, pad, groups):
+    r = rng(4)
+    x, w = make_tensor("f64", xs, r), make_tensor("f64", ws, r)
+    st = stride if isinstance(stride, list) else [stride] * 2
+    pd = pad if isinstance(pad, list) else [pad] * 2
+    got = conv_mod.conv2d(x, w, stride=tuple(st), padding=tuple(pd), groups=groups, method=method)
+    assert_close(got, reference("conv2d", [x, w], {"stride": stride, "padding": pad, "groups": groups}))
+
+
+def test_conv2d_reference_matches_naive_loops():
+    r = rng(5)
+    x, w = make_tensor("f64", (1, 2, 5, 4), r), make_tensor("f64", (2, 1, 3, 2), r)
+    got = reference("conv2d", [x, w], {"stride": 2, "padding": 1, "groups": 2})
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 2, 3, 3))
+    for k in range(2):
+        for i in range(3):
+            for j in range(3):
+                want[0, k, i, j] = np.sum(xp[0, k, 2 * i:2 * i + 3, 2 * j:2 * j + 2] * w[k, 0])
+    np.testing.assert_allclose(got, want)
+
+
+def test_conv2d_f16():
+    r = rng(6)
+    x, w = make_tensor("f16", (1, 3, 6, 6), r), make_tensor("f16", (2, 3, 3, 3), r)
+    out = check("conv2d", [x, w], {"padding": 1}, "f16")
+    assert out.dtype == np.float16
+
+
+@pytest.mark.parametrize("op", ["maxpool", "avgpool"])
+@pytest.mark.parametrize("shape,kernel,stride,pad", [
+    ((2, 3, 7, 9), 2, None, 0), ((1, 2, 7, 5), 3, 2, 1), ((1, 1, 4, 4), 3, 1, 1),
+    ((2, 2, 5, 5), [3, 2], [1, 2], [1, 0]), ((1, 1, 1, 1), 1, None, 0),
+])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_pool(op, shape, kernel, stride, pad, dtype):
+    attrs = {"kernel": kernel, "padding": pad}
+    if stride is not None:
+        attrs["stride"] = stride
+    check(op, [make_tensor(dtype, shape, rng(7))], attrs, dtype)
+
+
+def test_pool_padding_semantics():
+    x = np.arange(1, 10, dtype=np.float64).reshape(1, 1, 3, 3) - 20.0  # all negative
+    mx = run_kernel("maxpool", [x], {"kernel": 3, "stride": 1, "padding": 1})
+    assert mx[0, 0, 0, 0] == -15.0  # padding (zeros) never wins
+    av = run_kernel("avgpool", [x], {"kernel": 3, "stride": 1, "padding": 1})
+    assert av[0, 0, 0, 0] == np.mean([-19, -18, -16, -15])  # only valid elements count
+
+
+def test_maxpool_int_and_nan():
+    check("maxpool", [make_tensor("i64", (1, 2, 5, 6), rng(8))], {"kernel": 2}, "i64")
+    x = np.zeros((1, 1, 4, 4))
+    x[0, 0, 1, 1] = np.nan
+    out = run_kernel("maxpool", [x], {"kernel": 2})
+    assert np.isnan(out[0, 0, 0, 0]) and not np.isnan(out[0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 4, 3, 5), (1, 1, 1, 1)])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_batchnorm(shape, dtype):
+    x = make_tensor(dtype, shape, rng(9))
+    out = check("batchnorm", [x], {"eps": 1e-5}, dtype).astype(np.float64)
+    if np.prod(shape) // shape[1] > 1:
+        axes = (0,) + tuple(range(2, len(shape)))
+        np.testing.assert_allclose(out.mean(axis=axes), 0, atol=1e-2)
+        np.testing.assert_allclose(out.var(axis=axes), 1, atol=2e-2)
+
+
+@pytest.mark.parametrize("op", ["relu", "gelu"])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_activations(op, dtype):
+    check(op, [make_tensor(dtype, (3, 1, 7), rng(10))], {}, dtype)
+
+
+def test_relu_int_and_gelu_values():
+    check("relu", [make_tensor("i64", (11,), rng(11))], {}, "i64")
+    g = run_kernel("gelu", [np.array([-3.0, 0.0, 1.0, 3.0])], {})
+    np.testing.assert_allclose(g, [-0.0036373920817729943, 0.0, 0.8411919906082768, 2.99636260791823])
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_softmax(axis, dtype):
+    out = check("softmax", [make_tensor(dtype, (3, 5, 4), rng(12))], {"axis": axis}, dtype)
+    np.testing.assert_allclose(out.astype(np.float64).sum(axis=axis), 1, rtol=4e-3)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5, 9), (2, 1)])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_layernorm(shape, dtype):
+    check("layernorm", [make_tensor(dtype, shape, rng(13))], {"eps": 1e-3}, dtype)
+
+
+@pytest.mark.parametrize("form", ["qkv", "separate"])
+@pytest.mark.parametrize("heads,seq,t,d,causal", [(1, 4, 4, 8, 0), (3, 5, 10, 12, 1), (2, 3, 9, 4, 0)])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_attention(form, heads, seq, t, d, causal, dtype):
+    r = rng(14)
+    xs = [make_tensor(dtype, (t, 3 * d), r)] if form == "qkv" else [make_tensor(dtype, (t, d), r) for _ in range(3)]
+    check("attention", xs, {"heads": heads, "seq": seq, "causal": causal}, dtype)
+
+
+def test_attention_causal_first_row_is_first_value():
+    r = rng(15)
+    q, k, v = (make_tensor("f64", (6, 4), r) for _ in range(3))
+    out = run_kernel("attention", [q, k, v], {"heads": 2, "seq": 3, "causal": 1})
+    np.testing.assert_allclose(out[[0, 3]], v[[0, 3]])  # a sequence's first query sees only itself
+
+
+@pytest.mark.parametrize("ids_dtype", ["i32", "i64"])
+@pytest.mark.parametrize("table_dtype", ["f16", "f64", "c128"])
+@pytest.mark.parametrize("shape", [(2, 3), (), (5,)])
+def test_embedding(ids_dtype, table_dtype, shape):
+    r = rng(16)
+    check("embedding", [make_ids(shape, 9, r, ids_dtype), make_tensor(table_dtype, (9, 6), r)], {}, table_dtype)
+
+
+# -- elementwise and broadcasting ------------------------------------------------------------
+BROADCAST = [((3, 1, 5), (4, 1)), ((), (2, 3)), ((2, 3), (2, 3)), ((1,), (6,)), ((5, 1), (1,)),
+             ((2, 1, 3, 1, 2, 1, 2), (1, 2, 1, 3, 1, 2, 1))]
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64", "c128", "i64"])
+@pytest.mark.parametrize("sa,sb", BROADCAST)
+def test_binary(op, dtype, sa, sb):
+    r = rng(17)
+    check(op, [make_tensor(dtype, sa, r), make_tensor(dtype, sb, r)], {}, dtype)
+
+
+def test_integer_div_is_floor_with_zero_divisor():
+    a = np.array([7, -7, 5, 3], dtype=np.int64)
+    b = np.array([2, 2, 0, -2], dtype=np.int64)
+    out = check("div", [a, b], {}, "i64")
+    assert out.tolist() == [3, -4, 0, -2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.booleans(), st.booleans()), min_size=0, max_size=6))
+def test_binary_broadcast_property(dims):
+    sa = tuple(1 if drop else n for n, drop, _ in dims)
+    sb = tuple(1 if drop else n for n, _, drop in dims)[1:]
+    r = rng(18)
+    check("mul", [make_tensor("f64", sa, r), make_tensor("f64", sb, r)], {}, "f64")
+
+
+FNS = ["exp", "log", "sqrt", "tanh", "neg", "abs", "square", "sigmoid", "scale"]
+
+
+@pytest.mark.parametrize("fn", FNS)
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64", "c64", "c128"])
+def test_elementwise(fn, dtype):
+    x = make_tensor(dtype, (4, 9), rng(19), positive=fn in ("log", "sqrt"))
+    check("elementwise", [x], {"fn": fn, "alpha": -1.5} if fn == "scale" else {"fn": fn}, dtype)
+
+
+def test_sigmoid_is_stable():
+    out = run_kernel("elementwise", [np.array([-1000.0, 0.0, 1000.0])], {"fn": "sigmoid"})
+    assert out.tolist() == [0.0, 0.5, 1.0]
+
+
+# -- data movement --------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["bool", "i64", "f32", "c128"])
+def test_layout_ops(dtype):
+    r = rng(20)
+    parts = [make_tensor(dtype, (2, n, 3), r) for n in (1, 4, 2)]
+    check("concat", parts, {"axis": 1}, dtype)
+    check("concat", parts[:1], {}, dtype)
+    x = make_tensor(dtype, (6, 5, 4), r)
+    check("split", [x], {"parts": 3, "index": 2}, dtype)
+    check("split", [x], {"parts": 2, "index": 1, "axis": -1}, dtype)
+    check("reshape", [x], {"shape": [3, -1, 4]}, dtype)
+    check("transpose", [x], {}, dtype)
+    check("transpose", [x], {"perm": [1, 0, 2]}, dtype)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.permutations(range(6)))
+def test_transpose_rank6_property(perm):
+    x = make_tensor("f32", (2, 3, 1, 2, 3, 2), rng(21))
+    check("transpose", [x], {"perm": list(perm)}, "f32")
+
+
+# -- scientific kernels -----------------------------------------------------------------
+@pytest.mark.parametrize("shape,points", [((7, 9), 5), ((7, 9), 9), ((5, 6, 7), 7), ((2, 5), 5), ((3, 3), 9)])
+@pytest.mark.parametrize("steps", [0, 1, 3])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_stencil(shape, points, steps, dtype):
+    check("stencil", [make_tensor(dtype, shape, rng(22))], {"points": points, "steps": steps}, dtype)
+
+
+def test_stencil_coefficients_and_boundary():
+    x = np.zeros((3, 3))
+    x[1, 1], x[0, 1], x[1, 0], x[2, 2] = 5.0, 10.0, 20.0, 9.0
+    five = run_kernel("stencil", [x], {"points": 5})
+    nine = run_kernel("stencil", [x], {"points": 9})
+    assert five[1, 1] == (5 + 10 + 20) / 5 and nine[1, 1] == (5 + 10 + 20 + 9) / 9
+    mask = np.ones((3, 3), dtype=bool)
+    mask[1, 1] = False
+    assert (five[mask] == x[mask]).all() and (nine[mask] == x[mask]).all()
+    y = np.zeros((3, 3, 3))
+    y[1, 1, 1], y[0, 1, 1], y[1, 1, 2], y[0, 0, 0] = 7.0, 14.0, 21.0, 99.0
+    seven = run_kernel("stencil", [y], {"points": 7})
+    assert seven[1, 1, 1] == (7 + 14 + 21) / 7 and seven[0, 0, 0] == 99.0
+
+
+@pytest.mark.parametrize("m,n,nnz", [(13, 11, 30), (20, 7, 5), (1, 1, 1), (6, 5, 30), (4, 3, 0)])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "c128"])
+def test_spmv(m, n, nnz, dtype):
+    r = rng(23)
+    a = make_csr((m, n), nnz, dtype, r)
+    x = make_tensor(dtype, (n,), r)
+    out = check("spmv", [a, x], {}, dtype)
+    rtol, atol = tolerance(dtype)
+    np.testing.assert_allclose(out, a.to_dense() @ x, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("op", ["fft", "ifft"])
+@pytest.mark.parametrize("shape", [(1,), (2,), (8,), (64,), (12,), (3, 4, 16), (2, 5, 3)])
+@pytest.mark.parametrize("dtype", ["c64", "c128"])
+def test_fft(op, shape, dtype):
+    check(op, [make_tensor(dtype, shape, rng(24))], {}, dtype)
+
+
+@pytest.mark.parametrize("method", ["rows", "wide"])
+@pytest.mark.parametrize("dtype", ["c64", "c128"])
+def test_fft_both_radix2_paths_and_roundtrip(method, dtype):
+    x = make_tensor(dtype, (3, 1024), rng(25))
+    y = fft_mod.fft(x, method=method)
+    assert_close(y, np.fft.fft(x).astype(x.dtype), dtype="c64")  # magnitudes ~sqrt(N)
+    assert_close(fft_mod.ifft(y, method=method), x, dtype)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "mean"])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64", "i64"])
+def test_reduce(kind, axis, dtype):
+    attrs = {"kind": kind} if axis is None else {"kind": kind, "axis": axis}
+    out = check("reduce", [make_tensor(dtype, (3, 5, 4), rng(26))], attrs, dtype)
+    assert out.ndim == (0 if axis is None else 2)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "mean"])
+def test_reduce_long_rows_and_specials(kind):
+    check("reduce", [make_tensor("f64", (10001,), rng(27))], {"kind": kind}, "f64")
+    check("reduce", [make_tensor("f64", (2, 9000), rng(27))], {"kind": kind, "axis": 1}, "f64")
+    check("reduce", [make_tensor("i64", (10001,), rng(27))], {"kind": kind}, "i64")
+    if kind != "max":
+        check("reduce", [make_tensor("c128", (7, 3), rng(27))], {"kind": kind, "axis": 0}, "c128")
+
+
+def test_reduce_max_nan_and_int_mean_floor():
+    x = np.arange(9000, dtype=np.float64)
+    x[5000] = np.nan
+    assert np.isnan(run_kernel("reduce", [x], {"kind": "max"}))
+    assert run_kernel("reduce", [np.array([-1, -2], dtype=np.int64)], {"kind": "mean"}) == -2
