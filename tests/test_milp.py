@@ -290,7 +290,7 @@ def test_same_input_same_output():
 def test_contention_is_applied_when_retiming():
     cost = random_instance(5, 8, shape="forkjoin", n_devices=3, explicit_comm=False)
     result = MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(contention=True)))
-    assert result.status == "feasible"  # the MILP does not model contention
+    assert result.status in ("feasible", "heuristic")  # the MILP does not model contention
     assert result.schedule.options.contention
     assert not validate(result.schedule)
     assert any("contention" in n for n in result.notes)

@@ -1020,7 +1020,7 @@ class MilpMapper(Mapper):
         status = solved.status if not inexact else "feasible"
         if best is not None and best.value < value * (1 - REL_TOL):
             notes.append(f"MILP incumbent {value:.6g} is worse than {best.name}'s {best.value:.6g}; returning {best.name}")
-            sched, value, status = best.schedule, best.value, "feasible"
+            sched, value, status = best.schedule, best.value, "heuristic"
         return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
 
     def _fallback(self, cost, options, best: Incumbent, notes, t0: float, bound) -> MapResult:
