@@ -335,3 +335,18 @@ def test_cbc_is_used_when_highs_is_missing(monkeypatch):
     assert result.objective_value == pytest.approx(exact.objective_value, rel=1e-5)
     assert any("CBC" in n for n in result.notes)
     assert not validate(result.schedule)
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e4])
+def test_time_units_do_not_change_the_optimum(scale):
+    # the HEFT example in microseconds and in hours: same optimum, still proven
+    from mapper.platform import Device, Platform
+    from randdag import HEFT_EDGES, HEFT_TIMES
+
+    platform = Platform(name="heft3", devices=tuple(Device(index=i, name=f"p{i + 1}", kind="cpu") for i in range(3)))
+    graph = make_graph(10, [(s - 1, d - 1, 0.0, c * scale) for s, d, c in HEFT_EDGES], name="heft_scaled")
+    cost = make_cost(graph, platform, [[x * scale for x in row] for row in HEFT_TIMES])
+    result = MilpMapper().map(cost, MapOptions(time_limit=30))
+    assert result.status == "optimal"
+    assert result.objective_value == pytest.approx(73.0 * scale, rel=1e-9)
+    assert "warm start taken by HiGHS" in result.notes

@@ -46,6 +46,10 @@ time and its placement allows it):
 * ``memory``/``area`` options: ``sum_t footprint[t] x[t,d] <= memory[d]`` and
   ``sum_t area[t][d] x[t,d] <= area_capacity[d]``.
 
+Times enter the model scaled so that ``U`` is :data:`TIME_SCALE` (and energy
+so that the worst assignment is), so HiGHS's absolute tolerances mean the
+same for microsecond kernels and hour-long jobs.
+
 Energy and throughput objectives follow :mod:`mapper.mapping.objectives`.
 When neither the objective nor a makespan bound involves time, the model
 drops the time variables (the assignment alone decides the value).
@@ -88,6 +92,8 @@ MIP_REL_GAP = 1e-6
 #: (HEFT paper example: about 2x faster, measured).
 SMALL_MODEL_BINARIES = 100
 NO_SUB_MIPS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False}
+#: The makespan bound maps to this many model time units (see ``_Model``).
+TIME_SCALE = 1000.0
 #: Relative tolerance when comparing objective values.
 REL_TOL = 1e-6
 
@@ -412,7 +418,17 @@ class _Model:
         self.all_free = len(self.free) == self.n
         self.fixed_dev = {t: sub.device[t] for t in range(self.n) if t not in self.free} if sub.device else {}
         self.timed = objective_needs_time(sub.objective, sub.makespan_bound)
-        self.upper = sub.upper if sub.makespan_bound is None else min(sub.upper, sub.makespan_bound)
+        upper = sub.upper if sub.makespan_bound is None else min(sub.upper, sub.makespan_bound)
+        # times are scaled so the makespan bound is TIME_SCALE: HiGHS's absolute
+        # tolerances (1e-7 .. 1e-6) then mean the same for microseconds and hours
+        self.k = TIME_SCALE / upper if 0 < upper < INF else 1.0
+        self.upper = upper * self.k
+        self.tt = tuple(tuple(x * self.k for x in row) for row in cost.time)
+        if sub.objective == "energy":
+            ref = sum(max((e for e, x in zip(er, tr) if x < INF), default=0.0) for er, tr in zip(cost.energy, cost.time))
+            self.k_obj = TIME_SCALE / ref if 0 < ref < INF else 1.0
+        else:
+            self.k_obj = self.k
         self.prob = pulp.LpProblem("mapping", pulp.LpMinimize)
         self.x: dict[tuple[int, int], pulp.LpVariable] = {}
         self.z: dict[tuple[int, int, int], pulp.LpVariable] = {}
@@ -436,6 +452,11 @@ class _Model:
         self.objective()
 
     # -- helpers ---------------------------------------------------------------
+    def comm(self, e: int, a: int, b: int) -> float:
+        """Scaled transfer time of edge ``e`` from ``a`` to ``b``."""
+        c = self.cost.comm(e, a, b)
+        return c * self.k if c < INF else INF
+
     def add_place(self, terms: dict, t: int, d: int, coef: float) -> float:
         """Add ``coef * [t on d]`` to ``terms``; returns its constant part."""
         if t in self.free:
@@ -450,9 +471,9 @@ class _Model:
         if t in self.free:
             for d in range(self.nd):
                 if (t, d) in self.x:
-                    _add(terms, self.x[t, d], coef * self.cost.time[t][d])
+                    _add(terms, self.x[t, d], coef * self.tt[t][d])
             return 0.0
-        return coef * self.cost.time[t][self.fixed_dev[t]]
+        return coef * self.tt[t][self.fixed_dev[t]]
 
     def devices(self, t: int) -> frozenset[int]:
         if t in self.free:
@@ -515,7 +536,7 @@ class _Model:
             u, v = e.src, e.dst
             if u not in self.free and v not in self.free:
                 if self.timed:
-                    self.comm_terms[e.index] = ({}, cost.comm(e.index, self.fixed_dev[u], self.fixed_dev[v]))
+                    self.comm_terms[e.index] = ({}, self.comm(e.index, self.fixed_dev[u], self.fixed_dev[v]))
                 continue
             terms: dict = {}
             if u in self.free and v in self.free:
@@ -524,7 +545,7 @@ class _Model:
                 mover, anchor, outgoing = (u, self.fixed_dev[v], True) if u in self.free else (v, self.fixed_dev[u], False)
                 for d in range(nd):
                     if (mover, d) in x:
-                        c = cost.comm(e.index, d, anchor) if outgoing else cost.comm(e.index, anchor, d)
+                        c = self.comm(e.index, d, anchor) if outgoing else self.comm(e.index, anchor, d)
                         if c == INF:
                             self.prob += _lin({x[mover, d]: 1.0}) == 0
                         else:
@@ -535,13 +556,13 @@ class _Model:
         """``z[e,a,b] = x[u,a] x[v,b]`` by the aggregated linearisation."""
         cost, x, z = self.cost, self.x, self.z
         du, dv = sorted(self.devices(u)), sorted(self.devices(v))
-        pairs = [(a, b) for a in du for b in dv if cost.comm(ei, a, b) < INF]
-        if not any(cost.comm(ei, a, b) > 0 for a, b in pairs) and len(pairs) == len(du) * len(dv):
+        pairs = [(a, b) for a in du for b in dv if self.comm(ei, a, b) < INF]
+        if not any(self.comm(ei, a, b) > 0 for a, b in pairs) and len(pairs) == len(du) * len(dv):
             return  # every pair allowed and free: no product needed
         for a, b in pairs:
             z[ei, a, b] = self.prob.add_variable(f"z_{ei}_{a}_{b}", 0, 1)
             if a != b:
-                _add(terms, z[ei, a, b], cost.comm(ei, a, b))
+                _add(terms, z[ei, a, b], self.comm(ei, a, b))
         for d in du:
             row = {z[ei, d, b]: 1.0 for a, b in pairs if a == d}
             _add(row, x[u, d], -1.0)
@@ -560,7 +581,7 @@ class _Model:
             self.fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - self.free)
         arcs = _dag_arcs(cost) + self.fixed_chain
         devs = [self.devices(t) for t in range(n)]
-        mint = [min(cost.time[t][d] for d in devs[t]) for t in range(n)]
+        mint = [min(self.tt[t][d] for d in devs[t]) for t in range(n)]
         head, tail = head_tail(n, arcs, mint)
         latest = [max(head[t], self.upper - mint[t] - tail[t]) for t in range(n)]
         s = self.s
@@ -575,7 +596,7 @@ class _Model:
                 _add(terms, var, -c)
             prob += _lin(terms, const - cconst) >= 0
         for a, b in self.fixed_chain:
-            prob += _lin({s[b]: 1.0, s[a]: -1.0}, -cost.time[a][self.fixed_dev[a]]) >= 0
+            prob += _lin({s[b]: 1.0, s[a]: -1.0}, -self.tt[a][self.fixed_dev[a]]) >= 0
         self.disjunctions(closure(n, arcs), devs, head, latest)
         sinks = [t for t in range(n) if not cost.graph.succs[t]]
         if sub.objective != "makespan":
@@ -595,12 +616,12 @@ class _Model:
                 const = -h - q
                 for t in on_d:
                     if head[t] >= h and tail[t] >= q:
-                        const += self.add_place(terms, t, d, -cost.time[t][d])
+                        const += self.add_place(terms, t, d, -self.tt[t][d])
                 prob += _lin(terms, const) >= 0
 
     def disjunctions(self, reach, devs, head, latest) -> None:
         """Non-overlap of unordered pairs that may share a device."""
-        time_, s = self.cost.time, self.s
+        time_, s = self.tt, self.s
         for i in range(self.n):
             for j in range(i + 1, self.n):
                 if (i not in self.free and j not in self.free) or (reach[i] >> j) & 1 or (reach[j] >> i) & 1:
@@ -637,8 +658,8 @@ class _Model:
         elif sub.objective == "energy":
             for t in range(n):
                 for d in range(nd):
-                    if cost.time[t][d] < INF:
-                        self.obj_const += self.add_place(terms, t, d, cost.energy[t][d])
+                    if self.tt[t][d] < INF:
+                        self.obj_const += self.add_place(terms, t, d, cost.energy[t][d] * self.k_obj)
         else:
             self.period = self.prob.add_variable("period", 0)
             terms[self.period] = 1.0
@@ -650,24 +671,24 @@ class _Model:
         """Throughput: period >= compute load of ``d`` + its incoming transfers."""
         cost, x, z, fixed = self.cost, self.x, self.z, self.fixed_dev
         row: dict = {self.period: -1.0}
-        const = sum(self.add_place(row, t, d, cost.time[t][d]) for t in range(self.n) if cost.time[t][d] < INF)
+        const = sum(self.add_place(row, t, d, self.tt[t][d]) for t in range(self.n) if self.tt[t][d] < INF)
         for e in cost.graph.edges:
             u, v, ei = e.src, e.dst, e.index
             if u in self.free and v in self.free:
                 for a in range(self.nd):
                     if a != d and (ei, a, d) in z:
-                        _add(row, z[ei, a, d], cost.comm(ei, a, d))
+                        _add(row, z[ei, a, d], self.comm(ei, a, d))
             elif u in self.free:
                 if fixed[v] == d:
                     for a in range(self.nd):
-                        if a != d and (u, a) in x and cost.comm(ei, a, d) < INF:
-                            _add(row, x[u, a], cost.comm(ei, a, d))
+                        if a != d and (u, a) in x and self.comm(ei, a, d) < INF:
+                            _add(row, x[u, a], self.comm(ei, a, d))
             elif v in self.free:
                 a = fixed[u]
-                if a != d and (v, d) in x and cost.comm(ei, a, d) < INF:
-                    _add(row, x[v, d], cost.comm(ei, a, d))
+                if a != d and (v, d) in x and self.comm(ei, a, d) < INF:
+                    _add(row, x[v, d], self.comm(ei, a, d))
             elif fixed[v] == d != fixed[u]:
-                const += cost.comm(ei, fixed[u], d)
+                const += self.comm(ei, fixed[u], d)
         self.prob += _lin(row, const) <= 0
 
     def warm_start(self) -> dict[str, float] | None:
@@ -684,16 +705,20 @@ class _Model:
             order0 = order_from_starts(cost, dev0, sub.start, self.fixed_chain)
             pos = {t: k for seq in order0 for k, t in enumerate(seq)}
             for t, var in self.s.items():
-                vals[var.name] = sub.start[t]
+                vals[var.name] = sub.start[t] * self.k
             for (i, j), var in self.o.items():
                 before = pos[i] < pos[j] if dev0[i] == dev0[j] else (sub.start[i], i) <= (sub.start[j], j)
                 vals[var.name] = 1.0 if before else 0.0
             if self.cmax is not None:
-                ends = (sub.start[t] + cost.time[t][dev0[t]] for t in range(self.n))
+                ends = (sub.start[t] * self.k + self.tt[t][dev0[t]] for t in range(self.n))
                 vals[self.cmax.name] = min(self.upper, max(ends, default=0.0))
         if self.period is not None and sub.start_value is not None:
-            vals[self.period.name] = sub.start_value
+            vals[self.period.name] = sub.start_value * self.k_obj
         return vals
+
+    def unscale(self, value: float) -> float:
+        """A solver objective value (without the constant) in the caller's units."""
+        return (value + self.obj_const) / self.k_obj
 
     def n_binaries(self) -> int:
         return len(self.x) + len(self.o)
@@ -708,9 +733,9 @@ class _Model:
         )
         start = order = None
         if self.timed:
-            start = tuple(float(self.s[t].varValue) for t in range(n))
+            start = tuple(float(self.s[t].varValue) / self.k for t in range(n))
             order = order_from_starts(self.cost, device, start, self.fixed_chain)
-        value = sum(c * float(var.varValue or 0.0) for var, c in self.obj_terms.items()) + self.obj_const
+        value = self.unscale(sum(c * float(var.varValue or 0.0) for var, c in self.obj_terms.items()))
         status = "optimal" if name == "kOptimal" else "feasible"
         if status == "optimal" and bound is None:
             bound = value
@@ -730,7 +755,7 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         model.build()
     except _Infeasible:
         return Solved("infeasible", None, None, None, None, None, False, time.perf_counter() - t0, 0, 0)
-    prob, obj_const = model.prob, model.obj_const
+    prob = model.prob
     start_vals = model.warm_start()
     last = [0.0]
 
@@ -741,8 +766,8 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         if not improving and now - last[0] < 1.0:
             return
         last[0] = now
-        inc = None if not math.isfinite(incumbent) else float(incumbent) + obj_const
-        bnd = None if not math.isfinite(bound) else float(bound) + obj_const
+        inc = None if not math.isfinite(incumbent) else model.unscale(float(incumbent))
+        bnd = None if not math.isfinite(bound) else model.unscale(float(bound))
         progress(now - t0, inc, bnd)
 
     limit = max(0.01, sub.time_limit - (time.perf_counter() - t0))
@@ -773,11 +798,11 @@ def solve(sub: Subproblem, progress=None) -> Solved:
         has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
         bound = first = None
     if bound is not None:
-        bound += obj_const
+        bound = model.unscale(bound)
     warm = (
         sub.start_value is not None
         and first is not None
-        and abs(first + obj_const - sub.start_value) <= REL_TOL * max(1.0, abs(sub.start_value))
+        and abs(model.unscale(first) - sub.start_value) <= REL_TOL * max(abs(sub.start_value), 1e-300)
     )
     elapsed = time.perf_counter() - t0
     if name in ("kInfeasible", "kUnboundedOrInfeasible"):
