@@ -9,6 +9,8 @@ Kernels compile lazily on their first call; nothing is compiled at import.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def _cache_dir() -> str:
@@ -67,6 +69,25 @@ def split_index(t, nchunk, n1, n2):
 def num_threads() -> int:
     """Threads Numba's parallel loops use."""
     return int(numba.get_num_threads())
+
+
+#: Below this much work (roughly element operations) a kernel runs on the
+#: calling thread: waking the worker threads costs more than it saves.
+PARALLEL_MIN_WORK = 1 << 16
+
+
+@contextmanager
+def threads_for(work: int) -> Iterator[None]:
+    """Run the enclosed kernels on one thread if ``work`` is small (thread-local)."""
+    if work >= PARALLEL_MIN_WORK:
+        yield
+        return
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def chunks(outer: int, inner: int, min_len: int = 2048) -> int:

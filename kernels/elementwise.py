@@ -15,8 +15,8 @@ FNS = {"relu": 0, "gelu": 1, "exp": 2, "log": 3, "sqrt": 4, "tanh": 5, "neg": 6,
 
 
 @jit()
-def _common(fn, v, k):
-    """The functions real and complex values share (k: constants in v's dtype)."""
+def _common(fn, v, a):
+    """The functions real and complex values share."""
     if fn == 2:
         return np.exp(v)
     if fn == 3:
@@ -29,45 +29,54 @@ def _common(fn, v, k):
         return -v
     if fn == 8:
         return v * v
-    return k[3] * v
+    return a * v
 
 
 @jit()
-def _real(fn, v, k):
-    zero, one = k[0], k[1]
+def _real(fn, v, zero, one, half, a, gc, gk):
     if fn == 0:
         return v if v > zero else zero
     if fn == 1:
-        return k[2] * v * (one + np.tanh(k[4] * (v + k[5] * v * v * v)))
+        return half * v * (one + np.tanh(gc * (v + gk * v * v * v)))
     if fn == 7:
         return abs(v)
     if fn == 9:
         e = np.exp(-abs(v))
         return one / (one + e) if v >= zero else e / (one + e)
-    return _common(fn, v, k)
+    return _common(fn, v, a)
 
 
 @jit()
-def _complex(fn, v, k):
+def _complex(fn, v, zero, one, a):
     if fn == 7:
-        return abs(v) + k[0]
+        return abs(v) + zero
     if fn == 9:
-        return k[1] / (k[1] + np.exp(-v))
-    return _common(fn, v, k)
+        return one / (one + np.exp(-v))
+    return _common(fn, v, a)
 
 
-def apply(fn, v, k):
-    """Function ``fn`` (a :data:`FNS` code) of one value (inside kernels only)."""
+def apply(fn, v, zero, one, half, a, gc, gk):
+    """Function ``fn`` (a :data:`FNS` code) of one value; the constants are in
+    ``v``'s dtype (inside kernels only)."""
     raise NotImplementedError("apply is only callable inside Numba kernels")
 
 
 @overload(apply)
-def _apply(fn, v, k):
+def _apply(fn, v, zero, one, half, a, gc, gk):
     if isinstance(v, types.Complex):
-        return lambda fn, v, k: _complex(fn, v, k)
+        return lambda fn, v, zero, one, half, a, gc, gk: _complex(fn, v, zero, one, a)
     if isinstance(v, types.Integer):  # integers only take relu: stay exact
-        return lambda fn, v, k: v if v > k[0] else k[0]
-    return lambda fn, v, k: _real(fn, v, k)
+        return lambda fn, v, zero, one, half, a, gc, gk: v if v > zero else zero
+    return lambda fn, v, zero, one, half, a, gc, gk: _real(fn, v, zero, one, half, a, gc, gk)
+
+
+@jit()
+def _span(x, out, lo, hi, fn, k):
+    """``out[lo:hi] = fn(x[lo:hi])``; called with a constant ``fn`` so LLVM
+    specialises (and vectorises) each loop."""
+    zero, one, half, a, gc, gk = k[0], k[1], k[2], k[3], k[4], k[5]
+    for i in range(lo, hi):
+        out[i] = apply(fn, x[i], zero, one, half, a, gc, gk)
 
 
 @jit(parallel=True)
@@ -75,8 +84,30 @@ def _unary(x, out, fn, k, nchunk):
     n = x.shape[0]
     clen = (n + nchunk - 1) // nchunk
     for c in prange(nchunk):
-        for i in range(c * clen, min(c * clen + clen, n)):
-            out[i] = apply(fn, x[i], k)
+        lo = c * clen
+        hi = min(lo + clen, n)
+        if fn == 0:
+            _span(x, out, lo, hi, 0, k)
+        elif fn == 1:
+            _span(x, out, lo, hi, 1, k)
+        elif fn == 2:
+            _span(x, out, lo, hi, 2, k)
+        elif fn == 3:
+            _span(x, out, lo, hi, 3, k)
+        elif fn == 4:
+            _span(x, out, lo, hi, 4, k)
+        elif fn == 5:
+            _span(x, out, lo, hi, 5, k)
+        elif fn == 6:
+            _span(x, out, lo, hi, 6, k)
+        elif fn == 7:
+            _span(x, out, lo, hi, 7, k)
+        elif fn == 8:
+            _span(x, out, lo, hi, 8, k)
+        elif fn == 9:
+            _span(x, out, lo, hi, 9, k)
+        else:
+            _span(x, out, lo, hi, 10, k)
 
 
 def unary(fn: str, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:

@@ -1,20 +1,27 @@
 """Reductions: sum, max, mean over one axis or all (Numba).
 
-The reduced axis is moved last (a Numba strided copy when it is not already
-last), giving rows; each row is cut into blocks of at most 4096 elements that
-are reduced in parallel (float and complex sums in the tensor's dtype,
-integer sums in int64), then the block results are combined. max propagates
-NaN. Integer ``mean`` is the floor of the mean, in the input dtype.
+The tensor is viewed, without copying, as ``[outer, n, inner]`` with the
+``n`` reduced elements in the middle. With ``inner == 1`` (reducing the last
+axis, or everything) each row is cut into blocks of at most 4096 elements
+reduced in parallel, then the block results are combined; otherwise each
+(outer, inner slice) accumulates over ``n`` with a contiguous, vectorisable
+inner loop. Float and complex sums run in the tensor's dtype, integer sums in
+int64. max propagates NaN. Integer ``mean`` is the floor of the mean.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mapper.kernels._jit import REASSOC, jit, prange, readonly
-from mapper.kernels.strided import copy_into
+from mapper.kernels._jit import REASSOC, chunks, jit, prange, readonly
 
 BLOCK = 4096
+
+
+@jit()
+def _better(v, m):
+    """Whether ``v`` replaces the running maximum ``m`` (NaN wins and stays)."""
+    return (v > m or v != v) and m == m
 
 
 @jit(parallel=True, fastmath=REASSOC)
@@ -36,59 +43,74 @@ def _max_blocks(x, part):
     nblk = part.shape[1]
     for t in prange(rows * nblk):
         r = t // nblk
-        c = t % nblk
-        lo = c * 4096
+        lo = (t % nblk) * 4096
         m = x[r, lo]
         for j in range(lo + 1, min(lo + 4096, n)):
-            v = x[r, j]
-            if v > m or v != v:
-                m = v
-                if m != m:
-                    break
-        part[r, c] = m
+            if _better(x[r, j], m):
+                m = x[r, j]
+        part[r, t % nblk] = m
 
 
-@jit()
-def _max_rows(part, out):
-    for r in range(part.shape[0]):
-        m = part[r, 0]
-        for c in range(1, part.shape[1]):
-            v = part[r, c]
-            if v > m or v != v:
-                m = v
-                if m != m:
-                    break
-        out[r] = m
+@jit(parallel=True, fastmath=REASSOC)
+def _sum_middle(x, out, nchunk):
+    outer, n, inner = x.shape
+    clen = (inner + nchunk - 1) // nchunk
+    for t in prange(outer * nchunk):
+        o = t // nchunk
+        lo = (t % nchunk) * clen
+        for j in range(n):
+            for i in range(lo, min(lo + clen, inner)):
+                out[o, i] += x[o, j, i]
 
 
-def _rows(x: np.ndarray, axis: int | None) -> tuple[np.ndarray, tuple[int, ...]]:
-    """``x`` as ``[rows, n]`` with the reduced elements in each row, and the output shape."""
-    if axis is None:
-        return readonly(x).reshape(1, -1), ()
-    shape = x.shape[:axis] + x.shape[axis + 1:]
-    moved = np.moveaxis(x, axis, -1)
-    if not moved.flags.c_contiguous:
-        dense = np.empty(moved.shape, dtype=x.dtype)
-        copy_into(dense, moved)
-        moved = dense
-    return readonly(moved).reshape(-1, x.shape[axis]), shape
+@jit(parallel=True)
+def _max_middle(x, out, nchunk):
+    outer, n, inner = x.shape
+    clen = (inner + nchunk - 1) // nchunk
+    for t in prange(outer * nchunk):
+        o = t // nchunk
+        lo = (t % nchunk) * clen
+        hi = min(lo + clen, inner)
+        for i in range(lo, hi):
+            out[o, i] = x[o, 0, i]
+        for j in range(1, n):
+            for i in range(lo, hi):
+                if _better(x[o, j, i], out[o, i]):
+                    out[o, i] = x[o, j, i]
+
+
+def _combine_max(part: np.ndarray) -> np.ndarray:
+    """Row maxima of the block maxima, NaN-propagating (NumPy's ``max``)."""
+    return part.max(axis=1)
 
 
 def reduce(x: np.ndarray, *, kind: str, axis: int | None) -> np.ndarray:
-    rows, shape = _rows(x, axis)
-    n = rows.shape[1]
-    nblk = max(1, -(-n // BLOCK))
-    if kind == "max":
-        part = np.empty((rows.shape[0], nblk), dtype=x.dtype)
-        _max_blocks(rows, part)
-        out = np.empty(rows.shape[0], dtype=x.dtype)
-        _max_rows(part, out)
-        return out.reshape(shape)
-    acc = np.int64 if x.dtype.kind in "iu" else x.dtype
-    part = np.zeros((rows.shape[0], nblk), dtype=acc)
-    if n:
-        _sum_blocks(rows, part)
-    total = part.sum(axis=1, dtype=acc)
+    if axis is None:
+        outer, n, inner, shape = 1, x.size, 1, ()
+    else:
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        n, inner = x.shape[axis], int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+        shape = x.shape[:axis] + x.shape[axis + 1:]
+    x3 = readonly(x).reshape(outer, n, inner)
+    acc = x.dtype if kind == "max" or x.dtype.kind not in "iu" else np.dtype(np.int64)
+    if inner == 1:
+        rows = x3.reshape(outer, n)
+        part = np.zeros((outer, max(1, -(-n // BLOCK))), dtype=acc)
+        if kind == "max":
+            _max_blocks(rows, part)
+            total = _combine_max(part)
+        else:
+            if n:
+                _sum_blocks(rows, part)
+            total = part.sum(axis=1, dtype=acc)
+    else:
+        total = np.zeros((outer, inner), dtype=acc)
+        if n and total.size:
+            nchunk = chunks(outer, inner, 1024)
+            if kind == "max":
+                _max_middle(x3, total, nchunk)
+            else:
+                _sum_middle(x3 if acc == x.dtype else readonly(x3, acc), total, nchunk)
     if kind == "mean":
         total = total // n if x.dtype.kind in "iu" else total / x.dtype.type(n)
-    return total.astype(x.dtype).reshape(shape)
+    return np.asarray(total).astype(x.dtype).reshape(shape)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from mapper.kernels import reference as ref
+from mapper.kernels._jit import threads_for
 from mapper.kernels.attention import attention
 from mapper.kernels.binary import binary
 from mapper.kernels.conv import conv2d
@@ -114,24 +115,47 @@ def _widen(xs: list) -> tuple[list, bool]:
     return out, True
 
 
-def _call(fn: Callable[..., np.ndarray], op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+def _work(op: str, xs: list, attrs: dict) -> int:
+    """Rough element operations of a call, to choose one thread or all."""
+    size = sum(x.nnz if isinstance(x, Csr) else x.size for x in xs)
+    if op == "matmul":
+        return xs[0].size * xs[1].shape[-1]
+    if op == "conv2d":
+        return xs[0].size * xs[1].size // (xs[1].shape[1] * attrs["groups"])
+    if op == "attention":
+        return size * attrs["seq"]
+    if op == "stencil":
+        return size * max(attrs["steps"], 1)
+    return size
+
+
+def _call(fn: Callable[..., np.ndarray], op: str, inputs: Sequence[Any], attrs: Mapping[str, Any],
+          numba_path: bool) -> np.ndarray:
     xs, canon = prepare(op, inputs, attrs)
     xs, narrow = _widen(xs)
     if op == "axpy" and narrow:
         canon["alpha"] = np.float32(canon["alpha"])
-    out = np.asarray(fn(*xs, **canon))
+    if numba_path:
+        with threads_for(_work(op, xs, canon)):
+            out = np.asarray(fn(*xs, **canon))
+    else:
+        out = np.asarray(fn(*xs, **canon))
     return out.astype(np.float16) if narrow and out.dtype == np.float32 else out
 
 
 def run_kernel(op: str, inputs: Sequence[np.ndarray | Csr], attrs: Mapping[str, Any]) -> np.ndarray:
-    """Run ``op``'s Numba kernel on ``inputs`` (operand order of docs/ops.md)."""
+    """Run ``op``'s Numba kernel on ``inputs`` (operand order of docs/ops.md).
+
+    Small calls (see :data:`mapper.kernels._jit.PARALLEL_MIN_WORK`) run on the
+    calling thread only; large ones on all of Numba's threads.
+    """
     entry = _NUMBA.get(op)
-    return _call(entry[0] if entry else _missing, op, inputs, attrs)
+    return _call(entry[0] if entry else _missing, op, inputs, attrs, True)
 
 
 def reference(op: str, inputs: Sequence[np.ndarray | Csr], attrs: Mapping[str, Any]) -> np.ndarray:
     """Run ``op``'s NumPy reference on ``inputs``."""
-    return _call(getattr(ref, op, _missing), op, inputs, attrs)
+    return _call(getattr(ref, op, _missing), op, inputs, attrs, False)
 
 
 def _missing(*_: Any, **__: Any) -> np.ndarray:  # pragma: no cover - prepare rejects unknown ops first

@@ -349,3 +349,42 @@ def test_reduce_max_nan_and_int_mean_floor():
     x[5000] = np.nan
     assert np.isnan(run_kernel("reduce", [x], {"kind": "max"}))
     assert run_kernel("reduce", [np.array([-1, -2], dtype=np.int64)], {"kind": "mean"}) == -2
+
+
+# -- large enough to run on all threads, in several chunks per row -----------------------------
+PARALLEL_CASES = [
+    ("relu", [("f64", (300_000,))], {}),
+    ("elementwise", [("f64", (300_000,))], {"fn": "tanh"}),
+    ("add", [("f64", (600, 500)), ("f64", (500,))], {}),
+    ("mul", [("f64", (300_000,)), ("f64", (300_000,))], {}),
+    ("transpose", [("f64", (400, 300))], {}),
+    ("concat", [("f64", (300, 200)), ("f64", (300, 300))], {"axis": 1}),
+    ("dot", [("f64", (300_000,)), ("f64", (300_000,))], {}),
+    ("axpy", [("f64", (300_000,)), ("f64", (300_000,))], {"alpha": 0.5}),
+    ("reduce", [("f64", (300_000,))], {"kind": "sum"}),
+    ("reduce", [("f64", (3, 100_000))], {"kind": "max", "axis": 0}),
+    ("reduce", [("f64", (100_000, 3))], {"kind": "mean", "axis": 0}),
+    ("reduce", [("i64", (50, 3000))], {"kind": "sum", "axis": 1}),
+    ("stencil", [("f64", (300, 300))], {"points": 9, "steps": 2}),
+    ("stencil", [("f64", (40, 50, 60))], {"points": 7, "steps": 2}),
+    ("batchnorm", [("f64", (4, 8, 50, 50))], {}),
+    ("softmax", [("f64", (300, 400))], {"axis": 0}),
+    ("layernorm", [("f64", (300, 400))], {}),
+    ("maxpool", [("f64", (2, 8, 64, 64))], {"kernel": 3, "stride": 2, "padding": 1}),
+    ("conv2d", [("f64", (2, 3, 40, 40)), ("f64", (4, 3, 3, 3))], {"padding": 1}),
+    ("attention", [("f64", (256, 96))], {"heads": 4, "seq": 64, "causal": 1}),
+    ("fft", [("c128", (70, 1024))], {}),
+    ("fft", [("c128", (8192,))], {}),
+]
+
+
+@pytest.mark.parametrize("op,specs,attrs", PARALLEL_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(PARALLEL_CASES)])
+def test_large_inputs_on_all_threads(op, specs, attrs):
+    r = rng(30)
+    check(op, [make_tensor(d, s, r) for d, s in specs], attrs, specs[0][0])
+
+
+def test_large_spmv_on_all_threads():
+    r = rng(31)
+    a = make_csr((100_000, 90_000), 500_000, "f64", r)
+    check("spmv", [a, make_tensor("f64", (90_000,), r)], {}, "f64")
