@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import platform as pyplatform
+import statistics
 import subprocess
 import sys
 import time
@@ -228,19 +229,18 @@ def measure_bandwidth(mib: int, budget: float) -> tuple[float, int]:
 
 def measure_launch(calls: int) -> float:
     """Seconds per kernel call (``add``) on one-element arrays, from Python: the
-    best of 5 batches' mean (the uncontended cost, like the best-of rates)."""
+    median of ``calls`` individually timed calls (the distribution has a long
+    tail of thread wake-ups on a busy machine, which a mean would follow)."""
     from mapper.kernels import registry as k
 
     a, b = np.ones(1), np.ones(1)
     k.run_kernel("add", [a, b], {})
-    batch = max(calls // 5, 1)
     per = []
-    for _ in range(5):
+    for _ in range(max(calls, 1)):
         t0 = time.perf_counter()
-        for _ in range(batch):
-            k.run_kernel("add", [a, b], {})
-        per.append((time.perf_counter() - t0) / batch)
-    return min(per)
+        k.run_kernel("add", [a, b], {})
+        per.append(time.perf_counter() - t0)
+    return statistics.median(per)
 
 
 def memory_gib() -> float:
@@ -338,8 +338,8 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
     say(f"bandwidth: {gbs:.2f} GB/s ({mib} MiB arrays)")
     launch = measure_launch(settings.launch_calls) * 1e6
     launch_rate = Rate("launch_us", launch, launch,
-                       f"best of 5 batches of {max(settings.launch_calls // 5, 1)} kernel calls (add, 1-element "
-                       "arrays) from Python, argument checks included")
+                       f"median of {max(settings.launch_calls, 1)} timed kernel calls (add, 1-element arrays) "
+                       "from Python, argument checks included")
     say(f"launch: {launch:.1f} us")
     cal = Calibration(name, when, nthreads, tuple(peaks), serial, bandwidth, launch_rate, memory_gib())
     probes: tuple[Probe, ...] = ()
