@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import statistics
 import threading
 import time
@@ -115,6 +116,37 @@ def _vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
     return vocab
 
 
+def _fan_in(task: Task) -> int | None:
+    """Inputs summed per output element by a matmul or conv2d weight (operand 1)."""
+    if len(task.operands) < 2 or task.operands[1].kind == "task":
+        return None
+    shape = task.operands[1].type.shape
+    if task.op == "matmul" and len(shape) >= 2:
+        return shape[-2]
+    if task.op == "conv2d" and len(shape) == 4:
+        return shape[1] * shape[2] * shape[3]
+    return None
+
+
+def _weight_scales(graph: TaskGraph) -> dict[tuple[str, Any], float]:
+    """A power-of-two scale near ``1/sqrt(fan_in)`` for matmul and conv2d weights.
+
+    LeCun initialisation (LeCun, Bottou, Orr, Mueller, "Efficient BackProp",
+    1998): activations stay of order 1 through deep graphs, as in trained
+    networks, so softmax and attention stay well conditioned and the reference
+    check's tolerances (for data of magnitude about 1) apply. A power of two
+    is exact in every float format, bf16 and f16 included.
+    """
+    scales: dict[tuple[str, Any], float] = {}
+    for t in graph.tasks:
+        fan = _fan_in(t)
+        if fan and fan > 1:
+            k = _key(t.operands[1])
+            s = 2.0 ** -round(0.5 * math.log2(fan))
+            scales[k] = min(scales.get(k, s), s)
+    return scales
+
+
 class TensorStore:
     """Live tensors with reference counts; inputs and weights are made on first use.
 
@@ -129,6 +161,7 @@ class TensorStore:
         self._k = kernels
         self._vocab = _vocab_sizes(graph)
         self._positive = _positive(graph)
+        self._scale = _weight_scales(graph)
         self._lock = threading.Lock()
         self._values: dict[tuple[str, Any], Any] = {}
         self._refs: dict[tuple[str, Any], int] = {}
@@ -151,7 +184,11 @@ class TensorStore:
             return self._k.make_csr(ty.shape, ty.nnz or 0, ty.dtype, rng)
         if k in self._vocab:
             return self._k.make_ids(ty.shape, self._vocab[k], rng, ty.dtype)
-        return self._k.make_tensor(ty.dtype, ty.shape, rng, positive=k in self._positive)
+        value = self._k.make_tensor(ty.dtype, ty.shape, rng, positive=k in self._positive)
+        scale = self._scale.get(k)
+        if scale is not None and value.dtype.kind in "fc":
+            value *= value.dtype.type(scale)
+        return value
 
     def operands(self, task: Task) -> list[Any]:
         """The task's operand values, making inputs and weights on first use."""

@@ -275,3 +275,24 @@ def test_log_sqrt_inputs_are_positive_and_infinities_compare_equal():
     trace = execute(res, repeats=1, check=True)
     assert np.isfinite(trace.output("c")).all()
     assert np.isinf(trace.output("d")).all()
+
+
+def test_matmul_and_conv_weights_are_scaled_by_a_power_of_two_near_one_over_sqrt_fan_in():
+    from mapper.execute import TensorStore
+
+    src = """graph g {
+  input x : f32[8, 64]
+  input img : f32[1, 8, 6, 6]
+  y = matmul(x, weight f32[64, 16])
+  c = conv2d(img, weight f32[4, 8, 3, 3])
+  output y, c
+}"""
+    graph = graph_from_text(src)
+    store = TensorStore(graph, 0, registry)
+    x, w = store.operands(graph.tasks[0])
+    img, k = store.operands(graph.tasks[1])
+    plain = registry.make_tensor("f32", (64, 16), np.random.default_rng(0))
+    assert np.std(x) == pytest.approx(1.0, rel=0.1)  # inputs: standard normal
+    assert np.std(w) == pytest.approx(1 / 8, rel=0.15)  # fan-in 64: 2**-3
+    assert np.std(k) == pytest.approx(1 / 8, rel=0.15)  # fan-in 8*3*3 = 72: 2**-3
+    assert np.std(plain) == pytest.approx(1.0, rel=0.15)
