@@ -140,3 +140,32 @@ def test_critical_tasks_of_a_fork():
     sched2 = get_mapper("heft").map(cost2).schedule
     crit = set(critical_tasks(sched2))
     assert {0, 1} <= crit and 2 not in crit
+
+
+def test_window_neighbourhood_keeps_frozen_and_late_tasks_in_place():
+    from mapper.mapping.milp import Subproblem, solve
+
+    cost = random_instance(21, 60, shape="layered", n_devices=3)
+    heft = get_mapper("heft").map(cost).schedule
+    topo = cost.graph.topo_order
+    free = tuple(sorted(topo[25:33]))
+    start = tuple(s.start for s in heft.slots)
+    lo = min(heft.slots[t].start for t in free)
+    hi = max(heft.slots[t].end for t in free)
+    res = solve(Subproblem(cost=cost, objective="makespan", free=free, device=heft.device_of, start=start,
+                           upper=heft.makespan * (1 + 1e-9), time_limit=5.0, symmetry=False,
+                           frozen_before=lo, horizon=hi))
+    assert res.device is not None
+    for t in range(cost.n_tasks):
+        end = start[t] + cost.time[t][heft.device_of[t]]
+        if t in free:
+            assert res.start[t] + cost.time[t][res.device[t]] <= hi * (1 + 1e-7)
+        else:
+            assert res.device[t] == heft.device_of[t]
+            if end <= lo:
+                assert res.start[t] == pytest.approx(start[t], rel=1e-7, abs=1e-9)
+            if start[t] >= hi:
+                assert res.start[t] >= hi * (1 - 1e-7)
+    sched = retime(cost, res.device, res.order, ScheduleOptions())
+    assert not validate(sched)
+    assert sched.makespan <= heft.makespan * (1 + 1e-7)

@@ -7,8 +7,12 @@ scheduling (e.g. Pacino & Van Hentenryck, IJCAI 2011): a window of ``k``
 consecutive tasks (of the critical tasks by start time, for makespan, then of
 a topological order) is freed (device and order), every
 other task keeps its device and its relative order on that device, and the
-window subproblem (:func:`mapper.mapping.milp.solve`) is solved exactly or up
-to its time slice, warm-started from the current mapping. A window result is
+window works inside the time slab ``[T0, T1]`` its tasks occupy now (tasks
+that end before ``T0`` keep their times, the window's tasks end by ``T1``,
+tasks that start after ``T1`` stay after it), which keeps the model small on
+large graphs. The window subproblem (:func:`mapper.mapping.milp.solve`) is
+solved exactly or up to its time slice, warm-started from the current
+mapping. A window result is
 accepted only when its re-timed schedule (:func:`mapper.schedule.build_schedule`)
 validates and improves the objective; for makespan, a window also minimises
 a small multiple of the sum of finish times, and an equal makespan with a
@@ -130,6 +134,8 @@ def improve(
                 symmetry=False,
                 start_value=value + flow * key[1],
                 flow_weight=flow,
+                frozen_before=min(current.slots[t].start for t in free) if timed else None,
+                horizon=max(current.slots[t].end for t in free) if timed else None,
             )
             res = solve(sub)
             solved_count += 1

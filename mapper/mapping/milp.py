@@ -134,15 +134,18 @@ def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
     return tuple(reach)
 
 
-def head_tail(n: int, arcs: tuple[tuple[int, int], ...], weight: list[float]) -> tuple[list[float], list[float]]:
-    """Longest ``weight`` path ending before each task (head) and starting
-    after it (tail) over an acyclic arc set: lower bounds on the start and on
-    the time from the end to the makespan, whatever the devices."""
+def head_tail(
+    n: int, arcs: tuple[tuple[int, int], ...], weight: list[float], release: list[float] | None = None
+) -> tuple[list[float], list[float]]:
+    """Longest ``weight`` path ending before each task (head, at least its
+    ``release``) and starting after it (tail) over an acyclic arc set: lower
+    bounds on the start and on the time from the end to the makespan,
+    whatever the devices."""
     topo, succ, pred = topo_arcs(n, arcs)
-    head = [0.0] * n
+    head = list(release) if release is not None else [0.0] * n
     tail = [0.0] * n
     for t in topo:
-        head[t] = max((head[p] + weight[p] for p in pred[t]), default=0.0)
+        head[t] = max([head[t]] + [head[p] + weight[p] for p in pred[t]])
     for t in reversed(topo):
         tail[t] = max((weight[q] + tail[q] for q in succ[t]), default=0.0)
     return head, tail
@@ -288,7 +291,10 @@ class Subproblem:
     (the big-M): the incumbent's makespan for the makespan objective, the
     makespan bound otherwise (unused by time-free models). ``flow_weight``
     (makespan objective only) adds that multiple of the sum of all finish
-    times, a tie-breaker LNS uses to pull work earlier.
+    times, a tie-breaker LNS uses to pull work earlier. Fixed tasks that end
+    by ``frozen_before`` keep their start times, free tasks must end by
+    ``horizon`` and fixed tasks that start after it stay after it (smaller
+    neighbourhoods for LNS; the start solution must satisfy them).
     """
 
     cost: CostTable
@@ -305,6 +311,8 @@ class Subproblem:
     symmetry: bool = True
     start_value: float | None = None
     flow_weight: float = 0.0
+    frozen_before: float | None = None
+    horizon: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +399,10 @@ def _cbc(prob, start_vals: dict[str, float] | None, limit: float, seed: int):
         warmStart=bool(start_vals),
         options=[f"randomCbcSeed {int(seed) % 2147483647 + 1}"],
     )
+
+
+def _value(var) -> float:
+    return float(var.varValue) if var.varValue is not None else float(var.lowBound or 0.0)
 
 
 def _lin(terms: dict, const: float = 0.0) -> pulp.LpAffineExpression:
@@ -575,19 +587,28 @@ class _Model:
     def timing(self) -> None:
         """Starts with head/tail bounds, precedence, fixed orders, disjunctions,
         and the makespan rows."""
-        cost, sub, n, prob = self.cost, self.sub, self.n, self.prob
+        cost, sub, n, prob, k = self.cost, self.sub, self.n, self.prob, self.k
+        frozen = self.frozen()
+        after = self.after_horizon()
+        hk = sub.horizon * k if sub.horizon is not None else INF
         if not self.all_free:
             fixed_order = order_from_starts(cost, sub.device, sub.start)
             self.fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - self.free)
         arcs = _dag_arcs(cost) + self.fixed_chain
         devs = [self.devices(t) for t in range(n)]
         mint = [min(self.tt[t][d] for d in devs[t]) for t in range(n)]
-        head, tail = head_tail(n, arcs, mint)
-        latest = [max(head[t], self.upper - mint[t] - tail[t]) for t in range(n)]
+        release = [sub.start[t] * k if t in frozen else hk if t in after else 0.0 for t in range(n)]
+        head, tail = head_tail(n, arcs, mint, release)
+        latest = [head[t] if t in frozen else max(head[t], self.upper - mint[t] - tail[t]) for t in range(n)]
+        if hk < INF:
+            for t in self.free:
+                latest[t] = max(head[t], min(latest[t], hk - mint[t]))
         s = self.s
         for t in range(n):
             s[t] = prob.add_variable(f"s_{t}", head[t], latest[t])
         for e in cost.graph.edges:
+            if e.src in frozen and e.dst in frozen:
+                continue  # both at their current times, which satisfy it
             terms = {s[e.dst]: 1.0}
             _add(terms, s[e.src], -1.0)
             const = self.duration(terms, e.src, -1.0)
@@ -596,8 +617,13 @@ class _Model:
                 _add(terms, var, -c)
             prob += _lin(terms, const - cconst) >= 0
         for a, b in self.fixed_chain:
-            prob += _lin({s[b]: 1.0, s[a]: -1.0}, -self.tt[a][self.fixed_dev[a]]) >= 0
-        self.disjunctions(closure(n, arcs), devs, head, latest)
+            if not (a in frozen and b in frozen):
+                prob += _lin({s[b]: 1.0, s[a]: -1.0}, -self.tt[a][self.fixed_dev[a]]) >= 0
+        if hk < INF:
+            for t in sorted(self.free):
+                terms = {s[t]: 1.0}
+                prob += _lin(terms, self.duration(terms, t, 1.0)) <= hk
+        self.disjunctions(closure(n, arcs), devs, head, latest, frozen, after)
         sinks = [t for t in range(n) if not cost.graph.succs[t]]
         if sub.objective != "makespan":
             for t in sinks:
@@ -609,9 +635,13 @@ class _Model:
             terms = {cmax: 1.0, s[t]: -1.0}
             prob += _lin(terms, self.duration(terms, t, -1.0)) >= 0
         # load cuts: the tasks on d with head >= h (tail >= q) run after h and end by Cmax - q
+        # (every threshold for the exact model; the plain load for windows)
         for d in range(self.nd):
             on_d = [t for t in range(n) if d in devs[t]]
-            for h, q in sorted({(0.0, 0.0)} | {(head[t], 0.0) for t in on_d} | {(0.0, tail[t]) for t in on_d}):
+            cuts = {(0.0, 0.0)}
+            if self.all_free:
+                cuts |= {(head[t], 0.0) for t in on_d} | {(0.0, tail[t]) for t in on_d}
+            for h, q in sorted(cuts):
                 terms = {cmax: 1.0}
                 const = -h - q
                 for t in on_d:
@@ -619,32 +649,57 @@ class _Model:
                         const += self.add_place(terms, t, d, -self.tt[t][d])
                 prob += _lin(terms, const) >= 0
 
-    def disjunctions(self, reach, devs, head, latest) -> None:
-        """Non-overlap of unordered pairs that may share a device."""
+    def frozen(self) -> frozenset[int]:
+        """Fixed tasks that end before ``sub.frozen_before``: kept at their times."""
+        sub = self.sub
+        if sub.frozen_before is None or sub.start is None:
+            return frozenset()
+        limit = sub.frozen_before * (1 + 1e-12)
+        return frozenset(
+            t for t in range(self.n)
+            if t not in self.free and sub.start[t] + self.cost.time[t][self.fixed_dev[t]] <= limit
+        )
+
+    def after_horizon(self) -> frozenset[int]:
+        """Fixed tasks that start at or after ``sub.horizon``: kept after it."""
+        sub = self.sub
+        if sub.horizon is None or sub.start is None:
+            return frozenset()
+        return frozenset(t for t in range(self.n) if t not in self.free and sub.start[t] >= sub.horizon)
+
+    def disjunctions(self, reach, devs, head, latest, frozen, after) -> None:
+        """Non-overlap of unordered pairs (one of them free) that may share a
+        device; none where bounds already separate the two: a frozen task that
+        ends before the other can start, or a free task (it ends by the
+        horizon) and a task kept after the horizon."""
         time_, s = self.tt, self.s
-        for i in range(self.n):
-            for j in range(i + 1, self.n):
-                if (i not in self.free and j not in self.free) or (reach[i] >> j) & 1 or (reach[j] >> i) & 1:
-                    continue
-                shared = sorted(devs[i] & devs[j])
-                if not shared:
-                    continue
-                oij = self.o[i, j] = self.prob.add_variable(f"o_{i}_{j}", 0, 1, pulp.LpBinary)
-                for d in shared:
-                    both: dict = {}
-                    bconst = self.add_place(both, i, d, 1.0) + self.add_place(both, j, d, 1.0)
-                    # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
-                    m = max(0.0, latest[i] + time_[i][d] - head[j])
-                    row = {s[j]: 1.0, s[i]: -1.0, oij: -m}
-                    for var, c in both.items():
-                        _add(row, var, -m * c)
-                    self.prob += _lin(row, -time_[i][d] - m * bconst + 3 * m) >= 0
-                    # j before i: s[i] >= s[j] + time[j][d] - M o - M (2 - x_i - x_j)
-                    m = max(0.0, latest[j] + time_[j][d] - head[i])
-                    row = {s[i]: 1.0, s[j]: -1.0, oij: m}
-                    for var, c in both.items():
-                        _add(row, var, -m * c)
-                    self.prob += _lin(row, -time_[j][d] - m * bconst + 2 * m) >= 0
+        pairs = sorted({(min(w, t), max(w, t)) for w in self.free for t in range(self.n) if t != w})
+        for i, j in pairs:
+            if (reach[i] >> j) & 1 or (reach[j] >> i) & 1 or i in after or j in after:
+                continue
+            if (i in frozen and latest[i] + time_[i][self.fixed_dev[i]] <= head[j]) or (
+                j in frozen and latest[j] + time_[j][self.fixed_dev[j]] <= head[i]
+            ):
+                continue
+            shared = sorted(devs[i] & devs[j])
+            if not shared:
+                continue
+            oij = self.o[i, j] = self.prob.add_variable(f"o_{i}_{j}", 0, 1, pulp.LpBinary)
+            for d in shared:
+                both: dict = {}
+                bconst = self.add_place(both, i, d, 1.0) + self.add_place(both, j, d, 1.0)
+                # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
+                m = max(0.0, latest[i] + time_[i][d] - head[j])
+                row = {s[j]: 1.0, s[i]: -1.0, oij: -m}
+                for var, c in both.items():
+                    _add(row, var, -m * c)
+                self.prob += _lin(row, -time_[i][d] - m * bconst + 3 * m) >= 0
+                # j before i: s[i] >= s[j] + time[j][d] - M o - M (2 - x_i - x_j)
+                m = max(0.0, latest[j] + time_[j][d] - head[i])
+                row = {s[i]: 1.0, s[j]: -1.0, oij: m}
+                for var, c in both.items():
+                    _add(row, var, -m * c)
+                self.prob += _lin(row, -time_[j][d] - m * bconst + 2 * m) >= 0
 
     def objective(self) -> None:
         cost, sub, n, nd = self.cost, self.sub, self.n, self.nd
@@ -733,7 +788,8 @@ class _Model:
         )
         start = order = None
         if self.timed:
-            start = tuple(float(self.s[t].varValue) / self.k for t in range(n))
+            # a start in no row (a frozen task) is not sent to the solver: its bound is its value
+            start = tuple(_value(self.s[t]) / self.k for t in range(n))
             order = order_from_starts(self.cost, device, start, self.fixed_chain)
         value = self.unscale(sum(c * float(var.varValue or 0.0) for var, c in self.obj_terms.items()))
         status = "optimal" if name == "kOptimal" else "feasible"
