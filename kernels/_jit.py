@@ -2,7 +2,8 @@
 
 ``NUMBA_CACHE_DIR`` is set (unless the user set it) to a user-writable
 directory, ``$XDG_CACHE_HOME/mapper/numba`` or ``~/.cache/mapper/numba``,
-before Numba is imported, so ``cache=True`` works for read-only installs too.
+before Numba is imported, so ``cache=True`` works for read-only installs too;
+``OMP_WAIT_POLICY`` defaults to ``PASSIVE`` (see below).
 Kernels compile lazily on their first call; nothing is compiled at import.
 """
 
@@ -19,6 +20,10 @@ def _cache_dir() -> str:
 
 
 os.environ.setdefault("NUMBA_CACHE_DIR", _cache_dir())
+# Idle OpenMP workers sleep instead of spinning, so the BLAS calls the
+# executor makes between kernels get the cores (measured: a conv layer
+# alternating im2col and GEMM ran 3x slower with spinning workers).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numba  # noqa: E402  (the cache directory must be set first)
 

@@ -4,9 +4,10 @@ All You Need", NeurIPS 2017), Numba, parallel over (sequence, head).
 Rows of ``q``, ``k``, ``v`` ``[T, D]`` are ``T = batch * seq`` tokens, batch
 major; head ``h`` owns columns ``h*D/heads .. (h+1)*D/heads``. ``qkv[T, 3D]``
 holds q, k, v side by side. ``causal`` masks keys after the query. Each
-(sequence, head) works on contiguous copies of its slices: scores as
-contiguous dot products, a stable softmax (float64 sums), then the weighted
-sum of value rows; no BLAS.
+(sequence, head) works on contiguous copies of its slices (K transposed):
+each query's scores accumulate over the head dimension with a contiguous,
+vectorisable loop over keys; a stable softmax (float64 normaliser); then the
+weighted sum of value rows, also contiguous; no BLAS.
 """
 
 from __future__ import annotations
@@ -27,32 +28,34 @@ def _attention(q, k, v, out, heads, seq, causal):
     for u in prange(nb * heads):
         r0 = (u // heads) * seq
         c0 = (u % heads) * dh
-        qb = np.ascontiguousarray(q[r0:r0 + seq, c0:c0 + dh])
-        kb = np.ascontiguousarray(k[r0:r0 + seq, c0:c0 + dh])
+        kt = np.ascontiguousarray(k[r0:r0 + seq, c0:c0 + dh].T)  # [dh, seq]: score rows vectorise
         vb = np.ascontiguousarray(v[r0:r0 + seq, c0:c0 + dh])
-        p = np.empty(seq, dtype=np.float64)
-        acc = np.empty(dh, dtype=np.float64)
+        p = np.empty(seq, dtype=q.dtype)
+        acc = np.empty(dh, dtype=q.dtype)
         for i in range(seq):
             end = i + 1 if causal else seq
+            p[:end] = 0
+            for c in range(dh):
+                qc = q[r0 + i, c0 + c]
+                for j in range(end):
+                    p[j] += qc * kt[c, j]
             m = -np.inf
             for j in range(end):
-                s = 0.0
-                for c in range(dh):
-                    s += qb[i, c] * kb[j, c]
-                p[j] = s * scale
                 if p[j] > m:
                     m = p[j]
             total = 0.0
             for j in range(end):
-                p[j] = math.exp(p[j] - m)
-                total += p[j]
-            acc[:] = 0.0
+                e = math.exp((p[j] - m) * scale)
+                p[j] = e
+                total += e
+            acc[:] = 0
             for j in range(end):
-                w = p[j] / total
+                w = p[j]
                 for c in range(dh):
                     acc[c] += w * vb[j, c]
+            inv = 1.0 / total
             for c in range(dh):
-                out[r0 + i, c0 + c] = acc[c]
+                out[r0 + i, c0 + c] = acc[c] * inv
 
 
 def attention(*xs: np.ndarray, heads: int, seq: int, causal: bool) -> np.ndarray:

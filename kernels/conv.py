@@ -4,7 +4,7 @@ zero padding and groups: a direct Numba loop nest, and im2col (Numba) + GEMM.
 The direct kernel runs in parallel over (image, output channel) and, for
 each filter tap, over the output rows and columns whose input lies inside
 the image (bounds worked out once per tap, so the inner loop has no
-branches). im2col lowers each (image, group) to one GEMM
+branches). im2col lowers each group of a batch of images to one batched GEMM
 (Chellapilla, Puri, Simard, "High Performance Convolutional Neural Networks
 for Document Processing", IWFHR 2006); the GEMM is BLAS through NumPy.
 :func:`conv2d` picks im2col when the GEMM is big enough to pay for the copy.
@@ -19,6 +19,9 @@ from mapper.kernels._jit import jit, prange, readonly
 #: im2col is chosen when the per-group GEMM's inner size (Cg*R*S) and output
 #: channels (K/groups) both reach this.
 IM2COL_MIN = 16
+
+#: The im2col buffer holds at most this many elements (images are done in batches).
+COL_MAX_ELEMENTS = 1 << 24
 
 
 @jit(parallel=True)
@@ -49,9 +52,14 @@ def _conv_direct(x, w, out, sh, sw, ph, pw, groups):
 
 
 @jit(parallel=True)
-def _im2col(x, n, c0, rr, ss, sh, sw, ph, pw, ho, wo, col):
+def _im2col(x, n0, c0, rr, ss, sh, sw, ph, pw, ho, wo, col):
+    """``col[b, (c, r, s), (oh, ow)]`` = the input under tap (r, s) of channel
+    ``c0 + c`` for output pixel (oh, ow) of image ``n0 + b`` (0 in the padding)."""
     h, wd = x.shape[2], x.shape[3]
-    for row in prange(col.shape[0]):
+    rows = col.shape[1]
+    for t in prange(col.shape[0] * rows):
+        b = t // rows
+        row = t % rows
         cc = row // (rr * ss)
         r = (row // ss) % rr
         s = row % ss
@@ -60,11 +68,11 @@ def _im2col(x, n, c0, rr, ss, sh, sw, ph, pw, ho, wo, col):
             base = oh * wo
             if ih < 0 or ih >= h:
                 for ow in range(wo):
-                    col[row, base + ow] = 0
+                    col[b, row, base + ow] = 0
                 continue
             for ow in range(wo):
                 iw = ow * sw - pw + s
-                col[row, base + ow] = x[n, c0 + cc, ih, iw] if 0 <= iw < wd else 0
+                col[b, row, base + ow] = x[n0 + b, c0 + cc, ih, iw] if 0 <= iw < wd else 0
 
 
 def _out_shape(x, w, stride, padding):
@@ -90,10 +98,13 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tu
         _conv_direct(x, w, out, stride[0], stride[1], padding[0], padding[1], groups)
         return out
     ho, wo = out.shape[2], out.shape[3]
-    col = np.empty((cg * r * s, ho * wo), dtype=x.dtype)
-    for n in range(x.shape[0]):
+    per_image = cg * r * s * ho * wo
+    batch = max(1, min(x.shape[0], COL_MAX_ELEMENTS // per_image))
+    col = np.empty((batch, cg * r * s, ho * wo), dtype=x.dtype)
+    for n0 in range(0, x.shape[0], batch):
+        nb = min(batch, x.shape[0] - n0)
         for g in range(groups):
-            _im2col(x, n, g * cg, r, s, stride[0], stride[1], padding[0], padding[1], ho, wo, col)
+            _im2col(x, n0, g * cg, r, s, stride[0], stride[1], padding[0], padding[1], ho, wo, col[:nb])
             wg = w[g * kg:(g + 1) * kg].reshape(kg, cg * r * s)
-            np.dot(wg, col, out=out[n, g * kg:(g + 1) * kg].reshape(kg, ho * wo))
+            np.matmul(wg, col[:nb], out=out[n0:n0 + nb, g * kg:(g + 1) * kg].reshape(nb, kg, ho * wo))
     return out

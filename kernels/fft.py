@@ -5,9 +5,12 @@ Power-of-two lengths use a Numba iterative radix-2 decimation-in-time FFT
 Fourier Series", Math. Comp. 1965): a bit-reversal permutation, then
 ``log2 N`` butterfly stages with precomputed twiddles (one contiguous table
 per stage, computed in float64 and rounded to the tensor's precision). Many
-rows run in parallel one per thread; few long rows run each stage's
-butterflies in parallel. Other lengths fall back to ``numpy.fft``
-(pocketfft). ``ifft`` scales by ``1 / N`` like NumPy.
+rows run in parallel one per thread; a few long rows run the first stages
+in cache-sized blocks in parallel and each later stage's butterfly groups in
+parallel. Other lengths fall back to ``numpy.fft``
+(pocketfft). ``ifft`` scales by ``1 / N`` like NumPy. The radix-2 kernels
+use fast-math without NaN/inf semantics: for non-finite inputs their output
+is unspecified.
 """
 
 from __future__ import annotations
@@ -15,6 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from mapper.kernels._jit import jit, num_threads, prange, readonly
+
+
+#: Butterflies may contract into FMAs and skip C99 inf/nan complex-product
+#: fix-ups (finite data give the same results to rounding).
+FFT_MATH = frozenset({"nnan", "ninf", "nsz", "contract"})
+
+#: Points per cache-resident block in the one-long-row FFT (64 KiB of complex128).
+WIDE_BLOCK = 4096
 
 
 def _tables(n: int, dtype: np.dtype, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -32,42 +43,52 @@ def _tables(n: int, dtype: np.dtype, inverse: bool) -> tuple[np.ndarray, np.ndar
     return rev, tw.astype(dtype)
 
 
-@jit(parallel=True)
+@jit(fastmath=FFT_MATH)
+def _butterflies(row, start, h, tw):
+    """The ``h`` butterflies of the group at ``start`` (span ``2h``)."""
+    for j in range(h):
+        w = tw[h - 1 + j]
+        u = row[start + j]
+        v = row[start + j + h] * w
+        row[start + j] = u + v
+        row[start + j + h] = u - v
+
+
+@jit(parallel=True, fastmath=FFT_MATH)
 def _fft_rows(x, out, rev, tw, scale):
     rows, n = x.shape
     for r in prange(rows):
+        row = out[r]
         for i in range(n):
-            out[r, i] = x[r, rev[i]]
+            row[i] = x[r, rev[i]]
         h = 1
         while h < n:
             for start in range(0, n, 2 * h):
-                for j in range(h):
-                    w = tw[h - 1 + j]
-                    u = out[r, start + j]
-                    v = out[r, start + j + h] * w
-                    out[r, start + j] = u + v
-                    out[r, start + j + h] = u - v
+                _butterflies(row, start, h, tw)
             h *= 2
         if scale != 1.0:
             for i in range(n):
-                out[r, i] = out[r, i] * scale
+                row[i] = row[i] * scale
 
 
-@jit(parallel=True)
-def _fft_wide(x, out, rev, tw, scale):
+@jit(parallel=True, fastmath=FFT_MATH)
+def _fft_wide(x, out, rev, tw, scale, block):
+    """One long row: bit reversal in parallel; the stages whose butterflies stay
+    inside ``block`` consecutive points run block by block (in cache, blocks
+    in parallel); each later stage runs its butterfly groups in parallel."""
     n = x.shape[0]
     for i in prange(n):
         out[i] = x[rev[i]]
-    h = 1
+    for blk in prange(n // block):
+        h = 1
+        while h < block:
+            for start in range(blk * block, (blk + 1) * block, 2 * h):
+                _butterflies(out, start, h, tw)
+            h *= 2
+    h = block
     while h < n:
-        for b in prange(n // 2):
-            j = b % h
-            k = (b // h) * 2 * h + j
-            w = tw[h - 1 + j]
-            u = out[k]
-            v = out[k + h] * w
-            out[k] = u + v
-            out[k + h] = u - v
+        for g in prange(n // (2 * h)):
+            _butterflies(out, g * 2 * h, h, tw)
         h *= 2
     if scale != 1.0:
         for i in prange(n):
@@ -91,7 +112,7 @@ def _transform(x: np.ndarray, inverse: bool, method: str | None) -> np.ndarray:
         _fft_rows(rows, out, rev, tw, scale)
     else:
         for r in range(rows.shape[0]):
-            _fft_wide(rows[r], out[r], rev, tw, scale)
+            _fft_wide(rows[r], out[r], rev, tw, scale, min(n, WIDE_BLOCK))
     return out.reshape(x.shape)
 
 

@@ -74,9 +74,10 @@ def _max_middle(x, out, nchunk):
         for i in range(lo, hi):
             out[o, i] = x[o, 0, i]
         for j in range(1, n):
-            for i in range(lo, hi):
-                if _better(x[o, j, i], out[o, i]):
-                    out[o, i] = x[o, j, i]
+            for i in range(lo, hi):  # branch-free select: vectorises; NaN sticks
+                v = x[o, j, i]
+                m = out[o, i]
+                out[o, i] = v if (v > m) | (v != v) else m
 
 
 def _combine_max(part: np.ndarray) -> np.ndarray:
