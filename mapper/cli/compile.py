@@ -8,6 +8,7 @@ DOT and PNG reports on request. Every output file is written atomically.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -81,6 +82,32 @@ def _progress_printer(stream) -> callable:
     return show
 
 
+class Interrupt:
+    """Ctrl-C while mapping: the first asks the mapper to stop and keep its best
+    schedule (``MapOptions.stop``); a second one aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> "Interrupt":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        sys.stderr.write("\ninterrupted: stopping the search and keeping the best schedule "
+                         "(Ctrl-C again to abort)\n")
+
+    def __call__(self) -> bool:
+        return self.requested
+
+
 def _dump(stage: str, product) -> str:
     """Text for ``--dump-after STAGE``."""
     if stage == "parse":
@@ -109,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
     progress = None if args.quiet else _progress_printer(sys.stderr)
+    interrupt = Interrupt()
     options = MapOptions(
         objective=args.objective,
         time_limit=args.time_limit,
@@ -118,13 +146,15 @@ def run(args: argparse.Namespace) -> int:
         ),
         makespan_bound=args.makespan_bound,
         progress=progress,
+        stop=interrupt,
     )
     t0 = time.perf_counter()
     try:
-        compiled = compile_graph(
-            args.file, args.platform, mapper=args.mapper, options=options,
-            compare=compare, dump_after=args.dump_after,
-        )
+        with interrupt:
+            compiled = compile_graph(
+                args.file, args.platform, mapper=args.mapper, options=options,
+                compare=compare, dump_after=args.dump_after,
+            )
     except StoppedAfter as stop:
         sys.stdout.write(_dump(stop.stage, stop.product))
         return 0

@@ -24,12 +24,23 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class MapOptions:
+    """How to map: the objective, limits, schedule options and callbacks.
+
+    ``progress`` is called now and then by search-based mappers; ``stop``
+    is polled by them, and when it returns True they end the search and
+    return the best schedule found so far (the CLI sets it on Ctrl-C).
+    """
+
     objective: str = "makespan"
     time_limit: float = 30.0  # seconds, for exact and search-based mappers
     seed: int = 0
     schedule: ScheduleOptions = ScheduleOptions()
     makespan_bound: float | None = None  # with objective="energy"
     progress: Callable[[Progress], None] | None = field(default=None, compare=False)
+    stop: Callable[[], bool] | None = field(default=None, compare=False)
+
+    def should_stop(self) -> bool:
+        return self.stop is not None and self.stop()
 
 
 @dataclass(frozen=True, slots=True)
