@@ -36,7 +36,7 @@ from mapper.kernels.operands import make_csr, make_ids, make_tensor
 from mapper.kernels.pool import avgpool, maxpool
 from mapper.kernels.reduce import reduce
 from mapper.kernels.sparse import spmv
-from mapper.kernels.spec import SPECS, prepare
+from mapper.kernels.spec import INEXACT, SPECS, prepare
 from mapper.kernels.stencil import stencil
 
 __all__ = ["KERNELS", "KernelInfo", "Csr", "run_kernel", "reference", "tolerance", "make_tensor",
@@ -58,9 +58,9 @@ def _binary(op: str) -> Callable[..., np.ndarray]:
 
 
 _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
-    "matmul": (matmul, "linalg", "numpy BLAS GEMM (np.matmul) for float/complex; numba direct "
+    "matmul": (matmul, "linalg", "BLAS GEMM through numpy (np.matmul, not numba) for float/complex; numba direct "
                                  "i-k-j loop for integers and tiny products"),
-    "conv2d": (conv2d, "conv", "numba im2col + BLAS GEMM when Cg*R*S and K/groups >= 16, else numba direct"),
+    "conv2d": (conv2d, "conv", "numba im2col + BLAS GEMM through numpy when Cg*R*S and K/groups >= 16, else numba direct"),
     "maxpool": (maxpool, "pool", "numba direct"),
     "avgpool": (avgpool, "pool", "numba direct (divides by the count of valid elements)"),
     "batchnorm": (batchnorm, "norm", "numba direct (batch statistics, identity affine)"),
@@ -88,12 +88,18 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "elementwise": (elementwise, "elementwise", "numba direct"),
 }
 
-_F16_NOTE = "; f16 computed in float32 and rounded, bf16 stored and computed as float32"
+_F16_NOTE = "; f16 goes through float32 (result rounded to f16); bf16 is float32 storage"
+
+
+def _dtypes(op: str) -> tuple[str, ...]:
+    """DSL dtypes of the op's main operand (embedding: the table's)."""
+    base = INEXACT if op == "embedding" else SPECS[op].dtypes
+    return tuple(sorted(base + (("bf16",) if "f32" in base else ())))
+
 
 #: Every op: how its Numba path is implemented and which DSL dtypes it takes.
 KERNELS: dict[str, KernelInfo] = {
-    op: KernelInfo(op, f"mapper.kernels.{mod}", impl + (_F16_NOTE if "f16" in SPECS[op].dtypes else ""),
-                   tuple(sorted(SPECS[op].dtypes + (("bf16",) if "f32" in SPECS[op].dtypes else ()))))
+    op: KernelInfo(op, f"mapper.kernels.{mod}", impl + (_F16_NOTE if "f16" in _dtypes(op) else ""), _dtypes(op))
     for op, (_, mod, impl) in _NUMBA.items()
 }
 
