@@ -16,7 +16,7 @@ Sizes (smaller than the examples' own where a full run takes too long on a
 2-core machine; every size is printed): see :data:`SIZES`.
 
 Usage: python benchmarks/prediction.py [--repeats 5] [--quick-calibration | --platform FILE]
-       [--only NAME ...] [--json OUT]
+       [--threads N] [--only NAME ...] [--json OUT]
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
 from mapper.platform import load_platform
 from mapper.trace import ERROR_MIN_SECONDS
+
+#: Thread-pool sizes set by ``--threads``.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -80,11 +83,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick-calibration", action="store_true")
     ap.add_argument("--only", nargs="*", default=None, choices=sorted(SIZES))
     ap.add_argument("--platform", help="use this platform file instead of calibrating")
+    ap.add_argument("--threads", type=int, help="run with this many threads in every pool (OpenMP, "
+                    "OpenBLAS, MKL, Numba): restarts the script with those variables set")
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args(argv)
+    if args.threads and os.environ.get("NUMBA_NUM_THREADS") != str(args.threads):
+        os.environ.update({k: str(args.threads) for k in THREAD_VARS})  # pools read them at load time
+        os.execv(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)])
 
     t0 = time.perf_counter()
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; "
+          f"threads per pool: {os.environ.get('NUMBA_NUM_THREADS', 'default')}")
     factor: dict[str, float] = {}
     if args.platform:
         plat = load_platform(args.platform)
