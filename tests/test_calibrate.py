@@ -50,7 +50,7 @@ def test_best_time_runs_at_least_min_runs():
 
 def test_stream_size_is_bounded():
     assert stream_mib(Settings(stream_mib=8)) == 8
-    assert 64 <= stream_mib(Settings()) <= 512
+    assert 64 <= stream_mib(Settings()) <= 256
 
 
 def test_quick_calibration_writes_a_loadable_platform(tmp_path, capsys):
