@@ -14,14 +14,8 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import Placement
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
-from mapper.mapping.milp import (
-    MilpMapper,
-    Subproblem,
-    canonical_devices,
-    identical_device_classes,
-    retime,
-    solve,
-)
+from mapper.mapping.milp import MilpMapper, Subproblem, retime, solve
+from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.mapping.objectives import objective_value
 from mapper.schedule import Assignment, ScheduleOptions, build_schedule
 from mapper.validate import validate

@@ -46,14 +46,12 @@ from mapper.mapping.milp import (
     delay_options,
     make_result,
     objective_needs_time,
-    chain_arcs,
-    order_from_starts,
     retime,
     schedule_order,
     solve,
-    topo_arcs,
     value_of,
 )
+from mapper.mapping.orders import chain_arcs, order_from_starts, topo_arcs
 from mapper.schedule import Schedule, ScheduleOptions
 
 #: Tasks freed per window.

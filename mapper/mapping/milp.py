@@ -68,10 +68,9 @@ ordering binaries go to :func:`mapper.mapping.lns.map_large` instead.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pulp
@@ -79,6 +78,17 @@ import pulp
 from mapper.cost import INF, CostTable
 from mapper.errors import InfeasibleError, MapperError, OptionsError
 from mapper.mapping.base import OBJECTIVES, Mapper, MapOptions, MapResult, Progress
+from mapper.mapping.orders import (
+    allowed_devices,
+    canonical_devices,
+    chain_arcs,
+    closure,
+    count_order_pairs,
+    dag_arcs,
+    head_tail,
+    identical_device_classes,
+    order_from_starts,
+)
 from mapper.schedule import Assignment, Schedule, ScheduleOptions
 
 #: Above this many tasks the exact model is not attempted (LNS instead).
@@ -96,176 +106,6 @@ NO_SUB_MIPS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False}
 TIME_SCALE = 1000.0
 #: Relative tolerance when comparing objective values.
 REL_TOL = 1e-6
-
-
-# -- graph helpers ---------------------------------------------------------
-def topo_arcs(n: int, arcs) -> tuple[list[int], list[list[int]], list[list[int]]]:
-    """``(topological order, successors, predecessors)`` of an acyclic arc set
-    over ``0..n-1`` (arcs are ``(a, b, ...)``; extra items are ignored)."""
-    succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for arc in arcs:
-        a, b = arc[0], arc[1]
-        succ[a].append(b)
-        pred[b].append(a)
-        indeg[b] += 1
-    stack = [i for i in range(n) if indeg[i] == 0]
-    topo: list[int] = []
-    while stack:
-        i = stack.pop()
-        topo.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
-    return topo, succ, pred
-
-
-def closure(n: int, arcs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
-    """Descendant bitsets (``bit j of result[i]`` = ``i`` reaches ``j``) of an acyclic arc set."""
-    topo, succ, _ = topo_arcs(n, arcs)
-    reach = [0] * n
-    for i in reversed(topo):
-        r = 0
-        for j in succ[i]:
-            r |= (1 << j) | reach[j]
-        reach[i] = r
-    return tuple(reach)
-
-
-def head_tail(
-    n: int, arcs: tuple[tuple[int, int], ...], weight: list[float], release: list[float] | None = None
-) -> tuple[list[float], list[float]]:
-    """Longest ``weight`` path ending before each task (head, at least its
-    ``release``) and starting after it (tail) over an acyclic arc set: lower
-    bounds on the start and on the time from the end to the makespan,
-    whatever the devices."""
-    topo, succ, pred = topo_arcs(n, arcs)
-    head = list(release) if release is not None else [0.0] * n
-    tail = [0.0] * n
-    for t in topo:
-        head[t] = max([head[t]] + [head[p] + weight[p] for p in pred[t]])
-    for t in reversed(topo):
-        tail[t] = max((weight[q] + tail[q] for q in succ[t]), default=0.0)
-    return head, tail
-
-
-def allowed_devices(cost: CostTable, t: int) -> tuple[int, ...]:
-    """Devices where task ``t`` has a finite time and its placement permits it."""
-    place = cost.graph.tasks[t].placement
-    devices = cost.platform.devices
-    return tuple(d for d in cost.feasible_devices(t) if place.permits(devices[d].name, devices[d].kind))
-
-
-def _dag_arcs(cost: CostTable) -> tuple[tuple[int, int], ...]:
-    return tuple((e.src, e.dst) for e in cost.graph.edges)
-
-
-def order_from_starts(
-    cost: CostTable,
-    device: tuple[int, ...],
-    start: tuple[float, ...],
-    extra_arcs: tuple[tuple[int, int], ...] = (),
-) -> tuple[tuple[int, ...], ...]:
-    """Per-device task order: a topological order of the graph (plus
-    ``extra_arcs``) that always takes the ready task with the earliest start,
-    ties by topological rank, filtered by device."""
-    n = cost.n_tasks
-    rank = {t: r for r, t in enumerate(cost.graph.topo_order)}
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for a, b in _dag_arcs(cost) + tuple(extra_arcs):
-        succ[a].append(b)
-        indeg[b] += 1
-    heap = [(start[t], rank[t], t) for t in range(n) if indeg[t] == 0]
-    heapq.heapify(heap)
-    per: list[list[int]] = [[] for _ in range(cost.n_devices)]
-    while heap:
-        _, _, t = heapq.heappop(heap)
-        per[device[t]].append(t)
-        for v in succ[t]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(heap, (start[v], rank[v], v))
-    return tuple(tuple(p) for p in per)
-
-
-def chain_arcs(order: tuple[tuple[int, ...], ...], keep: frozenset[int]) -> tuple[tuple[int, int], ...]:
-    """Arcs between consecutive tasks of ``keep`` in each device order."""
-    arcs: list[tuple[int, int]] = []
-    for seq in order:
-        kept = [t for t in seq if t in keep]
-        arcs.extend(zip(kept, kept[1:]))
-    return tuple(arcs)
-
-
-def count_order_pairs(cost: CostTable) -> int:
-    """Number of ordering binaries the full model needs."""
-    reach = closure(cost.n_tasks, _dag_arcs(cost))
-    feas = [frozenset(allowed_devices(cost, t)) for t in range(cost.n_tasks)]
-    count = 0
-    for i in range(cost.n_tasks):
-        for j in range(i + 1, cost.n_tasks):
-            if not (reach[i] >> j) & 1 and not (reach[j] >> i) & 1 and feas[i] & feas[j]:
-                count += 1
-    return count
-
-
-def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
-    """Classes (size >= 2, ascending) of pairwise interchangeable devices."""
-    nd = cost.n_devices
-    cols = []
-    for d in range(nd):
-        dev = cost.platform.devices[d]
-        cols.append(
-            (
-                replace(dev, index=0, name=""),
-                tuple(row[d] for row in cost.time),
-                tuple(t.placement.permits(dev.name, dev.kind) for t in cost.graph.tasks),
-                tuple(row[d] for row in cost.energy),
-                tuple(row[d] for row in cost.area),
-                cost.memory_capacity[d],
-                cost.area_capacity[d],
-            )
-        )
-
-    def swappable(a: int, b: int) -> bool:
-        if cols[a] != cols[b]:
-            return False
-        for mat in (cost.route_latency, cost.route_sec_per_byte):
-            if mat[a][b] != mat[b][a]:
-                return False
-            for c in range(nd):
-                if c not in (a, b) and (mat[a][c] != mat[b][c] or mat[c][a] != mat[c][b]):
-                    return False
-        return True
-
-    seen: set[int] = set()
-    classes: list[tuple[int, ...]] = []
-    for a in range(nd):
-        if a in seen:
-            continue
-        cls = [a]
-        for b in range(a + 1, nd):
-            if b not in seen and all(swappable(c, b) for c in cls):
-                cls.append(b)
-        seen.update(cls)
-        if len(cls) > 1:
-            classes.append(tuple(cls))
-    return tuple(classes)
-
-
-def canonical_devices(device: tuple[int, ...], classes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """Relabel interchangeable devices so each class is used in order of its
-    lowest assigned task index (the representative the symmetry cuts keep)."""
-    out = list(device)
-    for cls in classes:
-        first = {d: min((t for t, x in enumerate(device) if x == d), default=len(device)) for d in cls}
-        ranked = sorted(cls, key=lambda d: (first[d], d))
-        remap = dict(zip(ranked, cls))
-        out = [remap.get(x, x) if device[t] in remap else x for t, x in enumerate(out)]
-    return tuple(out)
 
 
 def _is_fpga(cost: CostTable, d: int) -> bool:
@@ -594,7 +434,7 @@ class _Model:
         if not self.all_free:
             fixed_order = order_from_starts(cost, sub.device, sub.start)
             self.fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - self.free)
-        arcs = _dag_arcs(cost) + self.fixed_chain
+        arcs = dag_arcs(cost) + self.fixed_chain
         devs = [self.devices(t) for t in range(n)]
         mint = [min(self.tt[t][d] for d in devs[t]) for t in range(n)]
         release = [sub.start[t] * k if t in frozen else hk if t in after else 0.0 for t in range(n)]
