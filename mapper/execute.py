@@ -80,8 +80,7 @@ def make_plan(schedule: Schedule, max_workers: int | None = None) -> Plan:
     n_dev = len(schedule.cost.platform.devices)
     device_order = tuple(tuple(t for t in order if slots[t].device == d) for d in range(n_dev))
     used = [d for d in range(n_dev) if device_order[d]]
-    if max_workers is not None and max_workers < 1:
-        raise OptionsError(f"max_workers must be at least 1, got {max_workers}", obj="max_workers")
+    check_options(max_workers=max_workers)
     k = max(1, min(len(used), max_workers or len(used)))
     worker_of = {d: i % k for i, d in enumerate(used)}
     lanes = tuple(tuple(t for t in order if worker_of[slots[t].device] == w) for w in range(k))
@@ -357,6 +356,16 @@ def refuse_kernel_less(graph: TaskGraph) -> None:
         )
 
 
+def check_options(*, backend: str = "numba", repeats: int = 5, max_workers: int | None = None) -> None:
+    """Raise :class:`OptionsError` for a bad backend, ``repeats`` or ``max_workers``."""
+    if backend not in BACKENDS:
+        raise OptionsError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", obj="backend")
+    if repeats < 1:
+        raise OptionsError(f"repeats must be at least 1, got {repeats}", obj="repeats")
+    if max_workers is not None and max_workers < 1:
+        raise OptionsError(f"max_workers must be at least 1, got {max_workers}", obj="max_workers")
+
+
 def execute(
     result: MapResult,
     *,
@@ -386,10 +395,7 @@ def execute(
     ExecutionError
         A task failed or disagreed with the reference; the message names it.
     """
-    if backend not in BACKENDS:
-        raise OptionsError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", obj="backend")
-    if repeats < 1:
-        raise OptionsError(f"repeats must be at least 1, got {repeats}", obj="repeats")
+    check_options(backend=backend, repeats=repeats, max_workers=max_workers)
     schedule = result.schedule
     cost = schedule.cost
     graph = cost.graph

@@ -296,3 +296,8 @@ def test_matmul_and_conv_weights_are_scaled_by_a_power_of_two_near_one_over_sqrt
     assert np.std(w) == pytest.approx(1 / 8, rel=0.15)  # fan-in 64: 2**-3
     assert np.std(k) == pytest.approx(1 / 8, rel=0.15)  # fan-in 8*3*3 = 72: 2**-3
     assert np.std(plain) == pytest.approx(1.0, rel=0.15)
+
+
+def test_cli_checks_options_before_compiling(capsys):
+    assert main(["run", str(EXAMPLES / "cg.tg"), "--platform", "host", "--repeats", "0"]) == 2
+    assert "repeats must be at least 1" in capsys.readouterr().err

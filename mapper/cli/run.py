@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mapper.execute import execute, refuse_kernel_less
+    from mapper.execute import check_options, execute, refuse_kernel_less
     from mapper.lower import load_graph
     from mapper.mapping.base import MapOptions
     from mapper.pipeline import compile_graph
@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.time_limit <= 0:
         raise OptionsError(f"--time-limit must be positive, got {args.time_limit:g}", obj="--time-limit")
+    check_options(backend=args.backend, repeats=args.repeats, max_workers=args.workers)
     graph = load_graph(args.file)
     refuse_kernel_less(graph)  # before mapping: such a graph can't be run at all
     compiled = compile_graph(
