@@ -423,7 +423,30 @@ def platform_toml(cal: Calibration) -> str:
             else:
                 frac = f" = {p.gflops / peak:.3f} of peak" if peak else ""
                 lines.append(f"{head} {p.gflops:.3g} GFLOP/s{frac}, {p.gbs:.3g} GB/s = {p.gbs / bw:.3f} of bandwidth")
+        compute, memory = class_factors(cal)
+        lines.append("# Per-class factors that make the model reproduce the probes (for the bound the model gives;")
+        lines.append("# not applied: the platform schema has no such keys):")
+        for key, table in (("efficiency", compute), ("memory_efficiency", memory)):
+            if table:
+                lines.append(f"# {key} = {{ " + ", ".join(f"{c} = {v:.3g}" for c, v in table) + " }")
     return "\n".join(lines) + "\n"
+
+
+def class_factors(cal: Calibration) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """Per op class, the compute efficiency (fraction of the stored peak) or the
+    memory efficiency (fraction of the stored bandwidth) its probe reached,
+    for the term the model says bounds it; launch-bound probes give none."""
+    peaks = {r.key: r.stored for r in cal.peak_gflops}
+    bw = cal.mem_bandwidth_gbs.stored
+    compute, memory = [], []
+    for p in cal.probes:
+        if p.gflops is None or p.gbs is None:
+            continue
+        if p.bound in ("compute", "serial") and peaks.get(p.rate_dtype):
+            compute.append((p.op_class, p.gflops / peaks[p.rate_dtype]))
+        elif p.bound == "memory" and bw > 0:
+            memory.append((p.op_class, p.gbs / bw))
+    return tuple(compute), tuple(memory)
 
 
 def _serial_probe(argv: list[str]) -> int:

@@ -40,6 +40,8 @@ def test_platform_file_round_trips_with_a_comment_per_number():
     # model / measured, and the achieved rates net of the 1 ms launch: 0.2 GFLOP in 1 ms, 3 MB in 1 ms
     assert " 1.05 (compute) 200 GFLOP/s = 2.000 of peak, 3 GB/s = 0.150 of bandwidth" in gemm
     assert next(ln for ln in lines if ln.startswith("#   elementwise")).endswith("no faster than one launch: no rates")
+    assert "# efficiency = { gemm = 2 }" in lines  # 200 GFLOP/s against a stored peak of 100
+    assert not any(ln.startswith("# memory_efficiency") for ln in lines)  # the launch-bound probe gives none
 
 
 def test_best_time_runs_at_least_min_runs():
