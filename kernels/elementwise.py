@@ -65,8 +65,6 @@ def apply(fn, v, zero, one, half, a, gc, gk):
 def _apply(fn, v, zero, one, half, a, gc, gk):
     if isinstance(v, types.Complex):
         return lambda fn, v, zero, one, half, a, gc, gk: _complex(fn, v, zero, one, a)
-    if isinstance(v, types.Integer):  # integers only take relu: stay exact
-        return lambda fn, v, zero, one, half, a, gc, gk: v if v > zero else zero
     return lambda fn, v, zero, one, half, a, gc, gk: _real(fn, v, zero, one, half, a, gc, gk)
 
 
@@ -86,28 +84,31 @@ def _unary(x, out, fn, k, nchunk):
     for c in prange(nchunk):
         lo = c * clen
         hi = min(lo + clen, n)
+        # cheap functions get their own (vectorised) loop; the others are
+        # dominated by the libm call and share one loop
         if fn == 0:
             _span(x, out, lo, hi, 0, k)
-        elif fn == 1:
-            _span(x, out, lo, hi, 1, k)
-        elif fn == 2:
-            _span(x, out, lo, hi, 2, k)
-        elif fn == 3:
-            _span(x, out, lo, hi, 3, k)
         elif fn == 4:
             _span(x, out, lo, hi, 4, k)
-        elif fn == 5:
-            _span(x, out, lo, hi, 5, k)
         elif fn == 6:
             _span(x, out, lo, hi, 6, k)
         elif fn == 7:
             _span(x, out, lo, hi, 7, k)
         elif fn == 8:
             _span(x, out, lo, hi, 8, k)
-        elif fn == 9:
-            _span(x, out, lo, hi, 9, k)
-        else:
+        elif fn == 10:
             _span(x, out, lo, hi, 10, k)
+        else:
+            _span(x, out, lo, hi, fn, k)
+
+
+@jit(parallel=True)
+def _relu_int(x, out, nchunk):
+    n = x.shape[0]
+    clen = (n + nchunk - 1) // nchunk
+    for c in prange(nchunk):
+        for i in range(c * clen, min(c * clen + clen, n)):
+            out[i] = max(x[i], 0)
 
 
 def unary(fn: str, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
@@ -117,7 +118,11 @@ def unary(fn: str, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
         return out
     flat = readonly(x).reshape(-1)
     consts = readonly(np.array([0, 1, 0.5, alpha, GELU_C, GELU_K]).astype(x.dtype))  # in x's dtype
-    _unary(flat, out.reshape(-1), FNS[fn], consts, chunks(1, flat.shape[0], 8192))
+    nchunk = chunks(1, flat.shape[0], 8192)
+    if x.dtype.kind in "iu":  # integers only take relu
+        _relu_int(flat, out.reshape(-1), nchunk)
+    else:
+        _unary(flat, out.reshape(-1), FNS[fn], consts, nchunk)
     return out
 
 
