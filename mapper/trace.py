@@ -10,7 +10,7 @@ prediction error on CPU devices. :meth:`Trace.to_json_dict` and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: CPU tasks shorter than this (seconds) are left out of the error summary:
@@ -125,6 +125,13 @@ class Trace:
             if k == name:
                 return v
         raise KeyError(name)
+
+    def report_records(self) -> tuple[TaskRecord, ...]:
+        """The records as the HTML and Chrome-trace reports read them
+        (:class:`mapper.report.common.RunRecord`): a task on an accelerator
+        carries only its modelled time, since its CPU run says nothing about
+        the device it was mapped to."""
+        return tuple(r if r.modelled is None else replace(r, measured=None) for r in self.records)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {

@@ -134,6 +134,13 @@ def test_concurrency_across_devices_keeps_results():
         else:  # accelerators keep the cost model's time
             assert r.modelled == cost.time[r.task][r.device] and r.error is None
             assert r.actual == r.modelled
+    # the reports see accelerator tasks with their modelled time only
+    from mapper.report.common import resolve_run
+
+    rows = resolve_run(res.schedule, par.report_records())
+    assert [row.task for row in rows] == [r.task for r in par.records]
+    for row, r in zip(rows, par.records):
+        assert row.actual == (r.measured if r.device_kind == "cpu" else r.modelled)
 
 
 def test_retime_with_predicted_durations_reproduces_the_schedule():

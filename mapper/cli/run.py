@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from mapper.report.html import write_html
 
-        write_html(compiled.result, args.html, run=trace.records)
+        write_html(compiled.result, args.html, run=trace.report_records())
     if args.trace:
         from mapper.report.chrome_trace import write_chrome_trace
 
-        write_chrome_trace(compiled.result, args.trace, run=trace.records)
+        write_chrome_trace(compiled.result, args.trace, run=trace.report_records())
     return 0
