@@ -213,10 +213,12 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
 
     ``T = launch + max(Tc, Tm)`` with ``Tc = p F / (e_c P) + (1 - p) F / S`` and
-    ``Tm = B / (e_m BW)`` (docs/cost_model.md).
+    ``Tm = B / (e_m BW)`` (docs/cost_model.md). ``e_c`` and ``e_m`` are the
+    device's own ``efficiency`` / ``memory_efficiency`` (for example measured
+    by ``mapper calibrate``) where it declares them, else the tables above.
     """
     kind = device.kind
-    e_c = EFF_COMPUTE[kind].get(cls)
+    e_c = dict(device.efficiency).get(cls, EFF_COMPUTE[kind].get(cls))
     if e_c is None:
         return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
     flops, nbytes = float(task.flops), float(task.bytes)
@@ -235,7 +237,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     if nbytes > 0:
         if device.mem_bandwidth_gbs is None:
             return _infeasible("no mem_bandwidth_gbs for a task that moves bytes")
-        t_mem = nbytes / (EFF_MEMORY[kind] * device.mem_bandwidth_gbs * 1e9)
+        e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
+        t_mem = nbytes / (e_m * device.mem_bandwidth_gbs * 1e9)
     launch = device.launch_us / 1e6
     t_comp = t_par + t_ser
     body = max(t_comp, t_mem)

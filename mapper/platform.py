@@ -19,6 +19,7 @@ from typing import Any
 
 from mapper.errors import PlatformError, SourceSpan
 from mapper.graph import DTYPE_BYTES
+from mapper.ops import OP_CLASSES
 
 DEVICE_KINDS = ("cpu", "gpu", "fpga")
 
@@ -44,6 +45,8 @@ class Device:
     clock_mhz: float | None = None
     reconfig_ms: float | None = None
     streaming: bool = False
+    efficiency: tuple[tuple[str, float], ...] = ()  # op class -> fraction of peak (overrides the model's)
+    memory_efficiency: float | None = None  # fraction of mem_bandwidth_gbs reached (overrides the model's)
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
@@ -136,7 +139,7 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
     "reconfig_ms": ("nonneg", "milliseconds"),
 }
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
-_DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming")
+_DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -188,6 +191,13 @@ class _Checker:
             raise self.fail(path, f"expected a positive number in {unit}, got {value}")
         if rule == "nonneg" and x < 0:
             raise self.fail(path, f"expected a number >= 0 in {unit}, got {value}")
+        return x
+
+    def fraction(self, value: Any, path: str) -> float:
+        """A number in (0, 1]: the share of a peak rate that is reached."""
+        x = self.number(value, path, "pos", "a fraction of the peak")
+        if x > 1:
+            raise self.fail(path, f"expected a fraction of the peak in (0, 1], got {value}")
         return x
 
     def boolean(self, value: Any, path: str) -> bool:
@@ -244,6 +254,17 @@ class _Checker:
             if key in tab
         }
         streaming = self.boolean(tab["streaming"], f"{path}.streaming") if "streaming" in tab else False
+        efficiency: list[tuple[str, float]] = []
+        if "efficiency" in tab:
+            etab = self.table(tab["efficiency"], f"{path}.efficiency")
+            for cls in sorted(etab):
+                kpath = f"{path}.efficiency.{cls}"
+                if cls not in OP_CLASSES:
+                    raise self.fail(kpath, f"unknown op class {cls!r}; expected one of {', '.join(OP_CLASSES)}")
+                efficiency.append((cls, self.fraction(etab[cls], kpath)))
+        memory_efficiency = None
+        if "memory_efficiency" in tab:
+            memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
         return Device(
             index=i,
             name=name,
@@ -259,6 +280,8 @@ class _Checker:
             clock_mhz=nums.get("clock_mhz"),
             reconfig_ms=nums.get("reconfig_ms"),
             streaming=streaming,
+            efficiency=tuple(efficiency),
+            memory_efficiency=memory_efficiency,
         )
 
     def links(self, raws: list[Any], names: set[str]) -> tuple[Link, ...]:

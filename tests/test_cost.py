@@ -356,3 +356,21 @@ def test_cli_cost_on_the_bert_example(capsys):
     assert out.startswith("cost of bert")
     assert "on fpga0: op embedding (embedding) has no fpga implementation in the model" in out
     assert "cpu0>gpu0" in out and "gpu0>fpga0" in out
+
+
+def test_device_efficiency_overrides_the_model_table():
+    text = PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"',
+        'name = "cpu0"\nkind = "cpu"\nefficiency = { gemm = 0.45 }\nmemory_efficiency = 0.4',
+        1,
+    )
+    assert text != PLATFORM
+    c = build_cost_table(
+        TaskGraph("g", (_task(0, "mm", "matmul", **MATMUL), _task(1, "st", "stencil", **STENCIL))),
+        parse_platform(text, "eff.toml"),
+    )
+    # gemm at 0.45 of the 100 GFLOP/s peak instead of 0.9; stencil memory at 0.4 of 10 GB/s
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 2 * 1024**3 / 0.45e11)
+    assert c.time[1][CPU] == pytest.approx(1e-6 + 1.28e8 / 0.4e10)
+    # the GPU keeps the model's factors
+    assert c.time[0][GPU] == pytest.approx(10e-6 + 2 * 1024**3 / 0.9e12)
