@@ -48,7 +48,7 @@ class Settings:
 
     rounds: int = 3  # the rate measurements repeat in rounds; the best round counts
     gemm_sizes: tuple[int, ...] = (256, 512, 1024)
-    gemm_budget: float = 0.5  # seconds per dtype and round
+    gemm_budget: float = 0.4  # seconds per dtype and round
     serial_size: int = 512
     serial_budget: float = 1.0
     measure_serial: bool = True
@@ -56,7 +56,7 @@ class Settings:
     stream_budget: float = 0.8  # seconds per round
     launch_calls: int = 2000
     probes: bool = True
-    probe_budget: float = 0.4  # seconds per probe (at least 2 timed calls)
+    probe_budget: float = 0.3  # seconds per probe (at least 2 timed calls)
     probe_repeats: int = 10  # at most this many timed calls per probe
 
     @staticmethod
