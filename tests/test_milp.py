@@ -344,3 +344,12 @@ def test_time_units_do_not_change_the_optimum(scale):
     assert result.status == "optimal"
     assert result.objective_value == pytest.approx(73.0 * scale, rel=1e-9)
     assert "warm start taken by HiGHS" in result.notes
+
+
+def test_mid_size_graph_runs_lns_before_the_exact_model():
+    cost = random_instance(30032, 30, shape="random", n_devices=3)
+    result = MilpMapper().map(cost, MapOptions(time_limit=4))
+    assert any(n.startswith("LNS before the exact model") for n in result.notes)
+    assert not validate(result.schedule)
+    assert result.objective_value <= min(get_mapper(h).map(cost).objective_value for h in ("heft", "cpop", "peft"))
+    assert result.lower_bound is not None and result.lower_bound <= result.objective_value * (1 + 1e-9)
