@@ -238,8 +238,8 @@ def time_call(fn: Callable[[], Any], repeats: int) -> tuple[Any, tuple[float, ..
 
 
 def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
-    """Raise :class:`ExecutionError` if ``out`` has the wrong shape or dtype, or
-    differs from ``ref`` (when given) beyond the dtype's tolerance."""
+    """Raise :class:`ExecutionError` if ``out`` has the wrong shape, or (when
+    ``ref`` is given) the wrong dtype or values beyond the dtype's tolerance."""
     want = task.output
     arr = np.asarray(out)
     if want is not None and tuple(arr.shape) != tuple(want.shape):
@@ -249,6 +249,12 @@ def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
         )
     if ref is None:
         return
+    if want is not None and arr.dtype != kernels.numpy_dtype(want.dtype):
+        raise ExecutionError(
+            f"task {task.name!r} ({task.op}) returned dtype {arr.dtype}, declared {want.dtype} "
+            f"(stored as {kernels.numpy_dtype(want.dtype)})",
+            obj=task.name, span=task.span,
+        )
     ref = np.asarray(ref)
     rtol, atol = kernels.tolerance(want.dtype if want is not None else str(arr.dtype))
     wide = arr.astype(np.result_type(arr, ref))

@@ -308,3 +308,16 @@ def test_matmul_and_conv_weights_are_scaled_by_a_power_of_two_near_one_over_sqrt
 def test_cli_checks_options_before_compiling(capsys):
     assert main(["run", str(EXAMPLES / "cg.tg"), "--platform", "host", "--repeats", "0"]) == 2
     assert "repeats must be at least 1" in capsys.readouterr().err
+
+
+def test_wrong_dtype_is_named(monkeypatch):
+    res = compiled("gpt2_block").result
+    real = registry.run_kernel
+
+    def widen(op, xs, at):
+        out = real(op, xs, at)
+        return out.astype(np.float64) if op == "gelu" else out
+
+    monkeypatch.setattr(registry, "run_kernel", widen)
+    with pytest.raises(ExecutionError, match=r"task 'fc' \(gelu\) returned dtype float64, declared f32"):
+        execute(res, repeats=1)
