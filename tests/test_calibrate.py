@@ -20,7 +20,9 @@ def fake() -> Calibration:
         Rate("launch_us", 12.5, 12.5, "tiny calls"),
         23.5,
         (Probe("gemm", "matmul f32[512, 512]", 0.002, 0.0021, "compute", 2.0e8, 3.0e6, 1e-3, "f32"),
-         Probe("elementwise", "add f32[4]", 1e-6, 2e-6, "launch", 4.0, 48.0, 1e-5, "f32")),
+         Probe("elementwise", "add f32[4]", 1e-6, 2e-6, "launch", 4.0, 48.0, 1e-5, "f32"),
+         Probe("activation", "gelu f32[1024]", 0.011, 0.002, "memory", 1.0e8, 8.0e6, 1e-3, "f32"),
+         Probe("stencil", "stencil f64[64, 64]", 0.002, 0.004, "memory", 1.0e6, 4.0e7, 1e-3, "f64")),
     )
 
 
@@ -40,8 +42,11 @@ def test_platform_file_round_trips_with_a_comment_per_number():
     # model / measured, and the achieved rates net of the 1 ms launch: 0.2 GFLOP in 1 ms, 3 MB in 1 ms
     assert " 1.05 (compute) 200 GFLOP/s = 2.000 of peak, 3 GB/s = 0.150 of bandwidth" in gemm
     assert next(ln for ln in lines if ln.startswith("#   elementwise")).endswith("no faster than one launch: no rates")
-    assert "# efficiency = { gemm = 2 }" in lines  # 200 GFLOP/s against a stored peak of 100
-    assert not any(ln.startswith("# memory_efficiency") for ln in lines)  # the launch-bound probe gives none
+    # per-class efficiency: gemm reached 200 GFLOP/s of a stored peak of 100 (capped at 1); gelu,
+    # slower than the model, 0.1 GFLOP in 10 ms net = 10 GFLOP/s = 0.1; the launch-bound add and the
+    # stencil, faster than the model's memory term, get none
+    assert "efficiency = { gemm = 1, activation = 0.1 }" in lines
+    assert dev.efficiency == (("activation", 0.1), ("gemm", 1.0))
 
 
 def test_best_time_runs_at_least_min_runs():
@@ -77,3 +82,20 @@ def test_calibration_api_reports_measured_and_stored_rates():
     assert cal.platform().devices[0].peak("f64") == pytest.approx(cal.peak_gflops[1].stored, rel=1e-3)
     with pytest.raises(OptionsError):
         calibrate(Settings.quick(), name=" ")
+
+
+def test_class_efficiency_makes_the_model_reproduce_a_slow_probe():
+    from dataclasses import replace
+
+    from mapper.cost import build_cost_table
+    from mapper.lower import graph_from_text
+
+    graph = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = gelu(x)\n  output y\n}\n")
+    task = graph.tasks[0]
+    base = fake()
+    before = build_cost_table(graph, replace(base, probes=()).platform()).time[0][0]
+    slow = Probe("activation", "gelu f32[1024, 1024]", 0.05, before, "memory", task.flops, task.bytes,
+                 base.launch_us.stored * 1e-6, "f32")
+    cal = replace(base, probes=(slow,))
+    after = build_cost_table(graph, cal.platform()).time[0][0]
+    assert before < 0.01 and after == pytest.approx(0.05, rel=2e-3)  # 3 significant digits in the file
