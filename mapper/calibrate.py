@@ -11,7 +11,9 @@
 - the memory bandwidth: an ``add`` of two arrays larger than the last-level
   cache (a STREAM-style kernel, McCalpin, IEEE TCCA newsletter, 1995);
 - the launch overhead: a kernel call on one-element arrays, from Python;
-- per op class, the model's prediction against a measured probe task.
+- per op class, the fraction of the peak a probe task reaches, written as
+  the platform's ``efficiency`` table where the model's default does not
+  explain the probe (:func:`class_efficiency`).
 
 :func:`platform_toml` writes the result in the schema of docs/platforms.md,
 with comments saying when and how each number was measured. Rates are
