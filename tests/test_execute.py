@@ -330,3 +330,15 @@ def test_wrong_dtype_is_named(monkeypatch):
     monkeypatch.setattr(registry, "run_kernel", widen)
     with pytest.raises(ExecutionError, match=r"task 'fc' \(gelu\) returned dtype float64, declared f32"):
         execute(res, repeats=1)
+
+
+@pytest.mark.parametrize("name", ["bert_base", "resnet_small", "gpt2_block", "jacobi2d", "cg", "fft_conv"])
+def test_cli_run_on_every_small_example(name, tmp_path, capsys):
+    src = tmp_path / f"{name}_small.tg"
+    src.write_text(small_source(name))
+    out = tmp_path / "run.json"
+    assert main(["run", str(src), "--platform", "host", "--repeats", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["tasks"]) == len(graph_from_text(small_source(name)).tasks)
+    assert doc["checked"] is True and all(t["measured"] is not None for t in doc["tasks"])
+    assert "predicted makespan" in capsys.readouterr().out
