@@ -10,7 +10,8 @@ Kernels compile lazily on their first call; nothing is compiled at import.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+import threading
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 
@@ -81,18 +82,35 @@ def num_threads() -> int:
 PARALLEL_MIN_WORK = 1 << 16
 
 
+_LAUNCH_LOCK = threading.Lock()
+
+
+def _threadsafe_layer() -> bool:
+    """Whether Numba's threading layer takes concurrent launches from several
+    Python threads (tbb, omp); ``workqueue`` does not, and before the first
+    parallel launch the layer is not chosen yet."""
+    try:
+        return numba.threading_layer() != "workqueue"
+    except ValueError:
+        return False
+
+
 @contextmanager
 def threads_for(work: int) -> Iterator[None]:
-    """Run the enclosed kernels on one thread if ``work`` is small (thread-local)."""
-    if work >= PARALLEL_MIN_WORK:
-        yield
-        return
-    before = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(before)
+    """Run the enclosed kernels on one thread if ``work`` is small (thread-local),
+    one caller at a time unless the threading layer is thread-safe (the
+    executor calls kernels from several threads)."""
+    lock = nullcontext() if _threadsafe_layer() else _LAUNCH_LOCK
+    with lock:
+        if work >= PARALLEL_MIN_WORK:
+            yield
+            return
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(before)
 
 
 def chunks(outer: int, inner: int, min_len: int = 2048) -> int:

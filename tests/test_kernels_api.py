@@ -211,3 +211,19 @@ def test_f16_inputs_compute_in_f32_and_round():
     assert out.dtype == np.float16
     want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
     np.testing.assert_array_equal(out, want)
+
+
+def test_concurrent_calls_from_threads_agree_with_serial_ones():
+    from concurrent.futures import ThreadPoolExecutor
+
+    r = np.random.default_rng(9)
+    calls = [("relu", [make_tensor("f64", (200_000,), r)], {}),
+             ("softmax", [make_tensor("f64", (300, 300), r)], {}),
+             ("stencil", [make_tensor("f64", (300, 300), r)], {"points": 5, "steps": 2}),
+             ("add", [make_tensor("f64", (400, 300), r), make_tensor("f64", (300,), r)], {}),
+             ("relu", [make_tensor("f64", (50,), r)], {})] * 4
+    want = [run_kernel(op, xs, at) for op, xs, at in calls]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda c: run_kernel(*c), calls))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
