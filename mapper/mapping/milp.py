@@ -62,8 +62,10 @@ bundled CBC only when HiGHS is unavailable. Status ``optimal`` when the
 solver proves it (and the options are ones the model covers: contention and
 streaming are applied only when re-timing), else ``feasible``; ``heuristic``
 when the solver gave nothing better than the best heuristic's schedule.
-Graphs above :data:`EXACT_MAX_TASKS` tasks or :data:`EXACT_MAX_PAIRS`
-ordering binaries go to :func:`mapper.mapping.lns.map_large` instead.
+Above :data:`LNS_FIRST_TASKS` tasks, MILP-window LNS (:mod:`.lns`) first
+improves the warm start for half the time limit. Graphs above
+:data:`EXACT_MAX_TASKS` tasks or :data:`EXACT_MAX_PAIRS` ordering binaries go
+to :func:`mapper.mapping.lns.map_large` instead (no exact model).
 """
 
 from __future__ import annotations
