@@ -888,7 +888,7 @@ class MilpMapper(Mapper):
             notes.append(f"the MILP models the delay model; {' and '.join(inexact)} applied when re-timing")
         mb = options.makespan_bound if objective != "makespan" else None
         if best is not None and cost.n_tasks > LNS_FIRST_TASKS and objective_needs_time(objective, mb):
-            best = self._lns_first(cost, options, best, notes, t0)
+            best = self._lns_first(cost, options, best, notes, t0, report)
         device = start = None
         upper = serial_upper_bound(cost)
         if best is not None:
@@ -954,7 +954,8 @@ class MilpMapper(Mapper):
             sched, value, status = best.schedule, best.value, "heuristic"
         return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
 
-    def _lns_first(self, cost, options: MapOptions, best: Incumbent, notes: list[str], t0: float) -> Incumbent:
+    def _lns_first(self, cost, options: MapOptions, best: Incumbent, notes: list[str], t0: float,
+                   report) -> Incumbent:
         """Improve the warm start by MILP-window LNS for :data:`LNS_SHARE` of
         the time limit (on mid-size graphs it finds better schedules sooner
         than the full model), then hand the rest to the exact solve."""
@@ -963,7 +964,7 @@ class MilpMapper(Mapper):
 
         improved, stats = improve(cost, best.schedule, options.objective, options.schedule,
                                   t0 + LNS_SHARE * options.time_limit, seed=options.seed,
-                                  makespan_bound=options.makespan_bound)
+                                  makespan_bound=options.makespan_bound, progress=lambda v: report(v, None))
         notes.append(f"LNS before the exact model: {stats.windows} windows of {WINDOW} tasks, {stats.accepted} "
                      f"accepted, {stats.start_value:.6g} -> {stats.end_value:.6g}")
         try:
