@@ -1,10 +1,11 @@
 """2-D convolution (cross-correlation, as in DNN frameworks) with stride,
 zero padding and groups: a direct Numba loop nest, and im2col (Numba) + GEMM.
 
-The direct kernel runs in parallel over (image, output channel) and, for
-each filter tap, over the output rows and columns whose input lies inside
-the image (bounds worked out once per tap, so the inner loop has no
-branches). im2col lowers each group of a batch of images to one batched GEMM
+The direct kernel runs in parallel over (image, block of four output
+channels of one group, output row); each input element loaded updates the
+four channels' row accumulators, and for each filter tap the inner loop runs
+over the output columns whose input lies inside the image (bounds worked out
+once per tap, so it has no branches). im2col lowers each group of a batch of images to one batched GEMM
 (Chellapilla, Puri, Simard, "High Performance Convolutional Neural Networks
 for Document Processing", IWFHR 2006); the GEMM is BLAS through NumPy.
 :func:`conv2d` picks im2col when the GEMM is big enough to pay for the copy.
@@ -30,25 +31,46 @@ def _conv_direct(x, w, out, sh, sw, ph, pw, groups):
     kk, cg, rr, ss = w.shape
     ho, wo = out.shape[2], out.shape[3]
     kg = kk // groups
-    for t in prange(nn * kk):
-        n = t // kk
-        k = t % kk
-        c0 = (k // kg) * cg
-        for oh in range(ho):
-            for ow in range(wo):
-                out[n, k, oh, ow] = 0
-        for r in range(rr):
-            oh_lo = max(0, (ph - r + sh - 1) // sh)
-            oh_hi = min(ho, (h - 1 + ph - r) // sh + 1)
-            for s in range(ss):
-                ow_lo = max(0, (pw - s + sw - 1) // sw)
-                ow_hi = min(wo, (wd - 1 + pw - s) // sw + 1)
-                for cc in range(cg):
-                    wv = w[k, cc, r, s]
-                    for oh in range(oh_lo, oh_hi):
-                        ih = oh * sh - ph + r
+    nblk = (kg + 3) // 4  # blocks of up to 4 output channels of one group share each input load
+    for t in prange(nn * groups * nblk * ho):
+        oh = t % ho
+        u = t // ho
+        blk = u % nblk
+        u //= nblk
+        g = u % groups
+        n = u // groups
+        k0 = g * kg + 4 * blk
+        nk = min(4, (g + 1) * kg - k0)
+        k1 = k0 + min(1, nk - 1)  # repeats of the last channel when the block is short
+        k2 = k0 + min(2, nk - 1)
+        k3 = k0 + min(3, nk - 1)
+        acc = np.zeros((4, wo), dtype=out.dtype)
+        for cc in range(cg):
+            c = g * cg + cc
+            for r in range(rr):
+                ih = oh * sh - ph + r
+                if ih < 0 or ih >= h:
+                    continue
+                for s in range(ss):
+                    ow_lo = max(0, (pw - s + sw - 1) // sw)
+                    ow_hi = min(wo, (wd - 1 + pw - s) // sw + 1)
+                    w0 = w[k0, cc, r, s]
+                    if nk == 1:  # e.g. depthwise: one channel per group
                         for ow in range(ow_lo, ow_hi):
-                            out[n, k, oh, ow] += wv * x[n, c0 + cc, ih, ow * sw - pw + s]
+                            acc[0, ow] += w0 * x[n, c, ih, ow * sw - pw + s]
+                        continue
+                    w1 = w[k1, cc, r, s]
+                    w2 = w[k2, cc, r, s]
+                    w3 = w[k3, cc, r, s]
+                    for ow in range(ow_lo, ow_hi):
+                        xv = x[n, c, ih, ow * sw - pw + s]
+                        acc[0, ow] += w0 * xv
+                        acc[1, ow] += w1 * xv
+                        acc[2, ow] += w2 * xv
+                        acc[3, ow] += w3 * xv
+        for q in range(nk):
+            for ow in range(wo):
+                out[n, k0 + q, oh, ow] = acc[q, ow]
 
 
 @jit(parallel=True)
