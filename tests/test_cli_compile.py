@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,30 @@ def test_bad_input_exits_2_without_traceback(args, needle, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert needle in proc.stderr
+
+
+def test_ctrl_c_keeps_the_best_incumbent(tmp_path):
+    """SIGINT during a long MILP solve ends the search; the report is written."""
+    out = tmp_path / "out.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mapper", "compile", str(ROOT / "examples" / "jacobi2d.tg"),
+         "--platform", "cpu-gpu-fpga", "--time-limit", "300", "--json", str(out), "--verbose"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in proc.stderr:  # wait until the map stage has begun
+            if line.startswith("cost done"):
+                break
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert time.monotonic() - t0 < 60
+    data = json.loads(out.read_text())
+    assert any("interrupted" in n for n in data["notes"])
+    assert data["status"] in ("feasible", "heuristic", "optimal")
+    assert len(data["tasks"]) == 50
+    assert "Traceback" not in stderr

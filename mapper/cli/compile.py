@@ -68,7 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _progress_printer(stream) -> callable:
+def _stage_printer(stream):
+    """An ``on_stage`` callback for ``--verbose``: one line per finished stage."""
+
+    def show(stage: str, seconds: float) -> None:
+        stream.write(f"{stage} done in {seconds * 1e3:.1f} ms\n")
+        stream.flush()
+
+    return show
+
+
+def _progress_printer(stream):
     """A MapOptions.progress callback printing one live line (on a terminal only)."""
     if not stream.isatty():
         return None
@@ -154,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             compiled = compile_graph(
                 args.file, args.platform, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after,
+                on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:
         sys.stdout.write(_dump(stop.stage, stop.product))

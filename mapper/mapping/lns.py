@@ -88,11 +88,13 @@ def improve(
     makespan_bound: float | None = None,
     window: int = WINDOW,
     progress=None,
+    stop=None,
 ) -> tuple[Schedule, LnsStats]:
     """Improve ``schedule`` (valid for ``cost``) by MILP windows until
     ``deadline`` (a :func:`time.perf_counter` value). The returned schedule
     is timed with ``options`` restricted to what the MILP models (delay
-    model plus memory/area; see :func:`~mapper.mapping.milp.delay_options`)."""
+    model plus memory/area; see :func:`~mapper.mapping.milp.delay_options`).
+    ``stop()``, when given, is polled; once it returns True the search ends."""
     opts = delay_options(options)
     bound = makespan_bound if objective != "makespan" else None
     timed = objective_needs_time(objective, bound)
@@ -104,7 +106,8 @@ def improve(
     k = max(1, min(window, n))
     solved_count = accepted = passes = 0
     tried: set[tuple[int, ...]] = set()
-    while n and time.perf_counter() < deadline - 0.05:
+    stopped = stop if stop is not None else (lambda: False)
+    while n and time.perf_counter() < deadline - 0.05 and not stopped():
         windows = [w for w in _windows(current, k, objective == "makespan") if w not in tried]
         if not windows:
             if k >= min(MAX_WINDOW, n):
@@ -114,7 +117,7 @@ def improve(
         passes += 1
         for i, free in enumerate(windows):
             left = deadline - time.perf_counter()
-            if left <= 0.05:
+            if left <= 0.05 or stopped():
                 break
             tried.add(free)
             sub = Subproblem(
@@ -134,6 +137,7 @@ def improve(
                 flow_weight=flow,
                 frozen_before=min(current.slots[t].start for t in free) if timed else None,
                 horizon=max(current.slots[t].end for t in free) if timed else None,
+                stop=stop,
             )
             res = solve(sub)
             solved_count += 1
@@ -231,7 +235,8 @@ def map_large(
     if start is not None and coarse.fused:
         now = time.perf_counter()
         improved, stats = improve(coarse.cost, start, objective, sopts, now + (deadline - now) / 2,
-                                  seed=options.seed, makespan_bound=options.makespan_bound, progress=report)
+                                  seed=options.seed, makespan_bound=options.makespan_bound, progress=report,
+                                  stop=options.stop)
         notes.append(f"coarse LNS from {origin}: {_stats(stats)}")
         dev, order = expand(coarse, improved.device_of, schedule_order(improved) if timed else None)
         fine = _checked(cost, dev, order, delay_options(sopts))
@@ -241,7 +246,7 @@ def map_large(
         raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
     seed_sched, seed_name = min(seeds, key=lambda p: value_of(p[0], objective))
     improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
-                              makespan_bound=options.makespan_bound, progress=report)
+                              makespan_bound=options.makespan_bound, progress=report, stop=options.stop)
     notes.append(f"LNS from {seed_name}: {_stats(stats)}")
     final = _checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
     if final is not None and _within(final, options) and (

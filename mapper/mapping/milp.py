@@ -72,7 +72,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pulp
@@ -160,6 +161,7 @@ class Subproblem:
     flow_weight: float = 0.0
     frozen_before: float | None = None
     horizon: float | None = None
+    stop: Callable[[], bool] | None = field(default=None, compare=False)  # polled; True ends the search
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +184,12 @@ class _HighsWarm(pulp.HiGHS):
     """PuLP's in-process HiGHS plus a MIP start (``setSolution``) and
     callbacks for progress; PuLP 3.3's own ``HiGHS`` ignores warm starts."""
 
-    def __init__(self, start: dict[str, float] | None, on_event, periodic: bool, **kwargs):
+    def __init__(self, start: dict[str, float] | None, on_event, periodic: bool, stop=None, **kwargs):
         super().__init__(**kwargs)
         self.start = start
         self.on_event = on_event
         self.periodic = periodic
+        self.stop = stop
         self.first_incumbent: float | None = None
 
     def actualSolve(self, lp):  # noqa: N802 - PuLP's name
@@ -206,11 +209,14 @@ class _HighsWarm(pulp.HiGHS):
             self.on_event(out.running_time, out.objective_function_value, out.mip_dual_bound, True)
 
         def interrupt(event) -> None:
-            out = event.data_out
-            self.on_event(out.running_time, out.mip_primal_bound, out.mip_dual_bound, False)
+            if self.stop is not None and self.stop():
+                event.data_in.user_interrupt = True  # HiGHS ends the search, keeping its incumbent
+            if self.periodic:
+                out = event.data_out
+                self.on_event(out.running_time, out.mip_primal_bound, out.mip_dual_bound, False)
 
         model.cbMipImprovingSolution.subscribe(improving)
-        if self.periodic:
+        if self.periodic or self.stop is not None:
             model.cbMipInterrupt.subscribe(interrupt)
         self.callSolver(lp)
         status, sol_status = self.findSolutionValues(lp)
@@ -680,6 +686,7 @@ def solve(sub: Subproblem, progress=None) -> Solved:
             start_vals,
             on_event,
             progress is not None,
+            stop=sub.stop,
             msg=False,
             threads=1,
             timeLimit=limit,
@@ -913,6 +920,7 @@ class MilpMapper(Mapper):
             area=sopts.area,
             makespan_bound=options.makespan_bound if objective != "makespan" else None,
             start_value=best.value if best is not None else None,
+            stop=options.stop,
         )
         solved = solve(sub, progress=lambda el, inc, bnd: report(inc, bnd))
         notes.append(
@@ -964,7 +972,8 @@ class MilpMapper(Mapper):
 
         improved, stats = improve(cost, best.schedule, options.objective, options.schedule,
                                   t0 + LNS_SHARE * options.time_limit, seed=options.seed,
-                                  makespan_bound=options.makespan_bound, progress=lambda v: report(v, None))
+                                  makespan_bound=options.makespan_bound, progress=lambda v: report(v, None),
+                                  stop=options.stop)
         notes.append(f"LNS before the exact model: {stats.windows} windows of {WINDOW} tasks, {stats.accepted} "
                      f"accepted, {stats.start_value:.6g} -> {stats.end_value:.6g}")
         try:
@@ -984,6 +993,8 @@ def make_result(cost, options: MapOptions, schedule: Schedule, value: float, sta
                 notes) -> MapResult:
     """The milp mapper's result, with a valid lower bound and the gap."""
     bound = lower_bound_for(cost, options.objective, options.schedule, solver_bound)
+    if options.should_stop():
+        notes = (*notes, "interrupted: the search was stopped early; this is the best schedule found by then")
     return MapResult(
         schedule=schedule,
         mapper=MilpMapper.name,
