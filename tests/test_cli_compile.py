@@ -92,6 +92,40 @@ def test_infeasible_pin_exits_3_naming_the_constraint(tmp_path):
     assert "'a'" in proc.stderr or " a " in proc.stderr
 
 
+SMALL_GPU = """
+name = "small-gpu"
+[[device]]
+name = "cpu0"
+kind = "cpu"
+peak_gflops = { f32 = 1000.0 }  # test value
+mem_bandwidth_gbs = 100.0  # test value
+[[device]]
+name = "gpu0"
+kind = "gpu"
+peak_gflops = { f32 = 10000.0 }  # test value
+mem_bandwidth_gbs = 1000.0  # test value
+memory_gib = 1  # test value
+[[link]]
+from = "cpu0"
+to = "gpu0"
+bandwidth_gbs = 16.0  # test value
+bidirectional = true
+"""
+
+
+@pytest.mark.parametrize("mapper", ["heft", "milp"])
+def test_gpu_too_small_for_a_pinned_task_exits_3(mapper, tmp_path, capsys):
+    (tmp_path / "small.toml").write_text(SMALL_GPU)
+    src = tmp_path / "big.tg"
+    src.write_text("param N = 16384\ngraph big {\n  input a : f32[N, N]\n"
+                   "  c = matmul(a, weight f32[N, N]) @gpu\n  output c\n}\n")
+    code = main(["compile", str(src), "--platform", str(tmp_path / "small.toml"), "--mapper", mapper])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "big.tg:4:7: error: task c can run on no device" in err
+    assert "footprint 3 GiB exceeds memory 1 GiB" in err and "placement @gpu excludes cpu0" in err
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

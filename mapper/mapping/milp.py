@@ -754,7 +754,8 @@ def check_options(options: MapOptions) -> None:
 
 
 def check_feasible(cost: CostTable, options: ScheduleOptions) -> None:
-    """Raise :class:`InfeasibleError` naming a task that fits no device."""
+    """Raise :class:`InfeasibleError` naming a task that fits no device, and why."""
+    cost.require_feasible()  # names each device's reason (placement, memory, dtype, ...)
     for t in range(cost.n_tasks):
         name = cost.graph.tasks[t].name
         feas = allowed_devices(cost, t)
