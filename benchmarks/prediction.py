@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mapper.calibrate import Settings, calibrate, platform_toml
 from mapper.cost import build_cost_table, op_class
-from mapper.execute import execute
+from mapper.execute import execute, one_compute_pool
 from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
 from mapper.platform import load_platform
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; "
           f"threads per pool: {os.environ.get('NUMBA_NUM_THREADS', 'default')}")
+    with one_compute_pool() as blas:
+        print("BLAS pool during calibration and runs: "
+              + ("not controlled (no threadpoolctl)" if blas is None else f"{blas} thread(s)"))
     if args.platform:
         plat = load_platform(args.platform)
         calibration = Path(args.platform).read_text()

@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -128,6 +128,7 @@ class Calibration:
     memory_gib: float
     probes: tuple[Probe, ...] = ()
     seconds: float = 0.0
+    blas_threads: int | None = None  # the BLAS pool's limit while measuring; None: not controlled
 
     def platform(self) -> Platform:
         """The calibrated platform, as :func:`mapper.platform.load_platform` reads the file."""
@@ -316,10 +317,22 @@ def run_probes(plat: Platform, budget: float, max_runs: int) -> tuple[Probe, ...
 
 # -- the calibration -------------------------------------------------------------------------
 def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable[[str], None] | None = None) -> Calibration:
-    """Measure this machine; see the module docstring. ``log`` gets progress lines."""
-    say = log or (lambda _: None)
+    """Measure this machine; see the module docstring. ``log`` gets progress lines.
+
+    Runs with the thread pools as :func:`mapper.execute.execute` runs tasks
+    (:func:`mapper.execute.one_compute_pool`: BLAS limited to one thread), so
+    that the rates describe the executor's kernels.
+    """
+    from mapper.execute import one_compute_pool
+
     if not name.strip():
         raise OptionsError("the platform name must not be empty", obj="--name")
+    with one_compute_pool() as blas_threads:
+        return _measure(settings, name, log or (lambda _: None), blas_threads)
+
+
+def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_threads: int | None) -> Calibration:
+    """The body of :func:`calibrate`, run inside the thread-pool limit."""
     t_start = time.perf_counter()
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     eff_gemm = EFF_COMPUTE["cpu"]["gemm"]
@@ -344,7 +357,7 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
     peaks = tuple(
         Rate(dt, rate, rate / eff_gemm,
              f"{dt} matmul n x n x n, n in ({sizes}): best {rate:.1f} GFLOP/s at n = {n} ({runs} runs in "
-             f"{rounds} rounds), {nthreads} threads; stored / {eff_gemm:.2f} (gemm efficiency)")
+             f"{rounds} rounds), BLAS on {blas_threads or nthreads} threads; stored / {eff_gemm:.2f} (gemm efficiency)")
         for dt, (rate, n, runs) in gemm.items()
     )
     if settings.measure_serial:
@@ -352,9 +365,10 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
         serial = Rate("serial_gflops", rate, rate,
                       f"f64 matmul n = {n} in a process limited to one thread, best of {runs} runs")
     else:
-        rate = peaks[1].value / nthreads
+        gemm_threads = blas_threads or nthreads  # the threads the matmul above ran on
+        rate = peaks[1].value / gemm_threads
         serial = Rate("serial_gflops", rate, rate,
-                      f"estimated (--quick, not measured): f64 matmul rate / {nthreads} threads")
+                      f"estimated (--quick, not measured): f64 matmul rate / {gemm_threads} threads")
     say(f"serial: {serial.value:.1f} GFLOP/s")
     llc = llc_bytes()
     llc_text = f"LLC {llc / 2**20:.0f} MiB" if llc else "LLC size unknown"
@@ -368,7 +382,8 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
                        f"median of {max(settings.launch_calls, 1)} timed kernel calls (add, 1-element arrays) "
                        "from Python, argument checks included")
     say(f"launch: {launch:.1f} us")
-    cal = Calibration(name, when, nthreads, peaks, serial, bandwidth, launch_rate, memory_gib())
+    cal = Calibration(name, when, nthreads, peaks, serial, bandwidth, launch_rate, memory_gib(),
+                      blas_threads=blas_threads)
     probes: tuple[Probe, ...] = ()
     if settings.probes:
         plat = cal.platform()
@@ -377,8 +392,7 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
         probes = tuple(min(group, key=lambda p: p.measured) for group in zip(*passes))
         for p in probes:
             say(f"probe {p.op_class}: measured {p.measured * 1e3:.3f} ms, model {p.model * 1e3:.3f} ms")
-    return Calibration(name, when, nthreads, peaks, serial, bandwidth, launch_rate, cal.memory_gib,
-                       probes, time.perf_counter() - t_start)
+    return replace(cal, probes=probes, seconds=time.perf_counter() - t_start)
 
 
 # -- the platform file ---------------------------------------------------------------------------
@@ -392,7 +406,7 @@ def platform_toml(cal: Calibration) -> str:
     lines = [
         f"# CPU model of this machine, written by `mapper calibrate` on {cal.when}",
         f"# ({pyplatform.python_implementation()} {pyplatform.python_version()}, NumPy {np.__version__}, "
-        f"{cal.threads} threads, the mapper.kernels kernels;",
+        f"{cal.threads} threads, {_blas_text(cal.blas_threads)}, the mapper.kernels kernels;",
         "# best of short bounded runs unless said otherwise). Rates are stored divided by the cost model's",
         "# cpu efficiency factors (docs/cost_model.md) so that the model reproduces the measured rates.",
         f'name = "{cal.name}"',
@@ -435,6 +449,10 @@ def platform_toml(cal: Calibration) -> str:
                 frac = f" = {p.gflops / peak:.3f} of peak" if peak else ""
                 lines.append(f"{head} {p.gflops:.3g} GFLOP/s{frac}, {p.gbs:.3g} GB/s = {p.gbs / bw:.3f} of bandwidth")
     return "\n".join(lines) + "\n"
+
+
+def _blas_text(blas_threads: int | None) -> str:
+    return "BLAS pool not controlled" if blas_threads is None else f"BLAS pool at {blas_threads}"
 
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:

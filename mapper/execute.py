@@ -12,6 +12,7 @@ their values. The measured-or-modelled durations are re-timed with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import math
@@ -20,7 +21,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -35,6 +36,31 @@ BACKENDS = ("numba", "numpy")
 
 #: Device kinds whose tasks are timed on this machine; others are modelled.
 MEASURED_KINDS = ("cpu",)
+
+#: Threads of the BLAS library's pool (NumPy's GEMM, which ``matmul`` and
+#: ``conv2d`` call) while tasks run and while ``mapper calibrate`` measures:
+#: one, so that Numba's pool is the only compute pool (docs/execution.md).
+BLAS_THREADS = 1
+
+
+@contextlib.contextmanager
+def one_compute_pool() -> Iterator[int | None]:
+    """Limit the BLAS pool to :data:`BLAS_THREADS` threads for the ``with`` block.
+
+    Two pools of spinning workers (Numba's OpenMP pool and OpenBLAS's
+    pthreads pool) on the same cores slow each other down several times.
+    ``threadpoolctl`` changes the BLAS pool at run time, whatever was
+    imported first; environment variables would only work before NumPy
+    loads. Yields the BLAS thread count, or None when threadpoolctl is not
+    installed (the pools are then left as they are).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield None
+        return
+    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
+        yield BLAS_THREADS
 
 
 class ExecutionError(MapperError):
@@ -412,19 +438,23 @@ def execute(
     store = TensorStore(graph, seed, kernels)
     run = _Run(graph, store, kernels, _Options(repeats, check, backend))
     rank = {t: i for i, t in enumerate(plan.order)}
-    t0 = time.perf_counter()
-    threads = [
-        threading.Thread(target=run.lane, args=(lane, rank), name=f"mapper-worker-{w}", daemon=True)
-        for w, lane in enumerate(plan.lanes)
-    ]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
+    with one_compute_pool() as blas_threads:
+        t0 = time.perf_counter()
+        threads = [
+            threading.Thread(target=run.lane, args=(lane, rank), name=f"mapper-worker-{w}", daemon=True)
+            for w, lane in enumerate(plan.lanes)
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
     if run.failures:
         raise min(run.failures, key=lambda f: f[0])[1]
-    return _trace(result, run, plan, store, wall, seed, repeats, check and backend == "numba", backend)
+    trace = _trace(result, run, plan, store, wall, seed, repeats, check and backend == "numba", backend)
+    from mapper.kernels._jit import num_threads
+
+    return dataclasses.replace(trace, blas_threads=blas_threads, numba_threads=num_threads())
 
 
 def _trace(

@@ -119,6 +119,8 @@ class Trace:
     wall: float
     workers: int
     outputs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
+    blas_threads: int | None = None  # the BLAS pool's limit during the run; None: not controlled
+    numba_threads: int | None = None  # threads of Numba's pool
 
     def output(self, name: str) -> Any:
         for k, v in self.outputs:
@@ -148,6 +150,7 @@ class Trace:
             "tensors": {"total": self.tensors_total, "peak_live": self.peak_live},
             "wall": self.wall,
             "workers": self.workers,
+            "threads": {"numba": self.numba_threads, "blas": self.blas_threads},
             "tasks": [
                 {
                     "name": r.name,
@@ -212,4 +215,7 @@ def format_trace(trace: Trace, top: int = 25) -> str:
         out.append(f"prediction error: no CPU task ran longer than {e.min_seconds * 1e3:g} ms")
     out.append(f"tensors: {trace.tensors_total} total, peak {trace.peak_live} live; "
                f"wall {trace.wall:.2f} s on {trace.workers} worker threads")
+    pools = "BLAS pool not controlled (threadpoolctl missing)" if trace.blas_threads is None \
+        else f"BLAS pool limited to {trace.blas_threads}"
+    out.append(f"kernel threads: Numba {trace.numba_threads if trace.numba_threads is not None else '?'}, {pools}")
     return "\n".join(out)

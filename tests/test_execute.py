@@ -342,3 +342,19 @@ def test_cli_run_on_every_small_example(name, tmp_path, capsys):
     assert len(doc["tasks"]) == len(graph_from_text(small_source(name)).tasks)
     assert doc["checked"] is True and all(t["measured"] is not None for t in doc["tasks"])
     assert "predicted makespan" in capsys.readouterr().out
+
+
+def test_blas_pool_is_limited_while_tasks_run():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from mapper.execute import BLAS_THREADS, one_compute_pool
+
+    with one_compute_pool() as blas:
+        pools = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+        assert blas == BLAS_THREADS == 1
+        assert pools and all(p["num_threads"] == 1 for p in pools)
+    trace = execute(compile_graph(graph_from_text(
+        "graph g {\n  input a : f32[64, 64]\n  y = matmul(a, weight f32[64, 64])\n  output y\n}\n", "g.tg"),
+        load_platform("host"), mapper="heft").result, repeats=1)
+    assert trace.blas_threads == 1 and trace.numba_threads >= 1
+    assert trace.to_json_dict()["threads"] == {"numba": trace.numba_threads, "blas": 1}
+    assert "BLAS pool limited to 1" in format_trace(trace, 5)
