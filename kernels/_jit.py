@@ -82,7 +82,7 @@ def num_threads() -> int:
 PARALLEL_MIN_WORK = 1 << 16
 
 
-_LAUNCH_LOCK = threading.Lock()
+_LAUNCH_LOCK = threading.RLock()  # re-entrant: kernels nest threads_for
 
 
 def _threadsafe_layer() -> bool:

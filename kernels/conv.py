@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper.kernels._jit import jit, prange, readonly
+from mapper.kernels._jit import jit, prange, readonly, threads_for
 
 #: im2col is chosen when the per-group GEMM's inner size (Cg*R*S) and output
 #: channels (K/groups) both reach this.
@@ -126,7 +126,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tu
     for n0 in range(0, x.shape[0], batch):
         nb = min(batch, x.shape[0] - n0)
         for g in range(groups):
-            _im2col(x, n0, g * cg, r, s, stride[0], stride[1], padding[0], padding[1], ho, wo, col[:nb])
+            with threads_for(0):  # one thread: Numba workers would fight the BLAS threads (3-4x slower)
+                _im2col(x, n0, g * cg, r, s, stride[0], stride[1], padding[0], padding[1], ho, wo, col[:nb])
             wg = w[g * kg:(g + 1) * kg].reshape(kg, cg * r * s)
             np.matmul(wg, col[:nb], out=out[n0:n0 + nb, g * kg:(g + 1) * kg].reshape(nb, kg, ho * wo))
     return out

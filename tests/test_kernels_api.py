@@ -227,3 +227,12 @@ def test_concurrent_calls_from_threads_agree_with_serial_ones():
         got = list(pool.map(lambda c: run_kernel(*c), calls))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_first_call_in_a_process_may_nest_kernel_launches():
+    code = ("import numpy as np\n"
+            "from mapper.kernels.registry import run_kernel\n"
+            "x = np.ones((1, 16, 6, 6), np.float32); w = np.ones((16, 16, 3, 3), np.float32)\n"
+            "print(float(run_kernel('conv2d', [x, w], {'padding': 1})[0, 0, 2, 2]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "144.0"
