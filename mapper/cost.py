@@ -5,7 +5,10 @@ each pair of devices.
 ``docs/cost_model.md``: a roofline (Williams, Waterman, Patterson, "Roofline",
 CACM 52(4), 2009) with a launch overhead, whose compute side follows Amdahl's
 law (Amdahl, AFIPS 1967): the serial fraction runs at one lane's rate, as in
-the heterogeneous cost model of Wilhelm et al., arXiv:2208.06321. Explicit
+the heterogeneous cost model of Wilhelm et al., arXiv:2208.06321. The memory
+side is cache-aware (Ilic, Pratas, Sousa, "Cache-aware roofline model", IEEE
+CAL 13(1), 2014): a working set that fits the device's declared cache moves
+at the cache's bandwidth. Explicit
 per-device costs win over the model. Transfers follow DESIGN.md section 3.
 """
 
@@ -21,6 +24,7 @@ from mapper.platform import DEVICE_KINDS, Device, Platform
 
 INF = math.inf
 GIB = float(2**30)
+MIB = float(2**20)
 
 #: Compute efficiency: the fraction of a device's peak FLOP rate that an op
 #: class reaches, per device kind. Sources in docs/cost_model.md.
@@ -193,6 +197,7 @@ class Estimate:
     t_parallel: float = 0.0  # parallel compute time at the device's effective peak
     t_serial: float = 0.0  # serial compute time at one lane's rate
     t_memory: float = 0.0  # memory time at the effective bandwidth
+    cached: bool = False  # the working set fits the cache: t_memory is at the cache's bandwidth
 
 
 def _infeasible(reason: str) -> Estimate:
@@ -209,11 +214,20 @@ def rate_dtype(device: Device, dtype: str) -> str | None:
     return None
 
 
+def fits_cache(task: Task, device: Device) -> bool:
+    """True when ``task``'s working set (bytes read + written) fits ``device``'s cache."""
+    if device.cache_mib is None or device.cache_bandwidth_gbs is None:
+        return False
+    return float(task.bytes_read + task.bytes_written) <= device.cache_mib * MIB
+
+
 def estimate(task: Task, cls: str, device: Device) -> Estimate:
     """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
 
     ``T = launch + max(Tc, Tm)`` with ``Tc = p F / (e_c P) + (1 - p) F / S`` and
-    ``Tm = B / (e_m BW)`` (docs/cost_model.md). ``e_c`` and ``e_m`` are the
+    ``Tm = B / (e_m BW)`` (docs/cost_model.md), where ``BW`` is the cache's
+    bandwidth when the working set fits the device's cache
+    (:func:`fits_cache`; Ilic et al., IEEE CAL 2014), else the memory's. ``e_c`` and ``e_m`` are the
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
     by ``mapper calibrate``) where it declares them, else the tables above.
     """
@@ -234,11 +248,13 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         serial = device.serial_gflops * 1e9 if device.serial_gflops is not None else peak
         t_par = p * flops / peak
         t_ser = (1.0 - p) * flops / serial
+    cached = nbytes > 0 and fits_cache(task, device)
     if nbytes > 0:
-        if device.mem_bandwidth_gbs is None:
+        bandwidth = device.cache_bandwidth_gbs if cached else device.mem_bandwidth_gbs
+        if bandwidth is None:
             return _infeasible("no mem_bandwidth_gbs for a task that moves bytes")
         e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
-        t_mem = nbytes / (e_m * device.mem_bandwidth_gbs * 1e9)
+        t_mem = nbytes / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
     t_comp = t_par + t_ser
     body = max(t_comp, t_mem)
@@ -248,7 +264,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         bound = "serial" if t_ser > t_par else "compute"
     else:
         bound = "memory"
-    return Estimate(launch + body, bound, "", t_par, t_ser, t_mem)
+    return Estimate(launch + body, bound, "", t_par, t_ser, t_mem, cached)
 
 
 def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:

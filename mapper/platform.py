@@ -47,6 +47,8 @@ class Device:
     streaming: bool = False
     efficiency: tuple[tuple[str, float], ...] = ()  # op class -> fraction of peak (overrides the model's)
     memory_efficiency: float | None = None  # fraction of mem_bandwidth_gbs reached (overrides the model's)
+    cache_mib: float | None = None  # working sets up to this size run at cache_bandwidth_gbs
+    cache_bandwidth_gbs: float | None = None  # bandwidth of data in that cache
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
@@ -137,7 +139,11 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
     "area": ("pos", "area units"),
     "clock_mhz": ("pos", "MHz"),
     "reconfig_ms": ("nonneg", "milliseconds"),
+    "cache_mib": ("pos", "MiB"),
+    "cache_bandwidth_gbs": ("pos", "GB/s"),
 }
+#: Keys that come only together: (key, its partner).
+_PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
@@ -253,6 +259,9 @@ class _Checker:
             for key, (rule, unit) in _DEVICE_NUMBERS.items()
             if key in tab
         }
+        for key, partner in _PAIRED:
+            if key in tab and partner not in tab:
+                raise self.fail(f"{path}.{partner}", f"missing {partner!r}: {key!r} needs it (the cache roofline)")
         streaming = self.boolean(tab["streaming"], f"{path}.streaming") if "streaming" in tab else False
         efficiency: list[tuple[str, float]] = []
         if "efficiency" in tab:
@@ -282,6 +291,8 @@ class _Checker:
             streaming=streaming,
             efficiency=tuple(efficiency),
             memory_efficiency=memory_efficiency,
+            cache_mib=nums.get("cache_mib"),
+            cache_bandwidth_gbs=nums.get("cache_bandwidth_gbs"),
         )
 
     def links(self, raws: list[Any], names: set[str]) -> tuple[Link, ...]:

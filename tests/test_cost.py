@@ -374,3 +374,39 @@ def test_device_efficiency_overrides_the_model_table():
     assert c.time[1][CPU] == pytest.approx(1e-6 + 1.28e8 / 0.4e10)
     # the GPU keeps the model's factors
     assert c.time[0][GPU] == pytest.approx(10e-6 + 2 * 1024**3 / 0.9e12)
+
+
+def test_cache_roofline_uses_the_cache_bandwidth_for_working_sets_that_fit():
+    text = PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"',
+        'name = "cpu0"\nkind = "cpu"\ncache_mib = 64\ncache_bandwidth_gbs = 40.0',
+        1,
+    )
+    small = dict(flops=1e6, read=2 * 2**24, written=2**24)  # 48 MiB <= 64 MiB: in cache
+    edge = dict(flops=1e6, read=2**25, written=2**25)  # exactly 64 MiB: still in cache
+    large = dict(flops=1e6, read=2**26, written=2**26)  # 128 MiB: from memory
+    c = build_cost_table(
+        TaskGraph("g", (_task(0, "s", "add", **small), _task(1, "e", "add", **edge), _task(2, "l", "add", **large))),
+        parse_platform(text, "cache.toml"),
+    )
+    # in cache: 3 * 2^24 B / (0.8 * 40 GB/s) = 1.572864 ms; + 1 us launch
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 3 * 2**24 / 32e9)
+    assert c.time[1][CPU] == pytest.approx(1e-6 + 2**26 / 32e9)
+    # beyond the cache: 2^27 B / (0.8 * 10 GB/s) = 16.777 ms
+    assert c.time[2][CPU] == pytest.approx(1e-6 + 2**27 / 8e9)
+    assert c.bound[0][CPU] == c.bound[2][CPU] == "memory"
+    # a device without cache keys (the GPU here) is unchanged: 3 * 2^24 / (0.9 * 100 GB/s)
+    assert c.time[0][GPU] == pytest.approx(10e-6 + 3 * 2**24 / 90e9)
+
+
+def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
+    from mapper.cost import estimate
+
+    dev = parse_platform(PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"', 'name = "cpu0"\nkind = "cpu"\ncache_mib = 64\ncache_bandwidth_gbs = 40.0', 1,
+    ), "cache.toml").devices[CPU]
+    est = estimate(_task(0, "mm", "matmul", **MATMUL), "gemm", dev)
+    # 12 MiB fits: memory 12.58 MB / 32 GB/s = 0.39 ms < compute 2 N^3 / 90 GFLOP/s = 23.9 ms
+    assert est.cached and est.bound == "compute"
+    assert est.t_memory == pytest.approx(3 * N * N * 4.0 / 32e9)
+    assert est.time == pytest.approx(1e-6 + 2 * 1024**3 / 0.9e11)
