@@ -24,6 +24,7 @@ that the model reproduces the measured rates.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform as pyplatform
 import statistics
@@ -60,13 +61,15 @@ class Settings:
     probes: bool = True
     probe_budget: float = 0.2  # seconds per probe and pass (at least 2 timed calls)
     probe_repeats: int = 10  # at most this many timed calls per probe and pass
-    probe_passes: int = 2  # the probes run this many times; the fastest pass counts per class
+    probe_passes: int = 2  # the probes run this many times; the median of all their calls counts
+    cache_sizes_mib: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 32, 64)  # per array, for the cache sweep
+    cache_budget: float = 1.5  # seconds for the whole sweep (at least 5 calls per size)
 
     @staticmethod
     def quick() -> Settings:
         return Settings(
-            rounds=1, gemm_sizes=(128, 256), gemm_budget=0.25, measure_serial=False, stream_mib=16,
-            stream_budget=0.4, launch_calls=200, probes=False,
+            rounds=1, gemm_sizes=(128, 256), gemm_budget=0.25, measure_serial=False, stream_mib=64,
+            stream_budget=0.4, launch_calls=200, probes=False, cache_sizes_mib=(1, 4, 16, 64), cache_budget=0.5,
         )
 
 
@@ -129,6 +132,9 @@ class Calibration:
     probes: tuple[Probe, ...] = ()
     seconds: float = 0.0
     blas_threads: int | None = None  # the BLAS pool's limit while measuring; None: not controlled
+    cache_mib: Rate | None = None  # the cache roofline's step (None: no cache effect measured)
+    cache_bandwidth_gbs: Rate | None = None
+    cache_sweep: tuple[tuple[float, float], ...] = ()  # (working set MiB, GB/s net of launch)
 
     def platform(self) -> Platform:
         """The calibrated platform, as :func:`mapper.platform.load_platform` reads the file."""
@@ -136,30 +142,41 @@ class Calibration:
 
 
 # -- timing -------------------------------------------------------------------------------
-def best_time(fn: Callable[[], Any], budget: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int]:
-    """Best wall time of ``fn`` after one warm-up call: at least ``min_runs``
-    runs, more while ``budget`` seconds last. Returns (seconds, runs)."""
+def timed_calls(fn: Callable[[], Any], budget: float, min_runs: int = 3, max_runs: int = 50) -> list[float]:
+    """Wall times of ``fn`` after one warm-up call: at least ``min_runs``
+    calls, more while ``budget`` seconds last (at most ``max_runs``)."""
     fn()
-    best = float("inf")
-    runs = 0
+    out: list[float] = []
     stop = time.perf_counter() + budget
-    while runs < min_runs or (runs < max_runs and time.perf_counter() < stop):
+    while len(out) < min_runs or (len(out) < max_runs and time.perf_counter() < stop):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-        runs += 1
-    return best, runs
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def best_time(fn: Callable[[], Any], budget: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int]:
+    """Best wall time of :func:`timed_calls`: (seconds, runs)."""
+    times = timed_calls(fn, budget, min_runs, max_runs)
+    return min(times), len(times)
+
+
+def median_time(fn: Callable[[], Any], budget: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int]:
+    """Median wall time of :func:`timed_calls`, the statistic the executor
+    reports per task: (seconds, runs)."""
+    times = timed_calls(fn, budget, min_runs, max_runs)
+    return statistics.median(times), len(times)
 
 
 def measure_gemm(dtype: str, sizes: tuple[int, ...], budget: float) -> tuple[float, int, int]:
-    """Best matmul GFLOP/s over square ``sizes``: (gflops, size, runs)."""
+    """Matmul GFLOP/s of the median call, best over square ``sizes``: (gflops, size, runs)."""
     from mapper.kernels import registry as k
 
     rng = np.random.default_rng(0)
     best = (0.0, 0, 0)
     for n in sizes:
         a, b = k.make_tensor(dtype, (n, n), rng), k.make_tensor(dtype, (n, n), rng)
-        secs, runs = best_time(lambda: k.run_kernel("matmul", [a, b], {}), budget / len(sizes))
+        secs, runs = median_time(lambda: k.run_kernel("matmul", [a, b], {}), budget / len(sizes))
         rate = 2.0 * n**3 / secs / 1e9
         if rate > best[0]:
             best = (rate, n, runs)
@@ -227,18 +244,62 @@ def stream_mib(settings: Settings) -> int:
     return int(min(max(2 * llc // 2**20, 64), 256))
 
 
-def stream_arrays(mib: int) -> tuple[np.ndarray, np.ndarray]:
+def stream_arrays(mib: float) -> tuple[np.ndarray, np.ndarray]:
     """Two f64 arrays of ``mib`` MiB for :func:`measure_bandwidth`."""
-    n = mib * 2**20 // 8
+    n = int(mib * 2**20) // 8
     return np.full(n, 1.5), np.full(n, 2.5)
 
 
 def measure_bandwidth(a: np.ndarray, b: np.ndarray, budget: float) -> tuple[float, int]:
-    """GB/s of ``add`` of ``a`` and ``b`` into a new array (3 arrays' bytes move): (gbs, runs)."""
+    """GB/s of ``add`` of ``a`` and ``b`` into a new array (3 arrays' bytes move),
+    median call: (gbs, runs)."""
     from mapper.kernels import registry as k
 
-    secs, runs = best_time(lambda: k.run_kernel("add", [a, b], {}), budget, min_runs=2)
+    secs, runs = median_time(lambda: k.run_kernel("add", [a, b], {}), budget, min_runs=3)
     return 3 * a.nbytes / secs / 1e9, runs
+
+
+def cache_sweep(sizes_mib: tuple[float, ...], launch: float, budget: float) -> tuple[tuple[float, float], ...]:
+    """``add`` of two f64 arrays of each size in ``sizes_mib`` into a new one:
+    ``(working set MiB, GB/s)`` per size, the median call net of ``launch``
+    seconds, working set = 3 arrays (two read, one written)."""
+    out = []
+    for mib in sizes_mib:
+        a, b = stream_arrays(mib)
+        secs, _ = median_time(lambda: _add(a, b), budget / len(sizes_mib), min_runs=5)
+        body = secs - launch
+        if body > 0:
+            out.append((3 * a.nbytes / 2**20, 3 * a.nbytes / body / 1e9))
+    return tuple(out)
+
+
+def _add(a: np.ndarray, b: np.ndarray) -> Any:
+    from mapper.kernels import registry as k
+
+    return k.run_kernel("add", [a, b], {})
+
+
+def cache_level(sweep: tuple[tuple[float, float], ...], dram_gbs: float) -> tuple[float, float] | None:
+    """``(cache_mib, cache_gbs)`` from a :func:`cache_sweep`, or None when no
+    working set ran clearly (25 %) faster than ``dram_gbs``.
+
+    The step of a cache-aware roofline (Ilic, Pratas, Sousa, IEEE CAL 2014):
+    sizes whose rate is above the geometric mean of the fastest rate and the
+    memory's count as in cache, from the fastest size up to the first that is
+    not; the cache size is the largest such working set (the real boundary
+    lies between it and the next size), the bandwidth their median rate.
+    """
+    if not sweep:
+        return None
+    top = max(range(len(sweep)), key=lambda i: (sweep[i][1], -i))
+    if sweep[top][1] < 1.25 * dram_gbs:
+        return None
+    cut = math.sqrt(sweep[top][1] * dram_gbs)
+    last = top
+    while last + 1 < len(sweep) and sweep[last + 1][1] >= cut:
+        last += 1
+    rates = [r for w, r in sweep[: last + 1] if r >= cut]
+    return sweep[last][0], statistics.median(rates)
 
 
 def measure_launch(calls: int) -> float:
@@ -278,10 +339,17 @@ def threads() -> int:
 
 
 # -- op-class probes ------------------------------------------------------------------------
-#: One probe task per op class (moderate sizes: milliseconds each).
+#: Probe tasks per op class (moderate sizes: milliseconds each). Classes
+#: whose efficiency depends on shape have several (gemm: square, few rows,
+#: tall; conv: batch 8 3x3, batch 1 3x3 and 1x1); the class's efficiency is
+#: their geometric mean (:func:`class_efficiency`).
 PROBES: tuple[tuple[str, str], ...] = (
     ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
+    ("gemm", "input a : f32[128, 768]\n  y = matmul(a, weight f32[768, 768])"),
+    ("gemm", "input a : f32[1024, 768]\n  y = matmul(a, weight f32[768, 3072])"),
     ("conv", "input x : f32[8, 64, 28, 28]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
+    ("conv", "input x : f32[1, 128, 28, 28]\n  y = conv2d(x, weight f32[128, 128, 3, 3], padding = 1)"),
+    ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
@@ -294,24 +362,32 @@ PROBES: tuple[tuple[str, str], ...] = (
 )
 
 
-def run_probes(plat: Platform, budget: float, max_runs: int) -> tuple[Probe, ...]:
-    """Time each probe task with the kernels (best of at least 2 timed calls,
-    more while ``budget`` seconds last) and predict it with the model on ``plat``."""
+def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) -> tuple[Probe, ...]:
+    """Time each probe task with the kernels and predict it with the model on
+    ``plat``. The probes run ``passes`` times in turn (at least 2 timed calls
+    per probe and pass, more while ``budget`` seconds last); a probe's time
+    is the median of all its calls, the statistic the executor reports."""
     from mapper.execute import TensorStore
     from mapper.kernels import registry as k
     from mapper.lower import graph_from_text
 
-    out = []
-    for cls, body in PROBES:
-        graph = graph_from_text(f"graph probe_{cls} {{\n  {body}\n  output y\n}}\n", f"<probe {cls}>")
-        cost = build_cost_table(graph, plat)
+    dev = plat.devices[0]
+    setup = []
+    for i, (cls, body) in enumerate(PROBES):
+        graph = graph_from_text(f"graph probe_{i} {{\n  {body}\n  output y\n}}\n", f"<probe {cls}>")
         task = graph.tasks[-1]
-        args = TensorStore(graph, 0, k).operands(task)
-        attrs = dict(task.attrs)
-        secs, _ = best_time(lambda: k.run_kernel(task.op, args, attrs), budget, min_runs=2, max_runs=max_runs)
-        out.append(Probe(op_class(task.op), f"{task.op} {task.output}", secs, cost.time[task.index][0],
-                         cost.bound[task.index][0], task.flops, task.bytes, plat.devices[0].launch_us * 1e-6,
-                         rate_dtype(plat.devices[0], task.dtype) or task.dtype))
+        setup.append((graph, task, TensorStore(graph, 0, k).operands(task), dict(task.attrs)))
+    samples: list[list[float]] = [[] for _ in PROBES]
+    for _ in range(max(passes, 1)):
+        for i, (_, task, args, attrs) in enumerate(setup):
+            samples[i] += timed_calls(lambda: k.run_kernel(task.op, args, attrs), budget, 2, max_runs)
+    out = []
+    for (graph, task, _, _), times in zip(setup, samples):
+        cost = build_cost_table(graph, plat)
+        shape = ", ".join(str(x) for x in task.output.shape)
+        out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
+                         cost.time[task.index][0], cost.bound[task.index][0], task.flops, task.bytes,
+                         dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype))
     return tuple(out)
 
 
@@ -332,7 +408,12 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
 
 
 def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_threads: int | None) -> Calibration:
-    """The body of :func:`calibrate`, run inside the thread-pool limit."""
+    """The body of :func:`calibrate`, run inside the thread-pool limit.
+
+    Every rate is that of the median call (the statistic the executor
+    reports); the rounds spread the samples over time and the median round
+    counts, so a burst of load from other processes moves none of them far.
+    """
     t_start = time.perf_counter()
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     eff_gemm = EFF_COMPUTE["cpu"]["gemm"]
@@ -342,28 +423,28 @@ def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_thr
     rounds = max(settings.rounds, 1)
     mib = stream_mib(settings)
     arrays = stream_arrays(mib)
-    gemm = {dt: (0.0, 0, 0) for dt in ("f32", "f64")}  # best (rate, n, runs so far)
-    stream = (0.0, 0)
-    for r in range(rounds):  # rounds spread the samples over time: a burst of load spoils one, not all
+    gemm: dict[str, list[tuple[float, int, int]]] = {"f32": [], "f64": []}  # per round (rate, n, runs)
+    stream: list[tuple[float, int]] = []
+    for r in range(rounds):
         for dt in gemm:
-            rate, n, runs = measure_gemm(dt, settings.gemm_sizes, settings.gemm_budget)
-            best = max(gemm[dt][:2], (rate, n))
-            gemm[dt] = (*best, gemm[dt][2] + runs)
-        gbs, runs = measure_bandwidth(*arrays, settings.stream_budget)
-        stream = (max(stream[0], gbs), stream[1] + runs)
-        say(f"round {r + 1}/{rounds}: matmul f32 {gemm['f32'][0]:.1f}, f64 {gemm['f64'][0]:.1f} GFLOP/s; "
-            f"add {stream[0]:.2f} GB/s (best so far)")
+            gemm[dt].append(measure_gemm(dt, settings.gemm_sizes, settings.gemm_budget))
+        stream.append(measure_bandwidth(*arrays, settings.stream_budget))
+        say(f"round {r + 1}/{rounds}: matmul f32 {gemm['f32'][-1][0]:.1f}, f64 {gemm['f64'][-1][0]:.1f} GFLOP/s; "
+            f"add {stream[-1][0]:.2f} GB/s")
     del arrays
-    peaks = tuple(
-        Rate(dt, rate, rate / eff_gemm,
-             f"{dt} matmul n x n x n, n in ({sizes}): best {rate:.1f} GFLOP/s at n = {n} ({runs} runs in "
-             f"{rounds} rounds), BLAS on {blas_threads or nthreads} threads; stored / {eff_gemm:.2f} (gemm efficiency)")
-        for dt, (rate, n, runs) in gemm.items()
-    )
+    peaks = []
+    for dt, per_round in gemm.items():
+        rate, n, _ = _median_round(per_round)
+        runs = sum(x[2] for x in per_round)
+        peaks.append(Rate(
+            dt, rate, rate / eff_gemm,
+            f"{dt} matmul n x n x n, n in ({sizes}): {rate:.1f} GFLOP/s at n = {n}, the median call of the best "
+            f"size in the median of {rounds} rounds ({runs} runs), BLAS on {blas_threads or nthreads} threads; "
+            f"stored / {eff_gemm:.2f} (gemm efficiency)"))
     if settings.measure_serial:
         rate, n, runs = measure_serial("f64", settings.serial_size, settings.serial_budget)
         serial = Rate("serial_gflops", rate, rate,
-                      f"f64 matmul n = {n} in a process limited to one thread, best of {runs} runs")
+                      f"f64 matmul n = {n} in a process limited to one thread, median of {runs} runs")
     else:
         gemm_threads = blas_threads or nthreads  # the threads the matmul above ran on
         rate = peaks[1].value / gemm_threads
@@ -371,28 +452,47 @@ def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_thr
                       f"estimated (--quick, not measured): f64 matmul rate / {gemm_threads} threads")
     say(f"serial: {serial.value:.1f} GFLOP/s")
     llc = llc_bytes()
-    llc_text = f"LLC {llc / 2**20:.0f} MiB" if llc else "LLC size unknown"
-    gbs, runs = stream
+    llc_text = f"the OS reports an LLC of {llc / 2**20:.0f} MiB" if llc else "LLC size unknown"
+    gbs = _median_round(stream)[0]
     bandwidth = Rate("mem_bandwidth_gbs", gbs, gbs / eff_mem,
-                     f"add of two {mib} MiB f64 arrays into a new one ({llc_text}): best {gbs:.2f} GB/s of "
-                     f"{runs} runs in {rounds} rounds, counting 3 arrays moved; stored / {eff_mem:.2f} "
-                     "(memory efficiency)")
+                     f"add of two {mib} MiB f64 arrays into a new one ({llc_text}): {gbs:.2f} GB/s, median call "
+                     f"of the median of {rounds} rounds ({sum(x[1] for x in stream)} runs), counting 3 arrays "
+                     f"moved; stored / {eff_mem:.2f} (memory efficiency)")
     launch = measure_launch(settings.launch_calls) * 1e6
     launch_rate = Rate("launch_us", launch, launch,
                        f"median of {max(settings.launch_calls, 1)} timed kernel calls (add, 1-element arrays) "
                        "from Python, argument checks included")
     say(f"launch: {launch:.1f} us")
-    cal = Calibration(name, when, nthreads, peaks, serial, bandwidth, launch_rate, memory_gib(),
-                      blas_threads=blas_threads)
+    sweep = cache_sweep(settings.cache_sizes_mib, launch * 1e-6, settings.cache_budget)
+    level = cache_level(sweep, gbs)
+    cache_mib_rate = cache_rate = None
+    points = ", ".join(f"{w:.3g} MiB {r:.3g}" for w, r in sweep)
+    if level is not None:
+        cmib, cgbs = level
+        cache_mib_rate = Rate("cache_mib", cmib, cmib,
+                              f"the largest working set of the add sweep below that ran at cache speed "
+                              f"(the next size did not); {llc_text}")
+        cache_rate = Rate("cache_bandwidth_gbs", cgbs, cgbs / eff_mem,
+                          f"median GB/s net of launch_us of the add sweep's sizes up to cache_mib; stored / "
+                          f"{eff_mem:.2f} (memory efficiency); sweep (working set, GB/s): {points}")
+        say(f"cache: working sets up to {cmib:.3g} MiB at {cgbs:.2f} GB/s")
+    else:
+        say(f"cache: no working set ran 25 % faster than memory ({points})")
+    cal = Calibration(name, when, nthreads, tuple(peaks), serial, bandwidth, launch_rate, memory_gib(),
+                      blas_threads=blas_threads, cache_mib=cache_mib_rate, cache_bandwidth_gbs=cache_rate,
+                      cache_sweep=sweep)
     probes: tuple[Probe, ...] = ()
     if settings.probes:
-        plat = cal.platform()
-        passes = [run_probes(plat, settings.probe_budget, settings.probe_repeats)
-                  for _ in range(max(settings.probe_passes, 1))]
-        probes = tuple(min(group, key=lambda p: p.measured) for group in zip(*passes))
+        probes = run_probes(cal.platform(), settings.probe_budget, settings.probe_repeats, settings.probe_passes)
         for p in probes:
-            say(f"probe {p.op_class}: measured {p.measured * 1e3:.3f} ms, model {p.model * 1e3:.3f} ms")
+            say(f"probe {p.op_class} {p.task}: measured {p.measured * 1e3:.3f} ms, model {p.model * 1e3:.3f} ms")
     return replace(cal, probes=probes, seconds=time.perf_counter() - t_start)
+
+
+def _median_round(rounds: list[Any]) -> Any:
+    """The round whose rate (first item) is the median (the upper one of an even count)."""
+    ordered = sorted(rounds, key=lambda x: x[0])
+    return ordered[len(ordered) // 2]
 
 
 # -- the platform file ---------------------------------------------------------------------------
@@ -407,7 +507,7 @@ def platform_toml(cal: Calibration) -> str:
         f"# CPU model of this machine, written by `mapper calibrate` on {cal.when}",
         f"# ({pyplatform.python_implementation()} {pyplatform.python_version()}, NumPy {np.__version__}, "
         f"{cal.threads} threads, {_blas_text(cal.blas_threads)}, the mapper.kernels kernels;",
-        "# best of short bounded runs unless said otherwise). Rates are stored divided by the cost model's",
+        "# the median call of short bounded runs unless said otherwise). Rates are stored divided by the cost model's",
         "# cpu efficiency factors (docs/cost_model.md) so that the model reproduces the measured rates.",
         f'name = "{cal.name}"',
         f'description = "this machine, calibrated {cal.when[:10]} ({cal.threads} threads)"',
@@ -423,21 +523,29 @@ def platform_toml(cal: Calibration) -> str:
         lines.append(f"{r.key} = {_num(r.stored)}")
     lines.append("# physical memory (sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)")
     lines.append(f"memory_gib = {cal.memory_gib:.2f}")
+    for r in (cal.cache_mib, cal.cache_bandwidth_gbs):
+        if r is not None:
+            lines.append(f"# {r.how}")
+            lines.append(f"{r.key} = {_num(r.stored)}")
+    if cal.cache_mib is None and cal.cache_sweep:
+        lines.append("# no cache keys: no working set of the add sweep ran 25 % faster than memory; sweep "
+                     "(working set, GB/s): " + ", ".join(f"{w:.3g} MiB {r:.3g}" for w, r in cal.cache_sweep))
     table = class_efficiency(cal)
     if table:
-        lines.append("# per op class: the fraction of the stored peak that the class's probe task (listed below)")
-        lines.append("# reached net of launch_us, fastest timed call; replaces the cost model's default for the class")
+        lines.append("# per op class: the fraction of the stored peak that the class's probe tasks (listed below)")
+        lines.append("# reached net of launch_us, median call, geometric mean over the class's probes; replaces the")
+        lines.append("# cost model's default for the class")
         lines.append("efficiency = { " + ", ".join(f"{c} = {v:.3g}" for c, v in table) + " }")
     if cal.probes:
         peaks_by = {r.key: r.stored for r in cal.peak_gflops}
         bw = cal.mem_bandwidth_gbs.stored
         lines += [
             "",
-            "# Op-class probes (fastest timed call of one task per class): measured, the model's time with the",
+            "# Op-class probes (median call of each probe task): measured, the model's time with the",
             "# default efficiencies, model/measured, and the rates reached net of launch_us as fractions of the",
             "# stored peak and bandwidth. Classes slower than the model, or compute-bound in it, get an",
-            "# `efficiency` entry above; a class faster than the model's memory term (data in cache) gets",
-            "# none, since only the bandwidth could describe it.",
+            "# `efficiency` entry above; a class faster than the model's memory term (cache-aware) gets",
+            "# none, since only a bandwidth could describe it.",
         ]
         for p in cal.probes:
             peak = peaks_by.get(p.rate_dtype, 0.0)
@@ -457,23 +565,29 @@ def _blas_text(blas_threads: int | None) -> str:
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
     """Per probed op class, the compute efficiency that makes the model give
-    the probe's measured time: ``F / ((measured - launch) * peak)``, at most 1.
+    the probes' measured times: per probe ``F / ((measured - launch) * peak)``,
+    at most 1, and their geometric mean over the class's probes (the factor
+    that minimises the squared log errors of a class probed at several
+    shapes).
 
-    Given where the probe ran slower than the model with the default
+    A probe counts where it ran slower than the model with the default
     efficiencies (the kernel is below the model's roofline; the compute term
-    then explains the time) or where the model calls the class
-    compute-bound. A probe faster than the model's memory term gets none, and
-    so does one no longer than a launch.
+    then explains the time) or where the model calls it compute-bound. A
+    probe faster than the model's memory term counts for nothing, and so
+    does one no longer than a launch.
     """
     peaks = {r.key: r.stored for r in cal.peak_gflops}
-    out = []
+    per_class: dict[str, list[float]] = {}
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
         if p.gflops is None or not peak or p.flops <= 0:
             continue
         if p.ratio < 1.0 or p.bound in ("compute", "serial"):
-            out.append((p.op_class, float(f"{min(p.gflops / peak, 1.0):.3g}")))
-    return tuple(out)
+            per_class.setdefault(p.op_class, []).append(min(p.gflops / peak, 1.0))
+    return tuple(
+        (cls, float(f"{math.exp(statistics.fmean(math.log(e) for e in effs)):.3g}"))
+        for cls, effs in per_class.items()
+    )
 
 
 def _serial_probe(argv: list[str]) -> int:

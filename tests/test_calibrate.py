@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mapper.calibrate import Calibration, Probe, Rate, Settings, best_time, calibrate, platform_toml, stream_mib
+from mapper.calibrate import (
+    Calibration, Probe, Rate, Settings, best_time, cache_level, calibrate, class_efficiency, platform_toml,
+    stream_mib,
+)
 from mapper.cli import main
 from mapper.cost import EFF_COMPUTE, EFF_MEMORY
 from mapper.errors import OptionsError
@@ -99,3 +102,45 @@ def test_class_efficiency_makes_the_model_reproduce_a_slow_probe():
     cal = replace(base, probes=(slow,))
     after = build_cost_table(graph, cal.platform()).time[0][0]
     assert before < 0.01 and after == pytest.approx(0.05, rel=2e-3)  # 3 significant digits in the file
+
+
+def test_cache_level_by_hand():
+    # fastest 18 GB/s >= 1.25 x 7; cut sqrt(18 x 7) = 11.22: 3, 12 and 48 MiB are in cache, 192 MiB is not
+    sweep = ((3.0, 15.0), (12.0, 18.0), (48.0, 12.0), (192.0, 7.0))
+    assert cache_level(sweep, 7.0) == (48.0, 15.0)
+    # the run of cache-speed sizes stops at the first slow one, even if a larger one is fast again
+    assert cache_level(((3.0, 5.0), (12.0, 18.0), (48.0, 7.5), (96.0, 12.0)), 7.0) == (12.0, 18.0)
+    # nothing 25 % faster than memory: no cache level
+    assert cache_level(((3.0, 8.0), (192.0, 7.0)), 7.0) is None
+    assert cache_level((), 7.0) is None
+
+
+def test_cache_keys_round_trip_with_comments():
+    from dataclasses import replace
+
+    cal = replace(fake(), cache_mib=Rate("cache_mib", 48.0, 48.0, "largest fast working set"),
+                  cache_bandwidth_gbs=Rate("cache_bandwidth_gbs", 16.0, 20.0, "median of the sweep"),
+                  cache_sweep=((3.0, 15.0), (48.0, 16.0), (192.0, 7.0)))
+    text = platform_toml(cal)
+    dev = parse_platform(text, "cal.toml").devices[0]
+    assert (dev.cache_mib, dev.cache_bandwidth_gbs) == (48.0, 20.0)
+    lines = text.splitlines()
+    for key in ("cache_mib", "cache_bandwidth_gbs"):
+        i = next(i for i, ln in enumerate(lines) if ln.startswith(key + " ="))
+        assert lines[i - 1].startswith("# "), key
+    # without a cache level the sweep is still reported, and no keys are written
+    plain = platform_toml(replace(fake(), cache_sweep=((3.0, 7.5), (192.0, 7.0))))
+    assert "cache_mib" not in plain and "3 MiB 7.5, 192 MiB 7" in plain
+
+
+def test_class_efficiency_is_the_geometric_mean_over_a_class_s_probes():
+    from dataclasses import replace
+
+    base = fake()
+    # stored f32 peak 100 GFLOP/s, launch 1 ms: 0.2 GFLOP in 1 + 4 ms -> 50 GFLOP/s = 0.5;
+    # 0.2 GFLOP in 1 + 1.25 ms -> 160 GFLOP/s, capped at 1; 0.1 GFLOP in 1 + 8 ms -> 0.125
+    probes = (Probe("gemm", "a", 0.005, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
+              Probe("gemm", "b", 0.00225, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
+              Probe("gemm", "c", 0.009, 0.002, "compute", 1.0e8, 1e6, 1e-3, "f32"))
+    (entry,) = class_efficiency(replace(base, probes=probes))
+    assert entry[0] == "gemm" and entry[1] == pytest.approx((0.5 * 1.0 * 0.125) ** (1 / 3), rel=1e-3)
