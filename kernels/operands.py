@@ -96,3 +96,14 @@ def _distinct_columns(rows: np.ndarray, per_row: np.ndarray, indptr: np.ndarray,
         todo = np.flatnonzero(dup & sparse)
     order = np.lexsort((cols, rows))
     return cols[order]
+
+
+def random_operand(ty, rng: np.random.Generator, *, vocab: int | None = None) -> np.ndarray | Csr:
+    """A random value for a :class:`mapper.graph.TensorType`-like ``ty`` (``dtype``,
+    ``shape``, ``layout``, ``nnz``): a CSR matrix, embedding ids (when ``vocab``
+    is given), or a dense tensor."""
+    if getattr(ty, "layout", "dense") == "csr":
+        return make_csr(ty.shape, ty.nnz or 0, ty.dtype, rng)
+    if vocab is not None:
+        return make_ids(ty.shape, vocab, rng, ty.dtype)
+    return make_tensor(ty.dtype, ty.shape, rng)

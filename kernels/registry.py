@@ -32,7 +32,7 @@ from mapper.kernels.fft import fft, ifft
 from mapper.kernels.layout import concat, reshape, split, transpose
 from mapper.kernels.linalg import axpy, dot, matmul
 from mapper.kernels.norm import batchnorm, layernorm, softmax
-from mapper.kernels.operands import make_csr, make_ids, make_tensor
+from mapper.kernels.operands import make_csr, make_ids, make_tensor, random_operand
 from mapper.kernels.pool import avgpool, maxpool
 from mapper.kernels.reduce import reduce
 from mapper.kernels.sparse import spmv
@@ -40,7 +40,7 @@ from mapper.kernels.spec import INEXACT, SPECS, prepare
 from mapper.kernels.stencil import stencil
 
 __all__ = ["KERNELS", "KernelInfo", "Csr", "run_kernel", "reference", "tolerance", "make_tensor",
-           "make_csr", "make_ids", "numpy_dtype", "round_bf16"]
+           "make_csr", "make_ids", "random_operand", "numpy_dtype", "round_bf16"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,3 +236,16 @@ def test_first_call_in_a_process_may_nest_kernel_launches():
             "print(float(run_kernel('conv2d', [x, w], {'padding': 1})[0, 0, 2, 2]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "144.0"
+
+
+def test_random_operand_follows_the_tensor_type():
+    from mapper.graph import TensorType
+    from mapper.kernels.registry import random_operand
+
+    r = np.random.default_rng(6)
+    dense = random_operand(TensorType("bf16", (3, 4)), r)
+    assert dense.dtype == np.float32 and dense.shape == (3, 4)
+    sparse = random_operand(TensorType("f64", (10, 8), "csr", 20), r)
+    assert isinstance(sparse, Csr) and sparse.nnz == 20 and sparse.shape == (10, 8)
+    ids = random_operand(TensorType("i32", (5,)), r, vocab=3)
+    assert ids.dtype == np.int32 and ids.max() < 3
