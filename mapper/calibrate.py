@@ -101,6 +101,11 @@ class Probe:
     rate_dtype: str = "f32"  # the dtype whose peak rates the task
 
     @property
+    def op(self) -> str:
+        """The probe task's op (the first word of ``task``)."""
+        return self.task.split(" ", 1)[0]
+
+    @property
     def ratio(self) -> float:
         return self.model / self.measured if self.measured > 0 else float("inf")
 
@@ -341,19 +346,22 @@ def threads() -> int:
 # -- op-class probes ------------------------------------------------------------------------
 #: Probe tasks per op class (moderate sizes: milliseconds each). Classes
 #: whose efficiency depends on shape have several (gemm: square, few rows,
-#: tall; conv: batch 8 3x3, batch 1 3x3 and 1x1); the class's efficiency is
-#: their geometric mean (:func:`class_efficiency`).
+#: tall; conv: 3x3 at two sizes and 1x1, batch 1 as in inference); the class's
+#: efficiency is their geometric mean. Classes with several kernels (norm:
+#: layernorm, batchnorm) have a probe per kernel, and each op its own entry
+#: (:func:`class_efficiency`).
 PROBES: tuple[tuple[str, str], ...] = (
     ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
     ("gemm", "input a : f32[128, 768]\n  y = matmul(a, weight f32[768, 768])"),
     ("gemm", "input a : f32[1024, 768]\n  y = matmul(a, weight f32[768, 3072])"),
-    ("conv", "input x : f32[8, 64, 28, 28]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
+    ("conv", "input x : f32[1, 64, 56, 56]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 128, 28, 28]\n  y = conv2d(x, weight f32[128, 128, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
+    ("norm", "input x : f32[1, 256, 56, 56]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
     ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
     ("stencil", "input x : f64[1024, 1024]\n  y = stencil(x, points = 5, steps = 4)"),
@@ -568,7 +576,9 @@ def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
     the probes' measured times: per probe ``F / ((measured - launch) * peak)``,
     at most 1, and their geometric mean over the class's probes (the factor
     that minimises the squared log errors of a class probed at several
-    shapes).
+    shapes). Where a class's probes are of several ops (norm: layernorm and
+    batchnorm), each op also gets its own entry (after the classes), the
+    geometric mean of its probes; the class entry covers its other ops.
 
     A probe counts where it ran slower than the model with the default
     efficiencies (the kernel is below the model's roofline; the compute term
@@ -578,16 +588,25 @@ def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
     """
     peaks = {r.key: r.stored for r in cal.peak_gflops}
     per_class: dict[str, list[float]] = {}
+    per_op: dict[str, tuple[str, list[float]]] = {}
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
         if p.gflops is None or not peak or p.flops <= 0:
             continue
         if p.ratio < 1.0 or p.bound in ("compute", "serial"):
-            per_class.setdefault(p.op_class, []).append(min(p.gflops / peak, 1.0))
-    return tuple(
-        (cls, float(f"{math.exp(statistics.fmean(math.log(e) for e in effs)):.3g}"))
-        for cls, effs in per_class.items()
-    )
+            eff = min(p.gflops / peak, 1.0)
+            per_class.setdefault(p.op_class, []).append(eff)
+            per_op.setdefault(p.op, (p.op_class, []))[1].append(eff)
+    out = [(cls, _geomean(effs)) for cls, effs in per_class.items()]
+    for op, (cls, effs) in per_op.items():
+        if op != cls and sum(1 for c, _ in per_op.values() if c == cls) > 1:
+            out.append((op, _geomean(effs)))
+    return tuple(out)
+
+
+def _geomean(values: list[float]) -> float:
+    """Geometric mean, to the 3 significant digits the platform file keeps."""
+    return float(f"{math.exp(statistics.fmean(math.log(v) for v in values)):.3g}")
 
 
 def _serial_probe(argv: list[str]) -> int:

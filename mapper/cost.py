@@ -214,11 +214,22 @@ def rate_dtype(device: Device, dtype: str) -> str | None:
     return None
 
 
+def working_set(task: Task) -> float:
+    """Bytes of the distinct tensors ``task`` touches: its operands (each once)
+    and its output; a task without operands (explicit or hand-counted work)
+    counts its traffic, bytes read + written. An iterated kernel (a stencil
+    with ``steps``) moves its tensors many times but touches them once."""
+    if not task.operands or task.output is None:
+        return float(task.bytes_read + task.bytes_written)
+    distinct = {(op.kind, op.name): op.type.nbytes for op in task.operands}
+    return float(sum(distinct.values()) + task.output.nbytes)
+
+
 def fits_cache(task: Task, device: Device) -> bool:
-    """True when ``task``'s working set (bytes read + written) fits ``device``'s cache."""
+    """True when ``task``'s :func:`working_set` fits ``device``'s cache."""
     if device.cache_mib is None or device.cache_bandwidth_gbs is None:
         return False
-    return float(task.bytes_read + task.bytes_written) <= device.cache_mib * MIB
+    return working_set(task) <= device.cache_mib * MIB
 
 
 def estimate(task: Task, cls: str, device: Device) -> Estimate:
@@ -229,10 +240,12 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     bandwidth when the working set fits the device's cache
     (:func:`fits_cache`; Ilic et al., IEEE CAL 2014), else the memory's. ``e_c`` and ``e_m`` are the
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
-    by ``mapper calibrate``) where it declares them, else the tables above.
+    by ``mapper calibrate``) where it declares them (for ``e_c`` the entry of
+    the task's op, else of its class), else the tables above.
     """
     kind = device.kind
-    e_c = dict(device.efficiency).get(cls, EFF_COMPUTE[kind].get(cls))
+    own = dict(device.efficiency)  # an op's own entry wins over its class's
+    e_c = own.get(task.op, own.get(cls, EFF_COMPUTE[kind].get(cls)))
     if e_c is None:
         return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
     flops, nbytes = float(task.flops), float(task.bytes)

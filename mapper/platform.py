@@ -19,7 +19,7 @@ from typing import Any
 
 from mapper.errors import PlatformError, SourceSpan
 from mapper.graph import DTYPE_BYTES
-from mapper.ops import OP_CLASSES
+from mapper.ops import OP_CLASSES, OPS
 
 DEVICE_KINDS = ("cpu", "gpu", "fpga")
 
@@ -45,7 +45,7 @@ class Device:
     clock_mhz: float | None = None
     reconfig_ms: float | None = None
     streaming: bool = False
-    efficiency: tuple[tuple[str, float], ...] = ()  # op class -> fraction of peak (overrides the model's)
+    efficiency: tuple[tuple[str, float], ...] = ()  # op class or op -> fraction of peak (overrides the model's)
     memory_efficiency: float | None = None  # fraction of mem_bandwidth_gbs reached (overrides the model's)
     cache_mib: float | None = None  # working sets up to this size run at cache_bandwidth_gbs
     cache_bandwidth_gbs: float | None = None  # bandwidth of data in that cache
@@ -268,8 +268,9 @@ class _Checker:
             etab = self.table(tab["efficiency"], f"{path}.efficiency")
             for cls in sorted(etab):
                 kpath = f"{path}.efficiency.{cls}"
-                if cls not in OP_CLASSES:
-                    raise self.fail(kpath, f"unknown op class {cls!r}; expected one of {', '.join(OP_CLASSES)}")
+                if cls not in OP_CLASSES and cls not in OPS:
+                    raise self.fail(kpath, f"unknown op class or op {cls!r}; expected an op class "
+                                           f"({', '.join(OP_CLASSES)}) or an op of docs/ops.md")
                 efficiency.append((cls, self.fraction(etab[cls], kpath)))
         memory_efficiency = None
         if "memory_efficiency" in tab:

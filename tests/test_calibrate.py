@@ -139,8 +139,15 @@ def test_class_efficiency_is_the_geometric_mean_over_a_class_s_probes():
     base = fake()
     # stored f32 peak 100 GFLOP/s, launch 1 ms: 0.2 GFLOP in 1 + 4 ms -> 50 GFLOP/s = 0.5;
     # 0.2 GFLOP in 1 + 1.25 ms -> 160 GFLOP/s, capped at 1; 0.1 GFLOP in 1 + 8 ms -> 0.125
-    probes = (Probe("gemm", "a", 0.005, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
-              Probe("gemm", "b", 0.00225, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
-              Probe("gemm", "c", 0.009, 0.002, "compute", 1.0e8, 1e6, 1e-3, "f32"))
+    probes = (Probe("gemm", "matmul -> [1]", 0.005, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
+              Probe("gemm", "matmul -> [2]", 0.00225, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
+              Probe("gemm", "matmul -> [3]", 0.009, 0.002, "compute", 1.0e8, 1e6, 1e-3, "f32"))
     (entry,) = class_efficiency(replace(base, probes=probes))
     assert entry[0] == "gemm" and entry[1] == pytest.approx((0.5 * 1.0 * 0.125) ** (1 / 3), rel=1e-3)
+    # two ops of one class: the class gets the mean of both, each op its own (0.5 and 0.125)
+    norms = (Probe("norm", "layernorm -> [1]", 0.005, 0.002, "memory", 2.0e8, 1e6, 1e-3, "f32"),
+             Probe("norm", "batchnorm -> [1]", 0.009, 0.002, "memory", 1.0e8, 1e6, 1e-3, "f32"))
+    table = class_efficiency(replace(base, probes=norms))
+    assert table == (("norm", 0.25), ("layernorm", 0.5), ("batchnorm", 0.125))
+    dev = parse_platform(platform_toml(replace(base, probes=norms)), "n.toml").devices[0]
+    assert dict(dev.efficiency) == {"norm": 0.25, "layernorm": 0.5, "batchnorm": 0.125}

@@ -410,3 +410,33 @@ def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
     assert est.cached and est.bound == "compute"
     assert est.t_memory == pytest.approx(3 * N * N * 4.0 / 32e9)
     assert est.time == pytest.approx(1e-6 + 2 * 1024**3 / 0.9e11)
+
+
+def test_working_set_counts_distinct_tensors_not_iterated_traffic():
+    from mapper.cost import estimate, working_set
+    from mapper.lower import graph_from_text
+
+    graph = graph_from_text(
+        "graph g {\n  input u : f64[1024, 1024]\n  s = stencil(u, points = 5, steps = 9)\n"
+        "  d = sub(s, s)\n  output d\n}\n", "ws.tg")
+    st, sub = graph.tasks
+    # the stencil touches u and s (8 MiB each) though its 9 sweeps move far more than 64 MiB
+    assert working_set(st) == 2 * 2**23 and st.bytes > 64 * 2**20
+    # sub reads s twice: one tensor, plus its output
+    assert working_set(sub) == 2 * 2**23
+    dev = parse_platform(PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"', 'name = "cpu0"\nkind = "cpu"\ncache_mib = 64\ncache_bandwidth_gbs = 40.0', 1,
+    ), "cache.toml").devices[CPU]
+    est = estimate(st, "stencil", dev)
+    assert est.cached and est.bound == "memory"
+    assert est.time == pytest.approx(1e-6 + st.bytes / 32e9)  # all 9 sweeps' bytes at 0.8 x 40 GB/s
+
+
+def test_an_op_s_own_efficiency_wins_over_its_class_s():
+    text = PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"', 'name = "cpu0"\nkind = "cpu"\nefficiency = { norm = 0.5, batchnorm = 0.1 }', 1)
+    work = dict(flops=1e9, read=8.0, written=8.0)
+    c = build_cost_table(TaskGraph("g", (_task(0, "bn", "batchnorm", **work), _task(1, "ln", "layernorm", **work))),
+                         parse_platform(text, "op.toml"))
+    assert c.time[0][CPU] == pytest.approx(1e-6 + 1e9 / (0.1 * 100e9))  # batchnorm: its own 0.1
+    assert c.time[1][CPU] == pytest.approx(1e-6 + 1e9 / (0.5 * 100e9))  # layernorm: the class's 0.5
