@@ -198,6 +198,7 @@ class Estimate:
     t_serial: float = 0.0  # serial compute time at one lane's rate
     t_memory: float = 0.0  # memory time at the effective bandwidth
     cached: bool = False  # the working set fits the cache: t_memory is at the cache's bandwidth
+    t_overhead: float = 0.0  # the device's fixed time per call of this op (Hockney's t0), beyond launch
 
 
 def _infeasible(reason: str) -> Estimate:
@@ -232,23 +233,70 @@ def fits_cache(task: Task, device: Device) -> bool:
     return working_set(task) <= device.cache_mib * MIB
 
 
+def model_keys(task: Task, cls: str) -> tuple[str, ...]:
+    """Keys of a device's ``efficiency`` and ``overhead_us`` tables that apply
+    to ``task``, most specific first: its op variants (``reduce.max``: the op
+    and the value of each of its string attributes with fixed choices), its
+    op, its op class."""
+    from mapper.ops import OPS
+
+    spec = OPS.get(task.op)
+    attrs = dict(task.attrs)
+    variants = []
+    if spec is not None:
+        for attr, _ in spec.choices:
+            value = attrs.get(attr, spec.default(attr))
+            if isinstance(value, str):
+                variants.append(f"{task.op}.{value}")
+    return (*variants, task.op, cls)
+
+
+def lookup(table: tuple[tuple[str, float], ...], keys: tuple[str, ...]) -> float | None:
+    """The entry of ``table`` under the first of ``keys`` it has, else None."""
+    own = dict(table)
+    for key in keys:
+        if key in own:
+            return own[key]
+    return None
+
+
+def kernel_flops(task: Task) -> float:
+    """FLOPs the kernel performs: the catalogue's count (``task.flops``),
+    except for causal ``attention``, whose kernel visits only the keys up to
+    each query, ``(S + 1) / (2 S)`` of the score matrix the catalogue counts
+    (measured: 512-token causal attention takes 0.57 of the full one's time)."""
+    flops = float(task.flops)
+    attrs = dict(task.attrs)
+    if task.op == "attention" and attrs.get("causal"):
+        seq = int(attrs.get("seq") or 0)
+        if seq > 0:
+            flops *= (seq + 1) / (2 * seq)
+    return flops
+
+
 def estimate(task: Task, cls: str, device: Device) -> Estimate:
     """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
 
-    ``T = launch + max(Tc, Tm)`` with ``Tc = p F / (e_c P) + (1 - p) F / S`` and
-    ``Tm = B / (e_m BW)`` (docs/cost_model.md), where ``BW`` is the cache's
+    ``T = launch + t0 + max(Tc, Tm)`` with ``Tc = p F / (e_c P) + (1 - p) F / S`` and
+    ``Tm = B / (e_m BW)`` (docs/cost_model.md), where ``F`` is
+    :func:`kernel_flops`, ``t0`` the device's ``overhead_us`` entry for the
+    task (Hockney's two-parameter model, "The science of computer
+    benchmarking", SIAM 1996: a fixed time per call beside the asymptotic
+    rate; 0 when none), and ``BW`` is the cache's
     bandwidth when the working set fits the device's cache
     (:func:`fits_cache`; Ilic et al., IEEE CAL 2014), else the memory's. ``e_c`` and ``e_m`` are the
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
-    by ``mapper calibrate``) where it declares them (for ``e_c`` the entry of
-    the task's op, else of its class), else the tables above.
+    by ``mapper calibrate``) where it declares them (for ``e_c`` and ``t0``
+    the most specific of :func:`model_keys`), else the tables above.
     """
     kind = device.kind
-    own = dict(device.efficiency)  # an op's own entry wins over its class's
-    e_c = own.get(task.op, own.get(cls, EFF_COMPUTE[kind].get(cls)))
+    keys = model_keys(task, cls)
+    e_c = lookup(device.efficiency, keys)
+    if e_c is None:
+        e_c = EFF_COMPUTE[kind].get(cls)
     if e_c is None:
         return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
-    flops, nbytes = float(task.flops), float(task.bytes)
+    flops, nbytes = kernel_flops(task), float(task.bytes)
     if (flops > 0 or nbytes > 0) and not device.has_rates:
         return _infeasible("no rates: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
@@ -269,15 +317,16 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
         t_mem = nbytes / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
+    overhead = (lookup(device.overhead_us, keys) or 0.0) / 1e6
     t_comp = t_par + t_ser
     body = max(t_comp, t_mem)
-    if body == 0.0 or launch >= body:
+    if body == 0.0 or launch + overhead >= body:
         bound = "launch"
     elif t_comp >= t_mem:
         bound = "serial" if t_ser > t_par else "compute"
     else:
         bound = "memory"
-    return Estimate(launch + body, bound, "", t_par, t_ser, t_mem, cached)
+    return Estimate(launch + overhead + body, bound, "", t_par, t_ser, t_mem, cached, overhead)
 
 
 def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:

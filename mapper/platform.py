@@ -49,6 +49,7 @@ class Device:
     memory_efficiency: float | None = None  # fraction of mem_bandwidth_gbs reached (overrides the model's)
     cache_mib: float | None = None  # working sets up to this size run at cache_bandwidth_gbs
     cache_bandwidth_gbs: float | None = None  # bandwidth of data in that cache
+    overhead_us: tuple[tuple[str, float], ...] = ()  # op class, op or op variant -> fixed time per call (Hockney t0)
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
@@ -145,7 +146,8 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
 #: Keys that come only together: (key, its partner).
 _PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
-_DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency")
+_DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
+                "overhead_us")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -263,15 +265,9 @@ class _Checker:
             if key in tab and partner not in tab:
                 raise self.fail(f"{path}.{partner}", f"missing {partner!r}: {key!r} needs it (the cache roofline)")
         streaming = self.boolean(tab["streaming"], f"{path}.streaming") if "streaming" in tab else False
-        efficiency: list[tuple[str, float]] = []
-        if "efficiency" in tab:
-            etab = self.table(tab["efficiency"], f"{path}.efficiency")
-            for cls in sorted(etab):
-                kpath = f"{path}.efficiency.{cls}"
-                if cls not in OP_CLASSES and cls not in OPS:
-                    raise self.fail(kpath, f"unknown op class or op {cls!r}; expected an op class "
-                                           f"({', '.join(OP_CLASSES)}) or an op of docs/ops.md")
-                efficiency.append((cls, self.fraction(etab[cls], kpath)))
+        efficiency = self.per_op(tab, path, "efficiency", lambda v, kp: self.fraction(v, kp))
+        overhead = self.per_op(tab, path, "overhead_us",
+                               lambda v, kp: self.number(v, kp, "nonneg", "microseconds"))
         memory_efficiency = None
         if "memory_efficiency" in tab:
             memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
@@ -294,7 +290,23 @@ class _Checker:
             memory_efficiency=memory_efficiency,
             cache_mib=nums.get("cache_mib"),
             cache_bandwidth_gbs=nums.get("cache_bandwidth_gbs"),
+            overhead_us=overhead,
         )
+
+    def per_op(self, tab: dict[str, Any], path: str, key: str, read: Any) -> tuple[tuple[str, float], ...]:
+        """A table keyed by op class, op or op variant (:func:`model_key_ok`), in key order."""
+        if key not in tab:
+            return ()
+        out: list[tuple[str, float]] = []
+        sub = self.table(tab[key], f"{path}.{key}")
+        for name in sorted(sub):
+            kpath = f"{path}.{key}." + (f'"{name}"' if "." in name else name)
+            if not model_key_ok(name):
+                raise self.fail(kpath, f"unknown op class, op or op variant {name!r}; expected an op class "
+                                       f"({', '.join(OP_CLASSES)}), an op of docs/ops.md, or an op and one of "
+                                       "its string choices such as \"reduce.max\"")
+            out.append((name, read(sub[name], kpath)))
+        return tuple(out)
 
     def links(self, raws: list[Any], names: set[str]) -> tuple[Link, ...]:
         out: list[Link] = []
@@ -359,6 +371,17 @@ class _Checker:
             source=source,
             description=description,
         )
+
+
+def model_key_ok(key: str) -> bool:
+    """True for a key of the ``efficiency`` and ``overhead_us`` tables: an op
+    class, an op, or an op variant ``op.choice`` (a value of one of the op's
+    string attributes with fixed choices, e.g. ``reduce.max``)."""
+    if key in OP_CLASSES or key in OPS:
+        return True
+    op, _, choice = key.partition(".")
+    spec = OPS.get(op)
+    return spec is not None and any(choice in values for _, values in spec.choices)
 
 
 def _join(path: str, key: str) -> str:

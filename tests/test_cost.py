@@ -440,3 +440,47 @@ def test_an_op_s_own_efficiency_wins_over_its_class_s():
                          parse_platform(text, "op.toml"))
     assert c.time[0][CPU] == pytest.approx(1e-6 + 1e9 / (0.1 * 100e9))  # batchnorm: its own 0.1
     assert c.time[1][CPU] == pytest.approx(1e-6 + 1e9 / (0.5 * 100e9))  # layernorm: the class's 0.5
+
+
+def test_overhead_and_variant_entries_by_hand():
+    from mapper.cost import estimate
+    from mapper.lower import graph_from_text
+
+    text = PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"',
+        'name = "cpu0"\nkind = "cpu"\nefficiency = { reduction = 0.5, "reduce.max" = 0.05 }\n'
+        'overhead_us = { reduction = 20.0, "reduce.max" = 300.0, stencil = 3000.0 }', 1)
+    dev = parse_platform(text, "t0.toml").devices[CPU]
+    graph = graph_from_text(
+        "graph g {\n  input g2 : f64[256, 256]\n  input x : f32[1048576]\n  m = reduce(x, kind = \"max\")\n"
+        "  s = reduce(x)\n  u = stencil(g2, points = 5, steps = 1)\n  output m, s, u\n}\n", "v.tg")
+    mx, sm, st = graph.tasks
+    # reduce.max: its variant's e = 0.05 and t0 = 300 us win over the class's
+    e_max = estimate(mx, "reduction", dev)
+    assert e_max.t_overhead == pytest.approx(300e-6)
+    assert e_max.time == pytest.approx(1e-6 + 300e-6 + max(mx.flops / (0.05 * 100e9), mx.bytes / 8e9))
+    # reduce (kind sum by default): the class's e = 0.5 and t0 = 20 us
+    e_sum = estimate(sm, "reduction", dev)
+    assert e_sum.time == pytest.approx(1e-6 + 20e-6 + max(sm.flops / 50e9, sm.bytes / 8e9))
+    # stencil: the class's default efficiency and its t0; a one-sweep 256 x 256 grid is overhead-dominated
+    e_st = estimate(st, "stencil", dev)
+    assert e_st.time == pytest.approx(1e-6 + 3e-3 + max(st.flops / (0.5 * 50e9), st.bytes / 8e9))
+    assert e_st.bound == "launch"  # launch + t0 exceed the roofline body
+    # another device (the GPU) has no entries: no overhead
+    assert estimate(st, "stencil", parse_platform(text, "t0.toml").devices[GPU]).t_overhead == 0.0
+
+
+def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
+    from mapper.cost import estimate, kernel_flops
+    from mapper.lower import graph_from_text
+
+    graph = graph_from_text(
+        "graph g {\n  input x : f32[1024, 2304]\n  a = attention(x, heads = 12, seq = 1024)\n"
+        "  c = attention(x, heads = 12, seq = 1024, causal = 1)\n  output a, c\n}\n", "att.tg")
+    full, causal = graph.tasks
+    assert full.flops == causal.flops  # the catalogue counts the full score matrix
+    assert kernel_flops(full) == full.flops
+    assert kernel_flops(causal) == pytest.approx(full.flops * 1025 / 2048)
+    dev = _platform().devices[CPU]
+    # compute-bound at cpu attention efficiency 0.5 of 100 GFLOP/s
+    assert estimate(causal, "attention", dev).t_parallel == pytest.approx(full.flops * 1025 / 2048 / 50e9)
