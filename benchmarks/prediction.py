@@ -7,9 +7,10 @@ distribution of the relative prediction error ``(predicted - measured) /
 measured`` over CPU tasks longer than 1 ms, per example and per op class.
 Target: within 15 % of the measured medians.
 
-The calibrated platform carries per-op-class efficiencies measured on one
-probe task per class (not on the examples); the script also prints the error
-the same platform gives without them (the cost model's default efficiencies).
+The calibrated platform carries per-op-class efficiencies and fixed times per
+call (``overhead_us``) fitted on a small grid of probe tasks per class (not on
+the examples' shapes); the script also prints the error the same platform
+gives without them (the cost model's default efficiencies, no fixed times).
 
 Sizes (smaller than the examples' own where a full run takes too long on a
 2-core machine; every size is printed): see :data:`SIZES`.
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         calibration = platform_toml(cal)
         print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
         print(calibration)
-    plain = replace(plat, devices=tuple(replace(d, efficiency=()) for d in plat.devices))
+    plain = replace(plat, devices=tuple(replace(d, efficiency=(), overhead_us=()) for d in plat.devices))
 
     rows: list[dict] = []
     for name in args.only or list(SIZES):
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"vs best    {dist([(r['predicted'] - r['best']) / r['best'] for r in long_rows])}"
           "   <- against the fastest timed call instead of the median")
     print(f"defaults   {dist([(r['default'] - r['measured']) / r['measured'] for r in long_rows])}"
-          "   <- the same platform without its per-class efficiencies")
+          "   <- the same platform without its per-class efficiencies and fixed times")
     print(f"\ntotal {time.perf_counter() - t0:.1f} s; load average at end: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:

@@ -13,7 +13,9 @@
 - the launch overhead: a kernel call on one-element arrays, from Python;
 - per op class, the fraction of the peak a probe task reaches, written as
   the platform's ``efficiency`` table where the model's default does not
-  explain the probe (:func:`class_efficiency`).
+  explain the probe, with a fixed time per call (``overhead_us``, Hockney's
+  ``t0``) where a kernel was probed at several amounts of work
+  (:func:`model_entries`).
 
 :func:`platform_toml` writes the result in the schema of docs/platforms.md,
 with comments saying when and how each number was measured. Rates are
@@ -37,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, op_class, rate_dtype
+from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype
 from mapper.errors import MapperError, OptionsError
 from mapper.platform import Platform, parse_platform
 
@@ -99,6 +101,7 @@ class Probe:
     bytes: float = 0.0
     launch: float = 0.0  # seconds, the platform's launch overhead
     rate_dtype: str = "f32"  # the dtype whose peak rates the task
+    feeds: str = ""  # an op variant (``reduce.max``) that this probe alone feeds; "" for its class and op
 
     @property
     def op(self) -> str:
@@ -344,12 +347,18 @@ def threads() -> int:
 
 
 # -- op-class probes ------------------------------------------------------------------------
-#: Probe tasks per op class (moderate sizes: milliseconds each). Classes
-#: whose efficiency depends on shape have several (gemm: square, few rows,
-#: tall; conv: 3x3 at two sizes and 1x1, batch 1 as in inference); the class's
-#: efficiency is their geometric mean. Classes with several kernels (norm:
-#: layernorm, batchnorm) have a probe per kernel, and each op its own entry
-#: (:func:`class_efficiency`).
+#: Probe tasks per op class (moderate sizes: milliseconds each), as
+#: ``(class or op variant, body)``. Classes whose efficiency depends on shape
+#: have several (gemm: square, few rows, tall; conv: 3x3 at two sizes and
+#: 1x1, batch 1 as in inference); classes with a fixed cost per call have
+#: the same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on
+#: two grids; attention: 128- and 512-token sequences; fft: rows of 1024 and
+#: 8192 points), so that :func:`model_entries` can fit Hockney's fixed time
+#: beside the rate. Classes with several kernels (norm: layernorm,
+#: batchnorm) have a probe per kernel, and each op its own entry; a probe
+#: keyed by an op variant (``reduce.max``, a different loop from ``sum``)
+#: feeds only that variant's entry. The sizes form a small grid chosen
+#: around typical uses, not the benchmark examples' shapes.
 PROBES: tuple[tuple[str, str], ...] = (
     ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
     ("gemm", "input a : f32[128, 768]\n  y = matmul(a, weight f32[768, 768])"),
@@ -358,15 +367,22 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("conv", "input x : f32[1, 128, 28, 28]\n  y = conv2d(x, weight f32[128, 128, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
+    ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 512)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
     ("norm", "input x : f32[1, 256, 56, 56]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
     ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
-    ("stencil", "input x : f64[1024, 1024]\n  y = stencil(x, points = 5, steps = 4)"),
+    ("reduce.max", "input x : f32[1048576]\n  y = reduce(x, kind = \"max\")"),
+    ("reduce.max", "input x : f64[2097152]\n  y = reduce(x, kind = \"max\")"),
+    ("stencil", "input x : f64[512, 512]\n  y = stencil(x, points = 5, steps = 1)"),
+    ("stencil", "input x : f64[512, 512]\n  y = stencil(x, points = 5, steps = 8)"),
+    ("stencil", "input x : f64[1280, 1280]\n  y = stencil(x, points = 5, steps = 1)"),
+    ("stencil", "input x : f64[1280, 1280]\n  y = stencil(x, points = 5, steps = 8)"),
     ("sparse", "weight A : f64[262144, 262144] csr(nnz = 1310720)\n  input x : f64[262144]\n  y = spmv(A, x)"),
     ("fft", "input x : c64[256, 1024]\n  y = fft(x)"),
+    ("fft", "input x : c64[32, 8192]\n  y = fft(x)"),
 )
 
 
@@ -381,8 +397,8 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
 
     dev = plat.devices[0]
     setup = []
-    for i, (cls, body) in enumerate(PROBES):
-        graph = graph_from_text(f"graph probe_{i} {{\n  {body}\n  output y\n}}\n", f"<probe {cls}>")
+    for i, (key, body) in enumerate(PROBES):
+        graph = graph_from_text(f"graph probe_{i} {{\n  {body}\n  output y\n}}\n", f"<probe {key}>")
         task = graph.tasks[-1]
         setup.append((graph, task, TensorStore(graph, 0, k).operands(task), dict(task.attrs)))
     samples: list[list[float]] = [[] for _ in PROBES]
@@ -390,12 +406,13 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
         for i, (_, task, args, attrs) in enumerate(setup):
             samples[i] += timed_calls(lambda: k.run_kernel(task.op, args, attrs), budget, 2, max_runs)
     out = []
-    for (graph, task, _, _), times in zip(setup, samples):
+    for (key, _), (graph, task, _, _), times in zip(PROBES, setup, samples):
         cost = build_cost_table(graph, plat)
         shape = ", ".join(str(x) for x in task.output.shape)
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
-                         cost.time[task.index][0], cost.bound[task.index][0], task.flops, task.bytes,
-                         dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype))
+                         cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
+                         dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
+                         key if "." in key else ""))
     return tuple(out)
 
 
@@ -538,12 +555,19 @@ def platform_toml(cal: Calibration) -> str:
     if cal.cache_mib is None and cal.cache_sweep:
         lines.append("# no cache keys: no working set of the add sweep ran 25 % faster than memory; sweep "
                      "(working set, GB/s): " + ", ".join(f"{w:.3g} MiB {r:.3g}" for w, r in cal.cache_sweep))
-    table = class_efficiency(cal)
-    if table:
-        lines.append("# per op class: the fraction of the stored peak that the class's probe tasks (listed below)")
-        lines.append("# reached net of launch_us, median call, geometric mean over the class's probes; replaces the")
-        lines.append("# cost model's default for the class")
-        lines.append("efficiency = { " + ", ".join(f"{c} = {v:.3g}" for c, v in table) + " }")
+    entries = model_entries(cal)
+    if entries:
+        lines.append("# per op class, op or op variant: the fraction of the stored peak that its probe tasks (listed")
+        lines.append("# below) reached net of launch_us, median call; replaces the cost model's default. Where one")
+        lines.append("# kernel was probed at several amounts of work, Hockney's fit t = t0 + w / e (overhead_us = t0)")
+        lines.append("# else the geometric mean over the probes; n = probes: " + ", ".join(
+            f"{e.key} n={e.probes}" + (f" t0={e.overhead * 1e6:.4g} us" if e.overhead > 0 else "") for e in entries))
+        lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in entries) + " }")
+        fixed = [e for e in entries if e.overhead > 0]
+        if fixed:
+            lines.append("# fixed time per call beyond launch_us (Hockney's t0, microseconds), from the fits above")
+            lines.append("overhead_us = { " + ", ".join(
+                f"{_toml_key(e.key)} = {e.overhead * 1e6:.4g}" for e in fixed) + " }")
     if cal.probes:
         peaks_by = {r.key: r.stored for r in cal.peak_gflops}
         bw = cal.mem_bandwidth_gbs.stored
@@ -557,7 +581,7 @@ def platform_toml(cal: Calibration) -> str:
         ]
         for p in cal.probes:
             peak = peaks_by.get(p.rate_dtype, 0.0)
-            head = (f"#   {p.op_class:<11} {p.task:<28} {p.measured * 1e3:9.3f} ms {p.model * 1e3:9.3f} ms "
+            head = (f"#   {p.feeds or p.op_class:<11} {p.task:<28} {p.measured * 1e3:9.3f} ms {p.model * 1e3:9.3f} ms "
                     f"{p.ratio:6.2f} ({p.bound})")
             if p.gflops is None or p.gbs is None:
                 lines.append(f"{head} no faster than one launch: no rates")
@@ -567,46 +591,127 @@ def platform_toml(cal: Calibration) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _toml_key(key: str) -> str:
+    """``key`` as a TOML key: quoted when it has a dot (an op variant)."""
+    return f'"{key}"' if "." in key else key
+
+
 def _blas_text(blas_threads: int | None) -> str:
     return "BLAS pool not controlled" if blas_threads is None else f"BLAS pool at {blas_threads}"
 
 
-def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
-    """Per probed op class, the compute efficiency that makes the model give
-    the probes' measured times: per probe ``F / ((measured - launch) * peak)``,
-    at most 1, and their geometric mean over the class's probes (the factor
-    that minimises the squared log errors of a class probed at several
-    shapes). Where a class's probes are of several ops (norm: layernorm and
-    batchnorm), each op also gets its own entry (after the classes), the
-    geometric mean of its probes; the class entry covers its other ops.
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One key of the calibrated ``efficiency`` / ``overhead_us`` tables: an
+    op class, op or op variant, the compute efficiency, the fixed time per
+    call (Hockney's ``t0``, seconds; 0 when not fitted) and how many probes
+    gave it."""
 
-    A probe counts where it ran slower than the model with the default
-    efficiencies (the kernel is below the model's roofline; the compute term
-    then explains the time) or where the model calls it compute-bound. A
-    probe faster than the model's memory term counts for nothing, and so
-    does one no longer than a launch.
+    key: str
+    efficiency: float
+    overhead: float = 0.0
+    probes: int = 1
+
+
+#: A fixed time per call is fitted only where the probes show it beyond this
+#: machine's noise: the rate alone leaves a probe off by more than this
+#: fraction, and the fit with ``t0`` at least halves the worst error.
+FIT_NOISE = 0.25
+
+
+def model_entries(cal: Calibration) -> tuple[Entry, ...]:
+    """The per-op-class model entries that make the model reproduce the probes.
+
+    Per probe, ``w = F / peak`` (its compute time at full efficiency) and
+    ``t = measured - launch``. A group of probes of one kernel at two or
+    more amounts of work (``w`` differing by 10 % or more) gets Hockney's
+    two-parameter fit (Hockney, "The science of computer benchmarking",
+    SIAM 1996) ``t = t0 + w / e``: least squares on the relative error, with
+    ``t0 >= 0`` and ``e <= 1`` (:func:`hockney_fit`), where it passes the
+    :data:`FIT_NOISE` test. Any other group gets ``t0 = 0`` and ``e`` the
+    geometric mean of ``min(w / t, 1)`` over its counting probes (the factor
+    that minimises the squared log errors).
+
+    Groups: each class (its probes keyed by the class), each op of a class
+    probed with several ops (norm: layernorm and batchnorm; the class entry
+    then covers its other ops, with no fixed time), and each op variant
+    (``reduce.max``, fed only by its own probes). A probe counts where it ran
+    slower than the model with the default efficiencies (the kernel is below
+    the model's roofline; the compute term then explains the time) or where
+    the model calls it compute-bound; a group with no counting probe gets no
+    entry, and the geometric mean leaves out probes faster than the model's
+    memory term. Hockney's fit takes all the group's probes: the fast large
+    ones are what separates the fixed time from the rate. A probe no longer
+    than a launch counts for nothing.
     """
     peaks = {r.key: r.stored for r in cal.peak_gflops}
-    per_class: dict[str, list[float]] = {}
-    per_op: dict[str, tuple[str, list[float]]] = {}
+    groups: dict[str, list[tuple[str, float, float, bool]]] = {}  # key -> (op, w, t, counts)
+    ops_of: dict[str, set[str]] = {}
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
-        if p.gflops is None or not peak or p.flops <= 0:
+        body = p.measured - p.launch
+        if body <= 0 or not peak or p.flops <= 0:
             continue
-        if p.ratio < 1.0 or p.bound in ("compute", "serial"):
-            eff = min(p.gflops / peak, 1.0)
-            per_class.setdefault(p.op_class, []).append(eff)
-            per_op.setdefault(p.op, (p.op_class, []))[1].append(eff)
-    out = [(cls, _geomean(effs)) for cls, effs in per_class.items()]
-    for op, (cls, effs) in per_op.items():
-        if op != cls and sum(1 for c, _ in per_op.values() if c == cls) > 1:
-            out.append((op, _geomean(effs)))
+        point = (p.op, p.flops / (peak * 1e9), body, p.ratio < 1.0 or p.bound in ("compute", "serial"))
+        if p.feeds:
+            groups.setdefault(p.feeds, []).append(point)
+            continue
+        groups.setdefault(p.op_class, []).append(point)
+        ops_of.setdefault(p.op_class, set()).add(p.op)
+    for cls, ops in ops_of.items():
+        if len(ops) > 1:
+            for op in sorted(ops, key=lambda o: [q[0] for q in groups[cls]].index(o)):
+                groups[op] = [x for x in groups[cls] if x[0] == op]
+    out = []
+    for key, points in groups.items():
+        if not any(counts for *_, counts in points):
+            continue
+        e, t0 = _fit(points)
+        out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points)))
     return tuple(out)
 
 
-def _geomean(values: list[float]) -> float:
-    """Geometric mean, to the 3 significant digits the platform file keeps."""
-    return float(f"{math.exp(statistics.fmean(math.log(v) for v in values)):.3g}")
+def _fit(points: list[tuple[str, float, float, bool]]) -> tuple[float, float]:
+    """``(e, t0)`` for one group of :func:`model_entries`."""
+    ws = [w for _, w, _, _ in points]
+    mean = _geomean_raw([min(w / t, 1.0) for _, w, t, counts in points if counts])
+    if len({op for op, *_ in points}) == 1 and max(ws) >= 1.1 * min(ws):
+        e, t0 = hockney_fit([(w, t) for _, w, t, _ in points])
+        worst_rate = max(abs(w / mean / t - 1.0) for _, w, t, _ in points)
+        worst_fit = max(abs((t0 + w / e) / t - 1.0) for _, w, t, _ in points)
+        if t0 > 0 and worst_rate > FIT_NOISE and worst_fit <= worst_rate / 2:
+            return e, t0
+    return mean, 0.0
+
+
+def hockney_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """``(e, t0)`` minimising ``sum((t0 + w / e) / t - 1)^2`` over ``(w, t)``
+    points, with ``t0 >= 0`` and ``e <= 1``: Hockney's fixed time per call
+    and asymptotic fraction of the peak (Hockney, SIAM 1996; ``r_inf = e P``,
+    ``n_1/2 = t0 e P``). Where the free fit breaks a bound, the bound holds
+    and the other parameter is refitted."""
+    u = [1.0 / t for _, t in points]
+    x = [w / t for w, t in points]
+    suu, sux, sxx = sum(a * a for a in u), sum(a * b for a, b in zip(u, x)), sum(b * b for b in x)
+    su, sx = sum(u), sum(x)
+    det = suu * sxx - sux * sux
+    t0, a = (0.0, 0.0) if det <= 0 else ((su * sxx - sx * sux) / det, (suu * sx - sux * su) / det)
+    if det <= 0 or t0 < 0:
+        t0, a = 0.0, sx / sxx
+    if a < 1.0:
+        a = 1.0
+        t0 = max((su - sux) / suu, 0.0)
+    return 1.0 / a, t0
+
+
+def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
+    """``(key, efficiency)`` of each of :func:`model_entries`."""
+    return tuple((e.key, e.efficiency) for e in model_entries(cal))
+
+
+def _geomean_raw(values: list[float]) -> float:
+    """Geometric mean."""
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def _serial_probe(argv: list[str]) -> int:

@@ -151,3 +151,69 @@ def test_class_efficiency_is_the_geometric_mean_over_a_class_s_probes():
     assert table == (("norm", 0.25), ("layernorm", 0.5), ("batchnorm", 0.125))
     dev = parse_platform(platform_toml(replace(base, probes=norms)), "n.toml").devices[0]
     assert dict(dev.efficiency) == {"norm": 0.25, "layernorm": 0.5, "batchnorm": 0.125}
+
+
+def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
+    from dataclasses import replace
+
+    from mapper.calibrate import hockney_fit, model_entries
+
+    # t = t0 + w / e with t0 = 0.5 ms, e = 0.25: exact points give both back
+    pts = [(w, 5e-4 + w / 0.25) for w in (1e-4, 1e-3, 4e-3)]
+    e, t0 = hockney_fit(pts)
+    assert e == pytest.approx(0.25, rel=1e-9) and t0 == pytest.approx(5e-4, rel=1e-9)
+    # a fit that would need e > 1 keeps e = 1 and refits t0; one that would need t0 < 0 keeps t0 = 0
+    # free slope 0.6 < 1 (e = 1.67): e = 1, t0 = sum(u (1 - x)) / sum(u^2) with u = 1 / t, x = w / t
+    e, t0 = hockney_fit([(1e-3, 1.2e-3), (2e-3, 1.8e-3)])
+    u, x = (1 / 1.2e-3, 1 / 1.8e-3), (1 / 1.2, 2 / 1.8)
+    assert e == 1.0 and t0 == pytest.approx((u[0] * (1 - x[0]) + u[1] * (1 - x[1])) / (u[0] ** 2 + u[1] ** 2))
+    e, t0 = hockney_fit([(1e-3, 1e-3), (2e-3, 3e-3)])
+    assert t0 == 0.0 and e == pytest.approx((1 + 4 / 9) / (1 + 2 / 3))  # 1 / (sum x / sum x^2)
+    # through the calibration: stored f32 peak 100 GFLOP/s, launch 1 ms; stencil probes of one kernel at
+    # 1 and 8 sweeps (w = 0.1 and 0.8 ms) measured 1 + 2.5 + w / 0.5 ms; a reduce.max probe feeds only its variant
+    base = fake()
+    probes = tuple(Probe("stencil", f"stencil -> [{i}]", 1e-3 + 2.5e-3 + w / 0.5, 1e-3, "compute", w * 1e11,
+                         1e6, 1e-3, "f32") for i, w in enumerate((1e-4, 8e-4)))
+    probes += (Probe("reduction", "reduce -> []", 1e-3 + 2e-2, 1e-3, "compute", 2e7, 1e6, 1e-3, "f32", "reduce.max"),)
+    cal = replace(base, probes=probes)
+    entries = {e.key: e for e in model_entries(cal)}
+    assert set(entries) == {"stencil", "reduce.max"}
+    assert entries["stencil"].efficiency == pytest.approx(0.5) and entries["stencil"].overhead == pytest.approx(2.5e-3)
+    assert entries["reduce.max"].efficiency == pytest.approx(0.01) and entries["reduce.max"].overhead == 0.0
+    text = platform_toml(cal)
+    assert 'overhead_us = { stencil = 2500 }' in text and '"reduce.max" = 0.01' in text
+    dev = parse_platform(text, "h.toml").devices[0]
+    assert dict(dev.overhead_us) == {"stencil": 2500.0}
+    # the model: launch 12.5 us + t0 2.5 ms + the roofline with e = 0.5
+    from mapper.cost import build_cost_table
+    from mapper.lower import graph_from_text
+
+    g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = stencil(x, points = 5, steps = 8)\n"
+                        "  m = reduce(x, kind = \"max\")\n  s = reduce(x, kind = \"sum\")\n  output y, m, s\n}\n")
+    plat = cal.platform()
+    table = build_cost_table(g, plat)
+    sten, mx, sm = g.tasks
+    peak = 100e9
+    body = max(sten.flops / (0.5 * peak), sten.bytes / (0.8 * 20e9))  # memory efficiency 0.8 of 20 GB/s
+    assert table.time[0][0] == pytest.approx(12.5e-6 + 2.5e-3 + body, rel=1e-9)
+    assert table.time[1][0] == pytest.approx(12.5e-6 + mx.flops / (0.01 * peak), rel=1e-9)
+    assert table.time[2][0] < table.time[1][0] / 3  # reduce.sum keeps the default reduction efficiency
+
+
+def test_a_fixed_time_within_the_noise_is_not_fitted():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    # two attention probes whose rates differ by 10 %: the rate alone is within FIT_NOISE, so no t0
+    base = fake()
+    probes = (Probe("attention", "attention -> [1]", 1e-3 + 4e-3, 1e-3, "compute", 1e8, 1e6, 1e-3, "f32"),
+              Probe("attention", "attention -> [2]", 1e-3 + 14.5e-3, 1e-3, "compute", 4e8, 1e6, 1e-3, "f32"))
+    (entry,) = model_entries(replace(base, probes=probes))
+    assert entry.overhead == 0.0 and entry.efficiency == pytest.approx(((1 / 4) * (4 / 14.5)) ** 0.5, rel=2e-3)
+    # a probe faster than the model (ratio > 1, memory-bound) still enters Hockney's fit: one sweep and
+    # eight sweeps, 2 ms fixed and e = 0.5 (w = 0.1 and 0.8 ms)
+    probes = (Probe("stencil", "stencil -> [1]", 1e-3 + 2e-3 + 2e-4, 1e-3, "memory", 1e7, 1e6, 1e-3, "f32"),
+              Probe("stencil", "stencil -> [8]", 1e-3 + 2e-3 + 1.6e-3, 9e-3, "memory", 8e7, 1e6, 1e-3, "f32"))
+    (entry,) = model_entries(replace(base, probes=probes))
+    assert entry.overhead == pytest.approx(2e-3) and entry.efficiency == pytest.approx(0.5)
