@@ -41,6 +41,7 @@ import numpy as np
 
 from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype
 from mapper.errors import MapperError, OptionsError
+from mapper.ops import OP_CLASSES
 from mapper.platform import Platform, parse_platform
 
 #: Threading knobs set to 1 in the serial-rate child process.
@@ -101,7 +102,7 @@ class Probe:
     bytes: float = 0.0
     launch: float = 0.0  # seconds, the platform's launch overhead
     rate_dtype: str = "f32"  # the dtype whose peak rates the task
-    feeds: str = ""  # an op variant (``reduce.max``) that this probe alone feeds; "" for its class and op
+    feeds: str = ""  # a key (``reduce.max``, ``elementwise:f64``) this probe alone feeds; "" for its class and op
 
     @property
     def op(self) -> str:
@@ -353,11 +354,12 @@ def threads() -> int:
 #: 1x1, batch 1 as in inference); classes with a fixed cost per call have
 #: the same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on
 #: two grids; attention: 128- and 512-token sequences; fft: rows of 1024 and
-#: 8192 points), so that :func:`model_entries` can fit Hockney's fixed time
-#: beside the rate. Classes with several kernels (norm: layernorm,
-#: batchnorm) have a probe per kernel, and each op its own entry; a probe
-#: keyed by an op variant (``reduce.max``, a different loop from ``sum``)
-#: feeds only that variant's entry. The sizes form a small grid chosen
+#: 8192 points and a small 4 x 4096), so that :func:`model_entries` can fit
+#: Hockney's fixed time beside the rate. Classes with several kernels (norm:
+#: layernorm, batchnorm; fft: fft, ifft) have a probe per kernel, and each op
+#: its own entry. A probe keyed by an op variant (``reduce.max``, a different
+#: loop from ``sum``) or a dtype (``elementwise:f64``: Numba loops do not run
+#: at half the rate in f64 as the BLAS peaks do) feeds only that key's entry. The sizes form a small grid chosen
 #: around typical uses, not the benchmark examples' shapes.
 PROBES: tuple[tuple[str, str], ...] = (
     ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
@@ -370,12 +372,15 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 512)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
+    ("elementwise:f64", "input a : f64[1024, 1024]\n  input b : f64[1024, 1024]\n  y = add(a, b)"),
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
     ("norm", "input x : f32[1, 256, 56, 56]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
     ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
+    ("reduction:f64", "input x : f64[2097152]\n  y = reduce(x, kind = \"sum\")"),
     ("reduce.max", "input x : f32[1048576]\n  y = reduce(x, kind = \"max\")"),
-    ("reduce.max", "input x : f64[2097152]\n  y = reduce(x, kind = \"max\")"),
+    ("reduce.max", "input x : f32[4194304]\n  y = reduce(x, kind = \"max\")"),
+    ("reduce.max:f64", "input x : f64[2097152]\n  y = reduce(x, kind = \"max\")"),
     ("stencil", "input x : f64[512, 512]\n  y = stencil(x, points = 5, steps = 1)"),
     ("stencil", "input x : f64[512, 512]\n  y = stencil(x, points = 5, steps = 8)"),
     ("stencil", "input x : f64[1280, 1280]\n  y = stencil(x, points = 5, steps = 1)"),
@@ -383,6 +388,8 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("sparse", "weight A : f64[262144, 262144] csr(nnz = 1310720)\n  input x : f64[262144]\n  y = spmv(A, x)"),
     ("fft", "input x : c64[256, 1024]\n  y = fft(x)"),
     ("fft", "input x : c64[32, 8192]\n  y = fft(x)"),
+    ("fft", "input x : c64[4, 4096]\n  y = fft(x)"),
+    ("fft", "input x : c64[256, 1024]\n  y = ifft(x)"),
 )
 
 
@@ -412,7 +419,7 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
-                         key if "." in key else ""))
+                         "" if key in OP_CLASSES else key))
     return tuple(out)
 
 
@@ -592,8 +599,8 @@ def platform_toml(cal: Calibration) -> str:
 
 
 def _toml_key(key: str) -> str:
-    """``key`` as a TOML key: quoted when it has a dot (an op variant)."""
-    return f'"{key}"' if "." in key else key
+    """``key`` as a TOML key: quoted when it has a dot or a colon (an op variant, a dtype)."""
+    return f'"{key}"' if "." in key or ":" in key else key
 
 
 def _blas_text(blas_threads: int | None) -> str:
@@ -634,7 +641,8 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
 
     Groups: each class (its probes keyed by the class), each op of a class
     probed with several ops (norm: layernorm and batchnorm; the class entry
-    then covers its other ops, with no fixed time), and each op variant
+    then covers its other ops, with no fixed time; an op named as its class,
+    fft, gives the class key its own fit), and each op variant
     (``reduce.max``, fed only by its own probes). A probe counts where it ran
     slower than the model with the default efficiencies (the kernel is below
     the model's roofline; the compute term then explains the time) or where
@@ -660,8 +668,9 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
         ops_of.setdefault(p.op_class, set()).add(p.op)
     for cls, ops in ops_of.items():
         if len(ops) > 1:
-            for op in sorted(ops, key=lambda o: [q[0] for q in groups[cls]].index(o)):
-                groups[op] = [x for x in groups[cls] if x[0] == op]
+            points = list(groups[cls])
+            for op in sorted(ops, key=lambda o: [q[0] for q in points].index(o)):
+                groups[op] = [x for x in points if x[0] == op]  # an op named as its class (fft) takes the key
     out = []
     for key, points in groups.items():
         if not any(counts for *_, counts in points):

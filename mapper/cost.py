@@ -237,7 +237,8 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
     """Keys of a device's ``efficiency`` and ``overhead_us`` tables that apply
     to ``task``, most specific first: its op variants (``reduce.max``: the op
     and the value of each of its string attributes with fixed choices), its
-    op, its op class."""
+    op, its op class; each first for the task's dtype (``reduce.max:f64``),
+    since a kernel's rate need not scale between dtypes as the peaks do."""
     from mapper.ops import OPS
 
     spec = OPS.get(task.op)
@@ -248,7 +249,7 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
             value = attrs.get(attr, spec.default(attr))
             if isinstance(value, str):
                 variants.append(f"{task.op}.{value}")
-    return (*variants, task.op, cls)
+    return tuple(k for key in (*variants, task.op, cls) for k in (f"{key}:{task.dtype}", key))
 
 
 def lookup(table: tuple[tuple[str, float], ...], keys: tuple[str, ...]) -> float | None:

@@ -300,11 +300,12 @@ class _Checker:
         out: list[tuple[str, float]] = []
         sub = self.table(tab[key], f"{path}.{key}")
         for name in sorted(sub):
-            kpath = f"{path}.{key}." + (f'"{name}"' if "." in name else name)
+            kpath = f"{path}.{key}." + (f'"{name}"' if "." in name or ":" in name else name)
             if not model_key_ok(name):
                 raise self.fail(kpath, f"unknown op class, op or op variant {name!r}; expected an op class "
                                        f"({', '.join(OP_CLASSES)}), an op of docs/ops.md, or an op and one of "
-                                       "its string choices such as \"reduce.max\"")
+                                       "its string choices such as \"reduce.max\", each optionally with "
+                                       "\":dtype\" (\"elementwise:f64\")")
             out.append((name, read(sub[name], kpath)))
         return tuple(out)
 
@@ -376,7 +377,11 @@ class _Checker:
 def model_key_ok(key: str) -> bool:
     """True for a key of the ``efficiency`` and ``overhead_us`` tables: an op
     class, an op, or an op variant ``op.choice`` (a value of one of the op's
-    string attributes with fixed choices, e.g. ``reduce.max``)."""
+    string attributes with fixed choices, e.g. ``reduce.max``), each
+    optionally for one dtype, ``key:dtype`` (``elementwise:f64``)."""
+    key, colon, dtype = key.partition(":")
+    if colon and dtype not in DTYPE_BYTES:
+        return False
     if key in OP_CLASSES or key in OPS:
         return True
     op, _, choice = key.partition(".")

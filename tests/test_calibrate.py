@@ -217,3 +217,16 @@ def test_a_fixed_time_within_the_noise_is_not_fitted():
               Probe("stencil", "stencil -> [8]", 1e-3 + 2e-3 + 1.6e-3, 9e-3, "memory", 8e7, 1e6, 1e-3, "f32"))
     (entry,) = model_entries(replace(base, probes=probes))
     assert entry.overhead == pytest.approx(2e-3) and entry.efficiency == pytest.approx(0.5)
+
+
+def test_an_op_named_as_its_class_gets_the_class_key():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    # fft at two sizes and ifft once: "fft" is fft's own fit (e = 0.1 of 100 GFLOP/s, w = F / peak), ifft its own
+    probes = (Probe("fft", "fft -> [1]", 1e-3 + 1e-3, 1e-4, "compute", 1e7, 1e6, 1e-3, "f32"),
+              Probe("fft", "fft -> [2]", 1e-3 + 4e-3, 1e-4, "compute", 4e7, 1e6, 1e-3, "f32"),
+              Probe("fft", "ifft -> [1]", 1e-3 + 2e-3, 1e-4, "compute", 1e7, 1e6, 1e-3, "f32"))
+    entries = {e.key: (e.efficiency, e.overhead, e.probes) for e in model_entries(replace(fake(), probes=probes))}
+    assert entries == {"fft": (0.1, 0.0, 2), "ifft": (0.05, 0.0, 1)}

@@ -484,3 +484,25 @@ def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
     dev = _platform().devices[CPU]
     # compute-bound at cpu attention efficiency 0.5 of 100 GFLOP/s
     assert estimate(causal, "attention", dev).t_parallel == pytest.approx(full.flops * 1025 / 2048 / 50e9)
+
+
+def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
+    from mapper.cost import estimate, model_keys
+    from mapper.lower import graph_from_text
+
+    text = PLATFORM.replace(
+        'name = "cpu0"\nkind = "cpu"',
+        'name = "cpu0"\nkind = "cpu"\nefficiency = { elementwise = 0.001, "elementwise:f64" = 0.004, '
+        '"reduce.max:f64" = 0.002 }\noverhead_us = { "sub:f64" = 100.0 }', 1)
+    dev = parse_platform(text, "dt.toml").devices[CPU]
+    graph = graph_from_text(
+        "graph g {\n  input a : f32[1048576]\n  input b : f64[1048576]\n  x = sub(a, a)\n  y = sub(b, b)\n"
+        "  m = reduce(b, kind = \"max\")\n  output x, y, m\n}\n", "dt.tg")
+    x, y, m = graph.tasks
+    assert model_keys(m, "reduction") == ("reduce.max:f64", "reduce.max", "reduce:f64", "reduce",
+                                          "reduction:f64", "reduction")
+    # f32: the class's 0.001 of the 100 GFLOP/s f32 peak, no fixed time
+    assert estimate(x, "elementwise", dev).time == pytest.approx(1e-6 + x.flops / (0.001 * 100e9))
+    # f64: the class's f64 entry 0.004 of the 50 GFLOP/s f64 peak, and sub's f64 fixed time
+    assert estimate(y, "elementwise", dev).time == pytest.approx(1e-6 + 100e-6 + y.flops / (0.004 * 50e9))
+    assert estimate(m, "reduction", dev).time == pytest.approx(1e-6 + m.flops / (0.002 * 50e9))
