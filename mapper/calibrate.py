@@ -39,7 +39,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mapper.cost import EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype
+from mapper.cost import (
+    EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype, working_set,
+)
 from mapper.errors import MapperError, OptionsError
 from mapper.ops import OP_CLASSES
 from mapper.platform import Platform, parse_platform
@@ -103,6 +105,7 @@ class Probe:
     launch: float = 0.0  # seconds, the platform's launch overhead
     rate_dtype: str = "f32"  # the dtype whose peak rates the task
     feeds: str = ""  # a key (``reduce.max``, ``elementwise:f64``) this probe alone feeds; "" for its class and op
+    working_set: float = 0.0  # bytes of the distinct tensors the task touches (mapper.cost.working_set)
 
     @property
     def op(self) -> str:
@@ -419,7 +422,7 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
-                         "" if key in OP_CLASSES else key))
+                         "" if key in OP_CLASSES else key, working_set(task)))
     return tuple(out)
 
 
@@ -567,14 +570,22 @@ def platform_toml(cal: Calibration) -> str:
         lines.append("# per op class, op or op variant: the fraction of the stored peak that its probe tasks (listed")
         lines.append("# below) reached net of launch_us, median call; replaces the cost model's default. Where one")
         lines.append("# kernel was probed at several amounts of work, Hockney's fit t = t0 + w / e (overhead_us = t0)")
-        lines.append("# else the geometric mean over the probes; n = probes: " + ", ".join(
-            f"{e.key} n={e.probes}" + (f" t0={e.overhead * 1e6:.4g} us" if e.overhead > 0 else "") for e in entries))
+        lines.append("# or t = t0 MiB + w / e (overhead_us_per_mib = t0, MiB the working set), else the geometric mean")
+        lines.append("# over the probes; n = probes: " + ", ".join(
+            f"{e.key} n={e.probes}" + (f" t0={e.overhead * 1e6:.4g} us" if e.overhead > 0 else "")
+            + (f" t0={e.per_mib * 1e6:.4g} us/MiB" if e.per_mib > 0 else "") for e in entries))
         lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in entries) + " }")
         fixed = [e for e in entries if e.overhead > 0]
         if fixed:
             lines.append("# fixed time per call beyond launch_us (Hockney's t0, microseconds), from the fits above")
             lines.append("overhead_us = { " + ", ".join(
                 f"{_toml_key(e.key)} = {e.overhead * 1e6:.4g}" for e in fixed) + " }")
+        scaled = [e for e in entries if e.per_mib > 0]
+        if scaled:
+            lines.append("# fixed time per call per MiB of working set (Hockney's t0 in proportion to the data the")
+            lines.append("# kernel copies or first-touches once per call), microseconds per MiB, from the fits above")
+            lines.append("overhead_us_per_mib = { " + ", ".join(
+                f"{_toml_key(e.key)} = {e.per_mib * 1e6:.4g}" for e in scaled) + " }")
     if cal.probes:
         peaks_by = {r.key: r.stored for r in cal.peak_gflops}
         bw = cal.mem_bandwidth_gbs.stored
@@ -611,13 +622,14 @@ def _blas_text(blas_threads: int | None) -> str:
 class Entry:
     """One key of the calibrated ``efficiency`` / ``overhead_us`` tables: an
     op class, op or op variant, the compute efficiency, the fixed time per
-    call (Hockney's ``t0``, seconds; 0 when not fitted) and how many probes
-    gave it."""
+    call (Hockney's ``t0``, seconds; 0 when not fitted) or per MiB of the
+    working set, and how many probes gave it."""
 
     key: str
     efficiency: float
     overhead: float = 0.0
     probes: int = 1
+    per_mib: float = 0.0  # fixed seconds per MiB of working set (the other form of t0; 0 when not fitted)
 
 
 #: A fixed time per call is fitted only where the probes show it beyond this
@@ -653,14 +665,15 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     than a launch counts for nothing.
     """
     peaks = {r.key: r.stored for r in cal.peak_gflops}
-    groups: dict[str, list[tuple[str, float, float, bool]]] = {}  # key -> (op, w, t, counts)
+    groups: dict[str, list[tuple[str, float, float, bool, float]]] = {}  # key -> (op, w, t, counts, MiB)
     ops_of: dict[str, set[str]] = {}
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
         body = p.measured - p.launch
         if body <= 0 or not peak or p.flops <= 0:
             continue
-        point = (p.op, p.flops / (peak * 1e9), body, p.ratio < 1.0 or p.bound in ("compute", "serial"))
+        counts = bool(p.feeds) or p.ratio < 1.0 or p.bound in ("compute", "serial")
+        point = (p.op, p.flops / (peak * 1e9), body, counts, p.working_set / 2**20)
         if p.feeds:
             groups.setdefault(p.feeds, []).append(point)
             continue
@@ -673,33 +686,43 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
                 groups[op] = [x for x in points if x[0] == op]  # an op named as its class (fft) takes the key
     out = []
     for key, points in groups.items():
-        if not any(counts for *_, counts in points):
+        if not any(p[3] for p in points):
             continue
-        e, t0 = _fit(points)
-        out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points)))
+        e, t0, per_mib = _fit(points)
+        out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points), float(f"{per_mib:.3g}")))
     return tuple(out)
 
 
-def _fit(points: list[tuple[str, float, float, bool]]) -> tuple[float, float]:
-    """``(e, t0)`` for one group of :func:`model_entries`."""
-    ws = [w for _, w, _, _ in points]
-    mean = _geomean_raw([min(w / t, 1.0) for _, w, t, counts in points if counts])
+def _fit(points: list[tuple[str, float, float, bool, float]]) -> tuple[float, float, float]:
+    """``(e, t0, t0 per MiB)`` for one group of :func:`model_entries`: the
+    better of the two forms of Hockney's fixed time (a constant, or one in
+    proportion to the working set) where it passes the :data:`FIT_NOISE`
+    test, else the rate alone."""
+    ws = [w for _, w, *_ in points]
+    mean = _geomean_raw([min(w / t, 1.0) for _, w, t, counts, _ in points if counts])
+    best: tuple[float, float, float, float] | None = None  # (worst error, e, t0, per MiB)
     if len({op for op, *_ in points}) == 1 and max(ws) >= 1.1 * min(ws):
-        e, t0 = hockney_fit([(w, t) for _, w, t, _ in points])
-        worst_rate = max(abs(w / mean / t - 1.0) for _, w, t, _ in points)
-        worst_fit = max(abs((t0 + w / e) / t - 1.0) for _, w, t, _ in points)
-        if t0 > 0 and worst_rate > FIT_NOISE and worst_fit <= worst_rate / 2:
-            return e, t0
-    return mean, 0.0
+        worst_rate = max(abs(w / mean / t - 1.0) for _, w, t, _, _ in points)
+        for per_mib in (False, True):
+            if per_mib and not all(m > 0 for *_, m in points):
+                continue
+            scale = [m if per_mib else 1.0 for *_, m in points]
+            e, t0 = hockney_fit([(w, t) for _, w, t, _, _ in points], scale)
+            worst = max(abs((t0 * k + w / e) / t - 1.0) for (_, w, t, _, _), k in zip(points, scale))
+            if t0 > 0 and worst_rate > FIT_NOISE and worst <= worst_rate / 2 and (best is None or worst < best[0]):
+                best = (worst, e, 0.0 if per_mib else t0, t0 if per_mib else 0.0)
+    return (mean, 0.0, 0.0) if best is None else best[1:]
 
 
-def hockney_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """``(e, t0)`` minimising ``sum((t0 + w / e) / t - 1)^2`` over ``(w, t)``
-    points, with ``t0 >= 0`` and ``e <= 1``: Hockney's fixed time per call
-    and asymptotic fraction of the peak (Hockney, SIAM 1996; ``r_inf = e P``,
-    ``n_1/2 = t0 e P``). Where the free fit breaks a bound, the bound holds
-    and the other parameter is refitted."""
-    u = [1.0 / t for _, t in points]
+def hockney_fit(points: list[tuple[float, float]], scale: list[float] | None = None) -> tuple[float, float]:
+    """``(e, t0)`` minimising ``sum((t0 k + w / e) / t - 1)^2`` over ``(w, t)``
+    points with scales ``k`` (default 1; the working set in MiB for a fixed
+    time per MiB), with ``t0 >= 0`` and ``e <= 1``: Hockney's fixed time per
+    call and asymptotic fraction of the peak (Hockney, SIAM 1996;
+    ``r_inf = e P``, ``n_1/2 = t0 e P``). Where the free fit breaks a bound,
+    the bound holds and the other parameter is refitted."""
+    ks = scale or [1.0] * len(points)
+    u = [k / t for (_, t), k in zip(points, ks)]
     x = [w / t for w, t in points]
     suu, sux, sxx = sum(a * a for a in u), sum(a * b for a, b in zip(u, x)), sum(b * b for b in x)
     su, sx = sum(u), sum(x)

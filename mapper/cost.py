@@ -280,10 +280,12 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
 
     ``T = launch + t0 + max(Tc, Tm)`` with ``Tc = p F / (e_c P) + (1 - p) F / S`` and
     ``Tm = B / (e_m BW)`` (docs/cost_model.md), where ``F`` is
-    :func:`kernel_flops`, ``t0`` the device's ``overhead_us`` entry for the
-    task (Hockney's two-parameter model, "The science of computer
-    benchmarking", SIAM 1996: a fixed time per call beside the asymptotic
-    rate; 0 when none), and ``BW`` is the cache's
+    :func:`kernel_flops`, ``t0`` the device's fixed time for the task
+    (Hockney's two-parameter model, "The science of computer benchmarking",
+    SIAM 1996: a fixed time per call beside the asymptotic rate): its
+    ``overhead_us`` entry plus its ``overhead_us_per_mib`` entry times the
+    :func:`working_set` in MiB (a kernel that copies or first-touches its
+    tensors once per call; 0 when none), and ``BW`` is the cache's
     bandwidth when the working set fits the device's cache
     (:func:`fits_cache`; Ilic et al., IEEE CAL 2014), else the memory's. ``e_c`` and ``e_m`` are the
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
@@ -318,7 +320,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
         t_mem = nbytes / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
-    overhead = (lookup(device.overhead_us, keys) or 0.0) / 1e6
+    per_mib = lookup(device.overhead_us_per_mib, keys) or 0.0
+    overhead = ((lookup(device.overhead_us, keys) or 0.0) + per_mib * working_set(task) / MIB) / 1e6
     t_comp = t_par + t_ser
     body = max(t_comp, t_mem)
     if body == 0.0 or launch + overhead >= body:

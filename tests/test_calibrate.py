@@ -230,3 +230,24 @@ def test_an_op_named_as_its_class_gets_the_class_key():
               Probe("fft", "ifft -> [1]", 1e-3 + 2e-3, 1e-4, "compute", 1e7, 1e6, 1e-3, "f32"))
     entries = {e.key: (e.efficiency, e.overhead, e.probes) for e in model_entries(replace(fake(), probes=probes))}
     assert entries == {"fft": (0.1, 0.0, 2), "ifft": (0.05, 0.0, 1)}
+
+
+def test_a_fixed_time_in_proportion_to_the_working_set():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    # stencils of 1 and 8 sweeps on a 2 MiB and a 12.5 MiB grid (working sets 4 and 25 MiB): a fixed
+    # 0.1 ms per MiB plus the sweeps at e = 0.5 (w per sweep 0.05 and 0.3125 ms); no constant t0 fits
+    probes = []
+    for mib, w1 in ((4.0, 5e-5), (25.0, 3.125e-4)):
+        for steps in (1, 8):
+            w = w1 * steps
+            probes.append(Probe("stencil", f"stencil -> [{mib}, {steps}]", 1e-3 + 1e-4 * mib + w / 0.5, 1e-3,
+                                "memory", w * 1e11, 1e6, 1e-3, "f32", "", mib * 2**20))
+    (entry,) = model_entries(replace(fake(), probes=tuple(probes)))
+    assert entry.overhead == 0.0 and entry.per_mib == pytest.approx(1e-4) and entry.efficiency == pytest.approx(0.5)
+    text = platform_toml(replace(fake(), probes=tuple(probes)))
+    assert "overhead_us_per_mib = { stencil = 100 }" in text
+    dev = parse_platform(text, "m.toml").devices[0]
+    assert dict(dev.overhead_us_per_mib) == {"stencil": 100.0}

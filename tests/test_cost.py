@@ -506,3 +506,20 @@ def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
     # f64: the class's f64 entry 0.004 of the 50 GFLOP/s f64 peak, and sub's f64 fixed time
     assert estimate(y, "elementwise", dev).time == pytest.approx(1e-6 + 100e-6 + y.flops / (0.004 * 50e9))
     assert estimate(m, "reduction", dev).time == pytest.approx(1e-6 + m.flops / (0.002 * 50e9))
+
+
+def test_overhead_per_mib_scales_with_the_working_set():
+    from mapper.cost import estimate, working_set
+    from mapper.lower import graph_from_text
+
+    text = PLATFORM.replace('name = "cpu0"\nkind = "cpu"',
+                            'name = "cpu0"\nkind = "cpu"\noverhead_us_per_mib = { stencil = 200.0 }', 1)
+    dev = parse_platform(text, "pm.toml").devices[CPU]
+    graph = graph_from_text("graph g {\n  input u : f64[1024, 1024]\n  s = stencil(u, points = 5, steps = 1)\n"
+                            "  output s\n}\n", "pm.tg")
+    (st,) = graph.tasks
+    # u and s, 8 MiB each: 16 MiB x 200 us = 3.2 ms on top of the roofline
+    assert working_set(st) == 16 * 2**20
+    est = estimate(st, "stencil", dev)
+    assert est.t_overhead == pytest.approx(3.2e-3)
+    assert est.time == pytest.approx(1e-6 + 3.2e-3 + max(est.t_parallel + est.t_serial, est.t_memory))
