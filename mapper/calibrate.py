@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mapper.cost import (
-    EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype, working_set,
+    EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype, vector_length, working_set,
 )
 from mapper.errors import MapperError, OptionsError
 from mapper.ops import OP_CLASSES
@@ -106,6 +106,7 @@ class Probe:
     rate_dtype: str = "f32"  # the dtype whose peak rates the task
     feeds: str = ""  # a key (``reduce.max``, ``elementwise:f64``) this probe alone feeds; "" for its class and op
     working_set: float = 0.0  # bytes of the distinct tensors the task touches (mapper.cost.working_set)
+    vector: int = 0  # Hockney's vector length n of the task (mapper.cost.vector_length; 0: none)
 
     @property
     def op(self) -> str:
@@ -352,9 +353,10 @@ def threads() -> int:
 
 # -- op-class probes ------------------------------------------------------------------------
 #: Probe tasks per op class (moderate sizes: milliseconds each), as
-#: ``(class or op variant, body)``. Classes whose efficiency depends on shape
-#: have several (gemm: square, few rows, tall; conv: 3x3 at two sizes and
-#: 1x1, batch 1 as in inference); classes with a fixed cost per call have
+#: ``(class, op variant or dtype key, body)``. Classes whose efficiency
+#: depends on shape have several (gemm: 128 to 1024 rows; conv: 3x3 and 1x1
+#: with 64 to 256 output channels, batch 1 as in inference: the vector
+#: lengths of Hockney's half-performance fit); classes with a fixed cost per call have
 #: the same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on
 #: two grids; attention: 128- and 512-token sequences; fft: rows of 1024 and
 #: 8192 points and a small 4 x 4096), so that :func:`model_entries` can fit
@@ -371,6 +373,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("conv", "input x : f32[1, 64, 56, 56]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 128, 28, 28]\n  y = conv2d(x, weight f32[128, 128, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
+    ("conv", "input x : f32[1, 256, 16, 16]\n  y = conv2d(x, weight f32[256, 256, 3, 3], padding = 1)"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 512)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
@@ -422,7 +425,7 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
-                         "" if key in OP_CLASSES else key, working_set(task)))
+                         "" if key in OP_CLASSES else key, working_set(task), vector_length(task) or 0))
     return tuple(out)
 
 
@@ -570,16 +573,23 @@ def platform_toml(cal: Calibration) -> str:
         lines.append("# per op class, op or op variant: the fraction of the stored peak that its probe tasks (listed")
         lines.append("# below) reached net of launch_us, median call; replaces the cost model's default. Where one")
         lines.append("# kernel was probed at several amounts of work, Hockney's fit t = t0 + w / e (overhead_us = t0)")
-        lines.append("# or t = t0 MiB + w / e (overhead_us_per_mib = t0, MiB the working set), else the geometric mean")
+        lines.append("# or t = t0 MiB + w / e (overhead_us_per_mib = t0, MiB the working set), or t = w / e (1 + n_1/2 / n)")
+        lines.append("# (half_length = n_1/2, n the op's vector length), whichever fits best, else the geometric mean")
         lines.append("# over the probes; n = probes: " + ", ".join(
             f"{e.key} n={e.probes}" + (f" t0={e.overhead * 1e6:.4g} us" if e.overhead > 0 else "")
-            + (f" t0={e.per_mib * 1e6:.4g} us/MiB" if e.per_mib > 0 else "") for e in entries))
+            + (f" t0={e.per_mib * 1e6:.4g} us/MiB" if e.per_mib > 0 else "")
+            + (f" n_1/2={e.half:.4g}" if e.half > 0 else "") for e in entries))
         lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in entries) + " }")
         fixed = [e for e in entries if e.overhead > 0]
         if fixed:
             lines.append("# fixed time per call beyond launch_us (Hockney's t0, microseconds), from the fits above")
             lines.append("overhead_us = { " + ", ".join(
                 f"{_toml_key(e.key)} = {e.overhead * 1e6:.4g}" for e in fixed) + " }")
+        halves = [e for e in entries if e.half > 0]
+        if halves:
+            lines.append("# Hockney's half-performance length n_1/2: the rate is e n / (n + n_1/2), n the op's vector length")
+            lines.append("# (matmul: output rows; conv2d: output channels; attention: sequence), from the fits above")
+            lines.append("half_length = { " + ", ".join(f"{_toml_key(e.key)} = {e.half:.4g}" for e in halves) + " }")
         scaled = [e for e in entries if e.per_mib > 0]
         if scaled:
             lines.append("# fixed time per call per MiB of working set (Hockney's t0 in proportion to the data the")
@@ -630,11 +640,14 @@ class Entry:
     overhead: float = 0.0
     probes: int = 1
     per_mib: float = 0.0  # fixed seconds per MiB of working set (the other form of t0; 0 when not fitted)
+    half: float = 0.0  # Hockney's n_1/2 in the op's vector length (0 when not fitted)
 
 
-#: A fixed time per call is fitted only where the probes show it beyond this
-#: machine's noise: the rate alone leaves a probe off by more than this
-#: fraction, and the fit with ``t0`` at least halves the worst error.
+#: A fixed time per call (or a half-performance length) is fitted only where
+#: the probes show it beyond this machine's noise: the rate alone leaves a
+#: probe off by more than this fraction, and the fit at least halves the
+#: worst error. Two probes always fit two parameters exactly, so they need
+#: this much; three or more, where the fit has a residual to show, half.
 FIT_NOISE = 0.25
 
 
@@ -665,7 +678,7 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     than a launch counts for nothing.
     """
     peaks = {r.key: r.stored for r in cal.peak_gflops}
-    groups: dict[str, list[tuple[str, float, float, bool, float]]] = {}  # key -> (op, w, t, counts, MiB)
+    groups: dict[str, list[tuple[str, float, float, bool, float, int]]] = {}  # key -> (op, w, t, counts, MiB, n)
     ops_of: dict[str, set[str]] = {}
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
@@ -673,7 +686,7 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
         if body <= 0 or not peak or p.flops <= 0:
             continue
         counts = bool(p.feeds) or p.ratio < 1.0 or p.bound in ("compute", "serial")
-        point = (p.op, p.flops / (peak * 1e9), body, counts, p.working_set / 2**20)
+        point = (p.op, p.flops / (peak * 1e9), body, counts, p.working_set / 2**20, p.vector)
         if p.feeds:
             groups.setdefault(p.feeds, []).append(point)
             continue
@@ -688,30 +701,38 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     for key, points in groups.items():
         if not any(p[3] for p in points):
             continue
-        e, t0, per_mib = _fit(points)
-        out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points), float(f"{per_mib:.3g}")))
+        e, t0, per_mib, half = _fit(points)
+        out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points), float(f"{per_mib:.3g}"),
+                         float(f"{half:.3g}")))
     return tuple(out)
 
 
-def _fit(points: list[tuple[str, float, float, bool, float]]) -> tuple[float, float, float]:
-    """``(e, t0, t0 per MiB)`` for one group of :func:`model_entries`: the
-    better of the two forms of Hockney's fixed time (a constant, or one in
-    proportion to the working set) where it passes the :data:`FIT_NOISE`
-    test, else the rate alone."""
-    ws = [w for _, w, *_ in points]
-    mean = _geomean_raw([min(w / t, 1.0) for _, w, t, counts, _ in points if counts])
-    best: tuple[float, float, float, float] | None = None  # (worst error, e, t0, per MiB)
-    if len({op for op, *_ in points}) == 1 and max(ws) >= 1.1 * min(ws):
-        worst_rate = max(abs(w / mean / t - 1.0) for _, w, t, _, _ in points)
-        for per_mib in (False, True):
-            if per_mib and not all(m > 0 for *_, m in points):
-                continue
-            scale = [m if per_mib else 1.0 for *_, m in points]
-            e, t0 = hockney_fit([(w, t) for _, w, t, _, _ in points], scale)
-            worst = max(abs((t0 * k + w / e) / t - 1.0) for (_, w, t, _, _), k in zip(points, scale))
-            if t0 > 0 and worst_rate > FIT_NOISE and worst <= worst_rate / 2 and (best is None or worst < best[0]):
-                best = (worst, e, 0.0 if per_mib else t0, t0 if per_mib else 0.0)
-    return (mean, 0.0, 0.0) if best is None else best[1:]
+def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[float, float, float, float]:
+    """``(e, t0, t0 per MiB, n_1/2)`` for one group of :func:`model_entries`:
+    the best of the three forms of Hockney's model (a fixed time per call, one
+    in proportion to the working set, a half-performance vector length,
+    ``t = w / e (1 + n_1/2 / n)``, fitted as ``t = c w / n + w / e`` with
+    ``n_1/2 = c e``) that passes the :data:`FIT_NOISE` test, else the rate
+    alone."""
+    ws = [x[1] for x in points]
+    mean = _geomean_raw([min(w / t, 1.0) for _, w, t, counts, _, _ in points if counts])
+    best: tuple[float, float, float, float, float] | None = None  # (worst error, e, t0, per MiB, n_1/2)
+    if len({x[0] for x in points}) == 1 and max(ws) >= 1.1 * min(ws):
+        worst_rate = max(abs(w / mean / t - 1.0) for _, w, t, *_ in points)
+        ns = [x[5] for x in points]
+        forms = [("t0", [1.0] * len(points))]
+        if all(x[4] > 0 for x in points):
+            forms.append(("mib", [x[4] for x in points]))
+        if all(n > 0 for n in ns) and max(ns) >= 1.1 * min(ns):
+            forms.append(("half", [w / n for w, n in zip(ws, ns)]))
+        for form, scale in forms:
+            e, c = hockney_fit([(w, t) for _, w, t, *_ in points], scale)
+            worst = max(abs((c * k + x[1] / e) / x[2] - 1.0) for x, k in zip(points, scale))
+            noise = FIT_NOISE if len(points) <= 2 else FIT_NOISE / 2
+            if c > 0 and worst_rate > noise and worst <= worst_rate / 2 and (best is None or worst < best[0]):
+                best = (worst, e, c if form == "t0" else 0.0, c if form == "mib" else 0.0,
+                        c * e if form == "half" else 0.0)
+    return (mean, 0.0, 0.0, 0.0) if best is None else best[1:]
 
 
 def hockney_fit(points: list[tuple[float, float]], scale: list[float] | None = None) -> tuple[float, float]:

@@ -275,6 +275,21 @@ def kernel_flops(task: Task) -> float:
     return flops
 
 
+def vector_length(task: Task) -> int | None:
+    """The length ``n`` of Hockney's ``r = r_inf n / (n + n_1/2)`` for
+    ``task``'s kernel: the rows of a ``matmul``'s output, a ``conv2d``'s output
+    channels (the rows of its im2col GEMM), an ``attention``'s sequence
+    length; None for other ops (their ``half_length`` entries do nothing)."""
+    if task.op == "matmul" and task.output is not None and task.output.shape:
+        return int(math.prod(task.output.shape[:-1])) or None
+    if task.op == "conv2d" and len(task.operands) > 1 and task.operands[1].type.shape:
+        return int(task.operands[1].type.shape[0]) or None
+    if task.op == "attention":
+        seq = dict(task.attrs).get("seq")
+        return int(seq) if seq else None
+    return None
+
+
 def estimate(task: Task, cls: str, device: Device) -> Estimate:
     """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
 
@@ -285,7 +300,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     SIAM 1996: a fixed time per call beside the asymptotic rate): its
     ``overhead_us`` entry plus its ``overhead_us_per_mib`` entry times the
     :func:`working_set` in MiB (a kernel that copies or first-touches its
-    tensors once per call; 0 when none), and ``BW`` is the cache's
+    tensors once per call; 0 when none), ``e_c`` is scaled by Hockney's
+    ``n / (n + n_1/2)`` where the device has a ``half_length`` entry ``n_1/2``
+    for the task and :func:`vector_length` gives ``n``, and ``BW`` is the cache's
     bandwidth when the working set fits the device's cache
     (:func:`fits_cache`; Ilic et al., IEEE CAL 2014), else the memory's. ``e_c`` and ``e_m`` are the
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
@@ -299,6 +316,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         e_c = EFF_COMPUTE[kind].get(cls)
     if e_c is None:
         return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
+    half, n = lookup(device.half_length, keys), vector_length(task)
+    if half and n:
+        e_c *= n / (n + half)
     flops, nbytes = kernel_flops(task), float(task.bytes)
     if (flops > 0 or nbytes > 0) and not device.has_rates:
         return _infeasible("no rates: the device declares no peak_gflops or mem_bandwidth_gbs")

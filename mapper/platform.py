@@ -51,6 +51,7 @@ class Device:
     cache_bandwidth_gbs: float | None = None  # bandwidth of data in that cache
     overhead_us: tuple[tuple[str, float], ...] = ()  # op class, op or op variant -> fixed time per call (Hockney t0)
     overhead_us_per_mib: tuple[tuple[str, float], ...] = ()  # the same keys -> fixed time per MiB of working set
+    half_length: tuple[tuple[str, float], ...] = ()  # the same keys -> Hockney's n_1/2 in the op's vector length
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
@@ -148,7 +149,7 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
 _PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
-                "overhead_us", "overhead_us_per_mib")
+                "overhead_us", "overhead_us_per_mib", "half_length")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -271,6 +272,7 @@ class _Checker:
                                lambda v, kp: self.number(v, kp, "nonneg", "microseconds"))
         per_mib = self.per_op(tab, path, "overhead_us_per_mib",
                               lambda v, kp: self.number(v, kp, "nonneg", "microseconds per MiB"))
+        half = self.per_op(tab, path, "half_length", lambda v, kp: self.number(v, kp, "nonneg", "vector elements"))
         memory_efficiency = None
         if "memory_efficiency" in tab:
             memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
@@ -295,6 +297,7 @@ class _Checker:
             cache_bandwidth_gbs=nums.get("cache_bandwidth_gbs"),
             overhead_us=overhead,
             overhead_us_per_mib=per_mib,
+            half_length=half,
         )
 
     def per_op(self, tab: dict[str, Any], path: str, key: str, read: Any) -> tuple[tuple[str, float], ...]:
@@ -379,8 +382,8 @@ class _Checker:
 
 
 def model_key_ok(key: str) -> bool:
-    """True for a key of the ``efficiency``, ``overhead_us`` and
-    ``overhead_us_per_mib`` tables: an op
+    """True for a key of the ``efficiency``, ``overhead_us``,
+    ``overhead_us_per_mib`` and ``half_length`` tables: an op
     class, an op, or an op variant ``op.choice`` (a value of one of the op's
     string attributes with fixed choices, e.g. ``reduce.max``), each
     optionally for one dtype, ``key:dtype`` (``elementwise:f64``)."""

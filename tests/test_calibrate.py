@@ -251,3 +251,24 @@ def test_a_fixed_time_in_proportion_to_the_working_set():
     assert "overhead_us_per_mib = { stencil = 100 }" in text
     dev = parse_platform(text, "m.toml").devices[0]
     assert dict(dev.overhead_us_per_mib) == {"stencil": 100.0}
+
+
+def test_a_half_performance_length_is_fitted_over_vector_lengths():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    # conv probes with 64, 128 and 256 output channels at r = e n / (n + 128), e = 0.8 (w = F / peak)
+    probes = tuple(Probe("conv", f"conv2d -> [{n}]", 1e-3 + w / 0.8 * (1 + 128 / n), 1e-3, "compute", w * 1e11,
+                         1e6, 1e-3, "f32", "", 1e6, n) for n, w in ((64, 2e-3), (128, 2e-3), (256, 1e-3)))
+    (entry,) = model_entries(replace(fake(), probes=probes))
+    assert (entry.overhead, entry.per_mib) == (0.0, 0.0)
+    assert entry.half == pytest.approx(128) and entry.efficiency == pytest.approx(0.8)
+    text = platform_toml(replace(fake(), probes=probes))
+    dev = parse_platform(text, "h.toml").devices[0]
+    assert dict(dev.half_length) == {"conv": 128.0}
+    # n_1/2 = 64: the rate alone is off by 24 % at most, under FIT_NOISE but over half of it; three probes
+    # leave the fit a residual to show, so it is kept
+    probes = tuple(replace(p, measured=1e-3 + p.flops / 1e11 / 0.8 * (1 + 64 / p.vector)) for p in probes)
+    (entry,) = model_entries(replace(fake(), probes=probes))
+    assert entry.half == pytest.approx(64) and entry.efficiency == pytest.approx(0.8)

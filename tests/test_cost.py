@@ -523,3 +523,21 @@ def test_overhead_per_mib_scales_with_the_working_set():
     est = estimate(st, "stencil", dev)
     assert est.t_overhead == pytest.approx(3.2e-3)
     assert est.time == pytest.approx(1e-6 + 3.2e-3 + max(est.t_parallel + est.t_serial, est.t_memory))
+
+
+def test_half_length_scales_the_efficiency_by_the_vector_length():
+    from mapper.cost import estimate, vector_length
+    from mapper.lower import graph_from_text
+
+    text = PLATFORM.replace('name = "cpu0"\nkind = "cpu"',
+                            'name = "cpu0"\nkind = "cpu"\nefficiency = { conv = 0.8 }\nhalf_length = { conv = 64.0 }', 1)
+    dev = parse_platform(text, "hl.toml").devices[CPU]
+    graph = graph_from_text(
+        "graph g {\n  input x : f32[1, 64, 32, 32]\n  a = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)\n"
+        "  b = conv2d(x, weight f32[256, 64, 3, 3], padding = 1)\n  m = matmul(x, weight f32[32, 8])\n"
+        "  output a, b, m\n}\n", "hl.tg")
+    a, b, m = graph.tasks
+    assert (vector_length(a), vector_length(b), vector_length(m)) == (64, 256, 64 * 32)
+    # 64 output channels: 0.8 x 64 / 128 = 0.4 of the 100 GFLOP/s peak; 256: 0.8 x 256 / 320 = 0.64
+    assert estimate(a, "conv", dev).t_parallel == pytest.approx(a.flops / 40e9)
+    assert estimate(b, "conv", dev).t_parallel == pytest.approx(b.flops / 64e9)
