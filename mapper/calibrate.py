@@ -355,8 +355,9 @@ def threads() -> int:
 #: Probe tasks per op class (moderate sizes: milliseconds each), as
 #: ``(class, op variant or dtype key, body)``. Classes whose efficiency
 #: depends on shape have several (gemm: 128 to 1024 rows; conv: 3x3 and 1x1
-#: with 64 to 256 output channels, batch 1 as in inference: the vector
-#: lengths of Hockney's half-performance fit); classes with a fixed cost per call have
+#: with 64 to 256 output channels, batch 1 as in inference; their smallest
+#: GEMM dimensions, 128 to 768 and 64 to 256, are the vector lengths of
+#: Hockney's half-performance fit); classes with a fixed cost per call have
 #: the same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on
 #: two grids; attention: 128- and 512-token sequences; fft: rows of 1024 and
 #: 8192 points and a small 4 x 4096), so that :func:`model_entries` can fit
@@ -588,7 +589,7 @@ def platform_toml(cal: Calibration) -> str:
         halves = [e for e in entries if e.half > 0]
         if halves:
             lines.append("# Hockney's half-performance length n_1/2: the rate is e n / (n + n_1/2), n the op's vector length")
-            lines.append("# (matmul: output rows; conv2d: output channels; attention: sequence), from the fits above")
+            lines.append("# (matmul, conv2d: the smallest GEMM dimension; attention: sequence), from the fits above")
             lines.append("half_length = { " + ", ".join(f"{_toml_key(e.key)} = {e.half:.4g}" for e in halves) + " }")
         scaled = [e for e in entries if e.per_mib > 0]
         if scaled:

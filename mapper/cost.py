@@ -277,13 +277,21 @@ def kernel_flops(task: Task) -> float:
 
 def vector_length(task: Task) -> int | None:
     """The length ``n`` of Hockney's ``r = r_inf n / (n + n_1/2)`` for
-    ``task``'s kernel: the rows of a ``matmul``'s output, a ``conv2d``'s output
-    channels (the rows of its im2col GEMM), an ``attention``'s sequence
-    length; None for other ops (their ``half_length`` entries do nothing)."""
-    if task.op == "matmul" and task.output is not None and task.output.shape:
-        return int(math.prod(task.output.shape[:-1])) or None
-    if task.op == "conv2d" and len(task.operands) > 1 and task.operands[1].type.shape:
-        return int(task.operands[1].type.shape[0]) or None
+    ``task``'s kernel: for ``matmul`` and ``conv2d`` (an im2col GEMM per
+    image) the smallest of the GEMM's dimensions ``M, N, K`` (output rows or
+    channels, output columns or pixels, the reduction), since a GEMM short in
+    any one of them runs below the asymptotic rate; for ``attention`` the
+    sequence length; None for other ops (their ``half_length`` entries do
+    nothing)."""
+    out = task.output
+    if task.op == "matmul" and out is not None and len(out.shape) >= 1 and task.operands:
+        m = math.prod(out.shape[:-1]) if len(out.shape) > 1 else 1
+        k = task.operands[0].type.shape[-1] if task.operands[0].type.shape else 1
+        return int(min(m, out.shape[-1], k)) or None
+    if task.op == "conv2d" and out is not None and len(out.shape) == 4 and len(task.operands) > 1:
+        w = task.operands[1].type.shape
+        if len(w) == 4:
+            return int(min(w[0], w[1] * w[2] * w[3], out.shape[2] * out.shape[3])) or None
     if task.op == "attention":
         seq = dict(task.attrs).get("seq")
         return int(seq) if seq else None
