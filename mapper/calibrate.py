@@ -606,7 +606,8 @@ def platform_toml(cal: Calibration) -> str:
             "# default efficiencies, model/measured, and the rates reached net of launch_us as fractions of the",
             "# stored peak and bandwidth. Classes slower than the model, or compute-bound in it, get an",
             "# `efficiency` entry above; a class faster than the model's memory term (cache-aware) gets",
-            "# none, since only a bandwidth could describe it.",
+            "# none, since only a bandwidth could describe it (probes keyed by an op variant or a dtype",
+            "# always count, and Hockney's fits take all of a group's probes).",
         ]
         for p in cal.probes:
             peak = peaks_by.get(p.rate_dtype, 0.0)
