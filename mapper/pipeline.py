@@ -2,7 +2,8 @@
 
 Each stage is a function from one frozen type to the next (DESIGN.md section
 2). :func:`compile_graph` calls them in order, times each stage, and can stop
-after any stage (``dump_after``), handing the stage's product to a callback.
+after any stage (``dump_after``: it raises :class:`StoppedAfter`, which
+carries the stage's product).
 """
 
 from __future__ import annotations
@@ -61,11 +62,6 @@ def require_valid(result: MapResult) -> MapResult:
     return result
 
 
-def map_and_validate(cost: CostTable, mapper: str, options: MapOptions) -> MapResult:
-    """Run one mapper and check its schedule with the independent validator."""
-    return require_valid(get_mapper(mapper).map(cost, options))
-
-
 def compile_graph(
     source: str | Path | TaskGraph,
     platform: str | Path | Platform,
@@ -118,15 +114,15 @@ def compile_graph(
         graph = stage("lower", lambda: lower(program))
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     cost = stage("cost", lambda: build_cost_table(graph, plat))
-    result = stage("map", lambda: get_mapper(mapper).map(cost, options))
-    others: list[MapResult] = []
 
-    def check() -> MapResult:
-        require_valid(result)
-        for name in compare:
-            if name != mapper:
-                others.append(map_and_validate(cost, name, options))
-        return result
+    def map_all() -> tuple[MapResult, ...]:
+        names = (mapper, *(m for m in dict.fromkeys(compare) if m != mapper))
+        return tuple(get_mapper(name).map(cost, options) for name in names)
+
+    results = stage("map", map_all)
+
+    def check() -> tuple[MapResult, ...]:
+        return tuple(require_valid(r) for r in results)
 
     stage("validate", check)
-    return CompileResult(graph, plat, cost, result, tuple(others), tuple(times))
+    return CompileResult(graph, plat, cost, results[0], results[1:], tuple(times))

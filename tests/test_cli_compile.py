@@ -80,6 +80,17 @@ def test_dump_after_lower_prints_the_graph_and_stops(capsys, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "stage, needle",
+    [("parse", "top-level items"), ("lower", "n10"), ("platform", "p3 (cpu)"),
+     ("cost", "cost of heft_paper"), ("map", "makespan"), ("validate", "makespan")],
+)
+def test_dump_after_every_stage(stage, needle, capsys):
+    args = ["compile", HEFT, "--platform", "heft3", "--mapper", "heft", "--compare", "peft"]
+    assert main([*args, "--dump-after", stage]) == 0
+    assert needle in capsys.readouterr().out
+
+
 def test_infeasible_pin_exits_3_naming_the_constraint(tmp_path):
     src = tmp_path / "pinned.tg"
     src.write_text("graph g {\n  task a cost { p1: 1, p2: 2 } @p3\n}\n")

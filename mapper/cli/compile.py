@@ -136,7 +136,8 @@ def _dump(stage: str, product) -> str:
         return render(product)
     from mapper.report.text import schedule_table, summary_table
 
-    return summary_table(product) + "\n" + schedule_table(product)
+    result = product[0]  # map and validate: the mapper's result, then the compared ones
+    return summary_table(result) + "\n" + schedule_table(result)
 
 
 def run(args: argparse.Namespace) -> int:
