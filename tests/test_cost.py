@@ -65,6 +65,12 @@ def _platform():
     return parse_platform(PLATFORM, "test3.toml")
 
 
+def _cpu0_with(keys: str) -> str:
+    """PLATFORM with ``keys`` (TOML lines) added to the cpu0 device."""
+    head = 'name = "cpu0"\nkind = "cpu"'
+    return PLATFORM.replace(head, f"{head}\n{keys}", 1)
+
+
 def _task(i, name, op, *, flops=0.0, read=0.0, written=0.0, dtype="f32", **kw):
     return Task(index=i, name=name, op=op, output=TensorType(dtype, (1,)), flops=flops,
                 bytes_read=read, bytes_written=written, **kw)
@@ -359,11 +365,8 @@ def test_cli_cost_on_the_bert_example(capsys):
 
 
 def test_device_efficiency_overrides_the_model_table():
-    text = PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"',
-        'name = "cpu0"\nkind = "cpu"\nefficiency = { gemm = 0.45 }\nmemory_efficiency = 0.4',
-        1,
-    )
+    text = _cpu0_with(
+        'efficiency = { gemm = 0.45 }\nmemory_efficiency = 0.4')
     assert text != PLATFORM
     c = build_cost_table(
         TaskGraph("g", (_task(0, "mm", "matmul", **MATMUL), _task(1, "st", "stencil", **STENCIL))),
@@ -377,11 +380,8 @@ def test_device_efficiency_overrides_the_model_table():
 
 
 def test_cache_roofline_uses_the_cache_bandwidth_for_working_sets_that_fit():
-    text = PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"',
-        'name = "cpu0"\nkind = "cpu"\ncache_mib = 64\ncache_bandwidth_gbs = 40.0',
-        1,
-    )
+    text = _cpu0_with(
+        'cache_mib = 64\ncache_bandwidth_gbs = 40.0')
     small = dict(flops=1e6, read=2 * 2**24, written=2**24)  # 48 MiB <= 64 MiB: in cache
     edge = dict(flops=1e6, read=2**25, written=2**25)  # exactly 64 MiB: still in cache
     large = dict(flops=1e6, read=2**26, written=2**26)  # 128 MiB: from memory
@@ -402,9 +402,8 @@ def test_cache_roofline_uses_the_cache_bandwidth_for_working_sets_that_fit():
 def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
     from mapper.cost import estimate
 
-    dev = parse_platform(PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"', 'name = "cpu0"\nkind = "cpu"\ncache_mib = 64\ncache_bandwidth_gbs = 40.0', 1,
-    ), "cache.toml").devices[CPU]
+    dev = parse_platform(_cpu0_with(
+        'cache_mib = 64\ncache_bandwidth_gbs = 40.0'), "cache.toml").devices[CPU]
     est = estimate(_task(0, "mm", "matmul", **MATMUL), "gemm", dev)
     # 12 MiB fits: memory 12.58 MB / 32 GB/s = 0.39 ms < compute 2 N^3 / 90 GFLOP/s = 23.9 ms
     assert est.cached and est.bound == "compute"
@@ -424,17 +423,16 @@ def test_working_set_counts_distinct_tensors_not_iterated_traffic():
     assert working_set(st) == 2 * 2**23 and st.bytes > 64 * 2**20
     # sub reads s twice: one tensor, plus its output
     assert working_set(sub) == 2 * 2**23
-    dev = parse_platform(PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"', 'name = "cpu0"\nkind = "cpu"\ncache_mib = 64\ncache_bandwidth_gbs = 40.0', 1,
-    ), "cache.toml").devices[CPU]
+    dev = parse_platform(_cpu0_with(
+        'cache_mib = 64\ncache_bandwidth_gbs = 40.0'), "cache.toml").devices[CPU]
     est = estimate(st, "stencil", dev)
     assert est.cached and est.bound == "memory"
     assert est.time == pytest.approx(1e-6 + st.bytes / 32e9)  # all 9 sweeps' bytes at 0.8 x 40 GB/s
 
 
 def test_an_op_s_own_efficiency_wins_over_its_class_s():
-    text = PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"', 'name = "cpu0"\nkind = "cpu"\nefficiency = { norm = 0.5, batchnorm = 0.1 }', 1)
+    text = _cpu0_with(
+        'efficiency = { norm = 0.5, batchnorm = 0.1 }')
     work = dict(flops=1e9, read=8.0, written=8.0)
     c = build_cost_table(TaskGraph("g", (_task(0, "bn", "batchnorm", **work), _task(1, "ln", "layernorm", **work))),
                          parse_platform(text, "op.toml"))
@@ -446,10 +444,9 @@ def test_overhead_and_variant_entries_by_hand():
     from mapper.cost import estimate
     from mapper.lower import graph_from_text
 
-    text = PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"',
-        'name = "cpu0"\nkind = "cpu"\nefficiency = { reduction = 0.5, "reduce.max" = 0.05 }\n'
-        'overhead_us = { reduction = 20.0, "reduce.max" = 300.0, stencil = 3000.0 }', 1)
+    text = _cpu0_with(
+        'efficiency = { reduction = 0.5, "reduce.max" = 0.05 }\n'
+        'overhead_us = { reduction = 20.0, "reduce.max" = 300.0, stencil = 3000.0 }')
     dev = parse_platform(text, "t0.toml").devices[CPU]
     graph = graph_from_text(
         "graph g {\n  input g2 : f64[256, 256]\n  input x : f32[1048576]\n  m = reduce(x, kind = \"max\")\n"
@@ -490,10 +487,9 @@ def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
     from mapper.cost import estimate, model_keys
     from mapper.lower import graph_from_text
 
-    text = PLATFORM.replace(
-        'name = "cpu0"\nkind = "cpu"',
-        'name = "cpu0"\nkind = "cpu"\nefficiency = { elementwise = 0.001, "elementwise:f64" = 0.004, '
-        '"reduce.max:f64" = 0.002 }\noverhead_us = { "sub:f64" = 100.0 }', 1)
+    text = _cpu0_with(
+        'efficiency = { elementwise = 0.001, "elementwise:f64" = 0.004, '
+        '"reduce.max:f64" = 0.002 }\noverhead_us = { "sub:f64" = 100.0 }')
     dev = parse_platform(text, "dt.toml").devices[CPU]
     graph = graph_from_text(
         "graph g {\n  input a : f32[1048576]\n  input b : f64[1048576]\n  x = sub(a, a)\n  y = sub(b, b)\n"
@@ -512,8 +508,8 @@ def test_overhead_per_mib_scales_with_the_working_set():
     from mapper.cost import estimate, working_set
     from mapper.lower import graph_from_text
 
-    text = PLATFORM.replace('name = "cpu0"\nkind = "cpu"',
-                            'name = "cpu0"\nkind = "cpu"\noverhead_us_per_mib = { stencil = 200.0 }', 1)
+    text = _cpu0_with(
+        'overhead_us_per_mib = { stencil = 200.0 }')
     dev = parse_platform(text, "pm.toml").devices[CPU]
     graph = graph_from_text("graph g {\n  input u : f64[1024, 1024]\n  s = stencil(u, points = 5, steps = 1)\n"
                             "  output s\n}\n", "pm.tg")
@@ -529,8 +525,8 @@ def test_half_length_scales_the_efficiency_by_the_vector_length():
     from mapper.cost import estimate, vector_length
     from mapper.lower import graph_from_text
 
-    text = PLATFORM.replace('name = "cpu0"\nkind = "cpu"',
-                            'name = "cpu0"\nkind = "cpu"\nefficiency = { conv = 0.8 }\nhalf_length = { conv = 64.0 }', 1)
+    text = _cpu0_with(
+        'efficiency = { conv = 0.8 }\nhalf_length = { conv = 64.0 }')
     dev = parse_platform(text, "hl.toml").devices[CPU]
     graph = graph_from_text(
         "graph g {\n  input x : f32[1, 64, 32, 32]\n  a = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)\n"
