@@ -4,7 +4,11 @@
 shapes, runs every task with :mod:`mapper.kernels` (Numba, or the NumPy
 reference) in dependency order, one worker thread per device executing that
 device's tasks in schedule order, and returns a :class:`mapper.trace.Trace`.
-CPU tasks are timed (warm-up call excluded, median of ``repeats`` calls);
+The schedule runs once untimed (the warm-up pass: Numba compiles, outputs
+are checked), then ``repeats`` timed passes, each a complete run of the
+schedule with one timed call per task; a CPU task's time is the median of
+its calls over the passes (:class:`Execution`), so its samples are spread
+over the whole run rather than taken back to back;
 tasks on accelerators get the cost model's time and are run on the CPU for
 their values. The measured-or-modelled durations are re-timed with
 :func:`mapper.schedule.build_schedule` on the same assignment and order.
@@ -178,10 +182,15 @@ class TensorStore:
     Each input or weight is generated from its own seed (``seed`` and a hash
     of its name), so the values do not depend on the order of creation. A
     tensor is dropped when its last consumer has run; graph outputs are kept.
+    ``sources``, when given, keeps every input and weight made (by key) for
+    the stores of later passes, which then reuse them instead of making them
+    again.
     """
 
-    def __init__(self, graph: TaskGraph, seed: int, kernels: Any) -> None:
+    def __init__(self, graph: TaskGraph, seed: int, kernels: Any,
+                 sources: dict[tuple[str, Any], Any] | None = None) -> None:
         self._graph = graph
+        self._sources = sources  # inputs and weights kept for later passes (None: not kept)
         self._seed = seed
         self._k = kernels
         self._vocab = _vocab_sizes(graph)
@@ -224,7 +233,12 @@ class TensorStore:
                 if k not in self._values:
                     if op.kind == "task":
                         raise ExecutionError(f"operand {op.name!r} of task {task.name!r} is not available", obj=task.name)
-                    self._values[k] = self._make(op)
+                    if self._sources is None:
+                        self._values[k] = self._make(op)
+                    else:
+                        if k not in self._sources:
+                            self._sources[k] = self._make(op)
+                        self._values[k] = self._sources[k]
                     self.peak = max(self.peak, len(self._values))
                 out.append(self._values[k])
         return out
@@ -249,18 +263,11 @@ class TensorStore:
 
 
 # -- running one task -------------------------------------------------------------------
-def time_call(fn: Callable[[], Any], repeats: int) -> tuple[Any, tuple[float, ...]]:
-    """Call ``fn`` once untimed (warm-up, compile), then ``repeats`` timed calls.
-
-    Returns the last result and the ``repeats`` durations in seconds.
-    """
+def time_call(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """Call ``fn`` once, timed with :func:`time.perf_counter`: (result, seconds)."""
+    t0 = time.perf_counter()
     out = fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        samples.append(time.perf_counter() - t0)
-    return out, tuple(samples)
+    return out, time.perf_counter() - t0
 
 
 def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
@@ -302,22 +309,28 @@ def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Options:
-    repeats: int
     check: bool
     backend: str
 
 
-class _Run:
-    """Shared state of one execution: events, results, the first failure."""
+class _Pass:
+    """Shared state of one pass over the schedule: events, the first failure.
 
-    def __init__(self, graph: TaskGraph, store: TensorStore, kernels: Any, opts: _Options) -> None:
+    The warm-up pass (``timed`` False) calls every task once untimed and
+    checks its output; a timed pass calls every task once and appends the
+    call's duration to ``samples[t]``.
+    """
+
+    def __init__(self, graph: TaskGraph, store: TensorStore, kernels: Any, opts: _Options,
+                 samples: list[list[float]], timed: bool) -> None:
         self.graph = graph
         self.store = store
         self.k = kernels
         self.opts = opts
+        self.samples = samples
+        self.timed = timed
         self.done = [threading.Event() for _ in graph.tasks]
         self.stop = threading.Event()
-        self.samples: list[tuple[float, ...]] = [()] * len(graph.tasks)
         self.failures: list[tuple[int, BaseException]] = []
         self._lock = threading.Lock()
 
@@ -333,10 +346,12 @@ class _Run:
         args = self.store.operands(task)
         attrs = dict(task.attrs)
         kernel = self.k.run_kernel if self.opts.backend == "numba" else self.k.reference
-        out, samples = time_call(lambda: kernel(task.op, args, attrs), self.opts.repeats)
-        ref = self.k.reference(task.op, args, attrs) if self.opts.check and self.opts.backend == "numba" else None
-        _check_output(task, out, ref, self.k)
-        self.samples[t] = samples
+        out, seconds = time_call(lambda: kernel(task.op, args, attrs))
+        if self.timed:
+            self.samples[t].append(seconds)
+        else:
+            check = self.opts.check and self.opts.backend == "numba"
+            _check_output(task, out, self.k.reference(task.op, args, attrs) if check else None, self.k)
         self.store.finish(task, out)
 
     def lane(self, tasks: tuple[int, ...], rank: dict[int, int]) -> None:
@@ -398,6 +413,85 @@ def check_options(*, backend: str = "numba", repeats: int = 5, max_workers: int 
         raise OptionsError(f"max_workers must be at least 1, got {max_workers}", obj="max_workers")
 
 
+class Execution:
+    """One schedule being run: its plan, tensors and timed samples.
+
+    :meth:`warm_up` runs the schedule once untimed (Numba compiles every
+    kernel, each output is checked against the NumPy reference when
+    ``check``); every :meth:`timed_pass` then runs the whole schedule again,
+    timing one call per task; :meth:`trace` summarises. Each pass is a
+    complete run in the plan's order (tensors freed after their last
+    consumer, as in the warm-up), so a task's calls are spread over the
+    passes, with the cache state of a real run of the graph, rather than
+    taken back to back; inputs and weights are made once and kept. Several
+    executions can interleave their passes (and other measurements) so
+    that all of them see the same machine.
+    """
+
+    def __init__(self, result: MapResult, *, seed: int = 0, check: bool = True, backend: str = "numba",
+                 max_workers: int | None = None) -> None:
+        check_options(backend=backend, max_workers=max_workers)
+        self.result = result
+        self.graph = result.schedule.cost.graph
+        refuse_kernel_less(self.graph)
+        from mapper.kernels import registry as kernels  # Numba loads here, not at import
+
+        self._k = kernels
+        self.seed = seed
+        self.backend = backend
+        self.checked = check and backend == "numba"
+        self.plan = make_plan(result.schedule, max_workers)
+        self._opts = _Options(check, backend)
+        self._rank = {t: i for i, t in enumerate(self.plan.order)}
+        self._sources: dict[tuple[str, Any], Any] = {}
+        self.samples: list[list[float]] = [[] for _ in self.graph.tasks]
+        self.passes = 0
+        self.wall = 0.0
+        self._first: TensorStore | None = None
+        self.blas_threads: int | None = None
+
+    def _run(self, timed: bool) -> TensorStore:
+        store = TensorStore(self.graph, self.seed, self._k, self._sources)
+        run = _Pass(self.graph, store, self._k, self._opts, self.samples, timed)
+        with one_compute_pool() as blas_threads:
+            t0 = time.perf_counter()
+            threads = [
+                threading.Thread(target=run.lane, args=(lane, self._rank), name=f"mapper-worker-{w}", daemon=True)
+                for w, lane in enumerate(self.plan.lanes)
+            ]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            self.wall += time.perf_counter() - t0
+        self.blas_threads = blas_threads
+        if run.failures:
+            raise min(run.failures, key=lambda f: f[0])[1]
+        return store
+
+    def warm_up(self) -> None:
+        """The untimed first pass: compile, and check outputs when asked."""
+        self._first = self._run(timed=False)
+
+    def timed_pass(self) -> None:
+        """One timed pass over the whole schedule (after :meth:`warm_up`)."""
+        if self._first is None:
+            self.warm_up()
+        self._run(timed=True)
+        self.passes += 1
+
+    def trace(self) -> Trace:
+        """The trace of the passes so far (see :func:`execute`)."""
+        if self._first is None:
+            self.warm_up()
+        assert self._first is not None
+        from mapper.kernels._jit import num_threads
+
+        trace = _trace(self.result, self.samples, self.plan, self._first, self.wall, self.seed, self.passes,
+                       self.checked, self.backend)
+        return dataclasses.replace(trace, blas_threads=self.blas_threads, numba_threads=num_threads())
+
+
 def execute(
     result: MapResult,
     *,
@@ -413,7 +507,8 @@ def execute(
     ----------
     result : a mapped (and validated) schedule.
     seed : seeds every input and weight tensor (by name).
-    repeats : timed calls per task after one warm-up call; the median counts.
+    repeats : timed passes over the schedule after the warm-up pass; per
+        task, the median of its calls counts (:class:`Execution`).
     check : compare every output with the NumPy reference (numba backend).
     backend : ``numba`` (the kernels) or ``numpy`` (the reference implementations).
     max_workers : at most this many threads (default: one per used device).
@@ -428,37 +523,15 @@ def execute(
         A task failed or disagreed with the reference; the message names it.
     """
     check_options(backend=backend, repeats=repeats, max_workers=max_workers)
-    schedule = result.schedule
-    cost = schedule.cost
-    graph = cost.graph
-    refuse_kernel_less(graph)
-    from mapper.kernels import registry as kernels  # Numba loads here, not at import
-
-    plan = make_plan(schedule, max_workers)
-    store = TensorStore(graph, seed, kernels)
-    run = _Run(graph, store, kernels, _Options(repeats, check, backend))
-    rank = {t: i for i, t in enumerate(plan.order)}
-    with one_compute_pool() as blas_threads:
-        t0 = time.perf_counter()
-        threads = [
-            threading.Thread(target=run.lane, args=(lane, rank), name=f"mapper-worker-{w}", daemon=True)
-            for w, lane in enumerate(plan.lanes)
-        ]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        wall = time.perf_counter() - t0
-    if run.failures:
-        raise min(run.failures, key=lambda f: f[0])[1]
-    trace = _trace(result, run, plan, store, wall, seed, repeats, check and backend == "numba", backend)
-    from mapper.kernels._jit import num_threads
-
-    return dataclasses.replace(trace, blas_threads=blas_threads, numba_threads=num_threads())
+    run = Execution(result, seed=seed, check=check, backend=backend, max_workers=max_workers)
+    run.warm_up()
+    for _ in range(repeats):
+        run.timed_pass()
+    return run.trace()
 
 
 def _trace(
-    result: MapResult, run: _Run, plan: Plan, store: TensorStore, wall: float,
+    result: MapResult, samples_of: list[list[float]], plan: Plan, store: TensorStore, wall: float,
     seed: int, repeats: int, checked: bool, backend: str,
 ) -> Trace:
     schedule = result.schedule
@@ -467,7 +540,7 @@ def _trace(
     records = []
     for t, slot in enumerate(schedule.slots):
         dev = devices[slot.device]
-        samples = run.samples[t]
+        samples = samples_of[t]
         measured = statistics.median(samples) if samples else None
         predicted = slot.end - slot.start
         cpu = dev.kind in MEASURED_KINDS

@@ -13,7 +13,7 @@ import pytest
 from mapper.cli import main
 from mapper.cost import build_cost_table
 from mapper.errors import InputError, OptionsError
-from mapper.execute import ExecutionError, execute, make_plan, retime
+from mapper.execute import Execution, ExecutionError, execute, make_plan, retime
 from mapper.kernels import registry
 from mapper.lower import graph_from_text
 from mapper.mapping.base import MapResult
@@ -186,8 +186,8 @@ def test_failing_task_is_named_and_the_run_stops(monkeypatch):
         execute(res, repeats=1, check=False)
     assert f"task {victim.name!r} (gelu) failed: ValueError: boom" in str(info.value)
     assert info.value.obj == victim.name
-    # the failure stopped every worker: of the layernorms, exactly the victim's
-    # ancestors ran (a warm-up and one timed call each); its descendants never did
+    # the failure (in the warm-up pass) stopped every worker: of the layernorms,
+    # exactly the victim's ancestors ran, once each; its descendants never did
     ancestors: set[int] = set()
     todo = [victim.index]
     while todo:
@@ -197,7 +197,40 @@ def test_failing_task_is_named_and_the_run_stops(monkeypatch):
                 todo.append(p)
     norms = [t.index for t in graph.tasks if t.op == "layernorm"]
     assert 0 < len(ancestors & set(norms)) < len(norms)
-    assert calls.count("layernorm") == 2 * len(ancestors & set(norms))
+    assert calls.count("layernorm") == len(ancestors & set(norms))
+
+
+def test_timed_calls_are_whole_passes_over_the_schedule(monkeypatch):
+    res = compiled("cg", "host").result
+    graph = res.schedule.cost.graph
+    calls: list[int] = []
+    real = registry.run_kernel
+
+    def counting(op, inputs, attrs):
+        calls.append(op)
+        return real(op, inputs, attrs)
+
+    monkeypatch.setattr(registry, "run_kernel", counting)
+    trace = execute(res, repeats=3, check=False)
+    n = len(graph.tasks)
+    # a warm-up pass, then 3 timed passes, each calling every task once in the plan's order
+    order = [graph.tasks[t].op for t in make_plan(res.schedule).order]
+    assert calls == order * 4
+    assert trace.repeats == 3
+    assert all(r.measured is not None and r.best <= r.measured for r in trace.records)
+    assert len(trace.records) == n
+
+
+def test_executions_interleave_their_passes():
+    a = Execution(compiled("cg", "host").result, check=True)
+    b = Execution(compiled("fft_conv", "host").result, check=False)
+    for _ in range(2):
+        a.timed_pass()  # the first call warms up (and checks) first
+        b.timed_pass()
+    ta, tb = a.trace(), b.trace()
+    assert ta.repeats == tb.repeats == 2 and ta.checked and not tb.checked
+    assert all(len(s) == 2 for s in a.samples + b.samples)
+    assert ta.outputs and tb.outputs
 
 
 def test_wrong_result_is_named_with_its_error(monkeypatch):

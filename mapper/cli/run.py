@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
     p.add_argument("--mapper", default="heft", help="mapping algorithm (default: heft)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds for exact mappers (default 30)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per task after a warm-up (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes over the schedule after a warm-up pass; per task the median (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the input and weight tensors (default 0)")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="kernels to run (default numba)")
     p.add_argument("--no-check", action="store_true", help="skip comparing outputs with the NumPy reference")
