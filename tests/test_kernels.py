@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mapper.kernels import conv as conv_mod
 from mapper.kernels import fft as fft_mod
 from mapper.kernels import linalg
+from mapper.kernels import stencil as stencil_mod
 from mapper.kernels.registry import make_csr, make_ids, make_tensor, reference, run_kernel, tolerance
 
 
@@ -298,6 +299,33 @@ def test_stencil_coefficients_and_boundary():
     y[1, 1, 1], y[0, 1, 1], y[1, 1, 2], y[0, 0, 0] = 7.0, 14.0, 21.0, 99.0
     seven = run_kernel("stencil", [y], {"points": 7})
     assert seven[1, 1, 1] == (7 + 14 + 21) / 7 and seven[0, 0, 0] == 99.0
+
+
+@pytest.mark.parametrize("shape,points", [((9, 11), 5), ((9, 11), 9), ((6, 7, 8), 7)])
+@pytest.mark.parametrize("steps", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stencil_bit_identical_from_read_only_input(shape, points, steps, dtype):
+    """Both parities of ``steps`` (the first sweep's destination flips), a
+    read-only input left untouched, the result a fresh writable array."""
+    x = rng(40).standard_normal(shape).astype(dtype)
+    x.flags.writeable = False
+    before = x.copy()
+    got = stencil_mod.stencil(x, points=points, steps=steps)
+    want = reference("stencil", [x], {"points": points, "steps": steps})
+    assert got.dtype == x.dtype and np.array_equal(got, want)
+    assert np.array_equal(x, before) and got.flags.writeable and not np.shares_memory(got, x)
+    more = stencil_mod.stencil(x, points=points, steps=steps + 1)
+    assert np.array_equal(more, reference("stencil", [x], {"points": points, "steps": steps + 1}))
+
+
+def test_stencil_non_contiguous_input_and_tiny_grids():
+    x = rng(41).standard_normal((10, 14))[:, ::2]  # a strided view
+    got = stencil_mod.stencil(x, points=5, steps=3)
+    assert np.array_equal(got, reference("stencil", [np.ascontiguousarray(x)], {"points": 5, "steps": 3}))
+    for shape, steps in [((2, 6), 3), ((5, 6), 0)]:
+        y = rng(42).standard_normal(shape)
+        out = stencil_mod.stencil(y, points=5, steps=steps)
+        assert np.array_equal(out, y) and not np.shares_memory(out, y)
 
 
 @pytest.mark.parametrize("m,n,nnz", [(13, 11, 30), (20, 7, 5), (1, 1, 1), (6, 5, 30), (4, 3, 0)])
