@@ -1,21 +1,32 @@
 """Prediction accuracy of the CPU cost model on this machine.
 
-Calibrates the CPU (``mapper calibrate``), maps each example all-on-CPU on
-the calibrated platform, runs it with the Numba kernels (median of
-``--repeats`` timed calls per task after a warm-up) and prints the
-distribution of the relative prediction error ``(predicted - measured) /
-measured`` over CPU tasks longer than 1 ms, per example and per op class.
-Target: within 15 % of the measured medians.
+Calibrates the CPU (``mapper calibrate``), runs each example all on the CPU
+with the Numba kernels and prints the distribution of the relative
+prediction error ``(predicted - measured) / measured`` over CPU tasks longer
+than 1 ms, per example and per op class, where ``measured`` is a task's
+median over timed passes of its whole graph (``mapper.execute.Execution``)
+and ``predicted`` the calibrated model's time for the task. Target: within
+15 % of the measured medians.
 
-The calibrated platform carries per-op-class efficiencies and fixed times per
-call (``overhead_us``) fitted on a small grid of probe tasks per class (not on
-the examples' shapes); the script also prints the error the same platform
-gives without them (the cost model's default efficiencies, no fixed times).
+By default the measurements are interleaved: one timed pass of every
+example runs after each round of the calibration's rate measurements and
+after each pass of its probes, so that the calibration and the examples see
+the machine at the same times (this shared machine's speed moves by 20-30 %
+from one second to the next and between runs a minute apart; side by side
+is the only fair comparison). ``--sequential`` calibrates first and then
+runs the examples (``--repeats`` passes each), as a user does with ``mapper
+calibrate`` and then ``mapper run``; ``--platform FILE`` skips the
+calibration.
+
+The calibrated platform carries per-op efficiencies and fixed times per call
+fitted on a small grid of probe tasks per class (not on the examples'
+shapes); the script also prints the error the same platform gives without
+them (the cost model's default efficiencies, no fixed times).
 
 Sizes (smaller than the examples' own where a full run takes too long on a
 2-core machine; every size is printed): see :data:`SIZES`.
 
-Usage: python benchmarks/prediction.py [--repeats 5] [--quick-calibration | --platform FILE]
+Usage: python benchmarks/prediction.py [--repeats 5] [--quick-calibration | --platform FILE | --sequential]
        [--threads N] [--only NAME ...] [--json OUT]
 """
 
@@ -33,7 +44,7 @@ from pathlib import Path
 
 from mapper.calibrate import Settings, calibrate, platform_toml
 from mapper.cost import build_cost_table, op_class
-from mapper.execute import execute, one_compute_pool
+from mapper.execute import Execution, one_compute_pool
 from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
 from mapper.platform import load_platform
@@ -80,10 +91,14 @@ def dist(errs: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="timed passes per example with --platform or --sequential (interleaved: one per "
+                         "calibration round and probe pass)")
     ap.add_argument("--quick-calibration", action="store_true")
     ap.add_argument("--only", nargs="*", default=None, choices=sorted(SIZES))
     ap.add_argument("--platform", help="use this platform file instead of calibrating")
+    ap.add_argument("--sequential", action="store_true",
+                    help="calibrate first, then run the examples (not interleaved)")
     ap.add_argument("--threads", type=int, help="run with this many threads in every pool (OpenMP, "
                     "OpenBLAS, MKL, Numba): restarts the script with those variables set")
     ap.add_argument("--json", metavar="OUT")
@@ -98,37 +113,66 @@ def main(argv: list[str] | None = None) -> int:
     with one_compute_pool() as blas:
         print("BLAS pool during calibration and runs: "
               + ("not controlled (no threadpoolctl)" if blas is None else f"{blas} thread(s)"))
+    names = args.only or list(SIZES)
+    graphs = {name: graph_from_text(source(name), f"{name}.tg") for name in names}
+    interleaved = not (args.platform or args.sequential)
+    runs: dict[str, Execution] = {}
+    if interleaved:
+        # every example mapped on the shipped host platform (one CPU: the schedule is a
+        # topological order); the calibrated model prices the same tasks afterwards
+        host = load_platform("host")
+        for name, graph in graphs.items():
+            runs[name] = Execution(compile_graph(graph, host, mapper="heft").result, check=False)
+            runs[name].warm_up()
+
+    def one_pass() -> None:
+        for run in runs.values():
+            run.timed_pass()
+
     if args.platform:
         plat = load_platform(args.platform)
         calibration = Path(args.platform).read_text()
         print(f"platform {plat.name} from {args.platform} (no calibration run)")
     else:
-        cal = calibrate(Settings.quick() if args.quick_calibration else Settings(),
-                        log=lambda s: print("  calibrate:", s, flush=True))
+        settings = Settings.quick() if args.quick_calibration else Settings()
+        if interleaved:
+            settings = replace(settings, rounds=max(settings.rounds, 5), probe_passes=11)
+            print("interleaved: one timed pass of every example after each calibration round and probe pass")
+        cal = calibrate(settings, log=lambda s: print("  calibrate:", s, flush=True),
+                        between=one_pass if interleaved else None)
         plat = cal.platform()
         calibration = platform_toml(cal)
         print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
         print(calibration)
-    plain = replace(plat, devices=tuple(replace(d, efficiency=(), overhead_us=()) for d in plat.devices))
+    plain = replace(plat, devices=tuple(replace(d, efficiency=(), overhead_us=(), overhead_us_per_mib=(), half_length=())
+                                       for d in plat.devices))
 
     rows: list[dict] = []
-    for name in args.only or list(SIZES):
-        graph = graph_from_text(source(name), f"{name}.tg")
-        res = compile_graph(graph, plat, mapper="heft").result
-        default = build_cost_table(graph, plain)
+    for name, graph in graphs.items():
         t1 = time.perf_counter()
-        trace = execute(res, repeats=args.repeats, check=False)
-        long = [r for r in trace.records if r.measured is not None and r.measured > ERROR_MIN_SECONDS]
-        print(f"{name:10s} [{params(name)}] {len(trace.records)} tasks, {len(long)} > 1 ms, "
-              f"run {time.perf_counter() - t1:.1f} s")
-        print(f"           predicted makespan {trace.predicted_makespan * 1e3:9.2f} ms, "
-              f"measured {trace.makespan * 1e3:9.2f} ms")
-        print(f"           {dist([r.error for r in long])}")
-        print(f"   vs best {dist([(r.predicted - r.best) / r.best for r in long])}")
+        if not interleaved:
+            runs[name] = Execution(compile_graph(graph, plat, mapper="heft").result, check=False)
+            for _ in range(args.repeats):
+                runs[name].timed_pass()
+        trace = runs[name].trace()
+        model = build_cost_table(graph, plat)
+        default = build_cost_table(graph, plain)
+        recs = []
         for r in trace.records:
+            pred = model.time[r.task][0]
+            err = (pred - r.measured) / r.measured if r.measured else None
+            recs.append((r, pred, err))
+        long = [(r, p, e) for r, p, e in recs if r.measured is not None and r.measured > ERROR_MIN_SECONDS]
+        print(f"{name:10s} [{params(name)}] {len(trace.records)} tasks, {len(long)} > 1 ms, "
+              f"{trace.repeats} timed passes" + ("" if interleaved else f", run {time.perf_counter() - t1:.1f} s"))
+        print(f"           predicted sum {sum(p for _, p, _ in recs) * 1e3:9.2f} ms, "
+              f"measured sum {sum(r.measured or 0 for r, _, _ in recs) * 1e3:9.2f} ms")
+        print(f"           {dist([e for _, _, e in long])}")
+        print(f"   vs best {dist([(p - r.best) / r.best for r, p, _ in long])}")
+        for r, pred, err in recs:
             rows.append({"example": name, "task": r.name, "op": r.op, "class": op_class(r.op),
-                         "bound": r.bound, "predicted": r.predicted, "measured": r.measured, "error": r.error,
-                         "best": r.best, "default": default.time[r.task][r.device]})
+                         "bound": model.bound[r.task][0], "predicted": pred, "measured": r.measured, "error": err,
+                         "best": r.best, "default": default.time[r.task][0]})
 
     long_rows = [r for r in rows if r["measured"] and r["measured"] > ERROR_MIN_SECONDS]
     print("\nper op class (CPU tasks > 1 ms):")

@@ -64,9 +64,7 @@ class Settings:
     stream_budget: float = 0.8  # seconds per round
     launch_calls: int = 2000
     probes: bool = True
-    probe_budget: float = 0.2  # seconds per probe and pass (at least 2 timed calls)
-    probe_repeats: int = 10  # at most this many timed calls per probe and pass
-    probe_passes: int = 2  # the probes run this many times; the median of all their calls counts
+    probe_passes: int = 9  # timed passes over the probes, one call of each per pass; the median counts
     cache_sizes_mib: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 32, 64)  # per array, for the cache sweep
     cache_budget: float = 1.5  # seconds for the whole sweep (at least 5 calls per size)
 
@@ -400,12 +398,17 @@ PROBES: tuple[tuple[str, str], ...] = (
 )
 
 
-def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) -> tuple[Probe, ...]:
+def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | None = None) -> tuple[Probe, ...]:
     """Time each probe task with the kernels and predict it with the model on
-    ``plat``. The probes run ``passes`` times in turn (at least 2 timed calls
-    per probe and pass, more while ``budget`` seconds last); a probe's time
-    is the median of all its calls, the statistic the executor reports."""
-    from mapper.execute import TensorStore
+    ``plat``. After an untimed warm-up call of each, the probes run in
+    ``passes`` timed passes, one call of every probe per pass, as the
+    executor times a graph's tasks (:class:`mapper.execute.Execution`): a
+    call follows other kernels, not itself, so it meets the cache and the
+    memory allocator as a task of a graph does, and a probe's calls are
+    spread over the whole measurement. A probe's time is the median of its
+    calls, the statistic the executor reports. ``between``, when given, is
+    called after each pass."""
+    from mapper.execute import TensorStore, time_call
     from mapper.kernels import registry as k
     from mapper.lower import graph_from_text
 
@@ -415,10 +418,16 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
         graph = graph_from_text(f"graph probe_{i} {{\n  {body}\n  output y\n}}\n", f"<probe {key}>")
         task = graph.tasks[-1]
         setup.append((graph, task, TensorStore(graph, 0, k).operands(task), dict(task.attrs)))
+    calls = [(lambda task=task, args=args, attrs=attrs: k.run_kernel(task.op, args, attrs))
+             for _, task, args, attrs in setup]
+    for call in calls:
+        call()  # warm-up: compile
     samples: list[list[float]] = [[] for _ in PROBES]
     for _ in range(max(passes, 1)):
-        for i, (_, task, args, attrs) in enumerate(setup):
-            samples[i] += timed_calls(lambda: k.run_kernel(task.op, args, attrs), budget, 2, max_runs)
+        for i, call in enumerate(calls):
+            samples[i].append(time_call(call)[1])
+        if between is not None:
+            between()
     out = []
     for (key, _), (graph, task, _, _), times in zip(PROBES, setup, samples):
         cost = build_cost_table(graph, plat)
@@ -431,8 +440,16 @@ def run_probes(plat: Platform, budget: float, max_runs: int, passes: int = 1) ->
 
 
 # -- the calibration -------------------------------------------------------------------------
-def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable[[str], None] | None = None) -> Calibration:
+def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable[[str], None] | None = None,
+              between: Callable[[], None] | None = None) -> Calibration:
     """Measure this machine; see the module docstring. ``log`` gets progress lines.
+
+    ``between``, when given, is called after each round of the rate
+    measurements and after each pass of the probes: a caller that measures
+    something else (``benchmarks/prediction.py`` runs a pass of every
+    example) interleaves it with the calibration, so that both see the
+    machine at the same times (a shared machine's speed drifts by tens of
+    per cent within a minute).
 
     Runs with the thread pools as :func:`mapper.execute.execute` runs tasks
     (:func:`mapper.execute.one_compute_pool`: BLAS limited to one thread), so
@@ -443,10 +460,11 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
     if not name.strip():
         raise OptionsError("the platform name must not be empty", obj="--name")
     with one_compute_pool() as blas_threads:
-        return _measure(settings, name, log or (lambda _: None), blas_threads)
+        return _measure(settings, name, log or (lambda _: None), blas_threads, between)
 
 
-def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_threads: int | None) -> Calibration:
+def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_threads: int | None,
+             between: Callable[[], None] | None = None) -> Calibration:
     """The body of :func:`calibrate`, run inside the thread-pool limit.
 
     Every rate is that of the median call (the statistic the executor
@@ -470,6 +488,8 @@ def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_thr
         stream.append(measure_bandwidth(*arrays, settings.stream_budget))
         say(f"round {r + 1}/{rounds}: matmul f32 {gemm['f32'][-1][0]:.1f}, f64 {gemm['f64'][-1][0]:.1f} GFLOP/s; "
             f"add {stream[-1][0]:.2f} GB/s")
+        if between is not None:
+            between()
     del arrays
     peaks = []
     for dt, per_round in gemm.items():
@@ -522,7 +542,7 @@ def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_thr
                       cache_sweep=sweep)
     probes: tuple[Probe, ...] = ()
     if settings.probes:
-        probes = run_probes(cal.platform(), settings.probe_budget, settings.probe_repeats, settings.probe_passes)
+        probes = run_probes(cal.platform(), settings.probe_passes, between)
         for p in probes:
             say(f"probe {p.op_class} {p.task}: measured {p.measured * 1e3:.3f} ms, model {p.model * 1e3:.3f} ms")
     return replace(cal, probes=probes, seconds=time.perf_counter() - t_start)
