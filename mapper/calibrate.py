@@ -40,7 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from mapper.cost import (
-    EFF_COMPUTE, EFF_MEMORY, build_cost_table, kernel_flops, op_class, rate_dtype, vector_length, working_set,
+    EFF_COMPUTE, EFF_MEMORY, build_cost_table, gemm_dims, gemm_shape_factor, im2col_bytes, kernel_flops, op_class,
+    rate_dtype, vector_length, working_set,
 )
 from mapper.errors import MapperError, OptionsError
 from mapper.ops import OP_CLASSES
@@ -105,6 +106,8 @@ class Probe:
     feeds: str = ""  # a key (``reduce.max``, ``elementwise:f64``) this probe alone feeds; "" for its class and op
     working_set: float = 0.0  # bytes of the distinct tensors the task touches (mapper.cost.working_set)
     vector: int = 0  # Hockney's vector length n of the task (mapper.cost.vector_length; 0: none)
+    gemm: tuple[int, ...] = ()  # (batch, M, N, K) of the task's GEMM (mapper.cost.gemm_dims; () for none)
+    copy_bytes: float = 0.0  # bytes conv2d's im2col writes (mapper.cost.im2col_bytes)
 
     @property
     def op(self) -> str:
@@ -365,10 +368,18 @@ def threads() -> int:
 #: loop from ``sum``) or a dtype (``elementwise:f64``: Numba loops do not run
 #: at half the rate in f64 as the BLAS peaks do) feeds only that key's entry. The sizes form a small grid chosen
 #: around typical uses, not the benchmark examples' shapes.
+#: GEMM shapes ``(M, N, K)`` of the matmul probes: a small design over 48 to
+#: 3072 in each dimension (each dimension short in some probes while the
+#: others are long), for the per-dimension fit of :func:`gemm_fit`.
+GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (48, 1536, 384), (96, 3072, 96), (384, 3072, 48), (1536, 384, 96), (384, 48, 1536), (1536, 96, 384),
+    (96, 384, 1536), (384, 384, 384), (1536, 1536, 192), (192, 1536, 1536), (768, 768, 768), (3072, 48, 48),
+)
+
 PROBES: tuple[tuple[str, str], ...] = (
-    ("gemm", "input a : f32[512, 512]\n  y = matmul(a, weight f32[512, 512])"),
-    ("gemm", "input a : f32[128, 768]\n  y = matmul(a, weight f32[768, 768])"),
-    ("gemm", "input a : f32[1024, 768]\n  y = matmul(a, weight f32[768, 3072])"),
+    *(("gemm", f"input a : f32[{m}, {k}]\n  y = matmul(a, weight f32[{k}, {n}])") for m, n, k in GEMM_PROBE_SHAPES),
+    ("conv", "input x : f32[1, 3, 160, 160]\n  y = conv2d(x, weight f32[32, 3, 7, 7], stride = 2, padding = 3)"),
+    ("conv", "input x : f32[1, 256, 28, 28]\n  y = conv2d(x, weight f32[512, 256, 1, 1], stride = 2)"),
     ("conv", "input x : f32[1, 64, 56, 56]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 128, 28, 28]\n  y = conv2d(x, weight f32[128, 128, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
@@ -435,7 +446,8 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
-                         "" if key in OP_CLASSES else key, working_set(task), vector_length(task) or 0))
+                         "" if key in OP_CLASSES else key, working_set(task), vector_length(task) or 0,
+                         gemm_dims(task) or (), im2col_bytes(task)))
     return tuple(out)
 
 
@@ -545,6 +557,15 @@ def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_thr
         probes = run_probes(cal.platform(), settings.probe_passes, between)
         for p in probes:
             say(f"probe {p.op_class} {p.task}: measured {p.measured * 1e3:.3f} ms, model {p.model * 1e3:.3f} ms")
+        fit = gemm_fit(replace(cal, probes=probes))
+        if fit is not None and fit.raw > 1.0:
+            # the probes' GEMMs ran faster than the square matmuls above: their
+            # asymptotic rate is the better compute ceiling (f32: the probes' dtype)
+            cal = replace(cal, peak_gflops=tuple(
+                replace(r, value=r.value * fit.raw, stored=r.stored * fit.raw,
+                        how=f"{r.how}; raised x{fit.raw:.3f} to the asymptotic rate of the GEMM shape fit "
+                            f"over {fit.probes} matmul probes")
+                if r.key == "f32" else r for r in cal.peak_gflops))
     return replace(cal, probes=probes, seconds=time.perf_counter() - t_start)
 
 
@@ -611,6 +632,16 @@ def platform_toml(cal: Calibration) -> str:
             lines.append("# Hockney's half-performance length n_1/2: the rate is e n / (n + n_1/2), n the op's vector length")
             lines.append("# (matmul, conv2d: the smallest GEMM dimension; attention: sequence), from the fits above")
             lines.append("half_length = { " + ", ".join(f"{_toml_key(e.key)} = {e.half:.4g}" for e in halves) + " }")
+        fit = gemm_fit(cal)
+        if fit is not None:
+            lines.append(f"# GEMM shape model (matmul and conv2d's im2col GEMM, {fit.probes} matmul probes of 48 to 3072 per")
+            lines.append("# dimension): rate = gemm efficiency x peak x prod n / (n + n_1/2) over M, N, K (Hockney's law per")
+            lines.append(f"# dimension), least squares on log time; worst probe error {fit.worst * 100:.1f} %")
+            lines.append("gemm_half_lengths = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half)) + " }")
+            if fit.im2col_gbs is not None:
+                lines.append(f"# conv2d's im2col copy, bytes of the column matrix per second, fitted on {fit.conv_probes} conv probes")
+                lines.append(f"# beside their GEMMs' model times; worst conv probe error {fit.conv_worst * 100:.1f} %")
+                lines.append(f"im2col_gbs = {_num(fit.im2col_gbs)}")
         scaled = [e for e in entries if e.per_mib > 0]
         if scaled:
             lines.append("# fixed time per call per MiB of working set (Hockney's t0 in proportion to the data the")
@@ -720,7 +751,12 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
             for op in sorted(ops, key=lambda o: [q[0] for q in points].index(o)):
                 groups[op] = [x for x in points if x[0] == op]  # an op named as its class (fft) takes the key
     out = []
+    fit = gemm_fit(cal)
+    if fit is not None:  # the GEMM shape model prices matmul and conv2d (see platform_toml)
+        out.append(Entry("gemm", fit.efficiency, probes=fit.probes))
     for key, points in groups.items():
+        if fit is not None and key in ("gemm", "conv"):
+            continue
         if not any(p[3] for p in points):
             continue
         e, t0, per_mib, half = _fit(points)
@@ -777,6 +813,84 @@ def hockney_fit(points: list[tuple[float, float]], scale: list[float] | None = N
         a = 1.0
         t0 = max((su - sux) / suu, 0.0)
     return 1.0 / a, t0
+
+
+@dataclass(frozen=True, slots=True)
+class GemmFit:
+    """The GEMM shape model fitted to the matmul probes, and conv2d's im2col rate.
+
+    ``efficiency`` is the asymptotic fraction of the stored peak, ``half``
+    Hockney's ``n_1/2`` of ``M, N, K``; ``worst`` the largest relative
+    error it leaves on the matmul probes. ``im2col_gbs`` (None when the conv
+    probes show no copy time) is the rate at which conv2d's im2col writes its
+    column matrix, fitted on the conv probes beside their GEMMs' model
+    times; ``conv_worst`` the largest relative error on those probes.
+    """
+
+    efficiency: float
+    half: tuple[float, float, float]
+    probes: int
+    worst: float
+    im2col_gbs: float | None = None
+    conv_probes: int = 0
+    conv_worst: float = 0.0
+    raw: float = 1.0  # the fitted asymptotic fraction before the cap at 1 (above 1: the peak is low)
+
+
+#: Candidate half-performance lengths of the grid search in :func:`gemm_fit`:
+#: 0 and 1 to 4096 in steps of sqrt(2), refined around the best in steps of 2^(1/8).
+_HALF_GRID = (0.0, *(2.0 ** (j / 2) for j in range(25)))
+
+
+def gemm_fit(cal: Calibration) -> GemmFit | None:
+    """Fit ``t = launch + F / (e P) prod_d (1 + n_1/2,d / n_d)`` over the GEMM's
+    dimensions ``d = M, N, K`` to the matmul probes (Hockney's half-performance
+    law per dimension, Hockney, SIAM 1996), least squares on the log of the
+    time: a grid search over the three lengths with ``e`` in closed form, then
+    a finer grid around the best. Then conv2d's im2col rate from the conv
+    probes: ``t = launch + GEMM model + bytes / rate`` (:func:`mapper.cost.im2col_bytes`).
+    None with fewer than 5 matmul probes.
+    """
+    peaks = {r.key: r.stored * 1e9 for r in cal.peak_gflops}
+    pts = [(p, p.measured - p.launch, peaks.get(p.rate_dtype, 0.0)) for p in cal.probes]
+    gemms = [(p, body, peak) for p, body, peak in pts if p.op == "matmul" and p.gemm and body > 0 and peak > 0]
+    if len(gemms) < 5:
+        return None
+    y = np.array([math.log(body * peak / p.flops) for p, body, peak in gemms])
+    sizes = np.array([p.gemm[1:] for p, _, _ in gemms], dtype=float)  # [probe, (M, N, K)]
+
+    def search(grids: list[np.ndarray]) -> tuple[float, tuple[float, float, float]]:
+        lm, ln, lk = (np.log1p(g[None, :] / sizes[:, d:d + 1]) for d, g in enumerate(grids))
+        r = y[:, None, None, None] - lm[:, :, None, None] - ln[:, None, :, None] - lk[:, None, None, :]
+        sse = ((r - r.mean(axis=0)) ** 2).sum(axis=0)
+        a, b, c = np.unravel_index(int(np.argmin(sse)), sse.shape)  # first minimum: deterministic
+        return float(r[:, a, b, c].mean()), (float(grids[0][a]), float(grids[1][b]), float(grids[2][c]))
+
+    grid = np.array(_HALF_GRID)
+    _, best = search([grid] * 3)
+    fine = [np.array(sorted({h * 2.0 ** (j / 8) for j in range(-4, 5)} | ({0.0, 0.5} if h == 0 else set())))
+            for h in best]
+    mean, half = search(fine)
+    raw = math.exp(-mean)
+    half = tuple(float(f"{h:.3g}") for h in half)
+    e = float(f"{min(raw, 1.0):.3g}")
+
+    def model(p: Probe, peak: float) -> float:
+        return p.flops / (e * peak * gemm_shape_factor(tuple(p.gemm), half))  # type: ignore[arg-type]
+
+    worst = max(abs(model(p, peak) / body - 1.0) for p, body, peak in gemms)
+    convs = [(p, body, peak, model(p, peak)) for p, body, peak in pts if p.op == "conv2d" and p.gemm and body > 0
+             and peak > 0]
+    gbs = None
+    x = 0.0  # seconds per byte of im2col
+    num = sum(p.copy_bytes / t * (1.0 - g / t) for p, t, _, g in convs)
+    den = sum((p.copy_bytes / t) ** 2 for p, t, _, g in convs)
+    if den > 0 and num > 0:
+        x = num / den
+        gbs = float(f"{1e-9 / x:.3g}")
+        x = 1e-9 / gbs
+    conv_worst = max((abs((g + p.copy_bytes * x) / t - 1.0) for p, t, _, g in convs), default=0.0)
+    return GemmFit(e, half, len(gemms), worst, gbs, len(convs), conv_worst, raw)  # type: ignore[arg-type]
 
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:

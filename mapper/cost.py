@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mapper.errors import InfeasibleError, InputError, OptionsError, SourceSpan
-from mapper.graph import Task, TaskGraph
+from mapper.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.platform import DEVICE_KINDS, Device, Platform
 
 INF = math.inf
@@ -199,6 +199,7 @@ class Estimate:
     t_memory: float = 0.0  # memory time at the effective bandwidth
     cached: bool = False  # the working set fits the cache: t_memory is at the cache's bandwidth
     t_overhead: float = 0.0  # the device's fixed time per call of this op (Hockney's t0), beyond launch
+    t_copy: float = 0.0  # conv2d's im2col copy at the device's im2col_gbs (0 without one)
 
 
 def _infeasible(reason: str) -> Estimate:
@@ -298,6 +299,81 @@ def vector_length(task: Task) -> int | None:
     return None
 
 
+#: conv2d lowers to a GEMM through im2col when the per-group GEMM's inner
+#: size ``Cg R S`` and output channels ``K / groups`` both reach this (the
+#: kernel's ``mapper.kernels.conv.IM2COL_MIN``; a test keeps them equal).
+IM2COL_MIN = 16
+
+#: Dtypes whose GEMMs run in the BLAS library (the others in Numba loops).
+GEMM_DTYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128"})
+
+
+def gemm_dims(task: Task) -> tuple[int, int, int, int] | None:
+    """``(batch, M, N, K)`` of the GEMM a ``matmul`` or ``conv2d`` task runs,
+    as the kernels call it (``C[M, N] = A[M, K] B[K, N]``, ``batch`` times),
+    or None for other tasks (and for conv2d's direct path, integer dtypes,
+    or undeclared shapes).
+
+    ``matmul`` with a 2-D right operand folds its batch into the rows of
+    ``A`` (one GEMM); with batched right operands it is a batch of GEMMs.
+    ``conv2d`` is an im2col GEMM per image and group: ``M`` the group's
+    output channels, ``N`` the output pixels, ``K = Cg R S``
+    (Chellapilla et al., IWFHR 2006).
+    """
+    out = task.output
+    if out is None or task.dtype not in GEMM_DTYPES or len(task.operands) < 2:
+        return None
+    a, b = task.operands[0].type.shape, task.operands[1].type.shape
+    if task.op == "matmul" and len(a) >= 2 and len(b) >= 2 and len(out.shape) >= 2:
+        m, k, n = a[-2], a[-1], b[-1]
+        batch = math.prod(out.shape[:-2])
+        if len(b) == 2 or all(d == 1 for d in b[:-2]):
+            return (1, batch * m, n, k)
+        return (batch, m, n, k)
+    if task.op == "conv2d" and len(a) == 4 and len(b) == 4 and len(out.shape) == 4:
+        groups = int(dict(task.attrs).get("groups") or 1)
+        kg, crs = b[0] // groups, b[1] * b[2] * b[3]
+        if crs < IM2COL_MIN or kg < IM2COL_MIN:
+            return None
+        return (a[0] * groups, kg, out.shape[2] * out.shape[3], crs)
+    return None
+
+
+def im2col_bytes(task: Task) -> float:
+    """Bytes of the column matrix ``conv2d``'s im2col writes per call: 0 for
+    a 1x1 filter with stride 1 and no padding (the input is the matrix) and
+    for tasks that are not im2col GEMMs."""
+    dims = gemm_dims(task) if task.op == "conv2d" else None
+    if dims is None:
+        return 0.0
+    attrs = dict(task.attrs)
+    _, _, r, s = task.operands[1].type.shape
+    if (r, s) == (1, 1) and _pair(attrs.get("stride"), 1) == (1, 1) and _pair(attrs.get("padding"), 0) == (0, 0):
+        return 0.0
+    batch, _, n, k = dims
+    return float(batch * n * k * DTYPE_BYTES[task.operands[0].type.dtype])
+
+
+def _pair(value: object, default: int) -> tuple[int, int]:
+    """An ``int2`` attribute (an int or a pair; None: ``default``) as a pair."""
+    if value is None:
+        return (default, default)
+    if isinstance(value, (tuple, list)):
+        return (int(value[0]), int(value[-1]))
+    return (int(value), int(value))  # type: ignore[call-overload]
+
+
+def gemm_shape_factor(dims: tuple[int, int, int, int], half: tuple[float, float, float]) -> float:
+    """``prod n / (n + n_1/2)`` over the GEMM's ``M, N, K``: Hockney's
+    half-performance law (Hockney, SIAM 1996) for each dimension, the
+    fraction of the asymptotic rate a GEMM of that shape reaches."""
+    _, m, n, k = dims
+    f = 1.0
+    for size, h in zip((m, n, k), half):
+        f *= size / (size + h) if size > 0 else 0.0
+    return f
+
+
 def estimate(task: Task, cls: str, device: Device) -> Estimate:
     """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
 
@@ -318,15 +394,24 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     the most specific of :func:`model_keys`), else the tables above.
     """
     kind = device.kind
+    dims = gemm_dims(task) if device.gemm_half_lengths is not None else None
+    if dims is not None:
+        cls = "gemm"  # the device models conv2d's GEMM as a GEMM (its im2col copy is t_copy)
     keys = model_keys(task, cls)
     e_c = lookup(device.efficiency, keys)
     if e_c is None:
         e_c = EFF_COMPUTE[kind].get(cls)
     if e_c is None:
         return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
-    half, n = lookup(device.half_length, keys), vector_length(task)
-    if half and n:
-        e_c *= n / (n + half)
+    t_copy = 0.0
+    if dims is not None and device.gemm_half_lengths is not None:
+        e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
+        if device.im2col_gbs:
+            t_copy = im2col_bytes(task) / (device.im2col_gbs * 1e9)
+    else:
+        half, n = lookup(device.half_length, keys), vector_length(task)
+        if half and n:
+            e_c *= n / (n + half)
     flops, nbytes = kernel_flops(task), float(task.bytes)
     if (flops > 0 or nbytes > 0) and not device.has_rates:
         return _infeasible("no rates: the device declares no peak_gflops or mem_bandwidth_gbs")
@@ -350,7 +435,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     launch = device.launch_us / 1e6
     per_mib = lookup(device.overhead_us_per_mib, keys) or 0.0
     overhead = ((lookup(device.overhead_us, keys) or 0.0) + per_mib * working_set(task) / MIB) / 1e6
-    t_comp = t_par + t_ser
+    t_comp = t_par + t_ser + t_copy
     body = max(t_comp, t_mem)
     if body == 0.0 or launch + overhead >= body:
         bound = "launch"
@@ -358,7 +443,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         bound = "serial" if t_ser > t_par else "compute"
     else:
         bound = "memory"
-    return Estimate(launch + overhead + body, bound, "", t_par, t_ser, t_mem, cached, overhead)
+    return Estimate(launch + overhead + body, bound, "", t_par, t_ser, t_mem, cached, overhead, t_copy)
 
 
 def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:

@@ -52,6 +52,8 @@ class Device:
     overhead_us: tuple[tuple[str, float], ...] = ()  # op class, op or op variant -> fixed time per call (Hockney t0)
     overhead_us_per_mib: tuple[tuple[str, float], ...] = ()  # the same keys -> fixed time per MiB of working set
     half_length: tuple[tuple[str, float], ...] = ()  # the same keys -> Hockney's n_1/2 in the op's vector length
+    gemm_half_lengths: tuple[float, float, float] | None = None  # Hockney's n_1/2 of a GEMM's M, N, K
+    im2col_gbs: float | None = None  # rate at which conv2d's im2col writes its column matrix
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
@@ -144,12 +146,13 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
     "reconfig_ms": ("nonneg", "milliseconds"),
     "cache_mib": ("pos", "MiB"),
     "cache_bandwidth_gbs": ("pos", "GB/s"),
+    "im2col_gbs": ("pos", "GB/s"),
 }
 #: Keys that come only together: (key, its partner).
 _PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
-                "overhead_us", "overhead_us_per_mib", "half_length")
+                "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -273,6 +276,12 @@ class _Checker:
         per_mib = self.per_op(tab, path, "overhead_us_per_mib",
                               lambda v, kp: self.number(v, kp, "nonneg", "microseconds per MiB"))
         half = self.per_op(tab, path, "half_length", lambda v, kp: self.number(v, kp, "nonneg", "vector elements"))
+        gemm_half = None
+        if "gemm_half_lengths" in tab:
+            gpath = f"{path}.gemm_half_lengths"
+            gtab = self.table(tab["gemm_half_lengths"], gpath)
+            self.keys(gtab, gpath, ("m", "n", "k"), ("m", "n", "k"))
+            gemm_half = tuple(self.number(gtab[d], f"{gpath}.{d}", "nonneg", "elements") for d in "mnk")
         memory_efficiency = None
         if "memory_efficiency" in tab:
             memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
@@ -298,6 +307,8 @@ class _Checker:
             overhead_us=overhead,
             overhead_us_per_mib=per_mib,
             half_length=half,
+            gemm_half_lengths=gemm_half,
+            im2col_gbs=nums.get("im2col_gbs"),
         )
 
     def per_op(self, tab: dict[str, Any], path: str, key: str, read: Any) -> tuple[tuple[str, float], ...]:

@@ -272,3 +272,39 @@ def test_a_half_performance_length_is_fitted_over_vector_lengths():
     probes = tuple(replace(p, measured=1e-3 + p.flops / 1e11 / 0.8 * (1 + 64 / p.vector)) for p in probes)
     (entry,) = model_entries(replace(fake(), probes=probes))
     assert entry.half == pytest.approx(64) and entry.efficiency == pytest.approx(0.8)
+
+
+def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
+    from dataclasses import replace
+
+    from mapper.calibrate import GEMM_PROBE_SHAPES, gemm_fit, model_entries
+    from mapper.cost import gemm_shape_factor
+
+    # matmul probes timed exactly by the model: stored f32 peak 100 GFLOP/s, e = 0.8,
+    # n_1/2 = (64, 32, 16) for (M, N, K), launch 1 ms
+    half, e, launch = (64.0, 32.0, 16.0), 0.8, 1e-3
+    probes = []
+    for m, n, k in GEMM_PROBE_SHAPES:
+        flops = 2.0 * m * n * k
+        t = launch + flops / (e * 100e9 * gemm_shape_factor((1, m, n, k), half))
+        probes.append(Probe("gemm", f"matmul -> [{m}, {n}]", t, t, "compute", flops, 1e6, launch, "f32",
+                            gemm=(1, m, n, k)))
+    # conv probes: their GEMM by the same model plus an im2col copy at 4 GB/s (one with no copy)
+    for (m, n, k), copy in (((64, 3136, 576), 7.2e6), ((128, 784, 1152), 3.6e6), ((256, 196, 512), 0.0)):
+        flops = 2.0 * m * n * k
+        t = launch + flops / (e * 100e9 * gemm_shape_factor((1, m, n, k), half)) + copy / 4e9
+        probes.append(Probe("conv", f"conv2d -> [1, {m}]", t, t, "compute", flops, 1e6, launch, "f32",
+                            gemm=(1, m, n, k), copy_bytes=copy))
+    cal = replace(fake(), probes=tuple(probes))
+    fit = gemm_fit(cal)
+    assert fit is not None and fit.probes == len(GEMM_PROBE_SHAPES) and fit.conv_probes == 3
+    assert fit.efficiency == pytest.approx(0.8, rel=0.02)
+    assert fit.half == pytest.approx(half, rel=0.1)
+    assert fit.worst < 0.02 and fit.conv_worst < 0.03
+    assert fit.im2col_gbs == pytest.approx(4.0, rel=0.05)
+    # the platform file carries the model; matmul and conv2d get no entries of their own
+    assert {x.key for x in model_entries(cal)} == {"gemm"}
+    dev = parse_platform(platform_toml(cal), "g.toml").devices[0]
+    assert dev.gemm_half_lengths == pytest.approx(half, rel=0.1) and dev.im2col_gbs == pytest.approx(4.0, rel=0.05)
+    # fewer than 5 matmul probes: no shape model
+    assert gemm_fit(replace(cal, probes=tuple(probes[:4]))) is None

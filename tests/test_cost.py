@@ -538,3 +538,45 @@ def test_half_length_scales_the_efficiency_by_the_vector_length():
     # 64 output channels: 0.8 x 64 / 128 = 0.4 of the 100 GFLOP/s peak; 256: 0.8 x 256 / 320 = 0.64
     assert estimate(a, "conv", dev).t_parallel == pytest.approx(a.flops / 40e9)
     assert estimate(b, "conv", dev).t_parallel == pytest.approx(b.flops / 64e9)
+
+
+def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
+    from dataclasses import replace
+
+    from mapper.cost import IM2COL_MIN, gemm_dims, gemm_shape_factor, im2col_bytes
+    from mapper.kernels.conv import IM2COL_MIN as KERNEL_IM2COL_MIN
+    from mapper.lower import graph_from_text
+
+    assert IM2COL_MIN == KERNEL_IM2COL_MIN  # the model follows the kernel's choice of path
+    g = graph_from_text(
+        "graph g {\n  input a : f32[4, 96, 384]\n  input x : f32[2, 64, 56, 56]\n"
+        "  y = matmul(a, weight f32[384, 1536])\n"
+        "  z = matmul(a, weight f32[4, 384, 32])\n"
+        "  c3 = conv2d(x, weight f32[128, 64, 3, 3], padding = 1)\n"
+        "  c1 = conv2d(x, weight f32[256, 64, 1, 1])\n"
+        "  c1s = conv2d(x, weight f32[256, 64, 1, 1], stride = 2)\n"
+        "  dw = conv2d(x, weight f32[64, 1, 3, 3], padding = 1, groups = 64)\n"
+        "  output y, z, c3, c1, c1s, dw\n}\n")
+    y, z, c3, c1, c1s, dw = (t for t in g.tasks if t.op in ("matmul", "conv2d"))
+    assert gemm_dims(y) == (1, 4 * 96, 1536, 384)  # a 2-D right operand: the batch folds into the rows
+    assert gemm_dims(z) == (4, 96, 32, 384)
+    assert gemm_dims(c3) == (2, 128, 56 * 56, 64 * 9)
+    assert gemm_dims(c1) == (2, 256, 56 * 56, 64) and im2col_bytes(c1) == 0.0  # the input is the matrix
+    assert im2col_bytes(c3) == 2 * 56 * 56 * 64 * 9 * 4
+    assert im2col_bytes(c1s) == 2 * 28 * 28 * 64 * 4  # a strided copy
+    assert gemm_dims(dw) is None  # depthwise: the direct loop, priced by the class model
+    assert gemm_shape_factor((1, 64, 32, 16), (64.0, 32.0, 16.0)) == pytest.approx(0.125)
+    base = load_platform("host")
+    dev = replace(base.devices[0], gemm_half_lengths=(64.0, 32.0, 16.0), im2col_gbs=4.0,
+                  efficiency=(("gemm", 0.8),), overhead_us=(), overhead_us_per_mib=(), half_length=(),
+                  cache_mib=None, cache_bandwidth_gbs=None)
+    plat = replace(base, devices=(dev,))
+    table = build_cost_table(g, plat)
+    peak = dev.peak("f32") * 1e9
+    for task in (y, z, c3, c1):
+        rate = 0.8 * peak * gemm_shape_factor(gemm_dims(task), (64.0, 32.0, 16.0))
+        body = max(task.flops / rate + im2col_bytes(task) / 4e9, task.bytes / (0.8 * dev.mem_bandwidth_gbs * 1e9))
+        assert table.time[task.index][0] == pytest.approx(dev.launch_us * 1e-6 + body, rel=1e-9), task.name
+    # without gemm_half_lengths the class model applies (conv's own efficiency)
+    plain = build_cost_table(g, base)
+    assert plain.time[c3.index][0] != table.time[c3.index][0]
