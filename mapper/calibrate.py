@@ -412,11 +412,14 @@ PROBES: tuple[tuple[str, str], ...] = (
 def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | None = None) -> tuple[Probe, ...]:
     """Time each probe task with the kernels and predict it with the model on
     ``plat``. After an untimed warm-up call of each, the probes run in
-    ``passes`` timed passes, one call of every probe per pass, as the
-    executor times a graph's tasks (:class:`mapper.execute.Execution`): a
-    call follows other kernels, not itself, so it meets the cache and the
-    memory allocator as a task of a graph does, and a probe's calls are
-    spread over the whole measurement. A probe's time is the median of its
+    ``passes`` passes; in each, every probe is called twice in a row and the
+    second call is timed. The first call brings the probe's inputs into the
+    cache, as in a graph, where a task's inputs were written just before by
+    its producers (a probe called once per pass finds them evicted by the
+    other probes: memory-bound probes then ran up to 2x slower than the same
+    kernels inside the examples); the passes spread a probe's timed calls
+    over the whole measurement, as the executor's passes do
+    (:class:`mapper.execute.Execution`). A probe's time is the median of its
     calls, the statistic the executor reports. ``between``, when given, is
     called after each pass."""
     from mapper.execute import TensorStore, time_call
@@ -436,6 +439,7 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
     samples: list[list[float]] = [[] for _ in PROBES]
     for _ in range(max(passes, 1)):
         for i, call in enumerate(calls):
+            call()  # inputs into the cache, as a producer leaves them
             samples[i].append(time_call(call)[1])
         if between is not None:
             between()
