@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mapper.kernels import conv as conv_mod
 from mapper.kernels import fft as fft_mod
 from mapper.kernels import linalg
+from mapper.kernels import reduce as reduce_mod
 from mapper.kernels import stencil as stencil_mod
 from mapper.kernels.registry import make_csr, make_ids, make_tensor, reference, run_kernel, tolerance
 
@@ -378,6 +379,78 @@ def test_reduce_max_nan_and_int_mean_floor():
     x[5000] = np.nan
     assert np.isnan(run_kernel("reduce", [x], {"kind": "max"}))
     assert run_kernel("reduce", [np.array([-1, -2], dtype=np.int64)], {"kind": "mean"}) == -2
+
+
+def _max_equal(x: np.ndarray, axis: int | None) -> None:
+    got = reduce_mod.reduce(x, kind="max", axis=axis)
+    want = np.max(x, axis=axis)
+    assert got.dtype == x.dtype and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=x.dtype.kind == "f"), (axis, got, want)
+
+
+# NaN or inf at: the first element of a 4096 block, inside the 64-lane loop, in a
+# block's scalar tail, the very last element; rows of 9000 = two full blocks + 808.
+MAX_SPECIAL_AT = [0, 4096, 4096 + 70, 8191, 8192 + 805, 8999]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("at", MAX_SPECIAL_AT)
+def test_reduce_max_nan_anywhere_in_long_rows(dtype, at):
+    x = rng(28).standard_normal((3, 9000)).astype(dtype)
+    x[1, at] = np.nan  # only row 1 is NaN
+    x[2, at] = np.inf
+    _max_equal(x, 1)
+    _max_equal(x, None)
+    y = np.full((2, 9000), -np.inf, dtype=dtype)
+    y[1, at] = -1.0
+    _max_equal(y, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,axis", [((9000, 37), 0), ((5, 300, 3000), 1), ((20000, 3, 4), 1)])
+def test_reduce_max_nan_per_column(dtype, shape, axis):
+    """Only the columns holding a NaN become NaN; a NaN in the first reduced
+    row, the last and in between; many small columns per parallel task."""
+    x = rng(29).standard_normal(shape).astype(dtype)
+    n = shape[axis]
+    idx = [slice(None)] * len(shape)
+    for j, col in [(0, 1), (n // 2, 2), (n - 1, shape[-1] - 1)]:
+        idx[axis] = j
+        x[tuple(idx)][..., col] = np.nan  # last axis is never the reduced one here
+    idx[axis] = n // 3
+    x[tuple(idx)][..., 0] = np.inf
+    _max_equal(x, axis)
+    assert np.isnan(reduce_mod.reduce(x, kind="max", axis=axis)[..., 1]).all()
+    assert not np.isnan(reduce_mod.reduce(x, kind="max", axis=axis)[..., 0]).any()
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean"])
+@pytest.mark.parametrize("dtype", ["f64", "i64"])
+def test_reduce_middle_axis_in_column_chunks(kind, dtype):
+    """Columns cut into several chunks per outer index (row slices of ragged
+    length), and many outer indices with three columns each."""
+    for shape in [(3, 40, 5003), (20000, 5, 3)]:
+        check("reduce", [make_tensor(dtype, shape, rng(32))], {"kind": kind, "axis": 1}, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_reduce_max_integers_exact(dtype, axis):
+    info = np.iinfo(dtype)
+    x = rng(30).integers(info.min, info.max, size=(300, 700), dtype=dtype, endpoint=True)
+    x[7, 650] = info.max
+    _max_equal(x, axis)
+    _max_equal(np.full((3, 500), info.min, dtype=dtype), axis)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 300), st.sampled_from([None, 0, 1]),
+       st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from([np.nan, np.inf, -np.inf])), max_size=4))
+def test_reduce_max_matches_numpy_property(m, n, axis, specials):
+    x = rng(31).standard_normal((m, n))
+    for pos, v in specials:
+        x.flat[pos % x.size] = v
+    _max_equal(x, axis)
 
 
 # -- large enough to run on all threads, in several chunks per row -----------------------------
