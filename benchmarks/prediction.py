@@ -45,6 +45,7 @@ from pathlib import Path
 from mapper.calibrate import Settings, calibrate, platform_toml
 from mapper.cost import build_cost_table, op_class
 from mapper.execute import Execution, one_compute_pool
+from mapper.heap import steady_heap
 from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
 from mapper.platform import load_platform
@@ -107,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({k: str(args.threads) for k in THREAD_VARS})  # pools read them at load time
         os.execv(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)])
 
+    with steady_heap():  # the executor's and the calibration's heap policy, across the interleaving
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; "
           f"threads per pool: {os.environ.get('NUMBA_NUM_THREADS', 'default')}")

@@ -392,6 +392,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
     ("norm", "input x : f32[1, 256, 56, 56]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
+    ("pool", "input x : f32[4, 64, 64, 64]\n  y = maxpool(x, kernel = 3, stride = 2, padding = 1)"),
     ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
     ("reduction:f64", "input x : f64[2097152]\n  y = reduce(x, kind = \"sum\")"),
     ("reduce.max", "input x : f32[1048576]\n  y = reduce(x, kind = \"max\")"),
@@ -405,6 +406,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("fft", "input x : c64[256, 1024]\n  y = fft(x)"),
     ("fft", "input x : c64[32, 8192]\n  y = fft(x)"),
     ("fft", "input x : c64[4, 4096]\n  y = fft(x)"),
+    ("fft", "input x : c64[8, 32768]\n  y = fft(x)"),
     ("fft", "input x : c64[256, 1024]\n  y = ifft(x)"),
 )
 
@@ -467,15 +469,17 @@ def calibrate(settings: Settings = Settings(), name: str = "host", log: Callable
     machine at the same times (a shared machine's speed drifts by tens of
     per cent within a minute).
 
-    Runs with the thread pools as :func:`mapper.execute.execute` runs tasks
-    (:func:`mapper.execute.one_compute_pool`: BLAS limited to one thread), so
-    that the rates describe the executor's kernels.
+    Runs with the thread pools and the heap policy as :func:`mapper.execute.execute`
+    runs tasks (:func:`mapper.execute.one_compute_pool`: BLAS limited to one
+    thread; :func:`mapper.heap.steady_heap`), so that the rates describe the
+    executor's kernels.
     """
     from mapper.execute import one_compute_pool
+    from mapper.heap import steady_heap
 
     if not name.strip():
         raise OptionsError("the platform name must not be empty", obj="--name")
-    with one_compute_pool() as blas_threads:
+    with one_compute_pool() as blas_threads, steady_heap():
         return _measure(settings, name, log or (lambda _: None), blas_threads, between)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from mapper.cost import CostTable
 from mapper.errors import InputError, MapperError, OptionsError
 from mapper.graph import Operand, Task, TaskGraph
+from mapper.heap import steady_heap
 from mapper.mapping.base import MapResult
 from mapper.schedule import Assignment, Schedule, build_schedule
 from mapper.trace import ErrorSummary, TaskRecord, Trace
@@ -453,7 +454,7 @@ class Execution:
     def _run(self, timed: bool) -> TensorStore:
         store = TensorStore(self.graph, self.seed, self._k, self._sources)
         run = _Pass(self.graph, store, self._k, self._opts, self.samples, timed)
-        with one_compute_pool() as blas_threads:
+        with one_compute_pool() as blas_threads, steady_heap():
             t0 = time.perf_counter()
             threads = [
                 threading.Thread(target=run.lane, args=(lane, self._rank), name=f"mapper-worker-{w}", daemon=True)
@@ -524,9 +525,10 @@ def execute(
     """
     check_options(backend=backend, repeats=repeats, max_workers=max_workers)
     run = Execution(result, seed=seed, check=check, backend=backend, max_workers=max_workers)
-    run.warm_up()
-    for _ in range(repeats):
-        run.timed_pass()
+    with steady_heap():  # one policy over all passes (mapper.heap)
+        run.warm_up()
+        for _ in range(repeats):
+            run.timed_pass()
     return run.trace()
 
 
