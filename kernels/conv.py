@@ -8,6 +8,10 @@ over the output columns whose input lies inside the image (bounds worked out
 once per tap, so it has no branches). im2col lowers each group of a batch of images to one batched GEMM
 (Chellapilla, Puri, Simard, "High Performance Convolutional Neural Networks
 for Document Processing", IWFHR 2006); the GEMM is BLAS through NumPy.
+For a 1x1 filter without padding im2col is the identity (stride 1) or a
+strided slice of the input (stride > 1, one contiguous copy of the kept
+pixels), so that path skips the im2col kernel and its buffer and runs the
+GEMM on a view of the input.
 :func:`conv2d` picks im2col when the GEMM is big enough to pay for the copy.
 """
 
@@ -103,10 +107,22 @@ def _out_shape(x, w, stride, padding):
     return (x.shape[0], w.shape[0], ho, wo)
 
 
+def _gemm_1x1(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: tuple[int, int], groups: int) -> None:
+    """The im2col path for a 1x1 filter without padding: each group's ``col``
+    is the (strided) input itself, ``x[n, g*Cg:(g+1)*Cg].reshape(Cg, Ho*Wo)``."""
+    if stride[0] != 1 or stride[1] != 1:
+        x = np.ascontiguousarray(x[:, :, ::stride[0], ::stride[1]])  # shape (N, C, Ho, Wo)
+    n, k, ho, wo = out.shape
+    kg, cg = k // groups, w.shape[1]
+    for g in range(groups):
+        np.matmul(w[g * kg:(g + 1) * kg].reshape(kg, cg), x[:, g * cg:(g + 1) * cg].reshape(n, cg, ho * wo),
+                  out=out[:, g * kg:(g + 1) * kg].reshape(n, kg, ho * wo))
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tuple[int, int],
            groups: int, method: str | None = None) -> np.ndarray:
     """``x[N, C, H, W]`` correlated with ``w[K, C/groups, R, S]``; ``method``
-    "direct" or "im2col" forces a path."""
+    "direct" or "im2col" forces a path (im2col includes the 1x1 shortcut)."""
     x = readonly(x)
     w = readonly(w)
     k, cg, r, s = w.shape
@@ -118,6 +134,9 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tu
         return out
     if method == "direct":
         _conv_direct(x, w, out, stride[0], stride[1], padding[0], padding[1], groups)
+        return out
+    if r == 1 and s == 1 and padding[0] == 0 and padding[1] == 0:
+        _gemm_1x1(x, w, out, stride, groups)
         return out
     ho, wo = out.shape[2], out.shape[3]
     per_image = cg * r * s * ho * wo

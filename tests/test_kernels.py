@@ -104,6 +104,44 @@ def test_conv2d_both_paths(method, xs, ws, stride, pad, groups):
     assert_close(got, reference("conv2d", [x, w], {"stride": stride, "padding": pad, "groups": groups}))
 
 
+@pytest.mark.parametrize("xs,ws,stride,groups", [
+    ((3, 6, 7, 9), (4, 6, 1, 1), (1, 1), 1),
+    ((3, 8, 7, 9), (6, 4, 1, 1), (2, 3), 2),
+    ((2, 32, 11, 10), (48, 32, 1, 1), (2, 2), 1),   # big enough that method=None picks im2col
+    ((1, 4, 5, 5), (4, 1, 1, 1), (1, 1), 4),
+])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_conv2d_1x1_gemm_skips_im2col(monkeypatch, xs, ws, stride, groups, dtype):
+    """A 1x1 filter without padding runs the GEMM on (a strided copy of) the
+    input: the im2col kernel is never called, and the result matches the
+    direct loop and the reference."""
+    r = rng(7)
+    x, w = make_tensor(dtype, xs, r), make_tensor(dtype, ws, r)
+    attrs = {"stride": list(stride), "padding": 0, "groups": groups}
+    direct = conv_mod.conv2d(x, w, stride=stride, padding=(0, 0), groups=groups, method="direct")
+
+    def no_im2col(*_):
+        raise AssertionError("im2col called for a 1x1 filter without padding")
+
+    monkeypatch.setattr(conv_mod, "_im2col", no_im2col)
+    got = conv_mod.conv2d(x, w, stride=stride, padding=(0, 0), groups=groups, method="im2col")
+    assert_close(got, reference("conv2d", [x, w], attrs), dtype)
+    assert_close(got, direct, dtype)
+    if ws[1] >= conv_mod.IM2COL_MIN and ws[0] // groups >= conv_mod.IM2COL_MIN:  # the default path is im2col
+        assert np.array_equal(run_kernel("conv2d", [x, w], attrs), got)
+
+
+def test_conv2d_1x1_with_padding_still_lowers_through_im2col(monkeypatch):
+    r = rng(8)
+    x, w = make_tensor("f64", (2, 3, 5, 6), r), make_tensor("f64", (4, 3, 1, 1), r)
+    calls = []
+    real = conv_mod._im2col
+    monkeypatch.setattr(conv_mod, "_im2col", lambda *a: calls.append(1) or real(*a))
+    got = conv_mod.conv2d(x, w, stride=(2, 1), padding=(1, 0), groups=1, method="im2col")
+    assert calls
+    assert_close(got, reference("conv2d", [x, w], {"stride": [2, 1], "padding": [1, 0], "groups": 1}))
+
+
 def test_conv2d_reference_matches_naive_loops():
     r = rng(5)
     x, w = make_tensor("f64", (1, 2, 5, 4), r), make_tensor("f64", (2, 1, 3, 2), r)
