@@ -389,6 +389,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
     ("elementwise:f64", "input a : f64[1024, 1024]\n  input b : f64[1024, 1024]\n  y = add(a, b)"),
+    ("elementwise:c64", "input a : c64[256, 4096]\n  input b : c64[1, 4096]\n  y = mul(a, b)"),
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
     ("norm", "input x : f32[1, 256, 56, 56]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
