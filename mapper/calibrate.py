@@ -630,7 +630,15 @@ def platform_toml(cal: Calibration) -> str:
             f"{e.key} n={e.probes}" + (f" t0={e.overhead * 1e6:.4g} us" if e.overhead > 0 else "")
             + (f" t0={e.per_mib * 1e6:.4g} us/MiB" if e.per_mib > 0 else "")
             + (f" n_1/2={e.half:.4g}" if e.half > 0 else "") for e in entries))
-        lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in entries) + " }")
+        compute = [e for e in entries if e.efficiency > 0]
+        if compute:
+            lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in compute) + " }")
+        streaming = [e for e in entries if e.memory > 0]
+        if streaming:
+            lines.append("# streaming op classes (" + ", ".join(MEMORY_CLASSES) + "): the fraction of the bandwidth (the cache's where")
+            lines.append("# the working set fits it) their probes reached, net of launch_us, geometric mean over each key's probes")
+            lines.append("memory_efficiency = { " + ", ".join(
+                f"{_toml_key(e.key)} = {e.memory:.3g}" for e in streaming) + " }")
         fixed = [e for e in entries if e.overhead > 0]
         if fixed:
             lines.append("# fixed time per call beyond launch_us (Hockney's t0, microseconds), from the fits above")
@@ -664,10 +672,11 @@ def platform_toml(cal: Calibration) -> str:
             "",
             "# Op-class probes (median call of each probe task): measured, the model's time with the",
             "# default efficiencies, model/measured, and the rates reached net of launch_us as fractions of the",
-            "# stored peak and bandwidth. Classes slower than the model, or compute-bound in it, get an",
-            "# `efficiency` entry above; a class faster than the model's memory term (cache-aware) gets",
-            "# none, since only a bandwidth could describe it (probes keyed by an op variant or a dtype",
-            "# always count, and Hockney's fits take all of a group's probes).",
+            "# stored peak and bandwidth. Streaming classes get a `memory_efficiency` entry above; other",
+            "# classes slower than the model, or compute-bound in it, get an `efficiency` entry; a class",
+            "# faster than the model's memory term (cache-aware) gets none, since only a bandwidth could",
+            "# describe it (probes keyed by an op variant or a dtype always count, and Hockney's fits take",
+            "# all of a group's probes).",
         ]
         for p in cal.probes:
             peak = peaks_by.get(p.rate_dtype, 0.0)
@@ -703,6 +712,13 @@ class Entry:
     probes: int = 1
     per_mib: float = 0.0  # fixed seconds per MiB of working set (the other form of t0; 0 when not fitted)
     half: float = 0.0  # Hockney's n_1/2 in the op's vector length (0 when not fitted)
+    memory: float = 0.0  # fraction of the bandwidth (a MEMORY_CLASSES key: then efficiency is 0)
+
+
+#: Op classes whose kernels stream their operands: their probes give a
+#: per-op fraction of the bandwidth (``memory_efficiency``), so that the model's
+#: time follows their bytes (``sub`` moves 3 arrays, ``abs`` 2), not their FLOPs.
+MEMORY_CLASSES = ("elementwise", "norm", "reduction")
 
 
 #: A fixed time per call (or a half-performance length) is fitted only where
@@ -742,9 +758,16 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     peaks = {r.key: r.stored for r in cal.peak_gflops}
     groups: dict[str, list[tuple[str, float, float, bool, float, int]]] = {}  # key -> (op, w, t, counts, MiB, n)
     ops_of: dict[str, set[str]] = {}
+    streams: dict[str, list[float]] = {}  # MEMORY_CLASSES key -> the probes' fractions of the bandwidth
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
         body = p.measured - p.launch
+        if p.op_class in MEMORY_CLASSES:
+            if body > 0 and p.bytes > 0:
+                bw = model_bandwidth(cal, p.working_set)
+                for key in (p.feeds,) if p.feeds else (p.op_class, p.op):
+                    streams.setdefault(key, []).append(min(p.bytes / (bw * 1e9 * body), 1.0))
+            continue
         if body <= 0 or not peak or p.flops <= 0:
             continue
         counts = bool(p.feeds) or p.ratio < 1.0 or p.bound in ("compute", "serial")
@@ -759,7 +782,10 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
             points = list(groups[cls])
             for op in sorted(ops, key=lambda o: [q[0] for q in points].index(o)):
                 groups[op] = [x for x in points if x[0] == op]  # an op named as its class (fft) takes the key
-    out = []
+    stream_ops = {c: {p.op for p in cal.probes if p.op_class == c and not p.feeds} for c in MEMORY_CLASSES}
+    out = [Entry(key, 0.0, probes=len(v), memory=float(f"{_geomean_raw(v):.3g}")) for key, v in streams.items()
+           if key in OP_CLASSES or ":" in key or "." in key
+           or any(key in ops and len(ops) > 1 for ops in stream_ops.values())]  # an op key where its class has several
     fit = gemm_fit(cal)
     if fit is not None:  # the GEMM shape model prices matmul and conv2d (see platform_toml)
         out.append(Entry("gemm", fit.efficiency, probes=fit.probes))
@@ -772,6 +798,15 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
         out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points), float(f"{per_mib:.3g}"),
                          float(f"{half:.3g}")))
     return tuple(out)
+
+
+def model_bandwidth(cal: Calibration, working_set: float) -> float:
+    """The stored bandwidth (GB/s) the model uses for a task touching
+    ``working_set`` bytes: the cache's where it fits (the cache-aware
+    roofline of :func:`mapper.cost.estimate`), else the memory's."""
+    if cal.cache_mib is not None and cal.cache_bandwidth_gbs is not None and working_set <= cal.cache_mib.stored * 2**20:
+        return cal.cache_bandwidth_gbs.stored
+    return cal.mem_bandwidth_gbs.stored
 
 
 def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[float, float, float, float]:
@@ -904,7 +939,7 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
     """``(key, efficiency)`` of each of :func:`model_entries`."""
-    return tuple((e.key, e.efficiency) for e in model_entries(cal))
+    return tuple((e.key, e.efficiency) for e in model_entries(cal) if e.efficiency > 0)
 
 
 def _geomean_raw(values: list[float]) -> float:

@@ -390,8 +390,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     bandwidth when the working set fits the device's cache
     (:func:`fits_cache`; Ilic et al., IEEE CAL 2014), else the memory's. ``e_c`` and ``e_m`` are the
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
-    by ``mapper calibrate``) where it declares them (for ``e_c`` and ``t0``
-    the most specific of :func:`model_keys`), else the tables above.
+    by ``mapper calibrate``) where it declares them (for ``e_c``, ``t0`` and a
+    per-op ``memory_efficiency`` table the most specific of :func:`model_keys`),
+    else the tables above.
     """
     kind = device.kind
     dims = gemm_dims(task) if device.gemm_half_lengths is not None else None
@@ -430,7 +431,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         bandwidth = device.cache_bandwidth_gbs if cached else device.mem_bandwidth_gbs
         if bandwidth is None:
             return _infeasible("no mem_bandwidth_gbs for a task that moves bytes")
-        e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
+        e_m = lookup(device.memory_efficiency_ops, keys)
+        if e_m is None:
+            e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
         t_mem = nbytes / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
     per_mib = lookup(device.overhead_us_per_mib, keys) or 0.0

@@ -47,6 +47,7 @@ class Device:
     streaming: bool = False
     efficiency: tuple[tuple[str, float], ...] = ()  # op class or op -> fraction of peak (overrides the model's)
     memory_efficiency: float | None = None  # fraction of mem_bandwidth_gbs reached (overrides the model's)
+    memory_efficiency_ops: tuple[tuple[str, float], ...] = ()  # op class, op or variant -> the same, per op
     cache_mib: float | None = None  # working sets up to this size run at cache_bandwidth_gbs
     cache_bandwidth_gbs: float | None = None  # bandwidth of data in that cache
     overhead_us: tuple[tuple[str, float], ...] = ()  # op class, op or op variant -> fixed time per call (Hockney t0)
@@ -283,7 +284,10 @@ class _Checker:
             self.keys(gtab, gpath, ("m", "n", "k"), ("m", "n", "k"))
             gemm_half = tuple(self.number(gtab[d], f"{gpath}.{d}", "nonneg", "elements") for d in "mnk")
         memory_efficiency = None
-        if "memory_efficiency" in tab:
+        memory_ops: tuple[tuple[str, float], ...] = ()
+        if isinstance(tab.get("memory_efficiency"), dict):  # per op, keyed like efficiency
+            memory_ops = self.per_op(tab, path, "memory_efficiency", lambda v, kp: self.fraction(v, kp))
+        elif "memory_efficiency" in tab:
             memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
         return Device(
             index=i,
@@ -302,6 +306,7 @@ class _Checker:
             streaming=streaming,
             efficiency=tuple(efficiency),
             memory_efficiency=memory_efficiency,
+            memory_efficiency_ops=memory_ops,
             cache_mib=nums.get("cache_mib"),
             cache_bandwidth_gbs=nums.get("cache_bandwidth_gbs"),
             overhead_us=overhead,

@@ -144,13 +144,45 @@ def test_class_efficiency_is_the_geometric_mean_over_a_class_s_probes():
               Probe("gemm", "matmul -> [3]", 0.009, 0.002, "compute", 1.0e8, 1e6, 1e-3, "f32"))
     (entry,) = class_efficiency(replace(base, probes=probes))
     assert entry[0] == "gemm" and entry[1] == pytest.approx((0.5 * 1.0 * 0.125) ** (1 / 3), rel=1e-3)
-    # two ops of one class: the class gets the mean of both, each op its own (0.5 and 0.125)
-    norms = (Probe("norm", "layernorm -> [1]", 0.005, 0.002, "memory", 2.0e8, 1e6, 1e-3, "f32"),
-             Probe("norm", "batchnorm -> [1]", 0.009, 0.002, "memory", 1.0e8, 1e6, 1e-3, "f32"))
-    table = class_efficiency(replace(base, probes=norms))
-    assert table == (("norm", 0.25), ("layernorm", 0.5), ("batchnorm", 0.125))
-    dev = parse_platform(platform_toml(replace(base, probes=norms)), "n.toml").devices[0]
-    assert dict(dev.efficiency) == {"norm": 0.25, "layernorm": 0.5, "batchnorm": 0.125}
+    # two ops of one class: each op its own (0.5 and 0.125); fft, named as its class, takes the class key
+    ffts = (Probe("fft", "fft -> [1]", 0.005, 0.002, "compute", 2.0e8, 1e6, 1e-3, "f32"),
+            Probe("fft", "ifft -> [1]", 0.009, 0.002, "compute", 1.0e8, 1e6, 1e-3, "f32"))
+    table = class_efficiency(replace(base, probes=ffts))
+    assert table == (("fft", 0.5), ("ifft", 0.125))  # an op named as its class takes the class key
+    dev = parse_platform(platform_toml(replace(base, probes=ffts)), "f.toml").devices[0]
+    assert dict(dev.efficiency) == {"fft": 0.5, "ifft": 0.125}
+
+
+def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    # stored bandwidth 20 GB/s (no cache level), launch 1 ms: 10 MB in 1 + 1 ms -> 10 GB/s = 0.5;
+    # 2.5 MB in 1 + 1 ms -> 0.125; an f64 add keyed by its dtype: 16 MB in 1 + 1 ms -> 0.8
+    probes = (Probe("norm", "layernorm -> [1]", 0.002, 0.001, "memory", 1e6, 1e7, 1e-3, "f32"),
+              Probe("norm", "batchnorm -> [1]", 0.002, 0.001, "memory", 1e6, 2.5e6, 1e-3, "f32"),
+              Probe("elementwise", "add -> [1]", 0.002, 0.001, "memory", 1e6, 1.6e7, 1e-3, "f64", "elementwise:f64"))
+    cal = replace(fake(), probes=probes)
+    entries = {e.key: e for e in model_entries(cal)}
+    assert {k: e.memory for k, e in entries.items()} == pytest.approx(
+        {"norm": 0.25, "layernorm": 0.5, "batchnorm": 0.125, "elementwise:f64": 0.8})
+    assert all(e.efficiency == 0 for e in entries.values()) and class_efficiency(cal) == ()
+    text = platform_toml(cal)
+    assert 'memory_efficiency = { norm = 0.25, layernorm = 0.5, batchnorm = 0.125, "elementwise:f64" = 0.8 }' in text
+    dev = parse_platform(text, "m.toml").devices[0]
+    assert dict(dev.memory_efficiency_ops) == pytest.approx(
+        {"norm": 0.25, "layernorm": 0.5, "batchnorm": 0.125, "elementwise:f64": 0.8})
+    # the model: a layernorm's time follows its bytes at 0.5 of 20 GB/s; an f64 sub at 0.8
+    from mapper.cost import build_cost_table
+    from mapper.lower import graph_from_text
+
+    g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  input a : f64[1024, 1024]\n"
+                        "  y = layernorm(x)\n  d = sub(a, a)\n  output y, d\n}\n")
+    table = build_cost_table(g, cal.platform())
+    ln, sub = g.tasks
+    assert table.time[0][0] == pytest.approx(12.5e-6 + ln.bytes / (0.5 * 20e9), rel=1e-9)
+    assert table.time[1][0] == pytest.approx(12.5e-6 + sub.bytes / (0.8 * 20e9), rel=1e-9)
 
 
 def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
@@ -179,9 +211,10 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     entries = {e.key: e for e in model_entries(cal)}
     assert set(entries) == {"stencil", "reduce.max"}
     assert entries["stencil"].efficiency == pytest.approx(0.5) and entries["stencil"].overhead == pytest.approx(2.5e-3)
-    assert entries["reduce.max"].efficiency == pytest.approx(0.01) and entries["reduce.max"].overhead == 0.0
+    # reduce.max streams its operand: a fraction of the 20 GB/s, 1 MB in 20 ms net -> 0.0025
+    assert entries["reduce.max"].memory == pytest.approx(0.0025) and entries["reduce.max"].efficiency == 0.0
     text = platform_toml(cal)
-    assert 'overhead_us = { stencil = 2500 }' in text and '"reduce.max" = 0.01' in text
+    assert 'overhead_us = { stencil = 2500 }' in text and 'memory_efficiency = { "reduce.max" = 0.0025 }' in text
     dev = parse_platform(text, "h.toml").devices[0]
     assert dict(dev.overhead_us) == {"stencil": 2500.0}
     # the model: launch 12.5 us + t0 2.5 ms + the roofline with e = 0.5
@@ -196,7 +229,7 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     peak = 100e9
     body = max(sten.flops / (0.5 * peak), sten.bytes / (0.8 * 20e9))  # memory efficiency 0.8 of 20 GB/s
     assert table.time[0][0] == pytest.approx(12.5e-6 + 2.5e-3 + body, rel=1e-9)
-    assert table.time[1][0] == pytest.approx(12.5e-6 + mx.flops / (0.01 * peak), rel=1e-9)
+    assert table.time[1][0] == pytest.approx(12.5e-6 + mx.bytes / (0.0025 * 20e9), rel=1e-9)
     assert table.time[2][0] < table.time[1][0] / 3  # reduce.sum keeps the default reduction efficiency
 
 
