@@ -44,6 +44,8 @@ def _cases(s: float) -> list[tuple[str, str, Callable[[np.random.Generator], lis
          conv_attrs, lambda x, w: conv.conv2d(x, w, stride=(1, 1), padding=(1, 1), groups=1, method="direct")),
         ("conv2d f32 depthwise [8,256,28,28] 3x3 g=256", "conv2d",
          many(t("f32", n(8), 256, 28, 28), t("f32", 256, 1, 3, 3)), {"padding": 1, "groups": 256}, None),
+        ("conv2d f32 ResNet-50 1x1 [8,256,56,56]*[64,256,1,1]", "conv2d",
+         many(t("f32", n(8), 256, 56, 56), t("f32", 64, 256, 1, 1)), {"stride": 1, "padding": 0, "groups": 1}, None),
         ("maxpool f32 ResNet stem [8,64,112,112] k3 s2 p1", "maxpool", many(t("f32", n(8), 64, 112, 112)),
          {"kernel": 3, "stride": 2, "padding": 1}, None),
         ("avgpool f32 [8,64,112,112] k3 s2 p1", "avgpool", many(t("f32", n(8), 64, 112, 112)),
