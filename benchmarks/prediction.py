@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         settings = Settings.quick() if args.quick_calibration else Settings()
         if interleaved:
-            settings = replace(settings, rounds=max(settings.rounds, 5), probe_passes=11)
+            settings = replace(settings, rounds=max(settings.rounds, 5), probe_passes=21)
             print("interleaved: one timed pass of every example after each calibration round and probe pass")
         cal = calibrate(settings, log=lambda s: print("  calibrate:", s, flush=True),
                         between=one_pass if interleaved else None)

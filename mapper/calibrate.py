@@ -370,10 +370,13 @@ def threads() -> int:
 #: around typical uses, not the benchmark examples' shapes.
 #: GEMM shapes ``(M, N, K)`` of the matmul probes: a small design over 48 to
 #: 3072 in each dimension (each dimension short in some probes while the
-#: others are long), for the per-dimension fit of :func:`gemm_fit`.
+#: others are long), for the per-dimension fit of :func:`gemm_fit`. Each does
+#: at least 50 MFLOP, so that no probe is mostly launch overhead (a 3072 x 48
+#: x 48 probe of 14 MFLOP, a fifth of a millisecond, pulled the fit's N and K
+#: lengths to 0 and ResNet's 49-pixel layers to -45 %).
 GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (48, 1536, 384), (96, 3072, 96), (384, 3072, 48), (1536, 384, 96), (384, 48, 1536), (1536, 96, 384),
-    (96, 384, 1536), (384, 384, 384), (1536, 1536, 192), (192, 1536, 1536), (768, 768, 768), (3072, 48, 48),
+    (96, 384, 1536), (384, 384, 384), (1536, 1536, 192), (192, 1536, 1536), (768, 768, 768), (1536, 48, 1536),
 )
 
 PROBES: tuple[tuple[str, str], ...] = (
@@ -415,13 +418,15 @@ PROBES: tuple[tuple[str, str], ...] = (
 def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | None = None) -> tuple[Probe, ...]:
     """Time each probe task with the kernels and predict it with the model on
     ``plat``. After an untimed warm-up call of each, the probes run in
-    ``passes`` passes; in each, every probe is called twice in a row and the
-    second call is timed. The first call brings the probe's inputs into the
-    cache, as in a graph, where a task's inputs were written just before by
-    its producers (a probe called once per pass finds them evicted by the
-    other probes: memory-bound probes then ran up to 2x slower than the same
-    kernels inside the examples); the passes spread a probe's timed calls
-    over the whole measurement, as the executor's passes do
+    ``passes`` passes; in each, every probe's inputs are read (a reduction
+    over each) and then the probe is called and timed. So its inputs are in
+    the cache, as in a graph, where a task's inputs were written just before
+    by its producers, and its weights are not, as a graph's weights, last
+    used a pass earlier, are not (the other probes evicted them): probes with
+    everything cold ran memory-bound kernels up to 2x slower than inside the
+    examples, probes called twice in a row (weights hot) ran GEMMs 10-17 %
+    faster. The passes spread a probe's timed calls over the whole
+    measurement, as the executor's passes do
     (:class:`mapper.execute.Execution`). A probe's time is the median of its
     calls, the statistic the executor reports. ``between``, when given, is
     called after each pass."""
@@ -437,12 +442,15 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
         setup.append((graph, task, TensorStore(graph, 0, k).operands(task), dict(task.attrs)))
     calls = [(lambda task=task, args=args, attrs=attrs: k.run_kernel(task.op, args, attrs))
              for _, task, args, attrs in setup]
+    inputs = [[a for op, a in zip(task.operands, args) if op.kind == "input" and isinstance(a, np.ndarray)]
+              for _, task, args, _ in setup]
     for call in calls:
         call()  # warm-up: compile
     samples: list[list[float]] = [[] for _ in PROBES]
     for _ in range(max(passes, 1)):
         for i, call in enumerate(calls):
-            call()  # inputs into the cache, as a producer leaves them
+            for a in inputs[i]:  # inputs into the cache, as a producer leaves them; weights stay cold
+                np.add.reduce(a, axis=None)
             samples[i].append(time_call(call)[1])
         if between is not None:
             between()
@@ -656,7 +664,7 @@ def platform_toml(cal: Calibration) -> str:
             lines.append(f"# dimension), least squares on log time; worst probe error {fit.worst * 100:.1f} %")
             lines.append("gemm_half_lengths = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half)) + " }")
             if fit.im2col_gbs is not None:
-                lines.append(f"# conv2d's im2col copy, bytes of the column matrix per second, fitted on {fit.conv_probes} conv probes")
+                lines.append(f"# conv2d's im2col, bytes moved (matrix written, input read at the stride) per second, fitted on {fit.conv_probes} conv probes")
                 lines.append(f"# beside their GEMMs' model times; worst conv probe error {fit.conv_worst * 100:.1f} %")
                 lines.append(f"im2col_gbs = {_num(fit.im2col_gbs)}")
         scaled = [e for e in entries if e.per_mib > 0]

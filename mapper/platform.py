@@ -54,7 +54,7 @@ class Device:
     overhead_us_per_mib: tuple[tuple[str, float], ...] = ()  # the same keys -> fixed time per MiB of working set
     half_length: tuple[tuple[str, float], ...] = ()  # the same keys -> Hockney's n_1/2 in the op's vector length
     gemm_half_lengths: tuple[float, float, float] | None = None  # Hockney's n_1/2 of a GEMM's M, N, K
-    im2col_gbs: float | None = None  # rate at which conv2d's im2col writes its column matrix
+    im2col_gbs: float | None = None  # rate at which conv2d's im2col moves bytes (mapper.cost.im2col_bytes)
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
