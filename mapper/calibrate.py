@@ -45,7 +45,7 @@ from mapper.cost import (
 )
 from mapper.errors import MapperError, OptionsError
 from mapper.ops import OP_CLASSES
-from mapper.platform import Platform, parse_platform
+from mapper.platform import MAX_STREAM_FRACTION, Platform, parse_platform
 
 #: Threading knobs set to 1 in the serial-rate child process.
 _ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -726,7 +726,9 @@ class Entry:
 #: Op classes whose kernels stream their operands: their probes give a
 #: per-op fraction of the bandwidth (``memory_efficiency``), so that the model's
 #: time follows their bytes (``sub`` moves 3 arrays, ``abs`` 2), not their FLOPs.
-MEMORY_CLASSES = ("elementwise", "norm", "reduction")
+#: A stencil's sweeps reuse cache lines that its byte count charges each sweep,
+#: so its fraction may exceed 1 (up to ``MAX_STREAM_FRACTION``).
+MEMORY_CLASSES = ("elementwise", "norm", "reduction", "stencil")
 
 
 #: A fixed time per call (or a half-performance length) is fitted only where
@@ -774,7 +776,7 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
             if body > 0 and p.bytes > 0:
                 bw = model_bandwidth(cal, p.working_set)
                 for key in (p.feeds,) if p.feeds else (p.op_class, p.op):
-                    streams.setdefault(key, []).append(min(p.bytes / (bw * 1e9 * body), 1.0))
+                    streams.setdefault(key, []).append(min(p.bytes / (bw * 1e9 * body), MAX_STREAM_FRACTION))
             continue
         if body <= 0 or not peak or p.flops <= 0:
             continue

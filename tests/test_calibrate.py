@@ -201,33 +201,34 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     assert e == 1.0 and t0 == pytest.approx((u[0] * (1 - x[0]) + u[1] * (1 - x[1])) / (u[0] ** 2 + u[1] ** 2))
     e, t0 = hockney_fit([(1e-3, 1e-3), (2e-3, 3e-3)])
     assert t0 == 0.0 and e == pytest.approx((1 + 4 / 9) / (1 + 2 / 3))  # 1 / (sum x / sum x^2)
-    # through the calibration: stored f32 peak 100 GFLOP/s, launch 1 ms; stencil probes of one kernel at
-    # 1 and 8 sweeps (w = 0.1 and 0.8 ms) measured 1 + 2.5 + w / 0.5 ms; a reduce.max probe feeds only its variant
+    # through the calibration: stored f32 peak 100 GFLOP/s, launch 1 ms; attention probes of one kernel at
+    # two amounts of work (w = 0.1 and 0.8 ms) measured 1 + 2.5 + w / 0.5 ms; a reduce.max probe feeds only its variant
     base = fake()
-    probes = tuple(Probe("stencil", f"stencil -> [{i}]", 1e-3 + 2.5e-3 + w / 0.5, 1e-3, "compute", w * 1e11,
+    probes = tuple(Probe("attention", f"attention -> [{i}]", 1e-3 + 2.5e-3 + w / 0.5, 1e-3, "compute", w * 1e11,
                          1e6, 1e-3, "f32") for i, w in enumerate((1e-4, 8e-4)))
     probes += (Probe("reduction", "reduce -> []", 1e-3 + 2e-2, 1e-3, "compute", 2e7, 1e6, 1e-3, "f32", "reduce.max"),)
     cal = replace(base, probes=probes)
     entries = {e.key: e for e in model_entries(cal)}
-    assert set(entries) == {"stencil", "reduce.max"}
-    assert entries["stencil"].efficiency == pytest.approx(0.5) and entries["stencil"].overhead == pytest.approx(2.5e-3)
+    assert set(entries) == {"attention", "reduce.max"}
+    assert entries["attention"].efficiency == pytest.approx(0.5) and entries["attention"].overhead == pytest.approx(2.5e-3)
     # reduce.max streams its operand: a fraction of the 20 GB/s, 1 MB in 20 ms net -> 0.0025
     assert entries["reduce.max"].memory == pytest.approx(0.0025) and entries["reduce.max"].efficiency == 0.0
     text = platform_toml(cal)
-    assert 'overhead_us = { stencil = 2500 }' in text and 'memory_efficiency = { "reduce.max" = 0.0025 }' in text
+    assert 'overhead_us = { attention = 2500 }' in text and 'memory_efficiency = { "reduce.max" = 0.0025 }' in text
     dev = parse_platform(text, "h.toml").devices[0]
-    assert dict(dev.overhead_us) == {"stencil": 2500.0}
+    assert dict(dev.overhead_us) == {"attention": 2500.0}
     # the model: launch 12.5 us + t0 2.5 ms + the roofline with e = 0.5
     from mapper.cost import build_cost_table
     from mapper.lower import graph_from_text
 
-    g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = stencil(x, points = 5, steps = 8)\n"
+    g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  input q : f32[512, 2304]\n"
+                        "  y = attention(q, heads = 12, seq = 128)\n"
                         "  m = reduce(x, kind = \"max\")\n  s = reduce(x, kind = \"sum\")\n  output y, m, s\n}\n")
     plat = cal.platform()
     table = build_cost_table(g, plat)
-    sten, mx, sm = g.tasks
+    att, mx, sm = g.tasks
     peak = 100e9
-    body = max(sten.flops / (0.5 * peak), sten.bytes / (0.8 * 20e9))  # memory efficiency 0.8 of 20 GB/s
+    body = max(att.flops / (0.5 * peak), att.bytes / (0.8 * 20e9))  # memory efficiency 0.8 of 20 GB/s
     assert table.time[0][0] == pytest.approx(12.5e-6 + 2.5e-3 + body, rel=1e-9)
     assert table.time[1][0] == pytest.approx(12.5e-6 + mx.bytes / (0.0025 * 20e9), rel=1e-9)
     assert table.time[2][0] < table.time[1][0] / 3  # reduce.sum keeps the default reduction efficiency
@@ -246,8 +247,8 @@ def test_a_fixed_time_within_the_noise_is_not_fitted():
     assert entry.overhead == 0.0 and entry.efficiency == pytest.approx(((1 / 4) * (4 / 14.5)) ** 0.5, rel=2e-3)
     # a probe faster than the model (ratio > 1, memory-bound) still enters Hockney's fit: one sweep and
     # eight sweeps, 2 ms fixed and e = 0.5 (w = 0.1 and 0.8 ms)
-    probes = (Probe("stencil", "stencil -> [1]", 1e-3 + 2e-3 + 2e-4, 1e-3, "memory", 1e7, 1e6, 1e-3, "f32"),
-              Probe("stencil", "stencil -> [8]", 1e-3 + 2e-3 + 1.6e-3, 9e-3, "memory", 8e7, 1e6, 1e-3, "f32"))
+    probes = (Probe("attention", "attention -> [1]", 1e-3 + 2e-3 + 2e-4, 1e-3, "memory", 1e7, 1e6, 1e-3, "f32"),
+              Probe("attention", "attention -> [8]", 1e-3 + 2e-3 + 1.6e-3, 9e-3, "memory", 8e7, 1e6, 1e-3, "f32"))
     (entry,) = model_entries(replace(base, probes=probes))
     assert entry.overhead == pytest.approx(2e-3) and entry.efficiency == pytest.approx(0.5)
 
@@ -270,20 +271,20 @@ def test_a_fixed_time_in_proportion_to_the_working_set():
 
     from mapper.calibrate import model_entries
 
-    # stencils of 1 and 8 sweeps on a 2 MiB and a 12.5 MiB grid (working sets 4 and 25 MiB): a fixed
-    # 0.1 ms per MiB plus the sweeps at e = 0.5 (w per sweep 0.05 and 0.3125 ms); no constant t0 fits
+    # one kernel at 1 and 8 units of work on working sets of 4 and 25 MiB: a fixed 0.1 ms per MiB
+    # plus the work at e = 0.5 (w per unit 0.05 and 0.3125 ms); no constant t0 fits
     probes = []
     for mib, w1 in ((4.0, 5e-5), (25.0, 3.125e-4)):
         for steps in (1, 8):
             w = w1 * steps
-            probes.append(Probe("stencil", f"stencil -> [{mib}, {steps}]", 1e-3 + 1e-4 * mib + w / 0.5, 1e-3,
+            probes.append(Probe("attention", f"attention -> [{mib}, {steps}]", 1e-3 + 1e-4 * mib + w / 0.5, 1e-3,
                                 "memory", w * 1e11, 1e6, 1e-3, "f32", "", mib * 2**20))
     (entry,) = model_entries(replace(fake(), probes=tuple(probes)))
     assert entry.overhead == 0.0 and entry.per_mib == pytest.approx(1e-4) and entry.efficiency == pytest.approx(0.5)
     text = platform_toml(replace(fake(), probes=tuple(probes)))
-    assert "overhead_us_per_mib = { stencil = 100 }" in text
+    assert "overhead_us_per_mib = { attention = 100 }" in text
     dev = parse_platform(text, "m.toml").devices[0]
-    assert dict(dev.overhead_us_per_mib) == {"stencil": 100.0}
+    assert dict(dev.overhead_us_per_mib) == {"attention": 100.0}
 
 
 def test_a_half_performance_length_is_fitted_over_vector_lengths():
