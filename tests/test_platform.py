@@ -84,7 +84,10 @@ def test_host_platform_reproduces_the_measurements_its_comments_state():
     text = (resources.files("mapper.platforms") / "host.toml").read_text()
     cpu = load_platform("host").devices[0]
     for dt in ("f32", "f64"):
-        measured = float(re.search(rf"# {dt} matmul .*?: ([0-9.]+) GFLOP/s", text).group(1))
+        line = re.search(rf"# {dt} matmul .*", text).group(0)
+        measured = float(re.search(r": ([0-9.]+) GFLOP/s", line).group(1))
+        raised = re.search(r"raised x([0-9.]+)", line)  # to the GEMM shape fit's asymptotic rate
+        measured *= float(raised.group(1)) if raised else 1.0
         assert cpu.peak(dt) * EFF_COMPUTE["cpu"]["gemm"] == pytest.approx(measured, rel=2e-3)
     measured = float(re.search(r"# add of two .*?: ([0-9.]+) GB/s", text).group(1))
     assert cpu.mem_bandwidth_gbs * EFF_MEMORY["cpu"] == pytest.approx(measured, rel=2e-3)
