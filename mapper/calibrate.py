@@ -40,7 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from mapper.cost import (
-    EFF_COMPUTE, EFF_MEMORY, build_cost_table, gemm_dims, gemm_shape_factor, im2col_bytes, kernel_flops, op_class,
+    EFF_COMPUTE, EFF_MEMORY, build_cost_table, gemm_cold, gemm_dims, gemm_shape_factor, im2col_bytes, kernel_flops,
+    op_class,
     rate_dtype, vector_length, working_set,
 )
 from mapper.errors import MapperError, OptionsError
@@ -108,6 +109,7 @@ class Probe:
     vector: int = 0  # Hockney's vector length n of the task (mapper.cost.vector_length; 0: none)
     gemm: tuple[int, ...] = ()  # (batch, M, N, K) of the task's GEMM (mapper.cost.gemm_dims; () for none)
     copy_bytes: float = 0.0  # bytes conv2d's im2col writes (mapper.cost.im2col_bytes)
+    gemm_cold: tuple[bool, ...] = ()  # whether the GEMM's A and B come from memory (mapper.cost.gemm_cold)
 
     @property
     def op(self) -> str:
@@ -381,6 +383,7 @@ GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
 
 PROBES: tuple[tuple[str, str], ...] = (
     *(("gemm", f"input a : f32[{m}, {k}]\n  y = matmul(a, weight f32[{k}, {n}])") for m, n, k in GEMM_PROBE_SHAPES),
+    *(("gemm", f"input b : f32[{k}, {n}]\n  y = matmul(weight f32[{m}, {k}], b)") for m, n, k in GEMM_PROBE_SHAPES),
     ("conv", "input x : f32[1, 3, 160, 160]\n  y = conv2d(x, weight f32[32, 3, 7, 7], stride = 2, padding = 3)"),
     ("conv", "input x : f32[1, 256, 28, 28]\n  y = conv2d(x, weight f32[512, 256, 1, 1], stride = 2)"),
     ("conv", "input x : f32[1, 64, 56, 56]\n  y = conv2d(x, weight f32[64, 64, 3, 3], padding = 1)"),
@@ -462,7 +465,7 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
                          "" if key in OP_CLASSES else key, working_set(task), vector_length(task) or 0,
-                         gemm_dims(task) or (), im2col_bytes(task)))
+                         gemm_dims(task) or (), im2col_bytes(task), gemm_cold(task) if gemm_dims(task) else ()))
     return tuple(out)
 
 
@@ -659,10 +662,22 @@ def platform_toml(cal: Calibration) -> str:
             lines.append("half_length = { " + ", ".join(f"{_toml_key(e.key)} = {e.half:.4g}" for e in halves) + " }")
         fit = gemm_fit(cal)
         if fit is not None:
-            lines.append(f"# GEMM shape model (matmul and conv2d's im2col GEMM, {fit.probes} matmul probes of 48 to 3072 per")
-            lines.append("# dimension): rate = gemm efficiency x peak x prod n / (n + n_1/2) over M, N, K (Hockney's law per")
-            lines.append(f"# dimension), least squares on log time; worst probe error {fit.worst * 100:.1f} %")
-            lines.append("gemm_half_lengths = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half)) + " }")
+            lines.append(f"# GEMM model (matmul and conv2d's im2col GEMM), fitted on {fit.probes} matmul probes of 48 to 3072 per")
+            if fit.form == "pack":
+                lines.append("# dimension: t = F / (gemm efficiency x peak) + (a M K + b K N + c M N) ns, the packing of A and B and")
+                lines.append("# the update of C (Goto and van de Geijn 2008), least squares on the relative error, coefficients >= 0;")
+            else:
+                lines.append("# dimension: rate = gemm efficiency x peak x prod n / (n + n_1/2) over M, N, K (Hockney's law per")
+                lines.append("# dimension), least squares on log time;")
+            lines.append(f"# rms log error {fit.rms * 100:.1f} %, worst probe error {fit.worst * 100:.1f} % (the better of the two forms)")
+            if fit.pack is not None:
+                lines.append("gemm_pack_ns = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("abc", fit.pack)) + " }")
+            if fit.pack_cold is not None:
+                lines.append("# the same for an A or B operand read from memory (a weight; the probes read their inputs first)")
+                lines.append("gemm_pack_cold_ns = { " + ", ".join(
+                    f"{d} = {h:.4g}" for d, h in zip("ab", fit.pack_cold)) + " }")
+            if fit.half is not None:
+                lines.append("gemm_half_lengths = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half)) + " }")
             if fit.im2col_gbs is not None:
                 lines.append(f"# conv2d's im2col, bytes moved (matrix written, input read at the stride) per second, fitted on {fit.conv_probes} conv probes")
                 lines.append(f"# beside their GEMMs' model times; worst conv probe error {fit.conv_worst * 100:.1f} %")
@@ -871,24 +886,32 @@ def hockney_fit(points: list[tuple[float, float]], scale: list[float] | None = N
 
 @dataclass(frozen=True, slots=True)
 class GemmFit:
-    """The GEMM shape model fitted to the matmul probes, and conv2d's im2col rate.
+    """The GEMM model fitted to the matmul probes, and conv2d's im2col rate.
 
-    ``efficiency`` is the asymptotic fraction of the stored peak, ``half``
-    Hockney's ``n_1/2`` of ``M, N, K``; ``worst`` the largest relative
-    error it leaves on the matmul probes. ``im2col_gbs`` (None when the conv
-    probes show no copy time) is the rate at which conv2d's im2col writes its
-    column matrix, fitted on the conv probes beside their GEMMs' model
-    times; ``conv_worst`` the largest relative error on those probes.
+    ``form`` is ``"pack"`` (the compute time plus per-element costs of
+    packing A and B and updating C, ``pack`` = ns per element of A, B, C) or
+    ``"half"`` (Hockney's half-performance factor per dimension, ``half`` =
+    ``n_1/2`` of ``M, N, K``), whichever leaves the smaller root-mean-square
+    log error on the probes (``rms``; ``worst`` the largest relative error).
+    ``efficiency`` is the asymptotic fraction of the stored peak (``raw``
+    before the cap at 1; above 1 the peak is raised). ``im2col_gbs`` (None when
+    the conv probes show no copy time) is the rate of conv2d's im2col, fitted
+    on the conv probes beside their GEMMs' model times; ``conv_worst`` the
+    largest relative error on those probes.
     """
 
     efficiency: float
-    half: tuple[float, float, float]
+    half: tuple[float, float, float] | None
     probes: int
     worst: float
     im2col_gbs: float | None = None
     conv_probes: int = 0
     conv_worst: float = 0.0
-    raw: float = 1.0  # the fitted asymptotic fraction before the cap at 1 (above 1: the peak is low)
+    raw: float = 1.0
+    pack: tuple[float, float, float] | None = None
+    form: str = "half"
+    rms: float = 0.0
+    pack_cold: tuple[float, float] | None = None  # ns per element of an A or B read from memory
 
 
 #: Candidate half-performance lengths of the grid search in :func:`gemm_fit`:
@@ -896,22 +919,9 @@ class GemmFit:
 _HALF_GRID = (0.0, *(2.0 ** (j / 2) for j in range(25)))
 
 
-def gemm_fit(cal: Calibration) -> GemmFit | None:
-    """Fit ``t = launch + F / (e P) prod_d (1 + n_1/2,d / n_d)`` over the GEMM's
-    dimensions ``d = M, N, K`` to the matmul probes (Hockney's half-performance
-    law per dimension, Hockney, SIAM 1996), least squares on the log of the
-    time: a grid search over the three lengths with ``e`` in closed form, then
-    a finer grid around the best. Then conv2d's im2col rate from the conv
-    probes: ``t = launch + GEMM model + bytes / rate`` (:func:`mapper.cost.im2col_bytes`).
-    None with fewer than 5 matmul probes.
-    """
-    peaks = {r.key: r.stored * 1e9 for r in cal.peak_gflops}
-    pts = [(p, p.measured - p.launch, peaks.get(p.rate_dtype, 0.0)) for p in cal.probes]
-    gemms = [(p, body, peak) for p, body, peak in pts if p.op == "matmul" and p.gemm and body > 0 and peak > 0]
-    if len(gemms) < 5:
-        return None
-    y = np.array([math.log(body * peak / p.flops) for p, body, peak in gemms])
-    sizes = np.array([p.gemm[1:] for p, _, _ in gemms], dtype=float)  # [probe, (M, N, K)]
+def _fit_half(y: np.ndarray, sizes: np.ndarray) -> tuple[float, tuple[float, float, float]]:
+    """``(log of seconds per peak-FLOP, n_1/2 of M, N, K)`` minimising the squared
+    log error of ``prod (1 + n_1/2 / n)``: a grid search, then a finer grid."""
 
     def search(grids: list[np.ndarray]) -> tuple[float, tuple[float, float, float]]:
         lm, ln, lk = (np.log1p(g[None, :] / sizes[:, d:d + 1]) for d, g in enumerate(grids))
@@ -924,17 +934,101 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
     _, best = search([grid] * 3)
     fine = [np.array(sorted({h * 2.0 ** (j / 8) for j in range(-4, 5)} | ({0.0, 0.5} if h == 0 else set())))
             for h in best]
-    mean, half = search(fine)
-    raw = math.exp(-mean)
-    half = tuple(float(f"{h:.3g}") for h in half)
+    return search(fine)
+
+
+def nonneg_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``x >= 0`` minimising ``|a x - b|``, for a few columns: every subset of
+    columns is solved by least squares and the best all-nonnegative solution
+    kept (exact for the 4 unknowns of the GEMM fit; ties go to the first
+    subset in order)."""
+    n = a.shape[1]
+    best, best_res = np.zeros(n), float(np.sum(b * b))
+    for mask in range(1, 1 << n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        sol, *_ = np.linalg.lstsq(a[:, cols], b, rcond=None)
+        if np.any(sol < 0):
+            continue
+        x = np.zeros(n)
+        x[cols] = sol
+        res = float(np.sum((a @ x - b) ** 2))
+        if res < best_res - 1e-15:
+            best, best_res = x, res
+    return best
+
+
+def gemm_fit(cal: Calibration) -> GemmFit | None:
+    """Fit the GEMM model to the matmul probes, in two forms, and keep the one
+    with the smaller root-mean-square log error:
+
+    - ``pack``: ``t = launch + F / (e P) + a M K + b K N + c M N`` (per GEMM
+      of a batch), the multiply-adds at the asymptotic rate plus the
+      memory-bound packing of ``A`` and ``B`` and the update of ``C`` (Goto
+      and van de Geijn, ACM TOMS 2008), least squares on the relative error
+      with every coefficient >= 0 (:func:`nonneg_least_squares`);
+    - ``half``: ``t = launch + F / (e P) prod_d (1 + n_1/2,d / n_d)`` over
+      ``d = M, N, K`` (Hockney's half-performance law per dimension, Hockney,
+      SIAM 1996), least squares on the log of the time by grid search.
+
+    Then conv2d's im2col rate from the conv probes: ``t = launch + GEMM model
+    + bytes / rate`` (:func:`mapper.cost.im2col_bytes`). None with fewer
+    than 5 matmul probes.
+    """
+    from mapper.cost import gemm_pack_time
+
+    peaks = {r.key: r.stored * 1e9 for r in cal.peak_gflops}
+    pts = [(p, p.measured - p.launch, peaks.get(p.rate_dtype, 0.0)) for p in cal.probes]
+    gemms = [(p, body, peak) for p, body, peak in pts if p.op == "matmul" and p.gemm and body > 0 and peak > 0]
+    if len(gemms) < 5:
+        return None
+    y = np.array([math.log(body * peak / p.flops) for p, body, peak in gemms])
+    sizes = np.array([p.gemm[1:] for p, _, _ in gemms], dtype=float)  # [probe, (M, N, K)]
+    mean, half = _fit_half(y, sizes)
+    fits = {"half": (math.exp(-mean), tuple(float(f"{h:.3g}") for h in half), None)}
+    # columns: F / peak, then A's and B's elements (split by whether the operand comes from
+    # memory where the probes have both), then C's; one coefficient each
+    colds = [tuple(p.gemm_cold) or (False, False) for p, _, _ in gemms]
+    split = [len({c[i] for c in colds}) > 1 for i in (0, 1)]
+    rows = []
+    for (p, _, peak), cold in zip(gemms, colds):
+        batch, m, n, k = p.gemm
+        row = [p.flops / peak]
+        for i, elems in ((0, batch * m * k), (1, batch * k * n)):
+            row += [elems * (not cold[i]), elems * cold[i]] if split[i] else [elems]
+        rows.append(row + [batch * m * n])
+    bodies = np.array([body for _, body, _ in gemms])
+    coef = nonneg_least_squares(np.array(rows, dtype=float) / bodies[:, None], np.ones(len(gemms)))
+    if coef[0] > 0:
+        ns = [float(f"{c * 1e9:.3g}") for c in coef[1:]]
+        a_hot, a_cold = (ns.pop(0), ns.pop(0)) if split[0] else (ns[0], ns.pop(0))
+        b_hot, b_cold = (ns.pop(0), ns.pop(0)) if split[1] else (ns[0], ns.pop(0))
+        cold_ns = (a_cold, b_cold) if any(split) else None
+        fits["pack"] = (1.0 / coef[0], None, ((a_hot, b_hot, ns[0]), cold_ns))
+
+    def model(form: str, e: float, p: Probe, peak: float) -> float:
+        _, h, pack = fits[form]
+        if form == "half":
+            return p.flops / (e * peak * gemm_shape_factor(tuple(p.gemm), h))  # type: ignore[arg-type]
+        hot_ns, cold_ns = pack  # type: ignore[misc]
+        return p.flops / (e * peak) + gemm_pack_time(tuple(p.gemm), hot_ns, cold_ns,  # type: ignore[arg-type]
+                                                      tuple(p.gemm_cold) or (False, False))
+
+    scored = []
+    for form, (raw, _, _) in fits.items():
+        e = float(f"{min(raw, 1.0):.3g}")
+        logs = [math.log(model(form, e * raw / min(raw, 1.0), p, peak) / body) for p, body, peak in gemms]
+        scored.append((math.sqrt(statistics.fmean(v * v for v in logs)), form))
+    rms, form = min(scored)
+    raw, half_t, pack_t = fits[form]
     e = float(f"{min(raw, 1.0):.3g}")
+    scale = raw / min(raw, 1.0)  # the peak raised by the caller when raw > 1
 
-    def model(p: Probe, peak: float) -> float:
-        return p.flops / (e * peak * gemm_shape_factor(tuple(p.gemm), half))  # type: ignore[arg-type]
+    def gemm_time(p: Probe, peak: float) -> float:
+        return model(form, e * scale, p, peak)
 
-    worst = max(abs(model(p, peak) / body - 1.0) for p, body, peak in gemms)
-    convs = [(p, body, peak, model(p, peak)) for p, body, peak in pts if p.op == "conv2d" and p.gemm and body > 0
-             and peak > 0]
+    worst = max(abs(gemm_time(p, peak) / body - 1.0) for p, body, peak in gemms)
+    convs = [(p, body, peak, gemm_time(p, peak)) for p, body, peak in pts if p.op == "conv2d" and p.gemm
+             and body > 0 and peak > 0]
     gbs = None
     x = 0.0  # seconds per byte of im2col
     num = sum(p.copy_bytes / t * (1.0 - g / t) for p, t, _, g in convs)
@@ -944,7 +1038,8 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
         gbs = float(f"{1e-9 / x:.3g}")
         x = 1e-9 / gbs
     conv_worst = max((abs((g + p.copy_bytes * x) / t - 1.0) for p, t, _, g in convs), default=0.0)
-    return GemmFit(e, half, len(gemms), worst, gbs, len(convs), conv_worst, raw)  # type: ignore[arg-type]
+    pack_ns, pack_cold = pack_t if pack_t is not None else (None, None)
+    return GemmFit(e, half_t, len(gemms), worst, gbs, len(convs), conv_worst, raw, pack_ns, form, rms, pack_cold)
 
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:

@@ -199,7 +199,7 @@ class Estimate:
     t_memory: float = 0.0  # memory time at the effective bandwidth
     cached: bool = False  # the working set fits the cache: t_memory is at the cache's bandwidth
     t_overhead: float = 0.0  # the device's fixed time per call of this op (Hockney's t0), beyond launch
-    t_copy: float = 0.0  # conv2d's im2col copy at the device's im2col_gbs (0 without one)
+    t_copy: float = 0.0  # a GEMM's packing (gemm_pack_ns) and conv2d's im2col copy (im2col_gbs); 0 without
 
 
 def _infeasible(reason: str) -> Estimate:
@@ -379,6 +379,38 @@ def gemm_shape_factor(dims: tuple[int, int, int, int], half: tuple[float, float,
     return f
 
 
+def gemm_cold(task: Task) -> tuple[bool, bool]:
+    """Whether the ``A`` and ``B`` operands of ``task``'s GEMM come from
+    memory rather than the cache: a weight does (a graph's weights were last
+    used a whole pass earlier); a tensor a task or the caller has just
+    written does not. matmul: ``A``, ``B`` are operands 0 and 1; conv2d:
+    ``A`` is the filter and ``B`` the column matrix im2col has just written,
+    or for a 1x1 filter without im2col the input itself."""
+    ops = task.operands
+    if task.op == "conv2d" and len(ops) >= 2:
+        return (ops[1].kind == "weight", im2col_bytes(task) == 0 and ops[0].kind == "weight")
+    if len(ops) >= 2:
+        return (ops[0].kind == "weight", ops[1].kind == "weight")
+    return (False, False)
+
+
+def gemm_pack_time(dims: tuple[int, int, int, int], pack_ns: tuple[float, float, float],
+                   cold_ns: tuple[float, float] | None = None, cold: tuple[bool, bool] = (False, False)) -> float:
+    """Seconds a GEMM spends beside its multiply-adds: packing ``A[M, K]`` and
+    ``B[K, N]`` into the kernel's panels and updating ``C[M, N]`` (the three
+    memory-bound layers of Goto and van de Geijn, "Anatomy of
+    high-performance matrix multiplication", ACM TOMS 34(3), 2008),
+    ``batch (a M K + b K N + c M N)`` nanoseconds for ``pack_ns = (a, b, c)``;
+    an operand that comes from memory (``cold``, :func:`gemm_cold`) packs at
+    ``cold_ns = (a, b)`` where given."""
+    batch, m, n, k = dims
+    a, b, c = pack_ns
+    if cold_ns is not None:
+        a = cold_ns[0] if cold[0] else a
+        b = cold_ns[1] if cold[1] else b
+    return batch * (a * m * k + b * k * n + c * m * n) * 1e-9
+
+
 def estimate(task: Task, cls: str, device: Device) -> Estimate:
     """Model time of ``task`` (op class ``cls``) on ``device``, ignoring explicit costs.
 
@@ -400,7 +432,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     else the tables above.
     """
     kind = device.kind
-    dims = gemm_dims(task) if device.gemm_half_lengths is not None else None
+    gemm_model = device.gemm_half_lengths is not None or device.gemm_pack_ns is not None
+    dims = gemm_dims(task) if gemm_model else None
     if dims is not None:
         cls = "gemm"  # the device models conv2d's GEMM as a GEMM (its im2col copy is t_copy)
     keys = model_keys(task, cls)
@@ -410,10 +443,13 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     if e_c is None:
         return _infeasible(f"op {task.op} ({cls}) has no {kind} implementation in the model")
     t_copy = 0.0
-    if dims is not None and device.gemm_half_lengths is not None:
-        e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
+    if dims is not None:
+        if device.gemm_half_lengths is not None:
+            e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
+        if device.gemm_pack_ns is not None:
+            t_copy = gemm_pack_time(dims, device.gemm_pack_ns, device.gemm_pack_cold_ns, gemm_cold(task))
         if device.im2col_gbs:
-            t_copy = im2col_bytes(task) / (device.im2col_gbs * 1e9)
+            t_copy += im2col_bytes(task) / (device.im2col_gbs * 1e9)
     else:
         half, n = lookup(device.half_length, keys), vector_length(task)
         if half and n:

@@ -54,6 +54,8 @@ class Device:
     overhead_us_per_mib: tuple[tuple[str, float], ...] = ()  # the same keys -> fixed time per MiB of working set
     half_length: tuple[tuple[str, float], ...] = ()  # the same keys -> Hockney's n_1/2 in the op's vector length
     gemm_half_lengths: tuple[float, float, float] | None = None  # Hockney's n_1/2 of a GEMM's M, N, K
+    gemm_pack_ns: tuple[float, float, float] | None = None  # ns per element of a GEMM's A, B, C
+    gemm_pack_cold_ns: tuple[float, float] | None = None  # the same for an A or B read from memory (a weight)
     im2col_gbs: float | None = None  # rate at which conv2d's im2col moves bytes (mapper.cost.im2col_bytes)
 
     def peak(self, dtype: str) -> float | None:
@@ -156,7 +158,8 @@ MAX_STREAM_FRACTION = 4.0
 _PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
-                "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths")
+                "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
+                "gemm_pack_cold_ns")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -289,12 +292,9 @@ class _Checker:
         per_mib = self.per_op(tab, path, "overhead_us_per_mib",
                               lambda v, kp: self.number(v, kp, "nonneg", "microseconds per MiB"))
         half = self.per_op(tab, path, "half_length", lambda v, kp: self.number(v, kp, "nonneg", "vector elements"))
-        gemm_half = None
-        if "gemm_half_lengths" in tab:
-            gpath = f"{path}.gemm_half_lengths"
-            gtab = self.table(tab["gemm_half_lengths"], gpath)
-            self.keys(gtab, gpath, ("m", "n", "k"), ("m", "n", "k"))
-            gemm_half = tuple(self.number(gtab[d], f"{gpath}.{d}", "nonneg", "elements") for d in "mnk")
+        gemm_half = self.named_numbers(tab, path, "gemm_half_lengths", "mnk", "elements")
+        gemm_pack = self.named_numbers(tab, path, "gemm_pack_ns", "abc", "nanoseconds per element")
+        gemm_cold = self.named_numbers(tab, path, "gemm_pack_cold_ns", "ab", "nanoseconds per element")
         memory_efficiency = None
         memory_ops: tuple[tuple[str, float], ...] = ()
         if isinstance(tab.get("memory_efficiency"), dict):  # per op, keyed like efficiency
@@ -325,8 +325,20 @@ class _Checker:
             overhead_us_per_mib=per_mib,
             half_length=half,
             gemm_half_lengths=gemm_half,
+            gemm_pack_ns=gemm_pack,
+            gemm_pack_cold_ns=gemm_cold,
             im2col_gbs=nums.get("im2col_gbs"),
         )
+
+    def named_numbers(self, tab: dict[str, Any], path: str, key: str, names: str, unit: str) -> tuple[float, ...] | None:
+        """A table with exactly the one-letter keys ``names``, each a number >= 0,
+        as a tuple in that order; None when ``key`` is absent."""
+        if key not in tab:
+            return None
+        kpath = f"{path}.{key}"
+        sub = self.table(tab[key], kpath)
+        self.keys(sub, kpath, tuple(names), tuple(names))
+        return tuple(self.number(sub[d], f"{kpath}.{d}", "nonneg", unit) for d in names)
 
     def per_op(self, tab: dict[str, Any], path: str, key: str, read: Any) -> tuple[tuple[str, float], ...]:
         """A table keyed by op class, op or op variant (:func:`model_key_ok`), in key order."""

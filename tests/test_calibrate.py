@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mapper.calibrate import (
@@ -342,3 +343,43 @@ def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
     assert dev.gemm_half_lengths == pytest.approx(half, rel=0.1) and dev.im2col_gbs == pytest.approx(4.0, rel=0.05)
     # fewer than 5 matmul probes: no shape model
     assert gemm_fit(replace(cal, probes=tuple(probes[:4]))) is None
+
+
+def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
+    from dataclasses import replace
+
+    from mapper.calibrate import GEMM_PROBE_SHAPES, gemm_fit, nonneg_least_squares
+    from mapper.cost import gemm_pack_time
+
+    # probes timed by t = launch + F / (0.9 x 100 GFLOP/s) + (a MK + b KN + 0.4 MN) ns, with a, b =
+    # 0.5, 0.8 for an operand in cache and 0.9, 1.3 for one read from memory (a weight): each shape
+    # once with the weight as B (matmul(input, weight)) and once as A (matmul(weight, input))
+    pack, cold_ns, e, launch = (0.5, 0.8, 0.4), (0.9, 1.3), 0.9, 1e-3
+    probes = []
+    for cold in ((False, True), (True, False)):
+        for m, n, k in GEMM_PROBE_SHAPES:
+            flops = 2.0 * m * n * k
+            t = launch + flops / (e * 100e9) + gemm_pack_time((1, m, n, k), pack, cold_ns, cold)
+            probes.append(Probe("gemm", f"matmul -> [{m}, {n}]", t, t, "compute", flops, 1e6, launch, "f32",
+                                gemm=(1, m, n, k), gemm_cold=cold))
+    cal = replace(fake(), probes=tuple(probes))
+    fit = gemm_fit(cal)
+    assert fit is not None and fit.form == "pack" and fit.half is None
+    assert fit.efficiency == pytest.approx(0.9, rel=1e-3) and fit.pack == pytest.approx(pack, rel=1e-2)
+    assert fit.pack_cold == pytest.approx(cold_ns, rel=1e-2)
+    assert fit.rms < 1e-3 and fit.worst < 1e-2
+    dev = parse_platform(platform_toml(cal), "p.toml").devices[0]
+    assert dev.gemm_pack_ns == pytest.approx(pack, rel=1e-2) and dev.gemm_half_lengths is None
+    assert dev.gemm_pack_cold_ns == pytest.approx(cold_ns, rel=1e-2)
+    # the model prices a matmul with it: its weight (B) packs at the cold rate, its input (A) at the hot one
+    from mapper.cost import build_cost_table, gemm_cold
+    from mapper.lower import graph_from_text
+
+    g = graph_from_text("graph g {\n  input a : f32[200, 300]\n  y = matmul(a, weight f32[300, 50])\n  output y\n}\n")
+    assert gemm_cold(g.tasks[-1]) == (False, True)
+    want = 12.5e-6 + 2 * 200 * 50 * 300 / (0.9 * 100e9) + gemm_pack_time(
+        (1, 200, 50, 300), dev.gemm_pack_ns, dev.gemm_pack_cold_ns, (False, True))
+    assert build_cost_table(g, cal.platform()).time[0][0] == pytest.approx(want, rel=1e-6)
+    # the non-negative least squares: a negative free solution is clipped to the best subset
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert nonneg_least_squares(a, np.array([1.0, -1.0, 0.0])) == pytest.approx([0.5, 0.0])

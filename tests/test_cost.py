@@ -565,6 +565,11 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     assert im2col_bytes(c3) == 2 * 56 * 56 * 64 * 9 * 4 * (1 + 1)  # the matrix written, the input read
     assert im2col_bytes(c1s) == 2 * 28 * 28 * 64 * 4 * (1 + 2)  # a strided copy reads at stride 2
     assert gemm_dims(dw) is None  # depthwise: the direct loop, priced by the class model
+    from mapper.cost import gemm_cold
+
+    # A, B from memory? matmul: the weight B; conv2d: the filter A, and B only for a 1x1 filter
+    # without im2col whose input is a weight (here inputs and task outputs count as in cache)
+    assert gemm_cold(y) == (False, True) and gemm_cold(c3) == (True, False) and gemm_cold(c1) == (True, False)
     assert gemm_shape_factor((1, 64, 32, 16), (64.0, 32.0, 16.0)) == pytest.approx(0.125)
     base = load_platform("host")
     dev = replace(base.devices[0], gemm_half_lengths=(64.0, 32.0, 16.0), im2col_gbs=4.0,
