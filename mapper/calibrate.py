@@ -40,8 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from mapper.cost import (
-    EFF_COMPUTE, EFF_MEMORY, build_cost_table, gemm_cold, gemm_dims, gemm_shape_factor, im2col_bytes, kernel_flops,
-    op_class,
+    EFF_COMPUTE, EFF_MEMORY, build_cost_table, gemm_cold, gemm_dims, gemm_shape_factor, im2col_bytes, in_cache_bytes,
+    kernel_flops, op_class,
     rate_dtype, vector_length, working_set,
 )
 from mapper.errors import MapperError, OptionsError
@@ -110,6 +110,7 @@ class Probe:
     gemm: tuple[int, ...] = ()  # (batch, M, N, K) of the task's GEMM (mapper.cost.gemm_dims; () for none)
     copy_bytes: float = 0.0  # bytes conv2d's im2col writes (mapper.cost.im2col_bytes)
     gemm_cold: tuple[bool, ...] = ()  # whether the GEMM's A and B come from memory (mapper.cost.gemm_cold)
+    cache_bytes: float = 0.0  # bytes moved when the working set is in cache (mapper.cost.in_cache_bytes; 0: bytes)
 
     @property
     def op(self) -> str:
@@ -465,7 +466,8 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
                          "" if key in OP_CLASSES else key, working_set(task), vector_length(task) or 0,
-                         gemm_dims(task) or (), im2col_bytes(task), gemm_cold(task) if gemm_dims(task) else ()))
+                         gemm_dims(task) or (), im2col_bytes(task), gemm_cold(task) if gemm_dims(task) else (),
+                         in_cache_bytes(task)))
     return tuple(out)
 
 
@@ -789,9 +791,10 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
         body = p.measured - p.launch
         if p.op_class in MEMORY_CLASSES:
             if body > 0 and p.bytes > 0:
-                bw = model_bandwidth(cal, p.working_set)
+                bw, cached = model_bandwidth(cal, p.working_set)
+                moved = p.cache_bytes or p.bytes if cached else p.bytes  # as the model counts them
                 for key in (p.feeds,) if p.feeds else (p.op_class, p.op):
-                    streams.setdefault(key, []).append(min(p.bytes / (bw * 1e9 * body), MAX_STREAM_FRACTION))
+                    streams.setdefault(key, []).append(min(moved / (bw * 1e9 * body), MAX_STREAM_FRACTION))
             continue
         if body <= 0 or not peak or p.flops <= 0:
             continue
@@ -825,13 +828,14 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     return tuple(out)
 
 
-def model_bandwidth(cal: Calibration, working_set: float) -> float:
+def model_bandwidth(cal: Calibration, working_set: float) -> tuple[float, bool]:
     """The stored bandwidth (GB/s) the model uses for a task touching
-    ``working_set`` bytes: the cache's where it fits (the cache-aware
-    roofline of :func:`mapper.cost.estimate`), else the memory's."""
+    ``working_set`` bytes, and whether that is the cache's: the cache's where
+    it fits (the cache-aware roofline of :func:`mapper.cost.estimate`), else
+    the memory's."""
     if cal.cache_mib is not None and cal.cache_bandwidth_gbs is not None and working_set <= cal.cache_mib.stored * 2**20:
-        return cal.cache_bandwidth_gbs.stored
-    return cal.mem_bandwidth_gbs.stored
+        return cal.cache_bandwidth_gbs.stored, True
+    return cal.mem_bandwidth_gbs.stored, False
 
 
 def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[float, float, float, float]:

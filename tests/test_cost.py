@@ -574,7 +574,8 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     base = load_platform("host")
     dev = replace(base.devices[0], gemm_half_lengths=(64.0, 32.0, 16.0), im2col_gbs=4.0,
                   efficiency=(("gemm", 0.8),), overhead_us=(), overhead_us_per_mib=(), half_length=(),
-                  cache_mib=None, cache_bandwidth_gbs=None)
+                  cache_mib=None, cache_bandwidth_gbs=None, gemm_pack_ns=None, gemm_pack_cold_ns=None,
+                  memory_efficiency_ops=())
     plat = replace(base, devices=(dev,))
     table = build_cost_table(g, plat)
     peak = dev.peak("f32") * 1e9
@@ -585,3 +586,23 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     # without gemm_half_lengths the class model applies (conv's own efficiency)
     plain = build_cost_table(g, base)
     assert plain.time[c3.index][0] != table.time[c3.index][0]
+
+
+def test_a_broadcast_operand_costs_a_full_one_in_cache():
+    from dataclasses import replace
+
+    from mapper.cost import in_cache_bytes
+    from mapper.lower import graph_from_text
+
+    g = graph_from_text("graph g {\n  input x : f32[1024, 768]\n  input y : f32[1024, 768]\n"
+                        "  b = add(x, weight f32[768])\n  r = add(x, y)\n  output b, r\n}\n")
+    bias, res = g.tasks
+    assert in_cache_bytes(bias) == in_cache_bytes(res) == 3 * 1024 * 768 * 4
+    assert bias.bytes < res.bytes  # the distinct bytes: the bias once
+    base = load_platform("host")
+    dev = replace(base.devices[0], cache_mib=64.0, cache_bandwidth_gbs=40.0, memory_efficiency_ops=(),
+                  overhead_us=(), overhead_us_per_mib=())
+    cached = build_cost_table(g, replace(base, devices=(dev,)))
+    assert cached.time[0][0] == pytest.approx(cached.time[1][0], rel=1e-9)  # in cache: loads and stores
+    uncached = build_cost_table(g, replace(base, devices=(replace(dev, cache_mib=None, cache_bandwidth_gbs=None),)))
+    assert uncached.time[0][0] < uncached.time[1][0]  # from memory: the distinct bytes
