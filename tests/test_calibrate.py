@@ -383,3 +383,19 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
     # the non-negative least squares: a negative free solution is clipped to the best subset
     a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     assert nonneg_least_squares(a, np.array([1.0, -1.0, 0.0])) == pytest.approx([0.5, 0.0])
+
+
+def test_a_streaming_kernel_gets_hockney_s_fixed_time_beside_its_bandwidth():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    # stencil probes (no cache level: the stored 20 GB/s) at 1 and 8 sweeps of a 2 MB grid
+    # (4 and 32 MB counted) measured launch 1 ms + 0.3 ms + bytes at 1.5 x 20 GB/s (a stencil's
+    # counted bytes may exceed the bandwidth: cache reuse)
+    probes = tuple(Probe("stencil", f"stencil -> [{mb}]", 1e-3 + 3e-4 + mb * 1e6 / 30e9, 1e-3, "memory", 1e6,
+                         mb * 1e6, 1e-3, "f64") for mb in (4, 32))
+    (entry,) = model_entries(replace(fake(), probes=probes))
+    assert entry.key == "stencil" and entry.memory == pytest.approx(1.5) and entry.overhead == pytest.approx(3e-4)
+    text = platform_toml(replace(fake(), probes=probes))
+    assert "memory_efficiency = { stencil = 1.5 }" in text and "overhead_us = { stencil = 300 }" in text
