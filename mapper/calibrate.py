@@ -11,11 +11,19 @@
 - the memory bandwidth: an ``add`` of two arrays larger than the last-level
   cache (a STREAM-style kernel, McCalpin, IEEE TCCA newsletter, 1995);
 - the launch overhead: a kernel call on one-element arrays, from Python;
-- per op class, the fraction of the peak a probe task reaches, written as
-  the platform's ``efficiency`` table where the model's default does not
-  explain the probe, with a fixed time per call (``overhead_us``, Hockney's
-  ``t0``) where a kernel was probed at several amounts of work
+- the GEMM model (:func:`gemm_fit`): packing costs per operand, or Hockney's
+  half-performance lengths per dimension, fitted on matmul probes, and
+  conv2d's im2col rate;
+- per op class, the fraction of the peak a probe task reaches (compute
+  classes, the ``efficiency`` table) or of the bandwidth (streaming
+  classes, a ``memory_efficiency`` table), where the model's default does
+  not explain the probe, with a fixed time per call (``overhead_us``,
+  Hockney's ``t0``) where a kernel was probed at several amounts of work
   (:func:`model_entries`).
+
+Every probe time is the median of its calls spread over passes (the
+executor's statistic); :func:`calibrate` takes a ``between`` callback so that
+a caller can interleave its own measurements with the calibration's.
 
 :func:`platform_toml` writes the result in the schema of docs/platforms.md,
 with comments saying when and how each number was measured. Rates are
@@ -356,32 +364,33 @@ def threads() -> int:
 
 
 # -- op-class probes ------------------------------------------------------------------------
-#: Probe tasks per op class (moderate sizes: milliseconds each), as
-#: ``(class, op variant or dtype key, body)``. Classes whose efficiency
-#: depends on shape have several (gemm: 128 to 1024 rows; conv: 3x3 and 1x1
-#: with 64 to 256 output channels, batch 1 as in inference; their smallest
-#: GEMM dimensions, 128 to 768 and 64 to 256, are the vector lengths of
-#: Hockney's half-performance fit); classes with a fixed cost per call have
-#: the same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on
-#: two grids; attention: 128- and 512-token sequences; fft: rows of 1024 and
-#: 8192 points and a small 4 x 4096), so that :func:`model_entries` can fit
-#: Hockney's fixed time beside the rate. Classes with several kernels (norm:
-#: layernorm, batchnorm; fft: fft, ifft) have a probe per kernel, and each op
-#: its own entry. A probe keyed by an op variant (``reduce.max``, a different
-#: loop from ``sum``) or a dtype (``elementwise:f64``: Numba loops do not run
-#: at half the rate in f64 as the BLAS peaks do) feeds only that key's entry. The sizes form a small grid chosen
-#: around typical uses, not the benchmark examples' shapes.
 #: GEMM shapes ``(M, N, K)`` of the matmul probes: a small design over 48 to
 #: 3072 in each dimension (each dimension short in some probes while the
-#: others are long), for the per-dimension fit of :func:`gemm_fit`. Each does
-#: at least 50 MFLOP, so that no probe is mostly launch overhead (a 3072 x 48
-#: x 48 probe of 14 MFLOP, a fifth of a millisecond, pulled the fit's N and K
-#: lengths to 0 and ResNet's 49-pixel layers to -45 %).
+#: others are long), for :func:`gemm_fit`. Each does at least 50 MFLOP, so
+#: that no probe is mostly launch overhead (a 3072 x 48 x 48 probe of 14 MFLOP,
+#: a fifth of a millisecond, pulled the half-length fit's N and K lengths to 0
+#: and ResNet's 49-pixel layers to -45 %).
 GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (48, 1536, 384), (96, 3072, 96), (384, 3072, 48), (1536, 384, 96), (384, 48, 1536), (1536, 96, 384),
     (96, 384, 1536), (384, 384, 384), (1536, 1536, 192), (192, 1536, 1536), (768, 768, 768), (1536, 48, 1536),
 )
 
+#: Probe tasks per op class (moderate sizes: milliseconds each), as
+#: ``(class, op variant or dtype key, body)``. The GEMM shapes above run as
+#: ``matmul(input, weight)`` and as ``matmul(weight, input)`` (the weight, read
+#: from memory, as ``B`` and as ``A``, as conv2d calls its GEMM); conv2d has
+#: six layers (3x3, 1x1, 7x7 stride 2, 1x1 stride 2, batch 1) for the im2col
+#: rate beside the GEMM model. Classes with a fixed cost per call have the
+#: same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on two
+#: grids; attention: 128- and 512-token sequences; fft: rows of 1024 to 32768
+#: points and a small 4 x 4096), so that :func:`model_entries` can fit
+#: Hockney's fixed time beside the rate. Classes with several kernels (norm:
+#: layernorm, batchnorm; fft: fft, ifft) have a probe per kernel, and each op
+#: its own entry. A probe keyed by an op variant (``reduce.max``, a different
+#: loop from ``sum``) or a dtype (``elementwise:f64``: Numba loops do not run
+#: at half the rate in f64 as the BLAS peaks do) feeds only that key's entry.
+#: The sizes form a small grid chosen around typical uses, not the benchmark
+#: examples' shapes.
 PROBES: tuple[tuple[str, str], ...] = (
     *(("gemm", f"input a : f32[{m}, {k}]\n  y = matmul(a, weight f32[{k}, {n}])") for m, n, k in GEMM_PROBE_SHAPES),
     *(("gemm", f"input b : f32[{k}, {n}]\n  y = matmul(weight f32[{m}, {k}], b)") for m, n, k in GEMM_PROBE_SHAPES),
