@@ -802,7 +802,7 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
             if body > 0 and p.bytes > 0:
                 bw, cached = model_bandwidth(cal, p.working_set)
                 moved = p.cache_bytes or p.bytes if cached else p.bytes  # as the model counts them
-                for key in (p.feeds,) if p.feeds else (p.op_class, p.op):
+                for key in (p.feeds,) if p.feeds else dict.fromkeys((p.op_class, p.op)):  # stencil: op = class
                     streams.setdefault(key, []).append((p.op, moved / (bw * 1e9), body))
             continue
         if body <= 0 or not peak or p.flops <= 0:

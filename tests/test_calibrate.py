@@ -399,3 +399,14 @@ def test_a_streaming_kernel_gets_hockney_s_fixed_time_beside_its_bandwidth():
     assert entry.key == "stencil" and entry.memory == pytest.approx(1.5) and entry.overhead == pytest.approx(3e-4)
     text = platform_toml(replace(fake(), probes=probes))
     assert "memory_efficiency = { stencil = 1.5 }" in text and "overhead_us = { stencil = 300 }" in text
+
+
+def test_an_op_named_as_its_streaming_class_counts_each_probe_once():
+    from dataclasses import replace
+
+    from mapper.calibrate import model_entries
+
+    probes = tuple(Probe("stencil", f"stencil -> [{i}]", 2e-3, 1e-3, "memory", 1e6, 1e7, 1e-3, "f64")
+                   for i in range(3))
+    (entry,) = model_entries(replace(fake(), probes=probes))
+    assert entry.key == "stencil" and entry.probes == 3 and entry.memory == pytest.approx(0.5)
