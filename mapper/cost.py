@@ -270,6 +270,20 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
     return tuple(k for key in (*variants, task.op, cls) for k in (f"{key}:{task.dtype}", key))
 
 
+def fitted_keys(device: Device, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys whose ``overhead_us``, ``overhead_us_per_mib`` and
+    ``half_length`` entries go with the rate the task gets: ``keys`` up to the
+    first one the device's ``efficiency`` or per-op ``memory_efficiency``
+    table has (a rate and its fixed time are fitted together: an ``ifft``
+    with its own rate must not take the ``fft`` class's fixed time), all of
+    them when neither table has any."""
+    rated = {k for k, _ in device.efficiency} | {k for k, _ in device.memory_efficiency_ops}
+    for i, key in enumerate(keys):
+        if key in rated:
+            return keys[:i + 1]
+    return keys
+
+
 def lookup(table: tuple[tuple[str, float], ...], keys: tuple[str, ...]) -> float | None:
     """The entry of ``table`` under the first of ``keys`` it has, else None."""
     own = dict(table)
@@ -454,6 +468,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     if dims is not None:
         cls = "gemm"  # the device models conv2d's GEMM as a GEMM (its im2col copy is t_copy)
     keys = model_keys(task, cls)
+    fitted = fitted_keys(device, keys)
     e_c = lookup(device.efficiency, keys)
     if e_c is None:
         e_c = EFF_COMPUTE[kind].get(cls)
@@ -468,7 +483,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         if device.im2col_gbs:
             t_copy += im2col_bytes(task) / (device.im2col_gbs * 1e9)
     else:
-        half, n = lookup(device.half_length, keys), vector_length(task)
+        half, n = lookup(device.half_length, fitted), vector_length(task)
         if half and n:
             e_c *= n / (n + half)
     flops, nbytes = kernel_flops(task), float(task.bytes)
@@ -494,8 +509,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
             e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
         t_mem = (in_cache_bytes(task) if cached else nbytes) / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
-    per_mib = lookup(device.overhead_us_per_mib, keys) or 0.0
-    overhead = ((lookup(device.overhead_us, keys) or 0.0) + per_mib * working_set(task) / MIB) / 1e6
+    per_mib = lookup(device.overhead_us_per_mib, fitted) or 0.0
+    overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6
     t_comp = t_par + t_ser + t_copy
     body = max(t_comp, t_mem)
     if body == 0.0 or launch + overhead >= body:

@@ -606,3 +606,22 @@ def test_a_broadcast_operand_costs_a_full_one_in_cache():
     assert cached.time[0][0] == pytest.approx(cached.time[1][0], rel=1e-9)  # in cache: loads and stores
     uncached = build_cost_table(g, replace(base, devices=(replace(dev, cache_mib=None, cache_bandwidth_gbs=None),)))
     assert uncached.time[0][0] < uncached.time[1][0]  # from memory: the distinct bytes
+
+
+def test_a_fixed_time_goes_with_the_rate_it_was_fitted_with():
+    from dataclasses import replace
+
+    from mapper.lower import graph_from_text
+
+    g = graph_from_text("graph g {\n  input x : c64[64, 1024]\n  f = fft(x)\n  i = ifft(x)\n  output f, i\n}\n")
+    base = load_platform("host")
+    dev = replace(base.devices[0], efficiency=(("fft", 0.5), ("ifft", 0.25)), overhead_us=(("fft", 300.0),),
+                  overhead_us_per_mib=(), half_length=(), memory_efficiency_ops=())
+    table = build_cost_table(g, replace(base, devices=(dev,)))
+    no_t0 = build_cost_table(g, replace(base, devices=(replace(dev, overhead_us=()),)))
+    assert table.time[0][0] == pytest.approx(no_t0.time[0][0] + 300e-6)  # fft: its rate with its t0
+    assert table.time[1][0] == no_t0.time[1][0]  # ifft: its own rate, fitted without a t0
+    # a task priced by the class's defaults still takes the class's fixed time
+    plain = replace(dev, efficiency=())
+    assert build_cost_table(g, replace(base, devices=(plain,))).time[1][0] == pytest.approx(
+        build_cost_table(g, replace(base, devices=(replace(plain, overhead_us=()),))).time[1][0] + 300e-6)
