@@ -479,12 +479,12 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
     for (key, _), (graph, task, _, _), times in zip(PROBES, setup, samples):
         cost = build_cost_table(graph, plat)
         shape = ", ".join(str(x) for x in task.output.shape)
+        dims = gemm_dims(task)
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),
                          cost.time[task.index][0], cost.bound[task.index][0], kernel_flops(task), task.bytes,
                          dev.launch_us * 1e-6, rate_dtype(dev, task.dtype) or task.dtype,
                          "" if key in OP_CLASSES else key, working_set(task), vector_length(task) or 0,
-                         gemm_dims(task) or (), im2col_bytes(task), gemm_cold(task) if gemm_dims(task) else (),
-                         in_cache_bytes(task)))
+                         dims or (), im2col_bytes(task), gemm_cold(task) if dims else (), in_cache_bytes(task)))
     return tuple(out)
 
 
@@ -649,7 +649,8 @@ def platform_toml(cal: Calibration) -> str:
     if cal.cache_mib is None and cal.cache_sweep:
         lines.append("# no cache keys: no working set of the add sweep ran 25 % faster than memory; sweep "
                      "(working set, GB/s): " + ", ".join(f"{w:.3g} MiB {r:.3g}" for w, r in cal.cache_sweep))
-    entries = model_entries(cal)
+    fit = gemm_fit(cal)
+    entries = _model_entries(cal, fit)
     if entries:
         lines.append("# per op class, op or op variant: the fraction of the stored peak that its probe tasks (listed")
         lines.append("# below) reached net of launch_us, median call; replaces the cost model's default. Where one")
@@ -679,7 +680,6 @@ def platform_toml(cal: Calibration) -> str:
             lines.append("# Hockney's half-performance length n_1/2: the rate is e n / (n + n_1/2), n the op's vector length")
             lines.append("# (matmul, conv2d: the smallest GEMM dimension; attention: sequence), from the fits above")
             lines.append("half_length = { " + ", ".join(f"{_toml_key(e.key)} = {e.half:.4g}" for e in halves) + " }")
-        fit = gemm_fit(cal)
         if fit is not None:
             lines.append(f"# GEMM model (matmul and conv2d's im2col GEMM), fitted on {fit.probes} matmul probes of 48 to 3072 per")
             if fit.form == "pack":
@@ -799,6 +799,11 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     ones are what separates the fixed time from the rate. A probe no longer
     than a launch counts for nothing.
     """
+    return _model_entries(cal, gemm_fit(cal))
+
+
+def _model_entries(cal: Calibration, fit: GemmFit | None) -> tuple[Entry, ...]:
+    """:func:`model_entries` with the GEMM fit already made (None: none)."""
     peaks = {r.key: r.stored for r in cal.peak_gflops}
     groups: dict[str, list[tuple[str, float, float, bool, float, int]]] = {}  # key -> (op, w, t, counts, MiB, n)
     ops_of: dict[str, set[str]] = {}
@@ -831,7 +836,6 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
     out = [_stream_entry(key, v) for key, v in streams.items()
            if key in OP_CLASSES or ":" in key or "." in key
            or any(key in ops and len(ops) > 1 for ops in stream_ops.values())]  # an op key where its class has several
-    fit = gemm_fit(cal)
     if fit is not None:  # the GEMM shape model prices matmul and conv2d (see platform_toml)
         out.append(Entry("gemm", fit.efficiency, probes=fit.probes))
     for key, points in groups.items():
@@ -843,6 +847,15 @@ def model_entries(cal: Calibration) -> tuple[Entry, ...]:
         out.append(Entry(key, float(f"{e:.3g}"), float(f"{t0:.3g}"), len(points), float(f"{per_mib:.3g}"),
                          float(f"{half:.3g}")))
     return tuple(out)
+
+
+def _beyond_noise(worst_rate: float, worst: float, probes: int) -> bool:
+    """The :data:`FIT_NOISE` test of a fixed time or half-length: the rate
+    alone leaves a probe off by more than the noise (half of it for three or
+    more probes, where the fit has a residual to show) and the fit at least
+    halves the worst error."""
+    noise = FIT_NOISE if probes <= 2 else FIT_NOISE / 2
+    return worst_rate > noise and worst <= worst_rate / 2
 
 
 def _stream_entry(key: str, probes: list[tuple[str, float, float]]) -> Entry:
@@ -861,8 +874,7 @@ def _stream_entry(key: str, probes: list[tuple[str, float, float]]) -> Entry:
         worst_rate = max(abs(w / e / t - 1.0) for w, t in points)
         e2, c = hockney_fit(points, None, MAX_STREAM_FRACTION)
         worst = max(abs((c + w / e2) / t - 1.0) for w, t in points)
-        noise = FIT_NOISE if len(points) <= 2 else FIT_NOISE / 2
-        if c > 0 and worst_rate > noise and worst <= worst_rate / 2:
+        if c > 0 and _beyond_noise(worst_rate, worst, len(points)):
             e, t0 = e2, c
     return Entry(key, 0.0, float(f"{t0:.3g}"), len(points), memory=float(f"{e:.3g}"))
 
@@ -898,8 +910,7 @@ def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[floa
         for form, scale in forms:
             e, c = hockney_fit([(w, t) for _, w, t, *_ in points], scale)
             worst = max(abs((c * k + x[1] / e) / x[2] - 1.0) for x, k in zip(points, scale))
-            noise = FIT_NOISE if len(points) <= 2 else FIT_NOISE / 2
-            if c > 0 and worst_rate > noise and worst <= worst_rate / 2 and (best is None or worst < best[0]):
+            if c > 0 and _beyond_noise(worst_rate, worst, len(points)) and (best is None or worst < best[0]):
                 best = (worst, e, c if form == "t0" else 0.0, c if form == "mib" else 0.0,
                         c * e if form == "half" else 0.0)
     return (mean, 0.0, 0.0, 0.0) if best is None else best[1:]
@@ -953,9 +964,13 @@ class GemmFit:
     conv_worst: float = 0.0
     raw: float = 1.0
     pack: tuple[float, float, float] | None = None
-    form: str = "half"
     rms: float = 0.0
     pack_cold: tuple[float, float] | None = None  # ns per element of an A or B read from memory
+
+    @property
+    def form(self) -> str:
+        """``"pack"`` or ``"half"``: the form fitted (the other's parameters are None)."""
+        return "pack" if self.pack is not None else "half"
 
 
 #: Candidate half-performance lengths of the grid search in :func:`gemm_fit`:
@@ -1083,7 +1098,7 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
         x = 1e-9 / gbs
     conv_worst = max((abs((g + p.copy_bytes * x) / t - 1.0) for p, t, _, g in convs), default=0.0)
     pack_ns, pack_cold = pack_t if pack_t is not None else (None, None)
-    return GemmFit(e, half_t, len(gemms), worst, gbs, len(convs), conv_worst, raw, pack_ns, form, rms, pack_cold)
+    return GemmFit(e, half_t, len(gemms), worst, gbs, len(convs), conv_worst, raw, pack_ns, rms, pack_cold)
 
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:
