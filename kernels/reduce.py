@@ -93,16 +93,22 @@ def _max_blocks(x, part):
         part[r, t % nblk] = _first_nan(x, r, lo, hi) if nan else m
 
 
+@jit()
+def _column_chunk(t, nchunk, inner):
+    """Work item ``t`` of the middle kernels: ``(outer index, lo, hi)``, the
+    ``t % nchunk``-th of ``nchunk`` equal column ranges of ``inner`` columns."""
+    clen = (inner + nchunk - 1) // nchunk
+    lo = (t % nchunk) * clen
+    return t // nchunk, lo, min(lo + clen, inner)
+
+
 # The middle kernels read each reduced row as a contiguous 1-D slice: with
 # 3-D indexing LLVM did not vectorise the inner loop (measured 3-5x slower).
 @jit(parallel=True, fastmath=REASSOC)
 def _sum_middle(x, out, nchunk):
     outer, n, inner = x.shape
-    clen = (inner + nchunk - 1) // nchunk
     for t in prange(outer * nchunk):
-        o = t // nchunk
-        lo = (t % nchunk) * clen
-        hi = min(lo + clen, inner)
+        o, lo, hi = _column_chunk(t, nchunk, inner)
         dst = out[o, lo:hi]
         for j in range(n):
             row = x[o, j, lo:hi]
@@ -113,11 +119,8 @@ def _sum_middle(x, out, nchunk):
 @jit(parallel=True)
 def _max_middle(x, out, nchunk):
     outer, n, inner = x.shape
-    clen = (inner + nchunk - 1) // nchunk
     for t in prange(outer * nchunk):
-        o = t // nchunk
-        lo = (t % nchunk) * clen
-        hi = min(lo + clen, inner)
+        o, lo, hi = _column_chunk(t, nchunk, inner)
         dst = out[o, lo:hi]
         first = x[o, 0, lo:hi]
         for i in range(hi - lo):
