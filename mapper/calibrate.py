@@ -403,6 +403,8 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 512)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
+    ("relu", "input x : f32[1, 256, 56, 56]\n  y = relu(x)"),
+    ("relu", "input x : f32[1, 1024, 14, 14]\n  y = relu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
     ("elementwise:f64", "input a : f64[1024, 1024]\n  input b : f64[1024, 1024]\n  y = add(a, b)"),
     ("elementwise:c64", "input a : c64[256, 4096]\n  input b : c64[1, 4096]\n  y = mul(a, b)"),
@@ -464,7 +466,7 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
     for call in calls:
         call()  # warm-up: compile
     samples: list[list[float]] = [[] for _ in PROBES]
-    streaming = [op_class(task.op) in MEMORY_CLASSES for _, task, _, _ in setup]
+    streaming = [streams(task.op) for _, task, _, _ in setup]
     for _ in range(max(passes, 1)):
         for i, call in enumerate(calls):
             if streaming[i]:
@@ -666,7 +668,7 @@ def platform_toml(cal: Calibration) -> str:
             lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in compute) + " }")
         streaming = [e for e in entries if e.memory > 0]
         if streaming:
-            lines.append("# streaming op classes (" + ", ".join(MEMORY_CLASSES) + "): the fraction of the bandwidth (the cache's where")
+            lines.append("# streaming op classes and ops (" + ", ".join(MEMORY_CLASSES + STREAMING_OPS) + "): the fraction of the bandwidth (the cache's where")
             lines.append("# the working set fits it) their probes reached, net of launch_us, geometric mean over each key's probes")
             lines.append("memory_efficiency = { " + ", ".join(
                 f"{_toml_key(e.key)} = {e.memory:.3g}" for e in streaming) + " }")
@@ -764,6 +766,20 @@ class Entry:
 #: so its fraction may exceed 1 (up to ``MAX_STREAM_FRACTION``).
 MEMORY_CLASSES = ("elementwise", "norm", "reduction", "stencil")
 
+#: Ops of other classes whose kernels stream their operands too (``relu``, one
+#: compare per element, beside ``gelu``'s tanh in the activation class): each
+#: gets its own ``memory_efficiency`` entry from its own probes, and the cost
+#: model then leaves its class's fitted compute efficiency alone
+#: (:func:`mapper.cost.fitted_keys`). Priced at gelu's rate, a relu was
+#: predicted 3-6x slower than it ran.
+STREAMING_OPS = ("relu",)
+
+
+def streams(op: str) -> bool:
+    """Whether ``op``'s probes give a fraction of the bandwidth
+    (:data:`MEMORY_CLASSES`, :data:`STREAMING_OPS`) rather than of the peak."""
+    return op_class(op) in MEMORY_CLASSES or op in STREAMING_OPS
+
 
 #: A fixed time per call (or a half-performance length) is fitted only where
 #: the probes show it beyond this machine's noise: the rate alone leaves a
@@ -807,16 +823,16 @@ def _model_entries(cal: Calibration, fit: GemmFit | None) -> tuple[Entry, ...]:
     peaks = {r.key: r.stored for r in cal.peak_gflops}
     groups: dict[str, list[tuple[str, float, float, bool, float, int]]] = {}  # key -> (op, w, t, counts, MiB, n)
     ops_of: dict[str, set[str]] = {}
-    streams: dict[str, list[tuple[str, float, float]]] = {}  # MEMORY_CLASSES key -> (op, w at the bandwidth, t)
+    streamed: dict[str, list[tuple[str, float, float]]] = {}  # streaming key -> (op, w at the bandwidth, t)
     for p in cal.probes:
         peak = peaks.get(p.rate_dtype)
         body = p.measured - p.launch
-        if p.op_class in MEMORY_CLASSES:
+        if streams(p.op):
             if body > 0 and p.bytes > 0:
                 bw, cached = model_bandwidth(cal, p.working_set)
                 moved = p.cache_bytes or p.bytes if cached else p.bytes  # as the model counts them
                 for key in (p.feeds,) if p.feeds else dict.fromkeys((p.op_class, p.op)):  # stencil: op = class
-                    streams.setdefault(key, []).append((p.op, moved / (bw * 1e9), body))
+                    streamed.setdefault(key, []).append((p.op, moved / (bw * 1e9), body))
             continue
         if body <= 0 or not peak or p.flops <= 0:
             continue
@@ -833,8 +849,8 @@ def _model_entries(cal: Calibration, fit: GemmFit | None) -> tuple[Entry, ...]:
             for op in sorted(ops, key=lambda o: [q[0] for q in points].index(o)):
                 groups[op] = [x for x in points if x[0] == op]  # an op named as its class (fft) takes the key
     stream_ops = {c: {p.op for p in cal.probes if p.op_class == c and not p.feeds} for c in MEMORY_CLASSES}
-    out = [_stream_entry(key, v) for key, v in streams.items()
-           if key in OP_CLASSES or ":" in key or "." in key
+    out = [_stream_entry(key, v) for key, v in streamed.items()
+           if key in OP_CLASSES or key in STREAMING_OPS or ":" in key or "." in key
            or any(key in ops and len(ops) > 1 for ops in stream_ops.values())]  # an op key where its class has several
     if fit is not None:  # the GEMM shape model prices matmul and conv2d (see platform_toml)
         out.append(Entry("gemm", fit.efficiency, probes=fit.probes))

@@ -271,11 +271,13 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
 
 
 def fitted_keys(device: Device, keys: tuple[str, ...]) -> tuple[str, ...]:
-    """The keys whose ``overhead_us``, ``overhead_us_per_mib`` and
-    ``half_length`` entries go with the rate the task gets: ``keys`` up to the
-    first one the device's ``efficiency`` or per-op ``memory_efficiency``
+    """The keys whose ``efficiency``, ``overhead_us``, ``overhead_us_per_mib``
+    and ``half_length`` entries go with the rate the task gets: ``keys`` up to
+    the first one the device's ``efficiency`` or per-op ``memory_efficiency``
     table has (a rate and its fixed time are fitted together: an ``ifft``
-    with its own rate must not take the ``fft`` class's fixed time), all of
+    with its own rate must not take the ``fft`` class's fixed time, and a
+    ``relu`` with its own fraction of the bandwidth must not take the
+    activation class's compute efficiency, fitted to ``gelu``'s tanh), all of
     them when neither table has any."""
     rated = {k for k, _ in device.efficiency} | {k for k, _ in device.memory_efficiency_ops}
     for i, key in enumerate(keys):
@@ -469,7 +471,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         cls = "gemm"  # the device models conv2d's GEMM as a GEMM (its im2col copy is t_copy)
     keys = model_keys(task, cls)
     fitted = fitted_keys(device, keys)
-    e_c = lookup(device.efficiency, keys)
+    e_c = lookup(device.efficiency, fitted)  # not a class's rate past an op's own (streaming) entry
     if e_c is None:
         e_c = EFF_COMPUTE[kind].get(cls)
     if e_c is None:

@@ -410,3 +410,28 @@ def test_an_op_named_as_its_streaming_class_counts_each_probe_once():
                    for i in range(3))
     (entry,) = model_entries(replace(fake(), probes=probes))
     assert entry.key == "stencil" and entry.probes == 3 and entry.memory == pytest.approx(0.5)
+
+
+def test_relu_streams_and_keeps_gelu_s_compute_rate_away():
+    from dataclasses import replace
+
+    from mapper.calibrate import PROBES, model_entries
+    from mapper.cost import build_cost_table
+    from mapper.lower import graph_from_text
+
+    assert any(key == "relu" for key, _ in PROBES)
+    # gelu: 1e8 flops at 100 GFLOP/s stored = 1 ms of work in 1 s net of launch -> 0.001 of the peak;
+    # relu: 4 MB at 20 GB/s = 0.2 ms in 1 ms net -> 0.2 of the bandwidth, its own key
+    probes = (Probe("activation", "gelu -> [1]", 1.001, 0.002, "compute", 1.0e8, 8.0e6, 1e-3, "f32"),
+              Probe("activation", "relu -> [1]", 0.002, 0.001, "memory", 1.0e6, 4.0e6, 1e-3, "f32", "relu"))
+    cal = replace(fake(), probes=probes)
+    entries = {e.key: e for e in model_entries(cal)}
+    assert entries["activation"].efficiency == pytest.approx(0.001) and entries["activation"].memory == 0
+    assert entries["relu"].memory == pytest.approx(0.2) and entries["relu"].efficiency == 0
+    g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = relu(x)\n  z = gelu(x)\n  output y, z\n}\n")
+    table = build_cost_table(g, cal.platform())
+    relu, gelu = g.tasks
+    # relu's time follows its bytes at its own fraction (at gelu's class rate its 1e6 flops would take 10 ms)
+    assert table.bound[0][0] == "memory"
+    assert table.time[0][0] == pytest.approx(12.5e-6 + relu.bytes / (0.2 * 20e9), rel=1e-9)
+    assert table.time[1][0] == pytest.approx(12.5e-6 + gelu.flops / (0.001 * 100e9), rel=1e-6)
