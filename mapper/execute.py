@@ -481,14 +481,22 @@ class Execution:
         self._run(timed=True)
         self.passes += 1
 
-    def trace(self) -> Trace:
-        """The trace of the passes so far (see :func:`execute`)."""
+    def trace(self, result: MapResult | None = None) -> Trace:
+        """The trace of the passes so far (see :func:`execute`).
+
+        ``result``, when given, is this schedule re-priced (the same tasks,
+        assignment and per-device order on other numbers, e.g.
+        :func:`mapper.recost.reprice`): the predicted times come from it.
+        """
+        if result is not None and result.schedule.device_of != self.result.schedule.device_of:
+            raise OptionsError("the re-priced result has another assignment than the schedule that ran",
+                               obj=result.mapper)
         if self._first is None:
             self.warm_up()
         assert self._first is not None
         from mapper.kernels._jit import num_threads
 
-        trace = _trace(self.result, self.samples, self.plan, self._first, self.wall, self.seed, self.passes,
+        trace = _trace(result or self.result, self.samples, self.plan, self._first, self.wall, self.seed, self.passes,
                        self.checked, self.backend)
         return dataclasses.replace(trace, blas_threads=self.blas_threads, numba_threads=num_threads())
 
