@@ -38,15 +38,18 @@ prange = numba.prange
 REASSOC = frozenset({"reassoc", "contract"})
 
 
-def jit(*, parallel: bool = False, fastmath: bool | frozenset = False):
+def jit(*, parallel: bool = False, fastmath: bool | frozenset = False, inline: bool = False):
     """``numba.njit`` with the project's settings.
 
     ``nogil=True`` (the executor runs tasks on threads), ``cache=True`` (on-disk
     cache), ``error_model="numpy"`` (float division by zero gives inf/nan as
     in NumPy instead of raising). No signatures: compilation is lazy.
+    ``inline``: inlined into its callers in Numba's IR, so that a constant
+    argument specialises the loop (LLVM then vectorises it).
     """
     fm = set(fastmath) if isinstance(fastmath, frozenset) else fastmath
-    return numba.njit(nogil=True, cache=True, parallel=parallel, fastmath=fm, error_model="numpy")
+    return numba.njit(nogil=True, cache=True, parallel=parallel, fastmath=fm, error_model="numpy",
+                      inline="always" if inline else "never")
 
 
 def quotient(x, y):

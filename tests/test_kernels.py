@@ -82,6 +82,8 @@ CONV_CASES = [  # x shape, w shape, stride, padding, groups
     ((1, 1, 1, 1), (1, 1, 1, 1), 3, 0, 1),
     ((2, 32, 10, 9), (32, 16, 3, 3), 2, 1, 2),    # big enough for im2col
     ((1, 2, 6, 6), (10, 1, 3, 3), 1, 1, 2),       # 5 filters per group: a block of 4 and a tail of 1
+    ((1, 3, 7, 9), (4, 3, 3, 3), [1, 2], [1, 2], 1),   # im2col's stride-2 row loop, padded edges
+    ((1, 2, 8, 13), (3, 2, 2, 3), [2, 3], [0, 1], 1),  # its general-stride row loop
 ]
 
 
