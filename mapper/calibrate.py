@@ -966,9 +966,10 @@ class GemmFit:
     log error on the probes (``rms``; ``worst`` the largest relative error).
     ``efficiency`` is the asymptotic fraction of the stored peak (``raw``
     before the cap at 1; above 1 the peak is raised). ``im2col_gbs`` (None when
-    the conv probes show no copy time) is the rate of conv2d's im2col, fitted
-    on the conv probes beside their GEMMs' model times; ``conv_worst`` the
-    largest relative error on those probes.
+    the conv probes show no copy time) is the rate of conv2d's im2col (fitted
+    with the pack form, or on the conv probes beside their GEMMs' model times
+    for the half form); ``conv_worst`` the largest relative error on those
+    probes.
     """
 
     efficiency: float
@@ -1015,8 +1016,8 @@ def _fit_half(y: np.ndarray, sizes: np.ndarray) -> tuple[float, tuple[float, flo
 def nonneg_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``x >= 0`` minimising ``|a x - b|``, for a few columns: every subset of
     columns is solved by least squares and the best all-nonnegative solution
-    kept (exact for the 4 unknowns of the GEMM fit; ties go to the first
-    subset in order)."""
+    kept (exact for the up to 7 unknowns of the GEMM fit; ties go to the
+    first subset in order)."""
     n = a.shape[1]
     best, best_res = np.zeros(n), float(np.sum(b * b))
     for mask in range(1, 1 << n):
@@ -1045,9 +1046,14 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
       ``d = M, N, K`` (Hockney's half-performance law per dimension, Hockney,
       SIAM 1996), least squares on the log of the time by grid search.
 
-    Then conv2d's im2col rate from the conv probes: ``t = launch + GEMM model
-    + bytes / rate`` (:func:`mapper.cost.im2col_bytes`). None with fewer
-    than 5 matmul probes.
+    conv2d's im2col rate, ``t = launch + GEMM model + bytes / rate``
+    (:func:`mapper.cost.im2col_bytes`): the pack form fits it jointly with
+    the GEMM, the conv probes as rows beside the matmul probes with their
+    bytes as one more column (so that the GEMMs conv2d calls, a cold weight
+    times a column matrix just written, weigh in the packing rates); the
+    half form fits it afterwards on the conv probes beside their GEMMs' model
+    times. Both forms are scored on all the probes. None with fewer than 5
+    matmul probes.
     """
     from mapper.cost import gemm_pack_time
 
@@ -1061,60 +1067,67 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
     mean, half = _fit_half(y, sizes)
     fits = {"half": (math.exp(-mean), tuple(float(f"{h:.3g}") for h in half), None)}
     # columns: F / peak, then A's and B's elements (split by whether the operand comes from
-    # memory where the probes have both), then C's; one coefficient each
-    colds = [tuple(p.gemm_cold) or (False, False) for p, _, _ in gemms]
+    # memory where the probes have both), then C's, then im2col's bytes; one coefficient each
+    convs = [(p, body, peak) for p, body, peak in pts if p.op == "conv2d" and p.gemm and body > 0 and peak > 0]
+    joint = gemms + convs  # the pack form fits conv2d's im2col rate with the GEMM (one more column)
+    colds = [tuple(p.gemm_cold) or (False, False) for p, _, _ in joint]
     split = [len({c[i] for c in colds}) > 1 for i in (0, 1)]
     rows = []
-    for (p, _, peak), cold in zip(gemms, colds):
+    for (p, _, peak), cold in zip(joint, colds):
         batch, m, n, k = p.gemm
         row = [p.flops / peak]
         for i, elems in ((0, batch * m * k), (1, batch * k * n)):
             row += [elems * (not cold[i]), elems * cold[i]] if split[i] else [elems]
-        rows.append(row + [batch * m * n])
-    bodies = np.array([body for _, body, _ in gemms])
-    coef = nonneg_least_squares(np.array(rows, dtype=float) / bodies[:, None], np.ones(len(gemms)))
+        rows.append(row + [batch * m * n, p.copy_bytes])
+    bodies = np.array([body for _, body, _ in joint])
+    coef = nonneg_least_squares(np.array(rows, dtype=float) / bodies[:, None], np.ones(len(joint)))
     if coef[0] > 0:
-        ns = [float(f"{c * 1e9:.3g}") for c in coef[1:]]
+        ns = [float(f"{c * 1e9:.3g}") for c in coef[1:-1]]
         a_hot, a_cold = (ns.pop(0), ns.pop(0)) if split[0] else (ns[0], ns.pop(0))
         b_hot, b_cold = (ns.pop(0), ns.pop(0)) if split[1] else (ns[0], ns.pop(0))
         cold_ns = (a_cold, b_cold) if any(split) else None
-        fits["pack"] = (1.0 / coef[0], None, ((a_hot, b_hot, ns[0]), cold_ns))
+        copy_gbs = float(f"{1.0 / coef[-1] * 1e-9:.3g}") if coef[-1] > 0 else None
+        fits["pack"] = (1.0 / coef[0], None, ((a_hot, b_hot, ns[0]), cold_ns, copy_gbs))
 
     def model(form: str, e: float, p: Probe, peak: float) -> float:
         _, h, pack = fits[form]
         if form == "half":
             return p.flops / (e * peak * gemm_shape_factor(tuple(p.gemm), h))  # type: ignore[arg-type]
-        hot_ns, cold_ns = pack  # type: ignore[misc]
+        hot_ns, cold_ns, _ = pack  # type: ignore[misc]
         return p.flops / (e * peak) + gemm_pack_time(tuple(p.gemm), hot_ns, cold_ns,  # type: ignore[arg-type]
                                                       tuple(p.gemm_cold) or (False, False))
 
+    def copy_rate(form: str) -> float | None:
+        """conv2d's im2col rate (GB/s) with ``form``: the pack form's joint
+        fit, or, for the half form, fitted on the conv probes beside their
+        GEMMs' model times; None where the probes show no copy time."""
+        if form == "pack":
+            return fits["pack"][2][2]  # type: ignore[index]
+        raw = fits[form][0]
+        e = float(f"{min(raw, 1.0):.3g}") * raw / min(raw, 1.0)
+        pairs = [(p.copy_bytes / body, model(form, e, p, peak) / body) for p, body, peak in convs]
+        num = sum(c * (1.0 - g) for c, g in pairs)
+        den = sum(c * c for c, _ in pairs)
+        return float(f"{den / num * 1e-9:.3g}") if den > 0 and num > 0 else None
+
+    def probe_time(form: str, p: Probe, peak: float) -> float:
+        raw = fits[form][0]
+        e = float(f"{min(raw, 1.0):.3g}") * raw / min(raw, 1.0)  # the peak raised by the caller when raw > 1
+        gbs = rates[form]
+        return model(form, e, p, peak) + (p.copy_bytes / (gbs * 1e9) if gbs else 0.0)
+
+    rates = {form: copy_rate(form) for form in fits}
     scored = []
-    for form, (raw, _, _) in fits.items():
-        e = float(f"{min(raw, 1.0):.3g}")
-        logs = [math.log(model(form, e * raw / min(raw, 1.0), p, peak) / body) for p, body, peak in gemms]
+    for form in fits:
+        logs = [math.log(probe_time(form, p, peak) / body) for p, body, peak in joint]
         scored.append((math.sqrt(statistics.fmean(v * v for v in logs)), form))
     rms, form = min(scored)
     raw, half_t, pack_t = fits[form]
     e = float(f"{min(raw, 1.0):.3g}")
-    scale = raw / min(raw, 1.0)  # the peak raised by the caller when raw > 1
-
-    def gemm_time(p: Probe, peak: float) -> float:
-        return model(form, e * scale, p, peak)
-
-    worst = max(abs(gemm_time(p, peak) / body - 1.0) for p, body, peak in gemms)
-    convs = [(p, body, peak, gemm_time(p, peak)) for p, body, peak in pts if p.op == "conv2d" and p.gemm
-             and body > 0 and peak > 0]
-    gbs = None
-    x = 0.0  # seconds per byte of im2col
-    num = sum(p.copy_bytes / t * (1.0 - g / t) for p, t, _, g in convs)
-    den = sum((p.copy_bytes / t) ** 2 for p, t, _, g in convs)
-    if den > 0 and num > 0:
-        x = num / den
-        gbs = float(f"{1e-9 / x:.3g}")
-        x = 1e-9 / gbs
-    conv_worst = max((abs((g + p.copy_bytes * x) / t - 1.0) for p, t, _, g in convs), default=0.0)
-    pack_ns, pack_cold = pack_t if pack_t is not None else (None, None)
-    return GemmFit(e, half_t, len(gemms), worst, gbs, len(convs), conv_worst, raw, pack_ns, rms, pack_cold)
+    worst = max(abs(probe_time(form, p, peak) / body - 1.0) for p, body, peak in gemms)
+    conv_worst = max((abs(probe_time(form, p, peak) / body - 1.0) for p, body, peak in convs), default=0.0)
+    pack_ns, pack_cold = pack_t[:2] if pack_t is not None else (None, None)
+    return GemmFit(e, half_t, len(gemms), worst, rates[form], len(convs), conv_worst, raw, pack_ns, rms, pack_cold)
 
 
 def class_efficiency(cal: Calibration) -> tuple[tuple[str, float], ...]:

@@ -362,12 +362,19 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
             t = launch + flops / (e * 100e9) + gemm_pack_time((1, m, n, k), pack, cold_ns, cold)
             probes.append(Probe("gemm", f"matmul -> [{m}, {n}]", t, t, "compute", flops, 1e6, launch, "f32",
                                 gemm=(1, m, n, k), gemm_cold=cold))
+    # conv probes (the weight as A) with an im2col copy at 5 GB/s: fitted jointly with the GEMM
+    for (m, n, k), copy in (((64, 3136, 576), 14.4e6), ((128, 784, 1152), 10.8e6), ((512, 49, 4608), 1.8e6),
+                            ((256, 196, 512), 0.0)):
+        flops = 2.0 * m * n * k
+        t = launch + flops / (e * 100e9) + gemm_pack_time((1, m, n, k), pack, cold_ns, (True, False)) + copy / 5e9
+        probes.append(Probe("conv", f"conv2d -> [1, {m}]", t, t, "compute", flops, 1e6, launch, "f32",
+                            gemm=(1, m, n, k), copy_bytes=copy, gemm_cold=(True, False)))
     cal = replace(fake(), probes=tuple(probes))
     fit = gemm_fit(cal)
-    assert fit is not None and fit.form == "pack" and fit.half is None
+    assert fit is not None and fit.form == "pack" and fit.half is None and fit.conv_probes == 4
     assert fit.efficiency == pytest.approx(0.9, rel=1e-3) and fit.pack == pytest.approx(pack, rel=1e-2)
-    assert fit.pack_cold == pytest.approx(cold_ns, rel=1e-2)
-    assert fit.rms < 1e-3 and fit.worst < 1e-2
+    assert fit.pack_cold == pytest.approx(cold_ns, rel=1e-2) and fit.im2col_gbs == pytest.approx(5.0, rel=1e-2)
+    assert fit.rms < 1e-3 and fit.worst < 1e-2 and fit.conv_worst < 1e-2
     dev = parse_platform(platform_toml(cal), "p.toml").devices[0]
     assert dev.gemm_pack_ns == pytest.approx(pack, rel=1e-2) and dev.gemm_half_lengths is None
     assert dev.gemm_pack_cold_ns == pytest.approx(cold_ns, rel=1e-2)
