@@ -21,7 +21,10 @@ calibration.
 The calibrated platform carries per-op efficiencies and fixed times per call
 fitted on a small grid of probe tasks per class (not on the examples'
 shapes); the script also prints the error the same platform gives without
-them (the cost model's default efficiencies, no fixed times).
+them (the cost model's default efficiencies, no fixed times), and a floor
+set by the measurements themselves: each task that has twins in its example
+(the same op on the same shapes) predicted by the median of its twins'
+measured medians, beside the model's error on the same tasks.
 
 Sizes (smaller than the examples' own where a full run takes too long on a
 2-core machine; every size is printed): see :data:`SIZES`.
@@ -88,6 +91,30 @@ def dist(errs: list[float]) -> str:
     within = sum(e <= 0.15 for e in a)
     return (f"n={n:3d}  median {statistics.median(a) * 100:6.1f}%  p90 {p90 * 100:6.1f}%  "
             f"max {a[-1] * 100:7.1f}%  bias {statistics.median(errs) * 100:+6.1f}%  within 15%: {within}/{n}")
+
+
+def signature(task) -> str:
+    """What makes two tasks the same work: op, attributes, operand kinds, shapes and dtypes."""
+    operands = ", ".join(f"{o.kind} {o.type.dtype}{list(o.type.shape)}" for o in task.operands)
+    return f"{task.op}({operands}) {sorted(task.attrs)}"
+
+
+def twin_floor(rows: list[dict]) -> list[tuple[float, float]]:
+    """``(twins' error, model's error)`` for each task that has twins among
+    ``rows``: the error of predicting its measured median by the median of
+    its twins' (leave one out), beside the model's error on it. Identical
+    tasks differ only by where they run in the graph (what was in the cache,
+    what the machine was doing), so the first is a floor for a model that
+    gives identical tasks one time."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["twin"], []).append(r)
+    out = []
+    for group in groups.values():
+        for r in group if len(group) > 1 else ():
+            others = statistics.median(x["measured"] for x in group if x is not r)
+            out.append((others / r["measured"] - 1.0, r["error"]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
         for r, pred, err in recs:
             rows.append({"example": name, "task": r.name, "op": r.op, "class": op_class(r.op),
                          "bound": model.bound[r.task][0], "predicted": pred, "measured": r.measured, "error": err,
-                         "best": r.best, "default": default.time[r.task][0]})
+                         "best": r.best, "default": default.time[r.task][0],
+                         "twin": f"{name}: {signature(graph.tasks[r.task])}"})
 
     long_rows = [r for r in rows if r["measured"] and r["measured"] > ERROR_MIN_SECONDS]
     print("\nper op class (CPU tasks > 1 ms):")
@@ -191,6 +219,11 @@ def run(args: argparse.Namespace) -> int:
           "   <- against the fastest timed call instead of the median")
     print(f"defaults   {dist([(r['default'] - r['measured']) / r['measured'] for r in long_rows])}"
           "   <- the same platform without its per-class efficiencies and fixed times")
+    floor = twin_floor(long_rows)
+    if floor:
+        print(f"\ntwins      {dist([e for e, _ in floor])}   <- each task with twins (the same op on the same "
+              "shapes in its example) predicted by their median: a floor for any model")
+        print(f"model      {dist([e for _, e in floor])}   <- the model on the same tasks")
     print(f"\ntotal {time.perf_counter() - t0:.1f} s; load average at end: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
