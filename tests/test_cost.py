@@ -603,7 +603,8 @@ def test_a_broadcast_operand_costs_a_full_one_in_cache():
     dev = replace(base.devices[0], cache_mib=64.0, cache_bandwidth_gbs=40.0, memory_efficiency_ops=(),
                   overhead_us=(), overhead_us_per_mib=())
     cached = build_cost_table(g, replace(base, devices=(dev,)))
-    assert cached.time[0][0] == pytest.approx(cached.time[1][0], rel=1e-9)  # in cache: loads and stores
+    # in cache: loads and stores (the bias's 3 KB come from memory, a weight)
+    assert cached.time[0][0] == pytest.approx(cached.time[1][0], rel=1e-3)
     uncached = build_cost_table(g, replace(base, devices=(replace(dev, cache_mib=None, cache_bandwidth_gbs=None),)))
     assert uncached.time[0][0] < uncached.time[1][0]  # from memory: the distinct bytes
 
@@ -625,3 +626,27 @@ def test_a_fixed_time_goes_with_the_rate_it_was_fitted_with():
     plain = replace(dev, efficiency=())
     assert build_cost_table(g, replace(base, devices=(plain,))).time[1][0] == pytest.approx(
         build_cost_table(g, replace(base, devices=(replace(plain, overhead_us=()),))).time[1][0] + 300e-6)
+
+
+def test_weights_come_from_memory_and_a_matrix_vector_product_is_not_packed():
+    from dataclasses import replace
+
+    from mapper.cost import gemm_dims, weight_bytes
+    from mapper.lower import graph_from_text
+
+    g = graph_from_text("graph g {\n  input v : f32[1, 2048]\n  input a : f32[64, 2048]\n  input ids : i32[128]\n"
+                        "  y = matmul(v, weight f32[2048, 1000])\n  z = matmul(a, weight f32[2048, 1000])\n"
+                        "  e = embedding(ids, weight f32[30000, 256])\n  output y, z, e\n}\n")
+    gemv, gemm, emb = g.tasks
+    assert gemm_dims(gemv) is None and gemm_dims(gemm) == (1, 64, 1000, 2048)
+    assert weight_bytes(gemv) == 2048 * 1000 * 4
+    assert weight_bytes(emb) == 128 * 256 * 4  # the gathered rows, not the table
+    base = load_platform("host")
+    dev = replace(base.devices[0], cache_mib=64.0, cache_bandwidth_gbs=40.0, mem_bandwidth_gbs=10.0,
+                  memory_efficiency=0.5, memory_efficiency_ops=(), efficiency=(), overhead_us=(),
+                  overhead_us_per_mib=(), half_length=())
+    table = build_cost_table(g, replace(base, devices=(dev,)))
+    # the GEMV is memory-bound: its 8 MB weight at 0.5 x 10 GB/s, the rest at 0.5 x 40 GB/s
+    rest = gemv.bytes - weight_bytes(gemv)
+    want = dev.launch_us * 1e-6 + (weight_bytes(gemv) / 10e9 + rest / 40e9) / 0.5
+    assert table.bound[0][0] == "memory" and table.time[0][0] == pytest.approx(want, rel=1e-9)
