@@ -1,5 +1,5 @@
 """Max and average pooling over ``x[N, C, H, W]`` (Numba, parallel over
-(image, channel)). Padding never enters a window: maxpool takes the maximum
+(image, channel, output row)). Padding never enters a window: maxpool takes the maximum
 of the valid elements (NaN propagates), avgpool divides the sum of the valid
 elements by their count (``count_include_pad=False`` in PyTorch's terms)."""
 
@@ -10,35 +10,55 @@ import numpy as np
 from mapper.kernels._jit import jit, prange, readonly
 
 
+@jit(inline=True)
+def _tap_row(x, n, c, i, j, sw, pw, lo, hi, acc, is_max):
+    """One window tap ``(i, j)`` folded into the row accumulator ``acc[lo:hi]``:
+    the maximum (NaN propagates: once ``acc`` is NaN nothing replaces it) or
+    the sum. Branch-free, so LLVM vectorises it for a constant ``sw``."""
+    if is_max:
+        for ow in range(lo, hi):
+            v = x[n, c, i, ow * sw - pw + j]
+            a = acc[ow]
+            acc[ow] = v if (v > a or v != v) else a
+    else:
+        for ow in range(lo, hi):
+            acc[ow] += x[n, c, i, ow * sw - pw + j]
+
+
 @jit(parallel=True)
-def _pool(x, out, kh, kw, sh, sw, ph, pw, is_max):
+def _pool(x, out, kh, kw, sh, sw, ph, pw, is_max, start):
+    """Parallel over (image, channel, output row); per row, every window tap
+    runs over the output columns whose input lies inside the image (bounds
+    worked out once per tap, as conv2d's direct kernel), strides 1 and 2
+    with a loop of their own. ``start`` is the accumulator's first value
+    (and dtype)."""
     nn, cc, h, w = x.shape
     ho, wo = out.shape[2], out.shape[3]
-    for t in prange(nn * cc):
-        n = t // cc
-        c = t % cc
-        for oh in range(ho):
-            h0 = max(oh * sh - ph, 0)
-            h1 = min(oh * sh - ph + kh, h)
-            for ow in range(wo):
+    for t in prange(nn * cc * ho):
+        oh = t % ho
+        u = t // ho
+        c = u % cc
+        n = u // cc
+        h0 = max(oh * sh - ph, 0)
+        h1 = min(oh * sh - ph + kh, h)
+        acc = np.full(wo, start)  # the input's dtype for max, float64 sums
+        for i in range(h0, h1):
+            for j in range(kw):
+                lo = min(wo, max(0, (pw - j + sw - 1) // sw))
+                hi = max(lo, min(wo, (w - 1 + pw - j) // sw + 1))
+                if sw == 1:
+                    _tap_row(x, n, c, i, j, 1, pw, lo, hi, acc, is_max)
+                elif sw == 2:
+                    _tap_row(x, n, c, i, j, 2, pw, lo, hi, acc, is_max)
+                else:
+                    _tap_row(x, n, c, i, j, sw, pw, lo, hi, acc, is_max)
+        for ow in range(wo):
+            if is_max:
+                out[n, c, oh, ow] = acc[ow]
+            else:
                 w0 = max(ow * sw - pw, 0)
                 w1 = min(ow * sw - pw + kw, w)
-                if is_max:
-                    m = x[n, c, h0, w0]
-                    for i in range(h0, h1):
-                        for j in range(w0, w1):
-                            v = x[n, c, i, j]
-                            if v > m or v != v:
-                                m = v
-                            if m != m:
-                                break
-                    out[n, c, oh, ow] = m
-                else:
-                    s = 0.0
-                    for i in range(h0, h1):
-                        for j in range(w0, w1):
-                            s += x[n, c, i, j]
-                    out[n, c, oh, ow] = s / ((h1 - h0) * (w1 - w0))
+                out[n, c, oh, ow] = acc[ow] / ((h1 - h0) * (w1 - w0))
 
 
 def _run(x, kernel, stride, padding, is_max):
@@ -46,8 +66,12 @@ def _run(x, kernel, stride, padding, is_max):
     wo = (x.shape[3] + 2 * padding[1] - kernel[1]) // stride[1] + 1
     out = np.empty((x.shape[0], x.shape[1], ho, wo), dtype=x.dtype)
     if out.size:
+        if is_max:  # the accumulator's start: the dtype's lowest value, or a float64 zero for sums
+            start = x.dtype.type(-np.inf) if x.dtype.kind == "f" else x.dtype.type(np.iinfo(x.dtype).min)
+        else:
+            start = np.float64(0.0)
         _pool(readonly(x), out, kernel[0], kernel[1], stride[0], stride[1],
-              padding[0], padding[1], is_max)
+              padding[0], padding[1], is_max, start)
     return out
 
 

@@ -168,6 +168,7 @@ def test_conv2d_f16():
 @pytest.mark.parametrize("shape,kernel,stride,pad", [
     ((2, 3, 7, 9), 2, None, 0), ((1, 2, 7, 5), 3, 2, 1), ((1, 1, 4, 4), 3, 1, 1),
     ((2, 2, 5, 5), [3, 2], [1, 2], [1, 0]), ((1, 1, 1, 1), 1, None, 0),
+    ((1, 2, 10, 11), 3, None, 1),  # stride 3: the general row loop
 ])
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 def test_pool(op, shape, kernel, stride, pad, dtype):
@@ -191,6 +192,10 @@ def test_maxpool_int_and_nan():
     x[0, 0, 1, 1] = np.nan
     out = run_kernel("maxpool", [x], {"kernel": 2})
     assert np.isnan(out[0, 0, 0, 0]) and not np.isnan(out[0, 0, 1, 1])
+    x[0, 0, 0, 3] = np.nan  # a NaN then larger values in the same window: still NaN
+    x[0, 0, 1, 2] = x[0, 0, 0, 2] = 5.0
+    out = run_kernel("maxpool", [x], {"kernel": 2})
+    assert np.isnan(out[0, 0, 0, 1]) and out[0, 0, 1, 1] == 0.0
 
 
 @pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 4, 3, 5), (1, 1, 1, 1)])
