@@ -1,7 +1,10 @@
 """Per-element functions: relu, gelu (tanh approximation) and ``elementwise``
 (exp, log, sqrt, tanh, neg, abs, square, sigmoid, scale), as one parallel
 Numba loop over the flattened tensor. Complex tensors have no order, so no
-relu or gelu; ``abs`` of a complex tensor keeps the complex dtype."""
+relu or gelu; ``abs`` of a complex tensor keeps the complex dtype. float32
+tanh (and so gelu) is Eigen's rational approximation, within 4e-7 of the
+exact value, instead of a libm call per element: the loop vectorises (gelu
+on 1M floats: 34 -> 2.3 ms on one thread, NumPy 4.0 ms)."""
 
 from __future__ import annotations
 
@@ -32,12 +35,50 @@ def _common(fn, v, a):
     return a * v
 
 
+#: Eigen's float32 tanh: ``x p(x^2) / q(x^2)`` on ``[-9, 9]`` (beyond,
+#: tanh is 1 to float32 precision), ``x`` itself below 0.0004; a few units
+#: in the last place (Eigen, ``generic_fast_tanh_float``).
+TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+          1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+
+
+@jit()
+def _tanh32(v):
+    """tanh of a float32 without a libm call: branch-free (selects), so a
+    loop of it vectorises; NaN stays NaN (no comparison clamps it)."""
+    lim = np.float32(9.0)
+    x = lim if v > lim else (-lim if v < -lim else v)
+    x2 = x * x
+    p = np.float32(TANH_P[0])
+    for c in TANH_P[1:]:
+        p = p * x2 + np.float32(c)
+    q = np.float32(TANH_Q[0])
+    for c in TANH_Q[1:]:
+        q = q * x2 + np.float32(c)
+    return v if abs(v) < np.float32(0.0004) else x * p / q
+
+
+def tanh(v):
+    """``np.tanh`` for float64 (libm), :func:`_tanh32` for float32 (inside kernels only)."""
+    raise NotImplementedError("tanh is only callable inside Numba kernels")
+
+
+@overload(tanh)
+def _tanh(v):
+    if isinstance(v, types.Float) and v.bitwidth == 32:
+        return lambda v: _tanh32(v)
+    return lambda v: np.tanh(v)
+
+
 @jit()
 def _real(fn, v, zero, one, half, a, gc, gk):
     if fn == 0:
         return v if v > zero else zero
     if fn == 1:
-        return half * v * (one + np.tanh(gc * (v + gk * v * v * v)))
+        return half * v * (one + tanh(gc * (v + gk * v * v * v)))
+    if fn == 5:
+        return tanh(v)
     if fn == 7:
         return abs(v)
     if fn == 9:
@@ -88,6 +129,8 @@ def _unary(x, out, fn, k, nchunk):
         # dominated by the libm call and share one loop
         if fn == 0:
             _span(x, out, lo, hi, 0, k)
+        elif fn == 1:
+            _span(x, out, lo, hi, 1, k)
         elif fn == 4:
             _span(x, out, lo, hi, 4, k)
         elif fn == 6:
