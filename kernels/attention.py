@@ -6,7 +6,8 @@ major; head ``h`` owns columns ``h*D/heads .. (h+1)*D/heads``. ``qkv[T, 3D]``
 holds q, k, v side by side. ``causal`` masks keys after the query. Each
 (sequence, head) works on contiguous copies of its slices (K transposed):
 each query's scores accumulate over the head dimension with a contiguous,
-vectorisable loop over keys; a stable softmax (float64 normaliser); then the
+vectorisable loop over keys; a stable softmax (float64 normaliser; float32
+exponentials without a libm call, :mod:`mapper.kernels.approx`); then the
 weighted sum of value rows, also contiguous; no BLAS.
 """
 
@@ -17,6 +18,7 @@ import math
 import numpy as np
 
 from mapper.kernels._jit import jit, prange, readonly
+from mapper.kernels.approx import scaled_exp_sum
 
 
 @jit(parallel=True)
@@ -30,7 +32,9 @@ def _attention(q, k, v, out, heads, seq, causal):
         c0 = (u % heads) * dh
         kt = np.ascontiguousarray(k[r0:r0 + seq, c0:c0 + dh].T)  # [dh, seq]: score rows vectorise
         vb = np.ascontiguousarray(v[r0:r0 + seq, c0:c0 + dh])
-        p = np.empty(seq, dtype=q.dtype)
+        p = np.empty(seq, dtype=q.dtype)  # scores
+        e = np.empty(seq, dtype=q.dtype)  # their exponentials
+        bits = np.empty(seq, dtype=np.int32)  # scratch of the float32 exponentials
         acc = np.empty(dh, dtype=q.dtype)
         for i in range(seq):
             end = i + 1 if causal else seq
@@ -39,18 +43,13 @@ def _attention(q, k, v, out, heads, seq, causal):
                 qc = q[r0 + i, c0 + c]
                 for j in range(end):
                     p[j] += qc * kt[c, j]
-            m = -np.inf
-            for j in range(end):
-                if p[j] > m:
-                    m = p[j]
-            total = 0.0
-            for j in range(end):
-                e = math.exp((p[j] - m) * scale)
-                p[j] = e
-                total += e
+            m = p[0]
+            for j in range(1, end):
+                m = p[j] if p[j] > m else m
+            total = scaled_exp_sum(p, e, end, m, scale, bits)
             acc[:] = 0
             for j in range(end):
-                w = p[j]
+                w = e[j]
                 for c in range(dh):
                     acc[c] += w * vb[j, c]
             inv = 1.0 / total

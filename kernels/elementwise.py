@@ -2,15 +2,16 @@
 (exp, log, sqrt, tanh, neg, abs, square, sigmoid, scale), as one parallel
 Numba loop over the flattened tensor. Complex tensors have no order, so no
 relu or gelu; ``abs`` of a complex tensor keeps the complex dtype. float32
-tanh (and so gelu) is Eigen's rational approximation, within 4e-7 of the
-exact value, instead of a libm call per element: the loop vectorises (gelu
-on 1M floats: 34 -> 2.3 ms on one thread, NumPy 4.0 ms)."""
+tanh (and so gelu) and exp have no libm call per element
+(:mod:`mapper.kernels.approx`), so their loops vectorise (gelu on 1M floats:
+34 -> 2.3 ms on one thread, NumPy 4.0 ms)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from mapper.kernels._jit import chunks, jit, overload, prange, readonly, types
+from mapper.kernels.approx import exp32_into, tanh32
 from mapper.kernels.reference import GELU_C, GELU_K
 
 FNS = {"relu": 0, "gelu": 1, "exp": 2, "log": 3, "sqrt": 4, "tanh": 5, "neg": 6, "abs": 7,
@@ -35,39 +36,16 @@ def _common(fn, v, a):
     return a * v
 
 
-#: Eigen's float32 tanh: ``x p(x^2) / q(x^2)`` on ``[-9, 9]`` (beyond,
-#: tanh is 1 to float32 precision), ``x`` itself below 0.0004; a few units
-#: in the last place (Eigen, ``generic_fast_tanh_float``).
-TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
-          1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
-TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
-
-
-@jit()
-def _tanh32(v):
-    """tanh of a float32 without a libm call: branch-free (selects), so a
-    loop of it vectorises; NaN stays NaN (no comparison clamps it)."""
-    lim = np.float32(9.0)
-    x = lim if v > lim else (-lim if v < -lim else v)
-    x2 = x * x
-    p = np.float32(TANH_P[0])
-    for c in TANH_P[1:]:
-        p = p * x2 + np.float32(c)
-    q = np.float32(TANH_Q[0])
-    for c in TANH_Q[1:]:
-        q = q * x2 + np.float32(c)
-    return v if abs(v) < np.float32(0.0004) else x * p / q
-
-
 def tanh(v):
-    """``np.tanh`` for float64 (libm), :func:`_tanh32` for float32 (inside kernels only)."""
+    """``np.tanh`` for float64 (libm), :func:`mapper.kernels.approx.tanh32`
+    for float32 (inside kernels only)."""
     raise NotImplementedError("tanh is only callable inside Numba kernels")
 
 
 @overload(tanh)
 def _tanh(v):
     if isinstance(v, types.Float) and v.bitwidth == 32:
-        return lambda v: _tanh32(v)
+        return lambda v: tanh32(v)
     return lambda v: np.tanh(v)
 
 
@@ -125,14 +103,17 @@ def _unary(x, out, fn, k, nchunk):
     for c in prange(nchunk):
         lo = c * clen
         hi = min(lo + clen, n)
-        # cheap functions get their own (vectorised) loop; the others are
-        # dominated by the libm call and share one loop
+        # cheap functions, and gelu and tanh (no libm call in float32), get
+        # their own (vectorised) loop; the others are dominated by the libm
+        # call and share one loop
         if fn == 0:
             _span(x, out, lo, hi, 0, k)
         elif fn == 1:
             _span(x, out, lo, hi, 1, k)
         elif fn == 4:
             _span(x, out, lo, hi, 4, k)
+        elif fn == 5:
+            _span(x, out, lo, hi, 5, k)
         elif fn == 6:
             _span(x, out, lo, hi, 6, k)
         elif fn == 7:
@@ -154,6 +135,17 @@ def _relu_int(x, out, nchunk):
             out[i] = max(x[i], 0)
 
 
+@jit(parallel=True)
+def _exp32(x, out, nchunk):
+    """float32 exp (:func:`mapper.kernels.approx.exp32_into`), chunk by chunk."""
+    n = x.shape[0]
+    clen = (n + nchunk - 1) // nchunk
+    for c in prange(nchunk):
+        lo = min(c * clen, n)
+        hi = min(lo + clen, n)
+        exp32_into(x[lo:hi], out[lo:hi], hi - lo, np.empty(hi - lo, dtype=np.int32))
+
+
 def unary(fn: str, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     """``fn`` applied to every element of ``x``; same shape and dtype."""
     out = np.empty(x.shape, dtype=x.dtype)
@@ -164,6 +156,8 @@ def unary(fn: str, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     nchunk = chunks(1, flat.shape[0], 8192)
     if x.dtype.kind in "iu":  # integers only take relu
         _relu_int(flat, out.reshape(-1), nchunk)
+    elif fn == "exp" and x.dtype == np.float32:
+        _exp32(flat, out.reshape(-1), nchunk)
     else:
         _unary(flat, out.reshape(-1), FNS[fn], consts, nchunk)
     return out

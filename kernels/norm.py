@@ -16,23 +16,22 @@ import math
 import numpy as np
 
 from mapper.kernels._jit import jit, prange, readonly
+from mapper.kernels.approx import scaled_exp_sum
 
 
 @jit(parallel=True)
 def _softmax_rows(x, out):
+    n = x.shape[1]
     for r in prange(x.shape[0]):
         m = x[r, 0]
-        for j in range(1, x.shape[1]):
+        for j in range(1, n):
             if x[r, j] > m or x[r, j] != x[r, j]:
                 m = x[r, j]
-        s = 0.0
-        for j in range(x.shape[1]):
-            e = np.exp(x[r, j] - m)
-            out[r, j] = e
-            s += e
+        row = out[r]
+        s = scaled_exp_sum(x[r], row, n, m, 1.0, np.empty(n, dtype=np.int32))
         inv = 1.0 / s
-        for j in range(x.shape[1]):
-            out[r, j] = out[r, j] * inv
+        for j in range(n):
+            row[j] = row[j] * inv
 
 
 @jit(parallel=True)

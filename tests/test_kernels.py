@@ -551,3 +551,19 @@ def test_float32_tanh_is_rational_and_close_to_libm():
     assert np.signbit(got[1]) and got[6] == 1.0 and got[7] == -1.0 and np.isnan(got[8])
     with np.errstate(invalid="ignore", over="ignore"):
         assert np.array_equal(gelu(special), reference("gelu", [special], {}), equal_nan=True)
+
+
+def test_float32_exp_is_within_two_units_in_the_last_place():
+    """float32 exp (elementwise, softmax, attention) has no libm call: within 2
+    ulp for normal results, 0 below exp(-87.34), inf above exp(88.72), NaN kept."""
+    from mapper.kernels.elementwise import elementwise
+
+    x = np.concatenate([np.linspace(-100.0, 100.0, 400001), [88.72, 88.73, -87.33, -87.34]]).astype(np.float32)
+    got = elementwise(x, fn="exp", alpha=1.0)
+    with np.errstate(over="ignore"):
+        exact = np.exp(x.astype(np.float64))
+    normal = (exact >= np.finfo(np.float32).tiny) & (exact <= np.finfo(np.float32).max)
+    assert np.all(np.abs(got[normal] - exact[normal]) <= 2 * 2.0**-24 * exact[normal])
+    assert np.all(got[x < -87.34] == 0.0) and np.all(np.isinf(got[x > 88.73]))
+    special = elementwise(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], dtype=np.float32), fn="exp", alpha=1.0)
+    assert np.isnan(special[0]) and special[1] == np.inf and special[2] == 0.0 and special[3] == special[4] == 1.0
