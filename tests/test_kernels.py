@@ -169,6 +169,7 @@ def test_conv2d_f16():
     ((2, 3, 7, 9), 2, None, 0), ((1, 2, 7, 5), 3, 2, 1), ((1, 1, 4, 4), 3, 1, 1),
     ((2, 2, 5, 5), [3, 2], [1, 2], [1, 0]), ((1, 1, 1, 1), 1, None, 0),
     ((1, 2, 10, 11), 3, None, 1),  # stride 3: the general row loop
+    ((2, 3, 7, 7), 7, None, 0), ((1, 2, 9, 26), 3, 4, 1),  # global pooling; rows shorter than SHORT_ROW
 ])
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 def test_pool(op, shape, kernel, stride, pad, dtype):
