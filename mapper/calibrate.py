@@ -383,7 +383,9 @@ GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
 #: rate beside the GEMM model. Classes with a fixed cost per call have the
 #: same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on two
 #: grids; attention: 128- and 512-token sequences; fft: rows of 1024 to 32768
-#: points and a small 4 x 4096), so that :func:`model_entries` can fit
+#: points and a small 4 x 4096; add, layernorm, batchnorm and relu at two
+#: sizes each, the smaller one well under a millisecond, where a parallel
+#: loop's fixed cost shows), so that :func:`model_entries` can fit
 #: Hockney's fixed time beside the rate. Classes with several kernels (norm:
 #: layernorm, batchnorm; fft: fft, ifft) have a probe per kernel, and each op
 #: its own entry. A probe keyed by an op variant (``reduce.max``, a different
@@ -406,10 +408,13 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("relu", "input x : f32[1, 256, 56, 56]\n  y = relu(x)"),
     ("relu", "input x : f32[1, 1024, 14, 14]\n  y = relu(x)"),
     ("elementwise", "input a : f32[1024, 1024]\n  input b : f32[1024, 1024]\n  y = add(a, b)"),
+    ("elementwise", "input a : f32[256, 512]\n  input b : f32[256, 512]\n  y = add(a, b)"),
     ("elementwise:f64", "input a : f64[1024, 1024]\n  input b : f64[1024, 1024]\n  y = add(a, b)"),
     ("elementwise:c64", "input a : c64[256, 4096]\n  input b : c64[1, 4096]\n  y = mul(a, b)"),
     ("norm", "input x : f32[1024, 1024]\n  y = layernorm(x)"),
+    ("norm", "input x : f32[128, 768]\n  y = layernorm(x)"),
     ("norm", "input x : f32[1, 256, 56, 56]\n  y = batchnorm(x)"),
+    ("norm", "input x : f32[1, 128, 28, 28]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
     ("pool", "input x : f32[4, 64, 64, 64]\n  y = maxpool(x, kernel = 3, stride = 2, padding = 1)"),
     ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
