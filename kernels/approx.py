@@ -81,9 +81,9 @@ def exp32_into(src, dst, n, bits, shift=0.0, scale=1.0):
         e = e * np.float32(2.0) if top else e
         dst[j] = zero if v < lo else (inf if v > hi else e)
         bits[j] = (np.int32(k) + np.int32(126 if top else 127)) << np.int32(23)
-    scale = bits[:n].view(np.float32)
+    pow2 = bits[:n].view(np.float32)  # 2^k
     for j in range(n):
-        dst[j] *= scale[j]
+        dst[j] *= pow2[j]
 
 
 def scaled_exp_sum(p, e, end, m, scale, bits):
