@@ -221,6 +221,30 @@ def test_timed_calls_are_whole_passes_over_the_schedule(monkeypatch):
     assert len(trace.records) == n
 
 
+def test_the_first_lane_runs_on_the_calling_thread(monkeypatch):
+    """Its buffers then come from the calling thread's heap, which keeps its
+    memory between passes (a new thread's arena gave it back every pass)."""
+    import threading
+
+    res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
+    plan = make_plan(res.schedule)
+    assert len(plan.lanes) == 3
+    seen: dict[int, set[int]] = {}
+    lane_of = {t: w for w, lane in enumerate(plan.lanes) for t in lane}
+    import mapper.execute as ex
+
+    run_task = ex._Pass.run_task
+
+    def spy(self, t):
+        seen.setdefault(lane_of[t], set()).add(threading.get_ident())
+        return run_task(self, t)
+
+    monkeypatch.setattr(ex._Pass, "run_task", spy)
+    execute(res, repeats=2, check=False)
+    assert seen[0] == {threading.get_ident()}
+    assert all(threading.get_ident() not in seen[w] for w in (1, 2))
+
+
 def test_executions_interleave_their_passes():
     a = Execution(compiled("cg", "host").result, check=True)
     b = Execution(compiled("fft_conv", "host").result, check=False)
