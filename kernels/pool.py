@@ -11,18 +11,18 @@ from mapper.kernels._jit import jit, prange, readonly
 
 
 @jit(inline=True)
+def _fold(m, v, is_max):
+    """``v`` folded into the accumulator ``m``: the maximum (NaN propagates:
+    once ``m`` is NaN nothing replaces it) or the sum; a select, no branch."""
+    return (v if (v > m or v != v) else m) if is_max else m + v
+
+
+@jit(inline=True)
 def _tap_row(x, n, c, i, j, sw, pw, lo, hi, acc, is_max):
-    """One window tap ``(i, j)`` folded into the row accumulator ``acc[lo:hi]``:
-    the maximum (NaN propagates: once ``acc`` is NaN nothing replaces it) or
-    the sum. Branch-free, so LLVM vectorises it for a constant ``sw``."""
-    if is_max:
-        for ow in range(lo, hi):
-            v = x[n, c, i, ow * sw - pw + j]
-            a = acc[ow]
-            acc[ow] = v if (v > a or v != v) else a
-    else:
-        for ow in range(lo, hi):
-            acc[ow] += x[n, c, i, ow * sw - pw + j]
+    """One window tap ``(i, j)`` folded into the row accumulator ``acc[lo:hi]``.
+    Branch-free, so LLVM vectorises it for a constant ``sw``."""
+    for ow in range(lo, hi):
+        acc[ow] = _fold(acc[ow], x[n, c, i, ow * sw - pw + j], is_max)
 
 
 #: Output rows shorter than this are pooled window by window (global pooling).
@@ -62,8 +62,7 @@ def _pool_row(x, out, kh, kw, sh, sw, ph, pw, is_max, start, t, acc):
             m = start
             for i in range(h0, h1):
                 for j in range(w0, w1):
-                    v = x[n, c, i, j]
-                    m = (v if (v > m or v != v) else m) if is_max else m + v
+                    m = _fold(m, x[n, c, i, j], is_max)
             out[n, c, oh, ow] = m if is_max else m / ((h1 - h0) * (w1 - w0))
         return
     for ow in range(wo):

@@ -1108,19 +1108,17 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
         GEMMs' model times; None where the probes show no copy time."""
         if form == "pack":
             return fits["pack"][2][2]  # type: ignore[index]
-        raw = fits[form][0]
-        e = float(f"{min(raw, 1.0):.3g}") * raw / min(raw, 1.0)
-        pairs = [(p.copy_bytes / body, model(form, e, p, peak) / body) for p, body, peak in convs]
+        pairs = [(p.copy_bytes / body, model(form, effs[form], p, peak) / body) for p, body, peak in convs]
         num = sum(c * (1.0 - g) for c, g in pairs)
         den = sum(c * c for c, _ in pairs)
         return float(f"{den / num * 1e-9:.3g}") if den > 0 and num > 0 else None
 
     def probe_time(form: str, p: Probe, peak: float) -> float:
-        raw = fits[form][0]
-        e = float(f"{min(raw, 1.0):.3g}") * raw / min(raw, 1.0)  # the peak raised by the caller when raw > 1
         gbs = rates[form]
-        return model(form, e, p, peak) + (p.copy_bytes / (gbs * 1e9) if gbs else 0.0)
+        return model(form, effs[form], p, peak) + (p.copy_bytes / (gbs * 1e9) if gbs else 0.0)
 
+    # each form's efficiency as written (3 digits, at most 1) times the peak's raise when raw > 1
+    effs = {form: float(f"{min(raw, 1.0):.3g}") * raw / min(raw, 1.0) for form, (raw, _, _) in fits.items()}
     rates = {form: copy_rate(form) for form in fits}
     scored = []
     for form in fits:
