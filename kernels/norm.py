@@ -1,5 +1,9 @@
 """Row and channel normalisations: softmax, layernorm, batchnorm (Numba,
 parallel over rows or channels; statistics accumulated in float64).
+layernorm's and batchnorm's sums may be reassociated (``REASSOC``), so that
+LLVM vectorises them: in order, each add waited on the one before, and both
+kernels ran 1.6-1.8x slower (1 x 256 x 56 x 56 batchnorm: 1.53 -> 0.86 ms
+on one thread).
 
 batchnorm is the identity-affine batch normalisation: each channel ``c`` of
 ``x[N, C, ...]`` becomes ``(x - mean_c) / sqrt(var_c + eps)`` with the mean
@@ -15,7 +19,7 @@ import math
 
 import numpy as np
 
-from mapper.kernels._jit import jit, prange, readonly
+from mapper.kernels._jit import REASSOC, jit, prange, readonly
 from mapper.kernels.approx import scaled_exp_sum
 
 
@@ -34,7 +38,7 @@ def _softmax_rows(x, out):
             row[j] = row[j] * inv
 
 
-@jit(parallel=True)
+@jit(parallel=True, fastmath=REASSOC)
 def _layernorm_rows(x, out, eps):
     n = x.shape[1]
     for r in prange(x.shape[0]):
@@ -51,7 +55,7 @@ def _layernorm_rows(x, out, eps):
             out[r, j] = (x[r, j] - mean) * inv
 
 
-@jit(parallel=True)
+@jit(parallel=True, fastmath=REASSOC)
 def _batchnorm_channels(x, out, eps):
     nb, nc, nl = x.shape
     count = nb * nl

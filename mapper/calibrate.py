@@ -366,20 +366,23 @@ def threads() -> int:
 # -- op-class probes ------------------------------------------------------------------------
 #: GEMM shapes ``(M, N, K)`` of the matmul probes: a small design over 48 to
 #: 3072 in each dimension (each dimension short in some probes while the
-#: others are long), for :func:`gemm_fit`. Each does at least 50 MFLOP, so
+#: others are long), for :func:`gemm_fit`, and three shapes whose ``N`` (25,
+#: 41, 100) is not a multiple of 16 (ResNet-50's last stage, at N = 49, ran
+#: 5-7 % slower than a fit without them predicted). Each does at least 50 MFLOP, so
 #: that no probe is mostly launch overhead (a 3072 x 48 x 48 probe of 14 MFLOP,
 #: a fifth of a millisecond, pulled the half-length fit's N and K lengths to 0
 #: and ResNet's 49-pixel layers to -45 %).
 GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (48, 1536, 384), (96, 3072, 96), (384, 3072, 48), (1536, 384, 96), (384, 48, 1536), (1536, 96, 384),
     (96, 384, 1536), (384, 384, 384), (1536, 1536, 192), (192, 1536, 1536), (768, 768, 768), (1536, 48, 1536),
+    (1024, 41, 1024), (768, 100, 512), (2048, 25, 768),
 )
 
 #: Probe tasks per op class (moderate sizes: milliseconds each), as
 #: ``(class, op variant or dtype key, body)``. The GEMM shapes above run as
 #: ``matmul(input, weight)`` and as ``matmul(weight, input)`` (the weight, read
 #: from memory, as ``B`` and as ``A``, as conv2d calls its GEMM); conv2d has
-#: six layers (3x3, 1x1, 7x7 stride 2, 1x1 stride 2, batch 1) for the im2col
+#: seven layers (3x3, 1x1, 7x7 stride 2, 1x1 stride 2, batch 1) for the im2col
 #: rate beside the GEMM model. Classes with a fixed cost per call have the
 #: same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on two
 #: grids; attention: 128- and 512-token sequences; fft: rows of 1024 to 32768
@@ -402,6 +405,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("conv", "input x : f32[1, 128, 28, 28]\n  y = conv2d(x, weight f32[128, 128, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
     ("conv", "input x : f32[1, 256, 16, 16]\n  y = conv2d(x, weight f32[256, 256, 3, 3], padding = 1)"),
+    ("conv", "input x : f32[1, 256, 9, 9]\n  y = conv2d(x, weight f32[256, 256, 3, 3], padding = 1)"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
     ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 512)"),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
