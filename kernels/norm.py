@@ -23,19 +23,26 @@ from mapper.kernels._jit import REASSOC, jit, prange, readonly
 from mapper.kernels.approx import scaled_exp_sum
 
 
+#: Rows per work item of softmax's parallel loop: each item allocates the
+#: exponent scratch of :func:`scaled_exp_sum` once for its rows.
+SOFTMAX_ROW_BLOCK = 16
+
+
 @jit(parallel=True)
 def _softmax_rows(x, out):
-    n = x.shape[1]
-    for r in prange(x.shape[0]):
-        m = x[r, 0]
-        for j in range(1, n):
-            if x[r, j] > m or x[r, j] != x[r, j]:
-                m = x[r, j]
-        row = out[r]
-        s = scaled_exp_sum(x[r], row, n, m, 1.0, np.empty(n, dtype=np.int32))
-        inv = 1.0 / s
-        for j in range(n):
-            row[j] = row[j] * inv
+    rows, n = x.shape
+    for blk in prange((rows + SOFTMAX_ROW_BLOCK - 1) // SOFTMAX_ROW_BLOCK):
+        bits = np.empty(n, dtype=np.int32)
+        for r in range(blk * SOFTMAX_ROW_BLOCK, min(rows, (blk + 1) * SOFTMAX_ROW_BLOCK)):
+            m = x[r, 0]
+            for j in range(1, n):
+                if x[r, j] > m or x[r, j] != x[r, j]:
+                    m = x[r, j]
+            row = out[r]
+            s = scaled_exp_sum(x[r], row, n, m, 1.0, bits)
+            inv = 1.0 / s
+            for j in range(n):
+                row[j] = row[j] * inv
 
 
 @jit(parallel=True, fastmath=REASSOC)

@@ -8,7 +8,7 @@ import pytest
 
 from mapper.calibrate import Settings
 from mapper.cli import main
-from mapper.cli.run import MIN_ROUNDS, calibrated_run, calibration_settings
+from mapper.calibrated_run import MIN_ROUNDS, calibrated_run, calibration_settings
 from mapper.cost import build_cost_table
 from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
