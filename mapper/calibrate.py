@@ -366,9 +366,10 @@ def threads() -> int:
 # -- op-class probes ------------------------------------------------------------------------
 #: GEMM shapes ``(M, N, K)`` of the matmul probes: a small design over 48 to
 #: 3072 in each dimension (each dimension short in some probes while the
-#: others are long), for :func:`gemm_fit`, and three shapes whose ``N`` (25,
-#: 41, 100) is not a multiple of 16 (ResNet-50's last stage, at N = 49, ran
-#: 5-7 % slower than a fit without them predicted). Each does at least 50 MFLOP, so
+#: others are long), for :func:`gemm_fit`, and three shapes with a short
+#: ``N`` that is not a multiple of 16 (25, 41, 100; ResNet-50's last stage
+#: has N = 49, and without these its 1x1 and 3x3 layers there were 5-7 %
+#: under, with them -3 to +10 %). Each does at least 50 MFLOP, so
 #: that no probe is mostly launch overhead (a 3072 x 48 x 48 probe of 14 MFLOP,
 #: a fifth of a millisecond, pulled the half-length fit's N and K lengths to 0
 #: and ResNet's 49-pixel layers to -45 %).
