@@ -75,6 +75,16 @@ def split_index(t, nchunk, n1, n2):
     return r // n1, r % n1, k, c
 
 
+@jit(inline=True)
+def span(c, n, nchunk):
+    """``(lo, hi)`` of the ``c``-th of ``nchunk`` near-equal pieces of
+    ``range(n)`` (a piece past the end is empty): the work item of a
+    ``prange`` over pieces (:func:`chunks`)."""
+    clen = (n + nchunk - 1) // nchunk
+    lo = min(c * clen, n)
+    return lo, min(lo + clen, n)
+
+
 def num_threads() -> int:
     """Threads Numba's parallel loops use."""
     return int(numba.get_num_threads())

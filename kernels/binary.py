@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper.kernels._jit import jit, prange, quotient, split_index
+from mapper.kernels._jit import jit, prange, quotient, span, split_index
 from mapper.kernels.strided import walk
 
 OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
@@ -18,12 +18,10 @@ OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 @jit(parallel=True)
 def _binary4(shape, nchunk, out, oo, os, a, ao, as_, b, bo, bs, op):
     n0, n1, n2, n3 = shape
-    clen = (n3 + nchunk - 1) // nchunk
     unit = os[3] == 1 and as_[3] == 1 and bs[3] == 1
     for t in prange(n0 * n1 * n2 * nchunk):
         i, j, k, c = split_index(t, nchunk, n1, n2)
-        lo = c * clen
-        hi = min(lo + clen, n3)
+        lo, hi = span(c, n3, nchunk)
         ob = oo + i * os[0] + j * os[1] + k * os[2]
         ab = ao + i * as_[0] + j * as_[1] + k * as_[2]
         bb = bo + i * bs[0] + j * bs[1] + k * bs[2]

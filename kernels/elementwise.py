@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper.kernels._jit import chunks, jit, overload, prange, readonly, types
+from mapper.kernels._jit import chunks, jit, overload, prange, readonly, span, types
 from mapper.kernels.approx import exp32_into, tanh32
 from mapper.kernels.reference import GELU_C, GELU_K
 
@@ -98,11 +98,8 @@ def _span(x, out, lo, hi, fn, k):
 
 @jit(parallel=True)
 def _unary(x, out, fn, k, nchunk):
-    n = x.shape[0]
-    clen = (n + nchunk - 1) // nchunk
     for c in prange(nchunk):
-        lo = c * clen
-        hi = min(lo + clen, n)
+        lo, hi = span(c, x.shape[0], nchunk)
         # cheap functions, and gelu and tanh (no libm call in float32), get
         # their own (vectorised) loop; the others are dominated by the libm
         # call and share one loop
@@ -128,21 +125,17 @@ def _unary(x, out, fn, k, nchunk):
 
 @jit(parallel=True)
 def _relu_int(x, out, nchunk):
-    n = x.shape[0]
-    clen = (n + nchunk - 1) // nchunk
     for c in prange(nchunk):
-        for i in range(c * clen, min(c * clen + clen, n)):
+        lo, hi = span(c, x.shape[0], nchunk)
+        for i in range(lo, hi):
             out[i] = max(x[i], 0)
 
 
 @jit(parallel=True)
 def _exp32(x, out, nchunk):
     """float32 exp (:func:`mapper.kernels.approx.exp32_into`), chunk by chunk."""
-    n = x.shape[0]
-    clen = (n + nchunk - 1) // nchunk
     for c in prange(nchunk):
-        lo = min(c * clen, n)
-        hi = min(lo + clen, n)
+        lo, hi = span(c, x.shape[0], nchunk)
         exp32_into(x[lo:hi], out[lo:hi], hi - lo, np.empty(hi - lo, dtype=np.int32))
 
 

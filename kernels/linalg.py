@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper.kernels._jit import REASSOC, chunks, jit, prange, readonly
+from mapper.kernels._jit import REASSOC, chunks, jit, prange, readonly, span
 
 #: Below this many multiply-adds the direct loop beats a BLAS call.
 BLAS_MIN_MACS = 32 * 32 * 32
@@ -62,12 +62,11 @@ def matmul(a: np.ndarray, b: np.ndarray, *, method: str | None = None) -> np.nda
 
 @jit(parallel=True, fastmath=REASSOC)
 def _dot_partials(a, b, part):
-    n = a.shape[0]
     nchunk = part.shape[0]
-    clen = (n + nchunk - 1) // nchunk
     for c in prange(nchunk):
         acc = part[c]
-        for i in range(c * clen, min(c * clen + clen, n)):
+        lo, hi = span(c, a.shape[0], nchunk)
+        for i in range(lo, hi):
             acc += a[i] * b[i]
         part[c] = acc
 
@@ -82,10 +81,9 @@ def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @jit(parallel=True)
 def _axpy(alpha, x, y, out, nchunk):
-    n = x.shape[0]
-    clen = (n + nchunk - 1) // nchunk
     for c in prange(nchunk):
-        for i in range(c * clen, min(c * clen + clen, n)):
+        lo, hi = span(c, x.shape[0], nchunk)
+        for i in range(lo, hi):
             out[i] = alpha * x[i] + y[i]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper.kernels._jit import REASSOC, chunks, jit, prange, readonly
+from mapper.kernels._jit import REASSOC, chunks, jit, prange, readonly, span
 
 BLOCK = 4096
 
@@ -97,9 +97,8 @@ def _max_blocks(x, part):
 def _column_chunk(t, nchunk, inner):
     """Work item ``t`` of the middle kernels: ``(outer index, lo, hi)``, the
     ``t % nchunk``-th of ``nchunk`` equal column ranges of ``inner`` columns."""
-    clen = (inner + nchunk - 1) // nchunk
-    lo = (t % nchunk) * clen
-    return t // nchunk, lo, min(lo + clen, inner)
+    lo, hi = span(t % nchunk, inner, nchunk)
+    return t // nchunk, lo, hi
 
 
 # The middle kernels read each reduced row as a contiguous 1-D slice: with

@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from mapper.kernels._jit import chunks, jit, prange, split_index
+from mapper.kernels._jit import chunks, jit, prange, span, split_index
 
 
 def _flat(v: np.ndarray, writeable: bool) -> tuple[np.ndarray, list[int]]:
@@ -62,11 +62,9 @@ def walk(out: np.ndarray, *srcs: np.ndarray) -> Iterator[tuple]:
 @jit(parallel=True)
 def _copy4(shape, nchunk, dst, doff, ds, src, soff, ss):
     n0, n1, n2, n3 = shape
-    clen = (n3 + nchunk - 1) // nchunk
     for t in prange(n0 * n1 * n2 * nchunk):
         i, j, k, c = split_index(t, nchunk, n1, n2)
-        lo = c * clen
-        hi = min(lo + clen, n3)
+        lo, hi = span(c, n3, nchunk)
         db = doff + i * ds[0] + j * ds[1] + k * ds[2]
         sb = soff + i * ss[0] + j * ss[1] + k * ss[2]
         if ds[3] == 1 and ss[3] == 1:
