@@ -422,6 +422,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("norm", "input x : f32[1, 128, 28, 28]\n  y = batchnorm(x)"),
     ("pool", "input x : f32[8, 64, 56, 56]\n  y = maxpool(x, kernel = 2)"),
     ("pool", "input x : f32[4, 64, 64, 64]\n  y = maxpool(x, kernel = 3, stride = 2, padding = 1)"),
+    ("pool", "input x : f32[1, 16, 224, 224]\n  y = maxpool(x, kernel = 3, stride = 2, padding = 1)"),
     ("reduction", "input x : f32[4194304]\n  y = reduce(x, kind = \"sum\")"),
     ("reduction:f64", "input x : f64[2097152]\n  y = reduce(x, kind = \"sum\")"),
     ("reduce.max", "input x : f32[1048576]\n  y = reduce(x, kind = \"max\")"),

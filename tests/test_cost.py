@@ -542,6 +542,23 @@ def test_half_length_scales_the_efficiency_by_the_vector_length():
     assert estimate(b, "conv", dev).t_parallel == pytest.approx(b.flops / 64e9)
 
 
+def test_a_pool_s_vector_length_is_its_output_row():
+    from mapper.cost import estimate, vector_length
+    from mapper.lower import graph_from_text
+
+    dev = parse_platform(_cpu0_with('efficiency = { pool = 0.5 }\nhalf_length = { pool = 10.0 }'),
+                         "p.toml").devices[CPU]
+    graph = graph_from_text(
+        "graph g {\n  input x : f32[1, 16, 224, 224]\n  input y : f32[16, 64, 28, 28]\n"
+        "  a = maxpool(x, kernel = 3, stride = 2, padding = 1)\n  b = avgpool(y, kernel = 2)\n"
+        "  output a, b\n}\n", "p.tg")
+    a, b = graph.tasks
+    assert (vector_length(a), vector_length(b)) == (112, 14)
+    # rows of 112 outputs: 0.5 x 112 / 122 of the 100 GFLOP/s peak; rows of 14: 0.5 x 14 / 24
+    assert estimate(a, "pool", dev).t_parallel == pytest.approx(a.flops / (50e9 * 112 / 122))
+    assert estimate(b, "pool", dev).t_parallel == pytest.approx(b.flops / (50e9 * 14 / 24))
+
+
 def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     from dataclasses import replace
 
