@@ -88,7 +88,7 @@ def _apply(fn, v, zero, one, half, a, gc, gk):
 
 
 @jit()
-def _span(x, out, lo, hi, fn, k):
+def _apply_range(x, out, lo, hi, fn, k):
     """``out[lo:hi] = fn(x[lo:hi])``; called with a constant ``fn`` so LLVM
     specialises (and vectorises) each loop."""
     zero, one, half, a, gc, gk = k[0], k[1], k[2], k[3], k[4], k[5]
@@ -104,23 +104,23 @@ def _unary(x, out, fn, k, nchunk):
         # their own (vectorised) loop; the others are dominated by the libm
         # call and share one loop
         if fn == 0:
-            _span(x, out, lo, hi, 0, k)
+            _apply_range(x, out, lo, hi, 0, k)
         elif fn == 1:
-            _span(x, out, lo, hi, 1, k)
+            _apply_range(x, out, lo, hi, 1, k)
         elif fn == 4:
-            _span(x, out, lo, hi, 4, k)
+            _apply_range(x, out, lo, hi, 4, k)
         elif fn == 5:
-            _span(x, out, lo, hi, 5, k)
+            _apply_range(x, out, lo, hi, 5, k)
         elif fn == 6:
-            _span(x, out, lo, hi, 6, k)
+            _apply_range(x, out, lo, hi, 6, k)
         elif fn == 7:
-            _span(x, out, lo, hi, 7, k)
+            _apply_range(x, out, lo, hi, 7, k)
         elif fn == 8:
-            _span(x, out, lo, hi, 8, k)
+            _apply_range(x, out, lo, hi, 8, k)
         elif fn == 10:
-            _span(x, out, lo, hi, 10, k)
+            _apply_range(x, out, lo, hi, 10, k)
         else:
-            _span(x, out, lo, hi, fn, k)
+            _apply_range(x, out, lo, hi, fn, k)
 
 
 @jit(parallel=True)

@@ -257,7 +257,10 @@ def cold_bytes(task: Task) -> float:
     working set fits the cache these still come from memory (as
     :func:`gemm_cold` has a GEMM's weight packed from memory). Measured:
     GPT-2's first layernorm, on the graph input, took 1.7-1.8 ms against
-    1.0 ms for the second, on a task's output, in the same runs."""
+    1.0 ms for the second, on a task's output, while the executor started a
+    thread per pass; with the CPU's lane on the calling thread the two took
+    1.14 and 1.09 ms, and counting graph inputs as cached left the share of
+    the examples' tasks within 15 % unchanged (docs/execution.md)."""
     cold = {(op.kind, op.name): op.type.nbytes for op in task.operands if op.kind in COLD_KINDS}
     hot = {(op.kind, op.name): op.type.nbytes for op in task.operands if op.kind not in COLD_KINDS}
     return float(max(0.0, min(sum(cold.values()), task.bytes_read - sum(hot.values()))))
