@@ -66,13 +66,10 @@ def one_compute_pool() -> Iterator[int | None]:
     loads. Yields the BLAS thread count, or None when threadpoolctl is not
     installed (the pools are then left as they are).
     """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        yield None
-        return
-    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
-        yield BLAS_THREADS
+    from mapper.kernels.blas import blas_pool
+
+    with blas_pool(BLAS_THREADS) as threads:
+        yield threads
 
 
 class ExecutionError(MapperError):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mapper.kernels import attention as attention_mod
 from mapper.kernels import conv as conv_mod
 from mapper.kernels import fft as fft_mod
 from mapper.kernels import linalg
@@ -242,6 +243,50 @@ def test_attention(form, heads, seq, t, d, causal, dtype):
     r = rng(14)
     xs = [make_tensor(dtype, (t, 3 * d), r)] if form == "qkv" else [make_tensor(dtype, (t, d), r) for _ in range(3)]
     check("attention", xs, {"heads": heads, "seq": seq, "causal": causal}, dtype)
+
+
+@pytest.mark.parametrize("method", ["direct", "blas"])
+@pytest.mark.parametrize("heads,seq,t,d,causal", [(2, 40, 80, 24, 1), (3, 33, 66, 18, 0), (1, 7, 21, 5, 1)])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("block_bytes", [None, 1000])
+def test_attention_both_paths(method, heads, seq, t, d, causal, dtype, block_bytes, monkeypatch):
+    """Each path against the reference, on q, k, v slices of one qkv matrix
+    (strided, as the BLAS path takes them) and with score blocks of a few
+    rows (``block_bytes``: the causal blocks stop at their last query's key)."""
+    if block_bytes is not None:
+        monkeypatch.setattr(attention_mod, "SCORE_BLOCK_BYTES", block_bytes)
+    qkv = make_tensor(dtype, (t, 3 * d), rng(17))
+    attrs = {"heads": heads, "seq": seq, "causal": causal}
+    got = attention_mod.attention(qkv, heads=heads, seq=seq, causal=bool(causal), method=method)
+    assert_close(got, reference("attention", [qkv], attrs), dtype)
+
+
+@pytest.mark.parametrize("sequences,heads,workers", [(1, 12, 2), (3, 4, 2), (8, 12, 2), (2, 3, 5), (1, 1, 4)])
+def test_attention_work_items_cover_every_head_once_evenly(sequences, heads, workers):
+    shares = attention_mod.work_items(sequences, heads, workers)
+    assert len(shares) == workers
+    units = sorted((b, h) for share in shares for b, h0, h1 in share for h in range(h0, h1))
+    assert units == [(b, h) for b in range(sequences) for h in range(heads)]
+    loads = [sum(h1 - h0 for _, h0, h1 in share) for share in shares]
+    assert max(loads) - min(loads) <= max(h1 - h0 for share in shares for _, h0, h1 in share)
+
+
+def test_attention_blas_with_more_workers_than_cores(monkeypatch):
+    monkeypatch.setattr(attention_mod, "num_threads", lambda: 5)
+    qkv = make_tensor("f32", (3 * 32, 3 * 48), rng(19))
+    attrs = {"heads": 4, "seq": 32, "causal": 1}
+    got = attention_mod.attention(qkv, heads=4, seq=32, causal=True, method="blas")
+    assert_close(got, reference("attention", [qkv], attrs), "f32")
+
+
+def test_attention_picks_blas_for_large_units(monkeypatch):
+    x = make_tensor("f32", (64, 3 * 64), rng(18))
+    calls = []
+    real = attention_mod._attention_blas
+    monkeypatch.setattr(attention_mod, "_attention_blas", lambda *a: (calls.append(a[4:]), real(*a)))
+    attention_mod.attention(x, heads=2, seq=32, causal=True)  # 32 x 32 x 32 per GEMM: BLAS
+    attention_mod.attention(x, heads=4, seq=16, causal=True)  # 16 x 16 x 16: direct
+    assert calls == [(2, 32, True)]
 
 
 def test_attention_causal_first_row_is_first_value():

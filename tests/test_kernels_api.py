@@ -249,3 +249,17 @@ def test_random_operand_follows_the_tensor_type():
     assert isinstance(sparse, Csr) and sparse.nnz == 20 and sparse.shape == (10, 8)
     ids = random_operand(TensorType("i32", (5,)), r, vocab=3)
     assert ids.dtype == np.int32 and ids.max() < 3
+
+
+def test_blas_pool_limits_and_restores_the_blas_threads():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from mapper.kernels.blas import blas_pool
+
+    def sizes():
+        return [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+
+    before = sizes()
+    for refresh in (True, False):
+        with blas_pool(1, refresh=refresh) as n:
+            assert n == 1 and sizes() and all(s == 1 for s in sizes())
+        assert sizes() == before
