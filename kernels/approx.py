@@ -18,7 +18,8 @@ tighter than a short polynomial's).
   for normal results; below ``exp(-87.3)`` (subnormal) it returns 0, above
   ``exp(88.7)`` infinity.
 - :func:`scaled_exp_sum`: a softmax's exponentials and their sum, in float32
-  through :func:`exp32_into`, in float64 through ``math.exp``.
+  through :func:`exp32_into`, in float64 through ``math.exp``; :func:`row_max`
+  its shift.
 """
 
 from __future__ import annotations
@@ -84,6 +85,36 @@ def exp32_into(src, dst, n, bits, shift=0.0, scale=1.0):
     pow2 = bits[:n].view(np.float32)  # 2^k
     for j in range(n):
         dst[j] *= pow2[j]
+
+
+@jit()
+def row_max(p, n):
+    """The largest of ``p[:n]`` (``n >= 1``), a softmax's shift, as eight
+    independent running maxima, so that no comparison waits for the one
+    before: 0.27 against 1.2 ns an element for the one-accumulator loop on
+    the development VM (LLVM vectorises neither; a float max reduction needs
+    no-NaN semantics). A NaN in ``p`` may be skipped; the softmax it feeds
+    is NaN either way, through that element's exponential and the sum."""
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = p[0]
+    full = n - n % 8
+    for j in range(0, full, 8):
+        m0 = p[j] if p[j] > m0 else m0
+        m1 = p[j + 1] if p[j + 1] > m1 else m1
+        m2 = p[j + 2] if p[j + 2] > m2 else m2
+        m3 = p[j + 3] if p[j + 3] > m3 else m3
+        m4 = p[j + 4] if p[j + 4] > m4 else m4
+        m5 = p[j + 5] if p[j + 5] > m5 else m5
+        m6 = p[j + 6] if p[j + 6] > m6 else m6
+        m7 = p[j + 7] if p[j + 7] > m7 else m7
+    for j in range(full, n):
+        m0 = p[j] if p[j] > m0 else m0
+    m0 = m1 if m1 > m0 else m0
+    m2 = m3 if m3 > m2 else m2
+    m4 = m5 if m5 > m4 else m4
+    m6 = m7 if m7 > m6 else m6
+    m0 = m2 if m2 > m0 else m0
+    m4 = m6 if m6 > m4 else m4
+    return m4 if m4 > m0 else m0
 
 
 def scaled_exp_sum(p, e, end, m, scale, bits):

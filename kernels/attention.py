@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from mapper.kernels._jit import jit, num_threads, prange, readonly
-from mapper.kernels.approx import scaled_exp_sum
+from mapper.kernels.approx import row_max, scaled_exp_sum
 from mapper.kernels.blas import blas_pool
 from mapper.kernels.linalg import BLAS_MIN_MACS
 
@@ -74,9 +74,7 @@ def _attention(q, k, v, out, heads, seq, causal):
                 qc = q[r0 + i, c0 + c]
                 for j in range(end):
                     p[j] += qc * kt[c, j]
-            m = p[0]
-            for j in range(1, end):
-                m = p[j] if p[j] > m else m
+            m = row_max(p, end)
             total = scaled_exp_sum(p, e, end, m, scale, bits)
             acc[:] = 0
             for j in range(end):
@@ -99,9 +97,7 @@ def _softmax_scores(s, first, causal, scale, e, bits):
         for r in range(rows):
             end = min(first + r + 1, n) if causal else n
             row = s[g, r]
-            m = row[0]
-            for j in range(1, end):
-                m = row[j] if row[j] > m else m
+            m = row_max(row, end)
             total = scaled_exp_sum(row, e, end, m, scale, bits)
             inv = 1.0 / total
             for j in range(end):

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from mapper.kernels._jit import REASSOC, jit, prange, readonly
-from mapper.kernels.approx import scaled_exp_sum
+from mapper.kernels.approx import row_max, scaled_exp_sum
 
 
 #: Rows per work item of softmax's parallel loop: each item allocates the
@@ -34,10 +34,7 @@ def _softmax_rows(x, out):
     for blk in prange((rows + SOFTMAX_ROW_BLOCK - 1) // SOFTMAX_ROW_BLOCK):
         bits = np.empty(n, dtype=np.int32)
         for r in range(blk * SOFTMAX_ROW_BLOCK, min(rows, (blk + 1) * SOFTMAX_ROW_BLOCK)):
-            m = x[r, 0]
-            for j in range(1, n):
-                if x[r, j] > m or x[r, j] != x[r, j]:
-                    m = x[r, j]
+            m = row_max(x[r], n)
             row = out[r]
             s = scaled_exp_sum(x[r], row, n, m, 1.0, bits)
             inv = 1.0 / s

@@ -230,6 +230,17 @@ def test_softmax(axis, dtype):
     np.testing.assert_allclose(out.astype(np.float64).sum(axis=axis), 1, rtol=4e-3)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("col", [0, 7, 20])
+def test_softmax_row_with_a_nan_is_nan(dtype, col):
+    """The row maximum (eight running maxima, ``approx.row_max``) may skip a
+    NaN; the row still comes out NaN, as NumPy's does, and the others exact."""
+    x = make_tensor(dtype, (3, 21), rng(20))
+    x[1, col] = np.nan
+    out = check("softmax", [x], {"axis": -1}, dtype)
+    assert np.isnan(out[1]).all() and not np.isnan(out[[0, 2]]).any()
+
+
 @pytest.mark.parametrize("shape", [(7,), (3, 5, 9), (2, 1)])
 @pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
 def test_layernorm(shape, dtype):
