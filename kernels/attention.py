@@ -13,15 +13,18 @@ paths:
   that turns each score row into its softmax in place (stable: the row's
   maximum subtracted; float64 normaliser; float32 exponentials without a
   libm call, :mod:`mapper.kernels.approx`; masked keys set to 0), then
-  ``P V_h`` straight into the output's columns. Score blocks hold at most
-  :data:`SCORE_BLOCK_BYTES`; a causal block's GEMMs stop at its last query's
-  key. The groups are dealt to as many workers as Numba has threads (the
-  calling thread and a shared pool of Python threads: BLAS and the Numba
-  pass release the GIL), each with its own scratch, allocated by the
-  caller, and BLAS on one thread meanwhile (BLAS's own threads on top of
-  the workers made GPT-2's causal attention 2.1x slower on 2 cores). A
-  causal call computes whole score blocks and masks them: it takes about
-  0.85-0.9 of an unmasked call's time, where the direct path's takes 0.57.
+  ``P V_h`` straight into the output's columns. A score block holds at most
+  :data:`SCORE_BLOCK_BYTES` (:func:`score_block`: whole sequences of as many
+  heads as fit, else rows of one head; GPT-2's causal attention ran 2x
+  slower on 16 MiB blocks of six heads than on one head's 4 MiB); a causal
+  block's GEMMs stop at its last query's key. The groups are dealt to as
+  many workers as Numba has threads (the calling thread and a shared pool
+  of Python threads: BLAS and the Numba pass release the GIL), each with its
+  own scratch, allocated by the caller, and BLAS on one thread meanwhile
+  (BLAS's own threads on top of the workers made GPT-2's causal attention
+  2.1x slower on 2 cores). A causal call computes whole score blocks and
+  masks them: it takes about 0.85-0.9 of an unmasked call's time, where the
+  direct path's takes 0.57.
 - ``"direct"``: Numba, parallel over (sequence, head) units, no BLAS: each
   unit works on contiguous copies of its slices (K transposed), each
   query's scores accumulate over the head dimension with a vectorisable
@@ -29,9 +32,9 @@ paths:
   softmax and the weighted sum of value rows. It serves small units, where
   the BLAS path's calls cost more than they save.
 
-Measured on one thread against the direct path: BERT-base's 8 x 128-token
-attention 29.2 -> 12.8 ms, GPT-2's causal 4 x 256-token one 34.8 -> 18.7 ms,
-a 1024-token causal one 99.8 -> 57.3 ms (docs/benchmarks.md).
+Measured on one thread against the direct path, side by side: BERT-base's
+8 x 128-token attention 2.3-2.7x faster, GPT-2's causal 4 x 256-token one
+1.9-2.0x, a 1024-token causal one 1.7-1.9x (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from mapper.kernels.blas import blas_pool
 from mapper.kernels.linalg import BLAS_MIN_MACS
 
 #: Bytes of scores one worker holds at a time (a block of score rows).
-SCORE_BLOCK_BYTES = 16 * 2**20
+SCORE_BLOCK_BYTES = 4 * 2**20
 
 
 @jit(parallel=True)
@@ -114,28 +117,45 @@ def _heads_view(m: np.ndarray, seq: int, heads: int) -> np.ndarray:
 
 def _blas_items(q4, k4, v4, o4, causal, items, scores, e, bits):
     """The BLAS path for ``items``, ``(sequence, first head, end head)`` each,
-    with one worker's scratch: a batched GEMM over the item's heads per
-    block of score rows, the softmax, a second batched GEMM into ``o4``."""
+    with one worker's scratch (``scores[heads, rows, seq]``: a block of
+    score rows of up to that many heads): per block, a batched GEMM for the
+    scores, the softmax, a second batched GEMM into ``o4``."""
     seq, dh = q4.shape[2], q4.shape[3]
     scale = 1.0 / math.sqrt(dh)
-    block = scores.shape[1]
+    group, block = scores.shape[0], scores.shape[1]
     for b, h0, h1 in items:
-        qh, kh, vh, oh = (m[b, h0:h1] for m in (q4, k4, v4, o4))  # [heads, seq, dh]
-        for i0 in range(0, seq, block):
-            i1 = min(seq, i0 + block)
-            keys = i1 if causal else seq
-            s = scores[:h1 - h0, :i1 - i0, :keys]
-            np.matmul(qh[:, i0:i1], kh[:, :keys].transpose(0, 2, 1), out=s)
-            _softmax_scores(s, i0, causal, scale, e, bits)
-            np.matmul(s, vh[:, :keys], out=oh[:, i0:i1])
+        for g0 in range(h0, h1, group):
+            g1 = min(h1, g0 + group)
+            qh, kh, vh, oh = (m[b, g0:g1] for m in (q4, k4, v4, o4))  # [heads, seq, dh]
+            for i0 in range(0, seq, block):
+                i1 = min(seq, i0 + block)
+                keys = i1 if causal else seq
+                s = scores[:g1 - g0, :i1 - i0, :keys]
+                np.matmul(qh[:, i0:i1], kh[:, :keys].transpose(0, 2, 1), out=s)
+                _softmax_scores(s, i0, causal, scale, e, bits)
+                np.matmul(s, vh[:, :keys], out=oh[:, i0:i1])
+
+
+def score_block(heads: int, seq: int, itemsize: int) -> tuple[int, int]:
+    """``(heads, rows)`` of a worker's score block: all ``heads`` of whole
+    sequences while they fit :data:`SCORE_BLOCK_BYTES`, else fewer heads,
+    else one head's rows in blocks."""
+    per_head = seq * seq * itemsize
+    if per_head <= SCORE_BLOCK_BYTES:
+        return max(1, min(heads, SCORE_BLOCK_BYTES // per_head)), seq
+    return 1, max(1, SCORE_BLOCK_BYTES // (seq * itemsize))
 
 
 def work_items(sequences: int, heads: int, workers: int) -> list[list[tuple[int, int, int]]]:
-    """Each worker's share of the ``(sequence, first head, end head)`` items:
-    a sequence's heads cut into as many groups as give every worker about
-    four items (all heads together when there are enough sequences), the
-    items dealt out in order."""
-    split = max(1, min(heads, -(-4 * workers // max(sequences, 1))))
+    """Each worker's share of the ``(sequence, first head, end head)`` items,
+    dealt out in order: each sequence's heads cut into the fewest groups
+    that give every worker the same number of items (each item costs a few
+    Python calls beside its GEMMs: BERT-base's one 128-token sequence took
+    1.25-1.37 ms on 2 threads cut into eight items, 1.10-1.27 ms into two),
+    else into as many as give each worker about four items."""
+    sequences = max(sequences, 1)
+    even = [s for s in range(-(-workers // sequences), heads + 1) if sequences * s % workers == 0]
+    split = even[0] if even else max(1, min(heads, -(-4 * workers // sequences)))
     items = [(b, g * heads // split, (g + 1) * heads // split) for b in range(sequences) for g in range(split)]
     return [items[w * len(items) // workers:(w + 1) * len(items) // workers] for w in range(workers)]
 
@@ -157,8 +177,7 @@ def _attention_blas(q, k, v, out, heads, seq, causal):
     views = [_heads_view(m, seq, heads) for m in (q, k, v, out)]
     sequences = q.shape[0] // seq
     shares = [w for w in work_items(sequences, heads, min(num_threads(), sequences * heads)) if w]
-    group = max(h1 - h0 for w in shares for _, h0, h1 in w)
-    block = max(1, min(seq, SCORE_BLOCK_BYTES // (group * seq * q.itemsize)))
+    group, block = score_block(max(h1 - h0 for w in shares for _, h0, h1 in w), seq, q.itemsize)
     scratch = [(np.empty((group, block, seq), dtype=q.dtype), np.empty(seq, dtype=q.dtype),
                 np.empty(seq, dtype=np.int32)) for _ in shares]
     if len(shares) == 1:

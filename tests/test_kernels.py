@@ -259,11 +259,12 @@ def test_attention(form, heads, seq, t, d, causal, dtype):
 @pytest.mark.parametrize("method", ["direct", "blas"])
 @pytest.mark.parametrize("heads,seq,t,d,causal", [(2, 40, 80, 24, 1), (3, 33, 66, 18, 0), (1, 7, 21, 5, 1)])
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-@pytest.mark.parametrize("block_bytes", [None, 1000])
+@pytest.mark.parametrize("block_bytes", [None, 1000, 13000])
 def test_attention_both_paths(method, heads, seq, t, d, causal, dtype, block_bytes, monkeypatch):
     """Each path against the reference, on q, k, v slices of one qkv matrix
-    (strided, as the BLAS path takes them) and with score blocks of a few
-    rows (``block_bytes``: the causal blocks stop at their last query's key)."""
+    (strided, as the BLAS path takes them), with score blocks of a few rows
+    (``block_bytes`` 1000: the causal blocks stop at their last query's key)
+    or of fewer heads than a work item has (13000)."""
     if block_bytes is not None:
         monkeypatch.setattr(attention_mod, "SCORE_BLOCK_BYTES", block_bytes)
     qkv = make_tensor(dtype, (t, 3 * d), rng(17))
@@ -280,6 +281,14 @@ def test_attention_work_items_cover_every_head_once_evenly(sequences, heads, wor
     assert units == [(b, h) for b in range(sequences) for h in range(heads)]
     loads = [sum(h1 - h0 for _, h0, h1 in share) for share in shares]
     assert max(loads) - min(loads) <= max(h1 - h0 for share in shares for _, h0, h1 in share)
+
+
+def test_attention_score_block_keeps_whole_sequences_while_they_fit(monkeypatch):
+    monkeypatch.setattr(attention_mod, "SCORE_BLOCK_BYTES", 4 * 2**20)
+    assert attention_mod.score_block(12, 128, 4) == (12, 128)  # 64 KiB a head
+    assert attention_mod.score_block(12, 512, 4) == (4, 512)  # 1 MiB a head
+    assert attention_mod.score_block(6, 2048, 4) == (1, 512)  # 16 MiB a head: rows in blocks
+    assert attention_mod.score_block(3, 4096, 8) == (1, 128)
 
 
 def test_attention_blas_with_more_workers_than_cores(monkeypatch):
