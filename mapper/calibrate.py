@@ -379,6 +379,11 @@ GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1024, 41, 1024), (768, 100, 512), (2048, 25, 768),
 )
 
+#: ``(tokens, sequence length)`` of the attention probes (12 heads of 64): four
+#: and one sequences of 64 to 512 tokens, so that :func:`_fit` can tell a
+#: fixed time per call from the short sequences' lower rate.
+ATTENTION_PROBES: tuple[tuple[int, int], ...] = ((128, 64), (256, 64), (512, 128), (256, 256), (512, 512))
+
 #: Probe tasks per op class (moderate sizes: milliseconds each), as
 #: ``(class, op variant or dtype key, body)``. The GEMM shapes above run as
 #: ``matmul(input, weight)`` and as ``matmul(weight, input)`` (the weight, read
@@ -386,14 +391,14 @@ GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
 #: seven layers (3x3, 1x1, 7x7 stride 2, 1x1 stride 2, batch 1) for the im2col
 #: rate beside the GEMM model. Classes with a fixed cost per call have the
 #: same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on two
-#: grids; attention: 128- and 512-token sequences; fft: rows of 1024 to 32768
+#: grids; attention: :data:`ATTENTION_PROBES`, unmasked and causal; fft: rows of 1024 to 32768
 #: points and a small 4 x 4096; add, layernorm, batchnorm and relu at two
 #: sizes each, the smaller one well under a millisecond, where a parallel
 #: loop's fixed cost shows), so that :func:`model_entries` can fit
 #: Hockney's fixed time beside the rate. Classes with several kernels (norm:
 #: layernorm, batchnorm; fft: fft, ifft) have a probe per kernel, and each op
 #: its own entry. A probe keyed by an op variant (``reduce.max``, a different
-#: loop from ``sum``) or a dtype (``elementwise:f64``: Numba loops do not run
+#: loop from ``sum``; ``attention.causal``, masked scores) or a dtype (``elementwise:f64``: Numba loops do not run
 #: at half the rate in f64 as the BLAS peaks do) feeds only that key's entry.
 #: The sizes form a small grid chosen around typical uses, not the benchmark
 #: examples' shapes.
@@ -407,8 +412,10 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("conv", "input x : f32[1, 512, 28, 28]\n  y = conv2d(x, weight f32[128, 512, 1, 1])"),
     ("conv", "input x : f32[1, 256, 16, 16]\n  y = conv2d(x, weight f32[256, 256, 3, 3], padding = 1)"),
     ("conv", "input x : f32[1, 256, 9, 9]\n  y = conv2d(x, weight f32[256, 256, 3, 3], padding = 1)"),
-    ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 128)"),
-    ("attention", "input x : f32[512, 2304]\n  y = attention(x, heads = 12, seq = 512)"),
+    *(("attention", f"input x : f32[{t}, 2304]\n  y = attention(x, heads = 12, seq = {seq})")
+      for t, seq in ATTENTION_PROBES),
+    *(("attention.causal", f"input x : f32[{t}, 2304]\n  y = attention(x, heads = 12, seq = {seq}, causal = 1)")
+      for t, seq in ATTENTION_PROBES),
     ("activation", "input x : f32[1024, 1024]\n  y = gelu(x)"),
     ("relu", "input x : f32[1, 256, 56, 56]\n  y = relu(x)"),
     ("relu", "input x : f32[1, 1024, 14, 14]\n  y = relu(x)"),
@@ -669,7 +676,8 @@ def platform_toml(cal: Calibration) -> str:
         lines.append("# below) reached net of launch_us, median call; replaces the cost model's default. Where one")
         lines.append("# kernel was probed at several amounts of work, Hockney's fit t = t0 + w / e (overhead_us = t0)")
         lines.append("# or t = t0 MiB + w / e (overhead_us_per_mib = t0, MiB the working set), or t = w / e (1 + n_1/2 / n)")
-        lines.append("# (half_length = n_1/2, n the op's vector length), whichever fits best, else the geometric mean")
+        lines.append("# (half_length = n_1/2, n the op's vector length), whichever fits best (with four or more probes")
+        lines.append("# also t0 and n_1/2 together where that halves the worst error), else the geometric mean")
         lines.append("# over the probes; n = probes: " + ", ".join(
             f"{e.key} n={e.probes}" + (f" t0={e.overhead * 1e6:.4g} us" if e.overhead > 0 else "")
             + (f" t0={e.per_mib * 1e6:.4g} us/MiB" if e.per_mib > 0 else "")
@@ -922,7 +930,10 @@ def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[floa
     in proportion to the working set, a half-performance vector length,
     ``t = w / e (1 + n_1/2 / n)``, fitted as ``t = c w / n + w / e`` with
     ``n_1/2 = c e``) that passes the :data:`FIT_NOISE` test, else the rate
-    alone."""
+    alone; with four or more probes also a fixed time and a half-length
+    together (:func:`hockney_fit_both`), where it at least halves the worst
+    error of the best single form (attention: a call's fixed time on the
+    worker threads, and short sequences' small GEMMs and short softmax rows)."""
     ws = [x[1] for x in points]
     mean = _geomean_raw([min(w / t, 1.0) for _, w, t, counts, _, _ in points if counts])
     best: tuple[float, float, float, float, float] | None = None  # (worst error, e, t0, per MiB, n_1/2)
@@ -932,7 +943,8 @@ def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[floa
         forms = [("t0", [1.0] * len(points))]
         if all(x[4] > 0 for x in points):
             forms.append(("mib", [x[4] for x in points]))
-        if all(n > 0 for n in ns) and max(ns) >= 1.1 * min(ns):
+        halves = all(n > 0 for n in ns) and max(ns) >= 1.1 * min(ns)
+        if halves:
             forms.append(("half", [w / n for w, n in zip(ws, ns)]))
         for form, scale in forms:
             e, c = hockney_fit([(w, t) for _, w, t, *_ in points], scale)
@@ -940,7 +952,27 @@ def _fit(points: list[tuple[str, float, float, bool, float, int]]) -> tuple[floa
             if c > 0 and _beyond_noise(worst_rate, worst, len(points)) and (best is None or worst < best[0]):
                 best = (worst, e, c if form == "t0" else 0.0, c if form == "mib" else 0.0,
                         c * e if form == "half" else 0.0)
+        if halves and len(points) >= 4:
+            e, t0, half = hockney_fit_both([(w, t, n) for (_, w, t, *_), n in zip(points, ns)])
+            worst = max(abs((t0 + w / e * (1.0 + half / n)) / t - 1.0) for (_, w, t, *_), n in zip(points, ns))
+            bar = best[0] if best is not None else worst_rate
+            if t0 > 0 and half > 0 and _beyond_noise(worst_rate, worst, len(points)) and worst <= bar / 2:
+                best = (worst, e, t0, 0.0, half)
     return (mean, 0.0, 0.0, 0.0) if best is None else best[1:]
+
+
+def hockney_fit_both(points: list[tuple[float, float, int]]) -> tuple[float, float, float]:
+    """``(e, t0, n_1/2)`` of ``t = t0 + w / e (1 + n_1/2 / n)`` over ``(w, t,
+    n)`` points: Hockney's fixed time and half-performance length together,
+    least squares on the relative error (linear in ``t0``, ``1 / e`` and
+    ``n_1/2 / e``) with every coefficient >= 0 (:func:`nonneg_least_squares`)
+    and ``e <= 1``."""
+    a = np.array([[1.0 / t, w / t, w / n / t] for w, t, n in points])
+    t0, inv_e, c = nonneg_least_squares(a, np.ones(len(points)))
+    if inv_e < 1.0:  # e above 1: hold it at 1 and refit the rest
+        inv_e = 1.0
+        t0, c = nonneg_least_squares(a[:, [0, 2]], 1.0 - a[:, 1])
+    return 1.0 / inv_e, float(t0), float(c / inv_e)
 
 
 def hockney_fit(points: list[tuple[float, float]], scale: list[float] | None = None,

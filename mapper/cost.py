@@ -276,10 +276,12 @@ def fits_cache(task: Task, device: Device) -> bool:
 def model_keys(task: Task, cls: str) -> tuple[str, ...]:
     """Keys of a device's ``efficiency`` and ``overhead_us`` tables that apply
     to ``task``, most specific first: its op variants (``reduce.max``: the op
-    and the value of each of its string attributes with fixed choices), its
-    op, its op class; each first for the task's dtype (``reduce.max:f64``),
-    since a kernel's rate need not scale between dtypes as the peaks do."""
-    from mapper.ops import OPS
+    and the value of each of its string attributes with fixed choices;
+    ``attention.causal``: the op and each of its
+    :data:`mapper.ops.FLAG_VARIANTS` that is set), its op, its op class; each first for the task's dtype
+    (``reduce.max:f64``), since a kernel's rate need not scale between dtypes
+    as the peaks do."""
+    from mapper.ops import FLAG_VARIANTS, OPS
 
     spec = OPS.get(task.op)
     attrs = dict(task.attrs)
@@ -289,6 +291,7 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
             value = attrs.get(attr, spec.default(attr))
             if isinstance(value, str):
                 variants.append(f"{task.op}.{value}")
+    variants += [f"{task.op}.{flag}" for flag in FLAG_VARIANTS.get(task.op, ()) if attrs.get(flag)]
     return tuple(k for key in (*variants, task.op, cls) for k in (f"{key}:{task.dtype}", key))
 
 

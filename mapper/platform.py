@@ -19,7 +19,7 @@ from typing import Any
 
 from mapper.errors import PlatformError, SourceSpan
 from mapper.graph import DTYPE_BYTES
-from mapper.ops import OP_CLASSES, OPS
+from mapper.ops import FLAG_VARIANTS, OP_CLASSES, OPS
 
 DEVICE_KINDS = ("cpu", "gpu", "fpga")
 
@@ -351,8 +351,8 @@ class _Checker:
             if not model_key_ok(name):
                 raise self.fail(kpath, f"unknown op class, op or op variant {name!r}; expected an op class "
                                        f"({', '.join(OP_CLASSES)}), an op of docs/ops.md, or an op and one of "
-                                       "its string choices such as \"reduce.max\", each optionally with "
-                                       "\":dtype\" (\"elementwise:f64\")")
+                                       "its string choices or flags such as \"reduce.max\" or \"attention.causal\", "
+                                       "each optionally with \":dtype\" (\"elementwise:f64\")")
             out.append((name, read(sub[name], kpath)))
         return tuple(out)
 
@@ -425,7 +425,8 @@ def model_key_ok(key: str) -> bool:
     """True for a key of the ``efficiency``, ``overhead_us``,
     ``overhead_us_per_mib`` and ``half_length`` tables: an op
     class, an op, or an op variant ``op.choice`` (a value of one of the op's
-    string attributes with fixed choices, e.g. ``reduce.max``), each
+    string attributes with fixed choices, e.g. ``reduce.max``, or one of its
+    :data:`mapper.ops.FLAG_VARIANTS`, ``attention.causal``), each
     optionally for one dtype, ``key:dtype`` (``elementwise:f64``)."""
     key, colon, dtype = key.partition(":")
     if colon and dtype not in DTYPE_BYTES:
@@ -434,7 +435,8 @@ def model_key_ok(key: str) -> bool:
         return True
     op, _, choice = key.partition(".")
     spec = OPS.get(op)
-    return spec is not None and any(choice in values for _, values in spec.choices)
+    return spec is not None and (any(choice in values for _, values in spec.choices)
+                                 or choice in FLAG_VARIANTS.get(op, ()))
 
 
 def _join(path: str, key: str) -> str:

@@ -309,6 +309,30 @@ def test_a_half_performance_length_is_fitted_over_vector_lengths():
     assert entry.half == pytest.approx(64) and entry.efficiency == pytest.approx(0.8)
 
 
+def test_a_fixed_time_and_a_half_length_together_from_four_probes():
+    from dataclasses import replace
+
+    from mapper.calibrate import hockney_fit_both, model_entries
+
+    # attention probes at t = 0.4 ms + w / 0.6 (1 + 100 / n): exact points give all three back
+    work = ((64, 5e-4), (64, 1e-3), (128, 2e-3), (256, 2e-3), (512, 8e-3))
+    e, t0, half = hockney_fit_both([(w, 4e-4 + w / 0.6 * (1 + 100 / n), n) for n, w in work])
+    assert (e, t0, half) == pytest.approx((0.6, 4e-4, 100.0), rel=1e-9)
+    probes = tuple(Probe("attention", f"attention -> [{i}]", 1e-3 + 4e-4 + w / 0.6 * (1 + 100 / n), 1e-3, "compute",
+                         w * 1e11, 1e6, 1e-3, "f32", "", n * 1e5, n) for i, (n, w) in enumerate(work))
+    (entry,) = model_entries(replace(fake(), probes=probes))
+    assert (entry.efficiency, entry.overhead, entry.half) == pytest.approx((0.6, 4e-4, 100.0), rel=1e-3)
+    dev = parse_platform(platform_toml(replace(fake(), probes=probes)), "h.toml").devices[0]
+    assert dict(dev.overhead_us) == {"attention": 400.0} and dict(dev.half_length) == {"attention": 100.0}
+    # three probes: one extra parameter only (here the half-length, the better of the single forms)
+    (entry,) = model_entries(replace(fake(), probes=probes[2:]))
+    assert entry.half > 0 and entry.overhead == 0.0
+    # a fixed time alone explains four probes: the joint form does not halve its error, so is not taken
+    probes = tuple(replace(p, measured=1e-3 + 4e-4 + p.flops / 1e11 / 0.6) for p in probes)
+    (entry,) = model_entries(replace(fake(), probes=probes))
+    assert entry.overhead == pytest.approx(4e-4) and entry.half == 0.0
+
+
 def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
     from dataclasses import replace
 

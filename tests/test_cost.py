@@ -485,6 +485,22 @@ def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
     assert estimate(causal, "attention", dev).t_parallel == pytest.approx(full.flops * 1025 / 2048 / 50e9)
 
 
+def test_causal_attention_has_its_own_variant_key():
+    from mapper.cost import estimate, model_keys
+    from mapper.lower import graph_from_text
+
+    graph = graph_from_text(
+        "graph g {\n  input x : f32[512, 2304]\n  a = attention(x, heads = 12, seq = 512)\n"
+        "  c = attention(x, heads = 12, seq = 512, causal = 1)\n  output a, c\n}\n", "att.tg")
+    full, causal = graph.tasks
+    assert model_keys(full, "attention") == ("attention:f32", "attention", "attention:f32", "attention")
+    assert model_keys(causal, "attention")[:2] == ("attention.causal:f32", "attention.causal")
+    dev = parse_platform(_cpu0_with('efficiency = { attention = 0.5, "attention.causal" = 0.25 }'),
+                         "att.toml").devices[CPU]
+    assert estimate(full, "attention", dev).t_parallel == pytest.approx(full.flops / 50e9)
+    assert estimate(causal, "attention", dev).t_parallel == pytest.approx(full.flops * 513 / 1024 / 25e9)
+
+
 def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
     from mapper.cost import estimate, model_keys
     from mapper.lower import graph_from_text
