@@ -20,9 +20,10 @@ paths:
   block's GEMMs stop at its last query's key. The groups are dealt to as
   many workers as Numba has threads (the calling thread and a shared pool
   of Python threads: BLAS and the Numba pass release the GIL), each with its
-  own scratch, allocated by the caller, and BLAS on one thread meanwhile
-  (BLAS's own threads on top of the workers made GPT-2's causal attention
-  2.1x slower on 2 cores). A causal call computes whole score blocks and
+  own scratch, allocated by the caller, where the BLAS pool has one thread,
+  as the executor keeps it; with a larger BLAS pool the calling thread does
+  all and BLAS's threads share its GEMMs (BLAS's threads on top of the
+  workers made GPT-2's causal attention 2.1x slower on 2 cores). A causal call computes whole score blocks and
   masks them: it takes about 0.85-0.9 of an unmasked call's time, where the
   direct path's takes 0.57.
 - ``"direct"``: Numba, parallel over (sequence, head) units, no BLAS: each
@@ -48,7 +49,7 @@ import numpy as np
 
 from mapper.kernels._jit import jit, num_threads, prange, readonly
 from mapper.kernels.approx import row_max, scaled_exp_sum
-from mapper.kernels.blas import blas_pool
+from mapper.kernels.blas import blas_threads
 from mapper.kernels.linalg import BLAS_MIN_MACS
 
 #: Bytes of scores one worker holds at a time (a block of score rows).
@@ -176,21 +177,19 @@ def _pool() -> ThreadPoolExecutor:
 def _attention_blas(q, k, v, out, heads, seq, causal):
     views = [_heads_view(m, seq, heads) for m in (q, k, v, out)]
     sequences = q.shape[0] // seq
-    shares = [w for w in work_items(sequences, heads, min(num_threads(), sequences * heads)) if w]
+    blas = blas_threads()
+    workers = 1 if blas is not None and blas > 1 else min(num_threads(), sequences * heads)
+    shares = [w for w in work_items(sequences, heads, workers) if w]
     group, block = score_block(max(h1 - h0 for w in shares for _, h0, h1 in w), seq, q.itemsize)
     scratch = [(np.empty((group, block, seq), dtype=q.dtype), np.empty(seq, dtype=q.dtype),
                 np.empty(seq, dtype=np.int32)) for _ in shares]
-    if len(shares) == 1:
+    futures: list[Future] = [_pool().submit(_blas_items, *views, causal, share, *scr)
+                             for share, scr in zip(shares[1:], scratch[1:])]
+    try:
         _blas_items(*views, causal, shares[0], *scratch[0])
-        return
-    with blas_pool(1, refresh=False):  # the workers are the parallelism (2.1x slower with BLAS's on top)
-        futures: list[Future] = [_pool().submit(_blas_items, *views, causal, share, *scr)
-                                 for share, scr in zip(shares[1:], scratch[1:])]
-        try:
-            _blas_items(*views, causal, shares[0], *scratch[0])
-        finally:
-            for f in futures:
-                f.result()
+    finally:
+        for f in futures:
+            f.result()
 
 
 def attention(*xs: np.ndarray, heads: int, seq: int, causal: bool, method: str | None = None) -> np.ndarray:

@@ -20,7 +20,8 @@ _LOCK = threading.Lock()
 def _controller(refresh: bool) -> Any:
     """A ``threadpoolctl.ThreadpoolController`` (None without threadpoolctl):
     a new one, which sees every library loaded so far, when ``refresh``, else
-    the one made last (about 1 ms to make, 10 us to use)."""
+    the one made last (about 1 ms to make, 10 us to use: a kernel's calls
+    reuse it, at the cost of missing a BLAS library loaded since)."""
     global _CACHED
     try:
         from threadpoolctl import ThreadpoolController
@@ -33,15 +34,23 @@ def _controller(refresh: bool) -> Any:
 
 
 @contextlib.contextmanager
-def blas_pool(threads: int, *, refresh: bool = True) -> Iterator[int | None]:
-    """Limit the BLAS pools to ``threads`` threads for the ``with`` block.
-    Yields ``threads``, or None when threadpoolctl is missing (the pools are
-    then left as they are). ``refresh=False`` reuses the controller of the
-    last call, for calls made often (a kernel's), at the cost of missing a
-    BLAS library loaded since."""
-    ctl = _controller(refresh)
+def blas_pool(threads: int) -> Iterator[int | None]:
+    """Limit the BLAS pools to ``threads`` threads for the ``with`` block
+    (every BLAS library loaded so far). Yields ``threads``, or None when
+    threadpoolctl is missing (the pools are then left as they are)."""
+    ctl = _controller(refresh=True)
     if ctl is None:
         yield None
         return
     with ctl.limit(limits=threads, user_api="blas"):
         yield threads
+
+
+def blas_threads() -> int | None:
+    """The largest BLAS pool's size as BLAS calls see it now (about 6 us a
+    call), or None without threadpoolctl."""
+    ctl = _controller(refresh=False)
+    if ctl is None:
+        return None
+    sizes = [lib.num_threads for lib in ctl.lib_controllers if lib.user_api == "blas"]
+    return max(sizes) if sizes else None
