@@ -23,9 +23,9 @@ paths:
   own scratch, allocated by the caller, where the BLAS pool has one thread,
   as the executor keeps it; with a larger BLAS pool the calling thread does
   all and BLAS's threads share its GEMMs (BLAS's threads on top of the
-  workers made GPT-2's causal attention 2.1x slower on 2 cores). A causal call computes whole score blocks and
-  masks them: it takes about 0.85-0.9 of an unmasked call's time, where the
-  direct path's takes 0.57.
+  workers made GPT-2's causal attention 2.1x slower on 2 cores). A causal
+  call computes whole score blocks and masks them: it takes about 0.85-0.9
+  of an unmasked call's time, where the direct path's takes 0.57.
 - ``"direct"``: Numba, parallel over (sequence, head) units, no BLAS: each
   unit works on contiguous copies of its slices (K transposed), each
   query's scores accumulate over the head dimension with a vectorisable
@@ -34,7 +34,7 @@ paths:
   the BLAS path's calls cost more than they save.
 
 Measured on one thread against the direct path, side by side: BERT-base's
-8 x 128-token attention 2.3-2.7x faster, GPT-2's causal 4 x 256-token one
+8 x 128-token attention 2.2-2.7x faster, GPT-2's causal 4 x 256-token one
 1.9-2.0x, a 1024-token causal one 1.7-1.9x (docs/benchmarks.md).
 """
 

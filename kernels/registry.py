@@ -72,8 +72,9 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "sub": (_binary("sub"), "binary", "numba strided broadcast loop"),
     "mul": (_binary("mul"), "binary", "numba strided broadcast loop"),
     "div": (_binary("div"), "binary", "numba strided broadcast loop (integers: floor division, x // 0 = 0)"),
-    "attention": (attention, "attention", "BLAS GEMMs through numpy per (sequence, head) and a numba softmax of the "
-                                       "scores, units on parallel threads; numba direct for small units"),
+    "attention": (attention, "attention", "BLAS GEMMs through numpy per group of a sequence's heads and a numba "
+                                       "softmax of the scores, groups on parallel threads; numba direct for small "
+                                       "units"),
     "embedding": (embedding, "embedding", "numba gather"),
     "concat": (concat, "layout", "numba strided copy"),
     "split": (split, "layout", "numba strided copy"),

@@ -379,8 +379,8 @@ GEMM_PROBE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1024, 41, 1024), (768, 100, 512), (2048, 25, 768),
 )
 
-#: ``(tokens, sequence length)`` of the attention probes (12 heads of 64): four
-#: and one sequences of 64 to 512 tokens, so that :func:`_fit` can tell a
+#: ``(tokens, sequence length)`` of the attention probes (12 heads of 64): one
+#: to four sequences of 64 to 512 tokens, so that :func:`_fit` can tell a
 #: fixed time per call from the short sequences' lower rate.
 ATTENTION_PROBES: tuple[tuple[int, int], ...] = ((128, 64), (256, 64), (512, 128), (256, 256), (512, 512))
 
@@ -391,15 +391,17 @@ ATTENTION_PROBES: tuple[tuple[int, int], ...] = ((128, 64), (256, 64), (512, 128
 #: seven layers (3x3, 1x1, 7x7 stride 2, 1x1 stride 2, batch 1) for the im2col
 #: rate beside the GEMM model. Classes with a fixed cost per call have the
 #: same kernel at two or more amounts of work (stencil: 1 and 8 sweeps on two
-#: grids; attention: :data:`ATTENTION_PROBES`, unmasked and causal; fft: rows of 1024 to 32768
-#: points and a small 4 x 4096; add, layernorm, batchnorm and relu at two
-#: sizes each, the smaller one well under a millisecond, where a parallel
-#: loop's fixed cost shows), so that :func:`model_entries` can fit
+#: grids; attention: :data:`ATTENTION_PROBES`, unmasked and causal; fft:
+#: rows of 1024 to 32768 points and a small 4 x 4096; add, layernorm,
+#: batchnorm and relu at two sizes each, the smaller one well under a
+#: millisecond, where a parallel loop's fixed cost shows), so that
+#: :func:`model_entries` can fit
 #: Hockney's fixed time beside the rate. Classes with several kernels (norm:
 #: layernorm, batchnorm; fft: fft, ifft) have a probe per kernel, and each op
 #: its own entry. A probe keyed by an op variant (``reduce.max``, a different
-#: loop from ``sum``; ``attention.causal``, masked scores) or a dtype (``elementwise:f64``: Numba loops do not run
-#: at half the rate in f64 as the BLAS peaks do) feeds only that key's entry.
+#: loop from ``sum``; ``attention.causal``, masked scores) or a dtype
+#: (``elementwise:f64``: Numba loops do not run at half the rate in f64 as
+#: the BLAS peaks do) feeds only that key's entry.
 #: The sizes form a small grid chosen around typical uses, not the benchmark
 #: examples' shapes.
 PROBES: tuple[tuple[str, str], ...] = (

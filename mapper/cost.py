@@ -277,10 +277,10 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
     """Keys of a device's ``efficiency`` and ``overhead_us`` tables that apply
     to ``task``, most specific first: its op variants (``reduce.max``: the op
     and the value of each of its string attributes with fixed choices;
-    ``attention.causal``: the op and each of its
-    :data:`mapper.ops.FLAG_VARIANTS` that is set), its op, its op class; each first for the task's dtype
-    (``reduce.max:f64``), since a kernel's rate need not scale between dtypes
-    as the peaks do."""
+    ``attention.causal``: the op and each of its flags in
+    :data:`mapper.ops.FLAG_VARIANTS` that is set), its op, its op class;
+    each first for the task's dtype (``reduce.max:f64``), since a kernel's
+    rate need not scale between dtypes as the peaks do."""
     from mapper.ops import FLAG_VARIANTS, OPS
 
     spec = OPS.get(task.op)

@@ -267,6 +267,7 @@ def test_attention_both_paths(method, heads, seq, t, d, causal, dtype, block_byt
     or of fewer heads than a work item has (13000)."""
     if block_bytes is not None:
         monkeypatch.setattr(attention_mod, "SCORE_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(attention_mod, "blas_threads", lambda: 1)  # the executor's setting: worker threads
     qkv = make_tensor(dtype, (t, 3 * d), rng(17))
     attrs = {"heads": heads, "seq": seq, "causal": causal}
     got = attention_mod.attention(qkv, heads=heads, seq=seq, causal=bool(causal), method=method)
@@ -291,12 +292,23 @@ def test_attention_score_block_keeps_whole_sequences_while_they_fit(monkeypatch)
     assert attention_mod.score_block(3, 4096, 8) == (1, 128)
 
 
-def test_attention_blas_with_more_workers_than_cores(monkeypatch):
+@pytest.mark.parametrize("blas,workers", [(1, 5), (2, 1), (None, 5)])
+def test_attention_blas_workers_follow_the_blas_pool(blas, workers, monkeypatch):
+    """With BLAS on one thread (as the executor keeps it) or unknown, the
+    heads go to Numba's thread count of workers, here 5 (more than this
+    machine's cores); with a larger BLAS pool the calling thread does all."""
+    import threading
+
     monkeypatch.setattr(attention_mod, "num_threads", lambda: 5)
+    monkeypatch.setattr(attention_mod, "blas_threads", lambda: blas)
+    calls, real = [], attention_mod._blas_items
+    monkeypatch.setattr(attention_mod, "_blas_items", lambda *a: (calls.append(threading.get_ident()), real(*a)))
     qkv = make_tensor("f32", (3 * 32, 3 * 48), rng(19))
     attrs = {"heads": 4, "seq": 32, "causal": 1}
     got = attention_mod.attention(qkv, heads=4, seq=32, causal=True, method="blas")
     assert_close(got, reference("attention", [qkv], attrs), "f32")
+    assert len(calls) == workers  # one share of the items each
+    assert (len(set(calls)) > 1) == (workers > 1)  # the pool's threads (as many as cores) beside the caller
 
 
 def test_attention_picks_blas_for_large_units(monkeypatch):
