@@ -94,7 +94,10 @@ def row_max(p, n):
     before: 0.27 against 1.2 ns an element for the one-accumulator loop on
     the development VM (LLVM vectorises neither; a float max reduction needs
     no-NaN semantics). A NaN in ``p`` may be skipped; the softmax it feeds
-    is NaN either way, through that element's exponential and the sum."""
+    is NaN either way, through that element's exponential and the sum.
+    ``reduce``'s ``_lanes_max`` is its twin for ``reduce(kind = "max")``,
+    which must return a NaN it meets: it flags them, and keeps 64 maxima in
+    an array, an allocation a softmax would pay per row."""
     m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = p[0]
     full = n - n % 8
     for j in range(0, full, 8):

@@ -61,10 +61,9 @@ def one_compute_pool() -> Iterator[int | None]:
 
     Two pools of spinning workers (Numba's OpenMP pool and OpenBLAS's
     pthreads pool) on the same cores slow each other down several times.
-    ``threadpoolctl`` changes the BLAS pool at run time, whatever was
-    imported first; environment variables would only work before NumPy
-    loads. Yields the BLAS thread count, or None when threadpoolctl is not
-    installed (the pools are then left as they are).
+    Through :func:`mapper.kernels.blas.blas_pool`: yields the BLAS thread
+    count, or None when threadpoolctl is not installed (the pools are then
+    left as they are).
     """
     from mapper.kernels.blas import blas_pool
 
