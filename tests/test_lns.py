@@ -10,7 +10,8 @@ from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.coarsen import chains, coarsen, expand, project
 from mapper.mapping.lns import critical_tasks, improve
-from mapper.mapping.milp import MilpMapper, retime, schedule_order
+from mapper.mapping.exact.incumbent import retime, schedule_order
+from mapper.mapping.milp import MilpMapper
 from mapper.schedule import ScheduleOptions
 from mapper.validate import validate
 from randdag import make_cost, make_graph, make_platform, random_instance
@@ -143,7 +144,8 @@ def test_critical_tasks_of_a_fork():
 
 
 def test_window_neighbourhood_keeps_frozen_and_late_tasks_in_place():
-    from mapper.mapping.milp import Subproblem, solve
+    from mapper.mapping.exact.solve import solve
+    from mapper.mapping.exact.subproblem import Subproblem
 
     cost = random_instance(21, 60, shape="layered", n_devices=3)
     heft = get_mapper("heft").map(cost).schedule

@@ -14,7 +14,10 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import Placement
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
-from mapper.mapping.milp import MilpMapper, Subproblem, retime, solve
+from mapper.mapping.exact.incumbent import retime
+from mapper.mapping.exact.solve import solve
+from mapper.mapping.exact.subproblem import Subproblem
+from mapper.mapping.milp import MilpMapper
 from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.mapping.objectives import objective_value
 from mapper.schedule import Assignment, ScheduleOptions, build_schedule
@@ -27,7 +30,7 @@ HEURISTIC_NAMES = ("heft", "cpop", "peft", "greedy", "single", "cpu")
 
 def _full(cost, objective="makespan", time_limit=10.0, makespan_bound=None, symmetry=True):
     """Solve the whole problem from scratch (no warm start)."""
-    from mapper.mapping.milp import serial_upper_bound
+    from mapper.mapping.exact.incumbent import serial_upper_bound
 
     upper = serial_upper_bound(cost) if makespan_bound is None else makespan_bound
     return solve(Subproblem(cost=cost, objective=objective, free=tuple(range(cost.n_tasks)), device=None,
@@ -319,11 +322,11 @@ def test_large_graph_takes_the_lns_path():
 
 
 def test_cbc_is_used_when_highs_is_missing(monkeypatch):
-    import mapper.mapping.milp as milp
+    from mapper.mapping.exact import solver
 
     cost = random_instance(3, 7, n_devices=3)
     exact = MilpMapper().map(cost, MapOptions(time_limit=10))
-    monkeypatch.setattr(milp, "HIGHS_AVAILABLE", False)
+    monkeypatch.setattr(solver, "HIGHS_AVAILABLE", False)
     result = MilpMapper().map(cost, MapOptions(time_limit=10))
     assert result.status == "optimal"
     assert result.objective_value == pytest.approx(exact.objective_value, rel=1e-5)

@@ -10,7 +10,7 @@ other task keeps its device and its relative order on that device, and the
 window works inside the time slab ``[T0, T1]`` its tasks occupy now (tasks
 that end before ``T0`` keep their times, the window's tasks end by ``T1``,
 tasks that start after ``T1`` stay after it), which keeps the model small on
-large graphs. The window subproblem (:func:`mapper.mapping.milp.solve`) is
+large graphs. The window subproblem (:func:`mapper.mapping.exact.solve.solve`) is
 solved exactly or up to its time slice, warm-started from the current
 mapping. A window result is
 accepted only when its re-timed schedule (:func:`mapper.schedule.build_schedule`)
@@ -35,22 +35,21 @@ import time
 from dataclasses import dataclass
 
 from mapper.cost import CostTable
-from mapper.errors import InfeasibleError, MapperError
-from mapper.mapping.base import MapOptions, MapResult, Progress
-from mapper.mapping.coarsen import coarsen, expand, project
-from mapper.mapping.milp import (
-    REL_TOL,
+from mapper.errors import InfeasibleError
+from mapper.mapping.base import MapOptions, MapResult
+from mapper.mapping.coarsen import Coarsening, coarsen, expand, project
+from mapper.mapping.exact.incumbent import (
     Incumbent,
-    Subproblem,
     best_heuristic,
+    checked,
     delay_options,
-    make_result,
-    objective_needs_time,
     retime,
     schedule_order,
-    solve,
     value_of,
 )
+from mapper.mapping.exact.result import Reporter, make_result, progress_reporter
+from mapper.mapping.exact.solve import solve
+from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.orders import chain_arcs, order_from_starts, topo_arcs
 from mapper.schedule import Schedule, ScheduleOptions
 
@@ -93,7 +92,7 @@ def improve(
     """Improve ``schedule`` (valid for ``cost``) by MILP windows until
     ``deadline`` (a :func:`time.perf_counter` value). The returned schedule
     is timed with ``options`` restricted to what the MILP models (delay
-    model plus memory/area; see :func:`~mapper.mapping.milp.delay_options`).
+    model plus memory/area; see :func:`~mapper.mapping.exact.incumbent.delay_options`).
     ``stop()``, when given, is polled; once it returns True the search ends."""
     opts = delay_options(options)
     bound = makespan_bound if objective != "makespan" else None
@@ -141,7 +140,7 @@ def improve(
             )
             res = solve(sub)
             solved_count += 1
-            cand = _checked(cost, res.device, res.order, opts) if res.device is not None else None
+            cand = checked(cost, res.device, res.order, opts) if res.device is not None else None
             if cand is None or (bound is not None and cand.makespan > bound * (1 + REL_TOL)):
                 continue
             cand_value = value_of(cand, objective)
@@ -224,7 +223,7 @@ def map_large(
     deadline = t0 + options.time_limit
     timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)
     notes = list(notes)
-    report = _reporter(options, t0)
+    report = progress_reporter(options, t0)
     coarse = coarsen(cost, sopts)
     notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
     seeds: list[tuple[Schedule, str]] = []
@@ -239,7 +238,7 @@ def map_large(
                                   stop=options.stop)
         notes.append(f"coarse LNS from {origin}: {_stats(stats)}")
         dev, order = expand(coarse, improved.device_of, schedule_order(improved) if timed else None)
-        fine = _checked(cost, dev, order, delay_options(sopts))
+        fine = checked(cost, dev, order, delay_options(sopts))
         if fine is not None and _within(fine, options):
             seeds.append((fine, "the expanded coarse LNS result"))
     if not seeds:
@@ -248,7 +247,7 @@ def map_large(
     improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
                               makespan_bound=options.makespan_bound, progress=report, stop=options.stop)
     notes.append(f"LNS from {seed_name}: {_stats(stats)}")
-    final = _checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
+    final = checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
     if final is not None and _within(final, options) and (
         best is None or value_of(final, objective) < best.value * (1 - REL_TOL)
     ):
@@ -274,7 +273,7 @@ def _coarse_start(coarse, options: MapOptions, fine_best: Schedule | None, best:
     proj = project(coarse, fine_best.device_of, tuple(s.start for s in fine_best.slots))
     if proj is not None:
         order = order_from_starts(coarse.cost, proj[0], proj[1])
-        cand = _checked(coarse.cost, proj[0], order, delay_options(options.schedule))
+        cand = checked(coarse.cost, proj[0], order, delay_options(options.schedule))
         if cand is not None and (start is None or value_of(cand, objective) < value_of(start, objective)):
             start, origin = cand, f"{best.name} projected onto the coarse graph"
     return start, origin
@@ -284,27 +283,6 @@ def _within(schedule: Schedule, options: MapOptions) -> bool:
     """Whether ``schedule`` meets the makespan bound (energy/throughput)."""
     bound = options.makespan_bound if options.objective != "makespan" else None
     return bound is None or schedule.makespan <= bound * (1 + REL_TOL)
-
-
-def _checked(cost: CostTable, device, order, options: ScheduleOptions) -> Schedule | None:
-    """Re-timed and validated schedule, or None when it is rejected."""
-    from mapper.validate import validate
-
-    try:
-        sched = retime(cost, device, order, options)
-    except MapperError:
-        return None
-    return None if validate(sched) else sched
-
-
-def _reporter(options: MapOptions, t0: float):
-    if options.progress is None:
-        return None
-
-    def report(value: float) -> None:
-        options.progress(Progress(time.perf_counter() - t0, value, None))
-
-    return report
 
 
 def _stats(stats: LnsStats) -> str:

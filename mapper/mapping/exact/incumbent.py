@@ -1,0 +1,107 @@
+"""Incumbents for the exact engine: the best heuristic schedule to start
+from, re-timing of a device assignment and order, and the serial bound that
+caps the model's big-M when no heuristic succeeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mapper.cost import INF, CostTable
+from mapper.errors import MapperError
+from mapper.mapping.base import Mapper, MapOptions
+from mapper.mapping.cpop import CpopMapper
+from mapper.mapping.exact.subproblem import REL_TOL
+from mapper.mapping.greedy import GreedyMapper
+from mapper.mapping.heft import HeftMapper
+from mapper.mapping.objectives import objective_value
+from mapper.mapping.orders import allowed_devices, order_from_starts
+from mapper.mapping.peft import PeftMapper
+from mapper.mapping.single import SingleDeviceMapper
+from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule
+from mapper.validate import validate
+
+#: Heuristics whose best result seeds the exact engine, in tie-break order.
+HEURISTICS: tuple[type[Mapper], ...] = (HeftMapper, CpopMapper, PeftMapper, GreedyMapper, SingleDeviceMapper)
+
+
+@dataclass(frozen=True, slots=True)
+class Incumbent:
+    """The best schedule so far: where it came from, the schedule and its objective value."""
+
+    name: str
+    schedule: Schedule
+    value: float
+
+
+def value_of(schedule: Schedule, objective: str) -> float:
+    return float(objective_value(schedule, objective))
+
+
+def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | None, tuple[str, ...]]:
+    """Run every heuristic of :data:`HEURISTICS`; the best feasible result
+    (ties by list order) and notes on those that failed."""
+    best: Incumbent | None = None
+    notes: list[str] = []
+    bound = options.makespan_bound if options.objective != "makespan" else None
+    for cls in HEURISTICS:
+        name = cls.name
+        try:
+            res = cls().map(cost, options)
+        except MapperError as err:
+            notes.append(f"{name}: {err.message.split(' (')[0]}")
+            continue
+        sched = res.schedule
+        if validate(sched):
+            notes.append(f"{name}: its schedule does not validate; ignored")
+            continue
+        if bound is not None and sched.makespan > bound * (1 + REL_TOL):
+            notes.append(f"{name}: makespan {sched.makespan:.6g} exceeds the bound {bound:.6g}")
+            continue
+        value = value_of(sched, options.objective)
+        if best is None or value < best.value * (1 - 1e-12) - 1e-300:
+            best = Incumbent(name, sched, value)
+    return best, tuple(notes)
+
+
+def delay_options(options: ScheduleOptions) -> ScheduleOptions:
+    """The options the MILP models exactly: the delay model plus capacities."""
+    return ScheduleOptions(memory=options.memory, area=options.area)
+
+
+def serial_upper_bound(cost: CostTable) -> float:
+    """Makespan of running every task, slowest feasible device, one after
+    another with every transfer at its slowest: bounds any schedule's optimum."""
+    total = sum(max(x for x in row if x < INF) for row in cost.time)
+    for e in cost.graph.edges:
+        worst = 0.0
+        for a in allowed_devices(cost, e.src):
+            for b in allowed_devices(cost, e.dst):
+                c = cost.comm(e.index, a, b)
+                if c < INF:
+                    worst = max(worst, c)
+        total += worst
+    return total * (1 + 1e-9) + 1e-9
+
+
+def retime(cost: CostTable, device: Sequence[int], order: tuple[tuple[int, ...], ...] | None,
+           options: ScheduleOptions) -> Schedule:
+    """The schedule of ``device`` and per-device ``order`` under ``options``."""
+    return build_schedule(cost, Assignment(tuple(device), order), options)
+
+
+def schedule_order(schedule: Schedule) -> tuple[tuple[int, ...], ...]:
+    """Per-device order of ``schedule`` (its own, else by start time)."""
+    if schedule.order:
+        return schedule.order
+    return order_from_starts(schedule.cost, schedule.device_of, tuple(s.start for s in schedule.slots))
+
+
+def checked(cost: CostTable, device: Sequence[int], order: tuple[tuple[int, ...], ...] | None,
+            options: ScheduleOptions) -> Schedule | None:
+    """Re-timed and validated schedule, or None when it is rejected."""
+    try:
+        sched = retime(cost, device, order, options)
+    except MapperError:
+        return None
+    return None if validate(sched) else sched

@@ -1,0 +1,68 @@
+"""How the exact engine reports: a valid lower bound and the gap of every
+result, and progress to the caller's live line."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+from mapper.cost import CostTable
+from mapper.mapping.base import MapOptions, MapResult, Progress
+from mapper.mapping.bounds import lower_bound
+from mapper.schedule import Schedule, ScheduleOptions
+
+#: The name results of the exact engine carry (``mapper compile --mapper milp``).
+NAME = "milp"
+
+#: ``report(incumbent, bound=None)``: a progress report in the caller's units.
+Reporter = Callable[..., None]
+
+
+def lower_bound_for(cost: CostTable, objective: str, options: ScheduleOptions,
+                    solver_bound: float | None) -> float | None:
+    """A valid lower bound on the objective: the larger of the solver's
+    (dropped under streaming, which the MILP does not model) and
+    :func:`mapper.mapping.bounds.lower_bound`."""
+    bounds = [b for b in (lower_bound(cost, objective, options),) if b is not None]
+    if solver_bound is not None and not options.streaming:
+        bounds.append(solver_bound)
+    return max(bounds) if bounds else None
+
+
+def gap_of(value: float, bound: float | None) -> float | None:
+    """``(value - bound) / value``, or None without a bound."""
+    if bound is None:
+        return None
+    if value <= 0:
+        return 0.0
+    return max(0.0, (value - bound) / value)
+
+
+def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value: float, status: str,
+                solver_bound: float | None, t0: float, notes: Sequence[str]) -> MapResult:
+    """The exact engine's result, with a valid lower bound and the gap."""
+    bound = lower_bound_for(cost, options.objective, options.schedule, solver_bound)
+    if options.should_stop():
+        notes = (*notes, "interrupted: the search was stopped early; this is the best schedule found by then")
+    return MapResult(
+        schedule=schedule,
+        mapper=NAME,
+        status=status,
+        objective=options.objective,
+        objective_value=value,
+        lower_bound=bound,
+        gap=gap_of(value, bound),
+        solve_time=time.perf_counter() - t0,
+        notes=tuple(notes),
+    )
+
+
+def progress_reporter(options: MapOptions, t0: float) -> Reporter:
+    """``report(incumbent, bound=None)`` passing a :class:`Progress` to
+    ``options.progress`` (elapsed from ``t0``); does nothing without one."""
+
+    def report(incumbent: float | None, bound: float | None = None) -> None:
+        if options.progress is not None:
+            options.progress(Progress(time.perf_counter() - t0, incumbent, bound))
+
+    return report
