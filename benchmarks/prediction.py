@@ -45,7 +45,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from mapper.calibrate import Settings, calibrate, platform_toml
+from mapper.calibrate import calibrate
+from mapper.calibration.records import Settings
+from mapper.calibration.writer import calibrated_platform, platform_toml
 from mapper.cost import build_cost_table, op_class
 from mapper.execute import Execution, one_compute_pool
 from mapper.heap import steady_heap
@@ -173,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             print("interleaved: one timed pass of every example after each calibration round and probe pass")
         cal = calibrate(settings, log=lambda s: print("  calibrate:", s, flush=True),
                         between=one_pass if interleaved else None)
-        plat = cal.platform()
+        plat = calibrated_platform(cal)
         calibration = platform_toml(cal)
         print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
         print(calibration)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from mapper.calibrate import Calibration, Settings
+    from mapper.calibration.records import Calibration, Settings
     from mapper.mapping.base import MapResult
     from mapper.trace import Trace
 
@@ -26,9 +26,9 @@ MIN_ROUNDS = 5
 
 def calibration_settings(quick: bool) -> Settings:
     """The calibration of ``mapper run --calibrate``: the full one
-    (:class:`mapper.calibrate.Settings`) or, with ``quick``, ``Settings.quick()``,
+    (:class:`mapper.calibration.records.Settings`) or, with ``quick``, ``Settings.quick()``,
     with at least :data:`MIN_ROUNDS` rate rounds."""
-    from mapper.calibrate import Settings
+    from mapper.calibration.records import Settings
 
     base = Settings.quick() if quick else Settings()
     return replace(base, rounds=max(base.rounds, MIN_ROUNDS))
@@ -109,6 +109,7 @@ def calibrated_run(
         A task failed or disagreed with the reference.
     """
     from mapper.calibrate import calibrate
+    from mapper.calibration.writer import calibrated_platform
     from mapper.execute import Execution, check_options
     from mapper.heap import steady_heap
     from mapper.recost import first_cpu, reprice, with_cpu_model
@@ -125,5 +126,5 @@ def calibrated_run(
             run.timed_pass()
     if log is not None:
         log(f"{interleaved} timed passes interleaved, {run.passes - interleaved} after; {cal.seconds:.1f} s")
-    repriced = reprice(result, with_cpu_model(platform, cal.platform()))
+    repriced = reprice(result, with_cpu_model(platform, calibrated_platform(cal)))
     return CalibratedRun(run.trace(repriced), repriced, cal, run.trace(), interleaved, run.passes - interleaved)

@@ -2,7 +2,7 @@
 
 :func:`with_cpu_model` gives a platform its CPU devices' model numbers from
 another platform (typically a calibration of this machine,
-:meth:`mapper.calibrate.Calibration.platform`), keeping everything else;
+:func:`mapper.calibration.writer.calibrated_platform`), keeping everything else;
 :func:`reprice` re-times a mapped schedule, with its assignment and
 per-device order unchanged, on the cost table of such a platform (the delay
 model of :mod:`mapper.schedule`), and checks the result with the independent

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mapper.calibrate import (
-    Calibration, Probe, Rate, Settings, best_time, cache_level, calibrate, class_efficiency, platform_toml,
-    stream_mib,
-)
+from mapper.calibrate import calibrate
+from mapper.calibration.fits import class_efficiency
+from mapper.calibration.machine import best_time, cache_level, stream_mib
+from mapper.calibration.records import Calibration, Probe, Rate, Settings
+from mapper.calibration.writer import calibrated_platform, platform_toml
 from mapper.cli import main
 from mapper.cost import EFF_COMPUTE, EFF_MEMORY
 from mapper.errors import OptionsError
@@ -83,7 +84,7 @@ def test_calibration_api_reports_measured_and_stored_rates():
     f32 = cal.peak_gflops[0]
     assert f32.key == "f32" and f32.stored == pytest.approx(f32.value / EFF_COMPUTE["cpu"]["gemm"])
     assert cal.mem_bandwidth_gbs.stored == pytest.approx(cal.mem_bandwidth_gbs.value / EFF_MEMORY["cpu"])
-    assert cal.platform().devices[0].peak("f64") == pytest.approx(cal.peak_gflops[1].stored, rel=1e-3)
+    assert calibrated_platform(cal).devices[0].peak("f64") == pytest.approx(cal.peak_gflops[1].stored, rel=1e-3)
     with pytest.raises(OptionsError):
         calibrate(Settings.quick(), name=" ")
 
@@ -97,11 +98,11 @@ def test_class_efficiency_makes_the_model_reproduce_a_slow_probe():
     graph = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = gelu(x)\n  output y\n}\n")
     task = graph.tasks[0]
     base = fake()
-    before = build_cost_table(graph, replace(base, probes=()).platform()).time[0][0]
+    before = build_cost_table(graph, calibrated_platform(replace(base, probes=()))).time[0][0]
     slow = Probe("activation", "gelu f32[1024, 1024]", 0.05, before, "memory", task.flops, task.bytes,
                  base.launch_us.stored * 1e-6, "f32")
     cal = replace(base, probes=(slow,))
-    after = build_cost_table(graph, cal.platform()).time[0][0]
+    after = build_cost_table(graph, calibrated_platform(cal)).time[0][0]
     assert before < 0.01 and after == pytest.approx(0.05, rel=2e-3)  # 3 significant digits in the file
 
 
@@ -157,7 +158,7 @@ def test_class_efficiency_is_the_geometric_mean_over_a_class_s_probes():
 def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     # stored bandwidth 20 GB/s (no cache level), launch 1 ms: 10 MB in 1 + 1 ms -> 10 GB/s = 0.5;
     # 2.5 MB in 1 + 1 ms -> 0.125; an f64 add keyed by its dtype: 16 MB in 1 + 1 ms -> 0.8
@@ -180,7 +181,7 @@ def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
 
     g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  input a : f64[1024, 1024]\n"
                         "  y = layernorm(x)\n  d = sub(a, a)\n  output y, d\n}\n")
-    table = build_cost_table(g, cal.platform())
+    table = build_cost_table(g, calibrated_platform(cal))
     ln, sub = g.tasks
     assert table.time[0][0] == pytest.approx(12.5e-6 + ln.bytes / (0.5 * 20e9), rel=1e-9)
     assert table.time[1][0] == pytest.approx(12.5e-6 + sub.bytes / (0.8 * 20e9), rel=1e-9)
@@ -189,7 +190,7 @@ def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
 def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     from dataclasses import replace
 
-    from mapper.calibrate import hockney_fit, model_entries
+    from mapper.calibration.fits import hockney_fit, model_entries
 
     # t = t0 + w / e with t0 = 0.5 ms, e = 0.25: exact points give both back
     pts = [(w, 5e-4 + w / 0.25) for w in (1e-4, 1e-3, 4e-3)]
@@ -225,7 +226,7 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  input q : f32[512, 2304]\n"
                         "  y = attention(q, heads = 12, seq = 128)\n"
                         "  m = reduce(x, kind = \"max\")\n  s = reduce(x, kind = \"sum\")\n  output y, m, s\n}\n")
-    plat = cal.platform()
+    plat = calibrated_platform(cal)
     table = build_cost_table(g, plat)
     att, mx, sm = g.tasks
     peak = 100e9
@@ -238,7 +239,7 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
 def test_a_fixed_time_within_the_noise_is_not_fitted():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     # two attention probes whose rates differ by 10 %: the rate alone is within FIT_NOISE, so no t0
     base = fake()
@@ -257,7 +258,7 @@ def test_a_fixed_time_within_the_noise_is_not_fitted():
 def test_an_op_named_as_its_class_gets_the_class_key():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     # fft at two sizes and ifft once: "fft" is fft's own fit (e = 0.1 of 100 GFLOP/s, w = F / peak), ifft its own
     probes = (Probe("fft", "fft -> [1]", 1e-3 + 1e-3, 1e-4, "compute", 1e7, 1e6, 1e-3, "f32"),
@@ -270,7 +271,7 @@ def test_an_op_named_as_its_class_gets_the_class_key():
 def test_a_fixed_time_in_proportion_to_the_working_set():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     # one kernel at 1 and 8 units of work on working sets of 4 and 25 MiB: a fixed 0.1 ms per MiB
     # plus the work at e = 0.5 (w per unit 0.05 and 0.3125 ms); no constant t0 fits
@@ -291,7 +292,7 @@ def test_a_fixed_time_in_proportion_to_the_working_set():
 def test_a_half_performance_length_is_fitted_over_vector_lengths():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     # conv probes with 64, 128 and 256 output channels at r = e n / (n + 128), e = 0.8 (w = F / peak)
     probes = tuple(Probe("conv", f"conv2d -> [{n}]", 1e-3 + w / 0.8 * (1 + 128 / n), 1e-3, "compute", w * 1e11,
@@ -312,7 +313,7 @@ def test_a_half_performance_length_is_fitted_over_vector_lengths():
 def test_a_fixed_time_and_a_half_length_together_from_four_probes():
     from dataclasses import replace
 
-    from mapper.calibrate import hockney_fit_both, model_entries
+    from mapper.calibration.fits import hockney_fit_both, model_entries
 
     # attention probes at t = 0.4 ms + w / 0.6 (1 + 100 / n): exact points give all three back
     work = ((64, 5e-4), (64, 1e-3), (128, 2e-3), (256, 2e-3), (512, 8e-3))
@@ -336,7 +337,8 @@ def test_a_fixed_time_and_a_half_length_together_from_four_probes():
 def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
     from dataclasses import replace
 
-    from mapper.calibrate import GEMM_PROBE_SHAPES, gemm_fit, model_entries
+    from mapper.calibration.fits import gemm_fit, model_entries
+    from mapper.calibration.probes import GEMM_PROBE_SHAPES
     from mapper.cost import gemm_shape_factor
 
     # matmul probes timed exactly by the model: stored f32 peak 100 GFLOP/s, e = 0.8,
@@ -372,7 +374,8 @@ def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
 def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
     from dataclasses import replace
 
-    from mapper.calibrate import GEMM_PROBE_SHAPES, gemm_fit, nonneg_least_squares
+    from mapper.calibration.fits import gemm_fit, nonneg_least_squares
+    from mapper.calibration.probes import GEMM_PROBE_SHAPES
     from mapper.cost import gemm_pack_time
 
     # probes timed by t = launch + F / (0.9 x 100 GFLOP/s) + (a MK + b KN + 0.4 MN) ns, with a, b =
@@ -410,7 +413,7 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
     assert gemm_cold(g.tasks[-1]) == (False, True)
     want = 12.5e-6 + 2 * 200 * 50 * 300 / (0.9 * 100e9) + gemm_pack_time(
         (1, 200, 50, 300), dev.gemm_pack_ns, dev.gemm_pack_cold_ns, (False, True))
-    assert build_cost_table(g, cal.platform()).time[0][0] == pytest.approx(want, rel=1e-6)
+    assert build_cost_table(g, calibrated_platform(cal)).time[0][0] == pytest.approx(want, rel=1e-6)
     # the non-negative least squares: a negative free solution is clipped to the best subset
     a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     assert nonneg_least_squares(a, np.array([1.0, -1.0, 0.0])) == pytest.approx([0.5, 0.0])
@@ -419,7 +422,7 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
 def test_a_streaming_kernel_gets_hockney_s_fixed_time_beside_its_bandwidth():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     # stencil probes (no cache level: the stored 20 GB/s) at 1 and 8 sweeps of a 2 MB grid
     # (4 and 32 MB counted) measured launch 1 ms + 0.3 ms + bytes at 1.5 x 20 GB/s (a stencil's
@@ -435,7 +438,7 @@ def test_a_streaming_kernel_gets_hockney_s_fixed_time_beside_its_bandwidth():
 def test_an_op_named_as_its_streaming_class_counts_each_probe_once():
     from dataclasses import replace
 
-    from mapper.calibrate import model_entries
+    from mapper.calibration.fits import model_entries
 
     probes = tuple(Probe("stencil", f"stencil -> [{i}]", 2e-3, 1e-3, "memory", 1e6, 1e7, 1e-3, "f64")
                    for i in range(3))
@@ -446,7 +449,8 @@ def test_an_op_named_as_its_streaming_class_counts_each_probe_once():
 def test_relu_streams_and_keeps_gelu_s_compute_rate_away():
     from dataclasses import replace
 
-    from mapper.calibrate import PROBES, model_entries
+    from mapper.calibration.fits import model_entries
+    from mapper.calibration.probes import PROBES
     from mapper.cost import build_cost_table
     from mapper.lower import graph_from_text
 
@@ -460,7 +464,7 @@ def test_relu_streams_and_keeps_gelu_s_compute_rate_away():
     assert entries["activation"].efficiency == pytest.approx(0.001) and entries["activation"].memory == 0
     assert entries["relu"].memory == pytest.approx(0.2) and entries["relu"].efficiency == 0
     g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = relu(x)\n  z = gelu(x)\n  output y, z\n}\n")
-    table = build_cost_table(g, cal.platform())
+    table = build_cost_table(g, calibrated_platform(cal))
     relu, gelu = g.tasks
     # relu's time follows its bytes at its own fraction (at gelu's class rate its 1e6 flops would take 10 ms)
     assert table.bound[0][0] == "memory"

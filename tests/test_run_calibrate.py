@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mapper.calibrate import Settings
+from mapper.calibration.records import Settings
 from mapper.cli import main
 from mapper.calibrated_run import MIN_ROUNDS, calibrated_run, calibration_settings
 from mapper.cost import build_cost_table

@@ -22,12 +22,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mapper.calibrate import Settings, calibrate, platform_toml
+    from mapper.calibrate import calibrate
+    from mapper.calibration.records import Settings
+    from mapper.calibration.writer import calibrated_platform, platform_toml
     from mapper.report.common import atomic_write
 
     log = None if args.quiet else (lambda line: sys.stderr.write(line + "\n"))
     cal = calibrate(Settings.quick() if args.quick else Settings(), name=args.name, log=log)
-    cal.platform()  # the file must load: check before writing
+    calibrated_platform(cal)  # the file must load: check before writing
     text = platform_toml(cal)
     if args.output:
         atomic_write(args.output, text)

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
         write_chrome_trace(result, args.trace, run=trace.report_records())
     if extra is not None and args.calibration_out:
-        from mapper.calibrate import platform_toml
+        from mapper.calibration.writer import platform_toml
 
         atomic_write(args.calibration_out, platform_toml(extra.calibration))
     return 0
