@@ -12,38 +12,26 @@ Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`,
 
 from __future__ import annotations
 
-import difflib
 import gc
-import math
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from mapper import syntax as S
 from mapper.errors import DslError, InputError, SourceSpan
-from mapper.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph, TensorType
+from mapper.graph import Operand, Placement, Task, TaskGraph, TensorType
+from mapper.lowering.annotations import Annotator
+from mapper.lowering.edges import ExplicitEdge, graph_edges
+from mapper.lowering.values import BYTE_UNITS, TIME_UNITS, Evaluator, hint
 from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
 
-__all__ = [
-    "graph_from_text", "load_graph", "lower", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS",
-    "TIME_UNITS", "BYTE_UNITS",
-]
+__all__ = ["graph_from_text", "load_graph", "lower", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
 
 #: The most tasks one graph may have.
 MAX_TASKS = 1_000_000
 #: The most loop iterations one program may run (all loops together).
 MAX_LOOP_ITERATIONS = 10_000_000
-#: Integers must stay below this magnitude (64-bit signed).
-MAX_INT = 2**63
-#: Time units per second (``comm`` and ``cost`` values are divided by it; default s).
-TIME_UNITS: dict[str, float] = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
-#: Bytes per size unit (``bytes`` values; default B).
-BYTE_UNITS: dict[str, float] = {
-    "B": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40,
-    "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-}
-_WORK_KEYS = ("flops", "bytes", "bytes_read", "bytes_written")
 
 
 def graph_from_text(text: str, file: str = "<string>") -> TaskGraph:
@@ -108,13 +96,6 @@ def _read(file: str, span: SourceSpan | None, err: Any) -> str:
     raise err(f"cannot read included file '{file}': {why}", span)
 
 
-def _hint(word: str, options: Iterable[str]) -> str | None:
-    opts = list(options)
-    if len(opts) > 20000:  # keep error paths fast on huge scopes
-        return None
-    found = difflib.get_close_matches(word, opts, n=1)
-    return f"did you mean '{found[0]}'?" if found else None
-
 
 @dataclass(slots=True)
 class _Binding:
@@ -140,14 +121,6 @@ class _Scope:
         return self.prefix + local
 
 
-@dataclass(slots=True)
-class _ExplicitEdge:
-    src: int
-    dst: int
-    bytes: float
-    comm: float | None
-    span: SourceSpan
-
 
 class _Lowerer:
     """One lowering run; holds the growing task list and the error context."""
@@ -163,11 +136,13 @@ class _Lowerer:
         self.task_names: dict[str, int] = {}
         self.inputs: list[tuple[str, TensorType]] = []
         self.outputs: list[str] = []
-        self.explicit: list[_ExplicitEdge] = []
+        self.explicit: list[ExplicitEdge] = []
         self.iterations = 0
         self.instances: list[str] = []  # template call stack
         self.min_tasks_memo: dict[str, int] = {}
         self.included: set[str] = set()
+        self.ev = Evaluator(self.err)
+        self.ann = Annotator(self.ev, self.err)
 
     # -- errors -------------------------------------------------------------
     def err(self, message: str, span: SourceSpan | None, hint: str | None = None) -> DslError:
@@ -191,7 +166,7 @@ class _Lowerer:
         if not self.tasks:
             raise self.err(f"empty graph: '{g.name}' has no tasks", g.span,
                            "add op calls (y = relu(x)) or tasks (task t cost { ... })")
-        edges = self._edges()
+        edges = graph_edges(self.tasks, self.explicit, self.err)
         return TaskGraph(g.name, tuple(self.tasks), edges, tuple(self.inputs), tuple(self.outputs))
 
     @staticmethod
@@ -232,7 +207,7 @@ class _Lowerer:
             if b.name in self.params:
                 raise self.err(f"param '{b.name}' is already defined", b.span,
                                f"first defined at {self.param_spans[b.name]}")
-            self.params[b.name] = self._eval(b.value, self.params)
+            self.params[b.name] = self.ev.eval(b.value, self.params)
             self.param_spans[b.name] = b.span
 
     def _define_template(self, t: S.TemplateDef, table: dict[str, S.TemplateDef]) -> None:
@@ -264,148 +239,16 @@ class _Lowerer:
                 self._define_template(st, table)
         return table
 
-    # -- expressions --------------------------------------------------------
-    def _eval(self, e: S.Expr, values: dict[str, Any]) -> int | float:
-        """Evaluate an integer/float expression (exact integer arithmetic)."""
-        if isinstance(e, S.Num):
-            return e.value
-        if isinstance(e, S.Var):
-            try:
-                v = values[e.name]
-            except KeyError:
-                raise self.err(f"undefined name '{e.name}'", e.span, _hint(e.name, values)) from None
-            if isinstance(v, (int, float)):
-                return v
-            raise self.err(f"'{e.name}' is {_kind(v)}, not a number", e.span)
-        if isinstance(e, S.Neg):
-            return -self._eval(e.operand, values)
-        a = self._eval(e.left, values)
-        b = self._eval(e.right, values)
-        op = e.op
-        both_int = isinstance(a, int) and isinstance(b, int)
-        try:
-            if op == "+":
-                r = a + b
-            elif op == "-":
-                r = a - b
-            elif op == "*":
-                r = a * b
-            elif op in ("/", "//", "%"):
-                if b == 0:
-                    raise self.err("division by zero", e.span)
-                if op == "/" and both_int:
-                    if a % b:
-                        raise self.err(f"division not exact: {a} / {b}", e.span,
-                                       "use // to round down, or a float literal for a fraction")
-                    r = a // b
-                else:
-                    r = a / b if op == "/" else (a // b if op == "//" else a % b)
-            else:
-                r = self._pow(a, b, e.span)
-        except OverflowError:
-            raise self.err("number too large", e.span) from None
-        if isinstance(r, int):
-            if not -MAX_INT < r < MAX_INT:
-                raise self.err(f"integer too large (the limit is 2**63): {_short(r)}", e.span)
-        elif not math.isfinite(r):
-            raise self.err("number too large", e.span)
-        return r
-
-    def _pow(self, a: int | float, b: int | float, span: SourceSpan) -> int | float:
-        if isinstance(a, int) and isinstance(b, int):
-            if b < 0:
-                raise self.err(f"negative integer exponent: {a} ** {b}", span, "write a float base (2.0 ** -1)")
-            if abs(a) > 1 and b * math.log2(abs(a)) > 64:
-                raise self.err(f"integer too large (the limit is 2**63): {a} ** {b}", span)
-            return a**b
-        if a == 0 and b < 0:
-            raise self.err("division by zero", span)
-        if a < 0 and not float(b).is_integer():
-            raise self.err(f"a fractional power of a negative number: {a} ** {b}", span)
-        return math.pow(a, b)
-
-    def _int(self, e: S.Expr, values: dict[str, Any], what: str, low: int | None = None) -> int:
-        v = self._eval(e, values)
-        if not isinstance(v, int):
-            raise self.err(f"{what} must be an integer, got {v!r}", e.span)
-        if low is not None and v < low:
-            raise self.err(f"{what} must be >= {low}, got {v}", e.span)
-        return v
-
-    def _number(self, e: S.Expr, values: dict[str, Any], what: str) -> float:
-        v = float(self._eval(e, values))
-        if v < 0:
-            raise self.err(f"{what} must be >= 0, got {v!r}", e.span)
-        return v
-
-    def _value(self, v: S.Value, values: dict[str, Any]) -> Any:
-        """An attribute value: number, string, or tuple of integers."""
-        if isinstance(v, S.Str):
-            return v.value
-        if isinstance(v, S.ListValue):
-            return tuple(self._eval(x, values) for x in v.items)
-        if isinstance(v, S.Var) and isinstance(values.get(v.name), (str, tuple)):
-            return values[v.name]
-        return self._eval(v, values)
-
-    def _unit(self, value: float, unit: str | None, span: SourceSpan | None, table: dict[str, float],
-              what: str) -> float:
-        """``value`` in base units: sizes multiply by ``BYTE_UNITS``, times divide by ``TIME_UNITS``
-        (so 40 us is exactly the float nearest 4e-05)."""
-        if unit is None:
-            return value
-        try:
-            return value / table[unit] if table is TIME_UNITS else value * table[unit]
-        except KeyError:
-            same = [u for u in table if u.lower() == unit.lower()]
-            hint = (f"did you mean '{same[0]}'?" if same else _hint(unit, table)) or (
-                f"{what} units: " + ", ".join(table))
-            raise self.err(f"unknown {what} unit '{unit}'", span, hint) from None
-
-    # -- names and types ----------------------------------------------------
-    def _name(self, n: S.Name, values: dict[str, Any]) -> str:
-        if not n.indices:
-            return n.base
-        parts = []
-        for e in n.indices:
-            parts.append(str(self._int(e, values, "a name index", low=0)))
-        return n.base + "_".join(parts)
-
-    def _type(self, t: S.TypeExpr, values: dict[str, Any]) -> TensorType:
-        if t.dtype not in DTYPE_BYTES:
-            raise self.err(f"unknown dtype '{t.dtype}'", t.dtype_span,
-                           _hint(t.dtype, DTYPE_BYTES) or "dtypes: " + " ".join(DTYPE_BYTES))
-        shape = tuple(self._int(d, values, "a dimension", low=1) for d in t.dims)
-        if t.layout is None:
-            return TensorType(t.dtype, shape)
-        lay = t.layout
-        if lay.name != "csr":
-            raise self.err(f"unknown layout '{lay.name}'", lay.span, "the only sparse layout is csr(nnz = ...)")
-        if len(shape) != 2:
-            raise self.err(f"a csr tensor must be 2-D, got {len(shape)}-D", t.span)
-        nnz = None
-        for a in lay.args:
-            if a.key != "nnz":
-                raise self.err(f"unknown csr argument '{a.key}'", a.key_span, "csr takes nnz = ...")
-            if nnz is not None:
-                raise self.err("nnz is given twice", a.key_span)
-            nnz = self._int(a.value, values, "nnz", low=0)
-            if nnz > shape[0] * shape[1]:
-                raise self.err(f"nnz = {nnz} exceeds the matrix size {shape[0]}*{shape[1]}", a.span)
-        if nnz is None:
-            raise self.err("csr needs nnz = ...", lay.span)
-        return TensorType(t.dtype, shape, "csr", nnz)
-
     def _lookup(self, n: S.Name, scope: _Scope) -> tuple[str, _Binding]:
-        local = self._name(n, scope.values)
+        local = self.ev.name(n, scope.values)
         b = scope.tensors.get(local)
         if b is None:
-            hint = _hint(local, scope.tensors)
-            if hint is None and scope.template is not None:
-                hint = f"a template sees only its parameters and its own names (in '{scope.template}')"
+            tip = hint(local, scope.tensors)
+            if tip is None and scope.template is not None:
+                tip = f"a template sees only its parameters and its own names (in '{scope.template}')"
             if local in scope.values:
                 raise self.err(f"'{local}' is a number, not a tensor", n.span)
-            raise self.err(f"undefined name '{local}'", n.span, hint)
+            raise self.err(f"undefined name '{local}'", n.span, tip)
         return local, b
 
     def _operand(self, n: S.Name, scope: _Scope) -> Operand:
@@ -416,7 +259,7 @@ class _Lowerer:
         return b.operand
 
     def _define(self, n: S.Name, scope: _Scope, binding: _Binding) -> str:
-        local = self._name(n, scope.values)
+        local = self.ev.name(n, scope.values)
         self._bind(local, n.span, scope, binding)
         return local
 
@@ -465,8 +308,8 @@ class _Lowerer:
         is_input = isinstance(st, S.InputStmt)
         if is_input and scope.template is not None:
             raise self.err("'input' inside a template; pass tensors as template parameters", st.span)
-        local = self._name(st.name, scope.values)
-        ty = self._type(st.type, scope.values)
+        local = self.ev.name(st.name, scope.values)
+        ty = self.ev.type(st.type, scope.values)
         name = scope.full(local)
         op = Operand("input" if is_input else "weight", name, ty)
         self._bind(local, st.name.span, scope, _Binding(op, None, st.name.span))
@@ -486,8 +329,8 @@ class _Lowerer:
             self.outputs.append(name)
 
     def _for(self, st: S.ForStmt, scope: _Scope, templates: dict[str, S.TemplateDef]) -> None:
-        lo = self._int(st.lo, scope.values, "a loop bound")
-        hi = self._int(st.hi, scope.values, "a loop bound")
+        lo = self.ev.integer(st.lo, scope.values, "a loop bound")
+        hi = self.ev.integer(st.hi, scope.values, "a loop bound")
         if st.var in scope.tensors:
             raise self.err(f"loop variable '{st.var}' has the name of a tensor", st.var_span)
         if st.var in scope.values:
@@ -526,7 +369,7 @@ class _Lowerer:
                 tasks += 1
             elif isinstance(st, S.ForStmt):
                 try:
-                    trip = max(0, int(self._eval(st.hi, values)) - int(self._eval(st.lo, values)))
+                    trip = max(0, int(self.ev.eval(st.hi, values)) - int(self.ev.eval(st.lo, values)))
                 except DslError:
                     continue
                 t, i = self._estimate(st.body, values, templates)
@@ -548,7 +391,7 @@ class _Lowerer:
 
     # -- calls ------------------------------------------------------------------
     def _call_stmt(self, st: S.CallStmt, scope: _Scope, templates: dict[str, S.TemplateDef]) -> None:
-        local = self._name(st.target, scope.values)
+        local = self.ev.name(st.target, scope.values)
         self._check_free(local, st.target.span, scope)  # before the call makes any task
         counters: dict[str, int] = {}
         full = scope.full(local)
@@ -562,14 +405,14 @@ class _Lowerer:
         if template is None and call.func not in OPS:
             names = list(OPS) + list(templates)
             raise self.err(f"unknown op or template '{call.func}'", call.func_span,
-                           _hint(call.func, names) or "see docs/ops.md for the ops")
+                           hint(call.func, names) or "see docs/ops.md for the ops")
         operands: list[Operand] = []
         weights = 0
         for a in call.args:
             if isinstance(a, S.Name):
                 operands.append(self._operand(a, scope))
             elif isinstance(a, S.InlineWeight):
-                operands.append(Operand("weight", f"{name}.w{weights}", self._type(a.type, scope.values)))
+                operands.append(Operand("weight", f"{name}.w{weights}", self.ev.type(a.type, scope.values)))
                 weights += 1
             else:
                 k = counters[a.func] = counters.get(a.func, 0) + 1
@@ -584,7 +427,7 @@ class _Lowerer:
         for at in call.attrs:
             if at.key in attrs:
                 raise self.err(f"attribute '{at.key}' is given twice", at.key_span)
-            attrs[at.key] = self._value(at.value, scope.values)
+            attrs[at.key] = self.ev.value(at.value, scope.values)
         try:
             info = infer(call.func, [o.type for o in operands], attrs)
         except OpError as exc:
@@ -620,22 +463,22 @@ class _Lowerer:
         for at in call.attrs:
             if at.key in given:
                 raise self.err(f"argument '{at.key}' is given twice", at.key_span)
-            given[at.key] = self._value(at.value, scope.values)
+            given[at.key] = self.ev.value(at.value, scope.values)
         value_params = {p.name: p for p in t.params if p.default is not None}
         for key in given:
             if key not in value_params:
                 raise self.err(f"template '{t.name}' has no value parameter '{key}'",
                                next(a.key_span for a in call.attrs if a.key == key),
-                               _hint(key, value_params) or f"parameters: {', '.join(p.name for p in t.params)}")
+                               hint(key, value_params) or f"parameters: {', '.join(p.name for p in t.params)}")
         for p in value_params.values():
-            values[p.name] = given[p.name] if p.name in given else self._value(p.default, self.params)
+            values[p.name] = given[p.name] if p.name in given else self.ev.value(p.default, self.params)
         allow, deny = scope.allow, scope.deny
         for ann in annotations:
             if not isinstance(ann, S.Place):
                 raise self.err("a template call takes only placement annotations (@...)", ann.span,
                                "put work/cost/parallel/streamable on the op calls inside the template")
         if annotations:
-            allow, deny = self._placement(annotations, allow, deny)
+            allow, deny = self.ann.placement(annotations, allow, deny)
         inner = _Scope({}, values, name + ".", t.name, allow, deny)
         for p, op in zip(tensor_params, operands):
             if p.name in values:
@@ -653,7 +496,7 @@ class _Lowerer:
 
     # -- tasks and annotations ------------------------------------------------------
     def _task_stmt(self, st: S.TaskStmt, scope: _Scope) -> None:
-        local = self._name(st.name, scope.values)
+        local = self.ev.name(st.name, scope.values)
         if not any(isinstance(a, (S.Work, S.Cost)) for a in st.annotations):
             raise self.err(f"task '{local}' needs a cost {{ ... }} or a work {{ ... }}", st.span)
         self._bind(local, st.name.span, scope, _Binding(None, None, st.name.span))
@@ -669,102 +512,12 @@ class _Lowerer:
             raise self.err(f"too large: more than {MAX_TASKS:,} tasks", span)
         allow, deny = scope.allow, scope.deny
         if annotations:
-            fields, allow, deny = self._annotate(annotations, scope, fields, allow, deny)
+            fields, allow, deny = self.ann.annotate(annotations, scope.values, fields, allow, deny)
         idx = len(self.tasks)
         placement = Placement(allow, deny) if (allow or deny) else _ANYWHERE
         self.tasks.append(Task(idx, name, op, placement=placement, span=span, **fields))
         self.task_names[name] = idx
         return idx
-
-    def _annotate(self, annotations: tuple[S.Annotation, ...], scope: _Scope, fields: dict[str, Any],
-                  allow: tuple[str, ...], deny: tuple[str, ...]):
-        seen: dict[type, SourceSpan] = {}
-        values = scope.values
-        for ann in annotations:
-            kind = type(ann)
-            if kind is S.Place:
-                continue
-            if kind in seen:
-                raise self.err(f"'{_ANN_WORD[kind]}' is given twice", ann.span, f"first at {seen[kind]}")
-            seen[kind] = ann.span
-            if kind is S.Work:
-                fields.update(self._work(ann, values))
-            elif kind is S.Cost:
-                fields["explicit_cost"] = self._cost(ann, values)
-            elif kind is S.Parallel:
-                p = self._number(ann.value, values, "parallel")
-                if p > 1:
-                    raise self.err(f"parallel must be between 0 and 1, got {p!r}", ann.value.span)
-                fields["parallel"] = p
-            else:
-                fields["streamable"] = self._int(ann.value, values, "streamable", low=1)
-        if any(type(a) is S.Place for a in annotations):
-            allow, deny = self._placement(annotations, allow, deny)
-        return fields, allow, deny
-
-    def _placement(self, annotations: tuple[S.Annotation, ...], outer_allow: tuple[str, ...],
-                   outer_deny: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Merge this call's ``@`` annotations with the placement of the enclosing instance."""
-        allow: list[str] = []
-        deny: list[str] = list(outer_deny)
-        first: S.Place | None = None
-        for a in annotations:
-            if not isinstance(a, S.Place):
-                continue
-            first = first or a
-            target = deny if a.deny else allow
-            if a.target in (deny[len(outer_deny):] if a.deny else allow):
-                raise self.err(f"'{a.target}' appears twice in the placement", a.span)
-            if a.target not in target:
-                target.append(a.target)
-        if outer_allow and allow:
-            both = [x for x in allow if x in outer_allow]
-            if not both:
-                raise self.err("this placement excludes every device the template call allows", first.span,
-                               "the call allows " + " ".join("@" + x for x in outer_allow))
-            allow = both
-        elif outer_allow:
-            allow = list(outer_allow)
-        clash = [x for x in allow if x in deny]
-        if clash:
-            raise self.err(f"'{clash[0]}' is both allowed and denied", first.span)
-        return tuple(allow), tuple(deny)
-
-    def _work(self, w: S.Work, values: dict[str, Any]) -> dict[str, float]:
-        got: dict[str, float] = {}
-        for m in w.items:
-            if m.key not in _WORK_KEYS:
-                raise self.err(f"unknown work key '{m.key}'", m.span,
-                               _hint(m.key, _WORK_KEYS) or "keys: " + ", ".join(_WORK_KEYS))
-            if m.key in got:
-                raise self.err(f"'{m.key}' is given twice", m.span)
-            v = self._number(m.value, values, m.key)
-            if m.key == "flops":
-                if m.unit is not None:
-                    raise self.err("flops take no unit", m.unit_span)
-            else:
-                v = self._unit(v, m.unit, m.unit_span, BYTE_UNITS, "size")
-            got[m.key] = v
-        if "bytes" in got and ("bytes_read" in got or "bytes_written" in got):
-            raise self.err("give either bytes or bytes_read/bytes_written", w.span)
-        out: dict[str, float] = {}
-        if "flops" in got:
-            out["flops"] = got["flops"]
-        if "bytes" in got:
-            out["bytes_read"], out["bytes_written"] = got["bytes"], 0.0
-        for k in ("bytes_read", "bytes_written"):
-            if k in got:
-                out[k] = got[k]
-        return out
-
-    def _cost(self, c: S.Cost, values: dict[str, Any]) -> tuple[tuple[str, float], ...]:
-        got: dict[str, float] = {}
-        for m in c.items:
-            if m.key in got:
-                raise self.err(f"device '{m.key}' is given twice", m.span)
-            t = self._number(m.value, values, "a time")
-            got[m.key] = self._unit(t, m.unit, m.unit_span, TIME_UNITS, "time")
-        return tuple(sorted(got.items()))
 
     # -- edges ------------------------------------------------------------------
     def _edge_stmt(self, st: S.EdgeStmt, scope: _Scope) -> None:
@@ -776,110 +529,18 @@ class _Lowerer:
             ends.append(b.task)
         size, comm = 0.0, None
         if st.kind == "comm":
-            comm = self._unit(self._number(st.value, scope.values, "comm"), st.unit, st.unit_span,
+            comm = self.ev.unit(self.ev.number(st.value, scope.values, "comm"), st.unit, st.unit_span,
                               TIME_UNITS, "time")
         elif st.kind == "bytes":
-            size = self._unit(self._number(st.value, scope.values, "bytes"), st.unit, st.unit_span,
+            size = self.ev.unit(self.ev.number(st.value, scope.values, "bytes"), st.unit, st.unit_span,
                               BYTE_UNITS, "size")
         if ends[0] == ends[1]:
             raise self.err(f"task '{self.tasks[ends[0]].name}' cannot depend on itself", st.span)
-        self.explicit.append(_ExplicitEdge(ends[0], ends[1], size, comm, st.span))
-
-    def _edges(self) -> tuple[Edge, ...]:
-        """Data edges (one per producer/consumer pair) and explicit edges, by (dst, src)."""
-        found: dict[tuple[int, int], tuple[float, float | None, str]] = {}
-        tasks = self.tasks
-        for t in tasks:
-            for o in t.operands:
-                if o.producer is not None and (o.producer, t.index) not in found:
-                    found[(o.producer, t.index)] = (float(o.type.nbytes), None, o.name)
-        spans: dict[tuple[int, int], SourceSpan] = {}
-        for e in self.explicit:
-            key = (e.src, e.dst)
-            a, b = tasks[e.src].name, tasks[e.dst].name
-            if key in spans:
-                raise self.err(f"duplicate edge '{a} -> {b}'", e.span, f"first at {spans[key]}")
-            if key in found:
-                raise self.err(f"edge '{a} -> {b}' duplicates the data dependency of '{b}' on '{a}'", e.span)
-            found[key] = (e.bytes, e.comm, "")
-            spans[key] = e.span
-        if any(e.src > e.dst for e in self.explicit):
-            self._check_cycles()
-        order = sorted(found, key=lambda k: (k[1], k[0]))
-        return tuple(Edge(i, s, d, found[(s, d)][0], found[(s, d)][1], found[(s, d)][2])
-                     for i, (s, d) in enumerate(order))
-
-    def _check_cycles(self) -> None:
-        """Raise at the first explicit edge (in source order) that closes a cycle.
-
-        Binary search over prefixes of the explicit edges, each tested with
-        Kahn's topological sort (A. B. Kahn, "Topological sorting of large
-        networks", CACM 5(11), 1962); the cycle shown is a breadth-first path.
-        """
-        n = len(self.tasks)
-        base: list[list[int]] = [[] for _ in range(n)]
-        for t in self.tasks:
-            for o in t.operands:
-                if o.producer is not None:
-                    base[o.producer].append(t.index)
-
-        def cyclic(k: int) -> bool:
-            succ = [list(s) for s in base]
-            indeg = [0] * n
-            for e in self.explicit[:k]:
-                succ[e.src].append(e.dst)
-            for s in succ:
-                for d in s:
-                    indeg[d] += 1
-            stack = [i for i in range(n) if indeg[i] == 0]
-            seen = 0
-            while stack:
-                i = stack.pop()
-                seen += 1
-                for d in succ[i]:
-                    indeg[d] -= 1
-                    if indeg[d] == 0:
-                        stack.append(d)
-            return seen < n
-
-        if not cyclic(len(self.explicit)):
-            return
-        lo, hi = 1, len(self.explicit)  # the smallest k with a cycle in the first k edges
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if cyclic(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        bad = self.explicit[lo - 1]
-        succ = [list(s) for s in base]
-        for e in self.explicit[: lo - 1]:
-            succ[e.src].append(e.dst)
-        path = _path(succ, bad.dst, bad.src)
-        names = " -> ".join(self.tasks[i].name for i in path + [bad.dst])
-        raise self.err(f"edge '{self.tasks[bad.src].name} -> {self.tasks[bad.dst].name}' makes a cycle: {names}",
-                       bad.span)
-
+        self.explicit.append(ExplicitEdge(ends[0], ends[1], size, comm, st.span))
 
 _ANYWHERE = Placement()
-_ANN_WORD = {S.Work: "work", S.Cost: "cost", S.Parallel: "parallel", S.Streamable: "streamable"}
 
 
-def _path(succ: list[list[int]], a: int, b: int) -> list[int]:
-    """A shortest path from ``a`` to ``b`` (breadth first, smallest index first)."""
-    parent = {a: a}
-    queue = [a]
-    for i in queue:
-        if i == b:
-            break
-        for d in sorted(succ[i]):
-            if d not in parent:
-                parent[d] = i
-                queue.append(d)
-    path = [b]
-    while path[-1] != a:
-        path.append(parent[path[-1]])
-    return path[::-1]
 
 
 def _find_return(body: tuple[S.Stmt, ...]) -> S.ReturnStmt | None:
@@ -893,10 +554,3 @@ def _find_return(body: tuple[S.Stmt, ...]) -> S.ReturnStmt | None:
     return None
 
 
-def _kind(v: Any) -> str:
-    return "a string" if isinstance(v, str) else "a list"
-
-
-def _short(v: int) -> str:
-    s = str(v)
-    return s if len(s) <= 30 else f"{s[:12]}...({len(s)} digits)"
