@@ -1,0 +1,152 @@
+"""Shape and work rules of the DNN ops: matmul, conv2d, pooling, per-element
+activations and norms, broadcasting binary ops, attention and embedding
+(formulas in docs/ops.md)."""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Callable, Sequence
+
+from mapper.opdefs.call import (
+    FLOAT_DTYPES,
+    INEXACT_DTYPES,
+    INT_DTYPES,
+    NUMERIC_DTYPES,
+    Call,
+    OpInfo,
+    broadcast,
+    dense,
+)
+
+
+def matmul(c: Call) -> OpInfo:
+    """(Batched) matrix product: ``2*batch*M*N*K``."""
+    a, b = c.args
+    c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
+    c.min_ndim(0, 2, "at least 2-D ([..., M, K])")
+    c.min_ndim(1, 2, "at least 2-D ([K, N] or [..., K, N])")
+    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+    if k != k2:
+        raise c.fail(f"inner dimensions differ: {c.desc(0)}, {c.desc(1)} ({k} != {k2})", arg=1)
+    batch = broadcast(a.shape[:-2], b.shape[:-2])
+    if batch is None:
+        raise c.fail(f"batch dimensions do not broadcast: {c.desc(0)}, {c.desc(1)}", arg=1)
+    return c.info(dense(batch + (m, n), a.dtype), 2 * prod(batch) * m * n * k)
+
+
+def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
+    """An ``int2`` attribute as ``(height, width)``."""
+    return (v, v) if isinstance(v, int) else (v[0], v[1])
+
+
+def _window(c: Call, hw: Sequence[int], kern: tuple[int, int], what: str, at: dict) -> tuple[int, int]:
+    """Output height and width of a sliding window; ``at`` names the error's operand/attr."""
+    (kh, kw), (sh, sw) = kern, _pair(c.attrs["stride"])
+    ph, pw = _pair(c.attrs["padding"])
+    if hw[0] + 2 * ph < kh or hw[1] + 2 * pw < kw:
+        raise c.fail(f"the {kh}x{kw} {what} is larger than the padded input: {c.desc(0)}, "
+                     f"padding = {c.attrs['padding']}", **at)
+    return (hw[0] + 2 * ph - kh) // sh + 1, (hw[1] + 2 * pw - kw) // sw + 1
+
+
+def conv2d(c: Call) -> OpInfo:
+    """Direct 2-D convolution (NCHW, grouped): 2 flops per MAC of each window."""
+    x, w = c.args
+    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    c.ndim(0, (4,), "4-D [N, C, H, W]")
+    c.ndim(1, (4,), "4-D [K, C/groups, R, S]")
+    n, ch, h, wd = x.shape
+    k, cg, r, s = w.shape
+    g = c.attrs["groups"]
+    if ch % g or k % g:
+        raise c.fail(f"groups = {g} must divide the input channels ({ch}) and the filters ({k})",
+                     attr="groups")
+    if cg != ch // g:
+        raise c.fail(f"channels differ: {c.desc(0)}, {c.desc(1)} ({ch // g} != {cg}; "
+                     f"w must be [K, C/groups, R, S] with C = {ch}, groups = {g})", arg=1)
+    ho, wo = _window(c, (h, wd), (r, s), "filter", {"arg": 1})
+    return c.info(dense((n, k, ho, wo), x.dtype), 2 * n * k * ho * wo * cg * r * s)
+
+
+def pool(c: Call) -> OpInfo:
+    """Max or average pooling: ``kh*kw`` flops (adds or comparisons) per output element."""
+    (x,) = c.args
+    if c.spec.name == "maxpool":
+        c.dtypes(INT_DTYPES + FLOAT_DTYPES, "a real tensor")
+    else:
+        c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    c.ndim(0, (4,), "4-D [N, C, H, W]")
+    if c.attrs["stride"] is None:
+        c.attrs["stride"] = c.attrs["kernel"]
+    kern, pad = _pair(c.attrs["kernel"]), _pair(c.attrs["padding"])
+    if pad[0] > kern[0] // 2 or pad[1] > kern[1] // 2:
+        raise c.fail(f"padding = {c.attrs['padding']} must be at most half the kernel "
+                     f"({c.attrs['kernel']})", attr="padding")
+    n, ch, h, w = x.shape
+    ho, wo = _window(c, (h, w), kern, "kernel", {"attr": "kernel"})
+    out = dense((n, ch, ho, wo), x.dtype)
+    return c.info(out, kern[0] * kern[1] * out.numel)
+
+
+def per_element(flops_per_element: int, dtypes: Sequence[str] = FLOAT_DTYPES,
+                 what: str = "a real floating-point tensor", min_ndim: int = 0,
+                 form: str = "") -> Callable[[Call], OpInfo]:
+    """An op whose output has its operand's type and costs a fixed count per element."""
+
+    def fn(c: Call) -> OpInfo:
+        c.dtypes(dtypes, what)
+        c.min_ndim(0, min_ndim, form)
+        x = c.args[0]
+        if "axis" in c.attrs:
+            c.axis("axis", len(x.shape))
+        return c.info(dense(x.shape, x.dtype), flops_per_element * x.numel)
+
+    return fn
+
+
+def binary(c: Call) -> OpInfo:
+    """add, mul, sub, div with NumPy broadcasting: 1 flop per output element."""
+    a, b = c.args
+    c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
+    shape = broadcast(a.shape, b.shape)
+    if shape is None:
+        raise c.fail(f"shapes do not broadcast: {c.desc(0)}, {c.desc(1)}", arg=1)
+    out = dense(shape, a.dtype)
+    return c.info(out, out.numel)
+
+
+def attention(c: Call) -> OpInfo:
+    """Multi-head scaled dot-product attention (Vaswani et al., NeurIPS 2017), no projections."""
+    if len(c.args) == 2:
+        raise c.fail("takes one operand qkv[T, 3D] or three q[T, D], k[T, D], v[T, D]; got 2", arg=1)
+    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    for i in range(len(c.args)):
+        c.ndim(i, (2,), "2-D [T, 3D]" if len(c.args) == 1 else "2-D [T, D]")
+    t, width = c.args[0].shape
+    if len(c.args) == 1:
+        if width % 3:
+            raise c.fail(f"qkv's last dimension must be 3*D, got {c.args[0]} ({width} % 3 != 0)", arg=0)
+        d = width // 3
+    else:
+        d = width
+        for i in (1, 2):
+            if c.args[i].shape != c.args[0].shape:
+                raise c.fail(f"q, k and v must have the same shape: {c.desc(0)}, {c.desc(i)}", arg=i)
+    h, s = c.attrs["heads"], c.attrs["seq"]
+    if d % h:
+        raise c.fail(f"heads = {h} must divide the model width D = {d}", attr="heads")
+    if t % s:
+        raise c.fail(f"seq = {s} must divide the token count T = {t} (T = batch * seq)", attr="seq")
+    b, dh = t // s, d // h
+    flops = 2 * b * h * s * s * dh + 5 * b * h * s * s + 2 * b * h * s * s * dh
+    return c.info(dense((t, d), c.args[0].dtype), flops)
+
+
+def embedding(c: Call) -> OpInfo:
+    """Row gather: 0 flops; reads the ids and the gathered rows only."""
+    ids, table = c.args
+    c.dtypes(("i32", "i64"), "an integer tensor (i32 or i64)", (0,))
+    c.dtypes(INEXACT_DTYPES, "a floating-point tensor", (1,))
+    c.ndim(1, (2,), "2-D [V, D]")
+    out = dense(ids.shape + (table.shape[1],), table.dtype)
+    return c.info(out, 0, ids.nbytes + out.nbytes)
