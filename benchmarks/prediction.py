@@ -48,7 +48,8 @@ from pathlib import Path
 from mapper.calibrate import calibrate
 from mapper.calibration.records import Settings
 from mapper.calibration.writer import calibrated_platform, platform_toml
-from mapper.cost import build_cost_table, op_class
+from mapper.cost import build_cost_table
+from mapper.costmodel.efficiency import op_class
 from mapper.execute import Execution, one_compute_pool
 from mapper.heap import steady_heap
 from mapper.lower import graph_from_text

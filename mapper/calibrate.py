@@ -55,10 +55,7 @@ from mapper.calibration.machine import (
 from mapper.calibration.probes import run_probes
 from mapper.calibration.records import Calibration, Probe, Rate, Settings
 from mapper.calibration.writer import calibrated_platform
-from mapper.cost import (
-    EFF_COMPUTE,
-    EFF_MEMORY,
-)
+from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.errors import OptionsError
 
 

@@ -56,7 +56,7 @@ class Device:
     gemm_half_lengths: tuple[float, float, float] | None = None  # Hockney's n_1/2 of a GEMM's M, N, K
     gemm_pack_ns: tuple[float, float, float] | None = None  # ns per element of a GEMM's A, B, C
     gemm_pack_cold_ns: tuple[float, float] | None = None  # the same for an A or B read from memory (a weight)
-    im2col_gbs: float | None = None  # rate at which conv2d's im2col moves bytes (mapper.cost.im2col_bytes)
+    im2col_gbs: float | None = None  # rate at which conv2d's im2col moves bytes (mapper.costmodel.work.im2col_bytes)
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:

@@ -11,7 +11,7 @@ from mapper.calibration.machine import best_time, cache_level, stream_mib
 from mapper.calibration.records import Calibration, Probe, Rate, Settings
 from mapper.calibration.writer import calibrated_platform, platform_toml
 from mapper.cli import main
-from mapper.cost import EFF_COMPUTE, EFF_MEMORY
+from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.errors import OptionsError
 from mapper.platform import load_platform, parse_platform
 
@@ -339,7 +339,7 @@ def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
 
     from mapper.calibration.fits import gemm_fit, model_entries
     from mapper.calibration.probes import GEMM_PROBE_SHAPES
-    from mapper.cost import gemm_shape_factor
+    from mapper.costmodel.work import gemm_shape_factor
 
     # matmul probes timed exactly by the model: stored f32 peak 100 GFLOP/s, e = 0.8,
     # n_1/2 = (64, 32, 16) for (M, N, K), launch 1 ms
@@ -376,7 +376,7 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
 
     from mapper.calibration.fits import gemm_fit, nonneg_least_squares
     from mapper.calibration.probes import GEMM_PROBE_SHAPES
-    from mapper.cost import gemm_pack_time
+    from mapper.costmodel.work import gemm_pack_time
 
     # probes timed by t = launch + F / (0.9 x 100 GFLOP/s) + (a MK + b KN + 0.4 MN) ns, with a, b =
     # 0.5, 0.8 for an operand in cache and 0.9, 1.3 for one read from memory (a weight): each shape
@@ -406,7 +406,8 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
     assert dev.gemm_pack_ns == pytest.approx(pack, rel=1e-2) and dev.gemm_half_lengths is None
     assert dev.gemm_pack_cold_ns == pytest.approx(cold_ns, rel=1e-2)
     # the model prices a matmul with it: its weight (B) packs at the cold rate, its input (A) at the hot one
-    from mapper.cost import build_cost_table, gemm_cold
+    from mapper.cost import build_cost_table
+    from mapper.costmodel.work import gemm_cold
     from mapper.lower import graph_from_text
 
     g = graph_from_text("graph g {\n  input a : f32[200, 300]\n  y = matmul(a, weight f32[300, 50])\n  output y\n}\n")

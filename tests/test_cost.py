@@ -400,7 +400,7 @@ def test_cache_roofline_uses_the_cache_bandwidth_for_working_sets_that_fit():
 
 
 def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
-    from mapper.cost import estimate
+    from mapper.costmodel.latency import estimate
 
     dev = parse_platform(_cpu0_with(
         'cache_mib = 64\ncache_bandwidth_gbs = 40.0'), "cache.toml").devices[CPU]
@@ -412,7 +412,8 @@ def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
 
 
 def test_working_set_counts_distinct_tensors_not_iterated_traffic():
-    from mapper.cost import estimate, working_set
+    from mapper.costmodel.latency import estimate
+    from mapper.costmodel.work import working_set
     from mapper.lower import graph_from_text
 
     graph = graph_from_text(
@@ -443,7 +444,7 @@ def test_an_op_s_own_efficiency_wins_over_its_class_s():
 
 
 def test_overhead_and_variant_entries_by_hand():
-    from mapper.cost import estimate
+    from mapper.costmodel.latency import estimate
     from mapper.lower import graph_from_text
 
     text = _cpu0_with(
@@ -470,7 +471,8 @@ def test_overhead_and_variant_entries_by_hand():
 
 
 def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
-    from mapper.cost import estimate, kernel_flops
+    from mapper.costmodel.latency import estimate
+    from mapper.costmodel.work import kernel_flops
     from mapper.lower import graph_from_text
 
     graph = graph_from_text(
@@ -486,7 +488,8 @@ def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
 
 
 def test_causal_attention_has_its_own_variant_key():
-    from mapper.cost import estimate, model_keys
+    from mapper.costmodel.efficiency import model_keys
+    from mapper.costmodel.latency import estimate
     from mapper.lower import graph_from_text
 
     graph = graph_from_text(
@@ -502,7 +505,8 @@ def test_causal_attention_has_its_own_variant_key():
 
 
 def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
-    from mapper.cost import estimate, model_keys
+    from mapper.costmodel.efficiency import model_keys
+    from mapper.costmodel.latency import estimate
     from mapper.lower import graph_from_text
 
     text = _cpu0_with(
@@ -523,7 +527,8 @@ def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
 
 
 def test_overhead_per_mib_scales_with_the_working_set():
-    from mapper.cost import estimate, working_set
+    from mapper.costmodel.latency import estimate
+    from mapper.costmodel.work import working_set
     from mapper.lower import graph_from_text
 
     text = _cpu0_with(
@@ -540,7 +545,8 @@ def test_overhead_per_mib_scales_with_the_working_set():
 
 
 def test_half_length_scales_the_efficiency_by_the_vector_length():
-    from mapper.cost import estimate, vector_length
+    from mapper.costmodel.latency import estimate
+    from mapper.costmodel.work import vector_length
     from mapper.lower import graph_from_text
 
     text = _cpu0_with(
@@ -559,7 +565,8 @@ def test_half_length_scales_the_efficiency_by_the_vector_length():
 
 
 def test_a_pool_s_vector_length_is_its_output_row():
-    from mapper.cost import estimate, vector_length
+    from mapper.costmodel.latency import estimate
+    from mapper.costmodel.work import vector_length
     from mapper.lower import graph_from_text
 
     dev = parse_platform(_cpu0_with('efficiency = { pool = 0.5 }\nhalf_length = { pool = 10.0 }'),
@@ -578,7 +585,7 @@ def test_a_pool_s_vector_length_is_its_output_row():
 def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     from dataclasses import replace
 
-    from mapper.cost import IM2COL_MIN, gemm_dims, gemm_shape_factor, im2col_bytes
+    from mapper.costmodel.work import IM2COL_MIN, gemm_dims, gemm_shape_factor, im2col_bytes
     from mapper.kernels.conv import IM2COL_MIN as KERNEL_IM2COL_MIN
     from mapper.lower import graph_from_text
 
@@ -600,7 +607,7 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     assert im2col_bytes(c3) == 2 * 56 * 56 * 64 * 9 * 4 * (1 + 1)  # the matrix written, the input read
     assert im2col_bytes(c1s) == 2 * 28 * 28 * 64 * 4 * (1 + 2)  # a strided copy reads at stride 2
     assert gemm_dims(dw) is None  # depthwise: the direct loop, priced by the class model
-    from mapper.cost import gemm_cold
+    from mapper.costmodel.work import gemm_cold
 
     # A, B from memory? matmul: the weight B; conv2d: the filter A, and B only for a 1x1 filter
     # without im2col whose input is a weight (here inputs and task outputs count as in cache)
@@ -626,7 +633,7 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
 def test_a_broadcast_operand_costs_a_full_one_in_cache():
     from dataclasses import replace
 
-    from mapper.cost import in_cache_bytes
+    from mapper.costmodel.work import in_cache_bytes
     from mapper.lower import graph_from_text
 
     g = graph_from_text("graph g {\n  input x0 : f32[1024, 768]\n  input y0 : f32[1024, 768]\n"
@@ -667,7 +674,7 @@ def test_a_fixed_time_goes_with_the_rate_it_was_fitted_with():
 def test_weights_and_inputs_come_from_memory_and_a_matrix_vector_product_is_not_packed():
     from dataclasses import replace
 
-    from mapper.cost import cold_bytes, gemm_dims
+    from mapper.costmodel.work import cold_bytes, gemm_dims
     from mapper.lower import graph_from_text
 
     g = graph_from_text("graph g {\n  input v : f32[1, 2048]\n  input a : f32[64, 2048]\n  input ids : i32[128]\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
-from mapper.cost import EFF_COMPUTE, EFF_MEMORY
+from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform import list_platforms, load_platform, parse_platform
 
 SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dgx-a100", "heft3", "host", "workstation")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
-from mapper.cost import EFF_MEMORY, build_cost_table
+from mapper.cost import build_cost_table
+from mapper.costmodel.efficiency import EFF_MEMORY
 from mapper.errors import InputError, OptionsError
 from mapper.importers import RelatedNetwork, graph_to_dsl, import_wfcommons, related_instance
 from mapper.importers.dsl_writer import KEYWORDS, dsl_names, is_name

@@ -12,9 +12,7 @@ import numpy as np
 
 from mapper.calibration.probes import MEMORY_CLASSES, STREAMING_OPS, streams
 from mapper.calibration.records import Calibration, Probe
-from mapper.cost import (
-    gemm_shape_factor,
-)
+from mapper.costmodel.work import gemm_shape_factor
 from mapper.ops import OP_CLASSES
 from mapper.platform import MAX_STREAM_FRACTION
 
@@ -152,7 +150,7 @@ def _stream_entry(key: str, probes: list[tuple[str, float, float]]) -> Entry:
 def model_bandwidth(cal: Calibration, working_set: float) -> tuple[float, bool]:
     """The stored bandwidth (GB/s) the model uses for a task touching
     ``working_set`` bytes, and whether that is the cache's: the cache's where
-    it fits (the cache-aware roofline of :func:`mapper.cost.estimate`), else
+    it fits (the cache-aware roofline of :func:`mapper.costmodel.latency.estimate`), else
     the memory's."""
     if cal.cache_mib is not None and cal.cache_bandwidth_gbs is not None and working_set <= cal.cache_mib.stored * 2**20:
         return cal.cache_bandwidth_gbs.stored, True
@@ -325,7 +323,7 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
       SIAM 1996), least squares on the log of the time by grid search.
 
     conv2d's im2col rate, ``t = launch + GEMM model + bytes / rate``
-    (:func:`mapper.cost.im2col_bytes`): the pack form fits it jointly with
+    (:func:`mapper.costmodel.work.im2col_bytes`): the pack form fits it jointly with
     the GEMM, the conv probes as rows beside the matmul probes with their
     bytes as one more column (so that the GEMMs conv2d calls, a cold weight
     times a column matrix just written, weigh in the packing rates); the
@@ -333,7 +331,7 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
     times. Both forms are scored on all the probes. None with fewer than 5
     matmul probes.
     """
-    from mapper.cost import gemm_pack_time
+    from mapper.costmodel.work import gemm_pack_time
 
     peaks = {r.key: r.stored * 1e9 for r in cal.peak_gflops}
     pts = [(p, p.measured - p.launch, peaks.get(p.rate_dtype, 0.0)) for p in cal.probes]

@@ -9,15 +9,14 @@ from typing import Callable
 import numpy as np
 
 from mapper.calibration.records import Probe
-from mapper.cost import (
-    build_cost_table,
+from mapper.cost import build_cost_table
+from mapper.costmodel.efficiency import op_class, rate_dtype
+from mapper.costmodel.work import (
     gemm_cold,
     gemm_dims,
     im2col_bytes,
     in_cache_bytes,
     kernel_flops,
-    op_class,
-    rate_dtype,
     vector_length,
     working_set,
 )
@@ -181,7 +180,7 @@ MEMORY_CLASSES = ("elementwise", "norm", "reduction", "stencil")
 #: compare per element, beside ``gelu``'s tanh in the activation class): each
 #: gets its own ``memory_efficiency`` entry from its own probes, and the cost
 #: model then leaves its class's fitted compute efficiency alone
-#: (:func:`mapper.cost.fitted_keys`). Priced at gelu's rate, a relu was
+#: (:func:`mapper.costmodel.efficiency.fitted_keys`). Priced at gelu's rate, a relu was
 #: predicted 3-6x slower than it ran.
 STREAMING_OPS = ("relu",)
 

@@ -59,12 +59,12 @@ class Probe:
     launch: float = 0.0  # seconds, the platform's launch overhead
     rate_dtype: str = "f32"  # the dtype whose peak rates the task
     feeds: str = ""  # a key (``reduce.max``, ``elementwise:f64``) this probe alone feeds; "" for its class and op
-    working_set: float = 0.0  # bytes of the distinct tensors the task touches (mapper.cost.working_set)
-    vector: int = 0  # Hockney's vector length n of the task (mapper.cost.vector_length; 0: none)
-    gemm: tuple[int, ...] = ()  # (batch, M, N, K) of the task's GEMM (mapper.cost.gemm_dims; () for none)
-    copy_bytes: float = 0.0  # bytes conv2d's im2col writes (mapper.cost.im2col_bytes)
-    gemm_cold: tuple[bool, ...] = ()  # whether the GEMM's A and B come from memory (mapper.cost.gemm_cold)
-    cache_bytes: float = 0.0  # bytes moved when the working set is in cache (mapper.cost.in_cache_bytes; 0: bytes)
+    working_set: float = 0.0  # bytes of the distinct tensors the task touches (mapper.costmodel.work.working_set)
+    vector: int = 0  # Hockney's vector length n of the task (mapper.costmodel.work.vector_length; 0: none)
+    gemm: tuple[int, ...] = ()  # (batch, M, N, K) of the task's GEMM (mapper.costmodel.work.gemm_dims; () for none)
+    copy_bytes: float = 0.0  # bytes conv2d's im2col writes (mapper.costmodel.work.im2col_bytes)
+    gemm_cold: tuple[bool, ...] = ()  # whether the GEMM's A and B come from memory (mapper.costmodel.work.gemm_cold)
+    cache_bytes: float = 0.0  # bytes moved when the working set is in cache (mapper.costmodel.work.in_cache_bytes; 0: bytes)
 
     @property
     def op(self) -> str:

@@ -25,9 +25,9 @@ OP_CLASSES = (
 
 #: Flag attributes that make an op a different kernel when set: a task with
 #: one set has the variant key ``op.flag`` in a device's per-op tables
-#: (:func:`mapper.cost.model_keys`). Causal attention masks the scores that
+#: (:func:`mapper.costmodel.efficiency.model_keys`). Causal attention masks the scores that
 #: the CPU kernel's BLAS path computes in full, so it takes about 0.85 of an
-#: unmasked call's time, where its FLOPs (:func:`mapper.cost.kernel_flops`)
+#: unmasked call's time, where its FLOPs (:func:`mapper.costmodel.work.kernel_flops`)
 #: say half.
 FLAG_VARIANTS: dict[str, tuple[str, ...]] = {"attention": ("causal",)}
 
