@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from mapper.kernels import conv, fft, linalg
+from mapper.kernels import conv, linalg
 from mapper.kernels._jit import num_threads
 from mapper.kernels.registry import make_csr, make_ids, make_tensor, reference, run_kernel, tolerance
 
@@ -112,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only not in label:
             continue
         inputs = make(np.random.default_rng(0))
-        numba_fn = (lambda: override(*inputs)) if override else (lambda: run_kernel(op, inputs, attrs))
+        numba_fn = ((lambda f=override, x=inputs: f(*x)) if override
+                    else (lambda o=op, x=inputs, a=attrs: run_kernel(o, x, a)))
         got, t_nb = _median_time(numba_fn, args.repeats)
-        want, t_np = _median_time(lambda: reference(op, inputs, attrs), args.repeats)
+        want, t_np = _median_time(lambda o=op, x=inputs, a=attrs: reference(o, x, a), args.repeats)
         rtol, atol = tolerance(want.dtype)
         scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
         ok = np.allclose(got, want, rtol=rtol, atol=atol * scale, equal_nan=True)

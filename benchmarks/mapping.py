@@ -27,11 +27,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from randdag import random_instance  # noqa: E402
+from randdag import random_instance
 
-from mapper.mapping import get_mapper  # noqa: E402
-from mapper.mapping.base import MapOptions  # noqa: E402
-from mapper.validate import validate  # noqa: E402
+from mapper.mapping import get_mapper
+from mapper.mapping.base import MapOptions
+from mapper.validate import validate
 
 SHAPES = ("layered", "forkjoin", "random")
 BASELINES = ("heft", "cpop", "peft")

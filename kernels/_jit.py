@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Iterator
 
 
 def _cache_dir() -> str:
@@ -27,8 +27,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", _cache_dir())
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numba  # noqa: E402  (the cache directory must be set first)
-
-from numba.core import types  # noqa: E402,F401  (re-exported for kernel modules)
+from numba.core import types  # noqa: E402  (re-exported for kernel modules)
 from numba.extending import overload  # noqa: E402
 
 prange = numba.prange

@@ -21,7 +21,6 @@ import numpy as np
 
 from mapper.kernels._jit import jit, num_threads, prange, readonly
 
-
 #: Butterflies may contract into FMAs and skip C99 inf/nan complex-product
 #: fix-ups (finite data give the same results to rounding).
 FFT_MATH = frozenset({"nnan", "ninf", "nsz", "contract"})

@@ -22,7 +22,6 @@ import numpy as np
 from mapper.kernels._jit import REASSOC, jit, prange, readonly
 from mapper.kernels.approx import row_max, scaled_exp_sum
 
-
 #: Rows per work item of softmax's parallel loop: each item allocates the
 #: exponent scratch of :func:`scaled_exp_sum` once for its rows.
 SOFTMAX_ROW_BLOCK = 16

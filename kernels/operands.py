@@ -6,7 +6,7 @@ generator state give the same values on every machine.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -10,8 +10,9 @@ operand that could make it index out of bounds. docs/ops.md is the catalogue.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,7 +11,7 @@ a plain contiguous loop that vectorises.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided

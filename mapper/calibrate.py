@@ -34,9 +34,10 @@ that the model reproduces the measured rates.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from mapper.calibration.fits import gemm_fit
 from mapper.calibration.machine import (
@@ -94,7 +95,7 @@ def _measure(settings: Settings, name: str, say: Callable[[str], None], blas_thr
     counts, so a burst of load from other processes moves none of them far.
     """
     t_start = time.perf_counter()
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     eff_gemm = EFF_COMPUTE["cpu"]["gemm"]
     eff_mem = EFF_MEMORY["cpu"]
     nthreads = threads()

@@ -10,8 +10,9 @@ calibrated CPU model (:mod:`mapper.recost`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mapper.calibration.records import Calibration, Settings

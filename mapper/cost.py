@@ -11,8 +11,8 @@ plus bytes over bandwidth.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mapper.costmodel.efficiency import op_class
 from mapper.costmodel.latency import Estimate, estimate, infeasible_estimate

@@ -31,8 +31,9 @@ import statistics
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -366,7 +367,7 @@ class _Pass:
                 return
             try:
                 self.run_task(t)
-            except BaseException as err:  # noqa: BLE001 - reported by task name below
+            except BaseException as err:
                 self.fail(rank[t], _as_task_error(self.graph.tasks[t], err))
                 return
             self.done[t].set()

@@ -26,7 +26,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 #: ``mallopt`` parameter numbers (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from mapper.graph import DTYPE_BYTES, TensorType
 from mapper.opdefs import dnn, movement, scientific

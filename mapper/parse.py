@@ -9,7 +9,8 @@ drops the newlines that cannot end a statement. Every Lark exception becomes a
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import lark
 from lark import Lark, Token
@@ -279,7 +280,7 @@ class _ToAst(Transformer_NonRecursive):
     def neg(self, meta, c):
         return S.Neg(c[0], self._span(meta))
 
-    def _binop(op: str):  # noqa: N805 - a method factory used in the class body
+    def _binop(op: str):
         def method(self, meta, c):
             return S.BinOp(op, c[0], c[1], self._span(meta))
 

@@ -9,9 +9,10 @@ carries the stage's product).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError

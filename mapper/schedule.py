@@ -46,8 +46,8 @@ import heapq
 import math
 import operator
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mapper.cost import CostTable, stream_chain_times
 from mapper.errors import InfeasibleError, OptionsError
@@ -363,13 +363,13 @@ def hop_durations(cost: CostTable, e: int, a: int, b: int, contention: bool) -> 
         return [(-1, comm)]
     nbytes = cost.graph.edges[e].bytes
     w = []
-    for l in links:
-        link = cost.platform.links[l]
+    for li in links:
+        link = cost.platform.links[li]
         w.append(link.latency_us * 1e-6 + (nbytes / (link.bandwidth_gbs * 1e9) if link.bandwidth_gbs > 0 else 0.0))
     total = sum(w)
     if total > 0:
-        return [(l, comm * wi / total) for l, wi in zip(links, w)]
-    return [(l, comm / len(links)) for l in links]
+        return [(li, comm * wi / total) for li, wi in zip(links, w)]
+    return [(li, comm / len(links)) for li in links]
 
 
 _UNIT_DONE, _TASK_END, _HOP_END, _HOP_READY = 0, 1, 2, 3

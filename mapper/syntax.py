@@ -8,7 +8,7 @@ error. Child collections are tuples in source order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeAlias
 
 from mapper.errors import SourceSpan
 
@@ -36,8 +36,8 @@ class BinOp:
     """``left OP right`` with OP one of ``+ - * / // % **``."""
 
     op: str
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
     span: SourceSpan
 
 
@@ -45,11 +45,11 @@ class BinOp:
 class Neg:
     """Unary minus."""
 
-    operand: "Expr"
+    operand: Expr
     span: SourceSpan
 
 
-Expr = Union[Num, Var, BinOp, Neg]
+Expr: TypeAlias = Num | Var | BinOp | Neg
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class ListValue:
     span: SourceSpan
 
 
-Value = Union[Num, Var, BinOp, Neg, Str, ListValue]
+Value: TypeAlias = Num | Var | BinOp | Neg | Str | ListValue
 
 # -- names, types, tensor expressions -----------------------------------------
 
@@ -87,7 +87,7 @@ class Layout:
     """A sparse layout after a type: ``csr(nnz = 5*N)``."""
 
     name: str
-    args: tuple["Attr", ...]
+    args: tuple[Attr, ...]
     span: SourceSpan
 
 
@@ -125,13 +125,13 @@ class Call:
     """``func(args..., key = value, ...)``: an op or a template call."""
 
     func: str
-    args: tuple["TensorExpr", ...]
+    args: tuple[TensorExpr, ...]
     attrs: tuple[Attr, ...]
     span: SourceSpan
     func_span: SourceSpan
 
 
-TensorExpr = Union[Call, Name, InlineWeight]
+TensorExpr: TypeAlias = Call | Name | InlineWeight
 
 # -- annotations ---------------------------------------------------------------
 
@@ -188,7 +188,7 @@ class Streamable:
     span: SourceSpan
 
 
-Annotation = Union[Place, Work, Cost, Parallel, Streamable]
+Annotation: TypeAlias = Place | Work | Cost | Parallel | Streamable
 
 # -- statements ----------------------------------------------------------------
 
@@ -245,7 +245,7 @@ class ForStmt:
     var: str
     lo: Expr
     hi: Expr
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
     span: SourceSpan
     var_span: SourceSpan
 
@@ -285,7 +285,7 @@ class TemplateParam:
 class TemplateDef:
     name: str
     params: tuple[TemplateParam, ...]
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
     span: SourceSpan
 
 
@@ -302,10 +302,10 @@ class ParamDecl:
     span: SourceSpan
 
 
-Stmt = Union[
-    InputStmt, WeightStmt, CallStmt, AliasStmt, OutputStmt, ReturnStmt,
-    ForStmt, TaskStmt, EdgeStmt, TemplateDef, ParamDecl,
-]
+Stmt: TypeAlias = (
+    InputStmt | WeightStmt | CallStmt | AliasStmt | OutputStmt | ReturnStmt
+    | ForStmt | TaskStmt | EdgeStmt | TemplateDef | ParamDecl
+)
 
 # -- top level -------------------------------------------------------------------
 
@@ -323,7 +323,7 @@ class GraphDef:
     span: SourceSpan
 
 
-Item = Union[Include, ParamDecl, TemplateDef, GraphDef]
+Item: TypeAlias = Include | ParamDecl | TemplateDef | GraphDef
 
 
 @dataclass(frozen=True, slots=True)

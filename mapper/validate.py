@@ -253,7 +253,7 @@ class _Checker:
                 self._check_hops(e.index, tr, comm, what, hops_by_link)
         for link, hops in sorted(hops_by_link.items()):
             hops.sort()
-            for (s0, e0, x), (s1, e1, y) in zip(hops, hops[1:]):
+            for (_, e0, x), (s1, _, y) in zip(hops, hops[1:]):
                 if s1 < e0 - self.tol:
                     self.add("link", f"transfers of edges {x} and {y} share link {link} at the same time",
                              edges=(x, y))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from mapper.cost import CostTable
 from mapper.graph import Edge, Placement, Task, TaskGraph
@@ -40,7 +40,7 @@ def make_platform(kinds: Sequence[str], links: Sequence[tuple[int, int, float, f
 
 def _routes(platform: Platform) -> list[list[tuple[int, ...] | None]]:
     nd = len(platform.devices)
-    direct = {(platform.device_index(l.src), platform.device_index(l.dst)): l.index for l in platform.links}
+    direct = {(platform.device_index(ln.src), platform.device_index(ln.dst)): ln.index for ln in platform.links}
     host = platform.device_index(platform.host) if platform.host is not None else None
     routes: list[list[tuple[int, ...] | None]] = [[None] * nd for _ in range(nd)]
     for a in range(nd):
@@ -67,8 +67,8 @@ def make_cost(graph: TaskGraph, platform: Platform, time: Sequence[Sequence[floa
         for b in range(nd):
             r = routes[a][b]
             if r is not None:
-                lat[a][b] = sum(platform.links[l].latency_us * 1e-6 for l in r)
-                spb[a][b] = sum(1.0 / (platform.links[l].bandwidth_gbs * 1e9) for l in r)
+                lat[a][b] = sum(platform.links[ln].latency_us * 1e-6 for ln in r)
+                spb[a][b] = sum(1.0 / (platform.links[ln].bandwidth_gbs * 1e9) for ln in r)
     time_t = tuple(tuple(float(x) for x in row) for row in time)
     reasons = tuple((t, d, "not supported there (test data)") for t in range(n) for d in range(nd)
                     if not time_t[t][d] < INF)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from mapper.lower import graph_from_text
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> TaskGraph:
     path = EXAMPLES / f"{name}.tg"
     return graph_from_text(path.read_text(), str(path))
@@ -64,7 +64,7 @@ def resnet50_macs() -> int:
     """Conv + fc multiply-accumulates of ResNet-50 v1.5 at 224x224, from the layer table."""
     macs = 64 * 3 * 7 * 7 * 112 * 112  # conv1
     cin, hw_in = 64, 56
-    for w, blocks, stride, hw in RESNET_STAGES:
+    for w, blocks, _stride, hw in RESNET_STAGES:
         for b in range(blocks):
             c_in = cin if b == 0 else 4 * w
             h1 = hw_in if b == 0 else hw  # the 1x1 runs before the strided 3x3

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mapper.cli import main
-from mapper.cost import build_cost_table
 from mapper.errors import InputError, OptionsError
 from mapper.execute import Execution, ExecutionError, execute, make_plan, retime
 from mapper.kernels import registry
@@ -56,7 +55,7 @@ graph resnet_small {
 """
 
 
-@lru_cache(maxsize=None)
+@cache
 def small_source(name: str) -> str:
     if name == "resnet_small":
         return RESNET_SMALL
@@ -66,7 +65,7 @@ def small_source(name: str) -> str:
     return new
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiled(name: str, platform: str = "host"):
     graph = graph_from_text(small_source(name), f"{name}_small.tg")
     return compile_graph(graph, platform, mapper="heft")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from randdag import heft_paper_example, make_cost, make_graph, make_platform
 
 from mapper.cli import main
 from mapper.errors import InfeasibleError, OptionsError
@@ -16,7 +17,6 @@ from mapper.mapping.objectives import device_loads, objective_value
 from mapper.mapping.ranks import downward_rank, mean_comm, mean_times, upward_rank
 from mapper.schedule import Assignment, ScheduleOptions, build_schedule
 from mapper.validate import validate
-from randdag import heft_paper_example, make_cost, make_graph, make_platform
 
 INF = math.inf
 HEURISTICS = ("heft", "cpop", "peft", "greedy", "single", "cpu")

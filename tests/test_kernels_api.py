@@ -13,8 +13,18 @@ import numpy as np
 import pytest
 
 from mapper.errors import InputError
-from mapper.kernels.registry import (KERNELS, Csr, make_csr, make_ids, make_tensor, numpy_dtype, reference,
-                                     round_bf16, run_kernel, tolerance)
+from mapper.kernels.registry import (
+    KERNELS,
+    Csr,
+    make_csr,
+    make_ids,
+    make_tensor,
+    numpy_dtype,
+    reference,
+    round_bf16,
+    run_kernel,
+    tolerance,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

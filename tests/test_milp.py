@@ -9,6 +9,7 @@ import random
 import time
 
 import pytest
+from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import Placement
@@ -18,11 +19,10 @@ from mapper.mapping.exact.incumbent import retime
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import Subproblem
 from mapper.mapping.milp import MilpMapper
-from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.mapping.objectives import objective_value
+from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.schedule import Assignment, ScheduleOptions, build_schedule
 from mapper.validate import validate
-from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
 INF = math.inf
 HEURISTIC_NAMES = ("heft", "cpop", "peft", "greedy", "single", "cpu")
@@ -337,8 +337,9 @@ def test_cbc_is_used_when_highs_is_missing(monkeypatch):
 @pytest.mark.parametrize("scale", [1e-6, 1e4])
 def test_time_units_do_not_change_the_optimum(scale):
     # the HEFT example in microseconds and in hours: same optimum, still proven
-    from mapper.platform import Device, Platform
     from randdag import HEFT_EDGES, HEFT_TIMES
+
+    from mapper.platform import Device, Platform
 
     platform = Platform(name="heft3", devices=tuple(Device(index=i, name=f"p{i + 1}", kind="cpu") for i in range(3)))
     graph = make_graph(10, [(s - 1, d - 1, 0.0, c * scale) for s, d, c in HEFT_EDGES], name="heft_scaled")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-from importlib import resources
 from pathlib import Path
 
 import pytest

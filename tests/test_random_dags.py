@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import pytest
+from randdag import SHAPES, random_instance
 
 from mapper.errors import InfeasibleError
 from mapper.mapping import get_mapper
@@ -15,7 +15,6 @@ from mapper.mapping.base import MapOptions
 from mapper.mapping.bounds import lower_bound
 from mapper.schedule import ScheduleOptions, build_schedule
 from mapper.validate import validate
-from randdag import SHAPES, random_instance
 
 HEURISTICS = ("heft", "cpop", "peft", "greedy", "single", "cpu")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -54,7 +54,7 @@ def calibrated():
     return parse_platform(CALIBRATED, "cal.toml")
 
 
-@lru_cache(maxsize=None)
+@cache
 def mapped():
     return compile_graph(graph_from_text(GRAPH, "mixed.tg"), "cpu-gpu-fpga", mapper="heft").result
 

@@ -14,10 +14,10 @@ import struct
 import subprocess
 
 import pytest
-
-from mapper.report.html import write_html
 from test_report_common import XSS
 from test_report_html import Dom
+
+from mapper.report.html import write_html
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")

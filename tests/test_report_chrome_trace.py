@@ -7,10 +7,10 @@ import os
 from collections import defaultdict
 
 import pytest
+from test_report_common import XSS, Rec, random_result, small_result
 
 from mapper.report import chrome_trace
 from mapper.report.chrome_trace import to_chrome_trace_json, write_chrome_trace
-from test_report_common import XSS, Rec, random_result, small_result
 
 REQUIRED = {
     "M": {"name": str, "ph": str, "pid": int, "tid": int, "args": dict},

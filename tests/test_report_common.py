@@ -37,7 +37,7 @@ def make_platform() -> Platform:
 
 def _routes(platform: Platform):
     names = [d.name for d in platform.devices]
-    direct = {(names.index(l.src), names.index(l.dst)): l.index for l in platform.links}
+    direct = {(names.index(ln.src), names.index(ln.dst)): ln.index for ln in platform.links}
     host = names.index(platform.host)
     n = len(names)
     routes = [[() for _ in range(n)] for _ in range(n)]
@@ -49,8 +49,8 @@ def _routes(platform: Platform):
                 routes[a][b] = (direct[(a, b)],)
             else:
                 routes[a][b] = (direct[(a, host)], direct[(host, b)])
-    lat = [[sum(platform.links[l].latency_us * 1e-6 for l in routes[a][b]) for b in range(n)] for a in range(n)]
-    spb = [[sum(1.0 / (platform.links[l].bandwidth_gbs * 1e9) for l in routes[a][b]) for b in range(n)] for a in range(n)]
+    lat = [[sum(platform.links[ln].latency_us * 1e-6 for ln in routes[a][b]) for b in range(n)] for a in range(n)]
+    spb = [[sum(1.0 / (platform.links[ln].bandwidth_gbs * 1e9) for ln in routes[a][b]) for b in range(n)] for a in range(n)]
     return tuple(map(tuple, routes)), tuple(map(tuple, lat)), tuple(map(tuple, spb))
 
 

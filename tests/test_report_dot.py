@@ -7,9 +7,9 @@ import shutil
 import subprocess
 
 import pytest
+from test_report_common import random_result, small_result
 
 from mapper.report.dot import dot_quote, to_dot, write_dot
-from test_report_common import random_result, small_result
 
 TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(->|[{}\[\];=,])|([A-Za-z_0-9.#]+)|(\s+)', re.S)
 

@@ -8,11 +8,11 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from test_report_common import XSS, Rec, random_result, small_result
 
 from mapper.report import html as html_report
 from mapper.report.common import critical_path
 from mapper.report.html import render_html, write_html
-from test_report_common import XSS, Rec, random_result, small_result
 
 VOID = {"meta", "br", "img", "input", "link", "hr", "rect", "line", "path", "polyline", "circle"}
 
@@ -77,9 +77,9 @@ def test_no_network_urls(page):
 def test_lanes_one_per_device_and_link(page):
     res, _, dom = page
     lanes = dom.find("g", cls="lane")
-    device_lanes = [l["attrs"]["data-device"] for l in lanes if "data-device" in l["attrs"]]
+    device_lanes = [ln["attrs"]["data-device"] for ln in lanes if "data-device" in ln["attrs"]]
     assert device_lanes == ["cpu0", "gpu0", "fpga0"]
-    link_lanes = [l["attrs"]["data-link"] for l in dom.find("g", cls="link-lane")]
+    link_lanes = [ln["attrs"]["data-link"] for ln in dom.find("g", cls="link-lane")]
     assert link_lanes == ["cpu0->gpu0", "gpu0->cpu0", "cpu0->fpga0", "fpga0->cpu0"]
     # the host-relayed transfer (edge 2) is drawn on both links of its route
     drawn = sorted(el["attrs"]["data-link"] for el in dom.find("g", cls="transfer", data_edge="2"))

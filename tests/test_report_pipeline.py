@@ -7,6 +7,9 @@ import math
 import os
 
 import pytest
+from test_report_chrome_trace import check_schema
+from test_report_dot import parse as parse_dot
+from test_report_html import Dom
 
 from mapper.cost import build_cost_table
 from mapper.lower import load_graph
@@ -20,9 +23,6 @@ from mapper.report.html import render_html
 from mapper.report.json_report import to_json, to_json_dict
 from mapper.report.text import schedule_table, summary_table
 from mapper.schedule import ScheduleOptions
-from test_report_chrome_trace import check_schema
-from test_report_dot import parse as parse_dot
-from test_report_html import Dom
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 
@@ -81,14 +81,14 @@ def test_reports_consistent(example, platform, mapper, opts):
     assert sum(x["tasks"] for x in d["devices"]) == len(sched.slots)
     # HTML: one lane per device; each transfer drawn once per hop (contention) or link
     dom = Dom(render_html(res))
-    assert [l["attrs"]["data-device"] for l in dom.find("g", cls="lane") if "data-device" in l["attrs"]] == [
+    assert [ln["attrs"]["data-device"] for ln in dom.find("g", cls="lane") if "data-device" in ln["attrs"]] == [
         d.name for d in devs
     ]
     pieces = sum(len(tr.hops) or len(tr.links) or 1 for tr in sched.transfers)
     assert len(dom.find("g", cls="transfer")) == pieces
     if opts.get("contention"):
         for tr in sched.transfers:
-            for link, start, end in tr.hops:
+            for _link, start, end in tr.hops:
                 assert start >= tr.start - 1e-15 and end <= tr.end + 1e-15
     # Chrome trace and DOT
     check_schema(json.loads(to_chrome_trace_json(res)))

@@ -7,10 +7,10 @@ import os
 import struct
 
 import pytest
+from test_report_common import random_result, small_result
 
 from mapper.errors import OptionsError
 from mapper.report import png
-from test_report_common import random_result, small_result
 
 
 def test_png_written(tmp_path):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+from test_report_common import random_result, small_result
+
 from mapper.report.json_report import to_json, to_json_dict, write_json
 from mapper.report.text import schedule_table, summary_table
 from mapper.schedule import ScheduleOptions
-from test_report_common import random_result, small_result
 
 
 def test_summary_table_contents():
@@ -15,7 +16,7 @@ def test_summary_table_contents():
     out = summary_table(res)
     lines = out.splitlines()
     assert lines[0].split() == ["device", "kind", "tasks", "busy", "util"]
-    cpu = next(l for l in lines if l.startswith("cpu0"))
+    cpu = next(ln for ln in lines if ln.startswith("cpu0"))
     assert cpu.split()[:3] == ["cpu0", "cpu", "3"]
     assert "1.75 ms" in cpu  # embed 1 + norm 0.5 + out 0.25
     assert "makespan" in out and "ms" in out
@@ -35,7 +36,7 @@ def test_summary_table_options_and_objective():
 def test_schedule_table_start_order():
     res = small_result()
     lines = schedule_table(res).splitlines()
-    names = [l.split()[0] for l in lines[2:]]
+    names = [ln.split()[0] for ln in lines[2:]]
     slots = res.schedule.slots
     order = sorted(range(6), key=lambda t: (slots[t].start, t))
     assert names == [res.schedule.cost.graph.tasks[t].name for t in order]
@@ -111,8 +112,9 @@ def test_write_report_dispatch(tmp_path):
 
 
 def test_zero_length_schedule_all_formats(tmp_path):
-    from mapper.report import write_report
     from test_report_common import build_result
+
+    from mapper.report import write_report
 
     res = build_result([("a", "add"), ("b", "add")], [(0, 1, 0)], [0, 0], [0.0, 0.0])
     for name, fmt in (("r.json", None), ("r.html", None), ("r.dot", None), ("r.txt", None), ("t.json", "trace")):

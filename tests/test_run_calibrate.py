@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from mapper.calibrated_run import MIN_ROUNDS, calibrated_run, calibration_settings
 from mapper.calibration.records import Settings
 from mapper.cli import main
-from mapper.calibrated_run import MIN_ROUNDS, calibrated_run, calibration_settings
 from mapper.cost import build_cost_table
 from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
 from mapper.cost import stream_chain_times
 from mapper.errors import InfeasibleError, MapperError, OptionsError
 from mapper.graph import Placement
 from mapper.schedule import Assignment, ScheduleOptions, Timeline, build_schedule, list_schedule
 from mapper.validate import validate
-from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
 INF = math.inf
 

@@ -4,7 +4,7 @@ predicted with the model (:func:`run_probes`)."""
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -100,7 +100,7 @@ class Interrupt:
         self.requested = False
         self._previous = None
 
-    def __enter__(self) -> "Interrupt":
+    def __enter__(self) -> Interrupt:
         self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 

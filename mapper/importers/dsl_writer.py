@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from mapper.errors import OptionsError
 from mapper.graph import Task, TaskGraph

@@ -13,8 +13,8 @@ edges with ``bytes = size``: the cost table then gives the same times.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mapper.errors import InputError
 from mapper.graph import Edge, Task, TaskGraph
@@ -54,7 +54,7 @@ class RelatedNetwork:
                                      obj="network")
 
     @classmethod
-    def uniform(cls, speeds: Sequence[float], strength: float, prefix: str = "p") -> "RelatedNetwork":
+    def uniform(cls, speeds: Sequence[float], strength: float, prefix: str = "p") -> RelatedNetwork:
         """Nodes ``p1, p2, ...`` with ``speeds`` and one strength for every pair."""
         n = len(speeds)
         return cls(tuple(f"{prefix}{i + 1}" for i in range(n)), tuple(float(s) for s in speeds),

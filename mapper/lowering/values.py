@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from mapper import syntax as S
 from mapper.errors import DslError, SourceSpan

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from mapper.cost import CostTable
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
-from mapper.mapping.coarsen import Coarsening, coarsen, expand, project
+from mapper.mapping.coarsen import coarsen, expand, project
 from mapper.mapping.exact.incumbent import (
     Incumbent,
     best_heuristic,
@@ -47,7 +47,7 @@ from mapper.mapping.exact.incumbent import (
     schedule_order,
     value_of,
 )
-from mapper.mapping.exact.result import Reporter, make_result, progress_reporter
+from mapper.mapping.exact.result import make_result, progress_reporter
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.orders import chain_arcs, order_from_starts, topo_arcs

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
 
 from mapper.cost import CostTable
 from mapper.errors import InfeasibleError, MapperError, OptionsError
-from mapper.mapping.base import OBJECTIVES, Mapper, MapOptions, MapResult
+from mapper.mapping.base import OBJECTIVES, MapOptions, Mapper, MapResult
 from mapper.mapping.exact import solver
 from mapper.mapping.exact.formulation import is_fpga
 from mapper.mapping.exact.incumbent import (
@@ -37,7 +36,7 @@ from mapper.mapping.exact.incumbent import (
     serial_upper_bound,
     value_of,
 )
-from mapper.mapping.exact.result import NAME, Reporter, make_result, progress_reporter
+from mapper.mapping.exact.result import NAME, make_result, progress_reporter
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.lns import WINDOW, improve, map_large

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time as _time
-from typing import Sequence
+from collections.abc import Sequence
 
 from mapper.cost import CostTable
 from mapper.errors import InfeasibleError
@@ -13,8 +13,7 @@ from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.bounds import lower_bound
 from mapper.mapping.objectives import objective_value
 from mapper.mapping.ranks import rank_key
-from mapper.schedule import (Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, hop_durations,
-                             ready_time)
+from mapper.schedule import Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, hop_durations, ready_time
 
 INF = math.inf
 

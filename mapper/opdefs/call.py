@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from mapper.errors import DslError
 from mapper.graph import TensorType

@@ -4,8 +4,8 @@ activations and norms, broadcasting binary ops, attention and embedding
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from math import prod
-from typing import Callable, Sequence
 
 from mapper.opdefs.call import (
     FLOAT_DTYPES,

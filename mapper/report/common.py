@@ -12,8 +12,9 @@ import math
 import os
 import tempfile
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from mapper.errors import OptionsError
 from mapper.mapping.base import MapResult

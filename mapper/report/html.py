@@ -9,7 +9,7 @@ every user-provided string is HTML-escaped. See docs/reports.md.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from mapper.mapping.base import MapResult
 from mapper.report.common import (

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from mapper.report.common import (
     PathStep,
     clip_text,
-    link_tracks,
     fmt_count,
     fmt_time,
+    link_tracks,
     nice_step,
     op_colour,
     text_colour,

@@ -63,7 +63,7 @@ LNS window whose other tasks enter as constants) through
 from __future__ import annotations
 
 from mapper.cost import INF, CostTable
-from mapper.mapping.exact.solver import Problem, Terms, Var, level, value
+from mapper.mapping.exact.solver import Problem, Var, level, value
 from mapper.mapping.exact.subproblem import REL_TOL, TIME_SCALE, Solved, Subproblem, objective_needs_time
 from mapper.mapping.orders import (
     allowed_devices,
@@ -238,7 +238,7 @@ class Formulation:
 
     def products(self, ei: int, u: int, v: int, terms: dict) -> None:
         """``z[e,a,b] = x[u,a] x[v,b]`` by the aggregated linearisation."""
-        cost, x, z = self.cost, self.x, self.z
+        x, z = self.x, self.z
         du, dv = sorted(self.devices(u)), sorted(self.devices(v))
         pairs = [(a, b) for a in du for b in dv if self.comm(ei, a, b) < INF]
         if not any(self.comm(ei, a, b) > 0 for a, b in pairs) and len(pairs) == len(du) * len(dv):

@@ -4,12 +4,12 @@ caps the model's big-M when no heuristic succeeds."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mapper.cost import INF, CostTable
 from mapper.errors import MapperError
-from mapper.mapping.base import Mapper, MapOptions
+from mapper.mapping.base import MapOptions, Mapper
 from mapper.mapping.cpop import CpopMapper
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.greedy import GreedyMapper

@@ -4,7 +4,7 @@ result, and progress to the caller's live line."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, MapResult, Progress

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from mapper.mapping.exact import solver
 from mapper.mapping.exact.formulation import Formulation, Infeasible

@@ -11,8 +11,9 @@ touches this file only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import numpy as np
 import pulp
@@ -104,7 +105,7 @@ class _HighsWarm(pulp.HiGHS):  # type: ignore[misc]  # PuLP is untyped
         self.stop = stop
         self.first_incumbent: float | None = None
 
-    def actualSolve(self, lp: pulp.LpProblem) -> int:  # noqa: N802 - PuLP's name
+    def actualSolve(self, lp: pulp.LpProblem) -> int:
         self.createAndConfigureSolver(lp)
         self.buildSolverModel(lp)
         model = lp.solverModel
@@ -189,7 +190,7 @@ def run(
         solver = _cbc(lp, start, time_limit, seed)
     try:
         lp.solve(solver)
-    except Exception as err:  # noqa: BLE001 - solver trouble is reported, never raised
+    except Exception as err:
         return Outcome(f"none: {err}", False, None, None)
     if isinstance(solver, _HighsWarm):
         info = lp.solverModel.getInfo()

@@ -4,8 +4,8 @@ of it for large-neighbourhood search (:mod:`mapper.mapping.lns`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mapper.cost import CostTable
 
