@@ -82,7 +82,8 @@ def _cases(s: float) -> list[tuple[str, str, Callable[[np.random.Generator], lis
         ("dot f64 16M", "dot", many(t("f64", n(1 << 24)), t("f64", n(1 << 24))), {}, None),
         ("axpy f64 16M", "axpy", many(t("f64", n(1 << 24)), t("f64", n(1 << 24))), {"alpha": 2.0}, None),
         ("reduce sum f64 16M", "reduce", many(t("f64", n(1 << 24))), {"kind": "sum"}, None),
-        ("reduce max f32 [4096,4096] axis 0", "reduce", many(t("f32", n(4096), 4096)), {"kind": "max", "axis": 0}, None),
+        ("reduce max f32 [4096,4096] axis 0", "reduce", many(t("f32", n(4096), 4096)), {"kind": "max", "axis": 0},
+         None),
         ("elementwise exp f32 16M", "elementwise", many(t("f32", n(1 << 24))), {"fn": "exp"}, None),
         ("elementwise sigmoid f64 8M", "elementwise", many(t("f64", n(1 << 23))), {"fn": "sigmoid"}, None),
     ]

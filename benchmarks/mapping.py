@@ -50,7 +50,8 @@ def milp_rows(sizes, seeds: int, time_limit: float):
                 wall = time.perf_counter() - start
                 assert not validate(res.schedule), "MILP schedule does not validate"
                 mode = "LNS" if any(x.startswith("graph too large") for x in res.notes) else "exact"
-                rows.append(dict(n=n, devices=n_devices, seed=seed, shape=shape, mode=mode, time=wall, status=res.status,
+                rows.append(dict(n=n, devices=n_devices, seed=seed, shape=shape, mode=mode, time=wall,
+                                 status=res.status,
                                  gap=res.gap, makespan=res.objective_value,
                                  **{f"vs_{b}": res.objective_value / base[b] for b in BASELINES}))
                 r = rows[-1]

@@ -180,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
         calibration = platform_toml(cal)
         print(f"calibration took {cal.seconds:.1f} s; platform file:\n")
         print(calibration)
-    plain = replace(plat, devices=tuple(replace(d, efficiency=(), overhead_us=(), overhead_us_per_mib=(), half_length=())
-                                       for d in plat.devices))
+    plain = replace(plat, devices=tuple(
+        replace(d, efficiency=(), overhead_us=(), overhead_us_per_mib=(), half_length=()) for d in plat.devices))
 
     rows: list[dict] = []
     for name, graph in graphs.items():

@@ -61,7 +61,8 @@ def _binary(op: str) -> Callable[..., np.ndarray]:
 _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "matmul": (matmul, "linalg", "BLAS GEMM through numpy (np.matmul, not numba) for float/complex; numba direct "
                                  "i-k-j loop for integers and tiny products"),
-    "conv2d": (conv2d, "conv", "numba im2col + BLAS GEMM through numpy when Cg*R*S and K/groups >= 16 (1x1 unpadded: the GEMM runs on the input, no im2col), else numba direct"),
+    "conv2d": (conv2d, "conv", "numba im2col + BLAS GEMM through numpy when Cg*R*S and K/groups >= 16 (1x1 "
+                               "unpadded: the GEMM runs on the input, no im2col), else numba direct"),
     "maxpool": (maxpool, "pool", "numba direct"),
     "avgpool": (avgpool, "pool", "numba direct (divides by the count of valid elements)"),
     "batchnorm": (batchnorm, "norm", "numba direct (batch statistics, identity affine)"),

@@ -167,7 +167,8 @@ def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:
     by_kind: dict[str, float] = {}
     for key, seconds in task.explicit_cost:
         if not (seconds >= 0 and math.isfinite(seconds)):
-            raise InputError(f"task {task.name}: cost for {key} must be a finite time >= 0, got {seconds}", span=task.span)
+            raise InputError(f"task {task.name}: cost for {key} must be a finite time >= 0, got {seconds}",
+                             span=task.span)
         if any(d.name == key for d in platform.devices):
             by_name[platform.device_index(key)] = float(seconds)
         elif key in DEVICE_KINDS and any(d.kind == key for d in platform.devices):

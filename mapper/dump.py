@@ -1,10 +1,12 @@
 """A deterministic textual dump of a :class:`~mapper.graph.TaskGraph` (for golden tests).
 
-One line per input, task, edge and output, in index order::
+One line per input, task, edge and output, in index order (the task's line
+is wrapped here)::
 
     graph NAME
     input x : f32[1024, 768]
-    task 0 h1.qkv = matmul(x, weight h1.qkv.w0 : f32[768, 2304]) -> f32[1024, 2304] flops 3623878656 read 10223616 written 9437184
+    task 0 h1.qkv = matmul(x, weight h1.qkv.w0 : f32[768, 2304]) -> f32[1024, 2304]
+        flops 3623878656 read 10223616 written 9437184
     edge 0 h1.qkv -> h1.att bytes 9437184 tensor h1.qkv
     output y
 

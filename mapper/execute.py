@@ -237,7 +237,8 @@ class TensorStore:
                 k = _key(op)
                 if k not in self._values:
                     if op.kind == "task":
-                        raise ExecutionError(f"operand {op.name!r} of task {task.name!r} is not available", obj=task.name)
+                        raise ExecutionError(f"operand {op.name!r} of task {task.name!r} is not available",
+                                             obj=task.name)
                     if self._sources is None:
                         self._values[k] = self._make(op)
                     else:

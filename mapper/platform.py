@@ -330,7 +330,8 @@ class _Checker:
             im2col_gbs=nums.get("im2col_gbs"),
         )
 
-    def named_numbers(self, tab: dict[str, Any], path: str, key: str, names: str, unit: str) -> tuple[float, ...] | None:
+    def named_numbers(self, tab: dict[str, Any], path: str, key: str, names: str,
+                      unit: str) -> tuple[float, ...] | None:
         """A table with exactly the one-letter keys ``names``, each a number >= 0,
         as a tuple in that order; None when ``key`` is absent."""
         if key not in tab:
@@ -398,7 +399,8 @@ class _Checker:
             dev = self.device(raw, i)
             for other in devices:
                 if other.name == dev.name:
-                    raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also device[{other.index}])")
+                    raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also "
+                                                         f"device[{other.index}])")
             devices.append(dev)
         names = {d.name for d in devices}
         raw_links = doc.get("link", [])

@@ -194,7 +194,8 @@ def format_trace(trace: Trace, top: int = 25) -> str:
     left = {0, 1, 2, 7}
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        padded = (c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(padded).rstrip()
 
     out = [line(head), line(tuple("-" * w for w in widths))]
     out += [line(row) for row in rows]

@@ -181,7 +181,8 @@ class _Checker:
                 self.run_of[t] = k
                 if abs(slots[t].start - base - a) > self.tol or abs(slots[t].end - base - b) > self.tol:
                     self.add("stream", f"task {self.name(t)} streams on {self.dev(d)} at [{slots[t].start}, "
-                                       f"{slots[t].end}], the pipeline gives [{base + a}, {base + b}]", tasks=tuple(run))
+                                       f"{slots[t].end}], the pipeline gives [{base + a}, {base + b}]",
+                             tasks=tuple(run))
             for u, v in zip(run, run[1:]):
                 self.chain_edges.update(e for e in self.g.succs[u] if self.g.edges[e].dst == v)
 

@@ -152,7 +152,8 @@ def model_bandwidth(cal: Calibration, working_set: float) -> tuple[float, bool]:
     ``working_set`` bytes, and whether that is the cache's: the cache's where
     it fits (the cache-aware roofline of :func:`mapper.costmodel.latency.estimate`), else
     the memory's."""
-    if cal.cache_mib is not None and cal.cache_bandwidth_gbs is not None and working_set <= cal.cache_mib.stored * 2**20:
+    cache = cal.cache_mib
+    if cache is not None and cal.cache_bandwidth_gbs is not None and working_set <= cache.stored * 2**20:
         return cal.cache_bandwidth_gbs.stored, True
     return cal.mem_bandwidth_gbs.stored, False
 

@@ -123,8 +123,9 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
     no weights) are called once untimed instead, so that their output buffer,
     recycled from the call before, is in the cache too, as a buffer a graph's
     consumer has just freed is (with only their inputs read first, the
-    examples' elementwise tasks ran 15-60 % faster than predicted). The passes spread a probe's timed calls over the whole
-    measurement, as the executor's passes do
+    examples' elementwise tasks ran 15-60 % faster than predicted). The
+    passes spread a probe's timed calls over the whole measurement, as the
+    executor's passes do
     (:class:`mapper.execute.Execution`). A probe's time is the median of its
     calls, the statistic the executor reports. ``between``, when given, is
     called after each pass."""

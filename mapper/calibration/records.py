@@ -64,7 +64,8 @@ class Probe:
     gemm: tuple[int, ...] = ()  # (batch, M, N, K) of the task's GEMM (mapper.costmodel.work.gemm_dims; () for none)
     copy_bytes: float = 0.0  # bytes conv2d's im2col writes (mapper.costmodel.work.im2col_bytes)
     gemm_cold: tuple[bool, ...] = ()  # whether the GEMM's A and B come from memory (mapper.costmodel.work.gemm_cold)
-    cache_bytes: float = 0.0  # bytes moved when the working set is in cache (mapper.costmodel.work.in_cache_bytes; 0: bytes)
+    # bytes moved when the working set is in cache (mapper.costmodel.work.in_cache_bytes; 0: bytes)
+    cache_bytes: float = 0.0
 
     @property
     def op(self) -> str:

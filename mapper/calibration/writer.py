@@ -55,7 +55,8 @@ def platform_toml(cal: Calibration) -> str:
         lines.append("# per op class, op or op variant: the fraction of the stored peak that its probe tasks (listed")
         lines.append("# below) reached net of launch_us, median call; replaces the cost model's default. Where one")
         lines.append("# kernel was probed at several amounts of work, Hockney's fit t = t0 + w / e (overhead_us = t0)")
-        lines.append("# or t = t0 MiB + w / e (overhead_us_per_mib = t0, MiB the working set), or t = w / e (1 + n_1/2 / n)")
+        lines.append("# or t = t0 MiB + w / e (overhead_us_per_mib = t0, MiB the working set), or t = w / e (1 "
+                     "+ n_1/2 / n)")
         lines.append("# (half_length = n_1/2, n the op's vector length), whichever fits best (with four or more probes")
         lines.append("# also t0 and n_1/2 together where that halves the worst error), else the geometric mean")
         lines.append("# over the probes; n = probes: " + ", ".join(
@@ -64,11 +65,14 @@ def platform_toml(cal: Calibration) -> str:
             + (f" n_1/2={e.half:.4g}" if e.half > 0 else "") for e in entries))
         compute = [e for e in entries if e.efficiency > 0]
         if compute:
-            lines.append("efficiency = { " + ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in compute) + " }")
+            pairs = ", ".join(f"{_toml_key(e.key)} = {e.efficiency:.3g}" for e in compute)
+            lines.append("efficiency = { " + pairs + " }")
         streaming = [e for e in entries if e.memory > 0]
         if streaming:
-            lines.append("# streaming op classes and ops (" + ", ".join(MEMORY_CLASSES + STREAMING_OPS) + "): the fraction of the bandwidth (the cache's where")
-            lines.append("# the working set fits it) their probes reached, net of launch_us, geometric mean over each key's probes")
+            lines.append("# streaming op classes and ops (" + ", ".join(MEMORY_CLASSES + STREAMING_OPS)
+                         + "): the fraction of the bandwidth (the cache's where")
+            lines.append("# the working set fits it) their probes reached, net of launch_us, geometric mean "
+                         "over each key's probes")
             lines.append("memory_efficiency = { " + ", ".join(
                 f"{_toml_key(e.key)} = {e.memory:.3g}" for e in streaming) + " }")
         fixed = [e for e in entries if e.overhead > 0]
@@ -78,28 +82,37 @@ def platform_toml(cal: Calibration) -> str:
                 f"{_toml_key(e.key)} = {e.overhead * 1e6:.4g}" for e in fixed) + " }")
         halves = [e for e in entries if e.half > 0]
         if halves:
-            lines.append("# Hockney's half-performance length n_1/2: the rate is e n / (n + n_1/2), n the op's vector length")
+            lines.append("# Hockney's half-performance length n_1/2: the rate is e n / (n + n_1/2), n the op's "
+                         "vector length")
             lines.append("# (matmul, conv2d: the smallest GEMM dimension; attention: sequence), from the fits above")
             lines.append("half_length = { " + ", ".join(f"{_toml_key(e.key)} = {e.half:.4g}" for e in halves) + " }")
         if fit is not None:
-            lines.append(f"# GEMM model (matmul and conv2d's im2col GEMM), fitted on {fit.probes} matmul probes of 48 to 3072 per")
+            lines.append(f"# GEMM model (matmul and conv2d's im2col GEMM), fitted on {fit.probes} matmul probes "
+                         "of 48 to 3072 per")
             if fit.form == "pack":
-                lines.append("# dimension: t = F / (gemm efficiency x peak) + (a M K + b K N + c M N) ns, the packing of A and B and")
-                lines.append("# the update of C (Goto and van de Geijn 2008), least squares on the relative error, coefficients >= 0;")
+                lines.append("# dimension: t = F / (gemm efficiency x peak) + (a M K + b K N + c M N) ns, the "
+                             "packing of A and B and")
+                lines.append("# the update of C (Goto and van de Geijn 2008), least squares on the relative "
+                             "error, coefficients >= 0;")
             else:
-                lines.append("# dimension: rate = gemm efficiency x peak x prod n / (n + n_1/2) over M, N, K (Hockney's law per")
+                lines.append("# dimension: rate = gemm efficiency x peak x prod n / (n + n_1/2) over M, N, K "
+                             "(Hockney's law per")
                 lines.append("# dimension), least squares on log time;")
-            lines.append(f"# rms log error {fit.rms * 100:.1f} %, worst probe error {fit.worst * 100:.1f} % (the better of the two forms)")
+            lines.append(f"# rms log error {fit.rms * 100:.1f} %, worst probe error {fit.worst * 100:.1f} % "
+                         "(the better of the two forms)")
             if fit.pack is not None:
                 lines.append("gemm_pack_ns = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("abc", fit.pack)) + " }")
             if fit.pack_cold is not None:
-                lines.append("# the same for an A or B operand read from memory (a weight; the probes read their inputs first)")
+                lines.append("# the same for an A or B operand read from memory (a weight; the probes read "
+                             "their inputs first)")
                 lines.append("gemm_pack_cold_ns = { " + ", ".join(
                     f"{d} = {h:.4g}" for d, h in zip("ab", fit.pack_cold)) + " }")
             if fit.half is not None:
-                lines.append("gemm_half_lengths = { " + ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half)) + " }")
+                halves = ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half))
+                lines.append("gemm_half_lengths = { " + halves + " }")
             if fit.im2col_gbs is not None:
-                lines.append(f"# conv2d's im2col, bytes moved (matrix written, input read at the stride) per second, fitted on {fit.conv_probes} conv probes")
+                lines.append(f"# conv2d's im2col, bytes moved (matrix written, input read at the stride) per "
+                             f"second, fitted on {fit.conv_probes} conv probes")
                 lines.append(f"# beside their GEMMs' model times; worst conv probe error {fit.conv_worst * 100:.1f} %")
                 lines.append(f"im2col_gbs = {_num(fit.im2col_gbs)}")
         scaled = [e for e in entries if e.per_mib > 0]

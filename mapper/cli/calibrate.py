@@ -12,7 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure this CPU (GFLOP/s, bandwidth, launch overhead) and write a platform file",
         description="Measure this machine's CPU with the project's kernels (matmul GFLOP/s per dtype, "
         "single-thread rate, memory bandwidth, kernel-call overhead, and probes of every op class "
-        "fitted to per-op efficiencies and Hockney fixed times or half-performance lengths) and write a platform TOML file that loads with --platform.",
+        "fitted to per-op efficiencies and Hockney fixed times or half-performance lengths) and write a "
+        "platform TOML file that loads with --platform.",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write the platform file here (default: print it)")
     p.add_argument("--name", default="host", help="platform name in the file (default: host)")

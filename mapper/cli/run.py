@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
     p.add_argument("--mapper", default="heft", help="mapping algorithm (default: heft)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds for exact mappers (default 30)")
-    p.add_argument("--repeats", type=int, default=5, help="timed passes over the schedule after a warm-up pass; per task the median (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes over the schedule after a warm-up pass; "
+                                                          "per task the median (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the input and weight tensors (default 0)")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="kernels to run (default numba)")
     p.add_argument("--no-check", action="store_true", help="skip comparing outputs with the NumPy reference")
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         extra = calibrated_run(
             result, calibration_settings(args.quick_calibration), repeats=args.repeats, seed=args.seed,
-            check=not args.no_check, max_workers=args.workers, log=lambda line: sys.stderr.write(f"calibrate: {line}\n"),
+            check=not args.no_check, max_workers=args.workers,
+            log=lambda line: sys.stderr.write(f"calibrate: {line}\n"),
         )
         trace, result = extra.trace, extra.result
     else:
@@ -110,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
 def _check_calibration_options(args: argparse.Namespace) -> None:
     """Raise :class:`OptionsError` for calibration options that can't apply."""
     if not args.calibrate:
-        for flag, given in (("--calibration-out", args.calibration_out), ("--quick-calibration", args.quick_calibration)):
+        given_by_flag = (("--calibration-out", args.calibration_out), ("--quick-calibration", args.quick_calibration))
+        for flag, given in given_by_flag:
             if given:
                 raise OptionsError(f"{flag} needs --calibrate", obj=flag)
         return

@@ -61,7 +61,8 @@ def check_options(options: MapOptions) -> None:
             f"unknown objective {options.objective!r}; choose one of {', '.join(OBJECTIVES)}", obj="objective"
         )
     if not (options.time_limit > 0 and math.isfinite(options.time_limit)):
-        raise OptionsError(f"time limit must be a positive number of seconds, got {options.time_limit}", obj="time_limit")
+        raise OptionsError(f"time limit must be a positive number of seconds, got {options.time_limit}",
+                           obj="time_limit")
     if options.makespan_bound is not None and not options.makespan_bound > 0:
         raise OptionsError(f"makespan bound must be positive, got {options.makespan_bound}", obj="makespan_bound")
 
@@ -147,7 +148,8 @@ class MilpMapper(Mapper):
         )
         solved = solve(sub, progress=lambda el, inc, bnd: report(inc, bnd))
         notes.append(
-            f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status} in {solved.solve_time:.3f} s"
+            f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status} in "
+            f"{solved.solve_time:.3f} s"
         )
         if best is not None and solver.HIGHS_AVAILABLE:
             notes.append("warm start taken by HiGHS" if solved.warm_start_taken else "warm start NOT taken by HiGHS")
@@ -173,13 +175,15 @@ class MilpMapper(Mapper):
         if bad:
             notes.append(f"MILP schedule rejected ({bad[0]})")
             if best is None:
-                raise InfeasibleError("the MILP schedule does not validate and no heuristic succeeded", obj=cost.graph.name)
+                raise InfeasibleError("the MILP schedule does not validate and no heuristic succeeded",
+                                      obj=cost.graph.name)
             return self._fallback(cost, options, best, notes, t0, solved.bound)
         value = value_of(sched, objective)
         notes.append(f"MILP objective {solved.objective:.9g}, re-timed {value:.9g}")
         status = solved.status if not inexact else "feasible"
         if best is not None and best.value < value * (1 - REL_TOL):
-            notes.append(f"MILP incumbent {value:.6g} is worse than {best.name}'s {best.value:.6g}; returning {best.name}")
+            notes.append(f"MILP incumbent {value:.6g} is worse than {best.name}'s {best.value:.6g}; returning "
+                         f"{best.name}")
             sched, value, status = best.schedule, best.value, "heuristic"
         return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
 

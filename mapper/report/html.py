@@ -137,8 +137,9 @@ def _utilisation(result: MapResult) -> str:
         pct = 100.0 * d.utilisation
         bar = f'<span class="bar"><i style="width:{pct:.1f}%;background:{colours[d.index]}"></i></span> {pct:.1f} %'
         cells = [
-            (esc(d.name), False), (esc(d.kind), False), (str(d.tasks), True), (esc(fmt_time(d.busy)), True), (bar, False),
-        ]  # fmt: skip
+            (esc(d.name), False), (esc(d.kind), False), (str(d.tasks), True), (esc(fmt_time(d.busy)), True),
+            (bar, False),
+        ]
         rows.append(_tr("util", {"device": d.name}, cells))
     return _table("utilisation-table", ("device", "kind", "#tasks", "#busy", "utilisation"), rows)
 

@@ -187,12 +187,14 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
             out.append(f'<g class="{cls_i}"{_attrs(attrs)}>')
             out.append(f'<rect x="{x0:.2f}" y="{ry:.2f}" width="{w:.2f}" height="{row_h - 5}" rx="2" fill="{fill}"/>')
             if "critical" in cls_i:  # a red underline keeps the op colour visible
-                out.append(f'<rect class="crit-mark" x="{x0:.2f}" y="{ry + row_h - 4:.2f}" width="{w:.2f}" height="3"/>')
+                out.append(f'<rect class="crit-mark" x="{x0:.2f}" y="{ry + row_h - 4:.2f}" width="{w:.2f}" '
+                           'height="3"/>')
             fits = int((w - 6) / CHAR_W)
             shown = clip_text(label, fits) if label and fits >= min(len(label), 4) else ""
             if shown:
                 out.append(
-                    f'<text x="{x0 + 3:.2f}" y="{ry + ROW_H / 2 + 1.5:.2f}" fill="{text_colour(fill)}">{esc(shown)}</text>'
+                    f'<text x="{x0 + 3:.2f}" y="{ry + ROW_H / 2 + 1.5:.2f}" '
+                    f'fill="{text_colour(fill)}">{esc(shown)}</text>'
                 )
             out.append(f"<title>{esc(title)}</title></g>")
         out.append("</g>")
@@ -214,6 +216,7 @@ def op_legend(sched: Schedule) -> str:
     """A legend of the op colours used in the schedule (HTML)."""
     ops = sorted({t.op for t in sched.cost.graph.tasks})
     items = [
-        f'<span class="key" data-op="{esc(op)}"><i style="background:{op_colour(op)}"></i>{esc(op)}</span>' for op in ops
+        f'<span class="key" data-op="{esc(op)}"><i style="background:{op_colour(op)}"></i>{esc(op)}</span>'
+        for op in ops
     ]
     return '<div class="legend" id="op-legend">' + "".join(items) + "</div>"

@@ -87,7 +87,8 @@ def _draw(nodes: list[_Node], edges: list[tuple[int, int, str]], note: str) -> s
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{NODE_W}" height="{NODE_H}" rx="4" fill="{n.fill}"/>')
         shown = clip_text(n.label, int((NODE_W - 8) / CHAR_W))
         out.append(
-            f'<text x="{x + NODE_W / 2:.1f}" y="{y + NODE_H / 2 + 4:.1f}" fill="{text_colour(n.fill)}">{esc(shown)}</text>'
+            f'<text x="{x + NODE_W / 2:.1f}" y="{y + NODE_H / 2 + 4:.1f}" '
+            f'fill="{text_colour(n.fill)}">{esc(shown)}</text>'
         )
         out.append(f"<title>{esc(n.title)}</title></g>")
     out.append("</svg>")

@@ -109,7 +109,8 @@ class Formulation:
         self.upper = upper * self.k
         self.tt = tuple(tuple(x * self.k for x in row) for row in cost.time)
         if sub.objective == "energy":
-            ref = sum(max((e for e, x in zip(er, tr) if x < INF), default=0.0) for er, tr in zip(cost.energy, cost.time))
+            ref = sum(max((e for e, x in zip(er, tr) if x < INF), default=0.0)
+                      for er, tr in zip(cost.energy, cost.time))
             self.k_obj = TIME_SCALE / ref if 0 < ref < INF else 1.0
         else:
             self.k_obj = self.k
@@ -226,7 +227,10 @@ class Formulation:
             if u in self.free and v in self.free:
                 self.products(e.index, u, v, terms)
             else:
-                mover, anchor, outgoing = (u, self.fixed_dev[v], True) if u in self.free else (v, self.fixed_dev[u], False)
+                if u in self.free:
+                    mover, anchor, outgoing = u, self.fixed_dev[v], True
+                else:
+                    mover, anchor, outgoing = v, self.fixed_dev[u], False
                 for d in range(nd):
                     if (mover, d) in x:
                         c = self.comm(e.index, d, anchor) if outgoing else self.comm(e.index, anchor, d)
