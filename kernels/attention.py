@@ -175,7 +175,7 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _attention_blas(q, k, v, out, heads, seq, causal):
-    views = [_heads_view(m, seq, heads) for m in (q, k, v, out)]
+    q4, k4, v4, o4 = (_heads_view(m, seq, heads) for m in (q, k, v, out))
     sequences = q.shape[0] // seq
     blas = blas_threads()
     workers = 1 if blas is not None and blas > 1 else min(num_threads(), sequences * heads)
@@ -183,10 +183,10 @@ def _attention_blas(q, k, v, out, heads, seq, causal):
     group, block = score_block(max(h1 - h0 for w in shares for _, h0, h1 in w), seq, q.itemsize)
     scratch = [(np.empty((group, block, seq), dtype=q.dtype), np.empty(seq, dtype=q.dtype),
                 np.empty(seq, dtype=np.int32)) for _ in shares]
-    futures: list[Future] = [_pool().submit(_blas_items, *views, causal, share, *scr)
+    futures: list[Future] = [_pool().submit(_blas_items, q4, k4, v4, o4, causal, share, *scr)
                              for share, scr in zip(shares[1:], scratch[1:])]
     try:
-        _blas_items(*views, causal, shares[0], *scratch[0])
+        _blas_items(q4, k4, v4, o4, causal, shares[0], *scratch[0])
     finally:
         for f in futures:
             f.result()

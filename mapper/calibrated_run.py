@@ -64,7 +64,8 @@ class CalibratedRun:
         """The line below the table: the same passes against the platform's own model."""
         u = self.uncalibrated
         e = u.errors
-        err = (f"median {e.median * 100:.1f}%, p90 {e.p90 * 100:.1f}%, max {e.max * 100:.1f}%" if e.count
+        err = (f"median {(e.median or 0.0) * 100:.1f}%, p90 {(e.p90 or 0.0) * 100:.1f}%, "
+               f"max {(e.max or 0.0) * 100:.1f}%" if e.count
                else f"no CPU task ran longer than {e.min_seconds * 1e3:g} ms")
         return (f"with {u.platform}'s own CPU model: predicted makespan {u.predicted_makespan * 1e3:.3f} ms; "
                 f"prediction error, {e.count} CPU tasks: {err}")

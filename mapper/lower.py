@@ -278,26 +278,25 @@ class _Lowerer:
     # -- statements ---------------------------------------------------------
     def _block(self, body: tuple[S.Stmt, ...], scope: _Scope, templates: dict[str, S.TemplateDef]) -> None:
         for st in body:
-            kind = type(st)
-            if kind is S.CallStmt:
+            if isinstance(st, S.CallStmt):
                 self._call_stmt(st, scope, templates)
-            elif kind is S.AliasStmt:
+            elif isinstance(st, S.AliasStmt):
                 _, b = self._lookup(st.source, scope)
                 self._define(st.target, scope, _Binding(b.operand, b.task, st.target.span))
-            elif kind is S.ForStmt:
+            elif isinstance(st, S.ForStmt):
                 self._for(st, scope, templates)
-            elif kind is S.InputStmt or kind is S.WeightStmt:
+            elif isinstance(st, (S.InputStmt, S.WeightStmt)):
                 self._tensor_decl(st, scope)
-            elif kind is S.TaskStmt:
+            elif isinstance(st, S.TaskStmt):
                 self._task_stmt(st, scope)
-            elif kind is S.EdgeStmt:
+            elif isinstance(st, S.EdgeStmt):
                 self._edge_stmt(st, scope)
-            elif kind is S.OutputStmt:
+            elif isinstance(st, S.OutputStmt):
                 self._output(st, scope)
-            elif kind is S.ReturnStmt:
+            elif isinstance(st, S.ReturnStmt):
                 if scope.template is None:
                     raise self.err("'return' outside a template", st.span)
-            elif kind is S.TemplateDef:
+            elif isinstance(st, S.TemplateDef):
                 if st.name not in templates or templates[st.name] is not st:
                     raise self.err("templates are defined at the top level or directly in the graph",
                                    st.span)
@@ -322,7 +321,7 @@ class _Lowerer:
         for n in st.names:
             local, b = self._lookup(n, scope)
             if b.task is None:
-                raise self.err(f"'{local}' is a graph {b.operand.kind}, not a task's output", n.span)
+                raise self.err(f"'{local}' is a graph {_operand_kind(b)}, not a task's output", n.span)
             name = self.tasks[b.task].name
             if name in self.outputs:
                 raise self.err(f"'{local}' is already an output", n.span)
@@ -464,14 +463,14 @@ class _Lowerer:
             if at.key in given:
                 raise self.err(f"argument '{at.key}' is given twice", at.key_span)
             given[at.key] = self.ev.value(at.value, scope.values)
-        value_params = {p.name: p for p in t.params if p.default is not None}
+        value_params = {p.name: p.default for p in t.params if p.default is not None}
         for key in given:
             if key not in value_params:
                 raise self.err(f"template '{t.name}' has no value parameter '{key}'",
                                next(a.key_span for a in call.attrs if a.key == key),
                                hint(key, value_params) or f"parameters: {', '.join(p.name for p in t.params)}")
-        for p in value_params.values():
-            values[p.name] = given[p.name] if p.name in given else self.ev.value(p.default, self.params)
+        for key, default in value_params.items():
+            values[key] = given[key] if key in given else self.ev.value(default, self.params)
         allow, deny = scope.allow, scope.deny
         for ann in annotations:
             if not isinstance(ann, S.Place):
@@ -491,6 +490,7 @@ class _Lowerer:
         finally:
             self.instances.pop()
         ret = t.body[-1]
+        assert isinstance(ret, S.ReturnStmt)  # checked when the template was defined
         _, b = self._lookup(ret.name, inner)
         return _Binding(b.operand, b.task, call.span)
 
@@ -525,10 +525,12 @@ class _Lowerer:
         for n in (st.src, st.dst):
             local, b = self._lookup(n, scope)
             if b.task is None:
-                raise self.err(f"'{local}' is a graph {b.operand.kind}, not a task", n.span)
+                raise self.err(f"'{local}' is a graph {_operand_kind(b)}, not a task", n.span)
             ends.append(b.task)
         size, comm = 0.0, None
-        if st.kind == "comm":
+        if st.value is None:  # a plain edge
+            pass
+        elif st.kind == "comm":
             comm = self.ev.unit(self.ev.number(st.value, scope.values, "comm"), st.unit, st.unit_span,
                               TIME_UNITS, "time")
         elif st.kind == "bytes":
@@ -554,3 +556,8 @@ def _find_return(body: tuple[S.Stmt, ...]) -> S.ReturnStmt | None:
     return None
 
 
+
+
+def _operand_kind(b: _Binding) -> str:
+    """``input`` or ``weight``: what a binding without a task stands for."""
+    return b.operand.kind if b.operand is not None else "task"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mapper.graph import DTYPE_BYTES, TensorType
@@ -108,7 +108,7 @@ _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "seq": 1, "steps"
             "points": 1, "padding": 0, "index": 0}
 
 
-def _close(word: str, options: Sequence[str]) -> str | None:
+def _close(word: str, options: Iterable[str]) -> str | None:
     found = difflib.get_close_matches(word, list(options), n=1)
     return f"did you mean '{found[0]}'?" if found else None
 

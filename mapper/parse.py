@@ -9,7 +9,7 @@ drops the newlines that cannot end a statement. Every Lark exception becomes a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import lark
@@ -136,7 +136,7 @@ class _ToAst(Transformer_NonRecursive):
 
     def _tok(self, tok: Token) -> SourceSpan:
         end = tok.end_column if tok.end_line == tok.line else None
-        return SourceSpan(self.file, tok.line, tok.column, end)
+        return SourceSpan(self.file, tok.line or 0, tok.column or 0, end)
 
     # top level
     def start(self, meta, items):
@@ -202,8 +202,8 @@ class _ToAst(Transformer_NonRecursive):
 
     # tensor expressions
     def call(self, meta, c):
-        args = []
-        attrs = []
+        args: list[Any] = []
+        attrs: list[S.Attr] = []
         for a in c[1:]:
             if a is None:
                 continue
@@ -280,8 +280,9 @@ class _ToAst(Transformer_NonRecursive):
     def neg(self, meta, c):
         return S.Neg(c[0], self._span(meta))
 
-    def _binop(op: str):
-        def method(self, meta, c):
+    @staticmethod
+    def _binop(op: str) -> Callable[[Any, Any, Sequence[Any]], S.BinOp]:
+        def method(self: Any, meta: Any, c: Sequence[Any]) -> S.BinOp:
             return S.BinOp(op, c[0], c[1], self._span(meta))
 
         return method
@@ -293,7 +294,6 @@ class _ToAst(Transformer_NonRecursive):
     floordiv = _binop("//")
     mod = _binop("%")
     pow = _binop("**")
-    del _binop
 
 
 # -- error translation ----------------------------------------------------------------
@@ -380,7 +380,8 @@ def _translate(exc: Exception, text: str, file: str, parser: Lark) -> DslError:
             hint = "statements are separated by newlines or ';'"
     elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
         line, col, end = exc.line, exc.column, exc.column + 1
-        ch = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else ""
+        pos = exc.pos_in_stream
+        ch = text[pos] if pos is not None and 0 <= pos < len(text) else ""
         msg = f"unexpected character {ch!r}"
         if ch == '"':
             hint = "strings end on the same line and cannot contain '\"' or '\\'"

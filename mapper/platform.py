@@ -324,9 +324,9 @@ class _Checker:
             overhead_us=overhead,
             overhead_us_per_mib=per_mib,
             half_length=half,
-            gemm_half_lengths=gemm_half,
-            gemm_pack_ns=gemm_pack,
-            gemm_pack_cold_ns=gemm_cold,
+            gemm_half_lengths=_triple(gemm_half),
+            gemm_pack_ns=_triple(gemm_pack),
+            gemm_pack_cold_ns=_pair(gemm_cold),
             im2col_gbs=nums.get("im2col_gbs"),
         )
 
@@ -510,3 +510,13 @@ def load_platform(name_or_path: str | Path) -> Platform:
 def list_platforms() -> list[tuple[str, str]]:
     """``(name, description)`` of every shipped platform, sorted by name."""
     return [(name, load_platform(name).description) for name in _shipped()]
+
+
+def _triple(v: tuple[float, ...] | None) -> tuple[float, float, float] | None:
+    """A three-number table (checked to have its three keys) as a typed triple."""
+    return None if v is None else (v[0], v[1], v[2])
+
+
+def _pair(v: tuple[float, ...] | None) -> tuple[float, float] | None:
+    """A two-number table (checked to have its two keys) as a typed pair."""
+    return None if v is None else (v[0], v[1])

@@ -48,6 +48,7 @@ import operator
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from mapper.cost import CostTable, stream_chain_times
 from mapper.errors import InfeasibleError, OptionsError
@@ -164,7 +165,7 @@ def _check_devices(cost: CostTable, given: Sequence[int]) -> tuple[int, ...]:
         if not cost.time[t][d] < INF:
             why = cost.reason(t, d) or "its time there is infinite"
             raise InfeasibleError(f"task {task.name!r} cannot run on {dev.name}: {why}", obj=task.name)
-    return device
+    return cast(tuple[int, ...], device)  # every entry checked above
 
 
 def _check_routes(cost: CostTable, device: Sequence[int]) -> None:
@@ -202,10 +203,10 @@ def _check_order(cost: CostTable, device: Sequence[int], order: Sequence[Sequenc
     if len(order) != nd:
         raise OptionsError(f"the order lists {len(order)} devices, the platform has {nd}", obj=cost.platform.name)
     seen = [False] * n
-    out = []
+    out: list[tuple[int, ...]] = []
     for d, given in enumerate(order):
         seq = tuple(_index(t, n) for t in given)
-        out.append(seq)
+        out.append(cast(tuple[int, ...], seq))  # every entry checked below
         for k, t in enumerate(seq):
             if t is None:
                 raise OptionsError(f"the order of {_dev_name(cost, d)} names task {given[k]!r}, not one of "
@@ -224,7 +225,7 @@ def _check_order(cost: CostTable, device: Sequence[int], order: Sequence[Sequenc
 # -- helpers for list schedulers -----------------------------------------------
 
 
-def ready_time(cost: CostTable, t: int, d: int, device_of: Sequence[int | None], end: Sequence[float | None]) -> float:
+def ready_time(cost: CostTable, t: int, d: int, device_of: Sequence[int], end: Sequence[float]) -> float:
     """Earliest start of task ``t`` on device ``d`` allowed by its (placed)
     predecessors: ``max(end(p) + comm(e, dev(p), d))``; ``inf`` if a needed
     route is missing."""
@@ -294,7 +295,7 @@ def check_priority(cost: CostTable, priority: Sequence[int]) -> tuple[int, ...]:
         if pos[e.src] > pos[e.dst]:
             raise OptionsError(f"the priority list puts {_task_name(cost, e.dst)!r} before its predecessor "
                                f"{_task_name(cost, e.src)!r}", obj=_task_name(cost, e.dst))
-    return prio
+    return cast(tuple[int, ...], prio)  # every entry checked above
 
 
 def list_schedule(cost: CostTable, device_of: Sequence[int], priority: Sequence[int],
@@ -310,7 +311,7 @@ def list_schedule(cost: CostTable, device_of: Sequence[int], priority: Sequence[
     _check_routes(cost, device)
     prio = check_priority(cost, priority)
     line = Timeline(cost.n_devices)
-    end: list[float | None] = [None] * cost.n_tasks
+    end = [0.0] * cost.n_tasks
     for t in prio:
         d = device[t]
         start, pos = line.slot(d, ready_time(cost, t, d, device, end), cost.time[t][d])
@@ -420,6 +421,7 @@ def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, 
         if pending[unit[0]]:
             return
         s = max(free[d], ready[unit[0]])
+        offsets: tuple[tuple[float, float], ...]
         if len(unit) == 1:
             offsets = ((0.0, cost.time[unit[0]][d]),)
         else:

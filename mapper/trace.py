@@ -210,7 +210,7 @@ def format_trace(trace: Trace, top: int = 25) -> str:
     if e.count:
         out.append(
             f"prediction error, {e.count} CPU tasks > {e.min_seconds * 1e3:g} ms: "
-            f"median {e.median * 100:.1f}%, p90 {e.p90 * 100:.1f}%, max {e.max * 100:.1f}%"
+            f"median {(e.median or 0.0) * 100:.1f}%, p90 {(e.p90 or 0.0) * 100:.1f}%, max {(e.max or 0.0) * 100:.1f}%"
         )
     else:
         out.append(f"prediction error: no CPU task ran longer than {e.min_seconds * 1e3:g} ms")

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mapper.cost import CostTable, stream_chain_times
+
+if TYPE_CHECKING:  # types only: the validator shares no code with the schedule builder
+    from mapper.schedule import Schedule, Transfer
 
 INF = math.inf
 
@@ -34,13 +38,13 @@ class Violation:
     edges: tuple[int, ...] = ()
 
 
-def validate(schedule) -> list[Violation]:
+def validate(schedule: Schedule) -> list[Violation]:
     """Every violation of the timing semantics in ``schedule`` ([] if valid)."""
     return _Checker(schedule).run()
 
 
 class _Checker:
-    def __init__(self, schedule) -> None:
+    def __init__(self, schedule: Schedule) -> None:
         self.s = schedule
         self.cost: CostTable = schedule.cost
         self.g = self.cost.graph
@@ -137,8 +141,8 @@ class _Checker:
         order = self.s.order
         if not order:
             return by_dev
-        for d, seq in enumerate(order):
-            seq = list(seq)
+        for d, given in enumerate(order):
+            seq = list(given)
             if sorted(seq) != sorted(by_dev.get(d, [])):
                 self.add("order", f"the order of {self.dev(d)} lists tasks {seq}, the tasks placed there are "
                                   f"{sorted(by_dev.get(d, []))}", tasks=seq)
@@ -211,8 +215,8 @@ class _Checker:
                 if last is None or sl.end > last.end:
                     last = sl
 
-    def transfer_map(self) -> dict[int, object]:
-        out: dict[int, object] = {}
+    def transfer_map(self) -> dict[int, Transfer]:
+        out: dict[int, Transfer] = {}
         for tr in self.s.transfers:
             if tr.edge in out or not (0 <= tr.edge < len(self.g.edges)):
                 self.add("transfer", f"transfer of edge {tr.edge} is duplicated or names no edge", edges=(tr.edge,))

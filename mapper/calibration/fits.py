@@ -310,6 +310,10 @@ def nonneg_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
+#: The pack form's fit: ns per element of A, B and C; of a cold A and B (None: not split); im2col GB/s.
+_PackFit = tuple[tuple[float, float, float], tuple[float, float] | None, float | None]
+
+
 def gemm_fit(cal: Calibration) -> GemmFit | None:
     """Fit the GEMM model to the matmul probes, in two forms, and keep the one
     with the smaller root-mean-square log error:
@@ -342,7 +346,10 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
     y = np.array([math.log(body * peak / p.flops) for p, body, peak in gemms])
     sizes = np.array([p.gemm[1:] for p, _, _ in gemms], dtype=float)  # [probe, (M, N, K)]
     mean, half = _fit_half(y, sizes)
-    fits = {"half": (math.exp(-mean), tuple(float(f"{h:.3g}") for h in half), None)}
+    h3 = tuple(float(f"{h:.3g}") for h in half)
+    # form -> (raw rate factor, half lengths (half form), (A, B, C ns; cold A, B ns; im2col GB/s) (pack form))
+    fits: dict[str, tuple[float, tuple[float, float, float] | None, _PackFit | None]] = {
+        "half": (math.exp(-mean), (h3[0], h3[1], h3[2]), None)}
     # columns: F / peak, then A's and B's elements (split by whether the operand comes from
     # memory where the probes have both), then C's, then im2col's bytes; one coefficient each
     convs = [(p, body, peak) for p, body, peak in pts if p.op == "conv2d" and p.gemm and body > 0 and peak > 0]
@@ -368,18 +375,21 @@ def gemm_fit(cal: Calibration) -> GemmFit | None:
 
     def model(form: str, e: float, p: Probe, peak: float) -> float:
         _, h, pack = fits[form]
-        if form == "half":
-            return p.flops / (e * peak * gemm_shape_factor(tuple(p.gemm), h))  # type: ignore[arg-type]
-        hot_ns, cold_ns, _ = pack  # type: ignore[misc]
-        return p.flops / (e * peak) + gemm_pack_time(tuple(p.gemm), hot_ns, cold_ns,  # type: ignore[arg-type]
-                                                      tuple(p.gemm_cold) or (False, False))
+        dims = (p.gemm[0], p.gemm[1], p.gemm[2], p.gemm[3])
+        if h is not None:
+            return p.flops / (e * peak * gemm_shape_factor(dims, h))
+        assert pack is not None  # the pack form
+        hot_ns, cold_ns, _ = pack
+        cold = (p.gemm_cold[0], p.gemm_cold[1]) if p.gemm_cold else (False, False)
+        return p.flops / (e * peak) + gemm_pack_time(dims, hot_ns, cold_ns, cold)
 
     def copy_rate(form: str) -> float | None:
         """conv2d's im2col rate (GB/s) with ``form``: the pack form's joint
         fit, or, for the half form, fitted on the conv probes beside their
         GEMMs' model times; None where the probes show no copy time."""
         if form == "pack":
-            return fits["pack"][2][2]  # type: ignore[index]
+            pack = fits["pack"][2]
+            return pack[2] if pack is not None else None
         pairs = [(p.copy_bytes / body, model(form, effs[form], p, peak) / body) for p, body, peak in convs]
         num = sum(c * (1.0 - g) for c, g in pairs)
         den = sum(c * c for c, _ in pairs)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ def measure_gemm(dtype: str, sizes: tuple[int, ...], budget: float) -> tuple[flo
     best = (0.0, 0, 0)
     for n in sizes:
         a, b = k.make_tensor(dtype, (n, n), rng), k.make_tensor(dtype, (n, n), rng)
-        secs, runs = median_time(lambda a=a, b=b: k.run_kernel("matmul", [a, b], {}), budget / len(sizes))
+        secs, runs = median_time(partial(k.run_kernel, "matmul", [a, b], {}), budget / len(sizes))
         rate = 2.0 * n**3 / secs / 1e9
         if rate > best[0]:
             best = (rate, n, runs)
@@ -148,7 +149,7 @@ def cache_sweep(sizes_mib: tuple[float, ...], launch: float, budget: float) -> t
     out = []
     for mib in sizes_mib:
         a, b = stream_arrays(mib)
-        secs, _ = median_time(lambda a=a, b=b: _add(a, b), budget / len(sizes_mib), min_runs=5)
+        secs, _ = median_time(partial(_add, a, b), budget / len(sizes_mib), min_runs=5)
         body = secs - launch
         if body > 0:
             out.append((3 * a.nbytes / 2**20, 3 * a.nbytes / body / 1e9))

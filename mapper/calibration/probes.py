@@ -160,6 +160,7 @@ def run_probes(plat: Platform, passes: int = 9, between: Callable[[], None] | No
     out = []
     for (key, _), (graph, task, _, _), times in zip(PROBES, setup, samples):
         cost = build_cost_table(graph, plat)
+        assert task.output is not None  # every probe is an op call
         shape = ", ".join(str(x) for x in task.output.shape)
         dims = gemm_dims(task)
         out.append(Probe(op_class(task.op), f"{task.op} -> [{shape}]", statistics.median(times),

@@ -42,10 +42,10 @@ def platform_toml(cal: Calibration) -> str:
         lines.append(f"{r.key} = {_num(r.stored)}")
     lines.append("# physical memory (sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)")
     lines.append(f"memory_gib = {cal.memory_gib:.2f}")
-    for r in (cal.cache_mib, cal.cache_bandwidth_gbs):
-        if r is not None:
-            lines.append(f"# {r.how}")
-            lines.append(f"{r.key} = {_num(r.stored)}")
+    for cached in (cal.cache_mib, cal.cache_bandwidth_gbs):
+        if cached is not None:
+            lines.append(f"# {cached.how}")
+            lines.append(f"{cached.key} = {_num(cached.stored)}")
     if cal.cache_mib is None and cal.cache_sweep:
         lines.append("# no cache keys: no working set of the add sweep ran 25 % faster than memory; sweep "
                      "(working set, GB/s): " + ", ".join(f"{w:.3g} MiB {r:.3g}" for w, r in cal.cache_sweep))
@@ -108,8 +108,8 @@ def platform_toml(cal: Calibration) -> str:
                 lines.append("gemm_pack_cold_ns = { " + ", ".join(
                     f"{d} = {h:.4g}" for d, h in zip("ab", fit.pack_cold)) + " }")
             if fit.half is not None:
-                halves = ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half))
-                lines.append("gemm_half_lengths = { " + halves + " }")
+                gemm_halves = ", ".join(f"{d} = {h:.4g}" for d, h in zip("mnk", fit.half))
+                lines.append("gemm_half_lengths = { " + gemm_halves + " }")
             if fit.im2col_gbs is not None:
                 lines.append(f"# conv2d's im2col, bytes moved (matrix written, input read at the stride) per "
                              f"second, fitted on {fit.conv_probes} conv probes")

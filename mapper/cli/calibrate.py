@@ -28,13 +28,16 @@ def run(args: argparse.Namespace) -> int:
     from mapper.calibration.writer import calibrated_platform, platform_toml
     from mapper.report.common import atomic_write
 
-    log = None if args.quiet else (lambda line: sys.stderr.write(line + "\n"))
+    def log(line: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(line + "\n")
+
     cal = calibrate(Settings.quick() if args.quick else Settings(), name=args.name, log=log)
     calibrated_platform(cal)  # the file must load: check before writing
     text = platform_toml(cal)
     if args.output:
         atomic_write(args.output, text)
-        if log:
+        if not args.quiet:
             log(f"wrote {args.output} ({cal.seconds:.1f} s)")
     else:
         sys.stdout.write(text)

@@ -11,6 +11,7 @@ import argparse
 import signal
 import sys
 import time
+from typing import Any
 
 from mapper.errors import OptionsError
 from mapper.mapping.base import OBJECTIVES, MapOptions, Progress
@@ -98,7 +99,7 @@ class Interrupt:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous = None
+        self._previous: Any = None  # the SIGINT handler to restore
 
     def __enter__(self) -> Interrupt:
         self._previous = signal.signal(signal.SIGINT, self._handle)

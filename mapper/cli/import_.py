@@ -37,7 +37,7 @@ def run(args) -> int:
     try:
         ref = ReferenceMachine(gflops_per_core=args.gflops_per_core, default_parallel=args.parallel)
     except InputError as err:
-        option = {"default_parallel": "--parallel", "gflops_per_core": "--gflops-per-core"}.get(err.obj, err.obj)
+        option = {"default_parallel": "--parallel", "gflops_per_core": "--gflops-per-core"}.get(err.obj or "", err.obj)
         raise OptionsError(err.message, obj=option) from None
     wf = read_wfformat(args.file)
     graph = workflow_graph(wf, ref)

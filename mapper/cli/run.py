@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         extra = calibrated_run(
             result, calibration_settings(args.quick_calibration), repeats=args.repeats, seed=args.seed,
             check=not args.no_check, max_workers=args.workers,
-            log=lambda line: sys.stderr.write(f"calibrate: {line}\n"),
+            log=_calibration_log,
         )
         trace, result = extra.trace, extra.result
     else:
@@ -122,3 +122,7 @@ def _check_calibration_options(args: argparse.Namespace) -> None:
             f"--calibrate measures the Numba kernels, so the run must use them too; got --backend {args.backend}",
             obj="--backend",
         )
+
+
+def _calibration_log(line: str) -> None:
+    sys.stderr.write(f"calibrate: {line}\n")

@@ -112,7 +112,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         rd = rate_dtype(device, task.dtype)
         if rd is None:
             return infeasible_estimate(f"no {task.dtype} rate in peak_gflops")
-        peak = e_c * device.peak(rd) * 1e9
+        peak = e_c * (device.peak(rd) or 0.0) * 1e9  # rate_dtype returns only a dtype with a peak
         p = min(max(float(task.parallel), 0.0), 1.0)
         serial = device.serial_gflops * 1e9 if device.serial_gflops is not None else peak
         t_par = p * flops / peak

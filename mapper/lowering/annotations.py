@@ -24,20 +24,22 @@ class Annotator:
         self.err = err
 
     def annotate(self, annotations: tuple[S.Annotation, ...], values: dict[str, Any], fields: dict[str, Any],
-                  allow: tuple[str, ...], deny: tuple[str, ...]):
+                 allow: tuple[str, ...], deny: tuple[str, ...],
+                 ) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
+        """The task fields, allowed and denied devices after ``annotations``."""
         seen: dict[type, SourceSpan] = {}
         for ann in annotations:
             kind = type(ann)
-            if kind is S.Place:
+            if isinstance(ann, S.Place):
                 continue
             if kind in seen:
                 raise self.err(f"'{_ANN_WORD[kind]}' is given twice", ann.span, f"first at {seen[kind]}")
             seen[kind] = ann.span
-            if kind is S.Work:
+            if isinstance(ann, S.Work):
                 fields.update(self.work(ann, values))
-            elif kind is S.Cost:
+            elif isinstance(ann, S.Cost):
                 fields["explicit_cost"] = self.cost(ann, values)
-            elif kind is S.Parallel:
+            elif isinstance(ann, S.Parallel):
                 p = self.ev.number(ann.value, values, "parallel")
                 if p > 1:
                     raise self.err(f"parallel must be between 0 and 1, got {p!r}", ann.value.span)
@@ -53,11 +55,11 @@ class Annotator:
         """Merge this call's ``@`` annotations with the placement of the enclosing instance."""
         allow: list[str] = []
         deny: list[str] = list(outer_deny)
-        first: S.Place | None = None
-        for a in annotations:
-            if not isinstance(a, S.Place):
-                continue
-            first = first or a
+        places = [a for a in annotations if isinstance(a, S.Place)]
+        if not places:
+            return tuple(outer_allow), tuple(outer_deny)
+        first = places[0]
+        for a in places:
             target = deny if a.deny else allow
             if a.target in (deny[len(outer_deny):] if a.deny else allow):
                 raise self.err(f"'{a.target}' appears twice in the placement", a.span)

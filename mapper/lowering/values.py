@@ -170,6 +170,8 @@ class Evaluator:
                 raise self.err(f"unknown csr argument '{a.key}'", a.key_span, "csr takes nnz = ...")
             if nnz is not None:
                 raise self.err("nnz is given twice", a.key_span)
+            if isinstance(a.value, (S.Str, S.ListValue)):
+                raise self.err("nnz must be an integer", a.value.span)
             nnz = self.integer(a.value, values, "nnz", low=0)
             if nnz > shape[0] * shape[1]:
                 raise self.err(f"nnz = {nnz} exceeds the matrix size {shape[0]}*{shape[1]}", a.span)

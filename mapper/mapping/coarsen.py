@@ -132,7 +132,7 @@ def coarsen(cost: CostTable, options: ScheduleOptions = ScheduleOptions()) -> Co
         bound.append(tuple(row_b))
         area.append(tuple(row_a))
         footprint.append(sum(cost.footprint[t] for t in members))
-    edges = []
+    edges: list[Edge] = []
     for e in g.edges:
         a, b = group_of[e.src], group_of[e.dst]
         if a != b:

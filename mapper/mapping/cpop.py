@@ -68,6 +68,7 @@ class CpopMapper(Mapper):
         on_path = set(path) if cp_dev is not None else set()
         placer = Placer(cost, options.schedule)
         for t in priority_order(cost, priority):
-            placer.place_best(t, devices=(cp_dev,) if t in on_path and placer.fits(t, cp_dev) else None)
+            on_cp_dev = cp_dev is not None and t in on_path and placer.fits(t, cp_dev)
+            placer.place_best(t, devices=(cp_dev,) if on_cp_dev and cp_dev is not None else None)
         notes = () if cp_dev is not None else ("no device can run the whole critical path",)
         return heuristic_result(self.name, placer.schedule(), options, started, notes)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from mapper.cost import CostTable
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
-from mapper.mapping.coarsen import coarsen, expand, project
+from mapper.mapping.coarsen import Coarsening, coarsen, expand, project
 from mapper.mapping.exact.incumbent import (
     Incumbent,
     best_heuristic,
@@ -211,7 +211,7 @@ def _windows(schedule: Schedule, k: int, critical: bool) -> list[tuple[int, ...]
 
 
 def map_large(
-    cost: CostTable, options: MapOptions, best: Incumbent | None, notes: tuple[str, ...], t0: float
+    cost: CostTable, options: MapOptions, best: Incumbent | None, given_notes: tuple[str, ...], t0: float
 ) -> MapResult:
     """The large-graph path of :class:`~mapper.mapping.milp.MilpMapper`.
 
@@ -222,7 +222,7 @@ def map_large(
     objective, sopts = options.objective, options.schedule
     deadline = t0 + options.time_limit
     timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)
-    notes = list(notes)
+    notes = list(given_notes)
     report = progress_reporter(options, t0)
     coarse = coarsen(cost, sopts)
     notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
@@ -261,14 +261,15 @@ def map_large(
     return make_result(cost, options, best.schedule, best.value, "heuristic", None, t0, notes)
 
 
-def _coarse_start(coarse, options: MapOptions, fine_best: Schedule | None, best: Incumbent | None):
+def _coarse_start(coarse: Coarsening, options: MapOptions, fine_best: Schedule | None,
+                  best: Incumbent | None) -> tuple[Schedule | None, str]:
     """Better of the heuristics on the coarse graph and the projection of the
     best fine mapping (when no chain is split): ``(schedule, origin)``."""
     objective = options.objective
     c_best, _ = best_heuristic(coarse.cost, options)
     start = c_best.schedule if c_best is not None else None
     origin = f"{c_best.name} on the coarse graph" if c_best is not None else ""
-    if fine_best is None:
+    if fine_best is None or best is None:
         return start, origin
     proj = project(coarse, fine_best.device_of, tuple(s.start for s in fine_best.slots))
     if proj is not None:

@@ -35,8 +35,8 @@ class Placer:
         self.options = options
         self.insertion = insertion
         self.timeline = Timeline(cost.n_devices)
-        self.device: list[int | None] = [None] * cost.n_tasks
-        self.end: list[float | None] = [None] * cost.n_tasks
+        self.device: list[int] = [-1] * cost.n_tasks  # -1: not placed yet
+        self.end: list[float] = [0.0] * cost.n_tasks
         self.memory = [0.0] * cost.n_devices
         self.area = [0.0] * cost.n_devices
         self.link_free: dict[int, float] = {}

@@ -213,7 +213,8 @@ class DeviceStats:
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
     total = 0.0
-    cur_s = cur_e = None
+    cur_s = 0.0
+    cur_e: float | None = None
     for s, e in sorted(intervals):
         if cur_e is None or s > cur_e:
             if cur_e is not None:
@@ -316,8 +317,8 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
             start = me.start
             for e in graph.preds[step.index]:
                 edge = graph.edges[e]
-                tr = xfer.get(e)
-                if tr is not None and slots[edge.src].device != me.device:
+                inbound = xfer.get(e)
+                if inbound is not None and slots[edge.src].device != me.device:
                     cands.append((tr.end, 0, PathStep("transfer", e)))
                 else:
                     cands.append((slots[edge.src].end, 0, PathStep("task", edge.src)))

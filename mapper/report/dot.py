@@ -29,6 +29,7 @@ def to_dot(obj: MapResult | Schedule | TaskGraph) -> str:
     result = obj if isinstance(obj, MapResult) else None
     sched = obj.schedule if isinstance(obj, MapResult) else (obj if isinstance(obj, Schedule) else None)
     graph = sched.cost.graph if sched is not None else obj
+    assert isinstance(graph, TaskGraph)
     q = dot_quote
     title = graph.name
     if sched is not None:

@@ -46,7 +46,7 @@ class _Item:
     start: float
     end: float
     key: tuple[int, int]  # (0 task | 1 transfer, index): stable order
-    markup: object = None  # (cls, attrs, fill, label, title)
+    markup: tuple[str, dict[str, object], str, str, str] = ("", {}, "", "", "")  # (cls, attrs, fill, label, title)
     row: int = 0
 
 
@@ -142,7 +142,7 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
     tol = 1e-12 * span
     plot_w = width - LABEL_W - PAD_R
     lanes = _lanes(sched, crit_set)
-    y = AXIS_H
+    y = float(AXIS_H)
     for lane in lanes:
         lane.rows = _pack(lane.items, tol)
         lane.y = y

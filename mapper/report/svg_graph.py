@@ -136,8 +136,8 @@ def graph_svg(sched: Schedule, crit: tuple[PathStep, ...] = ()) -> tuple[str, st
     n_cols = min(n_levels, MAX_COLUMNS)
     col = [lv * n_cols // n_levels for lv in levels]
     groups: dict[tuple[int, int], list[int]] = {}
-    for t in range(len(graph.tasks)):
-        groups.setdefault((col[t], dev_of[t]), []).append(t)
+    for i in range(len(graph.tasks)):
+        groups.setdefault((col[i], dev_of[i]), []).append(i)
     keys = {g: k for k, g in enumerate(sorted(groups))}
     nodes = []
     for (c, d), members in sorted(groups.items()):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from mapper.mapping.base import MapResult
 from mapper.report.common import atomic_write, device_stats, fmt_pct, fmt_time
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
     """Columns padded to their widest cell; ``right[i]`` right-aligns column i."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 

@@ -267,13 +267,15 @@ class Formulation:
         frozen = self.frozen()
         after = self.after_horizon()
         hk = sub.horizon * k if sub.horizon is not None else INF
+        starts = sub.start or ()  # set whenever a task is fixed or frozen
         if not self.all_free:
+            assert sub.device is not None and sub.start is not None  # checked: a partial problem has an incumbent
             fixed_order = order_from_starts(cost, sub.device, sub.start)
             self.fixed_chain = chain_arcs(fixed_order, frozenset(range(n)) - self.free)
         arcs = dag_arcs(cost) + self.fixed_chain
         devs = [self.devices(t) for t in range(n)]
         mint = [min(self.tt[t][d] for d in devs[t]) for t in range(n)]
-        release = [sub.start[t] * k if t in frozen else hk if t in after else 0.0 for t in range(n)]
+        release = [starts[t] * k if t in frozen else hk if t in after else 0.0 for t in range(n)]
         head, tail = head_tail(n, arcs, mint, release)
         latest = [head[t] if t in frozen else max(head[t], self.upper - mint[t] - tail[t]) for t in range(n)]
         if hk < INF:

@@ -92,7 +92,7 @@ class Outcome:
     first_incumbent: float | None
 
 
-class _HighsWarm(pulp.HiGHS):  # type: ignore[misc]  # PuLP is untyped
+class _HighsWarm(pulp.HiGHS):
     """PuLP's in-process HiGHS plus a MIP start (``setSolution``) and
     callbacks for progress; PuLP 3.3's own ``HiGHS`` ignores warm starts."""
 
