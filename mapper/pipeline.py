@@ -1,7 +1,7 @@
 """The compiler pipeline: parse -> lower -> platform -> cost -> map -> validate.
 
-Each stage is a function from one frozen type to the next (DESIGN.md section
-2). :func:`compile_graph` calls them in order, times each stage, and can stop
+Each stage is a function from one frozen type to the next (docs/architecture.md).
+:func:`compile_graph` calls them in order, times each stage, and can stop
 after any stage (``dump_after``: it raises :class:`StoppedAfter`, which
 carries the stage's product).
 """

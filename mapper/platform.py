@@ -3,7 +3,7 @@
 ``load_platform`` reads a platform file (TOML, via the standard library's
 ``tomllib``) by shipped name or by path and checks it against the schema in
 ``docs/platforms.md``; every problem is one :class:`PlatformError` whose
-``obj`` is ``"FILE: key.path"``. Routes follow DESIGN.md section 3: a direct
+``obj`` is ``"FILE: key.path"``. Routes follow docs/architecture.md: a direct
 link when declared, else store-and-forward through the host's memory.
 """
 

@@ -1,4 +1,4 @@
-"""THE timing semantics of mapper (DESIGN.md section 3, the delay model).
+"""THE timing semantics of mapper (docs/architecture.md, the delay model).
 
 Given an assignment of tasks to devices (and optionally a per-device order),
 compute when every task and transfer runs. The MILP and the validator encode

@@ -1,6 +1,6 @@
 """An independent check of a :class:`~mapper.schedule.Schedule`.
 
-Recomputes every rule of the delay model (DESIGN.md section 3) from the
+Recomputes every rule of the delay model (docs/architecture.md) from the
 schedule's CostTable and slots alone: it never calls ``mapper.schedule``'s
 builders nor any mapper, so a bug there shows up here. Times are compared
 with a tolerance of 1e-9 relative to the schedule's time scale (its largest

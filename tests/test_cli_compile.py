@@ -1,4 +1,4 @@
-"""`mapper compile`: the CLI contract of DESIGN.md section 6, end to end."""
+"""`mapper compile`: the CLI contract of docs/architecture.md, end to end."""
 
 from __future__ import annotations
 

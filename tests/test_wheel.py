@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "mapper", "grammar", "platforms", "kernels")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "mapper", "grammar", "platforms", "kernels")
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,8 @@ def test_wheel_contains_grammar_and_platforms(wheel):
     for name in tomls:
         assert f"mapper/platforms/{name}" in names, name
     assert "mapper/kernels/__init__.py" in names
+    assert "mapper/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the wheel carries no LICENSE"
 
 
 def test_installed_wheel_finds_its_grammar(wheel, tmp_path):

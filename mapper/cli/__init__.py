@@ -2,7 +2,7 @@
 
 Each module in :data:`COMMANDS` defines ``register(subparsers)``, which adds
 its parser and sets ``func(args) -> int``. Errors become exit codes here:
-bad input 2, infeasible 3, internal 1 (see DESIGN.md section 6).
+bad input 2, infeasible 3, internal 1 (see docs/architecture.md).
 """
 
 from __future__ import annotations

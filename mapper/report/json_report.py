@@ -1,4 +1,4 @@
-"""The JSON report: the machine-readable contract of DESIGN.md section 6.
+"""The JSON report: the machine-readable contract of docs/architecture.md.
 
 Top-level keys, in this order: ``makespan``, ``mapper``, ``status``,
 ``objective``, ``objective_value``, ``lower_bound``, ``gap``, ``solve_time``
