@@ -319,7 +319,7 @@ def critical_path(schedule: Schedule) -> tuple[PathStep, ...]:
                 edge = graph.edges[e]
                 inbound = xfer.get(e)
                 if inbound is not None and slots[edge.src].device != me.device:
-                    cands.append((tr.end, 0, PathStep("transfer", e)))
+                    cands.append((inbound.end, 0, PathStep("transfer", e)))
                 else:
                     cands.append((slots[edge.src].end, 0, PathStep("task", edge.src)))
             if step.index in chain_prev:  # pipelined: explained by the stage before it
