@@ -299,3 +299,23 @@ def test_critical_path_property(seed, n, shape, explicit, contention, streaming,
         else:
             assert abs(span(a)[1] - span(b)[0]) <= tol
     assert span(path[0])[0] == 0.0
+
+
+def test_critical_path_of_the_heft_paper_schedule_follows_its_transfers():
+    # HEFT's schedule of the paper's graph (makespan 80): n1 -> n4 -> n6 -> n8 -> n10, with the
+    # three transfers between devices on the path (a regression: an inbound transfer was once
+    # timed by another transfer's end, and the path went through n3 instead)
+    from pathlib import Path
+
+    from mapper.cost import build_cost_table
+    from mapper.lower import load_graph
+    from mapper.mapping import get_mapper
+    from mapper.platform import load_platform
+
+    root = Path(__file__).resolve().parents[1]
+    cost = build_cost_table(load_graph(root / "examples" / "heft_paper.tg"), load_platform("heft3"))
+    s = get_mapper("heft").map(cost).schedule
+    steps = [(p.kind, cost.graph.tasks[p.index].name if p.kind == "task" else p.index)
+             for p in common.critical_path(s)]
+    assert steps == [("task", "n1"), ("transfer", 2), ("task", "n4"), ("task", "n6"), ("transfer", 8),
+                     ("task", "n8"), ("transfer", 13), ("task", "n10")]
