@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mapper.terminal import escape_controls
+
 
 @dataclass(frozen=True, slots=True)
 class SourceSpan:
@@ -87,12 +89,12 @@ def format_error(err: MapperError) -> str:
     lines = [head]
     if err.span is not None and err.source_line is not None:
         text = err.source_line.rstrip("\n")
-        lines.append(f"    {text}")
+        lines.append(f"    {escape_controls(text)}")
         width = 1
         if err.span.end_col is not None and err.span.end_col > err.span.col:
             width = err.span.end_col - err.span.col
         # keep tabs so the caret lines up under the source text
-        pad = "".join(ch if ch == "\t" else " " for ch in text[: max(err.span.col - 1, 0)])
+        pad = "".join(ch if ch == "\t" else " " for ch in escape_controls(text[: max(err.span.col - 1, 0)]))
         lines.append(f"    {pad}{'^' + '~' * (width - 1)}")
     if err.hint:
         lines.append(f"hint: {err.hint}")

@@ -19,6 +19,7 @@ from typing import Any
 
 from mapper import syntax as S
 from mapper.errors import DslError, InputError, SourceSpan
+from mapper.files import Unreadable, read_text
 from mapper.graph import Operand, Placement, Task, TaskGraph, TensorType
 from mapper.lowering.annotations import Annotator
 from mapper.lowering.edges import ExplicitEdge, graph_edges
@@ -28,6 +29,8 @@ from mapper.parse import parse
 
 __all__ = ["graph_from_text", "load_graph", "lower", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
 
+#: The file name ending an include must have: includes are task-graph programs only.
+INCLUDE_SUFFIX = ".tg"
 #: The most tasks one graph may have.
 MAX_TASKS = 1_000_000
 #: The most loop iterations one program may run (all loops together).
@@ -79,18 +82,12 @@ def _first_line(text: str) -> str | None:
 
 
 def _read(file: str, span: SourceSpan | None, err: Any) -> str:
-    """The text of ``file``; errors name the file (and the include, via ``err``)."""
+    """The text of ``file`` (a regular file, at most :data:`mapper.files.MAX_INPUT_BYTES`);
+    errors name the file (and the include, via ``err``)."""
     try:
-        with open(file, encoding="utf-8-sig") as fh:  # a leading BOM is dropped
-            return fh.read()
-    except UnicodeDecodeError:
-        why = "it is not UTF-8 text"
-    except IsADirectoryError:
-        why = "it is a directory"
-    except FileNotFoundError:
-        why = "no such file"
-    except OSError as exc:
-        why = exc.strerror or str(exc)
+        return read_text(file)
+    except Unreadable as exc:
+        why = exc.why
     if err is None:
         raise InputError(f"cannot read '{file}': {why}", obj=file)
     raise err(f"cannot read included file '{file}': {why}", span)
@@ -191,6 +188,9 @@ class _Lowerer:
                 self.graph = item
 
     def _include(self, program: S.Program, inc: S.Include, chain: list[str]) -> None:
+        if not inc.path.endswith(INCLUDE_SUFFIX):
+            raise self.err(f"an include names a DSL file ending in '{INCLUDE_SUFFIX}', got '{inc.path}'", inc.span,
+                           "include only task-graph programs, relative to the including file")
         base = os.path.dirname(program.file) if not program.file.startswith("<") else ""
         file = os.path.normpath(os.path.join(base, inc.path))
         key = self._key(file)

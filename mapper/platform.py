@@ -9,7 +9,9 @@ link when declared, else store-and-forward through the host's memory.
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mapper.errors import PlatformError, SourceSpan
+from mapper.files import Unreadable, read_text
 from mapper.graph import DTYPE_BYTES
 from mapper.ops import FLAG_VARIANTS, OP_CLASSES, OPS
 
@@ -151,6 +154,11 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
     "cache_bandwidth_gbs": ("pos", "GB/s"),
     "im2col_gbs": ("pos", "GB/s"),
 }
+#: Numbers in a platform file lie in [-MAX_NUMBER, MAX_NUMBER]; positive ones are at least MIN_POSITIVE
+#: (whatever the unit: a rate of 1e-9 GB/s or a latency of 1e15 us is a typo, and the cost model
+#: divides by rates).
+MAX_NUMBER = 1e15
+MIN_POSITIVE = 1e-9
 #: Largest per-op ``memory_efficiency`` table entry (see ``stream_fraction``).
 MAX_STREAM_FRACTION = 4.0
 
@@ -204,13 +212,20 @@ class _Checker:
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(path, f"expected a number in {unit}, got {_describe(value)}")
-        x = float(value)
-        if not math.isfinite(x):
-            raise self.fail(path, f"expected a finite number in {unit}, got {value}")
+        try:
+            x = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            x = math.inf
+        if not math.isfinite(x) or abs(x) > MAX_NUMBER:
+            raise self.fail(path, f"expected a finite number in {unit} of at most {MAX_NUMBER:g}, "
+                                  f"got {_short(value)}")
         if rule == "pos" and x <= 0:
-            raise self.fail(path, f"expected a positive number in {unit}, got {value}")
+            raise self.fail(path, f"expected a positive number in {unit}, got {_short(value)}")
+        if rule == "pos" and x < MIN_POSITIVE:
+            raise self.fail(path, f"expected a positive number in {unit} of at least {MIN_POSITIVE:g}, "
+                                  f"got {_short(value)}")
         if rule == "nonneg" and x < 0:
-            raise self.fail(path, f"expected a number >= 0 in {unit}, got {value}")
+            raise self.fail(path, f"expected a number >= 0 in {unit}, got {_short(value)}")
         return x
 
     def fraction(self, value: Any, path: str) -> float:
@@ -457,6 +472,9 @@ def _unknown_key(key: str, allowed: tuple[str, ...]) -> str:
     for cand in allowed:
         if stem == _stem(cand) and key != cand:
             return f"unknown key {key!r}: units are part of the key name; expected {cand!r}"
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    if close:
+        return f"unknown key {key!r}; did you mean {close[0]!r}? (expected one of {', '.join(allowed)})"
     return f"unknown key {key!r}; expected one of {', '.join(allowed)}"
 
 
@@ -493,17 +511,18 @@ def load_platform(name_or_path: str | Path) -> Platform:
         res = shipped[text_name]
         return parse_platform(res.read_text(encoding="utf-8"), res.name)
     path = Path(text_name)
-    if path.is_file():
+    if os.path.lexists(text_name):
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PlatformError(f"cannot read the platform file: {exc}", obj=text_name) from None
+            text = read_text(text_name)
+        except Unreadable as exc:
+            raise PlatformError(f"cannot read the platform file: {exc.why}", obj=text_name) from None
         return parse_platform(text, text_name)
     if path.suffix == ".toml" or len(path.parts) > 1:
         raise PlatformError("no such platform file", obj=text_name)
+    close = difflib.get_close_matches(text_name, list(shipped), n=1)
     raise PlatformError(
         f"unknown platform {text_name!r}; shipped: {', '.join(shipped)} (or give a path to a .toml file)",
-        obj=text_name,
+        obj=text_name, hint=f"did you mean '{close[0]}'?" if close else None,
     )
 
 
@@ -520,3 +539,9 @@ def _triple(v: tuple[float, ...] | None) -> tuple[float, float, float] | None:
 def _pair(v: tuple[float, ...] | None) -> tuple[float, float] | None:
     """A two-number table (checked to have its two keys) as a typed pair."""
     return None if v is None else (v[0], v[1])
+
+
+def _short(value: object) -> str:
+    """``value`` for a message, long digit strings cut."""
+    text = str(value)
+    return text if len(text) <= 30 else f"{text[:12]}...({len(text)} characters)"

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import traceback
 
 from mapper import __version__
 from mapper.errors import MapperError, format_error
+from mapper.terminal import EscapingStream
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
 COMMANDS: tuple[str, ...] = ("compile", "mappers", "cost", "platforms", "check", "run", "calibrate", "import_")
@@ -40,7 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: API parameter names in messages -> the options that set them on the command line.
+FLAGS = {"time_limit": "--time-limit", "makespan_bound": "--makespan-bound", "objective": "--objective",
+         "seed": "--seed", "mapper": "--mapper", "compare": "--compare"}
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends the command as Ctrl-C does: outputs half-written are removed."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every error ends as a message and an exit code (docs/architecture.md)."""
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingStream(stdout), EscapingStream(stderr)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = stdout, stderr
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -49,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MapperError as err:
+        if err.obj in FLAGS:
+            err.obj = FLAGS[err.obj]
         sys.stderr.write(format_error(err) + "\n")
         return err.exit_code
     except KeyboardInterrupt:
@@ -56,6 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        sys.stderr.write("error: out of memory: the input is too large for this machine\n")
+        return 2
+    except RecursionError:
+        sys.stderr.write("error: the input is nested too deeply\n")
+        return 2
+    except Exception as err:  # a bug: say so, without a traceback unless asked
+        if os.environ.get("MAPPER_TRACEBACK"):
+            traceback.print_exc()
+        else:
+            sys.stderr.write(f"internal error: {type(err).__name__}: {err}\n"
+                             "this is a bug in mapper; set MAPPER_TRACEBACK=1 to see where it happened\n")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
