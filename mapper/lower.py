@@ -23,14 +23,15 @@ from mapper.files import Unreadable, read_text
 from mapper.graph import Operand, Placement, Task, TaskGraph, TensorType
 from mapper.lowering.annotations import Annotator
 from mapper.lowering.edges import ExplicitEdge, graph_edges
-from mapper.lowering.values import BYTE_UNITS, TIME_UNITS, Evaluator, hint
+from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, Evaluator, hint
 from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
 
 __all__ = ["graph_from_text", "load_graph", "lower", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
 
-#: The file name ending an include must have: includes are task-graph programs only.
-INCLUDE_SUFFIX = ".tg"
+#: The file name endings an include may have: includes are task-graph programs (.tg) or fragments
+#: of them (.inc) only, so that no other file on the machine is read, or echoed in an error.
+INCLUDE_SUFFIXES = (".tg", ".inc")
 #: The most tasks one graph may have.
 MAX_TASKS = 1_000_000
 #: The most loop iterations one program may run (all loops together).
@@ -93,7 +94,6 @@ def _read(file: str, span: SourceSpan | None, err: Any) -> str:
     raise err(f"cannot read included file '{file}': {why}", span)
 
 
-
 @dataclass(slots=True)
 class _Binding:
     """What a tensor name stands for: an operand, or an explicit (output-less) task."""
@@ -116,7 +116,6 @@ class _Scope:
 
     def full(self, local: str) -> str:
         return self.prefix + local
-
 
 
 class _Lowerer:
@@ -188,9 +187,10 @@ class _Lowerer:
                 self.graph = item
 
     def _include(self, program: S.Program, inc: S.Include, chain: list[str]) -> None:
-        if not inc.path.endswith(INCLUDE_SUFFIX):
-            raise self.err(f"an include names a DSL file ending in '{INCLUDE_SUFFIX}', got '{inc.path}'", inc.span,
-                           "include only task-graph programs, relative to the including file")
+        if not inc.path.endswith(INCLUDE_SUFFIXES):
+            raise self.err(f"an include names a DSL file ending in {' or '.join(INCLUDE_SUFFIXES)}, "
+                           f"got '{inc.path}'", inc.span,
+                           "include only task-graph programs and fragments, relative to the including file")
         base = os.path.dirname(program.file) if not program.file.startswith("<") else ""
         file = os.path.normpath(os.path.join(base, inc.path))
         key = self._key(file)
@@ -532,17 +532,18 @@ class _Lowerer:
             pass
         elif st.kind == "comm":
             comm = self.ev.unit(self.ev.number(st.value, scope.values, "comm"), st.unit, st.unit_span,
-                              TIME_UNITS, "time")
+                                TIME_UNITS, "time")
+            comm = self.ev.at_most(comm, MAX_SECONDS, "comm (s)", st.value.span)
         elif st.kind == "bytes":
             size = self.ev.unit(self.ev.number(st.value, scope.values, "bytes"), st.unit, st.unit_span,
-                              BYTE_UNITS, "size")
+                                BYTE_UNITS, "size")
+            size = self.ev.at_most(size, MAX_WORK, "bytes", st.value.span)
         if ends[0] == ends[1]:
             raise self.err(f"task '{self.tasks[ends[0]].name}' cannot depend on itself", st.span)
         self.explicit.append(ExplicitEdge(ends[0], ends[1], size, comm, st.span))
 
+
 _ANYWHERE = Placement()
-
-
 
 
 def _find_return(body: tuple[S.Stmt, ...]) -> S.ReturnStmt | None:
@@ -554,8 +555,6 @@ def _find_return(body: tuple[S.Stmt, ...]) -> S.ReturnStmt | None:
             if found is not None:
                 return found
     return None
-
-
 
 
 def _operand_kind(b: _Binding) -> str:

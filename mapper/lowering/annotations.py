@@ -8,7 +8,7 @@ from typing import Any
 
 from mapper import syntax as S
 from mapper.errors import SourceSpan
-from mapper.lowering.values import BYTE_UNITS, TIME_UNITS, ErrorAt, Evaluator, hint
+from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, ErrorAt, Evaluator, hint
 
 _WORK_KEYS = ("flops", "bytes", "bytes_read", "bytes_written")
 _ANN_WORD = {S.Work: "work", S.Cost: "cost", S.Parallel: "parallel", S.Streamable: "streamable"}
@@ -92,7 +92,7 @@ class Annotator:
                     raise self.err("flops take no unit", m.unit_span)
             else:
                 v = self.ev.unit(v, m.unit, m.unit_span, BYTE_UNITS, "size")
-            got[m.key] = v
+            got[m.key] = self.ev.at_most(v, MAX_WORK, m.key, m.value.span)
         if "bytes" in got and ("bytes_read" in got or "bytes_written" in got):
             raise self.err("give either bytes or bytes_read/bytes_written", w.span)
         out: dict[str, float] = {}
@@ -111,5 +111,6 @@ class Annotator:
             if m.key in got:
                 raise self.err(f"device '{m.key}' is given twice", m.span)
             t = self.ev.number(m.value, values, "a time")
-            got[m.key] = self.ev.unit(t, m.unit, m.unit_span, TIME_UNITS, "time")
+            seconds = self.ev.unit(t, m.unit, m.unit_span, TIME_UNITS, "time")
+            got[m.key] = self.ev.at_most(seconds, MAX_SECONDS, "a time (s)", m.value.span)
         return tuple(sorted(got.items()))

@@ -15,6 +15,10 @@ from mapper.graph import DTYPE_BYTES, TensorType
 
 #: Integers must stay below this magnitude (64-bit signed).
 MAX_INT = 2**63
+#: The largest FLOP or byte count a program may give (10^30: a zettascale machine busy for 30 years).
+MAX_WORK = 1e30
+#: The largest time a program may give, in seconds (10^12 s: over 30,000 years).
+MAX_SECONDS = 1e12
 #: Time units per second (``comm`` and ``cost`` values are divided by it; default s).
 TIME_UNITS: dict[str, float] = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 #: Bytes per size unit (``bytes`` values; default B).
@@ -50,6 +54,8 @@ class Evaluator:
     def eval(self, e: S.Expr, values: dict[str, Any]) -> int | float:
         """Evaluate an integer/float expression (exact integer arithmetic)."""
         if isinstance(e, S.Num):
+            if isinstance(e.value, float) and not math.isfinite(e.value):
+                raise self.err("number too large", e.span)
             return e.value
         if isinstance(e, S.Var):
             try:
@@ -118,6 +124,13 @@ class Evaluator:
         v = float(self.eval(e, values))
         if v < 0:
             raise self.err(f"{what} must be >= 0, got {v!r}", e.span)
+        return v
+
+    def at_most(self, v: float, most: float, what: str, span: SourceSpan | None) -> float:
+        """``v`` (in base units) when it is at most ``most``, else an error at ``span``."""
+        if not v <= most:
+            raise self.err(f"{what} of {v:g} is too large (at most {most:g})", span,
+                           "check the value and its unit")
         return v
 
     def value(self, v: S.Value, values: dict[str, Any]) -> Any:

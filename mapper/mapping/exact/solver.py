@@ -146,7 +146,13 @@ def _cbc(lp: pulp.LpProblem, start: dict[str, float] | None, limit: float, seed:
     if start:
         for var in lp.variables():
             if var.name in start:
-                var.setInitialValue(start[var.name])
+                # a start a rounding step outside its bounds is rejected by CBC: clamp it
+                value = start[var.name]
+                if var.lowBound is not None:
+                    value = max(value, var.lowBound)
+                if var.upBound is not None:
+                    value = min(value, var.upBound)
+                var.setInitialValue(value)
     return pulp.COIN_CMD(
         path=pulp.PULP_CBC_CMD.pulp_cbc_path,
         msg=False,
