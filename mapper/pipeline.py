@@ -18,7 +18,7 @@ from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
-from mapper.mapping.base import MapOptions, MapResult
+from mapper.mapping.base import MapOptions, MapResult, check_options
 from mapper.platform import Platform, load_platform
 from mapper.validate import validate
 
@@ -89,6 +89,10 @@ def compile_graph(
     MapperError
         On bad input (exit 2), infeasibility (exit 3) or an invalid schedule.
     """
+    check_options(options)
+    get_mapper(mapper)  # unknown names fail before any work
+    for name in compare:
+        get_mapper(name, "--compare")
     if dump_after is not None and dump_after not in STAGES:
         raise OptionsError(f"unknown stage {dump_after!r}; choose one of {', '.join(STAGES)}")
     times: list[tuple[str, float]] = []
@@ -117,8 +121,9 @@ def compile_graph(
     cost = stage("cost", lambda: build_cost_table(graph, plat))
 
     def map_all() -> tuple[MapResult, ...]:
-        names = (mapper, *(m for m in dict.fromkeys(compare) if m != mapper))
-        return tuple(get_mapper(name).map(cost, options) for name in names)
+        others = tuple(m for m in dict.fromkeys(compare) if m != mapper)
+        mappers = (get_mapper(mapper), *(get_mapper(m, "--compare") for m in others))
+        return tuple(m.map(cost, options) for m in mappers)
 
     results = stage("map", map_all)
 

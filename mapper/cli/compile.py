@@ -142,8 +142,6 @@ def _dump(stage: str, product) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.time_limit <= 0:
-        raise OptionsError(f"--time-limit must be positive, got {args.time_limit:g}", obj="--time-limit")
     if args.makespan_bound is not None and args.objective != "energy":
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())

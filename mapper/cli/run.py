@@ -51,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from mapper.execute import check_options, execute, refuse_kernel_less
     from mapper.lower import load_graph
     from mapper.mapping.base import MapOptions
+    from mapper.mapping.base import check_options as check_map_options
     from mapper.pipeline import compile_graph
     from mapper.report.common import atomic_write
     from mapper.trace import format_trace
 
-    if args.time_limit <= 0:
-        raise OptionsError(f"--time-limit must be positive, got {args.time_limit:g}", obj="--time-limit")
+    map_options = MapOptions(time_limit=args.time_limit, seed=args.seed)
+    check_map_options(map_options)
     check_options(backend=args.backend, repeats=args.repeats, max_workers=args.workers)
     _check_calibration_options(args)
     graph = load_graph(args.file)
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         platform = load_platform(args.platform)
         first_cpu(platform)
     compiled = compile_graph(
-        graph, platform, mapper=args.mapper, options=MapOptions(time_limit=args.time_limit, seed=args.seed)
+        graph, platform, mapper=args.mapper, options=map_options
     )
     result = compiled.result
     extra: CalibratedRun | None = None

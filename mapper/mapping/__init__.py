@@ -7,6 +7,7 @@ does not break the others.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 
 from mapper.errors import OptionsError
@@ -28,10 +29,12 @@ def _load(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def get_mapper(name: str):
-    """A new instance of the mapper called ``name`` (unknown: :class:`OptionsError`)."""
+def get_mapper(name: str, option: str = "--mapper"):
+    """A new instance of the mapper called ``name`` (unknown: :class:`OptionsError` naming ``option``)."""
     if name not in MAPPERS:
-        raise OptionsError(f"unknown mapper {name!r}; available: {', '.join(MAPPERS)}", obj="--mapper")
+        close = difflib.get_close_matches(name, list(MAPPERS), n=1)
+        raise OptionsError(f"unknown mapper {name!r}; available: {', '.join(MAPPERS)}", obj=option,
+                           hint=f"did you mean '{close[0]}'?" if close else None)
     return _load(name)()
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mapper.cost import CostTable
+from mapper.errors import OptionsError
 from mapper.schedule import Schedule, ScheduleOptions
 
 OBJECTIVES = ("makespan", "energy", "throughput")
@@ -41,6 +43,25 @@ class MapOptions:
 
     def should_stop(self) -> bool:
         return self.stop is not None and self.stop()
+
+
+def check_options(options: MapOptions) -> None:
+    """Raise :class:`OptionsError` for options no mapper can honour (one check for all of them)."""
+    if options.objective not in OBJECTIVES:
+        raise OptionsError(
+            f"unknown objective {options.objective!r}; choose one of {', '.join(OBJECTIVES)}", obj="objective"
+        )
+    limit = options.time_limit
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (limit > 0 and math.isfinite(limit)):
+        raise OptionsError(f"the time limit must be a positive number of seconds, got {limit}", obj="time_limit")
+    bound = options.makespan_bound
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))
+                              or not (bound > 0 and math.isfinite(bound))):
+        raise OptionsError(f"the makespan bound must be a positive number of seconds, got {bound}",
+                           obj="makespan_bound")
+    seed = options.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise OptionsError(f"the seed must be an integer from 0 to 2**63 - 1, got {seed}", obj="seed")
 
 
 @dataclass(frozen=True, slots=True)

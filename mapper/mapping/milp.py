@@ -19,12 +19,11 @@ to :func:`mapper.mapping.lns.map_large` instead (no exact model).
 
 from __future__ import annotations
 
-import math
 import time
 
 from mapper.cost import CostTable
-from mapper.errors import InfeasibleError, MapperError, OptionsError
-from mapper.mapping.base import OBJECTIVES, MapOptions, Mapper, MapResult
+from mapper.errors import InfeasibleError, MapperError
+from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact import solver
 from mapper.mapping.exact.formulation import is_fpga
 from mapper.mapping.exact.incumbent import (
@@ -53,18 +52,6 @@ EXACT_MAX_PAIRS = 1500
 #: 10 s of LNS beat 20 s of the full model on most graphs).
 LNS_FIRST_TASKS = 20
 LNS_SHARE = 0.5
-
-
-def check_options(options: MapOptions) -> None:
-    if options.objective not in OBJECTIVES:
-        raise OptionsError(
-            f"unknown objective {options.objective!r}; choose one of {', '.join(OBJECTIVES)}", obj="objective"
-        )
-    if not (options.time_limit > 0 and math.isfinite(options.time_limit)):
-        raise OptionsError(f"time limit must be a positive number of seconds, got {options.time_limit}",
-                           obj="time_limit")
-    if options.makespan_bound is not None and not options.makespan_bound > 0:
-        raise OptionsError(f"makespan bound must be positive, got {options.makespan_bound}", obj="makespan_bound")
 
 
 def check_feasible(cost: CostTable, options: ScheduleOptions) -> None:
