@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.costmodel.efficiency import op_class
-from mapper.costmodel.latency import Estimate, estimate, infeasible_estimate
+from mapper.costmodel.latency import NO_RATES, Estimate, estimate, infeasible_estimate
 from mapper.errors import InfeasibleError, InputError, OptionsError
 from mapper.graph import Task, TaskGraph
 from mapper.platform import DEVICE_KINDS, Device, Platform
@@ -102,13 +102,22 @@ class CostTable:
         )
 
     def require_feasible(self) -> None:
-        """Raise :class:`InfeasibleError` naming the first task no device can run."""
+        """Raise :class:`InfeasibleError` naming the first task no device can run.
+
+        When no device of the platform has the rates to price the task at
+        all, the platform does not describe the graph: that is bad input
+        (:class:`InputError`, exit 2), not an infeasible mapping.
+        """
         for t in range(self.n_tasks):
             if not self.feasible_devices(t):
                 task = self.graph.tasks[t]
-                why = "; ".join(
-                    f"{self.platform.devices[d].name}: {self.reason(t, d)}" for d in range(self.n_devices)
-                )
+                reasons = [self.reason(t, d) or "its time there is infinite" for d in range(self.n_devices)]
+                why = "; ".join(f"{self.platform.devices[d].name}: {r}" for d, r in enumerate(reasons))
+                if reasons and all(r.startswith(NO_RATES) for r in reasons):
+                    raise InputError(
+                        f"platform {self.platform.name} cannot price task {task.name}: no device declares "
+                        "peak_gflops or mem_bandwidth_gbs", span=task.span, obj=task.name,
+                        hint="use a platform with device rates, or give the graph's tasks explicit costs")
                 raise InfeasibleError(f"task {task.name} can run on no device ({why})", span=task.span, obj=task.name)
 
 

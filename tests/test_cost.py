@@ -201,8 +201,10 @@ def test_device_without_rates_reports_no_rates():
     c = build_cost_table(g, load_platform("heft3"))
     assert c.time[0] == (INF, INF, INF)
     assert c.reason(0, 0).startswith("no rates")
-    with pytest.raises(InfeasibleError, match="task w can run on no device"):
+    # a platform that cannot price the graph at all is bad input (exit 2), not an infeasible mapping
+    with pytest.raises(InputError, match="platform heft3 cannot price task w") as err:
         c.require_feasible()
+    assert not isinstance(err.value, InfeasibleError) and err.value.exit_code == 2
 
 
 def test_routes_direct_and_via_host_and_their_times():

@@ -37,6 +37,8 @@ from mapper.graph import Task
 from mapper.platform import Device
 
 INF = math.inf
+#: How the reason of a device without any rates begins.
+NO_RATES = "no rates"
 MIB = float(2**20)
 
 
@@ -106,7 +108,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
             e_c *= n / (n + half)
     flops, nbytes = kernel_flops(task), float(task.bytes)
     if (flops > 0 or nbytes > 0) and not device.has_rates:
-        return infeasible_estimate("no rates: the device declares no peak_gflops or mem_bandwidth_gbs")
+        return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
     if flops > 0:
         rd = rate_dtype(device, task.dtype)
