@@ -111,6 +111,11 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
                 raise OptionsError(f"{path!r} is an input of this command; refusing to write over it", obj=opt)
 
 
+def existing(*paths: str | os.PathLike[str] | None) -> list[str]:
+    """Those of ``paths`` that name something on disk (inputs given by name or by path)."""
+    return [os.fspath(p) for p in paths if p is not None and os.path.lexists(os.fspath(p))]
+
+
 def check_output_path(path: str, opt: str) -> None:
     """Raise :class:`OptionsError` (naming ``opt``) when ``path`` cannot take an output."""
     if not path:

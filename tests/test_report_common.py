@@ -4,7 +4,6 @@ the other report tests use."""
 from __future__ import annotations
 
 import math
-import os
 import random
 from dataclasses import dataclass
 
@@ -205,31 +204,6 @@ def test_op_colour_stable():
     assert common.op_colour("matmul") == common.op_colour("matmul") == common.PALETTE[0]
     assert common.op_colour("my_custom_op") in common.PALETTE
     assert common.op_colour("matmul") != common.op_colour("conv2d")
-
-
-def test_atomic_write_ok_and_replace(tmp_path):
-    p = tmp_path / "r.txt"
-    common.atomic_write(p, "one")
-    common.atomic_write(p, b"two")
-    assert p.read_bytes() == b"two"
-    assert os.listdir(tmp_path) == ["r.txt"]
-
-
-def test_atomic_write_failure_leaves_nothing(tmp_path, monkeypatch):
-    p = tmp_path / "r.txt"
-
-    def boom(fd):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(common.os, "fsync", boom)
-    with pytest.raises(OSError):
-        common.atomic_write(p, "data")
-    assert os.listdir(tmp_path) == []
-
-
-def test_atomic_write_missing_folder(tmp_path):
-    with pytest.raises(OptionsError):
-        common.atomic_write(tmp_path / "nope" / "r.txt", "x")
 
 
 @dataclass

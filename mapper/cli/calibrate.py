@@ -26,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
     from mapper.calibrate import calibrate
     from mapper.calibration.records import Settings
     from mapper.calibration.writer import calibrated_platform, platform_toml
-    from mapper.report.common import atomic_write
+    from mapper.files import atomic_write, check_outputs
+
+    check_outputs({"--output": args.output})
 
     def log(line: str) -> None:
         if not args.quiet:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from mapper.errors import OptionsError
+from mapper.files import check_outputs, existing
 from mapper.mapping.base import OBJECTIVES, MapOptions, Progress
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
 from mapper.schedule import ScheduleOptions
@@ -142,6 +143,8 @@ def _dump(stage: str, product) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace, "--dot": args.dot,
+                   "--png": args.png}, existing(args.file, args.platform))
     if args.makespan_bound is not None and args.objective != "energy":
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())

@@ -11,6 +11,7 @@ import os
 import sys
 
 from mapper.errors import InputError, OptionsError
+from mapper.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
 
@@ -34,6 +35,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    check_outputs({"--output": args.output}, existing(args.file))
     try:
         ref = ReferenceMachine(gflops_per_core=args.gflops_per_core, default_parallel=args.parallel)
     except InputError as err:
@@ -48,12 +50,8 @@ def run(args) -> int:
         f"((1 - p) + p / cores), bytes = file sizes; default p {ref.default_parallel:g} (docs/importers.md)",
     ]
     text = graph_to_dsl(graph, header)
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as err:
-            raise OptionsError(f"cannot write: {err.strerror or err}", obj=args.output) from None
+    if args.output and args.output != STDOUT:
+        atomic_write(args.output, text, "--output")
         print(f"wrote {args.output}: {len(graph.tasks)} tasks, {len(graph.edges)} edges")
     else:
         sys.stdout.write(text)

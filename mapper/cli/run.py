@@ -49,13 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from mapper.calibrated_run import CalibratedRun, calibrated_run, calibration_settings
     from mapper.execute import check_options, execute, refuse_kernel_less
+    from mapper.files import atomic_write, check_outputs, existing
     from mapper.lower import load_graph
     from mapper.mapping.base import MapOptions
     from mapper.mapping.base import check_options as check_map_options
     from mapper.pipeline import compile_graph
-    from mapper.report.common import atomic_write
     from mapper.trace import format_trace
 
+    check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace,
+                   "--calibration-out": args.calibration_out}, existing(args.file, args.platform))
     map_options = MapOptions(time_limit=args.time_limit, seed=args.seed)
     check_map_options(map_options)
     check_options(backend=args.backend, repeats=args.repeats, max_workers=args.workers)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from mapper.errors import InputError, SourceSpan
+from mapper.files import Unreadable, read_text
 from mapper.graph import Edge, Task, TaskGraph
 from mapper.importers.dsl_writer import dsl_name, dsl_names
 from mapper.platform import Device, Platform
@@ -149,11 +151,9 @@ def read_wfformat(path: str | os.PathLike[str]) -> Workflow:
     """Read the WfFormat JSON file at ``path`` (see :func:`parse_wfformat`)."""
     file = os.fspath(path)
     try:
-        with open(file, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read the WfCommons file: {getattr(err, 'strerror', None) or err}",
-                         obj=file) from None
+        text = read_text(file)
+    except Unreadable as err:
+        raise InputError(f"cannot read the WfCommons file: {err.why}", obj=file) from None
     return parse_wfformat(text, file)
 
 
@@ -168,8 +168,12 @@ def parse_wfformat(text: str, file: str = "<string>") -> Workflow:
         or a cycle; the message names ``file`` and the JSON path.
     """
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
+        doc = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_no_constant)
+    except RecursionError:
+        raise InputError(f"the JSON is nested more than {sys.getrecursionlimit()} levels deep", obj=file) from None
+    except ValueError as err:
+        if not isinstance(err, json.JSONDecodeError):  # _bounded_int
+            raise InputError(str(err), obj=file) from None
         lines = text.splitlines()
         line = lines[err.lineno - 1] if 0 < err.lineno <= len(lines) else None
         raise InputError(f"invalid JSON: {err.msg}", span=SourceSpan(file, err.lineno, err.colno),
@@ -353,3 +357,26 @@ def workflow_graph(wf: Workflow, ref: ReferenceMachine = ReferenceMachine()) -> 
 def import_wfcommons(path: str | os.PathLike[str], ref: ReferenceMachine = ReferenceMachine()) -> TaskGraph:
     """Read a WfFormat file and build its task graph (:func:`workflow_graph`)."""
     return workflow_graph(read_wfformat(path), ref)
+
+
+#: JSON integers longer than this are refused (the largest id or size fits in 20 digits).
+MAX_INT_DIGITS = 30
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer; ValueError (with a message for the user) when it is absurdly long."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"a JSON integer of {len(text.lstrip('-'))} digits is too large "
+                         f"(at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the JSON number {text[:20]} is too large")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not a JSON number")

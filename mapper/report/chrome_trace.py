@@ -17,15 +17,9 @@ from __future__ import annotations
 import json
 import os
 
+from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import (
-    PathStep,
-    atomic_write,
-    critical_path,
-    link_tracks,
-    resolve_run,
-    round_sig,
-)
+from mapper.report.common import PathStep, critical_path, link_tracks, resolve_run, round_sig
 
 TASK_TID = 1
 RUN_TID = 2

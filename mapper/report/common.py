@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
-import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,46 +106,6 @@ def resolve_run(schedule: Schedule, run) -> tuple[RunRow, ...]:
             )
         )
     return tuple(sorted(rows, key=lambda r: (r.task, r.predicted_start)))
-
-
-# -- files ----------------------------------------------------------------------
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` atomically.
-
-    The data goes to a temporary file in the same directory, is flushed and
-    fsynced, then renamed over ``path``; on any error the temporary file is
-    removed and ``path`` is left as it was.
-    """
-    path = os.fspath(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
-    except OSError as err:
-        raise OptionsError(f"cannot write report: {err.strerror}", obj=path) from None
-    try:
-        os.chmod(tmp, _file_mode(path))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _file_mode(path: str) -> int:
-    """The existing file's mode, else 0o666 less the umask (what ``open`` gives)."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return 0o666 & ~mask
 
 
 def as_schedule(obj: MapResult | Schedule) -> Schedule:

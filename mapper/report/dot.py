@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 
+from mapper.files import atomic_write
 from mapper.graph import TaskGraph
 from mapper.mapping.base import MapResult
-from mapper.report.common import atomic_write, critical_path, device_colours, fmt_count, fmt_time, text_colour
+from mapper.report.common import critical_path, device_colours, fmt_count, fmt_time, text_colour
 from mapper.schedule import Schedule
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
 from mapper.report.common import (
     PathStep,
     RunRow,
-    atomic_write,
     critical_path,
     device_colours,
     device_stats,

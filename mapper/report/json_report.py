@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 
+from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import atomic_write, device_stats, round_sig
+from mapper.report.common import device_stats, round_sig
 
 
 def to_json_dict(result: MapResult, *, timings: bool = False) -> dict:

@@ -11,16 +11,9 @@ import io
 import os
 
 from mapper.errors import OptionsError
+from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import (
-    PathStep,
-    atomic_write,
-    critical_path,
-    link_tracks,
-    op_colour,
-    text_colour,
-    time_unit,
-)
+from mapper.report.common import PathStep, critical_path, link_tracks, op_colour, text_colour, time_unit
 
 
 def _matplotlib():

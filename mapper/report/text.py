@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import atomic_write, device_stats, fmt_pct, fmt_time
+from mapper.report.common import device_stats, fmt_pct, fmt_time
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
