@@ -196,6 +196,9 @@ def test_fmt_time_units():
     assert common.fmt_time(2e-9) == "2 ns"
     assert common.fmt_time(0.0) == "0 s"
     assert common.fmt_time(None) == "-"
+    assert common.fmt_time(9999.0) == "9999 s"  # 10,000 s and more in minutes, hours, days, years
+    assert common.fmt_time(10_000.0) == "2.778 h" and common.fmt_time(600_000.0) == "6.944 days"
+    assert common.fmt_time(1e12) == "31,688 years"
     assert common.round_sig(0.1 + 0.2) == 0.3
     assert common.round_sig(INF) is None
 

@@ -19,7 +19,7 @@ import os
 
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import PathStep, critical_path, link_tracks, resolve_run, round_sig
+from mapper.report.common import PathStep, TransferPiece, critical_path, link_tracks, resolve_run, round_sig
 
 TASK_TID = 1
 RUN_TID = 2
@@ -37,6 +37,26 @@ def _dur(start: float, end: float) -> float:
 
 def _mid(start: float, end: float) -> float:
     return round((_us(start) + _us(end)) / 2, 3) + 0.0
+
+
+def _rows(pieces: tuple[TransferPiece, ...], tol: float) -> list[int]:
+    """A row per piece so that pieces of one track in one row never overlap: each
+    piece, in start order, takes the lowest row of its track that is free by its start
+    (interval partitioning; Kleinberg and Tardos, "Algorithm Design", 2005, section 4.1).
+    Complete events on one thread must nest, so concurrent transfers need threads of their own."""
+    rows = [0] * len(pieces)
+    ends: dict[int, list[float]] = {}
+    for i in sorted(range(len(pieces)), key=lambda i: (pieces[i].start, pieces[i].end, i)):
+        pc = pieces[i]
+        lane_ends = ends.setdefault(pc.track, [])
+        free = next((r for r, end in enumerate(lane_ends) if end <= pc.start + tol), None)
+        if free is None:
+            free = len(lane_ends)
+            lane_ends.append(pc.end)
+        else:
+            lane_ends[free] = pc.end
+        rows[i] = free
+    return rows
 
 
 def trace_events(result: MapResult, run=None) -> list[dict]:
@@ -84,12 +104,17 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
             }
         )
     tracks, pieces = link_tracks(sched)
+    piece_rows = _rows(pieces, 1e-12 * max(sched.makespan, 1e-300))
+    lanes = sorted({(pc.track, row) for pc, row in zip(pieces, piece_rows)})
+    tid = {lane: k + 1 for k, lane in enumerate(lanes)}
     if tracks:
         name_meta(link_pid, None, "links", len(devs))
-        for k, track in enumerate(tracks):
-            name_meta(link_pid, k + 1, track.key + ("" if track.link >= 0 else " (no link)"), k)
+        for (track_index, row), k in tid.items():
+            track = tracks[track_index]
+            label = track.key + ("" if track.link >= 0 else " (no link)") + (f" #{row + 1}" if row else "")
+            name_meta(link_pid, k, label, k - 1)
     xfer = {tr.edge: tr for tr in sched.transfers}
-    for pc in pieces:
+    for pc, row in zip(pieces, piece_rows):
         e = graph.edges[pc.edge]
         tr = xfer[pc.edge]
         events.append(
@@ -100,7 +125,7 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
                 "ts": _us(pc.start),
                 "dur": _dur(pc.start, pc.end),
                 "pid": link_pid,
-                "tid": pc.track + 1,
+                "tid": tid[(pc.track, row)],
                 "args": {
                     "edge": pc.edge,
                     "bytes": round_sig(e.bytes),

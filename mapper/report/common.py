@@ -115,11 +115,19 @@ def as_schedule(obj: MapResult | Schedule) -> Schedule:
 
 # -- numbers --------------------------------------------------------------------
 _UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+#: Units for 10,000 s and more (below that, seconds read best).
+_LONG_UNITS = ((365.25 * 86400.0, "years"), (86400.0, "days"), (3600.0, "h"), (60.0, "min"))
+_LONG = 1e4
 
 
 def time_unit(seconds: float) -> tuple[float, str]:
-    """The (scale, unit) that shows ``seconds`` with 1 to 3 integer digits."""
+    """The (scale, unit) that shows ``seconds`` with 1 to 3 integer digits
+    (up to 4 in seconds; minutes, hours, days and years from 10,000 s)."""
     mag = abs(seconds)
+    if mag >= _LONG:
+        for scale, unit in _LONG_UNITS:
+            if mag >= scale:
+                return scale, unit
     for scale, unit in _UNITS:
         if mag >= scale:
             return scale, unit
@@ -127,13 +135,16 @@ def time_unit(seconds: float) -> tuple[float, str]:
 
 
 def fmt_time(seconds: float | None, digits: int = 4) -> str:
-    """``seconds`` with a unit: ``12.5 ms``, ``80 s``; ``-`` for None."""
+    """``seconds`` with a unit: ``12.5 ms``, ``80 s``, ``2.778 h``; ``-`` for None."""
     if seconds is None:
         return "-"
     if not math.isfinite(seconds):
         return str(seconds)
     scale, unit = time_unit(seconds)
-    return f"{seconds / scale:.{digits}g} {unit}"
+    value = seconds / scale
+    if abs(value) >= 10**digits:  # no exponent: 31,710 years, not 3.171e+04
+        return f"{value:,.0f} {unit}"
+    return f"{value:.{digits}g} {unit}"
 
 
 def fmt_count(x: float, unit: str = "") -> str:
