@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from mapper import units
 from mapper.cost import CostTable
 from mapper.errors import OptionsError
 from mapper.graph import Edge, Task, TaskGraph
@@ -190,15 +191,15 @@ def test_device_stats_union_and_utilisation():
 
 
 def test_fmt_time_units():
-    assert common.fmt_time(80.0) == "80 s"
-    assert common.fmt_time(0.0125) == "12.5 ms"
-    assert common.fmt_time(3.5e-6) == "3.5 us"
-    assert common.fmt_time(2e-9) == "2 ns"
-    assert common.fmt_time(0.0) == "0 s"
-    assert common.fmt_time(None) == "-"
-    assert common.fmt_time(9999.0) == "9999 s"  # 10,000 s and more in minutes, hours, days, years
-    assert common.fmt_time(10_000.0) == "2.778 h" and common.fmt_time(600_000.0) == "6.944 days"
-    assert common.fmt_time(1e12) == "31,688 years"
+    assert units.fmt_time(80.0) == "80 s"
+    assert units.fmt_time(0.0125) == "12.5 ms"
+    assert units.fmt_time(3.5e-6) == "3.5 us"
+    assert units.fmt_time(2e-9) == "2 ns"
+    assert units.fmt_time(0.0) == "0 s"
+    assert units.fmt_time(None) == "-"
+    assert units.fmt_time(9999.0) == "9999 s"  # 10,000 s and more in minutes, hours, days, years
+    assert units.fmt_time(10_000.0) == "2.778 h" and units.fmt_time(600_000.0) == "6.944 days"
+    assert units.fmt_time(1e12) == "31,688 years"
     assert common.round_sig(0.1 + 0.2) == 0.3
     assert common.round_sig(INF) is None
 

@@ -18,6 +18,7 @@ from mapper.files import check_outputs, existing
 from mapper.mapping.base import OBJECTIVES, MapOptions, Progress
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
 from mapper.schedule import ScheduleOptions
+from mapper.units import fmt_objective, fmt_pct
 
 EXAMPLES = """\
 examples:
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", action="store_true", help=text)
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
     p.add_argument("--timings", action="store_true",
-                   help="add the solve time to the JSON (which then differs from run to run)")
+                   help="add solve times to the JSON and HTML reports (which then differ from run to run)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     p.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace")
     p.add_argument("--dot", metavar="OUT", help="write the task graph as Graphviz DOT")
@@ -80,15 +81,35 @@ def _stage_printer(stream):
     return show
 
 
-def _progress_printer(stream):
-    """A MapOptions.progress callback printing one live line (on a terminal only)."""
-    if not stream.isatty():
+#: Seconds between progress lines when the output is not a terminal (``--verbose``).
+PROGRESS_EVERY = 2.0
+#: Width of the live progress line on a terminal.
+LINE = 78
+
+
+def _progress_printer(stream, verbose: bool, time_limit: float, objective: str):
+    """A MapOptions.progress callback: one live line on a terminal; with ``verbose``
+    and no terminal (a pipe, a log file), a line on each new phase and at most every
+    :data:`PROGRESS_EVERY` seconds. None when there is nothing to print."""
+    live = stream.isatty()
+    if not (live or verbose):
         return None
+    last_phase: str | None = None
+    last_at = -1e9
 
     def show(p: Progress) -> None:
-        inc = "-" if p.incumbent is None else f"{p.incumbent:.6g}"
-        bnd = "-" if p.bound is None else f"{p.bound:.6g}"
-        stream.write(f"\r  solving: {p.elapsed:6.1f} s  incumbent {inc}  bound {bnd}   ")
+        nonlocal last_phase, last_at
+        text = f"{p.phase or 'mapping'}: {p.elapsed:.1f} s of {time_limit:g} s"
+        text += f", best {fmt_objective(p.incumbent, objective)}"
+        if p.bound is not None:
+            text += f", bound {fmt_objective(p.bound, objective)}"
+            if p.incumbent and p.incumbent > 0:
+                text += f" (gap {fmt_pct(max(0.0, (p.incumbent - p.bound) / p.incumbent))})"
+        if live:
+            stream.write("\r  " + text[: LINE - 2].ljust(LINE - 2))
+        elif p.phase != last_phase or p.elapsed - last_at >= PROGRESS_EVERY:
+            stream.write(text + "\n")
+            last_phase, last_at = p.phase, p.elapsed
         stream.flush()
 
     return show
@@ -148,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if args.makespan_bound is not None and args.objective != "energy":
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
-    progress = None if args.quiet else _progress_printer(sys.stderr)
+    progress = None if args.quiet else _progress_printer(sys.stderr, args.verbose, args.time_limit, args.objective)
     interrupt = Interrupt()
     options = MapOptions(
         objective=args.objective,
@@ -173,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(_dump(stop.stage, stop.product))
         return 0
     finally:
-        if progress is not None:
-            sys.stderr.write("\r" + " " * 70 + "\r")
+        if progress is not None and sys.stderr.isatty():
+            sys.stderr.write("\r" + " " * LINE + "\r")
     result = compiled.result
     _write_reports(args, compiled)
     if not args.quiet:
@@ -200,7 +221,7 @@ def _write_reports(args: argparse.Namespace, compiled) -> None:
     if args.html:
         from mapper.report.html import write_html
 
-        write_html(result, args.html, compare=compiled.compare)
+        write_html(result, args.html, compare=compiled.compare, timings=args.timings)
     if args.trace:
         from mapper.report.chrome_trace import write_chrome_trace
 

@@ -13,7 +13,7 @@ import sys
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.platform import load_platform
-from mapper.report.common import fmt_count, fmt_time
+from mapper.units import fmt_count, fmt_time
 
 #: One-letter marker per bound.
 MARKS = {"compute": "C", "memory": "M", "launch": "L", "serial": "S", "explicit": "E", "infeasible": "-"}

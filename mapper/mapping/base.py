@@ -22,6 +22,7 @@ class Progress:
     elapsed: float
     incumbent: float | None
     bound: float | None
+    phase: str = ""  # what the mapper is doing: "heuristics", "LNS", "exact MILP", "done"
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,9 +38,10 @@ from mapper.mapping.exact.incumbent import (
 from mapper.mapping.exact.result import NAME, make_result, progress_reporter
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
-from mapper.mapping.lns import WINDOW, improve, map_large
+from mapper.mapping.lns import WINDOW, describe_change, improve, map_large
 from mapper.mapping.orders import allowed_devices, count_order_pairs
 from mapper.schedule import ScheduleOptions
+from mapper.units import fmt_objective
 from mapper.validate import validate
 
 #: Above this many tasks the exact model is not attempted (LNS instead).
@@ -84,17 +85,18 @@ class MilpMapper(Mapper):
         t0 = time.perf_counter()
         check_options(options)
         check_feasible(cost, options.schedule)
-        report = progress_reporter(options, t0)
-        report(None, None)
+        heuristics = progress_reporter(options, t0, "heuristics")
+        heuristics(None, None)
         best, notes = best_heuristic(cost, options)
         if best is not None:
-            report(best.value, None)
+            heuristics(best.value, None)
+        done = progress_reporter(options, t0, "done")
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
             result = map_large(cost, options, best, notes, t0)
-            report(result.objective_value, result.lower_bound)
+            done(result.objective_value, result.lower_bound)
             return result
-        result = self._exact(cost, options, best, notes, t0, report)
-        report(result.objective_value, result.lower_bound)
+        result = self._exact(cost, options, best, notes, t0, progress_reporter(options, t0, "exact MILP"))
+        done(result.objective_value, result.lower_bound)
         return result
 
     def _exact(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float, report) -> MapResult:
@@ -114,7 +116,7 @@ class MilpMapper(Mapper):
             device = warm.device_of
             start = tuple(s.start for s in warm.slots)
             upper = warm.makespan * (1 + 1e-9) + 1e-12
-            notes.append(f"warm start from {best.name} ({objective} {best.value:.6g})")
+            notes.append(f"warm start from {best.name} ({objective} {fmt_objective(best.value, objective)})")
         if objective != "makespan":
             # the heuristic's makespan bounds nothing here; only the user's bound does
             upper = options.makespan_bound if options.makespan_bound is not None else upper
@@ -135,8 +137,7 @@ class MilpMapper(Mapper):
         )
         solved = solve(sub, progress=lambda el, inc, bnd: report(inc, bnd))
         notes.append(
-            f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status} in "
-            f"{solved.solve_time:.3f} s"
+            f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status}"
         )
         if best is not None and solver.HIGHS_AVAILABLE:
             notes.append("warm start taken by HiGHS" if solved.warm_start_taken else "warm start NOT taken by HiGHS")
@@ -166,11 +167,12 @@ class MilpMapper(Mapper):
                                       obj=cost.graph.name)
             return self._fallback(cost, options, best, notes, t0, solved.bound)
         value = value_of(sched, objective)
-        notes.append(f"MILP objective {solved.objective:.9g}, re-timed {value:.9g}")
+        notes.append(f"MILP objective {fmt_objective(solved.objective, objective, 9)}, "
+                     f"re-timed {fmt_objective(value, objective, 9)}")
         status = solved.status if not inexact else "feasible"
         if best is not None and best.value < value * (1 - REL_TOL):
-            notes.append(f"MILP incumbent {value:.6g} is worse than {best.name}'s {best.value:.6g}; returning "
-                         f"{best.name}")
+            notes.append(f"MILP incumbent {fmt_objective(value, objective)} is worse than {best.name}'s "
+                         f"{fmt_objective(best.value, objective)}; returning {best.name}")
             sched, value, status = best.schedule, best.value, "heuristic"
         return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
 
@@ -181,10 +183,11 @@ class MilpMapper(Mapper):
         than the full model), then hand the rest to the exact solve."""
         improved, stats = improve(cost, best.schedule, options.objective, options.schedule,
                                   t0 + LNS_SHARE * options.time_limit, seed=options.seed,
-                                  makespan_bound=options.makespan_bound, progress=lambda v: report(v, None),
+                                  makespan_bound=options.makespan_bound,
+                                  progress=progress_reporter(options, t0, "LNS"),
                                   stop=options.stop)
         notes.append(f"LNS before the exact model: {stats.windows} windows of {WINDOW} tasks, {stats.accepted} "
-                     f"accepted, {stats.start_value:.6g} -> {stats.end_value:.6g}")
+                     f"accepted, {describe_change(stats.start_value, stats.end_value, options.objective)}")
         try:
             sched = retime(cost, improved.device_of, schedule_order(improved), options.schedule)
         except MapperError:

@@ -14,6 +14,7 @@ from mapper.mapping.bounds import lower_bound
 from mapper.mapping.objectives import objective_value
 from mapper.mapping.ranks import rank_key
 from mapper.schedule import Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, hop_durations, ready_time
+from mapper.units import fmt_time
 
 INF = math.inf
 
@@ -126,8 +127,8 @@ def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started
     if options.objective != "makespan":
         notes = notes + (f"{name} minimises makespan; {options.objective} is reported, not optimised",)
     if options.makespan_bound is not None and schedule.makespan > options.makespan_bound:
-        notes = notes + (f"makespan {schedule.makespan:.6g} s exceeds the requested bound "
-                         f"{options.makespan_bound:.6g} s",)
+        notes = notes + (f"makespan {fmt_time(schedule.makespan)} exceeds the requested bound "
+                         f"{fmt_time(options.makespan_bound)}",)
     return MapResult(schedule=schedule, mapper=name, status="heuristic", objective=options.objective,
                      objective_value=value, lower_bound=bound, gap=gap,
                      solve_time=_time.perf_counter() - started, notes=notes)

@@ -14,8 +14,9 @@ import os
 from mapper.files import atomic_write
 from mapper.graph import TaskGraph
 from mapper.mapping.base import MapResult
-from mapper.report.common import critical_path, device_colours, fmt_count, fmt_time, text_colour
+from mapper.report.common import critical_path, device_colours, text_colour
 from mapper.schedule import Schedule
+from mapper.units import fmt_count, fmt_time
 
 
 def dot_quote(text: object) -> str:

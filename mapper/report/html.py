@@ -13,19 +13,10 @@ from collections.abc import Sequence
 
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import (
-    PathStep,
-    RunRow,
-    critical_path,
-    device_colours,
-    device_stats,
-    fmt_count,
-    fmt_pct,
-    fmt_time,
-    resolve_run,
-)
+from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
 from mapper.report.svg_gantt import esc, gantt_svg, op_legend
 from mapper.report.svg_graph import graph_svg
+from mapper.units import fmt_count, fmt_pct, fmt_time
 
 PATH_OPEN_LIMIT = 30  # longer critical paths are listed collapsed
 
@@ -71,7 +62,6 @@ _JS = """
 (function () {
   var body = document.body;
   body.setAttribute('data-report-script', 'ran');
-  body.setAttribute('data-xss', String(!!window.__xss));
   function mark(task, on) {
     var els = document.querySelectorAll('[data-task="' + task + '"]');
     for (var i = 0; i < els.length; i++) { els[i].classList.toggle('hl', on); }
@@ -88,7 +78,7 @@ _JS = """
 """
 
 
-def _facts(result: MapResult) -> str:
+def _facts(result: MapResult, timings: bool) -> str:
     sched = result.schedule
     graph, plat = sched.cost.graph, sched.cost.platform
     objective = result.objective
@@ -105,9 +95,10 @@ def _facts(result: MapResult) -> str:
         ("makespan", fmt_time(sched.makespan)),
         ("lower bound", fmt_time(result.lower_bound)),
         ("gap", fmt_pct(result.gap)),
-        ("solve time", fmt_time(result.solve_time)),
         ("options", ", ".join(sched.options.enabled) or "none (delay model)"),
-    ]  # fmt: skip
+    ]
+    if timings:
+        rows.insert(-1, ("solve time", fmt_time(result.solve_time)))
     cells = [f'<tr data-key="{esc(k)}"><td>{esc(k)}</td><td>{esc(v)}</td></tr>' for k, v in rows]
     status = esc(result.status)
     cells.insert(3, f'<tr data-key="status"><td>status</td><td><span class="status {status}">{status}</span></td></tr>')
@@ -177,7 +168,7 @@ def _path_list(result: MapResult, path: tuple[PathStep, ...]) -> str:
     return f"<details><summary>{head} (click to list)</summary>{listing}</details>"
 
 
-def _compare(result: MapResult, compare: Sequence[MapResult]) -> str:
+def _compare(result: MapResult, compare: Sequence[MapResult], timings: bool) -> str:
     results = [result, *compare]
     best = min(r.schedule.makespan for r in results)
     rows = []
@@ -188,10 +179,11 @@ def _compare(result: MapResult, compare: Sequence[MapResult]) -> str:
         cells = [
             (esc(r.mapper), False), (status, False), (esc(r.objective), False), (esc(fmt_time(ms)), True),
             (f"{ms / best:.3f}\u00d7" if best > 0 else "-", True), (esc(fmt_time(r.lower_bound)), True),
-            (esc(fmt_pct(r.gap)), True), (esc(fmt_time(r.solve_time)), True),
-        ]  # fmt: skip
+            (esc(fmt_pct(r.gap)), True),
+        ] + ([(esc(fmt_time(r.solve_time)), True)] if timings else [])
         rows.append(_tr(cls, {"mapper": r.mapper}, cells))
-    header = ("mapper", "status", "objective", "#makespan", "#vs best", "#lower bound", "#gap", "#solve time")
+    header: tuple[str, ...] = ("mapper", "status", "objective", "#makespan", "#vs best", "#lower bound", "#gap")
+    header += ("#solve time",) if timings else ()
     return _table("compare-table", header, rows)
 
 
@@ -220,7 +212,7 @@ def _run_table(result: MapResult, rows: tuple[RunRow, ...]) -> str:
     return _table("run-table", header, out)
 
 
-def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None) -> str:
+def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False) -> str:
     """The report page as a string (see :func:`write_html`)."""
     sched = result.schedule
     graph, plat = sched.cost.graph, sched.cost.platform
@@ -237,7 +229,7 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         '<body data-report-script="none"><main>',
         f'<h1 id="title">{esc(title)}</h1>',
         f'<p class="sub">makespan {esc(fmt_time(sched.makespan))} \u00b7 status {esc(result.status)}</p>',
-        f'<section id="summary"><h2>Summary</h2>{_facts(result)}</section>',
+        f'<section id="summary"><h2>Summary</h2>{_facts(result, timings)}</section>',
         '<section id="schedule"><h2>Schedule</h2>',
         op_legend(sched),
         '<p class="note">Lanes: devices, then links carrying transfers. Underlined in red and joined by '
@@ -256,7 +248,7 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         f'<div class="scroll">{gsvg}</div></section>',
     ]
     if compare:
-        parts.append(f'<section id="compare"><h2>Mappers compared</h2>{_compare(result, compare)}</section>')
+        parts.append(f'<section id="compare"><h2>Mappers compared</h2>{_compare(result, compare, timings)}</section>')
     if run_rows:
         parts.append(f'<section id="run"><h2>Predicted against measured</h2>{_run_table(result, run_rows)}</section>')
     parts += ["</main>", f"<script>{_JS}</script>", "</body></html>", ""]
@@ -264,7 +256,7 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
 
 
 def write_html(
-    result: MapResult, path: str | os.PathLike, *, compare: Sequence[MapResult] = (), run=None
+    result: MapResult, path: str | os.PathLike, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False
 ) -> None:
     """Write the self-contained HTML report of ``result`` to ``path`` atomically.
 
@@ -278,5 +270,7 @@ def write_html(
         Other mappings of the same graph, shown in a comparison table.
     run : sequence of RunRecord, or an object with ``records``, optional
         Executed tasks, shown as predicted against measured/modelled times.
+    timings : bool
+        Show the mappers' solve times (wall-clock: the page then differs from run to run).
     """
-    atomic_write(path, render_html(result, compare=compare, run=run))
+    atomic_write(path, render_html(result, compare=compare, run=run, timings=timings))

@@ -13,7 +13,8 @@ import os
 from mapper.errors import OptionsError
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import PathStep, critical_path, link_tracks, op_colour, text_colour, time_unit
+from mapper.report.common import PathStep, critical_path, link_tracks, op_colour, text_colour
+from mapper.units import time_unit
 
 
 def _matplotlib():

@@ -13,18 +13,9 @@ import html
 import math
 from dataclasses import dataclass, field
 
-from mapper.report.common import (
-    PathStep,
-    clip_text,
-    fmt_count,
-    fmt_time,
-    link_tracks,
-    nice_step,
-    op_colour,
-    text_colour,
-    time_unit,
-)
+from mapper.report.common import PathStep, clip_text, link_tracks, nice_step, op_colour, text_colour
 from mapper.schedule import Schedule
+from mapper.units import fmt_count, fmt_time, time_unit
 
 LABEL_W = 150  # lane label column, px
 PAD_R = 20

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
-from mapper.report.common import device_stats, fmt_pct, fmt_time
+from mapper.report.common import device_stats
+from mapper.units import fmt_pct, fmt_time
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:

@@ -19,6 +19,7 @@ from mapper.mapping.orders import allowed_devices, order_from_starts
 from mapper.mapping.peft import PeftMapper
 from mapper.mapping.single import SingleDeviceMapper
 from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule
+from mapper.units import fmt_time
 from mapper.validate import validate
 
 #: Heuristics whose best result seeds the exact engine, in tie-break order.
@@ -56,7 +57,7 @@ def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | No
             notes.append(f"{name}: its schedule does not validate; ignored")
             continue
         if bound is not None and sched.makespan > bound * (1 + REL_TOL):
-            notes.append(f"{name}: makespan {sched.makespan:.6g} exceeds the bound {bound:.6g}")
+            notes.append(f"{name}: makespan {fmt_time(sched.makespan)} exceeds the bound {fmt_time(bound)}")
             continue
         value = value_of(sched, options.objective)
         if best is None or value < best.value * (1 - 1e-12) - 1e-300:

@@ -57,12 +57,12 @@ def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value:
     )
 
 
-def progress_reporter(options: MapOptions, t0: float) -> Reporter:
-    """``report(incumbent, bound=None)`` passing a :class:`Progress` to
+def progress_reporter(options: MapOptions, t0: float, phase: str = "") -> Reporter:
+    """``report(incumbent, bound=None)`` passing a :class:`Progress` of ``phase`` to
     ``options.progress`` (elapsed from ``t0``); does nothing without one."""
 
     def report(incumbent: float | None, bound: float | None = None) -> None:
         if options.progress is not None:
-            options.progress(Progress(time.perf_counter() - t0, incumbent, bound))
+            options.progress(Progress(time.perf_counter() - t0, incumbent, bound, phase))
 
     return report
