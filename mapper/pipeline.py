@@ -18,7 +18,7 @@ from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
-from mapper.mapping.base import MapOptions, MapResult, check_options
+from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
 from mapper.platform import Platform, load_platform
 from mapper.validate import validate
 
@@ -67,7 +67,7 @@ def compile_graph(
     source: str | Path | TaskGraph,
     platform: str | Path | Platform,
     *,
-    mapper: str = "milp",
+    mapper: str = DEFAULT_MAPPER,
     options: MapOptions = MapOptions(),
     compare: Sequence[str] = (),
     dump_after: str | None = None,

@@ -54,3 +54,16 @@ def fmt_objective(value: float | None, objective: str, digits: int = 4) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}g} J" if objective == "energy" else fmt_time(value, digits)
+
+
+#: Binary prefixes for byte counts (what the DSL's KiB, MiB, GiB mean).
+_BYTE_UNITS = ((2.0**50, "PiB"), (2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"))
+
+
+def fmt_bytes(x: float) -> str:
+    """A byte count in binary units, as everywhere in mapper: ``1.5 MiB``, ``812 B``."""
+    for scale, unit in _BYTE_UNITS:
+        if abs(x) >= scale:
+            value = x / scale
+            return f"{value:,.0f} {unit}" if abs(value) >= 1e4 else f"{value:.4g} {unit}"
+    return f"{x:.4g} B"

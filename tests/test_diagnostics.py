@@ -203,7 +203,7 @@ def test_cli_check_summary(tmp_path, capsys):
     assert s["critical_path"] == {"tasks": ["a", "c"], "flops": 2 * 64**3 + 64 * 64}
     assert main(["check", str(f)]) == 0
     out = capsys.readouterr().out
-    assert "tasks    3" in out and "GFLOP" in out and "MiB" in out and "a -> c" in out
+    assert "tasks    3" in out and "GFLOP" in out and "bytes    128 KiB" in out and "a -> c" in out
     assert main(["check", str(f)]) == 0
     assert capsys.readouterr().out == out  # deterministic
 

@@ -94,7 +94,7 @@ def test_task_hover_text(page):
     res, _, dom = page
     (el,) = dom.find("g", cls="task", data_task="1")
     title = [e for e in dom.elements if e["tag"] == "title" and e["parent"] is el][0]["text"]
-    assert "qkv" in title and "op: matmul" in title and "FLOPs: 2 G" in title and "bytes: 3 MB" in title
+    assert "qkv" in title and "op: matmul" in title and "FLOPs: 2 G" in title and "bytes: 2.861 MiB" in title
     assert "start 1.41 ms, end 3.41 ms" in title
 
 

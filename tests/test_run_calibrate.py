@@ -48,7 +48,7 @@ def test_cli_calibrates_during_the_run_and_prices_with_it(tiny, tmp_path, capsys
     assert "5 timed passes interleaved with it, 0 after); other devices as in host" in lines[0]
     assert lines[1].split()[:3] == ["task", "op", "device"]
     assert lines[-1].startswith("with host's own CPU model: predicted makespan ")
-    assert "graph tiny on host (heft, backend numba, 5 repeats, seed 0, checked)" in std.out
+    assert "graph tiny on host (milp, backend numba, 5 repeats, seed 0, checked)" in std.out
     assert "calibrate:" not in std.out  # progress goes to stderr
     assert "calibrate: round 1/5:" in std.err and "calibrate: round 5/5:" in std.err
     doc = json.loads(out.read_text())

@@ -14,6 +14,7 @@ from collections import Counter
 from mapper.dump import dump_graph
 from mapper.graph import TaskGraph
 from mapper.lower import load_graph
+from mapper.units import fmt_bytes
 
 
 def register(subparsers) -> None:
@@ -72,8 +73,8 @@ def _gflop(x: float) -> str:
     return f"{x / 1e9:,.3f} GFLOP"
 
 
-def _mib(x: float) -> str:
-    return f"{x / 2**20:,.2f} MiB"
+def _bytes(x: float) -> str:
+    return fmt_bytes(x)
 
 
 def run(args) -> int:
@@ -95,7 +96,7 @@ def run(args) -> int:
         f"inputs   {s['inputs']}",
         f"outputs  {', '.join(s['outputs']) or '-'}",
         f"flops    {_gflop(s['flops'])}",
-        f"bytes    {_mib(s['bytes'])}",
+        f"bytes    {_bytes(s['bytes'])}",
         "ops      " + ", ".join(f"{op} {n}" for op, n in s["ops"].items()),
         f"critical path by FLOPs: {len(cp['tasks'])} tasks, {_gflop(cp['flops'])}",
         "  " + " -> ".join(shown),

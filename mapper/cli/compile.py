@@ -15,7 +15,7 @@ from typing import Any
 
 from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
-from mapper.mapping.base import OBJECTIVES, MapOptions, Progress
+from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
 from mapper.schedule import ScheduleOptions
 from mapper.units import fmt_objective, fmt_pct
@@ -40,9 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph DSL file (.tg)")
     p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
-    p.add_argument("--mapper", default="milp", help="mapping algorithm (default: milp; see `mapper mappers`)")
-    p.add_argument("--time-limit", type=float, default=10.0, metavar="S",
-                   help="seconds for exact and search-based mappers (default 10)")
+    p.add_argument("--mapper", default=DEFAULT_MAPPER,
+                   help=f"mapping algorithm (default: {DEFAULT_MAPPER}; see `mapper mappers`)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+                   help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
     p.add_argument("--makespan-bound", type=float, metavar="S",
                    help="with --objective energy: the schedule must finish within S seconds")

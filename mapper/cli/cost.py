@@ -13,7 +13,7 @@ import sys
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.platform import load_platform
-from mapper.units import fmt_count, fmt_time
+from mapper.units import fmt_bytes, fmt_time
 
 #: One-letter marker per bound.
 MARKS = {"compute": "C", "memory": "M", "launch": "L", "serial": "S", "explicit": "E", "infeasible": "-"}
@@ -167,7 +167,7 @@ def _transfers(cost: CostTable, all_rows: bool) -> list[str]:
     n = _limit(len(g.edges), all_rows)
     for e in g.edges[:n]:
         times = [cost.comm(e.index, a, b) for a, b in pairs]
-        row = [f"{g.tasks[e.src].name} -> {g.tasks[e.dst].name}", fmt_count(e.bytes, "B")]
+        row = [f"{g.tasks[e.src].name} -> {g.tasks[e.dst].name}", fmt_bytes(e.bytes)]
         if full:
             row += [_time(x) for x in times]
         else:

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from mapper.errors import OptionsError
+from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,8 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph DSL file")
     p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
-    p.add_argument("--mapper", default="heft", help="mapping algorithm (default: heft)")
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds for exact mappers (default 30)")
+    p.add_argument("--mapper", default=DEFAULT_MAPPER, help=f"mapping algorithm (default: {DEFAULT_MAPPER})")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+                   help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--repeats", type=int, default=5, help="timed passes over the schedule after a warm-up pass; "
                                                           "per task the median (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the input and weight tensors (default 0)")

@@ -12,6 +12,9 @@ from mapper.errors import OptionsError
 from mapper.schedule import Schedule, ScheduleOptions
 
 OBJECTIVES = ("makespan", "energy", "throughput")
+#: The defaults of every entry point (``mapper compile``, ``mapper run``, :class:`MapOptions`).
+DEFAULT_MAPPER = "milp"
+DEFAULT_TIME_LIMIT = 10.0
 STATUSES = ("optimal", "feasible", "heuristic")
 
 
@@ -35,7 +38,7 @@ class MapOptions:
     """
 
     objective: str = "makespan"
-    time_limit: float = 30.0  # seconds, for exact and search-based mappers
+    time_limit: float = DEFAULT_TIME_LIMIT  # seconds, for exact and search-based mappers
     seed: int = 0
     schedule: ScheduleOptions = ScheduleOptions()
     makespan_bound: float | None = None  # with objective="energy"

@@ -16,7 +16,7 @@ from mapper.graph import TaskGraph
 from mapper.mapping.base import MapResult
 from mapper.report.common import critical_path, device_colours, text_colour
 from mapper.schedule import Schedule
-from mapper.units import fmt_count, fmt_time
+from mapper.units import fmt_bytes, fmt_count, fmt_time
 
 
 def dot_quote(text: object) -> str:
@@ -63,7 +63,7 @@ def to_dot(obj: MapResult | Schedule | TaskGraph) -> str:
     for t in graph.tasks:
         label = t.name + "\n" + t.op
         attrs = [f"label={q(label)}"]
-        tip = f"{t.name} ({t.op}) {fmt_count(t.flops, 'FLOP')} {fmt_count(t.bytes, 'B')}"
+        tip = f"{t.name} ({t.op}) {fmt_count(t.flops, 'FLOP')} {fmt_bytes(t.bytes)}"
         if sched is not None:
             s = sched.slots[t.index]
             c = colours[s.device]
@@ -76,7 +76,7 @@ def to_dot(obj: MapResult | Schedule | TaskGraph) -> str:
     for e in graph.edges:
         attrs = []
         if sched is not None and sched.slots[e.src].device != sched.slots[e.dst].device:
-            attrs += ["style=dashed", f"label={q(fmt_count(e.bytes, 'B') if e.comm is None else fmt_time(e.comm))}"]
+            attrs += ["style=dashed", f"label={q(fmt_bytes(e.bytes) if e.comm is None else fmt_time(e.comm))}"]
         if (e.src, e.dst) in crit_edges:
             attrs += ['color="#b71c1c"', "penwidth=2"]
         lines.append(f"  t{e.src} -> t{e.dst}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")

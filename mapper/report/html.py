@@ -16,7 +16,7 @@ from mapper.mapping.base import MapResult
 from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
 from mapper.report.svg_gantt import esc, gantt_svg, op_legend
 from mapper.report.svg_graph import graph_svg
-from mapper.units import fmt_count, fmt_pct, fmt_time
+from mapper.units import fmt_bytes, fmt_count, fmt_pct, fmt_time
 
 PATH_OPEN_LIMIT = 30  # longer critical paths are listed collapsed
 
@@ -88,7 +88,7 @@ def _facts(result: MapResult, timings: bool) -> str:
         objective += f" = {fmt_time(result.objective_value)}"
     rows = [
         ("graph", f"{graph.name}: {len(graph.tasks)} tasks, {len(graph.edges)} edges, "
-                  f"{fmt_count(graph.total_flops, 'FLOP')}, {fmt_count(graph.total_bytes, 'B')}"),
+                  f"{fmt_count(graph.total_flops, 'FLOP')}, {fmt_bytes(graph.total_bytes)}"),
         ("platform", f"{plat.name}: " + ", ".join(f"{d.name} ({d.kind})" for d in plat.devices)),
         ("mapper", result.mapper),
         ("objective", objective),

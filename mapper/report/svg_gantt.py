@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from mapper.report.common import PathStep, clip_text, link_tracks, nice_step, op_colour, text_colour
 from mapper.schedule import Schedule
-from mapper.units import fmt_count, fmt_time, time_unit
+from mapper.units import fmt_bytes, fmt_count, fmt_time, time_unit
 
 LABEL_W = 150  # lane label column, px
 PAD_R = 20
@@ -94,7 +94,7 @@ def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
                 f"device: {devs[s.device].name}",
                 f"start {fmt_time(s.start)}, end {fmt_time(s.end)} ({fmt_time(s.end - s.start)})",
                 f"FLOPs: {fmt_count(t.flops)}",
-                f"bytes: {fmt_count(t.bytes, 'B')}",
+                f"bytes: {fmt_bytes(t.bytes)}",
             )
         )
         attrs = {"id": f"gantt-task-{s.task}", "data-task": s.task, "data-op": t.op, "data-device": devs[s.device].name}
@@ -111,7 +111,7 @@ def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
             (
                 f"transfer {graph.tasks[e.src].name} \u2192 {graph.tasks[e.dst].name}",
                 f"{devs[tr.src_device].name} \u2192 {devs[tr.dst_device].name}",
-                f"bytes: {fmt_count(e.bytes, 'B')}",
+                f"bytes: {fmt_bytes(e.bytes)}",
                 f"start {fmt_time(pc.start)}, end {fmt_time(pc.end)} ({fmt_time(pc.end - pc.start)})",
             )
         )
