@@ -30,7 +30,7 @@ MIB = float(2**20)
 BOUNDS = ("compute", "memory", "launch", "serial", "explicit", "infeasible")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class CostTable:
     """Per-task, per-device times and per-pair route data. ``inf`` = infeasible.
 
@@ -119,6 +119,10 @@ class CostTable:
                         "peak_gflops or mem_bandwidth_gbs", span=task.span, obj=task.name,
                         hint="use a platform with device rates, or give the graph's tasks explicit costs")
                 raise InfeasibleError(f"task {task.name} can run on no device ({why})", span=task.span, obj=task.name)
+
+    def __repr__(self) -> str:
+        return (f"CostTable({self.graph.name!r} on {self.platform.name!r}: "
+                f"{self.n_tasks} tasks x {self.n_devices} devices)")
 
 
 # -- transfer routes ----------------------------------------------------------

@@ -78,6 +78,12 @@ class ExecutionError(MapperError):
     exit_code = 1
 
 
+class OutOfMemory(ExecutionError):
+    """A task's tensors do not fit this machine's memory: the input is too large to run here (exit 2)."""
+
+    exit_code = 2
+
+
 # -- the plan: who runs what, in which order ------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -377,6 +383,12 @@ class _Pass:
 def _as_task_error(task: Task, err: BaseException) -> MapperError:
     if isinstance(err, ExecutionError):
         return err
+    if isinstance(err, MemoryError):
+        oom = OutOfMemory(f"task {task.name!r} ({task.op}) ran out of memory on this machine ({err})",
+                          obj=task.name, span=task.span,
+                          hint="run a smaller instance of the graph (its sizes are params), or on a larger machine")
+        oom.__cause__ = err
+        return oom
     detail = err.message if isinstance(err, MapperError) else f"{type(err).__name__}: {err}"
     out = ExecutionError(f"task {task.name!r} ({task.op}) failed: {detail}", obj=task.name, span=task.span)
     out.__cause__ = err

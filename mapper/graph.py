@@ -144,7 +144,7 @@ class Edge:
     tensor: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TaskGraph:
     """A DAG of tasks. Construction checks names, edge ends and acyclicity."""
 
@@ -234,3 +234,6 @@ class TaskGraph:
         for e in self.edges:
             g.add_edge(e.src, e.dst, index=e.index, bytes=e.bytes, comm=e.comm)
         return g
+
+    def __repr__(self) -> str:
+        return f"TaskGraph({self.name!r}, {len(self.tasks)} tasks, {len(self.edges)} edges)"

@@ -26,7 +26,7 @@ from mapper.validate import validate
 STAGES = ("parse", "lower", "platform", "cost", "map", "validate")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class CompileResult:
     """Everything one compilation produced, with per-stage wall times."""
 
@@ -36,6 +36,9 @@ class CompileResult:
     result: MapResult
     compare: tuple[MapResult, ...] = ()
     stage_times: tuple[tuple[str, float], ...] = ()
+
+    def __repr__(self) -> str:
+        return f"CompileResult({self.result!r}, compared with {len(self.compare)} more)"
 
 
 class StoppedAfter(Exception):

@@ -102,7 +102,7 @@ class Transfer:
     hops: tuple[tuple[int, float, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Schedule:
     """Timed result. ``slots[t]`` is task ``t``'s slot; transfers by edge index.
 
@@ -126,6 +126,10 @@ class Schedule:
     @property
     def assignment(self) -> Assignment:
         return Assignment(self.device_of, self.order or None)
+
+    def __repr__(self) -> str:
+        return (f"Schedule({self.cost.graph.name!r} on {self.cost.platform.name!r}, makespan {self.makespan:.6g} s, "
+                f"{len(self.slots)} tasks, {len(self.transfers)} transfers)")
 
 
 # -- checks shared by both entry points ----------------------------------------

@@ -68,7 +68,7 @@ def check_options(options: MapOptions) -> None:
         raise OptionsError(f"the seed must be an integer from 0 to 2**63 - 1, got {seed}", obj="seed")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class MapResult:
     """A validated-able schedule plus what the mapper knows about its quality."""
 
@@ -81,6 +81,11 @@ class MapResult:
     gap: float | None = None  # (value - bound) / value
     solve_time: float = 0.0
     notes: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return (f"MapResult({self.mapper!r}, {self.status}, {self.objective} {self.objective_value:.6g}, "
+                f"lower bound {self.lower_bound if self.lower_bound is None else format(self.lower_bound, '.6g')}, "
+                f"{self.schedule!r})")
 
 
 class Mapper(ABC):
