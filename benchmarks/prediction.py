@@ -154,9 +154,9 @@ def run(args: argparse.Namespace) -> int:
     interleaved = not (args.platform or args.sequential)
     runs: dict[str, Execution] = {}
     if interleaved:
-        # every example mapped on the shipped host platform (one CPU: the schedule is a
+        # every example mapped on the shipped dev-vm platform (one CPU: the schedule is a
         # topological order); the calibrated model prices the same tasks afterwards
-        host = load_platform("host")
+        host = load_platform("dev-vm")
         for name, graph in graphs.items():
             runs[name] = Execution(compile_graph(graph, host, mapper="heft").result, check=False)
             runs[name].warm_up()

@@ -615,7 +615,7 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     # without im2col whose input is a weight (here inputs and task outputs count as in cache)
     assert gemm_cold(y) == (False, True) and gemm_cold(c3) == (True, False) and gemm_cold(c1) == (True, False)
     assert gemm_shape_factor((1, 64, 32, 16), (64.0, 32.0, 16.0)) == pytest.approx(0.125)
-    base = load_platform("host")
+    base = load_platform("dev-vm")
     dev = replace(base.devices[0], gemm_half_lengths=(64.0, 32.0, 16.0), im2col_gbs=4.0,
                   efficiency=(("gemm", 0.8),), overhead_us=(), overhead_us_per_mib=(), half_length=(),
                   cache_mib=None, cache_bandwidth_gbs=None, gemm_pack_ns=None, gemm_pack_cold_ns=None,
@@ -644,7 +644,7 @@ def test_a_broadcast_operand_costs_a_full_one_in_cache():
     bias, res = g.tasks[2:]
     assert in_cache_bytes(bias) == in_cache_bytes(res) == 3 * 1024 * 768 * 4
     assert bias.bytes < res.bytes  # the distinct bytes: the bias once
-    base = load_platform("host")
+    base = load_platform("dev-vm")
     dev = replace(base.devices[0], cache_mib=64.0, cache_bandwidth_gbs=40.0, memory_efficiency_ops=(),
                   overhead_us=(), overhead_us_per_mib=())
     cached = build_cost_table(g, replace(base, devices=(dev,)))
@@ -660,7 +660,7 @@ def test_a_fixed_time_goes_with_the_rate_it_was_fitted_with():
     from mapper.lower import graph_from_text
 
     g = graph_from_text("graph g {\n  input x : c64[64, 1024]\n  f = fft(x)\n  i = ifft(x)\n  output f, i\n}\n")
-    base = load_platform("host")
+    base = load_platform("dev-vm")
     dev = replace(base.devices[0], efficiency=(("fft", 0.5), ("ifft", 0.25)), overhead_us=(("fft", 300.0),),
                   overhead_us_per_mib=(), half_length=(), memory_efficiency_ops=())
     table = build_cost_table(g, replace(base, devices=(dev,)))
@@ -687,7 +687,7 @@ def test_weights_and_inputs_come_from_memory_and_a_matrix_vector_product_is_not_
     assert cold_bytes(gemv) == 2048 * 1000 * 4 + 2048 * 4  # the weight and the graph input
     assert cold_bytes(emb) == 128 * 4 + 128 * 256 * 4  # the ids and the gathered rows, not the table
     assert cold_bytes(relu) == 0.0  # a task's output: just written, in the cache
-    base = load_platform("host")
+    base = load_platform("dev-vm")
     dev = replace(base.devices[0], cache_mib=64.0, cache_bandwidth_gbs=40.0, mem_bandwidth_gbs=10.0,
                   memory_efficiency=0.5, memory_efficiency_ops=(), efficiency=(), overhead_us=(),
                   overhead_us_per_mib=(), half_length=())

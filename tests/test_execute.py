@@ -66,7 +66,7 @@ def small_source(name: str) -> str:
 
 
 @cache
-def compiled(name: str, platform: str = "host"):
+def compiled(name: str, platform: str = "dev-vm"):
     graph = graph_from_text(small_source(name), f"{name}_small.tg")
     return compile_graph(graph, platform, mapper="heft")
 
@@ -200,7 +200,7 @@ def test_failing_task_is_named_and_the_run_stops(monkeypatch):
 
 
 def test_timed_calls_are_whole_passes_over_the_schedule(monkeypatch):
-    res = compiled("cg", "host").result
+    res = compiled("cg", "dev-vm").result
     graph = res.schedule.cost.graph
     calls: list[int] = []
     real = registry.run_kernel
@@ -245,8 +245,8 @@ def test_the_first_lane_runs_on_the_calling_thread(monkeypatch):
 
 
 def test_executions_interleave_their_passes():
-    a = Execution(compiled("cg", "host").result, check=True)
-    b = Execution(compiled("fft_conv", "host").result, check=False)
+    a = Execution(compiled("cg", "dev-vm").result, check=True)
+    b = Execution(compiled("fft_conv", "dev-vm").result, check=False)
     for _ in range(2):
         a.timed_pass()  # the first call warms up (and checks) first
         b.timed_pass()
@@ -343,7 +343,7 @@ def test_log_sqrt_inputs_are_positive_and_infinities_compare_equal():
   d = div(c, elementwise(c, fn = "scale", alpha = 0.0))
   output c, d
 }"""
-    res = compile_graph(graph_from_text(src), "host", mapper="heft").result
+    res = compile_graph(graph_from_text(src), "dev-vm", mapper="heft").result
     trace = execute(res, repeats=1, check=True)
     assert np.isfinite(trace.output("c")).all()
     assert np.isinf(trace.output("d")).all()
@@ -371,7 +371,7 @@ def test_matmul_and_conv_weights_are_scaled_by_a_power_of_two_near_one_over_sqrt
 
 
 def test_cli_checks_options_before_compiling(capsys):
-    assert main(["run", str(EXAMPLES / "cg.tg"), "--platform", "host", "--repeats", "0"]) == 2
+    assert main(["run", str(EXAMPLES / "cg.tg"), "--platform", "dev-vm", "--repeats", "0"]) == 2
     assert "repeats must be at least 1" in capsys.readouterr().err
 
 
@@ -393,7 +393,7 @@ def test_cli_run_on_every_small_example(name, tmp_path, capsys):
     src = tmp_path / f"{name}_small.tg"
     src.write_text(small_source(name))
     out = tmp_path / "run.json"
-    assert main(["run", str(src), "--platform", "host", "--repeats", "1", "--json", str(out)]) == 0
+    assert main(["run", str(src), "--platform", "dev-vm", "--repeats", "1", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert len(doc["tasks"]) == len(graph_from_text(small_source(name)).tasks)
     assert doc["checked"] is True and all(t["measured"] is not None for t in doc["tasks"])
@@ -410,7 +410,7 @@ def test_blas_pool_is_limited_while_tasks_run():
         assert pools and all(p["num_threads"] == 1 for p in pools)
     trace = execute(compile_graph(graph_from_text(
         "graph g {\n  input a : f32[64, 64]\n  y = matmul(a, weight f32[64, 64])\n  output y\n}\n", "g.tg"),
-        load_platform("host"), mapper="heft").result, repeats=1)
+        load_platform("dev-vm"), mapper="heft").result, repeats=1)
     assert trace.blas_threads == 1 and trace.numba_threads >= 1
     assert trace.to_json_dict()["threads"] == {"numba": trace.numba_threads, "blas": 1}
     assert "BLAS pool limited to 1" in format_trace(trace, 5)

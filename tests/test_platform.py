@@ -17,7 +17,7 @@ from mapper.cli import main
 from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform import list_platforms, load_platform, parse_platform
 
-SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dgx-a100", "heft3", "host", "workstation")
+SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "heft3", "workstation")
 
 
 def _shipped_texts():
@@ -76,13 +76,13 @@ def test_source_comment_check_catches_an_uncommented_number():
 
 
 def test_host_platform_reproduces_the_measurements_its_comments_state():
-    """host.toml is written by `mapper calibrate`: each stored rate times the model's
+    """dev-vm.toml is written by `mapper calibrate`: each stored rate times the model's
     efficiency factor gives the measured figure its comment states."""
     import re
     from importlib import resources
 
-    text = (resources.files("mapper.platforms") / "host.toml").read_text()
-    cpu = load_platform("host").devices[0]
+    text = (resources.files("mapper.platforms") / "dev-vm.toml").read_text()
+    cpu = load_platform("dev-vm").devices[0]
     for dt in ("f32", "f64"):
         line = re.search(rf"# {dt} matmul .*", text).group(0)
         measured = float(re.search(r": ([0-9.]+) GFLOP/s", line).group(1))
@@ -152,7 +152,7 @@ def test_cli_platforms_one_line_each(capsys):
     assert main(["platforms"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == list(SHIPPED)
-    assert "1 cpu, 8 gpu" in lines[2] and "DGX A100" in lines[2]
+    assert "1 cpu, 8 gpu" in lines[3] and "DGX A100" in lines[3]
     assert main(["platforms", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data[0]["name"] == "cpu-gpu-fpga" and data[0]["devices"] == ["cpu0", "gpu0", "fpga0"]

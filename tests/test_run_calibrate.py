@@ -39,37 +39,37 @@ def tiny(tmp_path):
 
 def test_cli_calibrates_during_the_run_and_prices_with_it(tiny, tmp_path, capsys):
     out, cal = tmp_path / "run.json", tmp_path / "cal.toml"
-    code = main(["run", str(tiny), "--platform", "host", "--calibrate", "--quick-calibration", "--top", "0",
+    code = main(["run", str(tiny), "--platform", "dev-vm", "--calibrate", "--quick-calibration", "--top", "0",
                  "--json", str(out), "--calibration-out", str(cal)])
     std = capsys.readouterr()
     assert code == 0, std.err
     lines = std.out.splitlines()
     assert lines[0].startswith("predictions: CPU model calibrated during this run (")
-    assert "5 timed passes interleaved with it, 0 after); other devices as in host" in lines[0]
+    assert "5 timed passes interleaved with it, 0 after); other devices as in dev-vm" in lines[0]
     assert lines[1].split()[:3] == ["task", "op", "device"]
-    assert lines[-1].startswith("with host's own CPU model: predicted makespan ")
-    assert "graph tiny on host (milp, backend numba, 5 repeats, seed 0, checked)" in std.out
+    assert lines[-1].startswith("with dev-vm's own CPU model: predicted makespan ")
+    assert "graph tiny on dev-vm (milp, backend numba, 5 repeats, seed 0, checked)" in std.out
     assert "calibrate:" not in std.out  # progress goes to stderr
     assert "calibrate: round 1/5:" in std.err and "calibrate: round 5/5:" in std.err
     doc = json.loads(out.read_text())
     info = doc["calibration"]
     assert info["during_run"] is True and (info["interleaved_passes"], info["passes_after"]) == (5, 0)
-    assert info["platform_file"] == str(cal) and info["uncalibrated"]["platform"] == "host"
+    assert info["platform_file"] == str(cal) and info["uncalibrated"]["platform"] == "dev-vm"
     assert doc["repeats"] == 5
     # the predictions are the written calibration's CPU model on the host platform's schedule
     calibrated = load_platform(str(cal))
-    merged = with_cpu_model(load_platform("host"), calibrated)
+    merged = with_cpu_model(load_platform("dev-vm"), calibrated)
     cost = build_cost_table(graph_from_text(TINY, str(tiny)), merged)
     names = [t.name for t in cost.graph.tasks]
     for rec in doc["tasks"]:
         assert rec["predicted"] == pytest.approx(cost.time[names.index(rec["name"])][0], rel=1e-9)
         assert rec["measured"] > 0
-    host = build_cost_table(cost.graph, load_platform("host"))
+    host = build_cost_table(cost.graph, load_platform("dev-vm"))
     assert info["uncalibrated"]["predicted_makespan"] == pytest.approx(sum(r[0] for r in host.time), rel=1e-9)
 
 
 def test_api_runs_the_missing_passes_after_the_calibration():
-    result = compile_graph(graph_from_text(TINY, "tiny.tg"), "host", mapper="heft").result
+    result = compile_graph(graph_from_text(TINY, "tiny.tg"), "dev-vm", mapper="heft").result
     lines: list[str] = []
     run = calibrated_run(result, TINY_SETTINGS, repeats=3, check=False, log=lines.append)
     assert (run.interleaved, run.after) == (1, 2) and run.trace.repeats == 3
@@ -96,7 +96,7 @@ def _fails(capsys, argv: list[str]) -> str:
 
 def test_numpy_backend_is_refused(tiny, tmp_path, capsys):
     out = tmp_path / "run.json"
-    err = _fails(capsys, ["run", str(tiny), "--platform", "host", "--calibrate", "--backend", "numpy",
+    err = _fails(capsys, ["run", str(tiny), "--platform", "dev-vm", "--calibrate", "--backend", "numpy",
                           "--json", str(out), "--calibration-out", str(tmp_path / "c.toml")])
     assert "--calibrate measures the Numba kernels" in err and "--backend numpy" in err
     assert list(tmp_path.iterdir()) == [tiny]
@@ -113,15 +113,15 @@ def test_platform_without_cpu_is_refused(tiny, tmp_path, capsys):
 
 
 def test_calibration_options_need_calibrate(tiny, tmp_path, capsys):
-    err = _fails(capsys, ["run", str(tiny), "--platform", "host", "--calibration-out", str(tmp_path / "c.toml")])
+    err = _fails(capsys, ["run", str(tiny), "--platform", "dev-vm", "--calibration-out", str(tmp_path / "c.toml")])
     assert "--calibration-out needs --calibrate" in err
-    err = _fails(capsys, ["run", str(tiny), "--platform", "host", "--quick-calibration"])
+    err = _fails(capsys, ["run", str(tiny), "--platform", "dev-vm", "--quick-calibration"])
     assert "--quick-calibration needs --calibrate" in err
 
 
 def test_without_calibrate_the_run_is_as_before(tiny, tmp_path, capsys):
     out = tmp_path / "run.json"
-    assert main(["run", str(tiny), "--platform", "host", "--backend", "numpy", "--repeats", "1",
+    assert main(["run", str(tiny), "--platform", "dev-vm", "--backend", "numpy", "--repeats", "1",
                  "--json", str(out)]) == 0
     std = capsys.readouterr()
     assert std.out.splitlines()[0].split()[:3] == ["task", "op", "device"]
