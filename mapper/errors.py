@@ -78,6 +78,10 @@ class InfeasibleError(MapperError):
     exit_code = 3
 
 
+#: The most characters of a source line an error shows.
+MAX_SHOWN = 160
+
+
 def format_error(err: MapperError) -> str:
     """Render ``err`` as ``file:line:col: error: message``, source line, caret, hint."""
     if err.span is not None:
@@ -89,12 +93,19 @@ def format_error(err: MapperError) -> str:
     lines = [head]
     if err.span is not None and err.source_line is not None:
         text = err.source_line.rstrip("\n")
-        lines.append(f"    {escape_controls(text)}")
+        col = max(err.span.col - 1, 0)
         width = 1
         if err.span.end_col is not None and err.span.end_col > err.span.col:
             width = err.span.end_col - err.span.col
+        if len(text) > MAX_SHOWN:  # a window around the column, not a whole megabyte-long line
+            first = max(0, min(col - MAX_SHOWN // 2, len(text) - MAX_SHOWN))
+            head, tail = ("..." if first > 0 else ""), ("..." if first + MAX_SHOWN < len(text) else "")
+            text = head + text[first:first + MAX_SHOWN] + tail
+            col = col - first + len(head)
+            width = max(1, min(width, MAX_SHOWN - (col - len(head))))
+        lines.append(f"    {escape_controls(text)}")
         # keep tabs so the caret lines up under the source text
-        pad = "".join(ch if ch == "\t" else " " for ch in escape_controls(text[: max(err.span.col - 1, 0)]))
+        pad = "".join(ch if ch == "\t" else " " for ch in escape_controls(text[:col]))
         lines.append(f"    {pad}{'^' + '~' * (width - 1)}")
     if err.hint:
         lines.append(f"hint: {err.hint}")
