@@ -410,7 +410,14 @@ def retime(schedule: Schedule, durations: list[float], device_order: tuple[tuple
 
 # -- the entry point -------------------------------------------------------------------
 def refuse_kernel_less(graph: TaskGraph) -> None:
-    """Raise :class:`InputError` if ``graph`` has tasks without a kernel (explicit cost)."""
+    """Raise :class:`InputError` if ``graph`` has tasks without a kernel (explicit-cost
+    tasks, ``opaque`` ops)."""
+    opaque = [f"{t.name} ({dict(t.attrs).get('kind') or 'opaque'})" for t in graph.tasks if t.op == "opaque"]
+    if opaque:
+        listed = ", ".join(opaque[:5]) + (f" and {len(opaque) - 5} more" if len(opaque) > 5 else "")
+        raise InputError(
+            f"graph {graph.name!r} has ops without a kernel ({listed}) and can't be run; "
+            "map it with `mapper compile` instead", obj=graph.name)
     bad = [t.name for t in graph.tasks if t.op == "task"]
     if bad:
         listed = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")

@@ -54,12 +54,19 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
         On any error in the program.
     """
     file = os.fspath(path)
-    return graph_from_text(read_source(file), file)
+    return graph_from_text(read_source(file), file)  # an .onnx file: its imported text
 
 
 def read_source(path: str | os.PathLike[str]) -> str:
-    """The text of the DSL file at ``path``; InputError naming the file if unreadable."""
-    return _read(os.fspath(path), None, None)
+    """The DSL text of the program at ``path``: a ``.tg`` file as it is, an ``.onnx``
+    model as :mod:`mapper.importers.onnx_dsl` writes it; InputError naming the file
+    if unreadable."""
+    file = os.fspath(path)
+    if file.lower().endswith(".onnx"):
+        from mapper.importers.onnx_dsl import import_onnx
+
+        return import_onnx(file).text
+    return _read(file, None, None)
 
 
 def lower(program: S.Program) -> TaskGraph:

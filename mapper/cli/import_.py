@@ -1,8 +1,9 @@
-"""``mapper import wfcommons FILE.json [-o OUT.tg]``: a WfCommons instance as DSL.
+"""``mapper import FORMAT FILE [-o OUT.tg]``: another tool's file as DSL (docs/importers.md).
 
-Reads a WfFormat file (schema 1.4 to 1.6), builds its task graph
-(docs/importers.md) and writes it as DSL text: one ``task`` with ``work`` per
-WfCommons task, one edge with ``bytes`` per parent/child pair.
+``wfcommons``: a WfFormat instance (schema 1.4 to 1.6) as one ``task`` with
+``work`` per WfCommons task and one edge with ``bytes`` per parent/child
+pair. ``onnx``: an ONNX model as op calls (``--dim NAME=SIZE`` sets a
+dynamic dimension such as the batch).
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from mapper.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
 
-FORMATS = ("wfcommons",)
+FORMATS = ("wfcommons", "onnx")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("import", help="convert another tool's workflow file to the DSL",
-                              description="Convert a WfCommons WfFormat instance (JSON) into a DSL "
-                                          "program of kernel-less tasks with work and edges with bytes.")
+    p = subparsers.add_parser("import", help="convert another tool's workflow or model file to the DSL",
+                              description="Convert a WfCommons WfFormat instance (JSON) into a DSL program of "
+                                          "kernel-less tasks with work and edges with bytes, or an ONNX model "
+                                          "into a DSL program of op calls.")
     p.add_argument("format", choices=FORMATS, help="the input format")
-    p.add_argument("file", metavar="FILE", help="the input file (WfFormat JSON)")
+    p.add_argument("file", metavar="FILE", help="the input file (WfFormat JSON, or an .onnx model)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                   help="onnx: the size of a dynamic dimension (repeat for several)")
     p.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
     ref = ReferenceMachine()
     p.add_argument("--gflops-per-core", type=float, default=ref.gflops_per_core, metavar="R",
@@ -36,6 +40,10 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     check_outputs({"--output": args.output}, existing(args.file))
+    if args.format == "onnx":
+        return _run_onnx(args)
+    if args.dim:
+        raise OptionsError("--dim applies to onnx imports only", obj="--dim")
     try:
         ref = ReferenceMachine(gflops_per_core=args.gflops_per_core, default_parallel=args.parallel)
     except InputError as err:
@@ -55,4 +63,34 @@ def run(args) -> int:
         print(f"wrote {args.output}: {len(graph.tasks)} tasks, {len(graph.edges)} edges")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def parse_dims(items: list[str]) -> dict[str, int]:
+    """``["batch=8", ...]`` as ``{"batch": 8}``; OptionsError naming --dim otherwise."""
+    dims: dict[str, int] = {}
+    for item in items:
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+            raise OptionsError(f"expected NAME=SIZE with a positive integer size, got {item!r}", obj="--dim")
+        if int(size) > 2**31:
+            raise OptionsError(f"the size of {name.strip()!r} is too large: {size}", obj="--dim")
+        dims[name.strip()] = int(size)
+    return dims
+
+
+def _run_onnx(args) -> int:
+    from mapper.importers.onnx_dsl import import_onnx
+
+    imported = import_onnx(args.file, parse_dims(args.dim))
+    warning = imported.warning()
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
+    if args.output and args.output != STDOUT:
+        atomic_write(args.output, imported.text, "--output")
+        fused = ", ".join(f"{k} x{v}" for k, v in sorted(imported.fused.items()))
+        print(f"wrote {args.output}: {imported.tasks} tasks from {imported.nodes} ONNX nodes "
+              f"({imported.folded} folded into constants{'; fused: ' + fused if fused else ''})")
+    else:
+        sys.stdout.write(imported.text)
     return 0

@@ -78,3 +78,16 @@ def transpose(c: Call) -> OpInfo:
         raise c.fail(f"perm = {fmt(perm)} is not a permutation of the axes 0 .. {nd - 1} "
                      f"of {c.desc(0)}", attr="perm")
     return c.info(dense(tuple(x.shape[i] for i in perm), x.dtype), 0)
+
+
+def opaque(c: Call) -> OpInfo:
+    """An op mapper has no rule or kernel for (``kind`` names it, e.g. an imported
+    ONNX op): its output type and FLOPs are given; bytes are its operands' and output's."""
+    c.dtypes(ANY_DTYPES, "a tensor")
+    shape = list(c.attrs["shape"])
+    if any(d < 1 for d in shape):
+        raise c.fail(f"shape = {fmt(shape)} must hold positive sizes", attr="shape")
+    flops = c.attrs["flops"]
+    if flops < 0 or flops > 1e30:
+        raise c.fail(f"flops = {flops!r} must be between 0 and 1e30", attr="flops")
+    return c.info(dense(shape, c.args[0].dtype), flops)

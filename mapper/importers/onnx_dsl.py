@@ -1,0 +1,367 @@
+"""An ONNX model as a DSL program (``mapper import onnx``; docs/importers.md).
+
+:func:`onnx_to_dsl` writes one statement per task, named after its ONNX node
+(sanitised, unique), with the model's inputs as ``input`` declarations and
+its constants (initializers and everything folded from them) as ``weight``
+declarations. Ops map to DSL ops where the DSL has one with the same work
+(the table in docs/importers.md); GELU, layer-norm and attention subgraphs
+(:mod:`.onnx_patterns`) become one op each; reshapes, squeezes, flattens
+and identities are free views or aliases. Any other node becomes an
+``opaque`` op with the shape ONNX infers and one FLOP per output element,
+and :class:`Imported` lists those op types.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mapper.importers.dsl_writer import dsl_name
+from mapper.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
+from mapper.importers.onnx_patterns import Match, find_patterns
+
+#: ONNX elementwise ops and the DSL ``elementwise`` function each is.
+UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Abs": "abs",
+         "Neg": "neg"}
+BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
+VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+ALIASES = ("Identity", "Dropout")
+REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """The DSL text of a model, and what the import did."""
+
+    text: str
+    nodes: int  # ONNX nodes
+    tasks: int
+    folded: int  # nodes folded into constants
+    fused: Mapping[str, int]  # pattern -> count
+    unsupported: Mapping[str, int]  # ONNX op type -> nodes that became opaque tasks
+
+    def warning(self) -> str | None:
+        """One line listing the op types imported as ``opaque`` tasks, or None."""
+        if not self.unsupported:
+            return None
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(self.unsupported.items()))
+        return (f"no DSL op for {listed}: imported as opaque tasks (work from their shapes: "
+                "one FLOP per output element); they cannot be run by `mapper run`")
+
+
+def import_onnx(path: str, dims: Mapping[str, int] | None = None) -> Imported:
+    """Read the ONNX model at ``path`` (see :func:`~mapper.importers.onnx_model.read_onnx`) as DSL text."""
+    return onnx_to_dsl(read_onnx(path, dims))
+
+
+def onnx_to_dsl(g: OnnxGraph) -> Imported:
+    return _Writer(g).run()
+
+
+def _ints(values: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+def _num(x: float) -> str:
+    return repr(float(x))
+
+
+class _Writer:
+    def __init__(self, g: OnnxGraph) -> None:
+        self.g = g
+        self.taken: set[str] = set()
+        self.ref: dict[str, str] = {}  # ONNX tensor -> DSL tensor name
+        self.weights: list[str] = []
+        self.body: list[str] = []
+        self.tasks = 0
+        self.unsupported: Counter[str] = Counter()
+
+    # -- names ------------------------------------------------------------------------------
+    def fresh(self, raw: str) -> str:
+        base = dsl_name(raw)
+        name, k = base, 2
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+    def operand(self, tensor: str, dtype: str | None = None) -> str:
+        """The DSL name of ``tensor``: a task's output, an input, or a weight declared on first use."""
+        if tensor in self.ref:
+            return self.ref[tensor]
+        t = self.g.tensors[tensor]
+        if not t.const:
+            raise KeyError(tensor)
+        name = self.fresh(tensor)
+        shape = t.shape or (1,)
+        self.weights.append(f"  weight {name} : {dtype or t.dtype}{_ints(shape)}")
+        self.ref[tensor] = name
+        return name
+
+    def emit(self, raw: str, call: str, output: str | None = None) -> str:
+        name = self.fresh(raw)
+        self.body.append(f"  {name} = {call}")
+        self.tasks += 1
+        if output is not None:
+            self.ref[output] = name
+        return name
+
+    # -- the program --------------------------------------------------------------------------
+    def run(self) -> Imported:
+        g = self.g
+        inputs = []
+        for i in g.inputs:
+            t = g.tensors[i]
+            name = self.fresh(i)
+            self.ref[i] = name
+            inputs.append(f"  input {name} : {t.dtype}{_ints(t.shape)}")
+        matches = find_patterns(g)
+        replaced = {id(n): m for m in matches for n in m.nodes}
+        done: set[int] = set()
+        for n in g.nodes:
+            if n.folded:
+                continue
+            m = replaced.get(id(n))
+            if m is not None:
+                if id(m) not in done and all(i in self.ref or g.tensors[i].const for i in m.inputs):
+                    done.add(id(m))
+                    self.pattern(m, n)
+                continue
+            self.node(n)
+        outputs = [self.ref[o] for o in g.outputs if o in self.ref and not g.tensors[o].const]
+        name = dsl_name(g.name)
+        header = [f"# imported from {g.file.rsplit('/', 1)[-1]} by `mapper import onnx` (opset {g.opset}): "
+                  f"{len(g.nodes)} ONNX nodes, {self.tasks} tasks"]
+        lines = [*header, f"graph {name} {{", *inputs, *self.weights, *self.body]
+        lines += [f"  output {', '.join(outputs)}"] if outputs else []
+        lines.append("}")
+        fused = Counter(m.kind for m in matches)
+        return Imported("\n".join(lines) + "\n", len(g.nodes), self.tasks, sum(n.folded for n in g.nodes),
+                        dict(fused), dict(self.unsupported))
+
+    def pattern(self, m: Match, first: OnnxNode) -> None:
+        last = m.nodes[-1]
+        if m.kind == "gelu":
+            self.emit(last.name, f"gelu({self.operand(m.inputs[0])})", m.output)
+        elif m.kind == "layernorm":
+            self.emit(last.name, f"layernorm({self.operand(m.inputs[0])}, eps = {_num(m.attrs['eps'])})", m.output)
+        else:  # attention on [B*S, D] views of the projections
+            b, s, d = m.attrs["batch"], m.attrs["seq"], m.attrs["width"]
+            flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {_ints((b * s, d))})")
+                    for part, x in zip("qkv", m.inputs)]
+            att = self.emit(f"{last.name}_attention",
+                            f"attention({', '.join(flat)}, heads = {m.attrs['heads']}, seq = {s})")
+            self.emit(last.name, f"reshape({att}, shape = {_ints((b, s, d))})", m.output)
+
+    # -- one node ---------------------------------------------------------------------------------
+    def node(self, n: OnnxNode) -> None:
+        g, op = self.g, n.op
+        out = n.outputs[0] if n.outputs else None
+        if out is None:
+            return
+        x = n.inputs[0] if n.inputs else None
+        if op in ALIASES and x is not None:
+            self.ref[out] = self.operand(x)
+            return
+        if op in VIEWS and x is not None:
+            self.emit(n.name, f"reshape({self.operand(x)}, shape = {_ints(g.tensors[out].shape)})", out)
+            return
+        handler = getattr(self, f"op_{op}", None)
+        if handler is not None and handler(n, out):
+            return
+        if op in UNARY and x is not None:
+            self.emit(n.name, f'elementwise({self.operand(x)}, fn = "{UNARY[op]}")', out)
+        elif op in BINARY and len(n.inputs) == 2:
+            self.binary(n.name, BINARY[op], n.inputs[0], n.inputs[1], out)
+        elif op in REDUCE and not self.reduce(n, out):
+            self.opaque(n)
+        elif op not in REDUCE:
+            self.opaque(n)
+
+    def binary(self, raw: str, op: str, a: str, b: str, out: str) -> str:
+        dtype = self.g.tensors[out].dtype
+        return self.emit(raw, f"{op}({self.operand(a, dtype)}, {self.operand(b, dtype)})", out)
+
+    def opaque(self, n: OnnxNode) -> None:
+        """Each output as an ``opaque`` task: the inferred shape, one FLOP per element."""
+        self.unsupported[n.op] += 1
+        args = [self.operand(i) for i in n.inputs if i in self.ref or self.g.tensors[i].const]
+        if not args:
+            return
+        for k, o in enumerate(n.outputs):
+            t = self.g.tensors[o]
+            raw = n.name if k == 0 else f"{n.name}_{k}"
+            self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, "
+                           f"flops = {_num(math.prod(t.shape))}, kind = \"{n.op}\")", o)
+
+    # -- ops with attributes ------------------------------------------------------------------------
+    def op_Conv(self, n: OnnxNode, out: str) -> bool:
+        g, a = self.g, n.attrs
+        x, w = n.inputs[0], n.inputs[1]
+        if len(g.tensors[x].shape) != 4:
+            return False
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
+            return False
+        if any(d != 1 for d in a.get("dilations", [1, 1])) or pads[0] != pads[2] or pads[1] != pads[3]:
+            return False
+        k = g.tensors[w].shape[0]
+        call = (f"conv2d({self.operand(x)}, {self.operand(w)}, stride = {_ints(a.get('strides', [1, 1]))}, "
+                f"padding = {_ints(pads[:2])}, groups = {int(a.get('group', 1))})")
+        if len(n.inputs) > 2:
+            conv = self.emit(f"{n.name}_conv", call)
+            bias = self.fresh(f"{n.inputs[2]}")
+            self.weights.append(f"  weight {bias} : {g.tensors[out].dtype}{_ints((1, k, 1, 1))}")
+            self.emit(n.name, f"add({conv}, {bias})", out)
+        else:
+            self.emit(n.name, call, out)
+        return True
+
+    def op_Gemm(self, n: OnnxNode, out: str) -> bool:
+        g, a = self.g, n.attrs
+        A, B = n.inputs[0], n.inputs[1]
+        ta, tb = int(a.get("transA", 0)), int(a.get("transB", 0))
+        lhs = self.operand(A)
+        if ta:
+            lhs = self.emit(f"{n.name}_transpose_a", f"transpose({lhs}, perm = [1, 0])")
+        if g.tensors[B].const:  # a weight: declare it as the product needs it
+            kk, nn = g.tensors[B].shape[::-1] if tb else g.tensors[B].shape
+            rhs = self.fresh(B)
+            self.weights.append(f"  weight {rhs} : {g.tensors[out].dtype}{_ints((kk, nn))}")
+        else:
+            rhs = self.operand(B)
+            if tb:
+                rhs = self.emit(f"{n.name}_transpose_b", f"transpose({rhs}, perm = [1, 0])")
+        if len(n.inputs) > 2 and float(a.get("beta", 1.0)) != 0.0:
+            mm = self.emit(f"{n.name}_matmul", f"matmul({lhs}, {rhs})")
+            self.emit(n.name, f"add({mm}, {self.operand(n.inputs[2], g.tensors[out].dtype)})", out)
+        else:
+            self.emit(n.name, f"matmul({lhs}, {rhs})", out)
+        return True
+
+    def op_MatMul(self, n: OnnxNode, out: str) -> bool:
+        a, b = self.g.tensors[n.inputs[0]], self.g.tensors[n.inputs[1]]
+        if len(a.shape) < 2 or len(b.shape) < 2:
+            return False
+        self.emit(n.name, f"matmul({self.operand(n.inputs[0])}, {self.operand(n.inputs[1])})", out)
+        return True
+
+    def op_BatchNormalization(self, n: OnnxNode, out: str) -> bool:
+        eps = float(n.attrs.get("epsilon", 1e-5))
+        self.emit(n.name, f"batchnorm({self.operand(n.inputs[0])}, eps = {_num(eps)})", out)
+        return True
+
+    def op_Relu(self, n: OnnxNode, out: str) -> bool:
+        self.emit(n.name, f"relu({self.operand(n.inputs[0])})", out)
+        return True
+
+    op_Clip = op_Relu  # the same work; the upper bound is not modelled (docs/importers.md)
+
+    def op_Gelu(self, n: OnnxNode, out: str) -> bool:
+        self.emit(n.name, f"gelu({self.operand(n.inputs[0])})", out)
+        return True
+
+    def op_Sum(self, n: OnnxNode, out: str) -> bool:
+        dtype = self.g.tensors[out].dtype
+        args = [self.operand(i, dtype) for i in n.inputs]
+        if len(args) == 1:
+            self.ref[out] = args[0]
+            return True
+        acc = args[0]
+        for k, other in enumerate(args[1:], 1):
+            last = k == len(args) - 1
+            acc = self.emit(n.name if last else f"{n.name}_{k}", f"add({acc}, {other})", out if last else None)
+        return True
+
+    def op_Concat(self, n: OnnxNode, out: str) -> bool:
+        rank = len(self.g.tensors[out].shape)
+        axis = int(n.attrs.get("axis", 0)) % rank
+        args = ", ".join(self.operand(i, self.g.tensors[out].dtype) for i in n.inputs)
+        self.emit(n.name, f"concat({args}, axis = {axis})", out)
+        return True
+
+    def op_Split(self, n: OnnxNode, out: str) -> bool:
+        shapes = [self.g.tensors[o].shape for o in n.outputs]
+        rank = len(self.g.tensors[n.inputs[0]].shape)
+        axis = int(n.attrs.get("axis", 0)) % rank
+        if len({s[axis] for s in shapes}) != 1:
+            return False  # unequal parts: the DSL splits evenly
+        x = self.operand(n.inputs[0])
+        for k, o in enumerate(n.outputs):
+            self.emit(f"{n.name}_{k}", f"split({x}, parts = {len(n.outputs)}, index = {k}, axis = {axis})", o)
+        return True
+
+    def op_Transpose(self, n: OnnxNode, out: str) -> bool:
+        rank = len(self.g.tensors[out].shape)
+        perm = n.attrs.get("perm", list(range(rank))[::-1])
+        self.emit(n.name, f"transpose({self.operand(n.inputs[0])}, perm = {_ints(perm)})", out)
+        return True
+
+    def op_Softmax(self, n: OnnxNode, out: str) -> bool:
+        rank = len(self.g.tensors[out].shape)
+        axis = int(n.attrs.get("axis", -1 if self.g.opset >= 13 else 1)) % rank
+        self.emit(n.name, f"softmax({self.operand(n.inputs[0])}, axis = {axis})", out)
+        return True
+
+    def op_LayerNormalization(self, n: OnnxNode, out: str) -> bool:
+        rank = len(self.g.tensors[out].shape)
+        if int(n.attrs.get("axis", -1)) % rank != rank - 1:
+            return False
+        eps = float(n.attrs.get("epsilon", 1e-5))
+        self.emit(n.name, f"layernorm({self.operand(n.inputs[0])}, eps = {_num(eps)})", out)
+        return True
+
+    def pool(self, n: OnnxNode, out: str, kind: str) -> bool:
+        a = n.attrs
+        if len(self.g.tensors[n.inputs[0]].shape) != 4 or a.get("ceil_mode", 0) or a.get("storage_order", 0):
+            return False
+        kern = list(a["kernel_shape"])
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if any(d != 1 for d in a.get("dilations", [1, 1])) or pads[0] != pads[2] or pads[1] != pads[3]:
+            return False
+        if pads[0] > kern[0] // 2 or pads[1] > kern[1] // 2:
+            return False
+        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
+            return False
+        self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {_ints(kern)}, "
+                          f"stride = {_ints(a.get('strides', [1, 1]))}, padding = {_ints(pads[:2])})", out)
+        return True
+
+    def op_MaxPool(self, n: OnnxNode, out: str) -> bool:
+        return self.pool(n, out, "maxpool")
+
+    def op_AveragePool(self, n: OnnxNode, out: str) -> bool:
+        return self.pool(n, out, "avgpool")
+
+    def global_pool(self, n: OnnxNode, out: str, kind: str) -> bool:
+        shape = self.g.tensors[n.inputs[0]].shape
+        if len(shape) != 4:
+            return False
+        self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {_ints(shape[2:])})", out)
+        return True
+
+    def op_GlobalAveragePool(self, n: OnnxNode, out: str) -> bool:
+        return self.global_pool(n, out, "avgpool")
+
+    def op_GlobalMaxPool(self, n: OnnxNode, out: str) -> bool:
+        return self.global_pool(n, out, "maxpool")
+
+    def reduce(self, n: OnnxNode, out: str) -> bool:
+        """A reduction over one axis (DSL ``reduce``), reshaped back when ONNX keeps the axis."""
+        src = self.g.tensors[n.inputs[0]]
+        axes = n.attrs.get("axes")
+        if axes is None and len(n.inputs) > 1:
+            t = self.g.tensors[n.inputs[1]]
+            axes = None if t.value is None else [int(v) for v in t.value.reshape(-1)]
+        if axes is None or len(axes) != 1:
+            return False
+        axis = int(axes[0]) % len(src.shape)
+        kind = REDUCE[n.op]
+        if int(n.attrs.get("keepdims", 1)):
+            red = self.emit(f"{n.name}_reduce", f'reduce({self.operand(n.inputs[0])}, kind = "{kind}", axis = {axis})')
+            self.emit(n.name, f"reshape({red}, shape = {_ints(self.g.tensors[out].shape)})", out)
+        else:
+            self.emit(n.name, f'reduce({self.operand(n.inputs[0])}, kind = "{kind}", axis = {axis})', out)
+        return True

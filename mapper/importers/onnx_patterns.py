@@ -1,0 +1,230 @@
+"""Subgraphs of exported models that are one DSL op: the erf form of GELU
+(Hendrycks and Gimpel, arXiv:1606.08415), layer normalisation written as
+ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div (Ba, Kiros and Hinton,
+arXiv:1607.06450), and multi-head attention written as MatMul, Softmax,
+MatMul with the head reshapes and transposes (Vaswani et al., NeurIPS 2017),
+as PyTorch and TensorFlow export them.
+
+Each matcher looks at an :class:`~mapper.importers.onnx_model.OnnxGraph` and
+returns :class:`Match` es: the nodes a match replaces (none of whose
+intermediate tensors is used elsewhere), the tensor it produces, and the DSL
+op that computes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mapper.importers.onnx_model import OnnxGraph, OnnxNode
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """``kind`` (gelu, layernorm, attention) replaces ``nodes`` and produces ``output``
+    from ``inputs``; ``attrs`` are the DSL op's attributes."""
+
+    kind: str
+    nodes: tuple[OnnxNode, ...]
+    inputs: tuple[str, ...]
+    output: str
+    attrs: Mapping[str, Any]
+
+
+class _Index:
+    """Producers and consumers of the graph's tensors."""
+
+    def __init__(self, g: OnnxGraph) -> None:
+        self.g = g
+        self.producer = {o: n for n in g.nodes for o in n.outputs}
+        self.consumers: dict[str, list[OnnxNode]] = {}
+        for n in g.nodes:
+            for i in n.inputs:
+                self.consumers.setdefault(i, []).append(n)
+        self.outputs = set(g.outputs)
+
+    def only_consumer(self, tensor: str) -> OnnxNode | None:
+        """The single node that reads ``tensor`` (None when several, none, or a graph output)."""
+        users = self.consumers.get(tensor, [])
+        return users[0] if len(users) == 1 and tensor not in self.outputs else None
+
+    def made_by(self, tensor: str, op: str) -> OnnxNode | None:
+        node = self.producer.get(tensor)
+        return node if node is not None and node.op == op and not node.folded else None
+
+    def const(self, tensor: str) -> float | None:
+        """The value of a constant scalar (or one-element) tensor, else None."""
+        t = self.g.tensors.get(tensor)
+        if t is None or not t.const or t.value is None or t.value.size != 1:
+            return None
+        return float(t.value.reshape(-1)[0])
+
+    def other(self, node: OnnxNode, tensor: str) -> str | None:
+        """The input of a two-input ``node`` that is not ``tensor``."""
+        if len(node.inputs) != 2 or tensor not in node.inputs:
+            return None
+        return node.inputs[1] if node.inputs[0] == tensor else node.inputs[0]
+
+
+def find_patterns(g: OnnxGraph) -> list[Match]:
+    """Every non-overlapping GELU, layer-norm and attention subgraph, in node order."""
+    ix = _Index(g)
+    found: list[Match] = []
+    used: set[int] = set()
+    for n in g.nodes:
+        if n.folded:
+            continue
+        m = None
+        if n.op == "Erf":
+            m = _gelu(ix, n)
+        elif n.op == "ReduceMean":
+            m = _layernorm(ix, n)
+        elif n.op == "Softmax":
+            m = _attention(ix, n)
+        if m is not None and not any(id(x) in used for x in m.nodes):
+            used.update(id(x) for x in m.nodes)
+            found.append(m)
+    return found
+
+
+def _close(value: float | None, want: float, rel: float = 1e-3) -> bool:
+    return value is not None and math.isclose(value, want, rel_tol=rel)
+
+
+def _gelu(ix: _Index, erf: OnnxNode) -> Match | None:
+    """x * 0.5 * (1 + erf(x / sqrt(2))), in either order of the two multiplies."""
+    scale = ix.producer.get(erf.inputs[0])
+    if scale is None or scale.op not in ("Div", "Mul") or ix.only_consumer(erf.inputs[0]) is not erf:
+        return None
+    x = next((i for i in scale.inputs if ix.const(i) is None), None)
+    c = ix.const(ix.other(scale, x) or "") if x is not None else None
+    if x is None or not (_close(c, math.sqrt(2)) if scale.op == "Div" else _close(c, 1 / math.sqrt(2))):
+        return None
+    plus = ix.only_consumer(erf.outputs[0])
+    if plus is None or plus.op != "Add" or not _close(ix.const(ix.other(plus, erf.outputs[0]) or ""), 1.0):
+        return None
+    mul = ix.only_consumer(plus.outputs[0])
+    if mul is None or mul.op != "Mul":
+        return None
+    partner = ix.other(mul, plus.outputs[0])
+    if partner == x:  # (x * (1 + erf)) * 0.5
+        half = ix.only_consumer(mul.outputs[0])
+        if half is None or half.op != "Mul" or not _close(ix.const(ix.other(half, mul.outputs[0]) or ""), 0.5):
+            return None
+        nodes = (scale, erf, plus, mul, half)
+    else:  # (x * 0.5) * (1 + erf)
+        half = ix.made_by(partner or "", "Mul")
+        if half is None or ix.only_consumer(half.outputs[0]) is not mul or x not in half.inputs:
+            return None
+        if not _close(ix.const(ix.other(half, x) or ""), 0.5):
+            return None
+        nodes = (half, scale, erf, plus, mul)
+    return Match("gelu", nodes, (x,), nodes[-1].outputs[0] if partner == x else mul.outputs[0], {})
+
+
+def _last_axis(node: OnnxNode, ix: _Index) -> bool:
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1:
+        t = ix.g.tensors.get(node.inputs[1])
+        axes = None if t is None or t.value is None else [int(a) for a in t.value.reshape(-1)]
+    rank = len(ix.g.tensors[node.inputs[0]].shape)
+    return axes is not None and len(axes) == 1 and axes[0] % rank == rank - 1
+
+
+def _layernorm(ix: _Index, mean: OnnxNode) -> Match | None:
+    """(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) [* gamma] [+ beta], over the last axis."""
+    x = mean.inputs[0]
+    sub = ix.only_consumer(mean.outputs[0])
+    if sub is None or sub.op != "Sub" or sub.inputs != (x, mean.outputs[0]) or not _last_axis(mean, ix):
+        return None
+    users = ix.consumers.get(sub.outputs[0], [])
+    power = next((u for u in users if u.op in ("Pow", "Mul")), None)
+    div = next((u for u in users if u.op == "Div"), None)
+    if power is None or div is None or len(users) != 2:
+        return None
+    if power.op == "Pow" and not _close(ix.const(power.inputs[1] if len(power.inputs) > 1 else ""), 2.0):
+        return None
+    if power.op == "Mul" and power.inputs != (sub.outputs[0], sub.outputs[0]):
+        return None
+    var = ix.only_consumer(power.outputs[0])
+    if var is None or var.op != "ReduceMean" or not _last_axis(var, ix):
+        return None
+    add = ix.only_consumer(var.outputs[0])
+    eps = ix.const(ix.other(add, var.outputs[0]) or "") if add is not None and add.op == "Add" else None
+    if add is None or eps is None:
+        return None
+    root = ix.only_consumer(add.outputs[0])
+    if root is None or root.op != "Sqrt" or ix.only_consumer(root.outputs[0]) is not div:
+        return None
+    if div.inputs != (sub.outputs[0], root.outputs[0]):
+        return None
+    nodes = [mean, sub, power, var, add, root, div]
+    last = div
+    for op in ("Mul", "Add"):  # the affine part, when its parameters are constant
+        nxt = ix.only_consumer(last.outputs[0])
+        partner = ix.other(nxt, last.outputs[0]) if nxt is not None and nxt.op == op else None
+        if nxt is None or partner is None or not ix.g.tensors[partner].const:
+            break
+        nodes.append(nxt)
+        last = nxt
+    return Match("layernorm", tuple(nodes), (x,), last.outputs[0], {"eps": eps})
+
+
+def _heads(ix: _Index, tensor: str, perm: tuple[int, ...]) -> tuple[str, int, int, int, list[OnnxNode]] | None:
+    """``tensor`` = Transpose(perm)(Reshape(x[B, S, D] -> [B, S, H, dh])): (x, B, S, H, nodes)."""
+    tr = ix.made_by(tensor, "Transpose")
+    if tr is None or tuple(tr.attrs.get("perm", ())) != perm or ix.only_consumer(tensor) is None:
+        return None
+    rs = ix.made_by(tr.inputs[0], "Reshape")
+    if rs is None or ix.only_consumer(rs.outputs[0]) is not tr:
+        return None
+    x = rs.inputs[0]
+    src, dst = ix.g.tensors[x].shape, ix.g.tensors[rs.outputs[0]].shape
+    if len(src) != 3 or len(dst) != 4 or src[:2] != dst[:2] or dst[2] * dst[3] != src[2]:
+        return None
+    return x, src[0], src[1], dst[2], [rs, tr]
+
+
+def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
+    """softmax(Q K^T [* or / scale] [+ mask]) V over heads, back to [B, S, D]."""
+    rank = len(ix.g.tensors[soft.inputs[0]].shape)
+    if rank != 4 or int(soft.attrs.get("axis", -1)) % rank != 3:
+        return None
+    nodes: list[OnnxNode] = []
+    t = soft.inputs[0]
+    for op in ("Add", "Div", "Mul"):  # mask, then scale (as exported: (QK^T / sqrt(dh)) + mask)
+        node = ix.made_by(t, op)
+        if node is None or ix.only_consumer(t) is None:
+            continue
+        if op == "Add":
+            t_next = node.inputs[0]
+        else:
+            if ix.const(node.inputs[1]) is None:
+                return None
+            t_next = node.inputs[0]
+        nodes.insert(0, node)
+        t = t_next
+    scores = ix.made_by(t, "MatMul")
+    if scores is None or ix.only_consumer(t) is None:
+        return None
+    q = _heads(ix, scores.inputs[0], (0, 2, 1, 3))
+    k = _heads(ix, scores.inputs[1], (0, 2, 3, 1))
+    ctx = ix.only_consumer(soft.outputs[0])
+    if q is None or k is None or ctx is None or ctx.op != "MatMul" or ctx.inputs[0] != soft.outputs[0]:
+        return None
+    v = _heads(ix, ctx.inputs[1], (0, 2, 1, 3))
+    back = ix.only_consumer(ctx.outputs[0])
+    if v is None or back is None or back.op != "Transpose" or tuple(back.attrs.get("perm", ())) != (0, 2, 1, 3):
+        return None
+    merge = ix.only_consumer(back.outputs[0])
+    if merge is None or merge.op != "Reshape":
+        return None
+    (xq, b, s, h, nq), (xk, *_, nk), (xv, *_, nv) = q, k, v
+    d = ix.g.tensors[xq].shape[2]
+    if ix.g.tensors[merge.outputs[0]].shape != (b, s, d) or any(ix.g.tensors[x].shape != (b, s, d) for x in (xk, xv)):
+        return None
+    nodes = [*nq, *nk, *nv, scores, *nodes, soft, ctx, back, merge]
+    return Match("attention", tuple(nodes), (xq, xk, xv), merge.outputs[0],
+                 {"heads": h, "seq": s, "batch": b, "width": d})
