@@ -35,9 +35,12 @@ from mapper.opdefs.call import (
 )
 from mapper.opdefs.scientific import ELEMENTWISE_FLOPS
 
+#: Ops with no kernel: a graph with them can be mapped, not run.
+KERNEL_LESS = frozenset({"opaque"})
+
 __all__ = [
     "ANY_DTYPES", "COMPLEX_DTYPES", "ELEMENTWISE_FLOPS", "FLAG_VARIANTS", "FLOAT_DTYPES", "INEXACT_DTYPES",
-    "INT_DTYPES", "NUMERIC_DTYPES", "OPS", "OP_CLASSES", "REQUIRED", "OpError", "OpInfo", "OpSpec", "infer",
+    "INT_DTYPES", "KERNEL_LESS", "NUMERIC_DTYPES", "OPS", "OP_CLASSES", "REQUIRED", "OpError", "OpInfo", "OpSpec", "infer",
 ]
 
 
@@ -88,7 +91,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("reshape", (1, 1), "shape", "0", movement.reshape, "x", ("shape", "ints", REQUIRED)),
     _spec("transpose", (1, 1), "shape", "0", movement.transpose, "x", ("perm", "ints", None)),
     # an op with no rule or kernel here (an imported ONNX op): shape and work as given
-    _spec("opaque", (1, None), "elementwise", "flops (given)", movement.opaque, "x1, x2, ...",
+    _spec("opaque", (1, None), "elementwise", "flops", movement.opaque, "x1, x2, ...",
           ("shape", "ints", REQUIRED), ("flops", "float", 0.0), ("kind", "str", "")),
     _spec("stencil", (1, 1), "stencil", "steps * points * interior", scientific.stencil,
           "x[H, W] or x[D, H, W]", ("points", "int", REQUIRED), ("steps", "int", 1)),

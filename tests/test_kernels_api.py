@@ -39,9 +39,11 @@ def _ops_in_catalogue() -> set[str]:
 
 
 def test_every_catalogue_op_has_a_kernel_and_a_reference():
+    from mapper.ops import KERNEL_LESS
+
     ops = _ops_in_catalogue()
     assert len(ops) >= 25
-    assert ops == set(KERNELS)
+    assert ops - KERNEL_LESS == set(KERNELS) and not KERNEL_LESS & set(KERNELS)
     for op, info in KERNELS.items():
         assert info.name == op and info.impl and info.module.startswith("mapper.kernels.")
         assert info.dtypes

@@ -101,6 +101,7 @@ CASES = [
     ("elementwise", [T("f32", 10, 10)], {"fn": "exp"}, (10, 10), 100, 400, 400),
     ("elementwise", [T("f32", 10, 10)], {"fn": "sigmoid"}, (10, 10), 400, 400, 400),
     ("elementwise", [T("c64", 7)], {"fn": "scale", "alpha": 0.5}, (7,), 7, 56, 56),
+    ("opaque", [T("f32", 2, 8), T("f16", 4)], {"shape": [4, 4], "flops": 16.0, "kind": "LRN"}, (4, 4), 16, 72, 64),
 ]
 
 
@@ -266,6 +267,9 @@ ERRORS = [
     ("elementwise", [T("f32", 3)], {"fn": "exp", "alpha": 2.0}, 'alpha is only for fn = "scale"', None, "alpha"),
     ("elementwise", [T("i32", 3)], {"fn": "exp"}, "x must be a floating-point tensor", 0, None),
     ("elementwise", [T("f32", 3)], {"fn": "scale", "alpha": float("nan")}, "alpha must be a number", None, "alpha"),
+    ("opaque", [T("f32", 3)], {}, "missing required attribute 'shape'", None, "shape"),
+    ("opaque", [T("f32", 3)], {"shape": [3, 0]}, "shape = [3, 0] must hold positive sizes", None, "shape"),
+    ("opaque", [T("f32", 3)], {"shape": [3], "flops": -1.0}, "flops = -1.0 must be between 0 and 1e30", None, "flops"),
 ]
 
 

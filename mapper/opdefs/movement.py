@@ -83,7 +83,8 @@ def transpose(c: Call) -> OpInfo:
 def opaque(c: Call) -> OpInfo:
     """An op mapper has no rule or kernel for (``kind`` names it, e.g. an imported
     ONNX op): its output type and FLOPs are given; bytes are its operands' and output's."""
-    c.dtypes(ANY_DTYPES, "a tensor")
+    for i in range(len(c.args)):  # operands of any dtypes, each a known one
+        c.dtypes(ANY_DTYPES, "a tensor", indices=(i,))
     shape = list(c.attrs["shape"])
     if any(d < 1 for d in shape):
         raise c.fail(f"shape = {fmt(shape)} must hold positive sizes", attr="shape")
