@@ -40,7 +40,8 @@ KERNEL_LESS = frozenset({"opaque"})
 
 __all__ = [
     "ANY_DTYPES", "COMPLEX_DTYPES", "ELEMENTWISE_FLOPS", "FLAG_VARIANTS", "FLOAT_DTYPES", "INEXACT_DTYPES",
-    "INT_DTYPES", "KERNEL_LESS", "NUMERIC_DTYPES", "OPS", "OP_CLASSES", "REQUIRED", "OpError", "OpInfo", "OpSpec", "infer",
+    "INT_DTYPES", "KERNEL_LESS", "NUMERIC_DTYPES", "OPS", "OP_CLASSES", "REQUIRED", "OpError", "OpInfo", "OpSpec",
+    "infer",
 ]
 
 

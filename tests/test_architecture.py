@@ -22,6 +22,7 @@ LIBRARIES = {
     "matplotlib": "mapper.report.png",
     "numba": "mapper.kernels._jit",
     "tomllib": "mapper.platform",
+    "onnx": "mapper.importers.onnx_model",
 }
 
 

@@ -47,8 +47,8 @@ class Imported:
         if not self.unsupported:
             return None
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(self.unsupported.items()))
-        return (f"no DSL op for {listed}: imported as opaque tasks (work from their shapes: "
-                "one FLOP per output element); they cannot be run by `mapper run`")
+        return (f"imported as opaque tasks (no DSL op, or a form the DSL op does not take): {listed}; "
+                "their work comes from their shapes, and `mapper run` cannot run them")
 
 
 def import_onnx(path: str, dims: Mapping[str, int] | None = None) -> Imported:
@@ -171,6 +171,9 @@ class _Writer:
         handler = getattr(self, f"op_{op}", None)
         if handler is not None and handler(n, out):
             return
+        if op in ("Conv", "MaxPool", "AveragePool") and x is not None:  # a form the DSL op does not take
+            self.opaque(n, self.window_flops(n, out))
+            return
         if op in UNARY and x is not None:
             self.emit(n.name, f'elementwise({self.operand(x)}, fn = "{UNARY[op]}")', out)
         elif op in BINARY and len(n.inputs) == 2:
@@ -180,12 +183,20 @@ class _Writer:
         elif op not in REDUCE:
             self.opaque(n)
 
+    def window_flops(self, n: OnnxNode, out: str) -> float:
+        """FLOPs per output element of a convolution or pooling window (as the DSL counts them)."""
+        if n.op == "Conv":
+            _, cg, *window = self.g.tensors[n.inputs[1]].shape
+            return 2.0 * cg * math.prod(window) + (1.0 if len(n.inputs) > 2 else 0.0)
+        return float(math.prod(n.attrs.get("kernel_shape", [1])))
+
     def binary(self, raw: str, op: str, a: str, b: str, out: str) -> str:
         dtype = self.g.tensors[out].dtype
         return self.emit(raw, f"{op}({self.operand(a, dtype)}, {self.operand(b, dtype)})", out)
 
-    def opaque(self, n: OnnxNode) -> None:
-        """Each output as an ``opaque`` task: the inferred shape, one FLOP per element."""
+    def opaque(self, n: OnnxNode, per_element: float = 1.0) -> None:
+        """Each output as an ``opaque`` task: the inferred shape, ``per_element`` FLOPs per
+        output element (one for ops mapper knows nothing of)."""
         self.unsupported[n.op] += 1
         args = [self.operand(i) for i in n.inputs if i in self.ref or self.g.tensors[i].const]
         if not args:
@@ -194,7 +205,7 @@ class _Writer:
             t = self.g.tensors[o]
             raw = n.name if k == 0 else f"{n.name}_{k}"
             self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, "
-                           f"flops = {_num(math.prod(t.shape))}, kind = \"{n.op}\")", o)
+                           f"flops = {_num(per_element * math.prod(t.shape))}, kind = \"{n.op}\")", o)
 
     # -- ops with attributes ------------------------------------------------------------------------
     def op_Conv(self, n: OnnxNode, out: str) -> bool:

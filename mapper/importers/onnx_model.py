@@ -129,6 +129,13 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
             shapes[name] = _value_info(infos[name], file)
         return shapes[name]
 
+    graph_inputs: list[str] = []
+    for vi in graph.input:
+        if vi.name in init_names:
+            continue
+        dtype, shape = shape_of(vi.name, "a graph input")
+        tensors[vi.name] = OnnxTensor(vi.name, dtype, shape, False)
+        graph_inputs.append(vi.name)
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     nodes: list[OnnxNode] = []
     constant = set(init_names)
@@ -147,13 +154,6 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
             tensors[o] = OnnxTensor(o, dtype, shape, folded, value)
             if folded:
                 constant.add(o)
-    graph_inputs: list[str] = []
-    for vi in graph.input:
-        if vi.name in init_names:
-            continue
-        dtype, shape = shape_of(vi.name, "a graph input")
-        tensors[vi.name] = OnnxTensor(vi.name, dtype, shape, False)
-        graph_inputs.append(vi.name)
     outputs = tuple(o.name for o in graph.output)
     return OnnxGraph(file, graph.name or os.path.splitext(os.path.basename(file))[0], opset, tuple(graph_inputs),
                      outputs, tuple(nodes), tensors)
