@@ -117,7 +117,7 @@ def test_constants_fold_and_unsupported_ops_are_listed(imported):
     assert 'kind = "LRN"' in zfnet.text
 
 
-@pytest.mark.parametrize("model", ["resnet50", "densenet121", "inception_v1", "shufflenet"])
+@pytest.mark.parametrize("model", MODELS)
 def test_light_models_map_on_every_platform_with_every_heuristic(model, imported):
     graph = graph_from_text(imported[model].text, f"{model}.tg")
     for name, _ in list_platforms():
