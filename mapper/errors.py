@@ -99,10 +99,10 @@ def format_error(err: MapperError) -> str:
             width = err.span.end_col - err.span.col
         if len(text) > MAX_SHOWN:  # a window around the column, not a whole megabyte-long line
             first = max(0, min(col - MAX_SHOWN // 2, len(text) - MAX_SHOWN))
-            head, tail = ("..." if first > 0 else ""), ("..." if first + MAX_SHOWN < len(text) else "")
-            text = head + text[first:first + MAX_SHOWN] + tail
-            col = col - first + len(head)
-            width = max(1, min(width, MAX_SHOWN - (col - len(head))))
+            lead, trail = ("..." if first > 0 else ""), ("..." if first + MAX_SHOWN < len(text) else "")
+            text = lead + text[first:first + MAX_SHOWN] + trail
+            col = col - first + len(lead)
+            width = max(1, min(width, MAX_SHOWN - (col - len(lead))))
         lines.append(f"    {escape_controls(text)}")
         # keep tabs so the caret lines up under the source text
         pad = "".join(ch if ch == "\t" else " " for ch in escape_controls(text[:col]))
