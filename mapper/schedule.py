@@ -45,13 +45,13 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
 from mapper.cost import CostTable, stream_chain_times
 from mapper.errors import InfeasibleError, OptionsError
+from mapper.timeline import Timeline
 
 INF = math.inf
 
@@ -239,49 +239,6 @@ def ready_time(cost: CostTable, t: int, d: int, device_of: Sequence[int], end: S
         p = g.edges[e].src
         r = max(r, end[p] + cost.comm(e, device_of[p], d))
     return r
-
-
-class Timeline:
-    """Busy intervals per device, for insertion-based list scheduling.
-
-    The insertion policy of HEFT (Topcuoglu, Hariri, Wu, IEEE TPDS 13(3),
-    2002): a task goes into the earliest idle gap, between two tasks already
-    placed on the device, that starts no earlier than its ready time and is
-    long enough for it; otherwise after the last task.
-    """
-
-    def __init__(self, n_devices: int) -> None:
-        self._starts: list[list[float]] = [[] for _ in range(n_devices)]
-        self._ends: list[list[float]] = [[] for _ in range(n_devices)]
-        self._tasks: list[list[int]] = [[] for _ in range(n_devices)]
-
-    def slot(self, d: int, ready: float, duration: float, insertion: bool = True) -> tuple[float, int]:
-        """``(start, position)`` of the earliest fit on ``d``; without
-        ``insertion`` only after the device's last task."""
-        ends = self._ends[d]
-        if not insertion or not ends:
-            return max(ready, ends[-1] if ends else 0.0), len(ends)
-        starts = self._starts[d]
-        i = bisect_right(ends, ready)
-        prev_end = ends[i - 1] if i > 0 else 0.0
-        while i < len(ends):
-            cand = max(ready, prev_end)
-            if cand + duration <= starts[i]:
-                return cand, i
-            prev_end = ends[i]
-            i += 1
-        return max(ready, prev_end), len(ends)
-
-    def place(self, d: int, position: int, task: int, start: float, end: float) -> None:
-        self._starts[d].insert(position, start)
-        self._ends[d].insert(position, end)
-        self._tasks[d].insert(position, task)
-
-    def last_end(self, d: int) -> float:
-        return self._ends[d][-1] if self._ends[d] else 0.0
-
-    def order(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(ts) for ts in self._tasks)
 
 
 def check_priority(cost: CostTable, priority: Sequence[int]) -> tuple[int, ...]:

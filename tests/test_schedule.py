@@ -10,7 +10,8 @@ from randdag import heft_paper_example, make_cost, make_graph, make_platform, ra
 from mapper.cost import stream_chain_times
 from mapper.errors import InfeasibleError, MapperError, OptionsError
 from mapper.graph import Placement
-from mapper.schedule import Assignment, ScheduleOptions, Timeline, build_schedule, list_schedule
+from mapper.schedule import Assignment, ScheduleOptions, build_schedule, list_schedule
+from mapper.timeline import Timeline
 from mapper.validate import validate
 
 INF = math.inf
@@ -57,6 +58,45 @@ def test_timeline_insertion_policy():
     assert line.slot(0, 1.0, 3.0, insertion=False) == (9.0, 2)
     line.place(0, 1, 2, 2.0, 5.0)
     assert line.order() == ((0, 2, 1),)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_timeline_gap_index_answers_as_the_walk_does(seed, monkeypatch):
+    # the indexed gap search gives the walk's (start, position) bit for bit, zero-length tasks
+    # and tasks that just fit included, over many insertions into one timeline; small blocks
+    # for half the seeds, so that blocks split and empty out
+    import random
+
+    from mapper import timeline as tl
+
+    if seed % 2:
+        monkeypatch.setattr(tl, "BLOCK", 4)
+    rng = random.Random(seed)
+    line = Timeline(2)
+    for t in range(400):
+        d = rng.randrange(2)
+        ready = rng.choice([0.0, rng.uniform(0, 100 + t), line.last_end(d) * rng.random()])
+        duration = rng.choice([0.0, 0.1, 0.3, 1 / 3, rng.uniform(0, 5), rng.uniform(0, 0.5)])
+        got = line.slot(d, ready, duration)
+        assert got == line._walk(d, ready, duration), (t, ready, duration)
+        line.place(d, got[1], t, got[0], got[0] + duration)
+    if seed % 2:
+        assert max(len(g.blocks) for g in line._gaps) > 4
+    for d in range(2):  # the tasks never overlap and stay in start order
+        starts, ends = line._starts[d], line._ends[d]
+        assert all(e0 <= s1 for e0, s1 in zip(ends, starts[1:]))
+
+
+def test_wide_graphs_list_schedule_in_near_linear_time_of_the_gaps():
+    # 3,000 independent tasks: no gap ever fits, and the index says so without walking the tasks
+    from mapper.timeline import Timeline as Line
+
+    line = Line(1)
+    for t in range(3000):
+        start, pos = line.slot(0, 0.0, 1.0)
+        assert (start, pos) == (float(t), t)
+        line.place(0, pos, t, start, start + 1.0)
+    assert not line._gaps[0].blocks
 
 
 def test_deadlocking_order_names_the_tasks():

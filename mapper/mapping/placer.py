@@ -13,7 +13,8 @@ from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.bounds import lower_bound
 from mapper.mapping.objectives import objective_value
 from mapper.mapping.ranks import rank_key
-from mapper.schedule import Assignment, Schedule, ScheduleOptions, Timeline, build_schedule, hop_durations, ready_time
+from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations, ready_time
+from mapper.timeline import Timeline
 from mapper.units import fmt_time
 
 INF = math.inf
