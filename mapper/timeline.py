@@ -32,68 +32,79 @@ def _slack(end: float) -> float:
 
 
 class _Gaps:
-    """The positive idle gaps ``(start, end)`` of one device, sorted by start, in blocks."""
+    """The positive idle gaps of one device, sorted by start, in blocks of parallel lists:
+    starts, ends, and lengths plus rounding slack (the block's longest is their max)."""
 
-    __slots__ = ("blocks", "firsts", "longest")
+    __slots__ = ("starts", "ends", "lens", "firsts", "longest")
 
     def __init__(self) -> None:
-        self.blocks: list[list[tuple[float, float]]] = []
+        self.starts: list[list[float]] = []
+        self.ends: list[list[float]] = []
+        self.lens: list[list[float]] = []
         self.firsts: list[float] = []  # each block's first start
         self.longest: list[float] = []  # each block's longest gap, plus its rounding slack
-
-    def _refresh(self, b: int) -> None:
-        block = self.blocks[b]
-        self.firsts[b] = block[0][0]
-        self.longest[b] = max(e - s + _slack(e) for s, e in block)
 
     def add(self, start: float, end: float) -> None:
         if not end > start:
             return
-        b = max(0, bisect_right(self.firsts, start) - 1)
-        if not self.blocks:
-            self.blocks.append([(start, end)])
+        length = end - start + _slack(end)
+        if not self.starts:
+            self.starts.append([start])
+            self.ends.append([end])
+            self.lens.append([length])
             self.firsts.append(start)
-            self.longest.append(end - start + _slack(end))
+            self.longest.append(length)
             return
-        block = self.blocks[b]
-        block.insert(bisect_right(block, (start, end)), (start, end))
-        if len(block) > 2 * BLOCK:
-            self.blocks[b:b + 1] = [block[:BLOCK], block[BLOCK:]]
-            self.firsts[b:b + 1] = [0.0, 0.0]
-            self.longest[b:b + 1] = [0.0, 0.0]
-            self._refresh(b + 1)
-        self._refresh(b)
+        b = max(0, bisect_right(self.firsts, start) - 1)
+        starts = self.starts[b]
+        i = bisect_right(starts, start)
+        starts.insert(i, start)
+        self.ends[b].insert(i, end)
+        self.lens[b].insert(i, length)
+        if i == 0:
+            self.firsts[b] = start
+        if length > self.longest[b]:
+            self.longest[b] = length
+        if len(starts) > 2 * BLOCK:
+            for parts in (self.starts, self.ends, self.lens):
+                block = parts[b]
+                parts[b:b + 1] = [block[:BLOCK], block[BLOCK:]]
+            self.firsts[b:b + 1] = [self.starts[b][0], self.starts[b + 1][0]]
+            self.longest[b:b + 1] = [max(self.lens[b]), max(self.lens[b + 1])]
 
     def remove_containing(self, start: float, end: float) -> tuple[float, float] | None:
         """Remove and return the gap that holds ``[start, end]``, if any."""
         b = bisect_right(self.firsts, start) - 1
         if b < 0:
             return None
-        block = self.blocks[b]
-        i = bisect_right(block, (start, math.inf)) - 1
-        if i < 0 or not (block[i][0] <= start and end <= block[i][1]):
+        starts, ends = self.starts[b], self.ends[b]
+        i = bisect_right(starts, start) - 1
+        if i < 0 or not (starts[i] <= start and end <= ends[i]):
             return None
-        gap = block.pop(i)
-        if block:
-            self._refresh(b)
-        else:
-            del self.blocks[b], self.firsts[b], self.longest[b]
+        gap = (starts.pop(i), ends.pop(i))
+        length = self.lens[b].pop(i)
+        if not starts:
+            del self.starts[b], self.ends[b], self.lens[b], self.firsts[b], self.longest[b]
+            return gap
+        if i == 0:
+            self.firsts[b] = starts[0]
+        if length >= self.longest[b]:
+            self.longest[b] = max(self.lens[b])
         return gap
 
     def first_fit(self, ready: float, duration: float) -> float | None:
         """The start in the earliest gap where ``duration`` fits from ``ready`` on, or None."""
-        if not self.blocks:
+        if not self.starts:
             return None
         b = max(0, bisect_right(self.firsts, ready) - 1)
-        block = self.blocks[b]
-        i = max(0, bisect_right(block, (ready, math.inf)) - 1)
-        for k in range(b, len(self.blocks)):
+        i = max(0, bisect_right(self.starts[b], ready) - 1)
+        for k in range(b, len(self.starts)):
             if k > b and self.longest[k] < duration:
                 continue
-            block = self.blocks[k]
-            for s, e in block[i if k == b else 0:]:
-                cand = max(ready, s)
-                if cand + duration <= e:
+            starts, ends = self.starts[k], self.ends[k]
+            for j in range(i if k == b else 0, len(starts)):
+                cand = ready if ready > starts[j] else starts[j]
+                if cand + duration <= ends[j]:
                     return cand
         return None
 

@@ -81,7 +81,7 @@ def test_timeline_gap_index_answers_as_the_walk_does(seed, monkeypatch):
         assert got == line._walk(d, ready, duration), (t, ready, duration)
         line.place(d, got[1], t, got[0], got[0] + duration)
     if seed % 2:
-        assert max(len(g.blocks) for g in line._gaps) > 4
+        assert max(len(g.starts) for g in line._gaps) > 4
     for d in range(2):  # the tasks never overlap and stay in start order
         starts, ends = line._starts[d], line._ends[d]
         assert all(e0 <= s1 for e0, s1 in zip(ends, starts[1:]))
@@ -96,7 +96,7 @@ def test_wide_graphs_list_schedule_in_near_linear_time_of_the_gaps():
         start, pos = line.slot(0, 0.0, 1.0)
         assert (start, pos) == (float(t), t)
         line.place(0, pos, t, start, start + 1.0)
-    assert not line._gaps[0].blocks
+    assert not line._gaps[0].starts
 
 
 def test_deadlocking_order_names_the_tasks():
