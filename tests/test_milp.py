@@ -375,3 +375,29 @@ def test_cbc_takes_a_warm_start_a_rounding_step_outside_its_bounds(monkeypatch):
     result = MilpMapper().map(cost, MapOptions(time_limit=3))
     assert any("CBC" in n for n in result.notes)
     assert not validate(result.schedule)
+
+
+def test_a_heuristic_that_meets_the_lower_bound_is_optimal_without_a_search():
+    from mapper.cost import build_cost_table
+    from mapper.lower import graph_from_text
+    from mapper.platform import load_platform
+
+    # a chain whose fastest device takes both tasks: HEFT's schedule is the critical-path bound
+    g = graph_from_text("graph c {\n task a cost { p1: 2, p2: 3, p3: 4 }\n task b cost { p1: 5, p2: 6, p3: 7 }\n"
+                        "  a -> b comm 10\n}")
+    result = MilpMapper().map(build_cost_table(g, load_platform("heft3")), MapOptions(time_limit=5))
+    assert result.status == "optimal" and result.objective_value == result.lower_bound == 7.0
+    assert result.notes == ("heft meets the lower bound 7 s: optimal without a search",)
+    assert not validate(result.schedule)
+
+
+def test_lns_stops_when_windows_stop_paying(monkeypatch):
+    from mapper.mapping import lns
+    from mapper.schedule import ScheduleOptions
+
+    monkeypatch.setattr(lns, "STALL_WINDOWS", 3)
+    cost = random_instance(5, 40, shape="layered", n_devices=3)
+    start = get_mapper("heft").map(cost).schedule
+    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), time.perf_counter() + 60)
+    assert stats.stalled and stats.windows < 60
+    assert "windows in a row gained less than 0.01 % each" in lns.stall_note(stats)

@@ -20,7 +20,9 @@ smaller sum is accepted, so work moves earlier and later windows can shorten
 the critical path. Windows slide by ``k // 2``; after
 every accepted window the windows are rebuilt (the critical path moved); when
 every window fails the width doubles (up to :data:`MAX_WINDOW`), and when
-those fail too, or time runs out, the search ends.
+those fail too, when :data:`STALL_WINDOWS` windows in a row each gain less
+than :data:`MIN_GAIN` of the objective, or when time runs out, the search
+ends.
 
 :func:`map_large` is what :class:`~mapper.mapping.milp.MilpMapper` does above
 its exact-size limit: coarsen chains (:mod:`.coarsen`), start from the better
@@ -62,6 +64,11 @@ MAX_WINDOW = 16
 FLOW_WEIGHT = 1e-3
 #: Seconds at most per window solve.
 WINDOW_TIME = 2.0
+#: The search ends after this many windows in a row that each gained less than
+#: :data:`MIN_GAIN` of the objective: on large graphs, windows that stop paying would
+#: otherwise spend the whole time limit for a few thousandths of a per cent.
+STALL_WINDOWS = 64
+MIN_GAIN = 1e-4
 #: Seconds at least per window solve (when that much time is left).
 MIN_SLICE = 0.5
 
@@ -75,6 +82,7 @@ class LnsStats:
     passes: int
     start_value: float
     end_value: float
+    stalled: bool = False  # ended because STALL_WINDOWS windows in a row gained less than MIN_GAIN
 
 
 def improve(
@@ -104,10 +112,10 @@ def improve(
     key = _key(current, value, flow)
     n = cost.n_tasks
     k = max(1, min(window, n))
-    solved_count = accepted = passes = 0
+    solved_count = accepted = passes = stall = 0
     tried: set[tuple[int, ...]] = set()
     stopped = stop if stop is not None else (lambda: False)
-    while n and time.perf_counter() < deadline - 0.05 and not stopped():
+    while n and time.perf_counter() < deadline - 0.05 and not stopped() and stall < STALL_WINDOWS:
         windows = [w for w in _windows(current, k, objective == "makespan") if w not in tried]
         if not windows:
             if k >= min(MAX_WINDOW, n):
@@ -117,7 +125,7 @@ def improve(
         passes += 1
         for i, free in enumerate(windows):
             left = deadline - time.perf_counter()
-            if left <= 0.05 or stopped():
+            if left <= 0.05 or stopped() or stall >= STALL_WINDOWS:
                 break
             tried.add(free)
             sub = Subproblem(
@@ -141,19 +149,22 @@ def improve(
             )
             res = solve(sub)
             solved_count += 1
+            stall += 1
             cand = checked(cost, res.device, res.order, opts) if res.device is not None else None
             if cand is None or (bound is not None and cand.makespan > bound * (1 + REL_TOL)):
                 continue
             cand_value = value_of(cand, objective)
             cand_key = _key(cand, cand_value, flow)
             if cand_key < key:
+                if value - cand_value >= MIN_GAIN * abs(value):
+                    stall = 0
                 current, value, key = cand, cand_value, cand_key
                 accepted += 1
                 tried.clear()
                 if progress is not None:
                     progress(value)
                 break  # the schedule changed: rebuild the windows
-    return current, LnsStats(solved_count, accepted, passes, start_value, value)
+    return current, LnsStats(solved_count, accepted, passes, start_value, value, stall >= STALL_WINDOWS)
 
 
 def _key(schedule: Schedule, value: float, flow: float) -> tuple[float, float]:
@@ -289,7 +300,14 @@ def _within(schedule: Schedule, options: MapOptions) -> bool:
 
 def _stats(stats: LnsStats, objective: str) -> str:
     return (f"{stats.windows} windows of {WINDOW} tasks in {stats.passes} passes, {stats.accepted} accepted, "
-            f"{describe_change(stats.start_value, stats.end_value, objective)}")
+            f"{describe_change(stats.start_value, stats.end_value, objective)}{stall_note(stats)}")
+
+
+def stall_note(stats: LnsStats) -> str:
+    """``; stopped: ...`` when the search ended because windows stopped paying, else ``""``."""
+    if not stats.stalled:
+        return ""
+    return f"; stopped: {STALL_WINDOWS} windows in a row gained less than {100 * MIN_GAIN:g} % each"
 
 
 def describe_change(before: float, after: float, objective: str) -> str:

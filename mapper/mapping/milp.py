@@ -11,7 +11,10 @@ MILP start time, and validated. Status ``optimal`` when the solver proves it
 applied only when re-timing), else ``feasible``; ``heuristic`` when the
 solver gave nothing better than the best heuristic's schedule.
 
-Above :data:`LNS_FIRST_TASKS` tasks, MILP-window LNS (:mod:`.lns`) first
+When the best heuristic already meets the lower bound
+(:func:`~mapper.mapping.exact.result.lower_bound_for`), that proves it
+optimal and nothing is searched. Above :data:`LNS_FIRST_TASKS` tasks,
+MILP-window LNS (:mod:`.lns`) first
 improves the warm start for :data:`LNS_SHARE` of the time limit. Graphs above
 :data:`EXACT_MAX_TASKS` tasks or :data:`EXACT_MAX_PAIRS` ordering binaries go
 to :func:`mapper.mapping.lns.map_large` instead (no exact model).
@@ -35,10 +38,10 @@ from mapper.mapping.exact.incumbent import (
     serial_upper_bound,
     value_of,
 )
-from mapper.mapping.exact.result import NAME, make_result, progress_reporter
+from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
-from mapper.mapping.lns import WINDOW, describe_change, improve, map_large
+from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, stall_note
 from mapper.mapping.orders import allowed_devices, count_order_pairs
 from mapper.schedule import ScheduleOptions
 from mapper.units import fmt_objective
@@ -91,6 +94,14 @@ class MilpMapper(Mapper):
         if best is not None:
             heuristics(best.value, None)
         done = progress_reporter(options, t0, "done")
+        bound = lower_bound_for(cost, options.objective, options.schedule, None)
+        if best is not None and bound is not None and best.value <= bound * (1 + REL_TOL):
+            # the bound proves the heuristic optimal: nothing is left to search
+            notes = (*notes, f"{best.name} meets the lower bound {fmt_objective(bound, options.objective)}: "
+                             "optimal without a search")
+            result = make_result(cost, options, best.schedule, best.value, "optimal", None, t0, notes)
+            done(result.objective_value, result.lower_bound)
+            return result
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
             result = map_large(cost, options, best, notes, t0)
             done(result.objective_value, result.lower_bound)
@@ -187,7 +198,8 @@ class MilpMapper(Mapper):
                                   progress=progress_reporter(options, t0, "LNS"),
                                   stop=options.stop)
         notes.append(f"LNS before the exact model: {stats.windows} windows of {WINDOW} tasks, {stats.accepted} "
-                     f"accepted, {describe_change(stats.start_value, stats.end_value, options.objective)}")
+                     f"accepted, {describe_change(stats.start_value, stats.end_value, options.objective)}"
+                     f"{stall_note(stats)}")
         try:
             sched = retime(cost, improved.device_of, schedule_order(improved), options.schedule)
         except MapperError:
