@@ -8,6 +8,7 @@ drops the newlines that cannot end a statement. Every Lark exception becomes a
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from lark.visitors import Transformer_NonRecursive, v_args
 
 from mapper import syntax as S
 from mapper.errors import DslError, SourceSpan
+from mapper.fastparse import fast_parse
 
 __all__ = ["parse", "KEYWORDS"]
 
@@ -103,6 +105,19 @@ def parse(text: str, file: str = "<string>") -> S.Program:
     DslError
         On any syntax error, with the span of the offending token.
     """
+    collecting = gc.isenabled()
+    gc.disable()  # parsing allocates many acyclic objects; collection passes only cost time
+    try:
+        return _parse(text, file)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parse(text: str, file: str) -> S.Program:
+    fast = fast_parse(text, file)  # large explicit-cost graphs, without a parse tree
+    if fast is not None:
+        return fast
     parser = _parser()
     try:
         tree = parser.parse(text)
