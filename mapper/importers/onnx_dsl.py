@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mapper.errors import InputError
 from mapper.importers.dsl_writer import dsl_name
 from mapper.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
 from mapper.importers.onnx_patterns import Match, find_patterns
@@ -57,7 +58,11 @@ def import_onnx(path: str, dims: Mapping[str, int] | None = None) -> Imported:
 
 
 def onnx_to_dsl(g: OnnxGraph) -> Imported:
-    return _Writer(g).run()
+    try:
+        return _Writer(g).run()
+    except KeyError as err:  # a tensor whose producer wrote nothing (an input-less node mapper cannot express)
+        raise InputError(f"the model uses tensor {err.args[0]!r}, which no node it can import produces",
+                         obj=g.file) from None
 
 
 def _ints(values: Sequence[int]) -> str:
