@@ -110,7 +110,11 @@ class Annotator:
         for m in c.items:
             if m.key in got:
                 raise self.err(f"device '{m.key}' is given twice", m.span)
-            t = self.ev.number(m.value, values, "a time")
+            value = m.value
+            if m.unit is None and type(value) is S.Num and 0 <= value.value <= MAX_SECONDS:
+                got[m.key] = float(value.value)  # a plain number of seconds (the common case, checked as below)
+                continue
+            t = self.ev.number(value, values, "a time")
             seconds = self.ev.unit(t, m.unit, m.unit_span, TIME_UNITS, "time")
             got[m.key] = self.ev.at_most(seconds, MAX_SECONDS, "a time (s)", m.value.span)
         return tuple(sorted(got.items()))
