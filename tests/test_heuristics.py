@@ -19,7 +19,7 @@ from mapper.schedule import Assignment, ScheduleOptions, build_schedule
 from mapper.validate import validate
 
 INF = math.inf
-HEURISTICS = ("heft", "cpop", "peft", "greedy", "single", "cpu")
+HEURISTICS = ("heft", "heft-samedev", "cpop", "peft", "greedy", "single", "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,15 @@ def test_deterministic(paper):
     for name in HEURISTICS:
         a, b = get_mapper(name).map(paper), get_mapper(name).map(paper)
         assert a.schedule == b.schedule
+
+
+def test_heft_rank_variants_differ_only_in_the_transfer_mean(paper):
+    from mapper.mapping.ranks import mean_comm
+
+    plain, same = mean_comm(paper), mean_comm(paper, same_device=True)
+    # three devices, uniform links: 6 ordered pairs of distinct devices, and 3 links to
+    # themselves counted each way: the mean shrinks by 6 / 12
+    assert all(s == pytest.approx(p * 6 / 12) for p, s in zip(plain, same))
+    result = get_mapper("heft-samedev").map(paper)
+    assert validate(result.schedule) == [] and result.mapper == "heft-samedev"
+    assert get_mapper("heft").map(paper).objective_value == 80.0  # the paper's HEFT is unchanged

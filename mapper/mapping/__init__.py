@@ -16,6 +16,7 @@ from mapper.errors import OptionsError
 MAPPERS: dict[str, str] = {
     "milp": "mapper.mapping.milp:MilpMapper",
     "heft": "mapper.mapping.heft:HeftMapper",
+    "heft-samedev": "mapper.mapping.heft:HeftSameDeviceMapper",
     "cpop": "mapper.mapping.cpop:CpopMapper",
     "peft": "mapper.mapping.peft:PeftMapper",
     "greedy": "mapper.mapping.greedy:GreedyMapper",

@@ -25,12 +25,26 @@ class HeftMapper(Mapper):
 
     name = "heft"
     summary = "HEFT list scheduling: upward rank, insertion-based earliest finish time (Topcuoglu et al. 2002)"
+    #: Whether the communication mean counts same-device pairs (at no cost).
+    same_device = False
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
         cost.require_feasible()
-        order = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
+        order = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost, self.same_device)))
         placer = Placer(cost, options.schedule)
         for t in order:
             placer.place_best(t)
         return heuristic_result(self.name, placer.schedule(), options, started)
+
+
+class HeftSameDeviceMapper(HeftMapper):
+    """HEFT with the upward rank's communication mean over every device pair, the
+    same device included at no cost (SAGA's definition, Coleman and Krishnamachari,
+    arXiv:2403.07120; see :func:`~mapper.mapping.ranks.mean_comm`): transfers weigh
+    less in the rank. On related-machines instances it gives SAGA's HEFT schedule.
+    Neither definition wins everywhere; the ``milp`` mapper starts from the better."""
+
+    name = "heft-samedev"
+    summary = "HEFT with the rank's transfer mean over all device pairs, the same device included (as SAGA's)"
+    same_device = True

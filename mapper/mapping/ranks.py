@@ -26,18 +26,29 @@ def mean_times(cost: CostTable) -> tuple[float, ...]:
     return tuple(out)
 
 
-def mean_comm(cost: CostTable) -> tuple[float, ...]:
+def mean_comm(cost: CostTable, same_device: bool = False) -> tuple[float, ...]:
     """``c̄[e]``: the mean transfer time of edge ``e`` over the ordered pairs of
     distinct devices ``(a, b)`` with ``a`` feasible for its source, ``b`` for its
     destination, and a route between them (0 if there is no such pair).
 
-    On the HEFT paper's example (uniform links) this is the edge weight.
+    On the HEFT paper's example (uniform links) this is the edge weight. With
+    ``same_device`` the pairs ``(a, a)`` count too, at no cost and twice (once
+    each way): the mean over an undirected network whose nodes link to
+    themselves, as SAGA's HEFT and CPoP take it (Coleman and Krishnamachari,
+    arXiv:2403.07120, ``saga.schedulers.cpop.upward_rank``); on symmetric links
+    the two means are the same but for the same-device pairs.
     """
     out = []
     for e in cost.graph.edges:
-        vals = [c for a in cost.feasible_devices(e.src) for b in cost.feasible_devices(e.dst)
-                if a != b and (c := cost.comm(e.index, a, b)) < INF]
-        out.append(sum(vals) / len(vals) if vals else 0.0)
+        total, count = 0.0, 0
+        for a in cost.feasible_devices(e.src):
+            for b in cost.feasible_devices(e.dst):
+                if a == b:
+                    count += 2 if same_device else 0  # a link to itself, counted as each direction
+                elif (c := cost.comm(e.index, a, b)) < INF:
+                    total += c
+                    count += 1
+        out.append(total / count if count else 0.0)
     return tuple(out)
 
 

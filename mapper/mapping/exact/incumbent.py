@@ -13,7 +13,7 @@ from mapper.mapping.base import MapOptions, Mapper
 from mapper.mapping.cpop import CpopMapper
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.greedy import GreedyMapper
-from mapper.mapping.heft import HeftMapper
+from mapper.mapping.heft import HeftMapper, HeftSameDeviceMapper
 from mapper.mapping.objectives import objective_value
 from mapper.mapping.orders import allowed_devices, order_from_starts
 from mapper.mapping.peft import PeftMapper
@@ -23,7 +23,8 @@ from mapper.units import fmt_time
 from mapper.validate import validate
 
 #: Heuristics whose best result seeds the exact engine, in tie-break order.
-HEURISTICS: tuple[type[Mapper], ...] = (HeftMapper, CpopMapper, PeftMapper, GreedyMapper, SingleDeviceMapper)
+HEURISTICS: tuple[type[Mapper], ...] = (HeftMapper, HeftSameDeviceMapper, CpopMapper, PeftMapper, GreedyMapper,
+                                        SingleDeviceMapper)
 
 
 @dataclass(frozen=True, slots=True)
