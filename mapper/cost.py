@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mapper.costmodel.efficiency import op_class
 from mapper.costmodel.latency import NO_RATES, Estimate, estimate, infeasible_estimate
@@ -53,6 +53,11 @@ class CostTable:
     memory_capacity: tuple[float, ...]  # [device] bytes, inf when unknown
     area: tuple[tuple[float, ...], ...]  # [task][device] FPGA area units, 0 off-FPGA
     area_capacity: tuple[float, ...]  # [device] area units, inf off-FPGA
+    _feasible: tuple[tuple[int, ...], ...] = field(init=False, compare=False)  # [task] devices with finite time
+
+    def __post_init__(self) -> None:
+        feasible = tuple(tuple(d for d, x in enumerate(row) if x < INF) for row in self.time)
+        object.__setattr__(self, "_feasible", feasible)
 
     @property
     def n_tasks(self) -> int:
@@ -75,7 +80,8 @@ class CostTable:
         return lat + edge.bytes * self.route_sec_per_byte[a][b]
 
     def feasible_devices(self, t: int) -> tuple[int, ...]:
-        return tuple(d for d, x in enumerate(self.time[t]) if x < INF)
+        """Devices where task ``t`` has a finite time, ascending."""
+        return self._feasible[t]
 
     def has_route(self, a: int, b: int) -> bool:
         """True when data can move from device ``a`` to device ``b``."""
