@@ -5,7 +5,8 @@
 edge statement per edge (``bytes`` or ``comm``); the text lowers with
 :func:`mapper.lower.graph_from_text` to the same graph, spans aside. Numbers
 are written with ``repr`` so they read back bit for bit.
-:func:`dsl_names` turns arbitrary ids into unique DSL identifiers.
+:func:`dsl_names` turns arbitrary ids into unique DSL identifiers, and
+:func:`dsl_number` writes a number the DSL reads back bit for bit.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def dsl_names(raws: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _num(x: float) -> str:
+def dsl_number(x: float) -> str:
     """A finite number in DSL syntax that parses back to the same float."""
     x = float(x)
     if not math.isfinite(x):
@@ -79,12 +80,12 @@ def _task_line(t: Task) -> str:
         for dev, _ in t.explicit_cost:
             if not is_name(dev):
                 raise OptionsError(f"task {t.name!r}: cost key {dev!r} is not a DSL identifier", obj=t.name)
-        parts.append("cost { " + ", ".join(f"{dev}: {_num(s)}" for dev, s in t.explicit_cost) + " }")
+        parts.append("cost { " + ", ".join(f"{dev}: {dsl_number(s)}" for dev, s in t.explicit_cost) + " }")
     if t.flops or t.bytes_read or t.bytes_written or not t.explicit_cost:
-        parts.append(f"work {{ flops {_num(t.flops)}, bytes_read {_num(t.bytes_read)}, "
-                     f"bytes_written {_num(t.bytes_written)} }}")
+        parts.append(f"work {{ flops {dsl_number(t.flops)}, bytes_read {dsl_number(t.bytes_read)}, "
+                     f"bytes_written {dsl_number(t.bytes_written)} }}")
     if t.parallel != 1.0:
-        parts.append(f"parallel {_num(t.parallel)}")
+        parts.append(f"parallel {dsl_number(t.parallel)}")
     if t.streamable:
         parts.append(f"streamable {int(t.streamable)}")
     parts.extend(f"@{a}" for a in t.placement.allow)
@@ -121,9 +122,9 @@ def graph_to_dsl(graph: TaskGraph, header: Sequence[str] = ()) -> str:
             if e.bytes:
                 raise OptionsError(f"edge {names[e.src]} -> {names[e.dst]} has both comm and bytes; "
                                    "the DSL gives one", obj=graph.name)
-            lines.append(f"{head} comm {_num(e.comm)}")
+            lines.append(f"{head} comm {dsl_number(e.comm)}")
         elif e.bytes:
-            lines.append(f"{head} bytes {_num(e.bytes)}")
+            lines.append(f"{head} bytes {dsl_number(e.bytes)}")
         else:
             lines.append(head)
     lines.append("}")

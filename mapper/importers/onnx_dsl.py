@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mapper.errors import InputError
-from mapper.importers.dsl_writer import dsl_name
+from mapper.importers.dsl_writer import dsl_name, dsl_number
 from mapper.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
 from mapper.importers.onnx_patterns import Match, find_patterns
 
@@ -67,10 +67,6 @@ def onnx_to_dsl(g: OnnxGraph) -> Imported:
 
 def _ints(values: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
-
-
-def _num(x: float) -> str:
-    return repr(float(x))
 
 
 class _Writer:
@@ -151,7 +147,8 @@ class _Writer:
         if m.kind == "gelu":
             self.emit(last.name, f"gelu({self.operand(m.inputs[0])})", m.output)
         elif m.kind == "layernorm":
-            self.emit(last.name, f"layernorm({self.operand(m.inputs[0])}, eps = {_num(m.attrs['eps'])})", m.output)
+            eps = dsl_number(m.attrs["eps"])
+            self.emit(last.name, f"layernorm({self.operand(m.inputs[0])}, eps = {eps})", m.output)
         else:  # attention on [B*S, D] views of the projections
             b, s, d = m.attrs["batch"], m.attrs["seq"], m.attrs["width"]
             flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {_ints((b * s, d))})")
@@ -210,7 +207,7 @@ class _Writer:
             t = self.g.tensors[o]
             raw = n.name if k == 0 else f"{n.name}_{k}"
             self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, "
-                           f"flops = {_num(per_element * math.prod(t.shape))}, kind = \"{n.op}\")", o)
+                           f"flops = {dsl_number(per_element * math.prod(t.shape))}, kind = \"{n.op}\")", o)
 
     # -- ops with attributes ------------------------------------------------------------------------
     def op_Conv(self, n: OnnxNode, out: str) -> bool:
@@ -266,7 +263,7 @@ class _Writer:
 
     def op_BatchNormalization(self, n: OnnxNode, out: str) -> bool:
         eps = float(n.attrs.get("epsilon", 1e-5))
-        self.emit(n.name, f"batchnorm({self.operand(n.inputs[0])}, eps = {_num(eps)})", out)
+        self.emit(n.name, f"batchnorm({self.operand(n.inputs[0])}, eps = {dsl_number(eps)})", out)
         return True
 
     def op_Relu(self, n: OnnxNode, out: str) -> bool:
@@ -326,7 +323,7 @@ class _Writer:
         if int(n.attrs.get("axis", -1)) % rank != rank - 1:
             return False
         eps = float(n.attrs.get("epsilon", 1e-5))
-        self.emit(n.name, f"layernorm({self.operand(n.inputs[0])}, eps = {_num(eps)})", out)
+        self.emit(n.name, f"layernorm({self.operand(n.inputs[0])}, eps = {dsl_number(eps)})", out)
         return True
 
     def pool(self, n: OnnxNode, out: str, kind: str) -> bool:
