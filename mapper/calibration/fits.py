@@ -14,7 +14,7 @@ from mapper.calibration.probes import MEMORY_CLASSES, STREAMING_OPS, streams
 from mapper.calibration.records import Calibration, Probe
 from mapper.costmodel.work import gemm_shape_factor
 from mapper.ops import OP_CLASSES
-from mapper.platform import MAX_STREAM_FRACTION
+from mapper.platform_schema import MAX_STREAM_FRACTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +130,7 @@ def _stream_entry(key: str, probes: list[tuple[str, float, float]]) -> Entry:
     """The entry of a streaming key from its probes' ``(op, w, t)``, ``w`` the
     time at the full (stored) bandwidth and ``t`` the measured time net of
     the launch: the fraction of the bandwidth (geometric mean of ``w / t``,
-    at most :data:`mapper.platform.MAX_STREAM_FRACTION`), or, where probes of
+    at most :data:`mapper.platform_schema.MAX_STREAM_FRACTION`), or, where probes of
     one kernel at two or more amounts of data show a fixed time per call
     beyond the noise (:data:`FIT_NOISE`, as for compute classes), Hockney's
     ``t = t0 + w / e``."""

@@ -1,0 +1,117 @@
+"""The platform model: devices, links and the platform that holds them,
+with its routes (docs/architecture.md: a direct link when declared, else
+store-and-forward through the host's memory). :mod:`mapper.platform` reads
+them from files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEVICE_KINDS = ("cpu", "gpu", "fpga")
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One compute device. Rates may be absent on minimal platforms."""
+
+    index: int
+    name: str
+    kind: str  # cpu | gpu | fpga
+    peak_gflops: tuple[tuple[str, float], ...] = ()  # per dtype
+    mem_bandwidth_gbs: float | None = None
+    memory_gib: float | None = None
+    launch_us: float = 0.0
+    power_active_w: float | None = None
+    power_idle_w: float | None = None
+    serial_gflops: float | None = None  # one lane's rate, for Amdahl's serial part
+    area: float | None = None  # FPGA area capacity (see the platform reference)
+    clock_mhz: float | None = None
+    reconfig_ms: float | None = None
+    streaming: bool = False
+    efficiency: tuple[tuple[str, float], ...] = ()  # op class or op -> fraction of peak (overrides the model's)
+    memory_efficiency: float | None = None  # fraction of mem_bandwidth_gbs reached (overrides the model's)
+    memory_efficiency_ops: tuple[tuple[str, float], ...] = ()  # op class, op or variant -> the same, per op
+    cache_mib: float | None = None  # working sets up to this size run at cache_bandwidth_gbs
+    cache_bandwidth_gbs: float | None = None  # bandwidth of data in that cache
+    overhead_us: tuple[tuple[str, float], ...] = ()  # op class, op or op variant -> fixed time per call (Hockney t0)
+    overhead_us_per_mib: tuple[tuple[str, float], ...] = ()  # the same keys -> fixed time per MiB of working set
+    half_length: tuple[tuple[str, float], ...] = ()  # the same keys -> Hockney's n_1/2 in the op's vector length
+    gemm_half_lengths: tuple[float, float, float] | None = None  # Hockney's n_1/2 of a GEMM's M, N, K
+    gemm_pack_ns: tuple[float, float, float] | None = None  # ns per element of a GEMM's A, B, C
+    gemm_pack_cold_ns: tuple[float, float] | None = None  # the same for an A or B read from memory (a weight)
+    im2col_gbs: float | None = None  # rate at which conv2d's im2col moves bytes (mapper.costmodel.work.im2col_bytes)
+
+    def peak(self, dtype: str) -> float | None:
+        for k, v in self.peak_gflops:
+            if k == dtype:
+                return v
+        return None
+
+    @property
+    def has_rates(self) -> bool:
+        """True when the device has any compute rate or a memory bandwidth."""
+        return bool(self.peak_gflops) or self.mem_bandwidth_gbs is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A directed link from device ``src`` to device ``dst`` (names)."""
+
+    index: int
+    src: str
+    dst: str
+    bandwidth_gbs: float
+    latency_us: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """Devices and directed links. ``host`` names the device whose memory relays
+    transfers between devices that have no direct link."""
+
+    name: str
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...] = ()
+    host: str | None = None
+    source: str = "<memory>"
+    description: str = ""
+
+    def device_index(self, name: str) -> int:
+        for d in self.devices:
+            if d.name == name:
+                return d.index
+        raise KeyError(name)
+
+    def link_between(self, a: int, b: int) -> int | None:
+        """Index of the direct link from device ``a`` to device ``b``, if declared."""
+        src, dst = self.devices[a].name, self.devices[b].name
+        for link in self.links:
+            if link.src == src and link.dst == dst:
+                return link.index
+        return None
+
+    def route(self, a: int, b: int) -> tuple[int, ...] | None:
+        """Link indices from device ``a`` to device ``b``; ``()`` when ``a == b``.
+
+        A direct link wins; otherwise the route is ``a -> host -> b``
+        (store-and-forward through host memory). ``None`` when neither exists.
+        """
+        if a == b:
+            return ()
+        direct = self.link_between(a, b)
+        if direct is not None:
+            return (direct,)
+        if self.host is None:
+            return None
+        h = self.device_index(self.host)
+        if h in (a, b):
+            return None
+        up, down = self.link_between(a, h), self.link_between(h, b)
+        if up is None or down is None:
+            return None
+        return (up, down)
+
+    def summary(self) -> str:
+        """Device counts by kind, e.g. ``1 cpu, 8 gpu``."""
+        counts = [(k, sum(1 for d in self.devices if d.kind == k)) for k in DEVICE_KINDS]
+        return ", ".join(f"{n} {k}" for k, n in counts if n)
