@@ -205,6 +205,20 @@ def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:
     return out
 
 
+def unfused_estimate(parts: Sequence[Task], device: Device) -> Estimate:
+    """A fused task on a device that does not fuse (:mod:`mapper.fusion`): its
+    parts one after the other, each a kernel call of its own. The bound is
+    the longest part's."""
+    ests = [estimate(p, op_class(p.op, p.span), device) for p in parts]
+    for e in ests:
+        if e.time == INF:
+            return e
+    longest = max(ests, key=lambda e: e.time)
+    return Estimate(sum(e.time for e in ests), longest.bound, "", sum(e.t_parallel for e in ests),
+                    sum(e.t_serial for e in ests), sum(e.t_memory for e in ests), all(e.cached for e in ests),
+                    sum(e.t_overhead for e in ests), sum(e.t_copy for e in ests))
+
+
 def _fpga_area(task: Task, device: Device, est: Estimate, explicit: bool) -> float:
     """DSP-area units ``task`` occupies on FPGA ``device`` (docs/cost_model.md).
 
@@ -248,6 +262,8 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
             elif explicit is not None:
                 sec = explicit.get(dev.index)
                 est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")
+            elif task.parts and not dev.fuses:
+                est = unfused_estimate(task.parts, dev)
             else:
                 est = estimate(task, cls, dev)
             if est.time < INF and footprint[task.index] > capacity[dev.index]:
@@ -287,29 +303,33 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
 
 # -- FPGA streaming -------------------------------------------------------------
 
-def stream_chain_times(times: Sequence[float], chunks: int) -> tuple[tuple[float, float], ...]:
+def stream_chain_times(times: Sequence[float], chunks: int,
+                       launches: Sequence[float] | None = None) -> tuple[tuple[float, float], ...]:
     """(start, end) offsets of each stage of a linear pipeline fed in ``chunks`` chunks.
 
-    Stage ``i`` handles a chunk in ``t_i / chunks``; chunk ``c`` leaves stage
-    ``i`` at ``f(i, c) = max(f(i-1, c), f(i, c-1)) + t_i / chunks`` (a
-    permutation flow shop of identical jobs). Its closed form, used here, is
-    ``f(i, C-1) = sum_{j<=i} t_j / C + (C-1) max_{j<=i} t_j / C``; stage ``i``
-    starts when the first chunk leaves stage ``i-1``, ``sum_{j<i} t_j / C``.
-    So the chain takes the slowest stage plus the fill latency (Wilhelm et al.,
-    arXiv:2208.06321, streaming FPGA chains).
+    Stage ``i`` pays its launch ``L_i`` once (``launches``, at most its time;
+    none when not given) and handles a chunk in ``b_i / chunks`` with
+    ``b_i = t_i - L_i``; chunk ``c`` leaves stage ``i`` at ``f(i, c) =
+    max(f(i-1, c), f(i, c-1)) + b_i / chunks`` (a permutation flow shop of
+    identical jobs). Its closed form, used here, is ``f(i, C-1) = sum_{j<=i}
+    (L_j + b_j / C) + (C-1) max_{j<=i} b_j / C``: a launch holds back the
+    stages after it; stage ``i`` starts when the first chunk leaves stage
+    ``i-1``. So the chain takes its launches, the slowest stage and the fill
+    latency (Wilhelm et al., arXiv:2208.06321, streaming FPGA chains).
     """
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise OptionsError(f"stream_chain_times: chunks must be an integer >= 1, got {chunks!r}")
     out: list[tuple[float, float]] = []
-    head = 0.0  # sum_{j<i} t_j / C: when the first chunk reaches stage i
+    head = 0.0  # when the first chunk reaches stage i: its predecessors' launches and first chunks
     slowest = 0.0
     for i, t in enumerate(times):
         t = float(t)
         if not (t >= 0 and math.isfinite(t)):
             raise OptionsError(f"stream_chain_times: stage {i} time must be finite and >= 0, got {t}")
-        per_chunk = t / chunks
+        launch = min(t, max(0.0, float(launches[i]))) if launches is not None else 0.0
+        per_chunk = (t - launch) / chunks
         slowest = max(slowest, per_chunk)
         start = head
-        head += per_chunk
+        head += launch + per_chunk
         out.append((start, head + (chunks - 1) * slowest))
     return tuple(out)

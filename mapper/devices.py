@@ -40,6 +40,19 @@ class Device:
     gemm_pack_ns: tuple[float, float, float] | None = None  # ns per element of a GEMM's A, B, C
     gemm_pack_cold_ns: tuple[float, float] | None = None  # the same for an A or B read from memory (a weight)
     im2col_gbs: float | None = None  # rate at which conv2d's im2col moves bytes (mapper.costmodel.work.im2col_bytes)
+    fuses: bool = False  # runs a fused task as one kernel (mapper.fusion); default: GPUs do
+    tensor_gflops: tuple[tuple[str, float], ...] = ()  # matrix-unit (tensor core) peak per dtype, "tf32" included
+    f32_matmul: str = "f32"  # the unit f32 GEMMs, convs and attention run on: "f32" or "tf32" (tensor cores)
+    compute_units: int | None = None  # SMs (GPU): the units a GEMM's output tiles are spread over
+    gemm_tile: tuple[int, int, int] | None = None  # rows, columns, depth of the block a unit computes per step
+
+    def tensor_peak(self, dtype: str) -> float | None:
+        """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""
+        unit = "tf32" if dtype == "f32" and self.f32_matmul == "tf32" else dtype
+        for k, v in self.tensor_gflops:
+            if k == unit:
+                return v
+        return None
 
     def peak(self, dtype: str) -> float | None:
         for k, v in self.peak_gflops:
@@ -55,11 +68,29 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """A directed link from device ``src`` to device ``dst`` (names)."""
+    """A directed link from device ``src`` to device ``dst`` (names).
+
+    A link through a switch (``switch`` names it) is the path between two of
+    its ports: it holds the sender's egress port and the receiver's ingress
+    port (``ports``, numbered per platform), which every other path through
+    those ports shares; under contention a transfer waits for both."""
 
     index: int
     src: str
     dst: str
+    bandwidth_gbs: float
+    latency_us: float = 0.0
+    switch: str = ""
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """A switch (NVSwitch, a PCIe switch): every device on it has one port of
+    ``bandwidth_gbs`` per direction, shared by all its transfers through the switch."""
+
+    name: str
+    ports: tuple[str, ...]
     bandwidth_gbs: float
     latency_us: float = 0.0
 
@@ -75,6 +106,14 @@ class Platform:
     host: str | None = None
     source: str = "<memory>"
     description: str = ""
+    switches: tuple[Switch, ...] = ()
+
+    def resources(self, link: int) -> tuple[int, ...]:
+        """What a transfer on ``link`` holds under contention: the link itself
+        (its index), or for a path through a switch its two ports (numbered
+        after the links)."""
+        ports = self.links[link].ports
+        return tuple(len(self.links) + p for p in ports) if ports else (link,)
 
     def device_index(self, name: str) -> int:
         for d in self.devices:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
-import math
 import statistics
 import threading
 import time
@@ -39,10 +38,12 @@ import numpy as np
 
 from mapper.cost import CostTable
 from mapper.errors import InputError, MapperError, OptionsError
+from mapper.fusion import leaf_tasks, run_parts
 from mapper.graph import Operand, Task, TaskGraph
 from mapper.heap import steady_heap
 from mapper.mapping.base import MapResult
 from mapper.schedule import Assignment, Schedule, build_schedule
+from mapper.synthetic import operand_key, positive_operands, vocab_sizes, weight_scales
 from mapper.trace import ErrorSummary, TaskRecord, Trace
 
 BACKENDS = ("numba", "numpy")
@@ -129,62 +130,7 @@ def make_plan(schedule: Schedule, max_workers: int | None = None) -> Plan:
 
 
 # -- tensors ----------------------------------------------------------------------------
-def _key(op: Operand) -> tuple[str, Any]:
-    return ("task", op.producer) if op.kind == "task" else (op.kind, op.name)
-
-
-#: ``elementwise`` functions that need positive operands to give finite values.
-_POSITIVE_FNS = ("log", "sqrt")
-
-
-def _positive(graph: TaskGraph) -> frozenset[tuple[str, Any]]:
-    """Inputs and weights read by ``log``/``sqrt``: generated positive."""
-    return frozenset(
-        _key(t.operands[0]) for t in graph.tasks
-        if t.op == "elementwise" and t.attr("fn") in _POSITIVE_FNS and t.operands and t.operands[0].kind != "task"
-    )
-
-
-def _vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
-    """For integer tensors used as embedding ids: the smallest table's row count."""
-    vocab: dict[tuple[str, Any], int] = {}
-    for t in graph.tasks:
-        if t.op == "embedding" and len(t.operands) >= 2 and t.operands[1].type.shape:
-            k = _key(t.operands[0])
-            rows = t.operands[1].type.shape[0]
-            vocab[k] = min(vocab.get(k, rows), rows)
-    return vocab
-
-
-def _fan_in(task: Task) -> int | None:
-    """Inputs summed per output element by a matmul or conv2d weight (operand 1)."""
-    if len(task.operands) < 2 or task.operands[1].kind == "task":
-        return None
-    shape = task.operands[1].type.shape
-    if task.op == "matmul" and len(shape) >= 2:
-        return shape[-2]
-    if task.op == "conv2d" and len(shape) == 4:
-        return shape[1] * shape[2] * shape[3]
-    return None
-
-
-def _weight_scales(graph: TaskGraph) -> dict[tuple[str, Any], float]:
-    """A power-of-two scale near ``1/sqrt(fan_in)`` for matmul and conv2d weights.
-
-    LeCun initialisation (LeCun, Bottou, Orr, Mueller, "Efficient BackProp",
-    1998): activations stay of order 1 through deep graphs, as in trained
-    networks, so softmax and attention stay well conditioned and the reference
-    check's tolerances (for data of magnitude about 1) apply. A power of two
-    is exact in every float format, bf16 and f16 included.
-    """
-    scales: dict[tuple[str, Any], float] = {}
-    for t in graph.tasks:
-        fan = _fan_in(t)
-        if fan and fan > 1:
-            k = _key(t.operands[1])
-            s = 2.0 ** -round(0.5 * math.log2(fan))
-            scales[k] = min(scales.get(k, s), s)
-    return scales
+_key = operand_key
 
 
 class TensorStore:
@@ -204,9 +150,9 @@ class TensorStore:
         self._sources = sources  # inputs and weights kept for later passes (None: not kept)
         self._seed = seed
         self._k = kernels
-        self._vocab = _vocab_sizes(graph)
-        self._positive = _positive(graph)
-        self._scale = _weight_scales(graph)
+        self._vocab = vocab_sizes(graph)
+        self._positive = positive_operands(graph)
+        self._scale = weight_scales(graph)
         self._lock = threading.Lock()
         self._values: dict[tuple[str, Any], Any] = {}
         self._refs: dict[tuple[str, Any], int] = {}
@@ -356,14 +302,19 @@ class _Pass:
     def run_task(self, t: int) -> None:
         task = self.graph.tasks[t]
         args = self.store.operands(task)
-        attrs = dict(task.attrs)
         kernel = self.k.run_kernel if self.opts.backend == "numba" else self.k.reference
-        out, seconds = time_call(lambda: kernel(task.op, args, attrs))
+        check = not self.timed and self.opts.check and self.opts.backend == "numba"
+
+        def call(part: Task, vals: list[Any]) -> Any:  # one kernel; a fused task's parts one by one
+            attrs = dict(part.attrs)
+            out = kernel(part.op, vals, attrs)
+            if not self.timed:
+                _check_output(part, out, self.k.reference(part.op, vals, attrs) if check else None, self.k)
+            return out
+
+        out, seconds = time_call(lambda: run_parts(task, args, call)[-1] if task.parts else call(task, args))
         if self.timed:
             self.samples[t].append(seconds)
-        else:
-            check = self.opts.check and self.opts.backend == "numba"
-            _check_output(task, out, self.k.reference(task.op, args, attrs) if check else None, self.k)
         self.store.finish(task, out)
 
     def lane(self, tasks: tuple[int, ...], rank: dict[int, int]) -> None:
@@ -412,7 +363,7 @@ def retime(schedule: Schedule, durations: list[float], device_order: tuple[tuple
 def refuse_kernel_less(graph: TaskGraph) -> None:
     """Raise :class:`InputError` if ``graph`` has tasks without a kernel (explicit-cost
     tasks, ``opaque`` ops)."""
-    opaque = [f"{t.name} ({dict(t.attrs).get('kind') or 'opaque'})" for t in graph.tasks if t.op == "opaque"]
+    opaque = [f"{t.name} ({dict(t.attrs).get('kind') or 'opaque'})" for t in leaf_tasks(graph) if t.op == "opaque"]
     if opaque:
         listed = ", ".join(opaque[:5]) + (f" and {len(opaque) - 5} more" if len(opaque) > 5 else "")
         raise InputError(

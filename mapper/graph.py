@@ -108,10 +108,11 @@ class Task:
     bytes_read: float = 0.0
     bytes_written: float = 0.0
     parallel: float = 1.0  # parallelizable fraction (Amdahl)
-    streamable: int = 0  # >0: may stream on an FPGA, with this pipeline depth
+    streamable: int = 0  # >0: may stream on an FPGA, its data moving in this many chunks
     placement: Placement = Placement()
     explicit_cost: tuple[tuple[str, float], ...] = ()  # (device name, seconds)
     span: SourceSpan | None = None
+    parts: tuple[Task, ...] = ()  # a fused task's original tasks, in execution order (mapper.fusion)
 
     @property
     def dtype(self) -> str:

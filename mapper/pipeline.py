@@ -1,4 +1,4 @@
-"""The compiler pipeline: parse -> lower -> platform -> cost -> map -> validate.
+"""The compiler pipeline: parse -> lower -> platform -> fuse -> cost -> map -> validate.
 
 Each stage is a function from one frozen type to the next (docs/architecture.md).
 :func:`compile_graph` calls them in order, times each stage, and can stop
@@ -16,6 +16,8 @@ from typing import Any
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError
+from mapper.fusion import check_fuse
+from mapper.fusion import fuse as fuse_graph
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
@@ -23,7 +25,7 @@ from mapper.platform import Platform, load_platform
 from mapper.validate import validate
 
 #: Stage names, in order; ``dump_after`` takes one of them.
-STAGES = ("parse", "lower", "platform", "cost", "map", "validate")
+STAGES = ("parse", "lower", "platform", "fuse", "cost", "map", "validate")
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -75,6 +77,7 @@ def compile_graph(
     compare: Sequence[str] = (),
     dump_after: str | None = None,
     on_stage: Callable[[str, float], None] | None = None,
+    fuse: str = "auto",
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -86,6 +89,8 @@ def compile_graph(
     compare : further mappers to run on the same cost table, for comparison.
     dump_after : stop after this stage and raise :class:`StoppedAfter` with its product.
     on_stage : called with (stage name, seconds) after each stage.
+    fuse : ``auto`` fuses ops (:mod:`mapper.fusion`) when a device of the
+        platform runs fused kernels (GPUs by default); ``none`` never does.
 
     Raises
     ------
@@ -93,6 +98,7 @@ def compile_graph(
         On bad input (exit 2), infeasibility (exit 3) or an invalid schedule.
     """
     check_options(options)
+    check_fuse(fuse)
     get_mapper(mapper)  # unknown names fail before any work
     for name in compare:
         get_mapper(name, "--compare")
@@ -121,6 +127,8 @@ def compile_graph(
         program = stage("parse", lambda: parse(read_source(path), path))
         graph = stage("lower", lambda: lower(program))
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
+    if fuse == "auto":
+        graph = stage("fuse", lambda: fuse_graph(graph) if any(d.fuses for d in plat.devices) else graph)
     cost = stage("cost", lambda: build_cost_table(graph, plat))
 
     def map_all() -> tuple[MapResult, ...]:

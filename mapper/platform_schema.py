@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from mapper.devices import DEVICE_KINDS, Device, Link, Platform
+from mapper.devices import DEVICE_KINDS, Device, Link, Platform, Switch
 from mapper.errors import PlatformError
 from mapper.graph import DTYPE_BYTES
 from mapper.ops import FLAG_VARIANTS, OP_CLASSES, OPS
@@ -40,7 +40,10 @@ MAX_STREAM_FRACTION = 4.0
 #: Keys that come only together: (key, its partner).
 _PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
+#: Dtypes of a ``tensor_gflops`` table: the DSL's and TF32, the tensor-core format f32 GEMMs may run in.
+TENSOR_DTYPES = (*DTYPE_BYTES, "tf32")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
+                "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
                 "gemm_pack_cold_ns")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
@@ -48,7 +51,8 @@ _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "latency_us": ("nonneg", "microseconds"),
 }
 _LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
-_TOP_KEYS = ("name", "description", "host", "device", "link")
+_TOP_KEYS = ("name", "description", "host", "device", "link", "switch")
+_SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNIT_SUFFIXES = (
     "gbs", "gibs", "mbs", "tbs", "gib", "gb", "mib", "mb", "tb", "tib",
@@ -159,14 +163,23 @@ class Checker:
             for key in _FPGA_ONLY:
                 if key in tab:
                     raise self.fail(f"{path}.{key}", f"only valid for kind = \"fpga\", this device is a {kind}")
-        peaks: list[tuple[str, float]] = []
-        if "peak_gflops" in tab:
-            ptab = self.table(tab["peak_gflops"], f"{path}.peak_gflops")
-            for dtype in sorted(ptab):
-                kpath = f"{path}.peak_gflops.{dtype}"
-                if dtype not in DTYPE_BYTES:
-                    raise self.fail(kpath, f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
-                peaks.append((dtype, self.number(ptab[dtype], kpath, "pos", "GFLOP/s")))
+        peaks = self.peaks(tab, path, "peak_gflops", tuple(DTYPE_BYTES))
+        tensor = self.peaks(tab, path, "tensor_gflops", TENSOR_DTYPES)
+        f32_matmul = self.string(tab.get("f32_matmul", "f32"), f"{path}.f32_matmul")
+        if f32_matmul not in ("f32", "tf32"):
+            raise self.fail(f"{path}.f32_matmul", f"expected \"f32\" or \"tf32\", got {f32_matmul!r}")
+        if f32_matmul == "tf32" and not any(d == "tf32" for d, _ in tensor):
+            raise self.fail(f"{path}.f32_matmul", "\"tf32\" needs a tf32 rate in tensor_gflops")
+        fuses = self.boolean(tab["fusion"], f"{path}.fusion") if "fusion" in tab else kind == "gpu"
+        units = None
+        if "compute_units" in tab:
+            units = self.integer(tab["compute_units"], f"{path}.compute_units", "compute units")
+        tile = self.named_numbers(tab, path, "gemm_tile", "mnk", "elements")
+        if tile is not None and (min(tile) < 1 or any(v != int(v) for v in tile)):
+            raise self.fail(f"{path}.gemm_tile", f"expected whole numbers >= 1, got {tile}")
+        if (tile is None) != (units is None):
+            raise self.fail(f"{path}.{'gemm_tile' if tile is None else 'compute_units'}",
+                            "gemm_tile and compute_units come together (the wave model of a GEMM)")
         nums = {
             key: self.number(tab[key], f"{path}.{key}", rule, unit)
             for key, (rule, unit) in _DEVICE_NUMBERS.items()
@@ -218,7 +231,31 @@ class Checker:
             gemm_pack_ns=_triple(gemm_pack),
             gemm_pack_cold_ns=_pair(gemm_cold),
             im2col_gbs=nums.get("im2col_gbs"),
+            fuses=fuses,
+            tensor_gflops=tensor,
+            f32_matmul=f32_matmul,
+            compute_units=units,
+            gemm_tile=None if tile is None else (int(tile[0]), int(tile[1]), int(tile[2])),
         )
+
+    def peaks(self, tab: dict[str, Any], path: str, key: str, dtypes: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+        """A table of GFLOP/s per dtype (one of ``dtypes``), in key order; () when ``key`` is absent."""
+        if key not in tab:
+            return ()
+        out: list[tuple[str, float]] = []
+        ptab = self.table(tab[key], f"{path}.{key}")
+        for dtype in sorted(ptab):
+            kpath = f"{path}.{key}.{dtype}"
+            if dtype not in dtypes:
+                raise self.fail(kpath, f"unknown dtype {dtype!r}; expected one of {', '.join(dtypes)}")
+            out.append((dtype, self.number(ptab[dtype], kpath, "pos", "GFLOP/s")))
+        return tuple(out)
+
+    def integer(self, value: Any, path: str, unit: str) -> int:
+        """A whole number >= 1."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NUMBER:
+            raise self.fail(path, f"expected a whole number of {unit} >= 1, got {_describe(value)}")
+        return value
 
     def named_numbers(self, tab: dict[str, Any], path: str, key: str, names: str,
                       unit: str) -> tuple[float, ...] | None:
@@ -297,6 +334,11 @@ class Checker:
         if not isinstance(raw_links, list):
             raise self.fail("link", f"expected [[link]] tables, got {_describe(raw_links)}")
         links = self.links(raw_links, names)
+        raw_switches = doc.get("switch", [])
+        if not isinstance(raw_switches, list):
+            raise self.fail("switch", f"expected [[switch]] tables, got {_describe(raw_switches)}")
+        switches = tuple(self.switch(raw, k, names) for k, raw in enumerate(raw_switches))
+        links = switch_links(links, switches)
         if "host" in doc:
             host: str | None = self.string(doc["host"], "host")
             if host not in names:
@@ -310,7 +352,25 @@ class Checker:
             host=host,
             source=source,
             description=description,
+            switches=switches,
         )
+
+    def switch(self, raw: Any, k: int, names: set[str]) -> Switch:
+        path = f"switch[{k}]"
+        tab = self.table(raw, path)
+        self.keys(tab, path, _SWITCH_KEYS, ("name", "ports", "bandwidth_gbs"))
+        name = self.name(tab["name"], f"{path}.name")
+        ports = tab["ports"]
+        if not isinstance(ports, list) or len(ports) < 2:
+            raise self.fail(f"{path}.ports", f"expected an array of two or more device names, got {_describe(ports)}")
+        for j, port in enumerate(ports):
+            if self.string(port, f"{path}.ports[{j}]") not in names:
+                raise self.fail(f"{path}.ports[{j}]", f"unknown device {port!r}; devices: {', '.join(sorted(names))}")
+            if port in ports[:j]:
+                raise self.fail(f"{path}.ports[{j}]", f"device {port!r} is on the switch twice")
+        bw = self.number(tab["bandwidth_gbs"], f"{path}.bandwidth_gbs", *_LINK_NUMBERS["bandwidth_gbs"])
+        lat = self.number(tab.get("latency_us", 0.0), f"{path}.latency_us", *_LINK_NUMBERS["latency_us"])
+        return Switch(name, tuple(ports), bw, lat)
 
 
 def model_key_ok(key: str) -> bool:
@@ -367,3 +427,23 @@ def _short(value: object) -> str:
     """``value`` for a message, long digit strings cut."""
     text = str(value)
     return text if len(text) <= 30 else f"{text[:12]}...({len(text)} characters)"
+
+
+def switch_links(links: tuple[Link, ...], switches: tuple[Switch, ...]) -> tuple[Link, ...]:
+    """``links`` and one link per ordered pair of ports of each switch, in
+    switch order; a pair already joined by a declared link or an earlier
+    switch keeps that path. Ports are numbered in switch order, two per
+    device on a switch (egress, ingress)."""
+    out = list(links)
+    joined = {(link.src, link.dst) for link in links}
+    port = 0
+    for sw in switches:
+        egress = {d: port + 2 * j for j, d in enumerate(sw.ports)}
+        port += 2 * len(sw.ports)
+        for a in sw.ports:
+            for b in sw.ports:
+                if a != b and (a, b) not in joined:
+                    joined.add((a, b))
+                    out.append(Link(len(out), a, b, sw.bandwidth_gbs, sw.latency_us, sw.name,
+                                    (egress[a], egress[b] + 1)))
+    return tuple(out)

@@ -387,7 +387,8 @@ def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, 
             offsets = ((0.0, cost.time[unit[0]][d]),)
         else:
             chunks = min(g.tasks[t].streamable for t in unit)
-            offsets = tuple(stream_chain_times([cost.time[t][d] for t in unit], chunks))
+            launch = cost.platform.devices[d].launch_us * 1e-6
+            offsets = tuple(stream_chain_times([cost.time[t][d] for t in unit], chunks, [launch] * len(unit)))
         for t, (a, b) in zip(unit, offsets):
             start[t], end[t], started[t] = s + a, s + b, True
             heapq.heappush(heap, (end[t], _TASK_END, t, 0))
@@ -420,9 +421,10 @@ def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, 
                     heapq.heappush(heap, (now, _HOP_READY, e, 0))
         elif kind == _HOP_READY:
             link, dur = hops[a][b]
-            s = max(now, link_free.get(link, now)) if link >= 0 else now
-            if link >= 0:
-                link_free[link] = s + dur
+            held = cost.platform.resources(link) if link >= 0 else ()
+            s = max([now, *(link_free.get(r, now) for r in held)])
+            for r in held:
+                link_free[r] = s + dur
             hop_times[a].append((link, s, s + dur))
             heapq.heappush(heap, (s + dur, _HOP_END, a, b))
         else:  # _HOP_END

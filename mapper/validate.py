@@ -180,7 +180,8 @@ class _Checker:
             d = slots[run[0]].device
             base = slots[run[0]].start
             chunks = min(self.g.tasks[t].streamable for t in run)
-            offsets = stream_chain_times([self.cost.time[t][d] for t in run], chunks)
+            launch = self.cost.platform.devices[d].launch_us * 1e-6
+            offsets = stream_chain_times([self.cost.time[t][d] for t in run], chunks, [launch] * len(run))
             for t, (a, b) in zip(run, offsets):
                 self.run_of[t] = k
                 if abs(slots[t].start - base - a) > self.tol or abs(slots[t].end - base - b) > self.tol:
@@ -256,11 +257,16 @@ class _Checker:
                 self.add("transfer", f"{what} takes {dur}, its transfer time is {comm}", tasks=both, edges=(e.index,))
             if contention and tr.links:
                 self._check_hops(e.index, tr, comm, what, hops_by_link)
-        for link, hops in sorted(hops_by_link.items()):
-            hops.sort()
-            for (_, e0, x), (s1, _, y) in zip(hops, hops[1:]):
+        held: dict[int, list[tuple[float, float, int, int]]] = {}  # per link or switch port
+        for link, hops in hops_by_link.items():
+            for r in self.cost.platform.resources(link):
+                held.setdefault(r, []).extend((s, end, e, link) for s, end, e in hops)
+        for r, uses in sorted(held.items()):
+            uses.sort()
+            for (_, e0, x, lx), (s1, _, y, ly) in zip(uses, uses[1:]):
                 if s1 < e0 - self.tol:
-                    self.add("link", f"transfers of edges {x} and {y} share link {link} at the same time",
+                    what = f"link {lx}" if lx == ly and r == lx else f"a switch port (links {lx} and {ly})"
+                    self.add("link", f"transfers of edges {x} and {y} share {what} at the same time",
                              edges=(x, y))
 
     def _check_hops(self, e: int, tr, comm: float, what: str, hops_by_link: dict) -> None:

@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 
 from mapper.dump import dump_graph
+from mapper.fusion import FUSE_MODES, fuse
 from mapper.graph import TaskGraph
 from mapper.lower import load_graph
 from mapper.units import fmt_bytes
@@ -23,6 +24,9 @@ def register(subparsers) -> None:
                                           "total FLOPs and bytes, the op histogram and the "
                                           "critical path by FLOPs.")
     p.add_argument("file", metavar="FILE", help="the DSL program (.tg)")
+    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
+                   help="list the fused kernels a device that fuses (GPUs by default) runs (default auto; "
+                        "none: no list)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the summary as JSON")
     out.add_argument("--dump", action="store_true",
@@ -52,11 +56,14 @@ def critical_path_flops(g: TaskGraph) -> tuple[tuple[int, ...], float]:
     return tuple(reversed(path)), best[end]
 
 
-def summary(g: TaskGraph) -> dict:
-    """The ``check`` summary as a JSON-ready dict (keys in a fixed order)."""
+def summary(g: TaskGraph, fused: bool = True) -> dict:
+    """The ``check`` summary as a JSON-ready dict (keys in a fixed order);
+    with ``fused``, ``fused`` lists the fused tasks a device that fuses runs
+    (:mod:`mapper.fusion`: name, ops, tasks) and ``fused_tasks`` their count
+    with the unfused tasks."""
     hist = Counter(t.op for t in g.tasks)
     path, flops = critical_path_flops(g)
-    return {
+    out: dict = {
         "graph": g.name,
         "tasks": len(g.tasks),
         "edges": len(g.edges),
@@ -67,6 +74,12 @@ def summary(g: TaskGraph) -> dict:
         "ops": dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))),
         "critical_path": {"tasks": [g.tasks[i].name for i in path], "flops": flops},
     }
+    if fused:
+        f = fuse(g)
+        out["fused_tasks"] = len(f.tasks)
+        out["fused"] = [{"name": t.name, "ops": [p.op for p in t.parts], "tasks": [p.name for p in t.parts]}
+                        for t in f.tasks if t.parts]
+    return out
 
 
 def _gflop(x: float) -> str:
@@ -82,7 +95,7 @@ def run(args) -> int:
     if args.dump:
         sys.stdout.write(dump_graph(g))
         return 0
-    s = summary(g)
+    s = summary(g, args.fuse == "auto")
     if args.json:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -101,5 +114,9 @@ def run(args) -> int:
         f"critical path by FLOPs: {len(cp['tasks'])} tasks, {_gflop(cp['flops'])}",
         "  " + " -> ".join(shown),
     ]
+    if s.get("fused"):
+        n, before, after = len(s["fused"]), s["tasks"], s["fused_tasks"]
+        out.append(f"fused    {n} kernels on devices that fuse ({before} -> {after} tasks):")
+        out += [f"  {f['name']}: {' + '.join(f['ops'])}" for f in s["fused"]]
     print("\n".join(out))
     return 0

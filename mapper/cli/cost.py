@@ -12,6 +12,7 @@ import math
 import sys
 
 from mapper.cost import CostTable, build_cost_table
+from mapper.fusion import FUSE_MODES, fuse
 from mapper.platform import load_platform
 from mapper.units import fmt_bytes, fmt_time
 
@@ -32,6 +33,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph program (.tg)")
     p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a .toml path")
+    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
+                   help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
+                        "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
     p.add_argument("--json", action="store_true", help="print the cost table as JSON")
     p.add_argument("--all", action="store_true", help=f"print every row (default: the first {ROW_LIMIT})")
     p.set_defaults(func=run)
@@ -42,6 +46,8 @@ def run(args) -> int:
 
     platform = load_platform(args.platform)
     graph = load_graph(args.file)
+    if args.fuse == "auto" and any(d.fuses for d in platform.devices):
+        graph = fuse(graph)
     cost = build_cost_table(graph, platform)
     if args.json:
         json.dump(to_json_dict(cost), sys.stdout, indent=1)

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from mapper.errors import OptionsError
+from mapper.fusion import FUSE_MODES
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
 
 
@@ -36,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-check", action="store_true", help="skip comparing outputs with the NumPy reference")
     p.add_argument("--workers", type=int, default=None, help="at most this many threads (default: one per device)")
     p.add_argument("--top", type=int, default=25, help="table rows: the longest tasks (0: all; default 25)")
+    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
+                   help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
+                        "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
     p.add_argument("--json", metavar="OUT", help="write the trace as JSON")
     p.add_argument("--html", metavar="OUT", help="write an HTML report with the run")
     p.add_argument("--trace", metavar="OUT", help="write a Chrome trace with the run")
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         platform = load_platform(args.platform)
         first_cpu(platform)
     compiled = compile_graph(
-        graph, platform, mapper=args.mapper, options=map_options
+        graph, platform, mapper=args.mapper, options=map_options, fuse=args.fuse
     )
     result = compiled.result
     extra: CalibratedRun | None = None

@@ -19,12 +19,12 @@ EFF_COMPUTE: dict[str, dict[str, float]] = {
         "fft": 0.30, "shape": 0.50, "embedding": 0.50, "task": 1.00,
     },
     "gpu": {
-        "gemm": 0.90, "conv": 0.75, "attention": 0.60, "elementwise": 0.50, "activation": 0.50,
+        "gemm": 0.78, "conv": 0.75, "attention": 0.60, "elementwise": 0.50, "activation": 0.50,
         "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.50, "sparse": 0.50,
         "fft": 0.30, "shape": 0.50, "embedding": 0.50, "task": 1.00,
     },
     "fpga": {
-        "gemm": 0.70, "conv": 0.60, "attention": 0.50, "elementwise": 0.50, "activation": 0.50,
+        "gemm": 0.30, "conv": 0.30, "attention": 0.50, "elementwise": 0.50, "activation": 0.50,
         "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.70,
         "fft": 0.50, "shape": 0.50, "task": 1.00,
     },

@@ -31,12 +31,15 @@ from mapper.costmodel.work import (
     in_cache_bytes,
     kernel_flops,
     vector_length,
+    wave_efficiency,
     working_set,
 )
 from mapper.graph import Task
 from mapper.platform import Device
 
 INF = math.inf
+#: Op classes whose kernels run on a device's matrix units (``tensor_gflops``) where it has them.
+MATRIX_CLASSES = frozenset({"gemm", "conv", "attention"})
 #: How the reason of a device without any rates begins.
 NO_RATES = "no rates"
 MIB = float(2**20)
@@ -83,7 +86,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     else the tables above.
     """
     kind = device.kind
-    gemm_model = device.gemm_half_lengths is not None or device.gemm_pack_ns is not None
+    gemm_model = (device.gemm_half_lengths is not None or device.gemm_pack_ns is not None
+                  or device.gemm_tile is not None)
     dims = gemm_dims(task) if gemm_model else None
     if dims is not None:
         cls = "gemm"  # the device models conv2d's GEMM as a GEMM (its im2col copy is t_copy)
@@ -96,6 +100,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         return infeasible_estimate(f"op {task.op} ({cls}) has no {kind} implementation in the model")
     t_copy = 0.0
     if dims is not None:
+        if device.gemm_tile is not None and device.compute_units is not None:
+            e_c *= wave_efficiency(task, dims, device.gemm_tile, device.compute_units)
         if device.gemm_half_lengths is not None:
             e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
         if device.gemm_pack_ns is not None:
@@ -111,10 +117,11 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
     if flops > 0:
+        tensor = device.tensor_peak(task.dtype) if cls in MATRIX_CLASSES else None
         rd = rate_dtype(device, task.dtype)
-        if rd is None:
+        if rd is None and tensor is None:
             return infeasible_estimate(f"no {task.dtype} rate in peak_gflops")
-        peak = e_c * (device.peak(rd) or 0.0) * 1e9  # rate_dtype returns only a dtype with a peak
+        peak = e_c * (tensor or device.peak(rd or "") or 0.0) * 1e9
         p = min(max(float(task.parallel), 0.0), 1.0)
         serial = device.serial_gflops * 1e9 if device.serial_gflops is not None else peak
         t_par = p * flops / peak

@@ -1,0 +1,71 @@
+"""How the executor makes a graph's inputs and weights: which must be
+positive, which are embedding ids (and their vocabulary), and the scale of
+GEMM and convolution weights. Fused tasks are looked at through their parts
+(:func:`mapper.fusion.leaf_tasks`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mapper.fusion import leaf_tasks
+from mapper.graph import Operand, Task, TaskGraph
+
+
+def operand_key(op: Operand) -> tuple[str, Any]:
+    """The key of an operand's value: its producer's index, or its kind and name."""
+    return ("task", op.producer) if op.kind == "task" else (op.kind, op.name)
+
+
+#: ``elementwise`` functions that need positive operands to give finite values.
+_POSITIVE_FNS = ("log", "sqrt")
+
+
+def positive_operands(graph: TaskGraph) -> frozenset[tuple[str, Any]]:
+    """Inputs and weights read by ``log``/``sqrt``: generated positive."""
+    return frozenset(
+        operand_key(t.operands[0]) for t in leaf_tasks(graph)
+        if t.op == "elementwise" and t.attr("fn") in _POSITIVE_FNS and t.operands and t.operands[0].kind != "task"
+    )
+
+
+def vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
+    """For integer tensors used as embedding ids: the smallest table's row count."""
+    vocab: dict[tuple[str, Any], int] = {}
+    for t in leaf_tasks(graph):
+        if t.op == "embedding" and len(t.operands) >= 2 and t.operands[1].type.shape:
+            k = operand_key(t.operands[0])
+            rows = t.operands[1].type.shape[0]
+            vocab[k] = min(vocab.get(k, rows), rows)
+    return vocab
+
+
+def _fan_in(task: Task) -> int | None:
+    """Inputs summed per output element by a matmul or conv2d weight (operand 1)."""
+    if len(task.operands) < 2 or task.operands[1].kind == "task":
+        return None
+    shape = task.operands[1].type.shape
+    if task.op == "matmul" and len(shape) >= 2:
+        return shape[-2]
+    if task.op == "conv2d" and len(shape) == 4:
+        return shape[1] * shape[2] * shape[3]
+    return None
+
+
+def weight_scales(graph: TaskGraph) -> dict[tuple[str, Any], float]:
+    """A power-of-two scale near ``1/sqrt(fan_in)`` for matmul and conv2d weights.
+
+    LeCun initialisation (LeCun, Bottou, Orr, Mueller, "Efficient BackProp",
+    1998): activations stay of order 1 through deep graphs, as in trained
+    networks, so softmax and attention stay well conditioned and the reference
+    check's tolerances (for data of magnitude about 1) apply. A power of two
+    is exact in every float format, bf16 and f16 included.
+    """
+    scales: dict[tuple[str, Any], float] = {}
+    for t in leaf_tasks(graph):
+        fan = _fan_in(t)
+        if fan and fan > 1:
+            k = operand_key(t.operands[1])
+            s = 2.0 ** -round(0.5 * math.log2(fan))
+            scales[k] = min(scales.get(k, s), s)
+    return scales
