@@ -307,15 +307,18 @@ def stream_chain_times(times: Sequence[float], chunks: int,
                        launches: Sequence[float] | None = None) -> tuple[tuple[float, float], ...]:
     """(start, end) offsets of each stage of a linear pipeline fed in ``chunks`` chunks.
 
-    Stage ``i`` pays its launch ``L_i`` once (``launches``, at most its time;
-    none when not given) and handles a chunk in ``b_i / chunks`` with
-    ``b_i = t_i - L_i``; chunk ``c`` leaves stage ``i`` at ``f(i, c) =
-    max(f(i-1, c), f(i, c-1)) + b_i / chunks`` (a permutation flow shop of
-    identical jobs). Its closed form, used here, is ``f(i, C-1) = sum_{j<=i}
-    (L_j + b_j / C) + (C-1) max_{j<=i} b_j / C``: a launch holds back the
-    stages after it; stage ``i`` starts when the first chunk leaves stage
-    ``i-1``. So the chain takes its launches, the slowest stage and the fill
-    latency (Wilhelm et al., arXiv:2208.06321, streaming FPGA chains).
+    Stage ``i`` handles a chunk in ``b_i / C`` (``C = chunks``, ``b_i = t_i -
+    L_i``) after paying its launch ``L_i`` once (``launches``, at most
+    ``t_i``; none when not given). Without launches, chunk ``c`` leaves stage
+    ``i`` at ``f(i, c) = max(f(i-1, c), f(i, c-1)) + b_i / C`` (a permutation
+    flow shop of identical jobs), whose closed form is ``f(i, C-1) =
+    sum_{j<=i} b_j / C + (C-1) max_{j<=i} b_j / C``; stage ``i`` starts when
+    the first chunk leaves stage ``i-1``. Launches are paid in chain order
+    and hold back every later stage: stage ``i``'s offsets shift by
+    ``sum_{j<=i} L_j`` (``sum_{j<i} L_j`` for its start). So the chain takes
+    its launches, its slowest stage and the fill latency (Wilhelm et al.,
+    arXiv:2208.06321, streaming FPGA chains), and a launch is never divided
+    by the chunk count.
     """
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise OptionsError(f"stream_chain_times: chunks must be an integer >= 1, got {chunks!r}")

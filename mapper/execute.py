@@ -341,7 +341,8 @@ def _as_task_error(task: Task, err: BaseException) -> MapperError:
         oom.__cause__ = err
         return oom
     detail = err.message if isinstance(err, MapperError) else f"{type(err).__name__}: {err}"
-    out = ExecutionError(f"task {task.name!r} ({task.op}) failed: {detail}", obj=task.name, span=task.span)
+    ops = "+".join(p.op for p in task.parts) if task.parts else task.op  # a fused task: all its ops
+    out = ExecutionError(f"task {task.name!r} ({ops}) failed: {detail}", obj=task.name, span=task.span)
     out.__cause__ = err
     return out
 

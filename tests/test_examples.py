@@ -237,6 +237,10 @@ def test_examples_compile_end_to_end(name):
     from mapper.pipeline import compile_graph
 
     g = load(name)
-    result = compile_graph(g, "cpu-gpu-fpga", mapper="heft").result
+    compiled = compile_graph(g, "cpu-gpu-fpga", mapper="heft")
+    result = compiled.result
     assert 0 < result.schedule.makespan < float("inf")
-    assert len(result.schedule.slots) == len(g.tasks)
+    assert len(result.schedule.slots) == len(compiled.graph.tasks)
+    assert sum(len(t.parts) or 1 for t in compiled.graph.tasks) == len(g.tasks)  # fusion keeps every op
+    unfused = compile_graph(g, "cpu-gpu-fpga", mapper="heft", fuse="none")
+    assert len(unfused.result.schedule.slots) == len(g.tasks)

@@ -13,6 +13,7 @@ import pytest
 from mapper.cli import main
 from mapper.errors import InputError, OptionsError
 from mapper.execute import Execution, ExecutionError, execute, make_plan, retime
+from mapper.fusion import fuse
 from mapper.kernels import registry
 from mapper.lower import graph_from_text
 from mapper.mapping.base import MapResult
@@ -66,9 +67,9 @@ def small_source(name: str) -> str:
 
 
 @cache
-def compiled(name: str, platform: str = "dev-vm"):
+def compiled(name: str, platform: str = "dev-vm", fuse: str = "auto"):
     graph = graph_from_text(small_source(name), f"{name}_small.tg")
-    return compile_graph(graph, platform, mapper="heft")
+    return compile_graph(graph, platform, mapper="heft", fuse=fuse)
 
 
 def assert_same_outputs(a, b, exact: bool = False) -> None:
@@ -167,8 +168,33 @@ def test_plan_lanes_follow_one_topological_order():
         make_plan(sched, 0)
 
 
-def test_failing_task_is_named_and_the_run_stops(monkeypatch):
+def test_a_failing_part_of_a_fused_task_names_the_fused_task(monkeypatch):
     res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
+    victim = next(t for t in res.schedule.cost.graph.tasks if t.parts and t.parts[-1].op == "gelu")
+    real = registry.run_kernel
+
+    def flaky(op, inputs, attrs):
+        if op == "gelu":
+            raise ValueError("boom")
+        return real(op, inputs, attrs)
+
+    monkeypatch.setattr(registry, "run_kernel", flaky)
+    with pytest.raises(ExecutionError) as info:
+        execute(res, repeats=1, check=False)
+    assert f"task {victim.name!r} (matmul+add+gelu) failed: ValueError: boom" in str(info.value)
+
+
+def test_fused_tasks_run_their_parts_and_match_the_unfused_run():
+    fused, plain = compiled("bert_base", "cpu-gpu-fpga"), compiled("bert_base", "cpu-gpu-fpga", fuse="none")
+    assert len(fused.graph.tasks) < len(plain.graph.tasks)
+    a, b = execute(fused.result, repeats=1), execute(plain.result, repeats=1)  # each part checked against NumPy
+    assert [n.split("+")[-1] for n, _ in a.outputs] == [n for n, _ in b.outputs]
+    for (_, x), (_, y) in zip(a.outputs, b.outputs):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_failing_task_is_named_and_the_run_stops(monkeypatch):
+    res = spread(compiled("bert_base", "cpu-gpu-fpga", fuse="none").result)
     graph = res.schedule.cost.graph
     victim = next(t for t in graph.tasks if t.op == "gelu")
     calls: list[str] = []
@@ -294,8 +320,9 @@ def test_cli_run_writes_json_html_and_trace(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "measured-or-modelled makespan" in text and "more tasks (shown: the 3 longest)" in text
     doc = json.loads(out_json.read_text())
-    graph = graph_from_text(small_source("jacobi2d"))
+    graph = fuse(graph_from_text(small_source("jacobi2d")))  # the platform has a GPU: ops are fused
     assert [t["name"] for t in doc["tasks"]] == [t.name for t in graph.tasks]
+    assert "res0.sub+res0.elementwise" in [t["name"] for t in doc["tasks"]]
     assert doc["repeats"] == 2 and doc["checked"] is True and doc["graph"] == "jacobi2d"
     assert set(doc["errors"]) == {"count", "median", "p90", "max", "min_seconds"}
     assert doc["tensors"]["peak_live"] < doc["tensors"]["total"]

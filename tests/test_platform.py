@@ -17,7 +17,7 @@ from mapper.cli import main
 from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform import list_platforms, load_platform, parse_platform
 
-SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "heft3", "workstation")
+SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-h100", "heft3", "workstation")
 
 
 def _shipped_texts():
@@ -99,7 +99,11 @@ def test_host_platform_reproduces_the_measurements_its_comments_state():
 def test_datasheet_figures():
     ws = load_platform("workstation")
     gpu = ws.devices[ws.device_index("gpu0")]
-    assert (gpu.peak("f32"), gpu.peak("f64"), gpu.peak("f16"), gpu.mem_bandwidth_gbs) == (19500, 9700, 312000, 1555)
+    assert (gpu.peak("f32"), gpu.peak("f64"), gpu.peak("f16"), gpu.mem_bandwidth_gbs) == (19500, 9700, 78000, 1555)
+    assert (gpu.tensor_peak("f16"), gpu.tensor_peak("bf16"), gpu.tensor_peak("f64"), gpu.tensor_peak("i8")) == (
+        312000, 312000, 19500, 624000)
+    assert gpu.f32_matmul == "tf32" and gpu.tensor_peak("f32") == 156000  # TF32, the frameworks' default
+    assert (gpu.compute_units, gpu.gemm_tile, gpu.fuses) == (108, (128, 128, 32), True)
     fpga = load_platform("cpu-gpu-fpga").devices[2]
     assert (fpga.kind, fpga.area, fpga.clock_mhz, fpga.streaming, fpga.mem_bandwidth_gbs) == ("fpga", 9024, 300, True, 460)
     assert fpga.peak("f32") == pytest.approx(9024 / 5 * 2 * 0.3, rel=1e-4)
@@ -133,9 +137,16 @@ def test_bidirectional_links_and_routes():
 def test_dgx_gpus_talk_over_nvlink_directly():
     p = load_platform("dgx-a100")
     assert p.summary() == "1 cpu, 8 gpu"
-    assert len(p.links) == 2 * (8 + 28)
+    assert [s.name for s in p.switches] == ["nvswitch", "pcie01", "pcie23", "pcie45", "pcie67"]
+    assert len(p.links) == 8 * 7 + 4 * 4  # ordered port pairs; a GPU pair keeps its NVSwitch path
     route = p.route(p.device_index("gpu3"), p.device_index("gpu6"))
-    assert len(route) == 1 and p.links[route[0]].bandwidth_gbs == 300.0
+    assert len(route) == 1 and p.links[route[0]].bandwidth_gbs == 300.0 and p.links[route[0]].switch == "nvswitch"
+    # one GPU's egress port is shared by all its peers: gpu3 -> gpu6 and gpu3 -> gpu1 hold the same port
+    other = p.route(p.device_index("gpu3"), p.device_index("gpu1"))
+    assert set(p.resources(route[0])) & set(p.resources(other[0]))
+    # gpu0 and gpu1 share the PCIe uplink to the CPU; gpu2 does not
+    up0, up1, up2 = (p.route(p.device_index(g), p.device_index("cpu0"))[0] for g in ("gpu0", "gpu1", "gpu2"))
+    assert set(p.resources(up0)) & set(p.resources(up1)) and not set(p.resources(up0)) & set(p.resources(up2))
 
 
 def test_load_by_path_and_by_name_agree(tmp_path):

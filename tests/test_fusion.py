@@ -1,0 +1,273 @@
+"""Operator fusion (mapper.fusion), tensor-core rates, the GEMM wave model and switch ports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mapper.cli import main
+from mapper.cost import build_cost_table
+from mapper.costmodel.work import wave_efficiency
+from mapper.errors import OptionsError, PlatformError
+from mapper.fusion import fuse, fusion_groups, leaf_tasks
+from mapper.lower import graph_from_text
+from mapper.pipeline import compile_graph
+from mapper.platform import load_platform, parse_platform
+from mapper.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.validate import validate
+
+BLOCK = """
+param N = 2
+graph block {
+  input x : f32[N, 16, 8, 8]
+  a = relu(batchnorm(conv2d(x, weight f32[16, 16, 3, 3], padding = 1)))
+  b = batchnorm(conv2d(a, weight f32[16, 16, 1, 1]))
+  out = relu(add(b, x))
+  output out
+}
+"""
+
+MLP = """
+graph mlp {
+  input x : f16[64, 128]
+  h = gelu(add(matmul(x, weight f16[128, 512]), weight f16[512]))
+  y = add(matmul(h, weight f16[512, 128]), weight f16[128])
+  z = layernorm(add(x, y))
+  output z
+}
+"""
+
+
+def test_conv_batchnorm_add_relu_become_one_task_each():
+    g = graph_from_text(BLOCK)
+    f = fuse(g)
+    assert [t.name for t in f.tasks] == ["a.conv2d+a.batchnorm+a", "b.conv2d+b+out.add+out"]
+    assert [[p.op for p in t.parts] for t in f.tasks] == [["conv2d", "batchnorm", "relu"],
+                                                          ["conv2d", "batchnorm", "add", "relu"]]
+    assert f.outputs == ("b.conv2d+b+out.add+out",)
+    # the residual input is an operand of the second group; the intermediate tensors are gone
+    second = f.tasks[1]
+    assert [o.name for o in second.operands] == ["a.conv2d+a.batchnorm+a", "b.conv2d.w0", "x"]
+    assert second.bytes_written == second.output.nbytes
+    assert second.flops == sum(p.flops for p in second.parts)
+    assert [(e.src, e.dst) for e in f.edges] == [(0, 1)]
+    assert leaf_tasks(f) == g.tasks
+
+
+def test_gemm_epilogue_takes_the_residual_add_and_stops_before_a_norm():
+    f = fuse(graph_from_text(MLP))
+    assert [[p.op for p in t.parts] or [t.op] for t in f.tasks] == [
+        ["matmul", "add", "gelu"], ["matmul", "add", "add"], ["layernorm"]]
+    chain = fuse(graph_from_text(MLP.replace("z = layernorm(add(x, y))", "z = layernorm(add(relu(x), x))")))
+    assert [t.op for t in chain.tasks][-1] == "relu" and [p.op for p in chain.tasks[-1].parts] == [
+        "relu", "add", "layernorm"]
+
+
+def test_a_tensor_with_two_consumers_or_a_graph_output_is_not_fused_away():
+    g = graph_from_text("""
+graph g {
+  input x : f32[32, 32]
+  m = matmul(x, weight f32[32, 32])
+  r = relu(m)
+  s = add(m, r)
+  t = relu(s)
+  output t, r
+}
+""")
+    groups = [[g.tasks[i].name for i in grp] for grp in fusion_groups(g)]
+    assert groups == [["s", "t"]]  # m feeds r and s; r is a graph output
+
+
+def test_placement_explicit_cost_and_streaming_keep_ops_apart():
+    g = graph_from_text("""
+graph g {
+  input x : f32[32, 32]
+  m = matmul(x, weight f32[32, 32])
+  r = relu(m) @cpu
+  s = relu(r) streamable 4
+  output s
+}
+""")
+    assert fusion_groups(g) == ()
+
+
+def test_fused_task_costs_one_kernel_on_a_gpu_and_its_parts_on_a_cpu():
+    g = graph_from_text(BLOCK)
+    f = fuse(g)
+    plat = load_platform("workstation")
+    fused, plain = build_cost_table(f, plat), build_cost_table(g, plat)
+    cpu, gpu = plat.device_index("cpu0"), plat.device_index("gpu0")
+    assert fused.time[0][cpu] == pytest.approx(sum(plain.time[t][cpu] for t in range(3)))
+    assert fused.time[0][gpu] < sum(plain.time[t][gpu] for t in range(3)) / 2  # one launch, one pass over memory
+
+
+def test_fuse_none_keeps_the_graph_and_platforms_without_gpus_do_not_fuse():
+    g = graph_from_text(MLP)
+    assert len(compile_graph(g, "workstation", mapper="heft").graph.tasks) == 3
+    assert len(compile_graph(g, "workstation", mapper="heft", fuse="none").graph.tasks) == 7
+    assert len(compile_graph(g, "cpu-server", mapper="heft").graph.tasks) == 7
+    with pytest.raises(OptionsError, match="--fuse"):
+        compile_graph(g, "workstation", fuse="all")
+
+
+def test_check_lists_the_fused_kernels_and_compile_json_names_them(tmp_path, capsys):
+    src = tmp_path / "mlp.tg"
+    src.write_text(MLP)
+    assert main(["check", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "fused    2 kernels on devices that fuse (7 -> 3 tasks):" in out
+    assert "h.matmul+h.add+h: matmul + add + gelu" in out
+    assert main(["check", str(src), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tasks"] == 7 and doc["fused_tasks"] == 3 and doc["fused"][0]["ops"] == ["matmul", "add", "gelu"]
+    assert main(["check", str(src), "--json", "--fuse", "none"]) == 0
+    assert "fused" not in json.loads(capsys.readouterr().out)
+    out_json = tmp_path / "r.json"
+    assert main(["compile", str(src), "--platform", "workstation", "--mapper", "heft", "-q", "--json",
+                 str(out_json)]) == 0
+    assert [t["name"] for t in json.loads(out_json.read_text())["tasks"]] == [
+        "h.matmul+h.add+h", "y.matmul+y+z.add", "z"]
+
+
+def test_every_shipped_platform_compiles_resnet50_and_bert_with_fusion():
+    from mapper.lower import load_graph
+    from mapper.platform import list_platforms
+
+    for name in ("resnet50", "bert_base"):
+        g = load_graph(f"examples/{name}.tg")
+        for plat, _ in list_platforms():
+            if plat == "heft3":  # explicit-cost processors only
+                continue
+            r = compile_graph(g, plat, mapper="heft")
+            assert validate(r.result.schedule) == []
+            assert sum(len(t.parts) or 1 for t in r.graph.tasks) == len(g.tasks)
+
+
+# -- rates per unit --------------------------------------------------------------------
+
+GPU = """
+name = "g"
+[[device]]
+name = "gpu0"
+kind = "gpu"
+peak_gflops = { f32 = 1000.0, f16 = 2000.0 }
+tensor_gflops = { tf32 = 8000.0, f16 = 16000.0 }
+mem_bandwidth_gbs = 1000.0
+{extra}
+"""
+
+
+def _mm(dtype: str, n: int = 4096) -> str:
+    return f"graph m {{\n  input a : {dtype}[{n}, {n}]\n  c = matmul(a, weight {dtype}[{n}, {n}])\n  output c\n}}\n"
+
+
+def test_gemms_run_on_tensor_cores_and_f32_on_tf32_only_when_the_platform_says_so():
+    t = {}
+    for dtype, extra in (("f16", ""), ("f32", ""), ("f32", 'f32_matmul = "tf32"')):
+        plat = parse_platform(GPU.replace("{extra}", extra))
+        t[(dtype, extra)] = build_cost_table(graph_from_text(_mm(dtype)), plat).time[0][0]
+    flops = 2 * 4096**3
+    assert t[("f16", "")] == pytest.approx(flops / (0.78 * 16000e9))
+    assert t[("f32", "")] == pytest.approx(flops / (0.78 * 1000e9))  # no tf32: the CUDA-core rate
+    assert t[("f32", 'f32_matmul = "tf32"')] == pytest.approx(flops / (0.78 * 8000e9))
+    # elementwise ops keep the CUDA-core rate
+    plat = parse_platform(GPU.replace("{extra}", ""))
+    assert plat.devices[0].tensor_peak("f16") == 16000 and plat.devices[0].peak("f16") == 2000
+
+
+@pytest.mark.parametrize("extra, match", [
+    ('f32_matmul = "tf16"', "f32_matmul"),
+    ('tensor_gflops = { f8 = 1.0 }', "unknown dtype 'f8'"),
+    ('gemm_tile = { m = 128, n = 128, k = 32 }', "compute_units"),
+    ('compute_units = 0\ngemm_tile = { m = 128, n = 128, k = 32 }', "compute_units"),
+    ('compute_units = 8\ngemm_tile = { m = 128, n = 128, k = 0.5 }', "gemm_tile"),
+    ('fusion = "yes"', "fusion"),
+])
+def test_bad_accelerator_keys_name_the_key(extra, match):
+    with pytest.raises(PlatformError, match=match):
+        parse_platform(GPU.replace("{extra}", extra).replace("tensor_gflops = { tf32 = 8000.0, f16 = 16000.0 }\n",
+                                                             "" if "tensor_gflops" in extra else
+                                                             "tensor_gflops = { f16 = 16000.0 }\n"))
+
+
+def test_wave_efficiency_counts_whole_tiles_and_whole_waves():
+    g = graph_from_text(_mm("f16", 64))
+    task = g.tasks[0]
+    # one 128x128 tile holds a 64x64 output: a quarter of it, 2 K-steps of 32 on 1 of 4 units
+    assert wave_efficiency(task, (1, 64, 64, 64), (128, 128, 32), 4) == pytest.approx(0.25 * 2 / 4)
+    # 8 tiles x 4 K-steps = 32 block-steps on 10 units: 4 waves, 32 of 40 slots busy
+    assert wave_efficiency(task, (1, 256, 512, 128), (128, 128, 32), 10) == pytest.approx(32 / 40)
+    assert wave_efficiency(task, (1, 4096, 4096, 4096), (128, 128, 32), 128) == 1.0
+
+
+# -- switches ----------------------------------------------------------------------------
+
+SWITCHED = """
+name = "s"
+[[device]]
+name = "cpu0"
+kind = "cpu"
+[[device]]
+name = "gpu0"
+kind = "gpu"
+[[device]]
+name = "gpu1"
+kind = "gpu"
+[[device]]
+name = "gpu2"
+kind = "gpu"
+[[switch]]
+name = "nvs"
+ports = ["gpu0", "gpu1", "gpu2"]
+bandwidth_gbs = 8.0
+"""
+
+
+def test_transfers_through_a_switch_share_the_sender_s_port_under_contention():
+    from tests.randdag import make_cost, make_graph
+
+    plat = parse_platform(SWITCHED)
+    assert [(lk.src, lk.dst) for lk in plat.links] == [("gpu0", "gpu1"), ("gpu0", "gpu2"), ("gpu1", "gpu0"),
+                                                       ("gpu1", "gpu2"), ("gpu2", "gpu0"), ("gpu2", "gpu1")]
+    g = make_graph(3, [(0, 1, 8e9, None), (0, 2, 8e9, None)])
+    cost = make_cost(g, plat, [[1.0, 1.0, 1.0, 1.0]] * 3)
+    a = Assignment((1, 2, 3), ((), (0,), (1,), (2,)))
+    free = build_schedule(cost, a)
+    assert [(t.start, t.end) for t in free.transfers] == [(1.0, 2.0), (1.0, 2.0)]  # 8 GB at 8 GB/s each
+    busy = build_schedule(cost, a, ScheduleOptions(contention=True))
+    assert [(t.start, t.end) for t in busy.transfers] == [(1.0, 2.0), (1.0, 3.0)]  # gpu0's egress port is shared
+    assert validate(busy) == []
+    # gpu0 -> gpu1 and gpu2 -> gpu0 hold different ports (an egress and an ingress of gpu0): no wait
+    g2 = make_graph(4, [(0, 2, 8e9, None), (1, 3, 8e9, None)])
+    cost2 = make_cost(g2, plat, [[1.0] * 4] * 4)
+    s2 = build_schedule(cost2, Assignment((1, 3, 2, 1), ((), (0, 3), (2,), (1,))), ScheduleOptions(contention=True))
+    assert [(t.start, t.end) for t in s2.transfers] == [(1.0, 2.0), (1.0, 2.0)]
+
+
+def test_validator_catches_two_transfers_on_one_port_at_once():
+    import dataclasses
+
+    from tests.randdag import make_cost, make_graph
+
+    plat = parse_platform(SWITCHED)
+    g = make_graph(3, [(0, 1, 8e9, None), (0, 2, 8e9, None)])
+    cost = make_cost(g, plat, [[1.0, 1.0, 1.0, 1.0]] * 3)
+    s = build_schedule(cost, Assignment((1, 2, 3), ((), (0,), (1,), (2,))), ScheduleOptions(contention=True))
+    second = s.transfers[1]
+    forged = dataclasses.replace(second, end=2.0, hops=((second.hops[0][0], 1.0, 2.0),))
+    bad = dataclasses.replace(s, transfers=(s.transfers[0], forged))
+    assert any(v.kind == "link" and "switch port" in v.message for v in validate(bad))
+
+
+@pytest.mark.parametrize("body, match", [
+    ('ports = ["gpu0"]\nbandwidth_gbs = 8.0', "two or more"),
+    ('ports = ["gpu0", "gpu9"]\nbandwidth_gbs = 8.0', "unknown device 'gpu9'"),
+    ('ports = ["gpu0", "gpu0"]\nbandwidth_gbs = 8.0', "twice"),
+    ('ports = ["gpu0", "gpu1"]', "bandwidth_gbs"),
+    ('ports = ["gpu0", "gpu1"]\nbandwidth_gbs = 8.0\nspeed = 1', "unknown key 'speed'"),
+])
+def test_bad_switches_name_the_key(body, match):
+    text = SWITCHED.split("[[switch]]")[0] + f'[[switch]]\nname = "x"\n{body}\n'
+    with pytest.raises(PlatformError, match=match):
+        parse_platform(text)
