@@ -45,6 +45,8 @@ class Device:
     f32_matmul: str = "f32"  # the unit f32 GEMMs, convs and attention run on: "f32" or "tf32" (tensor cores)
     compute_units: int | None = None  # SMs (GPU): the units a GEMM's output tiles are spread over
     gemm_tile: tuple[int, int, int] | None = None  # rows, columns, depth of the block a unit computes per step
+    gemm_split_k: int = 1  # at most this many K slices when a GEMM's blocks cannot fill the units
+    overlap_exponent: float | None = None  # p of (Tc^p + Tm^p)^(1/p); None: max(Tc, Tm), the roofline
 
     def tensor_peak(self, dtype: str) -> float | None:
         """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""

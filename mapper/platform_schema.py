@@ -43,7 +43,8 @@ _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 #: Dtypes of a ``tensor_gflops`` table: the DSL's and TF32, the tensor-core format f32 GEMMs may run in.
 TENSOR_DTYPES = (*DTYPE_BYTES, "tf32")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
-                "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile",
+                "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k",
+                "overlap_exponent",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
                 "gemm_pack_cold_ns")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
@@ -177,6 +178,14 @@ class Checker:
         tile = self.named_numbers(tab, path, "gemm_tile", "mnk", "elements")
         if tile is not None and (min(tile) < 1 or any(v != int(v) for v in tile)):
             raise self.fail(f"{path}.gemm_tile", f"expected whole numbers >= 1, got {tile}")
+        split = 1
+        if "gemm_split_k" in tab:
+            split = self.integer(tab["gemm_split_k"], f"{path}.gemm_split_k", "K slices")
+        overlap = None
+        if "overlap_exponent" in tab:
+            overlap = self.number(tab["overlap_exponent"], f"{path}.overlap_exponent", "pos", "an exponent")
+            if overlap < 1:
+                raise self.fail(f"{path}.overlap_exponent", f"expected an exponent >= 1, got {overlap:g}")
         if (tile is None) != (units is None):
             raise self.fail(f"{path}.{'gemm_tile' if tile is None else 'compute_units'}",
                             "gemm_tile and compute_units come together (the wave model of a GEMM)")
@@ -236,6 +245,8 @@ class Checker:
             f32_matmul=f32_matmul,
             compute_units=units,
             gemm_tile=None if tile is None else (int(tile[0]), int(tile[1]), int(tile[2])),
+            gemm_split_k=split,
+            overlap_exponent=overlap,
         )
 
     def peaks(self, tab: dict[str, Any], path: str, key: str, dtypes: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

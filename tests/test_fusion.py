@@ -194,11 +194,29 @@ def test_bad_accelerator_keys_name_the_key(extra, match):
 def test_wave_efficiency_counts_whole_tiles_and_whole_waves():
     g = graph_from_text(_mm("f16", 64))
     task = g.tasks[0]
-    # one 128x128 tile holds a 64x64 output: a quarter of it, 2 K-steps of 32 on 1 of 4 units
-    assert wave_efficiency(task, (1, 64, 64, 64), (128, 128, 32), 4) == pytest.approx(0.25 * 2 / 4)
-    # 8 tiles x 4 K-steps = 32 block-steps on 10 units: 4 waves, 32 of 40 slots busy
-    assert wave_efficiency(task, (1, 256, 512, 128), (128, 128, 32), 10) == pytest.approx(32 / 40)
-    assert wave_efficiency(task, (1, 4096, 4096, 4096), (128, 128, 32), 128) == 1.0
+    tile = (128, 128, 32)
+    # one 128x128 tile holds a 64x64 output: a quarter of it, on 1 of 4 units
+    assert wave_efficiency(task, (1, 64, 64, 64), tile, 4) == pytest.approx(0.25 / 4)
+    # split-K: K = 64 gives 2 slices of 32 at most, on 2 of the 4 units
+    assert wave_efficiency(task, (1, 64, 64, 64), tile, 4, max_split=4) == pytest.approx(0.25 * 2 / 4)
+    # 8 tiles on 10 units: one wave, 8 of 10 busy; 10 // 8 leaves no room to split
+    assert wave_efficiency(task, (1, 256, 512, 128), tile, 10, max_split=4) == pytest.approx(8 / 10)
+    # 9 tiles on 8 units: two waves, 9 of 16 slots busy
+    assert wave_efficiency(task, (1, 384, 384, 128), tile, 8) == pytest.approx(9 / 16)
+    assert wave_efficiency(task, (1, 4096, 4096, 4096), tile, 128) == 1.0
+
+
+def test_overlap_exponent_blends_compute_and_memory_time():
+    base = GPU.replace("{extra}", "")
+    plain = build_cost_table(graph_from_text(_mm("f16", 2048)), parse_platform(base)).time[0][0]
+    blended = build_cost_table(graph_from_text(_mm("f16", 2048)),
+                               parse_platform(base + "overlap_exponent = 1.5\n")).time[0][0]
+    tc = 2 * 2048**3 / (0.78 * 16000e9)
+    tm = 3 * 2048 * 2048 * 2 / (0.9 * 1000e9)
+    assert plain == pytest.approx(max(tc, tm))
+    assert blended == pytest.approx((tc**1.5 + tm**1.5) ** (1 / 1.5))
+    with pytest.raises(PlatformError, match="overlap_exponent"):
+        parse_platform(base + "overlap_exponent = 0.5\n")
 
 
 # -- switches ----------------------------------------------------------------------------

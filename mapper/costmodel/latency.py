@@ -101,7 +101,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     t_copy = 0.0
     if dims is not None:
         if device.gemm_tile is not None and device.compute_units is not None:
-            e_c *= wave_efficiency(task, dims, device.gemm_tile, device.compute_units)
+            e_c *= wave_efficiency(task, dims, device.gemm_tile, device.compute_units, device.gemm_split_k)
         if device.gemm_half_lengths is not None:
             e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
         if device.gemm_pack_ns is not None:
@@ -143,7 +143,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     per_mib = lookup(device.overhead_us_per_mib, fitted) or 0.0
     overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6
     t_comp = t_par + t_ser + t_copy
-    body = max(t_comp, t_mem)
+    q = device.overlap_exponent
+    body = max(t_comp, t_mem) if q is None else (t_comp ** q + t_mem ** q) ** (1.0 / q)
     if body == 0.0 or launch + overhead >= body:
         bound = "launch"
     elif t_comp >= t_mem:

@@ -229,24 +229,26 @@ def gemm_pack_time(dims: tuple[int, int, int, int], pack_ns: tuple[float, float,
     return batch * (a * m * k + b * k * n + c * m * n) * 1e-9
 
 
-def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int) -> float:
+def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
+                    max_split: int = 1) -> float:
     """The share of a GPU's matrix throughput a GEMM keeps busy. The output
-    is cut into ``tile[0] x tile[1]`` blocks and the inner dimension into
-    ``tile[2]``-deep steps; the block-steps are spread evenly over the
-    ``units`` (SMs) in whole waves, splitting ``K`` where there are fewer
-    blocks than units (split-K; Osama et al., "Stream-K", PPoPP 2023). So a
-    GEMM pays for whole tiles and whole waves (NVIDIA, "Matrix
-    Multiplication Background User's Guide": tile and wave quantization):
-    ``useful / (waves * units * tile volume)``. conv2d runs as an implicit
-    GEMM whose rows are all images' output pixels (Chetlur et al., "cuDNN",
-    arXiv:1410.0759, 2014)."""
+    is cut into ``tile[0] x tile[1]`` blocks, one per unit (SM) at a time,
+    in whole waves of ``units`` blocks; where the blocks cannot fill the
+    units, ``K`` is split into up to ``max_split`` slices of at least
+    ``tile[2]`` (split-K, as cuBLAS and CUTLASS do; Osama et al.,
+    "Stream-K", PPoPP 2023, section 2). So a GEMM pays for whole tiles and
+    whole waves (NVIDIA, "Matrix Multiplication Background User's Guide":
+    tile and wave quantization): ``useful / (waves * units * tile area /
+    split)``. conv2d runs as an implicit GEMM whose rows are all images'
+    output pixels (Chetlur et al., "cuDNN", arXiv:1410.0759, 2014)."""
     batch, m, n, k = dims
     if task.op == "conv2d":
         groups = int(dict(task.attrs).get("groups") or 1)
         batch, n = groups, n * (batch // max(groups, 1))
     tm, tn, tk = tile
-    steps = batch * math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(k / tk)
-    if steps == 0:
+    tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+    if tiles == 0:
         return 1.0
-    waves = math.ceil(steps / units)
-    return (batch * m * n * k) / (waves * units * tm * tn * tk)
+    split = max(1, min(max_split, units // tiles, math.ceil(k / tk)))
+    waves = math.ceil(tiles * split / units)
+    return (batch * m * n) / (waves * units * tm * tn / split)
