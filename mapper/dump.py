@@ -82,4 +82,6 @@ def _task(t: Task) -> str:
         parts.append(f"streamable {t.streamable}")
     if t.explicit_cost:
         parts.append("cost { " + ", ".join(f"{d}: {num(s)}" for d, s in t.explicit_cost) + " }")
+    if t.parts:
+        parts.append("fused " + " + ".join(f"{p.name}={p.op}" for p in t.parts))
     return " ".join(parts)

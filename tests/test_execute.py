@@ -184,8 +184,9 @@ def test_a_failing_part_of_a_fused_task_names_the_fused_task(monkeypatch):
     assert f"task {victim.name!r} (matmul+add+gelu) failed: ValueError: boom" in str(info.value)
 
 
-def test_fused_tasks_run_their_parts_and_match_the_unfused_run():
-    fused, plain = compiled("bert_base", "cpu-gpu-fpga"), compiled("bert_base", "cpu-gpu-fpga", fuse="none")
+@pytest.mark.parametrize("name", ["bert_base", "resnet_small"])
+def test_fused_tasks_run_their_parts_and_match_the_unfused_run(name):
+    fused, plain = compiled(name, "cpu-gpu-fpga"), compiled(name, "cpu-gpu-fpga", fuse="none")
     assert len(fused.graph.tasks) < len(plain.graph.tasks)
     a, b = execute(fused.result, repeats=1), execute(plain.result, repeats=1)  # each part checked against NumPy
     assert [n.split("+")[-1] for n, _ in a.outputs] == [n for n, _ in b.outputs]

@@ -130,6 +130,16 @@ def test_check_lists_the_fused_kernels_and_compile_json_names_them(tmp_path, cap
         "h.matmul+h.add+h", "y.matmul+y+z.add", "z"]
 
 
+def test_dump_after_fuse_shows_the_fused_graph(tmp_path, capsys):
+    src = tmp_path / "mlp.tg"
+    src.write_text(MLP)
+    assert main(["compile", str(src), "--platform", "workstation", "--dump-after", "fuse"]) == 0
+    out = capsys.readouterr().out
+    assert "task 0 h.matmul+h.add+h = matmul(" in out and "fused h.matmul=matmul + h.add=add + h=gelu" in out
+    assert main(["compile", str(src), "--platform", "workstation", "--dump-after", "lower"]) == 0
+    assert "fused" not in capsys.readouterr().out
+
+
 def test_every_shipped_platform_compiles_resnet50_and_bert_with_fusion():
     from mapper.lower import load_graph
     from mapper.platform import list_platforms

@@ -150,7 +150,7 @@ def _dump(stage: str, product) -> str:
     """Text for ``--dump-after STAGE``."""
     if stage == "parse":
         return f"parsed {product.file}: {len(product.items)} top-level items\n"
-    if stage == "lower":
+    if stage in ("lower", "fuse"):
         from mapper.dump import dump_graph
 
         return dump_graph(product)
