@@ -29,7 +29,6 @@ import heapq
 import statistics
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +42,7 @@ from mapper.graph import Operand, Task, TaskGraph
 from mapper.heap import steady_heap
 from mapper.mapping.base import MapResult
 from mapper.schedule import Assignment, Schedule, build_schedule
-from mapper.synthetic import operand_key, positive_operands, vocab_sizes, weight_scales
+from mapper.synthetic import make_value, operand_key, positive_operands, vocab_sizes, weight_scales
 from mapper.trace import ErrorSummary, TaskRecord, Trace
 
 BACKENDS = ("numba", "numpy")
@@ -168,18 +167,7 @@ class TensorStore:
         self.peak = 0
 
     def _make(self, op: Operand) -> Any:
-        k = _key(op)
-        rng = np.random.default_rng([self._seed, zlib.crc32(f"{op.kind}:{op.name}".encode())])
-        ty = op.type
-        if ty.layout == "csr":
-            return self._k.make_csr(ty.shape, ty.nnz or 0, ty.dtype, rng)
-        if k in self._vocab:
-            return self._k.make_ids(ty.shape, self._vocab[k], rng, ty.dtype)
-        value = self._k.make_tensor(ty.dtype, ty.shape, rng, positive=k in self._positive)
-        scale = self._scale.get(k)
-        if scale is not None and value.dtype.kind in "fc":
-            value *= value.dtype.type(scale)
-        return value
+        return make_value(op, self._seed, self._k, self._vocab, self._positive, self._scale)
 
     def operands(self, task: Task) -> list[Any]:
         """The task's operand values, making inputs and weights on first use."""
@@ -228,7 +216,7 @@ def time_call(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
+def check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
     """Raise :class:`ExecutionError` if ``out`` has the wrong shape, or (when
     ``ref`` is given) the wrong dtype or values beyond the dtype's tolerance."""
     want = task.output
@@ -309,7 +297,7 @@ class _Pass:
             attrs = dict(part.attrs)
             out = kernel(part.op, vals, attrs)
             if not self.timed:
-                _check_output(part, out, self.k.reference(part.op, vals, attrs) if check else None, self.k)
+                check_output(part, out, self.k.reference(part.op, vals, attrs) if check else None, self.k)
             return out
 
         out, seconds = time_call(lambda: run_parts(task, args, call)[-1] if task.parts else call(task, args))
@@ -521,6 +509,18 @@ def _trace(
     result: MapResult, samples_of: list[list[float]], plan: Plan, store: TensorStore, wall: float,
     seed: int, repeats: int, checked: bool, backend: str,
 ) -> Trace:
+    return build_trace(result, samples_of, plan.device_order, wall, seed, repeats, checked, backend,
+                       tensors=(store.total, store.peak), workers=len(plan.lanes), outputs=store.kept())
+
+
+def build_trace(
+    result: MapResult, samples_of: list[list[float]], device_order: tuple[tuple[int, ...], ...], wall: float,
+    seed: int, repeats: int, checked: bool, backend: str, *, tensors: tuple[int, int], workers: int,
+    outputs: tuple[tuple[str, Any], ...],
+) -> Trace:
+    """The trace of a run: per task the median of its timed samples (CPU
+    devices) or its modelled time (accelerators), re-timed in the schedule's
+    assignment and per-device order; ``tensors`` is (total, peak live)."""
     schedule = result.schedule
     cost = schedule.cost
     graph, devices = cost.graph, cost.platform.devices
@@ -539,12 +539,12 @@ def _trace(
             error=(predicted - measured) / measured if cpu and measured else None,
             bound=cost.bound[t][slot.device], best=min(samples) if samples else None,
         ))
-    actual = retime(schedule, [r.actual for r in records], plan.device_order)
+    actual = retime(schedule, [r.actual for r in records], device_order)
     records = [dataclasses.replace(r, start=s.start, end=s.end) for r, s in zip(records, actual.slots)]
     return Trace(
         graph=graph.name, platform=cost.platform.name, mapper=result.mapper, backend=backend,
         seed=seed, repeats=repeats, checked=checked, records=tuple(records),
         predicted_makespan=schedule.makespan, makespan=actual.makespan,
-        errors=ErrorSummary.of(tuple(records)), tensors_total=store.total, peak_live=store.peak,
-        wall=wall, workers=len(plan.lanes), outputs=store.kept(),
+        errors=ErrorSummary.of(tuple(records)), tensors_total=tensors[0], peak_live=tensors[1],
+        wall=wall, workers=workers, outputs=outputs,
     )

@@ -6,7 +6,10 @@ GEMM and convolution weights. Fused tasks are looked at through their parts
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
+
+import numpy as np
 
 from mapper.fusion import leaf_tasks
 from mapper.graph import Operand, Task, TaskGraph
@@ -69,3 +72,24 @@ def weight_scales(graph: TaskGraph) -> dict[tuple[str, Any], float]:
             s = 2.0 ** -round(0.5 * math.log2(fan))
             scales[k] = min(scales.get(k, s), s)
     return scales
+
+
+def make_value(op: Operand, seed: int, kernels: Any, vocab: dict[tuple[str, Any], int],
+               positive: frozenset[tuple[str, Any]], scale: dict[tuple[str, Any], float]) -> Any:
+    """The value of input or weight ``op``: random from its own seed (``seed``
+    and a hash of its kind and name, so values do not depend on the order of
+    creation), ids below the vocabulary size for embedding ids, positive
+    where ``log``/``sqrt`` read it, scaled for GEMM and convolution weights;
+    ``kernels`` is :mod:`mapper.kernels.registry`."""
+    k = operand_key(op)
+    rng = np.random.default_rng([seed, zlib.crc32(f"{op.kind}:{op.name}".encode())])
+    ty = op.type
+    if ty.layout == "csr":
+        return kernels.make_csr(ty.shape, ty.nnz or 0, ty.dtype, rng)
+    if k in vocab:
+        return kernels.make_ids(ty.shape, vocab[k], rng, ty.dtype)
+    value = kernels.make_tensor(ty.dtype, ty.shape, rng, positive=k in positive)
+    factor = scale.get(k)
+    if factor is not None and value.dtype.kind in "fc":
+        value *= value.dtype.type(factor)
+    return value

@@ -49,6 +49,9 @@ class TaskRecord:
     end: float = 0.0
     bound: str = ""  # what limits the prediction: compute|memory|launch|serial|...
     best: float | None = None  # fastest of the timed calls, seconds
+    worker: str | None = None  # the engine's worker that ran it (None: the local executor)
+    engine_start: float | None = None  # the engine's compute interval on the worker in the last pass,
+    engine_end: float | None = None  # seconds from that pass's first compute start
 
     @property
     def actual(self) -> float:
@@ -56,6 +59,22 @@ class TaskRecord:
         if self.modelled is not None:
             return self.modelled
         return self.measured if self.measured is not None else self.predicted
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRecord:
+    """One transfer the engine made in the last pass: the tensors task ``task``
+    gathered from worker ``source`` onto worker ``worker``, with the
+    schedule's predicted interval for the edges it served (seconds; the
+    measured one from the same origin as :attr:`TaskRecord.engine_start`)."""
+
+    task: str
+    source: str
+    worker: str
+    start: float
+    end: float
+    predicted_start: float | None
+    predicted_end: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +140,8 @@ class Trace:
     outputs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     blas_threads: int | None = None  # the BLAS pool's limit during the run; None: not controlled
     numba_threads: int | None = None  # threads of Numba's pool
+    engine: str = "local"  # local (thread lanes) or dask
+    transfers: tuple[TransferRecord, ...] = ()  # the engine's transfers (dask)
 
     def output(self, name: str) -> Any:
         for k, v in self.outputs:
@@ -151,6 +172,7 @@ class Trace:
             "wall": self.wall,
             "workers": self.workers,
             "threads": {"numba": self.numba_threads, "blas": self.blas_threads},
+            "engine": self.engine,
             "tasks": [
                 {
                     "name": r.name,
@@ -167,8 +189,16 @@ class Trace:
                     "end": r.end,
                     "bound": r.bound,
                     "best": r.best,
+                    "worker": r.worker,
+                    "engine_start": r.engine_start,
+                    "engine_end": r.engine_end,
                 }
                 for r in self.records
+            ],
+            "transfers": [
+                {"task": x.task, "source": x.source, "worker": x.worker, "start": x.start, "end": x.end,
+                 "predicted_start": x.predicted_start, "predicted_end": x.predicted_end}
+                for x in self.transfers
             ],
         }
 
@@ -185,13 +215,16 @@ def format_trace(trace: Trace, top: int = 25) -> str:
     """A text table of the ``top`` longest tasks (all when fewer), then totals."""
     recs = sorted(trace.records, key=lambda r: (-r.actual, r.task))
     shown = recs[:top] if top > 0 else recs
-    head = ("task", "op", "device", "pred ms", "meas ms", "model ms", "error", "bound")
-    rows = [
+    head: tuple[str, ...] = ("task", "op", "device", "pred ms", "meas ms", "model ms", "error", "bound")
+    rows: list[tuple[str, ...]] = [
         (r.name, r.op, r.device_name, _ms(r.predicted), _ms(r.measured), _ms(r.modelled), _pct(r.error), r.bound)
         for r in shown
     ]
+    if trace.engine != "local":  # which worker ran each task
+        head = (*head, "worker")
+        rows = [(*row, r.worker or "-") for row, r in zip(rows, shown)]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-    left = {0, 1, 2, 7}
+    left = {0, 1, 2, 7, 8}
 
     def line(cells: tuple[str, ...]) -> str:
         padded = (c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
@@ -214,9 +247,15 @@ def format_trace(trace: Trace, top: int = 25) -> str:
         )
     else:
         out.append(f"prediction error: no CPU task ran longer than {e.min_seconds * 1e3:g} ms")
+    if trace.engine != "local":
+        modelled = sum(1 for r in trace.records if r.modelled is not None)
+        out.append(f"engine {trace.engine}: {trace.workers} workers, {len(trace.transfers)} transfers between "
+                   f"workers in the last pass; {modelled} accelerator tasks keep their modelled times")
+    lanes = "worker threads" if trace.engine == "local" else "workers"
     out.append(f"tensors: {trace.tensors_total} total, peak {trace.peak_live} live; "
-               f"wall {trace.wall:.2f} s on {trace.workers} worker threads")
-    pools = "BLAS pool not controlled (threadpoolctl missing)" if trace.blas_threads is None \
-        else f"BLAS pool limited to {trace.blas_threads}"
-    out.append(f"kernel threads: Numba {trace.numba_threads if trace.numba_threads is not None else '?'}, {pools}")
+               f"wall {trace.wall:.2f} s on {trace.workers} {lanes}")
+    if trace.engine == "local":
+        pools = "BLAS pool not controlled (threadpoolctl missing)" if trace.blas_threads is None \
+            else f"BLAS pool limited to {trace.blas_threads}"
+        out.append(f"kernel threads: Numba {trace.numba_threads if trace.numba_threads is not None else '?'}, {pools}")
     return "\n".join(out)

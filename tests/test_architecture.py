@@ -23,6 +23,8 @@ LIBRARIES = {
     "numba": "mapper.kernels._jit",
     "tomllib": "mapper.platform",
     "onnx": "mapper.importers.onnx_model",
+    "dask": "mapper.dask_engine",
+    "distributed": "mapper.dask_engine",
 }
 
 

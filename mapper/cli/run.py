@@ -40,6 +40,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
                    help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
                         "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
+    p.add_argument("--engine", choices=("local", "dask"), default="local",
+                   help="local: one thread lane per device in this process (default); dask: Dask distributed, one "
+                        "worker per device (needs mapper[dask])")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --engine dask: the scheduler of an existing cluster (tcp://HOST:PORT); a worker "
+                        "serves device D when its name is D or it offers the resource D=1 (default: start a "
+                        "cluster on 127.0.0.1)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="with --engine dask: survive up to N worker losses, waiting for a worker of the same "
+                        "device to come back (default 0: a lost worker ends the run)")
     p.add_argument("--json", metavar="OUT", help="write the trace as JSON")
     p.add_argument("--html", metavar="OUT", help="write an HTML report with the run")
     p.add_argument("--trace", metavar="OUT", help="write a Chrome trace with the run")
@@ -50,6 +60,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick-calibration", action="store_true",
                    help="with --calibrate: the quick calibration (small sizes, no probes: 5 timed passes)")
     p.set_defaults(func=run)
+
+
+def _check_engine_options(args: argparse.Namespace) -> None:
+    """--scheduler and --retries need --engine dask, which runs the numba kernels without --calibrate."""
+    if args.engine != "dask":
+        for name, value in (("--scheduler", args.scheduler), ("--retries", args.retries or None)):
+            if value is not None:
+                raise OptionsError(f"{name} applies only with --engine dask", obj=name)
+        return
+    if args.retries < 0:
+        raise OptionsError(f"--retries must be >= 0, got {args.retries}", obj="--retries")
+    for name, bad in (("--calibrate", args.calibrate), ("--backend numpy", args.backend != "numba"),
+                      ("--workers", args.workers is not None)):
+        if bad:
+            raise OptionsError(f"{name} applies only with --engine local", obj=name)
+    if args.scheduler is not None and not args.scheduler.strip():
+        raise OptionsError("--scheduler needs an address such as tcp://127.0.0.1:8786", obj="--scheduler")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     check_map_options(map_options)
     check_options(backend=args.backend, repeats=args.repeats, max_workers=args.workers)
     _check_calibration_options(args)
+    _check_engine_options(args)
     graph = load_graph(args.file)
     refuse_kernel_less(graph)  # before mapping: such a graph can't be run at all
     platform: Any = args.platform
@@ -89,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
             log=_calibration_log,
         )
         trace, result = extra.trace, extra.result
+    elif args.engine == "dask":
+        from mapper.dask_engine import execute_dask
+
+        trace = execute_dask(compiled.result, seed=args.seed, repeats=args.repeats, check=not args.no_check,
+                             scheduler=args.scheduler, retries=args.retries)
     else:
         trace = execute(
             compiled.result, seed=args.seed, repeats=args.repeats, check=not args.no_check,

@@ -162,6 +162,7 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
                     "predicted": round_sig(r.predicted),
                     "measured": round_sig(r.measured) if r.measured is not None else None,
                     "modelled": round_sig(r.modelled) if r.modelled is not None else None,
+                    **({"worker": r.worker} if r.worker is not None else {}),
                 },
             }
         )

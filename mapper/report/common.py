@@ -56,6 +56,7 @@ class RunRow:
     predicted_end: float
     measured: float | None
     modelled: float | None
+    worker: str | None = None  # the engine's worker that ran it (a Dask run); None for the local executor
 
     @property
     def predicted(self) -> float:
@@ -103,6 +104,7 @@ def resolve_run(schedule: Schedule, run) -> tuple[RunRow, ...]:
                 predicted_end=float(rec.predicted_end),
                 measured=None if rec.measured is None else float(rec.measured),
                 modelled=None if rec.modelled is None else float(rec.modelled),
+                worker=None if getattr(rec, "worker", None) is None else str(rec.worker),  # type: ignore[attr-defined]
             )
         )
     return tuple(sorted(rows, key=lambda r: (r.task, r.predicted_start)))

@@ -201,8 +201,9 @@ def _run_table(result: MapResult, rows: tuple[RunRow, ...]) -> str:
             f'<rect x="0" y="1" width="{wp:.1f}" height="5" fill="#9aa3ad"/>'
             f'<rect x="0" y="8" width="{wa:.1f}" height="5" fill="#1565c0"/></svg>'
         )
+        where = devs[r.device].name if r.worker is None else f"{devs[r.device].name} (worker {r.worker})"
         cells = [
-            (esc(graph.tasks[r.task].name), False), (esc(devs[r.device].name), False),
+            (esc(graph.tasks[r.task].name), False), (esc(where), False),
             (esc(fmt_time(r.predicted_start)), True), (esc(fmt_time(r.predicted)), True),
             (esc(fmt_time(r.measured)), True), (esc(fmt_time(r.modelled)), True), (ratio, True), (bars, False),
         ]  # fmt: skip
