@@ -141,11 +141,13 @@ def connect(devices: Sequence[str], scheduler: str | None = None, processes: boo
 
 @contextlib.contextmanager
 def _quiet_workers() -> Iterator[None]:
-    """Worker processes started inside log errors only (they read Dask's
-    logging config from the environment they inherit)."""
+    """Worker processes started inside log nothing below critical (they read
+    Dask's logging config from the environment they inherit): a failed task
+    or a lost worker reaches the user as this module's error, and a worker's
+    heartbeat to a scheduler that is shutting down is no error at all."""
     key = "DASK_LOGGING__DISTRIBUTED"
     old = os.environ.get(key)
-    os.environ[key] = "error"
+    os.environ[key] = "critical"
     try:
         yield
     finally:
@@ -362,7 +364,7 @@ class DaskRun:
         from mapper.execute import build_trace
 
         trace = build_trace(self.result, self.samples, self.order, self.wall, self.seed, repeats, self.check,
-                            "numba", tensors=(len(self.sources) + len(self.graph.tasks), len(self.sources)),
+                            "numba", tensors=(len(self.sources) + len(self.graph.tasks), None),
                             workers=len(self.restrictions), outputs=outputs)
         names = _worker_names(self.client)
         starts = [s["start"] for e in run.stream for s in e.get("startstops", ()) if s.get("action") == "compute"]

@@ -515,7 +515,7 @@ def _trace(
 
 def build_trace(
     result: MapResult, samples_of: list[list[float]], device_order: tuple[tuple[int, ...], ...], wall: float,
-    seed: int, repeats: int, checked: bool, backend: str, *, tensors: tuple[int, int], workers: int,
+    seed: int, repeats: int, checked: bool, backend: str, *, tensors: tuple[int, int | None], workers: int,
     outputs: tuple[tuple[str, Any], ...],
 ) -> Trace:
     """The trace of a run: per task the median of its timed samples (CPU

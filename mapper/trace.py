@@ -134,7 +134,7 @@ class Trace:
     makespan: float
     errors: ErrorSummary
     tensors_total: int
-    peak_live: int
+    peak_live: int | None  # None: not known (the engine's workers hold the tensors)
     wall: float
     workers: int
     outputs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
@@ -252,8 +252,8 @@ def format_trace(trace: Trace, top: int = 25) -> str:
         out.append(f"engine {trace.engine}: {trace.workers} workers, {len(trace.transfers)} transfers between "
                    f"workers in the last pass; {modelled} accelerator tasks keep their modelled times")
     lanes = "worker threads" if trace.engine == "local" else "workers"
-    out.append(f"tensors: {trace.tensors_total} total, peak {trace.peak_live} live; "
-               f"wall {trace.wall:.2f} s on {trace.workers} {lanes}")
+    live = "" if trace.peak_live is None else f", peak {trace.peak_live} live"
+    out.append(f"tensors: {trace.tensors_total} total{live}; wall {trace.wall:.2f} s on {trace.workers} {lanes}")
     if trace.engine == "local":
         pools = "BLAS pool not controlled (threadpoolctl missing)" if trace.blas_threads is None \
             else f"BLAS pool limited to {trace.blas_threads}"
