@@ -16,13 +16,13 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from mapper.cli import main  # noqa: E402
-from mapper.dask_engine import execute_dask  # noqa: E402
-from mapper.execute import ExecutionError, execute  # noqa: E402
-from mapper.lower import graph_from_text  # noqa: E402
-from mapper.mapping.base import MapResult  # noqa: E402
-from mapper.pipeline import compile_graph  # noqa: E402
-from mapper.schedule import Assignment, build_schedule  # noqa: E402
+from mapper.cli import main
+from mapper.dask_engine import execute_dask
+from mapper.execute import ExecutionError, execute
+from mapper.lower import graph_from_text
+from mapper.mapping.base import MapResult
+from mapper.pipeline import compile_graph
+from mapper.schedule import Assignment, build_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 JACOBI = (ROOT / "examples" / "jacobi2d.tg").read_text().replace("param N = 4096, K = 10, R = 10",

@@ -216,6 +216,21 @@ def test_wave_efficiency_counts_whole_tiles_and_whole_waves():
     assert wave_efficiency(task, (1, 4096, 4096, 4096), tile, 128) == 1.0
 
 
+def test_attention_pays_for_whole_waves_of_query_blocks():
+    from mapper.costmodel.work import attention_wave_efficiency
+
+    def att(batch: int, seq: int, heads: int):
+        text = (f"graph a {{\n  input q : f16[{batch * seq}, {3 * 64 * heads}]\n"
+                f"  o = attention(q, heads = {heads}, seq = {seq})\n  output o\n}}\n")
+        return graph_from_text(text).tasks[0]
+
+    # 1 sequence x 12 heads x 3 blocks of 128 queries = 36 blocks on 108 units: one wave, a third busy
+    assert attention_wave_efficiency(att(1, 384, 12), 128, 108) == pytest.approx(36 / 108)
+    # 128 x 12 x 3 = 4608 blocks: 43 waves, nearly full
+    assert attention_wave_efficiency(att(128, 384, 12), 128, 108) == pytest.approx(4608 / (43 * 108))
+    assert attention_wave_efficiency(graph_from_text(_mm("f16", 64)).tasks[0], 128, 108) == 1.0
+
+
 def test_overlap_exponent_blends_compute_and_memory_time():
     base = GPU.replace("{extra}", "")
     plain = build_cost_table(graph_from_text(_mm("f16", 2048)), parse_platform(base)).time[0][0]

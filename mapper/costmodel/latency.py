@@ -21,6 +21,7 @@ from mapper.costmodel.efficiency import (
     rate_dtype,
 )
 from mapper.costmodel.work import (
+    attention_wave_efficiency,
     cold_bytes,
     fits_cache,
     gemm_cold,
@@ -112,6 +113,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         half, n = lookup(device.half_length, fitted), vector_length(task)
         if half and n:
             e_c *= n / (n + half)
+        if task.op == "attention" and device.gemm_tile is not None and device.compute_units is not None:
+            e_c *= attention_wave_efficiency(task, device.gemm_tile[0], device.compute_units)
     flops, nbytes = kernel_flops(task), float(task.bytes)
     if (flops > 0 or nbytes > 0) and not device.has_rates:
         return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")

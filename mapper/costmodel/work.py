@@ -252,3 +252,19 @@ def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int
     split = max(1, min(max_split, units // tiles, math.ceil(k / tk)))
     waves = math.ceil(tiles * split / units)
     return (batch * m * n) / (waves * units * tm * tn / split)
+
+
+def attention_wave_efficiency(task: Task, tile_rows: int, units: int) -> float:
+    """The share of a GPU's units a fused attention kernel keeps busy: one
+    block per (sequence, head, ``tile_rows`` queries), in whole waves of
+    ``units`` blocks (the grid of FlashAttention, Dao et al., NeurIPS 2022,
+    algorithm 1, and of TensorRT's fused multi-head attention). 1 for other
+    tasks and undeclared shapes."""
+    attrs = dict(task.attrs)
+    seq, heads, out = int(attrs.get("seq") or 0), int(attrs.get("heads") or 0), task.output
+    if task.op != "attention" or seq <= 0 or heads <= 0 or out is None or not out.shape:
+        return 1.0
+    batch = max(out.shape[0] // seq, 1)
+    blocks = batch * heads * math.ceil(seq / tile_rows)
+    waves = math.ceil(blocks / units)
+    return (batch * heads * seq / tile_rows) / (waves * units)
