@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from mapper.errors import InputError, MapperError, OptionsError
-from mapper.execute import ExecutionError
+from mapper.execute import ExecutionError, make_plan
 from mapper.mapping.base import MapResult
 from mapper.trace import Trace, TransferRecord
 
@@ -223,18 +223,14 @@ class DaskRun:
         self.pass_timeout, self.rejoin_timeout = pass_timeout, rejoin_timeout
         used = sorted({s.device for s in self.schedule.slots})
         self.restrictions = device_workers(client, [self.devices[d].name for d in used])
-        self.order = self._device_order()
+        plan = make_plan(self.schedule)
+        self.run_order, self.order = plan.order, plan.device_order  # topological; per device the mapped order
         self.maps = (vocab_sizes(self.graph), positive_operands(self.graph), weight_scales(self.graph))
         self.sources: dict[tuple[str, str, str], Any] = {}  # (kind, name, device) -> future, kept over passes
         self.samples: list[list[float]] = [[] for _ in self.graph.tasks]
         self.losses = 0
         self.wall = 0.0
         self.token = f"{time.time_ns():x}"
-
-    def _device_order(self) -> tuple[tuple[int, ...], ...]:
-        from mapper.execute import make_plan
-
-        return make_plan(self.schedule).device_order
 
     def _source(self, op: Any, device: str) -> Any:
         k = (op.kind, op.name, device)
@@ -249,7 +245,7 @@ class DaskRun:
         keys: dict[str, int] = {}
         prev: dict[int, Any] = {}
         rank = {t: i for order in self.order for i, t in enumerate(order)}
-        for t in _submission_order(self.order, self.graph):
+        for t in self.run_order:  # producers first, and each device's tasks in its mapped order
             task, d = self.graph.tasks[t], self.schedule.slots[t].device
             dev = self.devices[d].name
             args = [futures[o.producer] if o.kind == "task" and o.producer is not None else self._source(o, dev)
@@ -398,12 +394,6 @@ class DaskRun:
         if not spans:
             return (None, None)
         return (min(s for s, _ in spans), max(e for _, e in spans))
-
-
-def _submission_order(order: tuple[tuple[int, ...], ...], graph: Any) -> list[int]:
-    """A topological order (producers before consumers, each device's tasks in its order)."""
-    rank = {t: i for i, t in enumerate(graph.topo_order)}
-    return sorted((t for o in order for t in o), key=lambda t: rank[t])
 
 
 def _compute_seconds(run: _Pass) -> dict[int, float]:
