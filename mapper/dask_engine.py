@@ -47,6 +47,8 @@ from mapper.trace import Trace, TransferRecord
 
 #: Seconds between checks of the cluster while waiting for a pass.
 POLL = 0.25
+#: Seconds a device's workers must be missing from the scheduler's list to count as lost.
+LOSS_GRACE = 0.5
 #: Default bound on one pass, seconds.
 PASS_TIMEOUT = 600.0
 #: Default bound on waiting for a lost worker to come back, seconds.
@@ -114,10 +116,11 @@ def connect(devices: Sequence[str], scheduler: str | None = None, processes: boo
         try:
             if scheduler is None:
                 kind = distributed.Nanny if processes else distributed.Worker
-                options: dict[str, Any] = {"nthreads": 1, "host": "127.0.0.1", "dashboard": False}
+                local = {"host": "127.0.0.1", "dashboard": False, "dashboard_address": "127.0.0.1:0"}  # loopback only
+                options: dict[str, Any] = {"nthreads": 1, **local}
                 workers = {d: {"cls": kind, "options": {**options, "name": d}} for d in devices}
                 sched = {"cls": distributed.Scheduler,
-                         "options": {"host": "127.0.0.1", "dashboard_address": None}}
+                         "options": dict(local)}
                 with _quiet_workers():
                     cluster = distributed.SpecCluster(workers=workers, scheduler=sched, silence_logs=40,
                                                       name="mapper")
@@ -165,7 +168,7 @@ def device_workers(client: Any, devices: Sequence[str], wait: float | None = Non
     a device without one is an error naming it."""
     deadline = time.monotonic() + (WORKER_WAIT if wait is None else wait)
     while True:
-        infos = list(client.scheduler_info()["workers"].values())
+        infos = list(_workers(client).values())
         names = {str(w.get("name")) for w in infos}
         offered = {r for w in infos for r, n in (w.get("resources") or {}).items() if n >= 1}
         missing = [d for d in devices if d not in names and d not in offered]
@@ -181,12 +184,27 @@ def device_workers(client: Any, devices: Sequence[str], wait: float | None = Non
     return {d: ({"workers": [d]} if d in names else {"resources": {d: 1}}) for d in devices}
 
 
+def _workers(client: Any) -> dict[str, dict]:
+    """Worker address -> its information, fetched from the scheduler now
+    (``Client.scheduler_info`` may hand back a cache that a background
+    refresh left without per-worker entries)."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+
+
 def _served(client: Any, restrictions: dict[str, dict]) -> set[str]:
     """The devices that have a worker now."""
-    infos = list(client.scheduler_info()["workers"].values())
-    names = {str(w.get("name")) for w in infos}
-    offered = {r for w in infos for r, n in (w.get("resources") or {}).items() if n >= 1}
-    return {d for d, r in restrictions.items() if (d in names if "workers" in r else d in offered)}
+    return {d for d, addrs in device_addresses(client, restrictions).items() if addrs}
+
+
+def device_addresses(client: Any, restrictions: dict[str, dict]) -> dict[str, frozenset[str]]:
+    """Device -> the addresses of the workers that serve it now."""
+    out: dict[str, set[str]] = {d: set() for d in restrictions}
+    for addr, w in _workers(client).items():
+        for d, r in restrictions.items():
+            if ("workers" in r and str(w.get("name")) == d) or \
+                    ("resources" in r and (w.get("resources") or {}).get(d, 0) >= 1):
+                out[d].add(addr)
+    return {d: frozenset(a) for d, a in out.items()}
 
 
 # -- one run ----------------------------------------------------------------------------
@@ -200,6 +218,7 @@ class _Pass:
     futures: dict[int, Any]  # task -> future
     keys: dict[str, int]  # Dask key -> task
     stream: list[dict]  # the task stream of the pass
+    workers: dict[str, frozenset[str]]  # device -> the addresses of its workers when the pass was submitted
 
 
 def _key(name: str, p: int, token: str) -> str:
@@ -241,6 +260,7 @@ class DaskRun:
         return self.sources[k]
 
     def _submit(self, p: int, check: bool) -> _Pass:
+        workers = device_addresses(self.client, self.restrictions)
         futures: dict[int, Any] = {}
         keys: dict[str, int] = {}
         prev: dict[int, Any] = {}
@@ -255,13 +275,14 @@ class DaskRun:
                                             priority=-rank[t], allow_other_workers=False, **self.restrictions[dev])
             keys[key] = t
             prev[d] = futures[t]
-        return _Pass(futures, keys, [])
+        return _Pass(futures, keys, [], workers)
 
     def _wait(self, run: _Pass) -> None:
         """Wait for every future of ``run``, bounded; raise on a failed task or a lost worker."""
         distributed = _dask()
         pending = set(run.futures.values())
         deadline = time.monotonic() + self.pass_timeout
+        since: dict[str, float] = {}
         while pending:
             try:
                 done, pending = distributed.wait(list(pending), timeout=POLL, return_when="FIRST_COMPLETED")
@@ -276,7 +297,11 @@ class DaskRun:
                 if f.status == "cancelled":
                     raise ExecutionError(f"task {self._task_of(run, f).name!r} was cancelled by the cluster",
                                          obj=self._task_of(run, f).name)
-            lost = set(self.restrictions) - _served(self.client, self.restrictions)
+            now = time.monotonic()  # a device whose workers of the pass's start are all gone is lost (the
+            current = device_addresses(self.client, self.restrictions)  # scheduler pinned its tasks to them)
+            missing = {d for d, addrs in run.workers.items() if not addrs & current[d]}
+            since = {d: since.get(d, now) for d in missing}
+            lost = {d for d, t in since.items() if now - t >= LOSS_GRACE}
             if lost:
                 self._lost(run, lost)
             if time.monotonic() > deadline:
@@ -409,7 +434,7 @@ def _compute_seconds(run: _Pass) -> dict[int, float]:
 
 def _worker_names(client: Any) -> dict[str, str]:
     """Worker address -> its name."""
-    return {addr: str(w.get("name", addr)) for addr, w in client.scheduler_info()["workers"].items()}
+    return {addr: str(w.get("name", addr)) for addr, w in _workers(client).items()}
 
 
 def execute_dask(result: MapResult, *, seed: int = 0, repeats: int = 5, check: bool = True,

@@ -100,6 +100,7 @@ class Cluster:
         file = tmp_path / "scheduler.json"
         self.procs["scheduler"] = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler",
                                                "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                               "--dashboard-address", "127.0.0.1:0",
                                                "--scheduler-file", str(file)])
         deadline = time.monotonic() + 60
         while not file.exists() or not file.read_text().strip():
@@ -113,7 +114,8 @@ class Cluster:
 
     def worker(self, name: str, resources: str | None = None) -> None:
         cmd = [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--name", name, "--nthreads", "1",
-               "--host", "127.0.0.1", "--no-nanny", "--no-dashboard", "--local-directory", str(self.tmp)]
+               "--host", "127.0.0.1", "--no-nanny", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+               "--local-directory", str(self.tmp)]
         if resources:
             cmd += ["--resources", resources]
         self.procs[name] = self._start(cmd)
