@@ -353,10 +353,10 @@ class DaskRun:
         distributed = _dask()
         while True:
             self.token = f"{time.time_ns():x}"  # fresh keys for every attempt
-            run = self._submit(p, check)
             t0 = time.perf_counter()
-            try:
+            try:  # the task stream opens before the submission: a fast task may end at once
                 with self.client.as_current(), distributed.get_task_stream(client=self.client) as ts:
+                    run = self._submit(p, check)
                     self._wait(run)
             except _Rerun:
                 continue
@@ -388,6 +388,7 @@ class DaskRun:
                             "numba", tensors=(len(self.sources) + len(self.graph.tasks), None),
                             workers=len(self.restrictions), outputs=outputs)
         names = _worker_names(self.client)
+        device_at = {a: d for d, addrs in device_addresses(self.client, self.restrictions).items() for a in addrs}
         starts = [s["start"] for e in run.stream for s in e.get("startstops", ()) if s.get("action") == "compute"]
         origin = min(starts) if starts else 0.0
         intervals: dict[int, tuple[str, float, float]] = {}
@@ -402,7 +403,7 @@ class DaskRun:
                     intervals[t] = (worker, s["start"] - origin, s["stop"] - origin)
                 elif s.get("action") == "transfer":
                     source = names.get(s.get("source"), str(s.get("source")))
-                    pred = self._predicted_transfer(t, source)
+                    pred = self._predicted_transfer(t, device_at.get(str(s.get("source")), source))
                     transfers.append(TransferRecord(self.graph.tasks[t].name, source, worker, s["start"] - origin,
                                                     s["stop"] - origin, *pred))
         records = tuple(
@@ -413,7 +414,7 @@ class DaskRun:
                                    transfers=tuple(sorted(transfers, key=lambda x: (x.start, x.task))))
 
     def _predicted_transfer(self, t: int, source: str) -> tuple[float | None, float | None]:
-        """The schedule's interval of the transfers into ``t`` from the device ``source`` serves."""
+        """The schedule's interval of the transfers into ``t`` from device ``source``."""
         spans = [(x.start, x.end) for x in self.schedule.transfers
                  if self.graph.edges[x.edge].dst == t and self.devices[x.src_device].name == source]
         if not spans:
