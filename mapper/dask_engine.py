@@ -126,6 +126,7 @@ def connect(devices: Sequence[str], scheduler: str | None = None, processes: boo
                                                       name="mapper")
                 client = distributed.Client(cluster, timeout=START_TIMEOUT, set_as_default=False)
             else:
+                check_address(scheduler)
                 try:
                     client = distributed.Client(scheduler, timeout=START_TIMEOUT, set_as_default=False)
                 except (OSError, TimeoutError) as exc:
@@ -140,6 +141,25 @@ def connect(devices: Sequence[str], scheduler: str | None = None, processes: boo
                 with contextlib.suppress(Exception):
                     cluster.close(timeout=30)
             log.setLevel(level)
+
+
+def check_address(address: str) -> None:
+    """An :class:`OptionsError` unless ``address`` is a Dask address
+    (``tcp://host:port``; a scheme Dask knows and a location), checked before
+    a client is made: a client that fails to start lingers for minutes."""
+    _dask()  # installed, or an InputError saying how
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+    except (ValueError, TypeError) as exc:
+        raise OptionsError(f"--scheduler {address!r} is not a Dask address: {exc}", obj="--scheduler",
+                           hint="give the scheduler's address, such as tcp://127.0.0.1:8786") from None
+    if not location.strip() or any(c.isspace() for c in location):
+        raise OptionsError(f"--scheduler {address!r} has no host and port", obj="--scheduler",
+                           hint="give the scheduler's address, such as tcp://127.0.0.1:8786")
 
 
 @contextlib.contextmanager

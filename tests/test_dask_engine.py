@@ -87,6 +87,10 @@ def test_engine_options_are_checked_before_anything_runs(tmp_path, capsys):
     assert "--retries must be >= 0" in capsys.readouterr().err
     assert main(["run", str(src), "--platform", "cpu-gpu-fpga", "--engine", "dask", "--backend", "numpy"]) == 2
     assert "--backend numpy applies only with --engine local" in capsys.readouterr().err
+    for address in ("foo://bar", "tcp://", "tcp://a b"):
+        assert main(["run", str(src), "--platform", "cpu-gpu-fpga", "--engine", "dask", "--scheduler", address]) == 2
+        err = capsys.readouterr().err
+        assert "is not a Dask address" in err or "has no host and port" in err, err
 
 
 # -- a cluster started by hand ----------------------------------------------------------

@@ -77,6 +77,10 @@ def _check_engine_options(args: argparse.Namespace) -> None:
             raise OptionsError(f"{name} applies only with --engine local", obj=name)
     if args.scheduler is not None and not args.scheduler.strip():
         raise OptionsError("--scheduler needs an address such as tcp://127.0.0.1:8786", obj="--scheduler")
+    if args.scheduler is not None:  # before anything is compiled
+        from mapper.dask_engine import check_address
+
+        check_address(args.scheduler)
 
 
 def run(args: argparse.Namespace) -> int:
