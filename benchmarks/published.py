@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mapper.cost import build_cost_table  # noqa: E402
-from mapper.fusion import fuse  # noqa: E402
+from mapper.fusion import fuse_for  # noqa: E402
 from mapper.graph import TaskGraph  # noqa: E402
 from mapper.lower import graph_from_text  # noqa: E402
 from mapper.platform import load_platform  # noqa: E402
@@ -114,9 +114,7 @@ def predict(row: Row) -> float:
     """The model's time of the row's workload on its device, in seconds."""
     graph: TaskGraph = graph_from_text(row.text, row.case)
     platform = load_platform(row.platform)
-    if any(d.fuses for d in platform.devices):
-        graph = fuse(graph)
-    cost = build_cost_table(graph, platform)
+    cost = build_cost_table(fuse_for(graph, platform), platform)
     d = platform.device_index(row.device)
     return sum(cost.time[t][d] for t in range(cost.n_tasks))
 

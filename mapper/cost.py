@@ -25,7 +25,6 @@ GIB = float(2**30)
 MIB = float(2**20)
 
 
-
 #: What each bound code means (the ``bound`` matrix holds the long names).
 BOUNDS = ("compute", "memory", "launch", "serial", "explicit", "infeasible")
 
@@ -156,28 +155,6 @@ def route_tables(platform: Platform) -> tuple[
             spb[a][b] = sum(1.0 / (link.bandwidth_gbs * 1e9) for link in links)
             rts[a][b] = route
     return (tuple(map(tuple, lat)), tuple(map(tuple, spb)), tuple(map(tuple, rts)))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:

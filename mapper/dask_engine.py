@@ -79,21 +79,15 @@ def make_source(op: Any, seed: int, vocab: dict, positive: frozenset, scale: dic
     return make_value(op, seed, registry, vocab, positive, scale)
 
 
-def run_task(task: Any, check: bool, after: Any, *args: Any) -> Any:
+def run_task(task: Any, check: bool | None, after: Any, *args: Any) -> Any:
     """Run on a worker: one task's kernel (a fused task's kernels in order),
-    checked against the NumPy reference when ``check``. ``after`` is the
-    result of the task before it on its device, passed only to order them."""
-    from mapper.execute import check_output
-    from mapper.fusion import run_parts
+    checked as :func:`mapper.execute.run_kernels` says for ``check``.
+    ``after`` is the result of the task before it on its device, passed only
+    to order them."""
+    from mapper.execute import run_kernels
     from mapper.kernels import registry
 
-    def call(part: Any, vals: list[Any]) -> Any:
-        attrs = dict(part.attrs)
-        out = registry.run_kernel(part.op, vals, attrs)
-        check_output(part, out, registry.reference(part.op, vals, attrs) if check else None, registry)
-        return out
-
-    return run_parts(task, list(args), call)[-1] if task.parts else call(task, list(args))
+    return run_kernels(task, list(args), registry, registry.run_kernel, check)
 
 
 # -- the cluster ------------------------------------------------------------------------
@@ -188,20 +182,27 @@ def device_workers(client: Any, devices: Sequence[str], wait: float | None = Non
     a device without one is an error naming it."""
     deadline = time.monotonic() + (WORKER_WAIT if wait is None else wait)
     while True:
-        infos = list(_workers(client).values())
-        names = {str(w.get("name")) for w in infos}
-        offered = {r for w in infos for r, n in (w.get("resources") or {}).items() if n >= 1}
-        missing = [d for d in devices if d not in names and d not in offered]
+        infos = _workers(client)
+        servers = _servers(infos, devices)
+        missing = [d for d in devices if not any(servers[d])]
         if not missing or time.monotonic() > deadline:
             break
         time.sleep(POLL)
     if missing:
-        known = ", ".join(sorted(names)) or "none"
+        known = ", ".join(sorted(str(w.get("name")) for w in infos.values())) or "none"
         raise ExecutionError(
             f"no Dask worker serves device{'s' if len(missing) > 1 else ''} {', '.join(missing)}: a worker serves "
             f"device D when its name is D or it offers the resource D=1 (workers: {known})", obj=missing[0],
             hint="start one with `dask worker SCHEDULER --name " + missing[0] + "`")
-    return {d: ({"workers": [d]} if d in names else {"resources": {d: 1}}) for d in devices}
+    return {d: ({"workers": [d]} if servers[d][0] else {"resources": {d: 1}}) for d in devices}
+
+
+def _servers(infos: dict[str, dict], devices: Sequence[str]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Device -> the addresses of the workers (``infos``: address -> information)
+    named after it, and of those offering it as a resource."""
+    return {d: (frozenset(a for a, w in infos.items() if str(w.get("name")) == d),
+                frozenset(a for a, w in infos.items() if (w.get("resources") or {}).get(d, 0) >= 1))
+            for d in devices}
 
 
 def _workers(client: Any) -> dict[str, dict]:
@@ -217,14 +218,9 @@ def _served(client: Any, restrictions: dict[str, dict]) -> set[str]:
 
 
 def device_addresses(client: Any, restrictions: dict[str, dict]) -> dict[str, frozenset[str]]:
-    """Device -> the addresses of the workers that serve it now."""
-    out: dict[str, set[str]] = {d: set() for d in restrictions}
-    for addr, w in _workers(client).items():
-        for d, r in restrictions.items():
-            if ("workers" in r and str(w.get("name")) == d) or \
-                    ("resources" in r and (w.get("resources") or {}).get(d, 0) >= 1):
-                out[d].add(addr)
-    return {d: frozenset(a) for d, a in out.items()}
+    """Device -> the addresses of the workers that serve it now, as its restriction says (by name or resource)."""
+    servers = _servers(_workers(client), list(restrictions))
+    return {d: servers[d][0 if "workers" in r else 1] for d, r in restrictions.items()}
 
 
 # -- one run ----------------------------------------------------------------------------
@@ -279,7 +275,7 @@ class DaskRun:
                 pure=False, allow_other_workers=False, **self.restrictions[device])
         return self.sources[k]
 
-    def _submit(self, p: int, check: bool) -> _Pass:
+    def _submit(self, p: int, check: bool | None) -> _Pass:
         workers = device_addresses(self.client, self.restrictions)
         futures: dict[int, Any] = {}
         keys: dict[str, int] = {}
@@ -368,7 +364,7 @@ class DaskRun:
             self.client.cancel([self.sources.pop(k)], force=True)
         raise _Rerun(dev)
 
-    def one_pass(self, p: int, check: bool) -> _Pass:
+    def one_pass(self, p: int, check: bool | None) -> _Pass:
         """Run the schedule once; after a lost worker came back (``retries``), run it again from the start."""
         distributed = _dask()
         while True:
@@ -387,9 +383,9 @@ class DaskRun:
 
     def execute(self, repeats: int) -> Trace:
         """The warm-up pass (checked), ``repeats`` timed passes, and the trace."""
-        run = self.one_pass(0, self.check)
+        run = self.one_pass(0, self.check)  # shapes always, values against NumPy when asked
         for p in range(1, repeats + 1):
-            run = self.one_pass(p, False)
+            run = self.one_pass(p, None)  # timed: nothing checked, as on the local engine
             for t, seconds in _compute_seconds(run).items():
                 self.samples[t].append(seconds)
         outputs = self._outputs(run)

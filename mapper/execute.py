@@ -129,7 +129,6 @@ def make_plan(schedule: Schedule, max_workers: int | None = None) -> Plan:
 
 
 # -- tensors ----------------------------------------------------------------------------
-_key = operand_key
 
 
 class TensorStore:
@@ -157,7 +156,7 @@ class TensorStore:
         self._refs: dict[tuple[str, Any], int] = {}
         for t in graph.tasks:
             for op in t.operands:
-                k = _key(op)
+                k = operand_key(op)
                 self._refs[k] = self._refs.get(k, 0) + 1
         names = {t.name: t.index for t in graph.tasks}
         self.keep = frozenset(("task", names[o]) for o in graph.outputs if o in names)
@@ -174,7 +173,7 @@ class TensorStore:
         out = []
         with self._lock:
             for op in task.operands:
-                k = _key(op)
+                k = operand_key(op)
                 if k not in self._values:
                     if op.kind == "task":
                         raise ExecutionError(f"operand {op.name!r} of task {task.name!r} is not available",
@@ -197,7 +196,7 @@ class TensorStore:
                 self._values[k] = value
                 self.peak = max(self.peak, len(self._values))
             for op in task.operands:
-                ok = _key(op)
+                ok = operand_key(op)
                 self._refs[ok] -= 1
                 if self._refs[ok] == 0 and ok not in self.keep:
                     self._values.pop(ok, None)
@@ -216,7 +215,7 @@ def time_call(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
+def _check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
     """Raise :class:`ExecutionError` if ``out`` has the wrong shape, or (when
     ``ref`` is given) the wrong dtype or values beyond the dtype's tolerance."""
     want = task.output
@@ -251,6 +250,21 @@ def check_output(task: Task, out: Any, ref: Any, kernels: Any) -> None:
             f"(rtol {rtol:g}, atol {atol:g}, {int(bad.sum())} of {bad.size} elements out of tolerance)",
             obj=task.name, span=task.span,
         )
+
+
+def run_kernels(task: Task, args: list[Any], kernels: Any, kernel: Callable[..., Any], check: bool | None) -> Any:
+    """``task``'s output: its kernel, or a fused task's parts' kernels in order
+    (:func:`mapper.fusion.run_parts`), each called as ``kernel(op, operands,
+    attrs)``. Unless ``check`` is None every output's shape is checked, and
+    with ``check`` its dtype and values against ``kernels.reference`` too."""
+    def call(part: Task, vals: list[Any]) -> Any:
+        attrs = dict(part.attrs)
+        out = kernel(part.op, vals, attrs)
+        if check is not None:
+            _check_output(part, out, kernels.reference(part.op, vals, attrs) if check else None, kernels)
+        return out
+
+    return run_parts(task, args, call)[-1] if task.parts else call(task, args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,16 +305,8 @@ class _Pass:
         task = self.graph.tasks[t]
         args = self.store.operands(task)
         kernel = self.k.run_kernel if self.opts.backend == "numba" else self.k.reference
-        check = not self.timed and self.opts.check and self.opts.backend == "numba"
-
-        def call(part: Task, vals: list[Any]) -> Any:  # one kernel; a fused task's parts one by one
-            attrs = dict(part.attrs)
-            out = kernel(part.op, vals, attrs)
-            if not self.timed:
-                check_output(part, out, self.k.reference(part.op, vals, attrs) if check else None, self.k)
-            return out
-
-        out, seconds = time_call(lambda: run_parts(task, args, call)[-1] if task.parts else call(task, args))
+        check = None if self.timed else self.opts.check and self.opts.backend == "numba"
+        out, seconds = time_call(lambda: run_kernels(task, args, self.k, kernel, check))
         if self.timed:
             self.samples[t].append(seconds)
         self.store.finish(task, out)
@@ -461,8 +467,10 @@ class Execution:
         assert self._first is not None
         from mapper.kernels._jit import num_threads
 
-        trace = _trace(result or self.result, self.samples, self.plan, self._first, self.wall, self.seed, self.passes,
-                       self.checked, self.backend)
+        store = self._first
+        trace = build_trace(result or self.result, self.samples, self.plan.device_order, self.wall, self.seed,
+                            self.passes, self.checked, self.backend, tensors=(store.total, store.peak),
+                            workers=len(self.plan.lanes), outputs=store.kept())
         return dataclasses.replace(trace, blas_threads=self.blas_threads, numba_threads=num_threads())
 
 
@@ -503,14 +511,6 @@ def execute(
         for _ in range(repeats):
             run.timed_pass()
     return run.trace()
-
-
-def _trace(
-    result: MapResult, samples_of: list[list[float]], plan: Plan, store: TensorStore, wall: float,
-    seed: int, repeats: int, checked: bool, backend: str,
-) -> Trace:
-    return build_trace(result, samples_of, plan.device_order, wall, seed, repeats, checked, backend,
-                       tensors=(store.total, store.peak), workers=len(plan.lanes), outputs=store.kept())
 
 
 def build_trace(

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from mapper.devices import Platform
 from mapper.errors import OptionsError
 from mapper.graph import Edge, Operand, Task, TaskGraph
 
@@ -108,30 +109,37 @@ def _key(op: Operand) -> tuple[str, str, int | None]:
     return (op.kind, op.name, op.producer)
 
 
-def external_slots(parts: Sequence[Task]) -> tuple[tuple[int, int], ...]:
-    """For every operand of every part, in order, where its value comes from:
-    ``(0, i)`` the fused task's operand ``i``, ``(1, j)`` the output of part
-    ``j``. External operands are numbered by first use (each tensor once)."""
+def _wiring(parts: Sequence[Task]) -> tuple[tuple[tuple[int, int], ...], tuple[Operand, ...]]:
+    """:func:`external_slots` and the external operands they number, in order of first use."""
     inner = {p.index: j for j, p in enumerate(parts)}
     seen: dict[tuple[str, str, int | None], int] = {}
+    external: list[Operand] = []
     slots: list[tuple[int, int]] = []
     for p in parts:
         for op in p.operands:
             if op.kind == "task" and op.producer in inner:
                 slots.append((1, inner[op.producer]))
-            else:
-                slots.append((0, seen.setdefault(_key(op), len(seen))))
-    return tuple(slots)
+                continue
+            key = _key(op)
+            if key not in seen:
+                seen[key] = len(external)
+                external.append(op)
+            slots.append((0, seen[key]))
+    return tuple(slots), tuple(external)
 
 
-def _external(parts: Sequence[Task]) -> list[Operand]:
-    inner = {p.index for p in parts}
-    out: dict[tuple[str, str, int | None], Operand] = {}
-    for p in parts:
-        for op in p.operands:
-            if not (op.kind == "task" and op.producer in inner):
-                out.setdefault(_key(op), op)
-    return list(out.values())
+def external_slots(parts: Sequence[Task]) -> tuple[tuple[int, int], ...]:
+    """For every operand of every part, in order, where its value comes from:
+    ``(0, i)`` the fused task's operand ``i``, ``(1, j)`` the output of part
+    ``j``. External operands are numbered by first use (each tensor once)."""
+    return _wiring(parts)[0]
+
+
+def fuse_for(graph: TaskGraph, platform: Platform, mode: str = "auto") -> TaskGraph:
+    """``graph`` as ``platform`` runs it: fused (:func:`fuse`) when ``mode`` is
+    ``auto`` and a device of the platform fuses, else as written."""
+    check_fuse(mode)
+    return fuse(graph) if mode == "auto" and any(d.fuses for d in platform.devices) else graph
 
 
 def fuse(graph: TaskGraph) -> TaskGraph:
@@ -163,9 +171,9 @@ def fuse(graph: TaskGraph) -> TaskGraph:
             tasks.append(replace(task, index=k, operands=tuple(remap(o) for o in task.operands)))
             continue
         parts = tuple(graph.tasks[m] for m in head[t])
-        ext = _external(parts)
+        ext = _wiring(parts)[1]
         first, last = parts[0], parts[-1]
-        extra = sum(o.type.nbytes for o in ext[len(_external(parts[:1])):])
+        extra = sum(o.type.nbytes for o in ext[len(_wiring(parts[:1])[1]):])
         tasks.append(replace(
             first, index=k, name=names[k], operands=tuple(remap(o) for o in ext), output=last.output,
             flops=float(sum(p.flops for p in parts)), bytes_read=float(first.bytes_read + extra),

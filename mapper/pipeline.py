@@ -16,8 +16,7 @@ from typing import Any
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError
-from mapper.fusion import check_fuse
-from mapper.fusion import fuse as fuse_graph
+from mapper.fusion import check_fuse, fuse_for
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
@@ -128,7 +127,7 @@ def compile_graph(
         graph = stage("lower", lambda: lower(program))
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if fuse == "auto":
-        graph = stage("fuse", lambda: fuse_graph(graph) if any(d.fuses for d in plat.devices) else graph)
+        graph = stage("fuse", lambda: fuse_for(graph, plat))
     cost = stage("cost", lambda: build_cost_table(graph, plat))
 
     def map_all() -> tuple[MapResult, ...]:

@@ -16,6 +16,7 @@ import traceback
 
 from mapper import __version__
 from mapper.errors import MapperError, format_error
+from mapper.fusion import FUSE_MODES
 from mapper.terminal import EscapingStream
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
@@ -29,6 +30,13 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"error: {message}\n")
         raise SystemExit(2)
+
+
+def add_fuse_option(p: argparse.ArgumentParser) -> None:
+    """``--fuse auto|none``, as ``compile``, ``run`` and ``cost`` take it (mapper.fusion)."""
+    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
+                   help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
+                        "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any
 
+from mapper.cli import add_fuse_option
 from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
-from mapper.fusion import FUSE_MODES
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
 from mapper.schedule import ScheduleOptions
@@ -58,9 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("area", "enforce each FPGA's area"),
     ):
         p.add_argument(f"--{name}", action="store_true", help=text)
-    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
-                   help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
-                        "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
+    add_fuse_option(p)
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
     p.add_argument("--timings", action="store_true",
                    help="add solve times to the JSON and HTML reports (which then differ from run to run)")

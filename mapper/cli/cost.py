@@ -11,8 +11,9 @@ import json
 import math
 import sys
 
+from mapper.cli import add_fuse_option
 from mapper.cost import CostTable, build_cost_table
-from mapper.fusion import FUSE_MODES, fuse
+from mapper.fusion import fuse_for
 from mapper.platform import load_platform
 from mapper.units import fmt_bytes, fmt_time
 
@@ -33,9 +34,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph program (.tg)")
     p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a .toml path")
-    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
-                   help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
-                        "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
+    add_fuse_option(p)
     p.add_argument("--json", action="store_true", help="print the cost table as JSON")
     p.add_argument("--all", action="store_true", help=f"print every row (default: the first {ROW_LIMIT})")
     p.set_defaults(func=run)
@@ -46,9 +45,7 @@ def run(args) -> int:
 
     platform = load_platform(args.platform)
     graph = load_graph(args.file)
-    if args.fuse == "auto" and any(d.fuses for d in platform.devices):
-        graph = fuse(graph)
-    cost = build_cost_table(graph, platform)
+    cost = build_cost_table(fuse_for(graph, platform, args.fuse), platform)
     if args.json:
         json.dump(to_json_dict(cost), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -12,8 +12,8 @@ import json
 import sys
 from typing import Any
 
+from mapper.cli import add_fuse_option
 from mapper.errors import OptionsError
-from mapper.fusion import FUSE_MODES
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
 
 
@@ -37,9 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-check", action="store_true", help="skip comparing outputs with the NumPy reference")
     p.add_argument("--workers", type=int, default=None, help="at most this many threads (default: one per device)")
     p.add_argument("--top", type=int, default=25, help="table rows: the longest tasks (0: all; default 25)")
-    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
-                   help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
-                        "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
+    add_fuse_option(p)
     p.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: one thread lane per device in this process (default); dask: Dask distributed, one "
                         "worker per device (needs mapper[dask])")
