@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 from mapper.cost import CostTable
 from mapper.graph import Edge, Placement, Task, TaskGraph
+from mapper.mapping.base import MapResult
 from mapper.platform import Device, Link, Platform
+from mapper.schedule import Assignment, build_schedule
 
 INF = math.inf
 SHAPES = ("layered", "forkjoin", "chain", "random")
@@ -225,3 +227,12 @@ def heft_paper_example() -> CostTable:
     graph = make_graph(10, [(s - 1, d - 1, 0.0, float(c)) for s, d, c in HEFT_EDGES],
                        names=[f"n{i + 1}" for i in range(10)], name="heft_example")
     return make_cost(graph, platform, HEFT_TIMES)
+
+
+def round_robin(result: MapResult) -> MapResult:
+    """``result``'s graph with its tasks dealt round-robin over their feasible
+    devices (so that tensors move between devices), timed by the schedule builder."""
+    cost = result.schedule.cost
+    device = tuple(cost.feasible_devices(t)[t % len(cost.feasible_devices(t))] for t in range(cost.n_tasks))
+    sched = build_schedule(cost, Assignment(device))
+    return MapResult(sched, "spread", "heuristic", "makespan", sched.makespan)

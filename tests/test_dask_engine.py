@@ -16,13 +16,14 @@ import pytest
 
 pytest.importorskip("distributed")
 
+from randdag import round_robin
+
 from mapper.cli import main
 from mapper.dask_engine import execute_dask
 from mapper.execute import ExecutionError, execute
 from mapper.lower import graph_from_text
 from mapper.mapping.base import MapResult
 from mapper.pipeline import compile_graph
-from mapper.schedule import Assignment, build_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 JACOBI = (ROOT / "examples" / "jacobi2d.tg").read_text().replace("param N = 4096, K = 10, R = 10",
@@ -32,11 +33,7 @@ ENV = {**os.environ, "DASK_LOGGING__DISTRIBUTED": "error", "PYTHONPATH": str(ROO
 
 def spread(text: str = JACOBI) -> MapResult:
     """The graph (fused, as on cpu-gpu-fpga) with tasks dealt round-robin over their feasible devices."""
-    res = compile_graph(graph_from_text(text), "cpu-gpu-fpga", mapper="heft").result
-    cost = res.schedule.cost
-    device = tuple(cost.feasible_devices(t)[t % len(cost.feasible_devices(t))] for t in range(cost.n_tasks))
-    sched = build_schedule(cost, Assignment(device))
-    return MapResult(sched, "spread", "heuristic", "makespan", sched.makespan)
+    return round_robin(compile_graph(graph_from_text(text), "cpu-gpu-fpga", mapper="heft").result)
 
 
 def test_in_process_workers_run_every_task_on_its_device_and_match_the_local_run():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from randdag import round_robin
 
 from mapper.cli import main
 from mapper.errors import InputError, OptionsError
@@ -16,10 +17,8 @@ from mapper.execute import Execution, ExecutionError, execute, make_plan, retime
 from mapper.fusion import fuse
 from mapper.kernels import registry
 from mapper.lower import graph_from_text
-from mapper.mapping.base import MapResult
 from mapper.pipeline import compile_graph
 from mapper.platform import load_platform
-from mapper.schedule import Assignment, build_schedule
 from mapper.trace import ErrorSummary, TaskRecord, format_trace
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -110,16 +109,8 @@ def test_same_seed_same_values_other_seed_other_values():
     assert not np.array_equal(a.outputs[0][1], c.outputs[0][1])
 
 
-def spread(res: MapResult) -> MapResult:
-    """The same graph with tasks dealt round-robin over their feasible devices."""
-    cost = res.schedule.cost
-    device = tuple(cost.feasible_devices(t)[t % len(cost.feasible_devices(t))] for t in range(cost.n_tasks))
-    sched = build_schedule(cost, Assignment(device))
-    return MapResult(sched, "spread", "heuristic", "makespan", sched.makespan)
-
-
 def test_concurrency_across_devices_keeps_results():
-    res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
+    res = round_robin(compiled("bert_base", "cpu-gpu-fpga").result)
     kinds = {res.schedule.cost.platform.devices[s.device].kind for s in res.schedule.slots}
     assert kinds == {"cpu", "gpu", "fpga"}
     par = execute(res, repeats=1, check=True)
@@ -144,7 +135,7 @@ def test_concurrency_across_devices_keeps_results():
 
 
 def test_retime_with_predicted_durations_reproduces_the_schedule():
-    sched = spread(compiled("gpt2_block", "cpu-gpu-fpga").result).schedule
+    sched = round_robin(compiled("gpt2_block", "cpu-gpu-fpga").result).schedule
     plan = make_plan(sched)
     again = retime(sched, [s.end - s.start for s in sched.slots], plan.device_order)
     assert again.makespan == pytest.approx(sched.makespan, rel=1e-12)
@@ -153,7 +144,7 @@ def test_retime_with_predicted_durations_reproduces_the_schedule():
 
 
 def test_plan_lanes_follow_one_topological_order():
-    sched = spread(compiled("bert_base", "cpu-gpu-fpga").result).schedule
+    sched = round_robin(compiled("bert_base", "cpu-gpu-fpga").result).schedule
     graph = sched.cost.graph
     for workers in (None, 1, 2):
         plan = make_plan(sched, workers)
@@ -168,17 +159,25 @@ def test_plan_lanes_follow_one_topological_order():
         make_plan(sched, 0)
 
 
-def test_a_failing_part_of_a_fused_task_names_the_fused_task(monkeypatch):
-    res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
-    victim = next(t for t in res.schedule.cost.graph.tasks if t.parts and t.parts[-1].op == "gelu")
+def fail_kernel(monkeypatch, failing: str) -> list[str]:
+    """Make every ``failing`` kernel call raise ``ValueError("boom")``; the ops called, in order."""
+    calls: list[str] = []
     real = registry.run_kernel
 
     def flaky(op, inputs, attrs):
-        if op == "gelu":
+        calls.append(op)
+        if op == failing:
             raise ValueError("boom")
         return real(op, inputs, attrs)
 
     monkeypatch.setattr(registry, "run_kernel", flaky)
+    return calls
+
+
+def test_a_failing_part_of_a_fused_task_names_the_fused_task(monkeypatch):
+    res = round_robin(compiled("bert_base", "cpu-gpu-fpga").result)
+    victim = next(t for t in res.schedule.cost.graph.tasks if t.parts and t.parts[-1].op == "gelu")
+    fail_kernel(monkeypatch, "gelu")
     with pytest.raises(ExecutionError) as info:
         execute(res, repeats=1, check=False)
     assert f"task {victim.name!r} (matmul+add+gelu) failed: ValueError: boom" in str(info.value)
@@ -195,19 +194,10 @@ def test_fused_tasks_run_their_parts_and_match_the_unfused_run(name):
 
 
 def test_failing_task_is_named_and_the_run_stops(monkeypatch):
-    res = spread(compiled("bert_base", "cpu-gpu-fpga", fuse="none").result)
+    res = round_robin(compiled("bert_base", "cpu-gpu-fpga", fuse="none").result)
     graph = res.schedule.cost.graph
     victim = next(t for t in graph.tasks if t.op == "gelu")
-    calls: list[str] = []
-    real = registry.run_kernel
-
-    def flaky(op, inputs, attrs):
-        calls.append(op)
-        if op == "gelu":
-            raise ValueError("boom")
-        return real(op, inputs, attrs)
-
-    monkeypatch.setattr(registry, "run_kernel", flaky)
+    calls = fail_kernel(monkeypatch, "gelu")
     with pytest.raises(ExecutionError) as info:
         execute(res, repeats=1, check=False)
     assert f"task {victim.name!r} (gelu) failed: ValueError: boom" in str(info.value)
@@ -252,7 +242,7 @@ def test_the_first_lane_runs_on_the_calling_thread(monkeypatch):
     memory between passes (a new thread's arena gave it back every pass)."""
     import threading
 
-    res = spread(compiled("bert_base", "cpu-gpu-fpga").result)
+    res = round_robin(compiled("bert_base", "cpu-gpu-fpga").result)
     plan = make_plan(res.schedule)
     assert len(plan.lanes) == 3
     seen: dict[int, set[int]] = {}

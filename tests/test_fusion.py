@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from randdag import make_cost, make_graph
 
 from mapper.cli import main
 from mapper.cost import build_cost_table
@@ -268,8 +269,6 @@ bandwidth_gbs = 8.0
 
 
 def test_transfers_through_a_switch_share_the_sender_s_port_under_contention():
-    from tests.randdag import make_cost, make_graph
-
     plat = parse_platform(SWITCHED)
     assert [(lk.src, lk.dst) for lk in plat.links] == [("gpu0", "gpu1"), ("gpu0", "gpu2"), ("gpu1", "gpu0"),
                                                        ("gpu1", "gpu2"), ("gpu2", "gpu0"), ("gpu2", "gpu1")]
@@ -290,8 +289,6 @@ def test_transfers_through_a_switch_share_the_sender_s_port_under_contention():
 
 def test_validator_catches_two_transfers_on_one_port_at_once():
     import dataclasses
-
-    from tests.randdag import make_cost, make_graph
 
     plat = parse_platform(SWITCHED)
     g = make_graph(3, [(0, 1, 8e9, None), (0, 2, 8e9, None)])
