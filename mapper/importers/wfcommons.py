@@ -17,17 +17,15 @@ Every error names the file and the JSON path at fault.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import sys
 from dataclasses import dataclass
-from typing import Any
 
-from mapper.errors import InputError, SourceSpan
+from mapper.errors import InputError
 from mapper.files import Unreadable, read_text
 from mapper.graph import Edge, Task, TaskGraph
 from mapper.importers.dsl_writer import dsl_name, dsl_names
+from mapper.importers.json_input import JsonReader, load_json
 from mapper.platform import Device, Platform
 
 
@@ -100,6 +98,10 @@ class WfTask:
     path: str  # JSON path of the task's specification entry
 
 
+#: A task with its input and output file names, as read.
+_Row = tuple[WfTask, tuple[str, ...], tuple[str, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class Workflow:
     """A WfFormat instance: tasks, file sizes and parent -> child edges (indices, bytes)."""
@@ -110,41 +112,6 @@ class Workflow:
     tasks: tuple[WfTask, ...]
     file_sizes: tuple[tuple[str, float], ...]  # sorted by file id
     edges: tuple[tuple[int, int, float], ...]  # (parent, child, bytes), by (child, parent)
-
-
-class _Json:
-    """Typed access to a parsed JSON document; failures name file and JSON path."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, path: str, message: str) -> InputError:
-        return InputError(message, obj=f"{self.file}: {path}")
-
-    def get(self, obj: dict, key: str, path: str, kind: str, default: Any = ...) -> Any:
-        if key not in obj:
-            if default is not ...:
-                return default
-            raise self.fail(f"{path}.{key}", f"missing key {key!r}")
-        return self.check(obj[key], f"{path}.{key}", kind)
-
-    def check(self, value: Any, path: str, kind: str) -> Any:
-        ok = {
-            "object": isinstance(value, dict),
-            "array": isinstance(value, list),
-            "string": isinstance(value, str),
-            "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-        }[kind]
-        if not ok:
-            raise self.fail(path, f"expected {'an' if kind[0] in 'ao' else 'a'} {kind}, "
-                                  f"got {type(value).__name__} {str(value)[:40]!r}")
-        if kind == "number" and not (math.isfinite(value) and value >= 0):
-            raise self.fail(path, f"expected a finite number >= 0, got {value!r}")
-        return value
-
-    def strings(self, obj: dict, key: str, path: str) -> tuple[str, ...]:
-        items = self.get(obj, key, path, "array", [])
-        return tuple(self.check(x, f"{path}.{key}[{i}]", "string") for i, x in enumerate(items))
 
 
 def read_wfformat(path: str | os.PathLike[str]) -> Workflow:
@@ -167,18 +134,8 @@ def parse_wfformat(text: str, file: str = "<string>") -> Workflow:
         a duplicate id, an unknown parent, child or file, a missing runtime,
         or a cycle; the message names ``file`` and the JSON path.
     """
-    try:
-        doc = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_no_constant)
-    except RecursionError:
-        raise InputError(f"the JSON is nested more than {sys.getrecursionlimit()} levels deep", obj=file) from None
-    except ValueError as err:
-        if not isinstance(err, json.JSONDecodeError):  # _bounded_int
-            raise InputError(str(err), obj=file) from None
-        lines = text.splitlines()
-        line = lines[err.lineno - 1] if 0 < err.lineno <= len(lines) else None
-        raise InputError(f"invalid JSON: {err.msg}", span=SourceSpan(file, err.lineno, err.colno),
-                         source_line=line) from None
-    js = _Json(file)
+    doc = load_json(text, file)
+    js = JsonReader(file)
     js.check(doc, "$", "object")
     wf = js.get(doc, "workflow", "$", "object")
     schema = str(doc.get("schemaVersion", ""))
@@ -192,7 +149,7 @@ def parse_wfformat(text: str, file: str = "<string>") -> Workflow:
     return _assemble(js, name, schema, tasks, sizes)
 
 
-def _read_spec(js: _Json, wf: dict) -> tuple[list[tuple[WfTask, tuple[str, ...], tuple[str, ...]]], dict[str, float]]:
+def _read_spec(js: JsonReader, wf: dict) -> tuple[list[_Row], dict[str, float]]:
     """Schema 1.5/1.6: specification tasks and files, execution records."""
     spec = js.get(wf, "specification", "$.workflow", "object")
     sp = "$.workflow.specification"
@@ -240,7 +197,7 @@ def _read_spec(js: _Json, wf: dict) -> tuple[list[tuple[WfTask, tuple[str, ...],
     return out, sizes
 
 
-def _read_14(js: _Json, wf: dict) -> tuple[list[tuple[WfTask, tuple[str, ...], tuple[str, ...]]], dict[str, float]]:
+def _read_14(js: JsonReader, wf: dict) -> tuple[list[_Row], dict[str, float]]:
     """Schema 1.4: ``workflow.tasks`` with runtime, cores and ``files`` (link, name, size)."""
     sizes: dict[str, float] = {}
     out = []
@@ -270,20 +227,20 @@ def _read_14(js: _Json, wf: dict) -> tuple[list[tuple[WfTask, tuple[str, ...], t
     return out, sizes
 
 
-def _cores(js: _Json, obj: dict, key: str, path: str) -> float:
+def _cores(js: JsonReader, obj: dict, key: str, path: str) -> float:
     c = float(js.get(obj, key, path, "number", 1))
     if c < 1:
         raise js.fail(f"{path}.{key}", f"expected a core count >= 1, got {c:g}")
     return c
 
 
-def _opt_number(js: _Json, obj: dict, key: str, path: str) -> float | None:
+def _opt_number(js: JsonReader, obj: dict, key: str, path: str) -> float | None:
     v = js.get(obj, key, path, "number", None)
     return None if v is None else float(v)
 
 
-def _assemble(js: _Json, name: str, schema: str,
-              rows: list[tuple[WfTask, tuple[str, ...], tuple[str, ...]]], sizes: dict[str, float]) -> Workflow:
+def _assemble(js: JsonReader, name: str, schema: str,
+              rows: list[_Row], sizes: dict[str, float]) -> Workflow:
     """Index the tasks, resolve parents and children, size the edges, reject cycles."""
     index: dict[str, int] = {}
     for i, (t, _, _) in enumerate(rows):
@@ -309,7 +266,7 @@ def _assemble(js: _Json, name: str, schema: str,
     return Workflow(name, schema, js.file, tasks, tuple(sorted(sizes.items())), tuple(edges))
 
 
-def _check_acyclic(js: _Json, tasks: tuple[WfTask, ...], edges: list[tuple[int, int, float]]) -> None:
+def _check_acyclic(js: JsonReader, tasks: tuple[WfTask, ...], edges: list[tuple[int, int, float]]) -> None:
     n = len(tasks)
     succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
@@ -357,26 +314,3 @@ def workflow_graph(wf: Workflow, ref: ReferenceMachine = ReferenceMachine()) -> 
 def import_wfcommons(path: str | os.PathLike[str], ref: ReferenceMachine = ReferenceMachine()) -> TaskGraph:
     """Read a WfFormat file and build its task graph (:func:`workflow_graph`)."""
     return workflow_graph(read_wfformat(path), ref)
-
-
-#: JSON integers longer than this are refused (the largest id or size fits in 20 digits).
-MAX_INT_DIGITS = 30
-
-
-def _bounded_int(text: str) -> int:
-    """A JSON integer; ValueError (with a message for the user) when it is absurdly long."""
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"a JSON integer of {len(text.lstrip('-'))} digits is too large "
-                         f"(at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the JSON number {text[:20]} is too large")
-    return value
-
-
-def _no_constant(text: str) -> float:
-    raise ValueError(f"{text} is not a JSON number")
