@@ -227,7 +227,7 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
     bounds: list[tuple[str, ...]] = []
     areas: list[tuple[float, ...]] = []
     reasons: list[tuple[int, int, str]] = []
-    footprint = tuple(float(t.bytes_read + t.bytes_written) for t in graph.tasks)
+    footprint = tuple(float(t.bytes_read + t.bytes_written) if t.memory is None else t.memory for t in graph.tasks)
     capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
     for task in graph.tasks:
         explicit = _explicit_costs(task, platform) if task.explicit_cost else None
@@ -258,6 +258,7 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
         energy.append(tuple(row_e))
         bounds.append(tuple(row_b))
         areas.append(tuple(row_a))
+    _colocate(graph, times, bounds, energy, reasons)
     lat, spb, rts = route_tables(platform)
     return CostTable(
         graph=graph,
@@ -276,6 +277,33 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
             d.area if d.kind == "fpga" and d.area is not None else INF for d in devices
         ),
     )
+
+
+def colocation_classes(graph: TaskGraph) -> tuple[tuple[int, ...], ...]:
+    """The tasks of each ``colocate`` class with two or more tasks, each ascending, by first task."""
+    members: dict[str, list[int]] = {}
+    for t in graph.tasks:
+        if t.colocate:
+            members.setdefault(t.colocate, []).append(t.index)
+    return tuple(tuple(m) for m in members.values() if len(m) > 1)
+
+
+def _colocate(graph: TaskGraph, times: list, bounds: list, energy: list, reasons: list) -> None:
+    """A device that one task of a colocation class cannot use is closed to the whole class."""
+    devices = len(times[0]) if times else 0
+    for members in colocation_classes(graph):
+        for d in range(devices):
+            blocker = next((t for t in members if times[t][d] == INF), None)
+            if blocker is None:
+                continue
+            why = f"colocated with {graph.tasks[blocker].name!r}, which cannot run here"
+            for t in members:
+                if times[t][d] < INF:
+                    times[t] = times[t][:d] + (INF,) + times[t][d + 1:]
+                    energy[t] = energy[t][:d] + (INF,) + energy[t][d + 1:]
+                    bounds[t] = bounds[t][:d] + ("infeasible",) + bounds[t][d + 1:]
+                    reasons.append((t, d, why))
+    reasons.sort()
 
 
 # -- FPGA streaming -------------------------------------------------------------

@@ -109,6 +109,8 @@ class Platform:
     source: str = "<memory>"
     description: str = ""
     switches: tuple[Switch, ...] = ()
+    #: how ``--objective throughput`` prices a period here (mapper.mapping.objectives)
+    throughput_model: str = "device-load"
 
     def resources(self, link: int) -> tuple[int, ...]:
         """What a transfer on ``link`` holds under contention: the link itself

@@ -26,7 +26,7 @@ _TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<punct>[{}:,])"
 )
 _KEYWORDS = frozenset("include param graph template input weight output return for in task "
-                      "work cost parallel streamable comm bytes".split())
+                      "work cost parallel streamable comm bytes memory colocate backward".split())
 _N = r"[A-Za-z_][A-Za-z0-9_]*"
 _NUM = r"[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]+"
 #: A task line with the usual spacing, read in one match (other spacings take the token path).
@@ -166,7 +166,10 @@ class _Reader:
         return S.TaskStmt(name, (cost,), span(file, line, task_col, close + 1))
 
     def task(self, toks: list[tuple[str, str, int]], line: int) -> S.TaskStmt:
-        # task NAME cost { KEY : NUM [UNIT] (, KEY : NUM [UNIT])* [,] }
+        # task NAME cost { KEY : NUM [UNIT] (, KEY : NUM [UNIT])* [,] } [memory NUM [UNIT]] [colocate NAME] [backward]
+        close_at = next((k for k, tok in enumerate(toks) if tok[0] == "}"), -1)
+        extra = self.trailing(toks[close_at + 1:], line) if close_at > 0 else ()
+        toks = toks[:close_at + 1]
         if len(toks) < 7 or toks[2][0] != "cost" or toks[3][0] != "{" or toks[-1][0] != "}":
             raise _Decline
         items: list[S.Measure] = []
@@ -192,7 +195,37 @@ class _Reader:
             raise _Decline
         close = toks[-1][2] + 1
         cost = S.Cost(tuple(items), self.span(line, toks[2][2], close))
-        return S.TaskStmt(self.name(toks[1], line), (cost,), self.span(line, toks[0][2], close))
+        end = extra[-1].span.end_col or close if extra else close
+        return S.TaskStmt(self.name(toks[1], line), (cost, *extra), self.span(line, toks[0][2], end))
+
+    def trailing(self, toks: list[tuple[str, str, int]], line: int) -> tuple[S.Annotation, ...]:
+        """``memory NUM [UNIT]``, ``colocate NAME`` and ``backward`` after a task's cost, in any order."""
+        out: list[S.Annotation] = []
+        i = 0
+        while i < len(toks):
+            kind, text, col = toks[i]
+            if kind == "memory":
+                num = self.number(toks[i + 1], line)
+                unit = unit_span = None
+                last = toks[i + 1]
+                if i + 2 < len(toks) and toks[i + 2][0] == "name":
+                    last = toks[i + 2]
+                    unit, unit_span = last[1], self.span(line, last[2], last[2] + len(last[1]))
+                    i += 1
+                out.append(S.Memory(num, unit, self.span(line, col, last[2] + len(last[1])), unit_span))
+                i += 2
+            elif kind == "colocate":
+                name = toks[i + 1]
+                if name[0] != "name":
+                    raise _Decline
+                out.append(S.Colocate(name[1], self.span(line, col, name[2] + len(name[1]))))
+                i += 2
+            elif kind == "backward":
+                out.append(S.Backward(self.span(line, col, col + len(text))))
+                i += 1
+            else:
+                raise _Decline
+        return tuple(out)
 
     def edge_line(self, raw: str, line: int) -> S.EdgeStmt | None:
         """An edge line read by :data:`_EDGE_LINE` (None: take the token path)."""

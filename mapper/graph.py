@@ -113,6 +113,9 @@ class Task:
     explicit_cost: tuple[tuple[str, float], ...] = ()  # (device name, seconds)
     span: SourceSpan | None = None
     parts: tuple[Task, ...] = ()  # a fused task's original tasks, in execution order (mapper.fusion)
+    memory: float | None = None  # bytes resident on its device (``memory`` annotation); None: its data
+    colocate: str = ""  # colocation class: every task of the class runs on one device
+    backward: bool = False  # part of a training step's backward pass
 
     @property
     def dtype(self) -> str:

@@ -26,7 +26,7 @@ __all__ = ["parse", "KEYWORDS"]
 #: Reserved words of the DSL.
 KEYWORDS = frozenset(
     "include param graph template input weight output return for in task "
-    "work cost parallel streamable comm bytes".split()
+    "work cost parallel streamable comm bytes memory colocate backward".split()
 )
 
 _PARSER: Lark | None = None
@@ -34,7 +34,8 @@ _PARSER: Lark | None = None
 # a newline after one of these continues the statement
 _CONTINUES = frozenset("{ , ( [ = : -> .. + - * / // % ** ;".split())
 # a newline before one of these continues the statement
-_CONTINUED_BY = frozenset({"RBRACE", "PLACE", "WORK", "COST", "PARALLEL", "STREAMABLE", "$END"})
+_CONTINUED_BY = frozenset({"RBRACE", "PLACE", "WORK", "COST", "PARALLEL", "STREAMABLE", "MEMORY", "COLOCATE",
+                           "BACKWARD", "$END"})
 
 _WORDS = {
     "NAME": "a name",
@@ -264,6 +265,17 @@ class _ToAst(Transformer_NonRecursive):
 
     def streamable(self, meta, c):
         return S.Streamable(c[0], self._span(meta))
+
+    def memory(self, meta, c):
+        value, unit = c
+        return S.Memory(value, None if unit is None else str(unit), self._span(meta),
+                        None if unit is None else self._tok(unit))
+
+    def colocate(self, meta, c):
+        return S.Colocate(str(c[0]), self._span(meta))
+
+    def backward(self, meta, c):
+        return S.Backward(self._tok(c[0]))
 
     def work_item(self, meta, c):
         return self._measure(meta, c)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
 from mapper.platform import Platform, load_platform
+from mapper.platform_schema import THROUGHPUT_MODELS
 from mapper.validate import validate
 
 #: Stage names, in order; ``dump_after`` takes one of them.
@@ -77,6 +78,7 @@ def compile_graph(
     dump_after: str | None = None,
     on_stage: Callable[[str, float], None] | None = None,
     fuse: str = "auto",
+    throughput_model: str | None = None,
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -90,6 +92,8 @@ def compile_graph(
     on_stage : called with (stage name, seconds) after each stage.
     fuse : ``auto`` fuses ops (:mod:`mapper.fusion`) when a device of the
         platform runs fused kernels (GPUs by default); ``none`` never does.
+    throughput_model : how ``--objective throughput`` prices a period
+        (:mod:`mapper.mapping.objectives`); None keeps the platform's.
 
     Raises
     ------
@@ -98,6 +102,9 @@ def compile_graph(
     """
     check_options(options)
     check_fuse(fuse)
+    if throughput_model is not None and throughput_model not in THROUGHPUT_MODELS:
+        raise OptionsError(f"unknown throughput model {throughput_model!r}; choose one of "
+                           f"{', '.join(THROUGHPUT_MODELS)}", obj="--throughput-model")
     get_mapper(mapper)  # unknown names fail before any work
     for name in compare:
         get_mapper(name, "--compare")
@@ -126,6 +133,8 @@ def compile_graph(
         program = stage("parse", lambda: parse(read_source(path), path))
         graph = stage("lower", lambda: lower(program))
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
+    if throughput_model is not None:
+        plat = replace(plat, throughput_model=throughput_model)
     if fuse == "auto":
         graph = stage("fuse", lambda: fuse_for(graph, plat))
     cost = stage("cost", lambda: build_cost_table(graph, plat))

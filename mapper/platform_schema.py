@@ -52,7 +52,9 @@ _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "latency_us": ("nonneg", "microseconds"),
 }
 _LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
-_TOP_KEYS = ("name", "description", "host", "device", "link", "switch")
+_TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model")
+#: The throughput models a platform may name (mapper.mapping.objectives).
+THROUGHPUT_MODELS = ("device-load", "max-load")
 _SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNIT_SUFFIXES = (
@@ -356,6 +358,12 @@ class Checker:
                 raise self.fail("host", f"unknown device {host!r}; devices: {', '.join(sorted(names))}")
         else:
             host = next((d.name for d in devices if d.kind == "cpu"), None)
+        model = "device-load"
+        if "throughput_model" in doc:
+            model = self.string(doc["throughput_model"], "throughput_model")
+            if model not in THROUGHPUT_MODELS:
+                raise self.fail("throughput_model", f"unknown throughput model {model!r}; choose one of "
+                                                    f"{', '.join(THROUGHPUT_MODELS)}")
         return Platform(
             name=name,
             devices=tuple(devices),
@@ -364,6 +372,7 @@ class Checker:
             source=source,
             description=description,
             switches=switches,
+            throughput_model=model,
         )
 
     def switch(self, raw: Any, k: int, names: set[str]) -> Switch:

@@ -188,7 +188,32 @@ class Streamable:
     span: SourceSpan
 
 
-Annotation: TypeAlias = Place | Work | Cost | Parallel | Streamable
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """``memory S [unit]``: bytes resident on the task's device."""
+
+    value: Expr
+    unit: str | None
+    span: SourceSpan
+    unit_span: SourceSpan | None
+
+
+@dataclass(frozen=True, slots=True)
+class Colocate:
+    """``colocate NAME``: the task shares a device with every task of that class."""
+
+    name: str
+    span: SourceSpan
+
+
+@dataclass(frozen=True, slots=True)
+class Backward:
+    """``backward``: the task belongs to the backward pass of a training step."""
+
+    span: SourceSpan
+
+
+Annotation: TypeAlias = Place | Work | Cost | Parallel | Streamable | Memory | Colocate | Backward
 
 # -- statements ----------------------------------------------------------------
 

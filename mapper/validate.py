@@ -11,7 +11,8 @@ Violation kinds: ``structure`` (slots missing or misnumbered), ``time``
 ``precedence``, ``transfer``, ``link`` (two transfers on one link at once,
 under contention), ``order`` (``schedule.order``, when given, disagrees
 with the slots), ``stream`` (a pipelined FPGA chain off its pipeline
-times), ``memory``, ``area``, ``makespan``.
+times), ``colocation`` (a ``colocate`` class split over devices),
+``memory``, ``area``, ``makespan``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class _Checker:
             return self.out
         sane = self.check_times()
         self.check_placement()
+        self.check_colocation()
         if not sane:
             return self.out
         self.check_streams()
@@ -302,6 +304,18 @@ class _Checker:
                 self.add("precedence", f"task {self.name(e.dst)} starts at {v.start}, before its input from "
                                        f"{self.name(e.src)} is there ({need})", tasks=(e.src, e.dst),
                          edges=(e.index,))
+
+    def check_colocation(self) -> None:
+        where: dict[str, tuple[int, int]] = {}  # class -> (first task, its device)
+        for sl in self.s.slots:
+            cls = self.g.tasks[sl.task].colocate
+            if not cls:
+                continue
+            first = where.setdefault(cls, (sl.task, sl.device))
+            if first[1] != sl.device:
+                self.add("colocation", f"task {self.name(sl.task)} runs on {self.dev(sl.device)}, but "
+                                       f"{self.name(first[0])} of its colocation class {cls!r} runs on "
+                                       f"{self.dev(first[1])}", tasks=(first[0], sl.task))
 
     def check_capacity(self) -> None:
         opts, cost = self.s.options, self.cost

@@ -34,7 +34,11 @@ def program(seed: int, tasks: int = MIN_LINES + 20) -> str:
         tail = rng.choice(["", ",", ", "])
         sep = rng.choice(["  ", "\t", " "])
         comment = rng.choice(["", "  # measured", "#x"])
-        lines.append(f"{sep}task t{i} cost {{ " + ", ".join(items) + f"{tail} }}{comment}")
+        extra = rng.sample([f" memory {rng.randint(0, 9)}{rng.choice(['', ' MiB', ' GB'])}",
+                            f" colocate c{rng.randint(0, 9)}", " backward"], rng.randint(0, 3))
+        if rng.random() < 0.5:
+            extra = []
+        lines.append(f"{sep}task t{i} cost {{ " + ", ".join(items) + f"{tail} }}" + "".join(extra) + comment)
     for i in range(tasks - 1):
         j = rng.randint(i + 1, tasks - 1)
         spec = rng.choice(["", f" comm {rng.randint(1, 9)}", f" comm {rng.uniform(0, 2):.2f} us", f" bytes {rng.randint(1, 99)} MiB",
@@ -84,7 +88,8 @@ def test_errors_read_the_same_either_way():
 def test_one_line_readers_agree_with_the_token_path():
     reader = _Reader("", "f.tg")
     for line in ("  task a cost { p1: 1.5 ms, p2: 3 }", "\ttask a cost {p1:2,p2 : 3 us ,}  # c",
-                 "  a -> b comm 3 us", "  a->b", "a -> b bytes 1e3 MiB  # c"):
+                 "  a -> b comm 3 us", "  a->b", "a -> b bytes 1e3 MiB  # c",
+                 "  task a cost { p1: 1 } memory 3 MiB colocate c2 backward"):
         toks = P_tokens(line)
         line_reader = reader.task_line(line, 3) if "task" in line else reader.edge_line(line, 3)
         token_reader = reader.task(toks, 3) if toks[0][0] == "task" else reader.edge(toks, 3)
@@ -99,6 +104,7 @@ def P_tokens(line: str):
 
 
 MUTATIONS = ["", "task", "->", "{", "}", ",", ":", "1", "-1", "1e", "ms", "comm", "bytes", ";", "@gpu", "#", "\t",
+             " memory 3", " colocate", " backward", "memory", "colocate c",
              "x", "é", "\\", "graph g {", "param", "\"s\"", "1.5", "(", "[", "**"]
 
 

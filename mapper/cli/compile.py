@@ -18,6 +18,7 @@ from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
+from mapper.platform_schema import THROUGHPUT_MODELS
 from mapper.schedule import ScheduleOptions
 from mapper.units import fmt_objective, fmt_pct
 
@@ -46,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
                    help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
+    p.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
+                   help="with --objective throughput: how a period is priced (default: the platform's "
+                        "throughput_model, else device-load; docs/cost_model.md)")
     p.add_argument("--makespan-bound", type=float, metavar="S",
                    help="with --objective energy: the schedule must finish within S seconds")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised mappers (default 0)")
@@ -169,6 +173,8 @@ def _dump(stage: str, product) -> str:
 def run(args: argparse.Namespace) -> int:
     check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace, "--dot": args.dot,
                    "--png": args.png}, existing(args.file, args.platform))
+    if args.throughput_model is not None and args.objective != "throughput":
+        raise OptionsError("--throughput-model applies only with --objective throughput", obj="--throughput-model")
     if args.makespan_bound is not None and args.objective != "energy":
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
@@ -191,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
             compiled = compile_graph(
                 args.file, args.platform, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
+                throughput_model=args.throughput_model,
                 on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:

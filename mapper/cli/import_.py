@@ -3,7 +3,9 @@
 ``wfcommons``: a WfFormat instance (schema 1.4 to 1.6) as one ``task`` with
 ``work`` per WfCommons task and one edge with ``bytes`` per parent/child
 pair. ``onnx``: an ONNX model as op calls (``--dim NAME=SIZE`` sets a
-dynamic dimension such as the batch).
+dynamic dimension such as the batch). ``dnn-partitioning``: an input of
+Tarnawski et al.'s msr-fiddle/dnn-partitioning as explicit-cost tasks, plus
+its devices as a platform file (``--platform-out``).
 """
 
 from __future__ import annotations
@@ -16,19 +18,24 @@ from mapper.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
 
-FORMATS = ("wfcommons", "onnx")
+FORMATS = ("wfcommons", "onnx", "dnn-partitioning")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("import", help="convert another tool's workflow or model file to the DSL",
                               description="Convert a WfCommons WfFormat instance (JSON) into a DSL program of "
                                           "kernel-less tasks with work and edges with bytes, or an ONNX model "
-                                          "into a DSL program of op calls.")
+                                          "into a DSL program of op calls, or a dnn-partitioning instance "
+                                          "(Tarnawski et al., NeurIPS 2020) into explicit-cost tasks and a "
+                                          "platform.")
     p.add_argument("format", choices=FORMATS, help="the input format")
-    p.add_argument("file", metavar="FILE", help="the input file (WfFormat JSON, or an .onnx model)")
+    p.add_argument("file", metavar="FILE",
+                   help="the input file (WfFormat JSON, an .onnx model, or dnn-partitioning JSON)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                    help="onnx: the size of a dynamic dimension (repeat for several)")
     p.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
+    p.add_argument("--platform-out", metavar="OUT.toml",
+                   help="dnn-partitioning: write the instance's devices here as a platform file")
     ref = ReferenceMachine()
     p.add_argument("--gflops-per-core", type=float, default=ref.gflops_per_core, metavar="R",
                    help=f"reference core rate in GFLOP/s (default {ref.gflops_per_core})")
@@ -39,9 +46,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    check_outputs({"--output": args.output}, existing(args.file))
+    check_outputs({"--output": args.output, "--platform-out": args.platform_out}, existing(args.file))
+    if args.platform_out is not None and args.format != "dnn-partitioning":
+        raise OptionsError("--platform-out applies to dnn-partitioning imports only", obj="--platform-out")
     if args.format == "onnx":
         return _run_onnx(args)
+    if args.format == "dnn-partitioning":
+        return _run_dnn_partitioning(args)
     if args.dim:
         raise OptionsError("--dim applies to onnx imports only", obj="--dim")
     try:
@@ -77,6 +88,27 @@ def parse_dims(items: list[str]) -> dict[str, int]:
             raise OptionsError(f"the size of {name.strip()!r} is too large: {size}", obj="--dim")
         dims[name.strip()] = int(size)
     return dims
+
+
+def _run_dnn_partitioning(args) -> int:
+    from mapper.importers.dnn_partitioning import instance_dsl, instance_platform, read_instance
+
+    if args.dim:
+        raise OptionsError("--dim applies to onnx imports only", obj="--dim")
+    inst = read_instance(args.file)
+    text = instance_dsl(inst)
+    if args.platform_out is not None:
+        atomic_write(args.platform_out, instance_platform(inst), "--platform-out")
+    if args.output and args.output != STDOUT:
+        atomic_write(args.output, text, "--output")
+        g = inst.graph
+        cores = f"{inst.cpus} CPU core{'' if inst.cpus == 1 else 's'}"
+        print(f"wrote {args.output}: {len(g.tasks)} tasks, {len(g.edges)} edges"
+              + (f"; {args.platform_out}: {inst.accelerators} accelerators, {cores}"
+                 if args.platform_out is not None and args.platform_out != STDOUT else ""))
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _run_onnx(args) -> int:

@@ -1,7 +1,8 @@
 """Write a task graph of kernel-less tasks as DSL text (docs/dsl.md).
 
 :func:`graph_to_dsl` emits one ``task`` statement per task (``work``,
-``cost``, ``parallel``, ``streamable`` and placement annotations) and one
+``cost``, ``parallel``, ``streamable``, ``memory``, ``colocate``,
+``backward`` and placement annotations) and one
 edge statement per edge (``bytes`` or ``comm``); the text lowers with
 :func:`mapper.lower.graph_from_text` to the same graph, spans aside. Numbers
 are written with ``repr`` so they read back bit for bit.
@@ -88,6 +89,15 @@ def _task_line(t: Task) -> str:
         parts.append(f"parallel {dsl_number(t.parallel)}")
     if t.streamable:
         parts.append(f"streamable {int(t.streamable)}")
+    if t.memory is not None:
+        parts.append(f"memory {dsl_number(t.memory)}")
+    if t.colocate:
+        if not is_name(t.colocate):
+            raise OptionsError(f"task {t.name!r}: colocation class {t.colocate!r} is not a DSL identifier",
+                               obj=t.name)
+        parts.append(f"colocate {t.colocate}")
+    if t.backward:
+        parts.append("backward")
     parts.extend(f"@{a}" for a in t.placement.allow)
     parts.extend(f"@!{d}" for d in t.placement.deny)
     return " ".join(parts)

@@ -1,6 +1,7 @@
 """Task annotations: placement (``@gpu``, ``@!fpga``, merged with an
-enclosing template call's), ``work { ... }``, ``cost { ... }``, ``parallel``
-and ``streamable``, checked and turned into task fields."""
+enclosing template call's), ``work { ... }``, ``cost { ... }``, ``parallel``,
+``streamable``, ``memory``, ``colocate`` and ``backward``, checked and turned
+into task fields."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from mapper.errors import SourceSpan
 from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, ErrorAt, Evaluator, hint
 
 _WORK_KEYS = ("flops", "bytes", "bytes_read", "bytes_written")
-_ANN_WORD = {S.Work: "work", S.Cost: "cost", S.Parallel: "parallel", S.Streamable: "streamable"}
+_ANN_WORD = {S.Work: "work", S.Cost: "cost", S.Parallel: "parallel", S.Streamable: "streamable",
+             S.Memory: "memory", S.Colocate: "colocate", S.Backward: "backward"}
 
 
 class Annotator:
@@ -44,8 +46,16 @@ class Annotator:
                 if p > 1:
                     raise self.err(f"parallel must be between 0 and 1, got {p!r}", ann.value.span)
                 fields["parallel"] = p
-            else:
+            elif isinstance(ann, S.Streamable):
                 fields["streamable"] = self.ev.integer(ann.value, values, "streamable", low=1)
+            elif isinstance(ann, S.Memory):
+                size = self.ev.unit(self.ev.number(ann.value, values, "memory"), ann.unit, ann.unit_span,
+                                    BYTE_UNITS, "size")
+                fields["memory"] = self.ev.at_most(size, MAX_WORK, "memory", ann.value.span)
+            elif isinstance(ann, S.Colocate):
+                fields["colocate"] = ann.name
+            else:
+                fields["backward"] = True
         if any(type(a) is S.Place for a in annotations):
             allow, deny = self.placement(annotations, allow, deny)
         return fields, allow, deny

@@ -42,6 +42,7 @@ from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, prog
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, stall_note
+from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.orders import allowed_devices, count_order_pairs
 from mapper.schedule import ScheduleOptions
 from mapper.units import fmt_objective
@@ -94,6 +95,10 @@ class MilpMapper(Mapper):
         if best is not None:
             heuristics(best.value, None)
         done = progress_reporter(options, t0, "done")
+        if options.objective == "throughput" and cost.platform.throughput_model == "max-load":
+            result = map_max_load(cost, options, best, notes, t0)
+            done(result.objective_value, result.lower_bound)
+            return result
         bound = lower_bound_for(cost, options.objective, options.schedule, None)
         if best is not None and bound is not None and best.value <= bound * (1 + REL_TOL):
             # the bound proves the heuristic optimal: nothing is left to search

@@ -9,20 +9,43 @@ Definitions (the MILP encodes the same ones):
     power and transfer energy are not counted.
 ``throughput``
     Reported and minimised as the *period* of pipelined execution of
-    successive graph instances, the device-based model after Wilhelm et al.
-    (arXiv:2208.06321)::
-
-        period = max_d ( sum_{t : dev(t) = d} time[t][d]
-                         + sum_{e = u -> v : dev(v) = d != dev(u)} comm(e, dev(u), d) )
-
-    i.e. each device, per instance, computes its tasks and receives its
-    cross-device inputs one after the other. Throughput is ``1 / period``
+    successive graph instances: the largest per-device load of one
+    instance, ``period = max_d load(d)``. Throughput is ``1 / period``
     instances per second; ``objective_value`` returns the period (seconds,
-    lower is better). Times are ``cost.time`` (no streaming overlap).
+    lower is better). Times are ``cost.time`` (no streaming overlap). The
+    platform's ``throughput_model`` says how a device's load is counted:
+
+    ``device-load`` (the default), after Wilhelm et al. (arXiv:2208.06321)::
+
+        load(d) = sum_{t : dev(t) = d} time[t][d]
+                  + sum_{e = u -> v : dev(v) = d != dev(u)} comm(e, dev(u), d)
+
+    each device computes its tasks and receives its cross-device inputs one
+    after the other.
+
+    ``max-load``, after Tarnawski, Phanishayee, Devanur, Mahajan and
+    Nagarajan, "Efficient Algorithms for Device Placement of DNN Graph
+    Operators", NeurIPS 2020 (Section 4)::
+
+        load(d) = sum_{t : dev(t) = d} time[t][d]
+                  + sum_{u : dev(u) = d, some consumer off d} out(u)
+                  + sum_{u : dev(u) != d, some consumer on d} in(u, d)
+
+    an accelerator sends each output once, however many devices read it,
+    and receives it once, however many of its tasks read it, and does not
+    overlap transfers with compute; ``out(u)`` is the slowest of ``u``'s
+    crossing edges, ``in(u, d)`` the slowest of those into ``d`` (with one
+    transfer time per output, as in the paper, both are that time). A CPU
+    device pays its compute only. Colocation classes and the memory
+    knapsack of that model are constraints of every mapping
+    (``colocate``, ``--memory``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from mapper.cost import CostTable
 from mapper.errors import OptionsError
 from mapper.schedule import Schedule
 
@@ -36,16 +59,44 @@ def energy(schedule: Schedule) -> float:
 
 
 def device_loads(schedule: Schedule) -> tuple[float, ...]:
-    """Per device: busy time plus incoming cross-device transfer time."""
-    cost = schedule.cost
+    """Per device: its load under the platform's throughput model (module docstring)."""
+    return loads(schedule.cost, schedule.device_of)
+
+
+def loads(cost: CostTable, device: Sequence[int]) -> tuple[float, ...]:
+    """Per device: its load when task ``t`` runs on ``device[t]``, under
+    ``cost.platform.throughput_model`` (module docstring)."""
     load = [0.0] * cost.n_devices
-    for s in schedule.slots:
-        load[s.device] += cost.time[s.task][s.device]
-    dev = schedule.device_of
+    for t, d in enumerate(device):
+        load[d] += cost.time[t][d]
+    if cost.platform.throughput_model == "max-load":
+        return _max_load(cost, device, load)
     for e in cost.graph.edges:
-        a, b = dev[e.src], dev[e.dst]
+        a, b = device[e.src], device[e.dst]
         if a != b:
             load[b] += cost.comm(e.index, a, b)
+    return tuple(load)
+
+
+def _max_load(cost: CostTable, device: Sequence[int], load: list[float]) -> tuple[float, ...]:
+    """Tarnawski et al.'s loads: each output sent once, received once per device."""
+    g = cost.graph
+    pays = [cost.platform.devices[d].kind != "cpu" for d in range(cost.n_devices)]
+    for u in range(cost.n_tasks):
+        a = device[u]
+        out = 0.0
+        into: dict[int, float] = {}
+        for ei in g.succs[u]:
+            b = device[g.edges[ei].dst]
+            if b != a:
+                c = cost.comm(ei, a, b)
+                out = max(out, c)
+                into[b] = max(into.get(b, 0.0), c)
+        if into and pays[a]:
+            load[a] += out
+        for b, c in into.items():
+            if pays[b]:
+                load[b] += c
     return tuple(load)
 
 

@@ -29,7 +29,9 @@ class Placer:
     on, input arrivals are estimated by booking each transfer's hops on its
     route's links after the transfers booked before it (placement order, a
     stand-in for the FIFO order :func:`~mapper.schedule.build_schedule`
-    applies when it times the final order).
+    applies when it times the final order). The first task of a
+    ``colocate`` class pins the class to its device (and, with ``memory``
+    on, reserves the whole class's footprint there).
     """
 
     def __init__(self, cost: CostTable, options: ScheduleOptions, insertion: bool = True) -> None:
@@ -42,12 +44,28 @@ class Placer:
         self.memory = [0.0] * cost.n_devices
         self.area = [0.0] * cost.n_devices
         self.link_free: dict[int, float] = {}
+        self.pinned: dict[str, int] = {}  # colocation class -> its device
+        self.class_footprint: dict[str, float] = {}
+        for task in cost.graph.tasks:
+            if task.colocate:
+                self.class_footprint[task.colocate] = (self.class_footprint.get(task.colocate, 0.0)
+                                                       + cost.footprint[task.index])
+
+    def _footprint(self, t: int) -> float:
+        """The memory placing ``t`` books: its class's when it is the class's first task."""
+        cls = self.cost.graph.tasks[t].colocate
+        if not cls:
+            return self.cost.footprint[t]
+        return 0.0 if cls in self.pinned else self.class_footprint[cls]
 
     def fits(self, t: int, d: int) -> bool:
         cost = self.cost
         if not cost.time[t][d] < INF:
             return False
-        if self.options.memory and self.memory[d] + cost.footprint[t] > cost.memory_capacity[d]:
+        cls = cost.graph.tasks[t].colocate
+        if cls and self.pinned.get(cls, d) != d:
+            return False
+        if self.options.memory and self.memory[d] + self._footprint(t) > cost.memory_capacity[d]:
             return False
         if (self.options.area and cost.platform.devices[d].kind == "fpga"
                 and self.area[d] + cost.area[t][d] > cost.area_capacity[d]):
@@ -88,7 +106,10 @@ class Placer:
         self.device[t] = d
         self.end[t] = start + self.cost.time[t][d]
         self.timeline.place(d, pos, t, start, self.end[t])
-        self.memory[d] += self.cost.footprint[t]
+        self.memory[d] += self._footprint(t)
+        cls = self.cost.graph.tasks[t].colocate
+        if cls:
+            self.pinned.setdefault(cls, d)
         self.area[d] += self.cost.area[t][d]
         self.link_free.update(booked or {})
 

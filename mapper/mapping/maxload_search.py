@@ -1,0 +1,86 @@
+"""The ``milp`` mapper's strategy for the max-load throughput model.
+
+Tarnawski et al. (NeurIPS 2020) give an optimal DP over contiguous splits
+and an integer program for arbitrary ones. Here the contiguous-split DP of
+:func:`mapper.mapping.maxload.split_dp` and the list-scheduling heuristics
+give the warm start, and the exact model of
+:mod:`mapper.mapping.exact.maxload_model` searches every split (contiguous
+or not) for the rest of the time limit. The answer says whether its split
+is contiguous, and is ``optimal`` only when the solver proves it and the
+model prices transfers exactly (one transfer time per edge, as in the paper).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from mapper.cost import CostTable
+from mapper.errors import InfeasibleError, MapperError
+from mapper.mapping.base import MapOptions, MapResult
+from mapper.mapping.exact.incumbent import Incumbent, retime
+from mapper.mapping.exact.maxload_model import solve_max_load
+from mapper.mapping.exact.result import make_result, progress_reporter
+from mapper.mapping.exact.subproblem import REL_TOL
+from mapper.mapping.maxload import non_contiguous, split_dp, task_groups, uniform_transfers
+from mapper.mapping.objectives import objective_value
+from mapper.schedule import Schedule
+from mapper.units import fmt_objective
+from mapper.validate import validate
+
+
+def _schedule(cost: CostTable, device: Sequence[int], options: MapOptions) -> Schedule | None:
+    """The validated schedule of an assignment (topological order), or None."""
+    try:
+        sched = retime(cost, device, None, options.schedule)
+    except MapperError:
+        return None
+    return None if validate(sched) else sched
+
+
+def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: Sequence[str],
+                 t0: float) -> MapResult:
+    """Minimise the max-load period (module docstring); ``best`` is the best heuristic's schedule."""
+    notes = list(notes)
+    memory = options.schedule.memory
+    groups = task_groups(cost)
+    dp = split_dp(cost, groups, memory)
+    incumbent = best
+    if dp is not None:
+        sched = _schedule(cost, dp[0], options)
+        if sched is not None:
+            value = objective_value(sched, "throughput")
+            notes.append(f"contiguous-split DP over {groups.n} groups: period {fmt_objective(value, 'throughput')}")
+            if incumbent is None or value < incumbent.value * (1 - REL_TOL):
+                incumbent = Incumbent("the contiguous-split DP", sched, value)
+    if incumbent is None:
+        raise InfeasibleError("no assignment fits the devices" + (" and their memory" if memory else ""),
+                              obj=cost.graph.name)
+    exact_prices = uniform_transfers(cost)
+    if not exact_prices:
+        notes.append("transfer times differ between device pairs: the model prices each at its slowest route, "
+                     "and the schedule is re-evaluated exactly")
+    report = progress_reporter(options, t0, "exact MILP")
+    solved = solve_max_load(cost, groups, incumbent.schedule.device_of, incumbent.value, memory,
+                            max(0.01, options.time_limit - (time.perf_counter() - t0)), options.seed,
+                            progress=report, stop=options.stop)
+    notes.append(f"max-load MILP: {solved.n_binaries} binaries, {solved.n_rows} rows, {solved.status}; "
+                 f"warm start from {incumbent.name} (period {fmt_objective(incumbent.value, 'throughput')})")
+    schedule, value, status = incumbent.schedule, incumbent.value, "heuristic"
+    if solved.device is not None:
+        sched = _schedule(cost, solved.device, options)
+        if sched is None:
+            notes.append("the MILP's assignment does not validate; keeping the warm start")
+        else:
+            got = objective_value(sched, "throughput")
+            if got <= value * (1 + REL_TOL):
+                schedule, value = sched, got
+                status = solved.status if exact_prices else "feasible"
+    bound = solved.bound if exact_prices else None
+    if bound is not None and value <= bound * (1 + REL_TOL):
+        status = "optimal"
+    bad = non_contiguous(cost, schedule.device_of)
+    names = cost.platform.devices
+    notes.append("the split is contiguous" if not bad else
+                 "the split is not contiguous on " + ", ".join(names[d].name for d in bad))
+    return make_result(cost, options, schedule, value, status, bound, t0, notes)
