@@ -135,6 +135,9 @@ def compile_graph(
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if throughput_model is not None:
         plat = replace(plat, throughput_model=throughput_model)
+    if options.objective == "throughput" and plat.throughput_model == "max-load" and not options.schedule.memory:
+        # the max-load model has a memory knapsack per device: --memory is part of it
+        options = replace(options, schedule=replace(options.schedule, memory=True))
     if fuse == "auto":
         graph = stage("fuse", lambda: fuse_for(graph, plat))
     cost = stage("cost", lambda: build_cost_table(graph, plat))

@@ -147,7 +147,7 @@ def instance_dsl(inst: Instance) -> str:
         f"{os.path.basename(inst.file)}: a dnn-partitioning instance (Tarnawski et al., NeurIPS 2020), "
         f"{len(g.tasks)} nodes ({backward} backward), {len(g.edges)} edges, {classes} colocation classes",
         "imported by `mapper import dnn-partitioning`: times in seconds (their milliseconds x 1e-3), memory in "
-        "bytes; map with --objective throughput --memory on the platform written with it",
+        "bytes; map with --objective throughput on the platform written with it (max-load, memory checked)",
     ]
     return graph_to_dsl(g, header)
 

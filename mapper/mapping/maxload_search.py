@@ -8,6 +8,7 @@ give the warm start, and the exact model of
 or not) for the rest of the time limit. The answer says whether its split
 is contiguous, and is ``optimal`` only when the solver proves it and the
 model prices transfers exactly (one transfer time per edge, as in the paper).
+The memory knapsack of the model always applies.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
                  t0: float) -> MapResult:
     """Minimise the max-load period (module docstring); ``best`` is the best heuristic's schedule."""
     notes = list(notes)
-    memory = options.schedule.memory
+    memory = True  # the model's knapsack (the pipeline turns --memory on for it, so the validator checks it)
     groups = task_groups(cost)
     dp = split_dp(cost, groups, memory)
     incumbent = best

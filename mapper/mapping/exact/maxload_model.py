@@ -13,13 +13,19 @@ other groups ``H(u)``, ``d`` a device that pays transfers, i.e. not a CPU):
   is on ``d`` and ``u`` is not;
 * ``period >= sum_g time[g][d] x[g,d] + sum_u c(u) (out[u,d] + in[u,d])`` for
   a paying device, ``period >= sum_g time[g][d] x[g,d]`` for a CPU;
+* where ``u``'s edges have different times, ``c(u)`` is paid in levels: with
+  ``c_1 > c_2 > ...`` the distinct times of its edges into each consumer
+  group (the slowest edge into it), level ``l`` has its own ``out`` and
+  ``in`` over the groups whose time is at least ``c_l``, priced
+  ``c_l - c_{l+1}``; their sum is the slowest crossing edge, as the load
+  counts it;
 * with ``memory``: ``sum_g memory[g] x[g,d] <= capacity[d]``;
 * interchangeable devices used in order of their lowest group index.
 
-``c(u)`` is the slowest transfer of ``u``'s edges
+An edge's time is its slowest transfer between two devices
 (:func:`~mapper.mapping.maxload.edge_transfer`), which is the model's
-transfer time when, as in the paper, a transfer takes the same time between
-any two devices; otherwise the model prices every transfer at its slowest
+time when, as in the paper, a transfer takes the same time between any two
+devices; otherwise the model prices every transfer at its slowest
 route and its optimum is an upper bound (the caller re-evaluates exactly).
 Minimising ``period`` pushes ``out`` and ``in`` to their exact values on the
 bottleneck device. Times are scaled so the warm start's period is
@@ -96,30 +102,18 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
     flows: dict[str, Var] = {}
     for u in range(cost.n_tasks):
         home = groups.of[u]
-        others = sorted({groups.of[g.edges[e].dst] for e in g.succs[u]} - {home})
-        c = max((edge_transfer(cost, e) for e in g.succs[u]), default=0.0) * k
-        if not others or c <= 0:
-            continue
-        for d in range(nd):
-            if not pays[d]:
-                continue
-            here = x.get((home, d))
-            there = [x[h, d] for h in others if (h, d) in x]
-            if here is not None:
-                out = flows[f"o_{u}_{d}"] = prob.continuous(f"o_{u}_{d}", 0, 1)
-                for var in there:
-                    prob.add_row({out: 1.0, here: -1.0, var: 1.0}, 0.0, ">=")
-                if len(there) < len(others):  # a consumer group that cannot be on d is elsewhere
-                    prob.add_row({out: 1.0, here: -1.0}, 0.0, ">=")
-                loads[d][out] = c
-            if there:
-                inn = flows[f"i_{u}_{d}"] = prob.continuous(f"i_{u}_{d}", 0, 1)
-                for var in there:
-                    row = {inn: 1.0, var: -1.0}
-                    if here is not None:
-                        row[here] = 1.0
-                    prob.add_row(row, 0.0, ">=")
-                loads[d][inn] = c
+        price: dict[int, float] = {}  # consumer group -> the slowest edge of u into it
+        for e in g.succs[u]:
+            h = groups.of[g.edges[e].dst]
+            if h != home:
+                price[h] = max(price.get(h, 0.0), edge_transfer(cost, e) * k)
+        levels = sorted({c for c in price.values() if c > 0}, reverse=True)
+        for li, c in enumerate(levels):
+            step = c - (levels[li + 1] if li + 1 < len(levels) else 0.0)
+            others = sorted(h for h, ch in price.items() if ch >= c)
+            for d in range(nd):
+                if pays[d]:
+                    _flows(prob, x, loads[d], flows, f"{u}_{d}_{li}", home, others, d, step)
     for d in range(nd):
         prob.add_row(loads[d], 0.0, "<=")
     prob.minimise({period: 1.0})
@@ -149,6 +143,29 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
     return MaxLoadSolved(status, tuple(device), value, bound, n_bin, n_rows)
 
 
+def _flows(prob: Problem, x: dict, load: dict[Var, float], flows: dict[str, Var], key: str, home: int,
+           others: list[int], d: int, step: float) -> None:
+    """``out`` and ``in`` of one output at one price level on device ``d``: sent
+    once if a consumer group in ``others`` is off ``d``, received once if one is on it."""
+    here = x.get((home, d))
+    there = [x[h, d] for h in others if (h, d) in x]
+    if here is not None:
+        out = flows[f"o_{key}"] = prob.continuous(f"o_{key}", 0, 1)
+        for var in there:
+            prob.add_row({out: 1.0, here: -1.0, var: 1.0}, 0.0, ">=")
+        if len(there) < len(others):  # a consumer group that cannot be on d is elsewhere
+            prob.add_row({out: 1.0, here: -1.0}, 0.0, ">=")
+        load[out] = step
+    if there:
+        inn = flows[f"i_{key}"] = prob.continuous(f"i_{key}", 0, 1)
+        for var in there:
+            row = {inn: 1.0, var: -1.0}
+            if here is not None:
+                row[here] = 1.0
+            prob.add_row(row, 0.0, ">=")
+        load[inn] = step
+
+
 def _warm(cost: CostTable, groups: Groups, start: Sequence[int], x: dict, flows: dict[str, Var],
           start_value: float | None, k: float) -> dict[str, float]:
     """Column values of the start assignment (devices relabelled for the symmetry rows)."""
@@ -156,10 +173,16 @@ def _warm(cost: CostTable, groups: Groups, start: Sequence[int], x: dict, flows:
     vals = {var.name: 1.0 if gdev[q] == d else 0.0 for (q, d), var in x.items()}
     g = cost.graph
     for name, var in flows.items():
-        kind, u_s, d_s = name.split("_")
+        kind, u_s, d_s, level_s = name.split("_")
         u, d = int(u_s), int(d_s)
         home = groups.of[u]
-        cons = {gdev[groups.of[g.edges[e].dst]] for e in g.succs[u]}
+        price: dict[int, float] = {}
+        for e in g.succs[u]:
+            h = groups.of[g.edges[e].dst]
+            if h != home:
+                price[h] = max(price.get(h, 0.0), edge_transfer(cost, e) * k)
+        levels = sorted({c for c in price.values() if c > 0}, reverse=True)
+        cons = {gdev[h] for h, c in price.items() if c >= levels[int(level_s)]}
         if kind == "o":
             vals[var.name] = 1.0 if gdev[home] == d and any(c != d for c in cons) else 0.0
         else:
