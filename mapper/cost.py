@@ -227,7 +227,7 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
     bounds: list[tuple[str, ...]] = []
     areas: list[tuple[float, ...]] = []
     reasons: list[tuple[int, int, str]] = []
-    footprint = tuple(float(t.bytes_read + t.bytes_written) if t.memory is None else t.memory for t in graph.tasks)
+    footprint = footprints(graph)
     capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
     for task in graph.tasks:
         explicit = _explicit_costs(task, platform) if task.explicit_cost else None
@@ -277,6 +277,25 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
             d.area if d.kind == "fpga" and d.area is not None else INF for d in devices
         ),
     )
+
+
+def footprints(graph: TaskGraph) -> tuple[float, ...]:
+    """Each task's static footprint, what ``--memory`` sums per device: its
+    ``memory`` when declared, else the larger of its work's bytes and the data
+    it touches (weights, the inputs its edges bring, its output). A device's
+    peak over time (:mod:`mapper.memory`) never exceeds the sum over its tasks."""
+    incoming = [0.0] * len(graph.tasks)
+    for e in graph.edges:
+        incoming[e.dst] += e.bytes
+    out = []
+    for t in graph.tasks:
+        if t.memory is not None:
+            out.append(float(t.memory))
+            continue
+        weights = sum(o.type.nbytes for o in t.operands if o.kind == "weight")
+        produced = t.output.nbytes if t.output is not None else t.bytes_written
+        out.append(float(max(t.bytes_read + t.bytes_written, weights + incoming[t.index] + produced)))
+    return tuple(out)
 
 
 def colocation_classes(graph: TaskGraph) -> tuple[tuple[int, ...], ...]:

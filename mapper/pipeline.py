@@ -22,10 +22,11 @@ from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
 from mapper.platform import Platform, load_platform
 from mapper.platform_schema import THROUGHPUT_MODELS
+from mapper.training import training_step
 from mapper.validate import validate
 
 #: Stage names, in order; ``dump_after`` takes one of them.
-STAGES = ("parse", "lower", "platform", "fuse", "cost", "map", "validate")
+STAGES = ("parse", "lower", "platform", "fuse", "train", "cost", "map", "validate")
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -79,6 +80,7 @@ def compile_graph(
     on_stage: Callable[[str, float], None] | None = None,
     fuse: str = "auto",
     throughput_model: str | None = None,
+    train: str | None = None,
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -94,6 +96,8 @@ def compile_graph(
         platform runs fused kernels (GPUs by default); ``none`` never does.
     throughput_model : how ``--objective throughput`` prices a period
         (:mod:`mapper.mapping.objectives`); None keeps the platform's.
+    train : an optimizer name (``sgd``, ``adam``): map the training step of the
+        (fused) forward graph (:mod:`mapper.training`); None maps it as it is.
 
     Raises
     ------
@@ -140,6 +144,8 @@ def compile_graph(
         options = replace(options, schedule=replace(options.schedule, memory=True))
     if fuse == "auto":
         graph = stage("fuse", lambda: fuse_for(graph, plat))
+    if train is not None:
+        graph = stage("train", lambda: training_step(graph, train))
     cost = stage("cost", lambda: build_cost_table(graph, plat))
 
     def map_all() -> tuple[MapResult, ...]:

@@ -12,7 +12,8 @@ Violation kinds: ``structure`` (slots missing or misnumbered), ``time``
 under contention), ``order`` (``schedule.order``, when given, disagrees
 with the slots), ``stream`` (a pipelined FPGA chain off its pipeline
 times), ``colocation`` (a ``colocate`` class split over devices),
-``memory``, ``area``, ``makespan``.
+``memory`` (the tasks' static footprints, and the peak over time of
+:mod:`mapper.memory`), ``area``, ``makespan``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mapper.cost import CostTable, stream_chain_times
+from mapper.memory import peak_memory
 
 if TYPE_CHECKING:  # types only: the validator shares no code with the schedule builder
     from mapper.schedule import Schedule, Transfer
@@ -337,6 +339,11 @@ class _Checker:
                 if used[d] > cap[d] * (1 + 1e-9):
                     self.add(kind, f"tasks on {self.dev(d)} need {used[d]:.6g} {unit}, it has {cap[d]:.6g}",
                              tasks=on[d])
+        if opts.memory:
+            for d, peak in enumerate(peak_memory(self.s)):
+                if peak.bytes > cost.memory_capacity[d] * (1 + 1e-9):
+                    self.add("memory", f"{self.dev(d)} holds {peak.bytes:.6g} bytes at {peak.at:.6g} s, it has "
+                                       f"{cost.memory_capacity[d]:.6g}")
 
     def check_makespan(self) -> None:
         latest = max((sl.end for sl in self.s.slots), default=0.0)

@@ -15,7 +15,7 @@ def test_summary_table_contents():
     res = small_result()
     out = summary_table(res)
     lines = out.splitlines()
-    assert lines[0].split() == ["device", "kind", "tasks", "busy", "util"]
+    assert lines[0].split() == ["device", "kind", "tasks", "busy", "util", "peak", "mem"]
     cpu = next(ln for ln in lines if ln.startswith("cpu0"))
     assert cpu.split()[:3] == ["cpu0", "cpu", "3"]
     assert "1.75 ms" in cpu  # embed 1 + norm 0.5 + out 0.25
@@ -64,7 +64,7 @@ def test_json_contract_keys_and_values():
     assert tr["links"] == ["gpu0->cpu0", "cpu0->fpga0"] and tr["bytes"] == 1e6
     assert {"edge", "src", "dst", "from", "to", "start", "end", "bytes"} <= set(tr)
     assert [x["name"] for x in d["devices"]] == ["cpu0", "gpu0", "fpga0"]
-    assert set(d["devices"][0]) == {"name", "kind", "tasks", "busy", "utilisation"}
+    assert set(d["devices"][0]) == {"name", "kind", "tasks", "busy", "utilisation", "peak_memory"}
     assert 0 <= d["devices"][1]["utilisation"] <= 1
 
 

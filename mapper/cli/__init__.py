@@ -39,6 +39,24 @@ def add_fuse_option(p: argparse.ArgumentParser) -> None:
                         "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
 
 
+def add_train_options(p: argparse.ArgumentParser) -> None:
+    """``--train`` and ``--optimizer``, as ``compile`` and ``cost`` take them (mapper.training)."""
+    p.add_argument("--train", action="store_true",
+                   help="map a training step: backward tasks per op, optimizer updates, activations kept "
+                        "for the backward pass (docs/ops.md, Training)")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
+                   help="with --train: the optimizer step (default sgd, with momentum)")
+
+
+def train_option(args: argparse.Namespace) -> str | None:
+    """The optimizer ``--train`` asks for (None without ``--train``); ``--optimizer`` alone is an error."""
+    if args.optimizer is not None and not args.train:
+        from mapper.errors import OptionsError
+
+        raise OptionsError("--optimizer applies only with --train", obj="--optimizer")
+    return (args.optimizer or "sgd") if args.train else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mapper",

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from mapper.cli import add_fuse_option
+from mapper.cli import add_fuse_option, add_train_options, train_option
 from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
@@ -63,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ):
         p.add_argument(f"--{name}", action="store_true", help=text)
     add_fuse_option(p)
+    add_train_options(p)
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
     p.add_argument("--timings", action="store_true",
                    help="add solve times to the JSON and HTML reports (which then differ from run to run)")
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             compiled = compile_graph(
                 args.file, args.platform, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
-                throughput_model=args.throughput_model,
+                throughput_model=args.throughput_model, train=train_option(args),
                 on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:

@@ -11,10 +11,11 @@ import json
 import math
 import sys
 
-from mapper.cli import add_fuse_option
+from mapper.cli import add_fuse_option, add_train_options, train_option
 from mapper.cost import CostTable, build_cost_table
 from mapper.fusion import fuse_for
 from mapper.platform import load_platform
+from mapper.training import training_step
 from mapper.units import fmt_bytes, fmt_time
 
 #: One-letter marker per bound.
@@ -35,6 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("file", metavar="FILE", help="a task-graph program (.tg)")
     p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a .toml path")
     add_fuse_option(p)
+    add_train_options(p)
     p.add_argument("--json", action="store_true", help="print the cost table as JSON")
     p.add_argument("--all", action="store_true", help=f"print every row (default: the first {ROW_LIMIT})")
     p.set_defaults(func=run)
@@ -45,7 +47,11 @@ def run(args) -> int:
 
     platform = load_platform(args.platform)
     graph = load_graph(args.file)
-    cost = build_cost_table(fuse_for(graph, platform, args.fuse), platform)
+    graph = fuse_for(graph, platform, args.fuse)
+    optimizer = train_option(args)
+    if optimizer is not None:
+        graph = training_step(graph, optimizer)
+    cost = build_cost_table(graph, platform)
     if args.json:
         json.dump(to_json_dict(cost), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -15,6 +15,7 @@ import os
 
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
+from mapper.memory import peak_memory
 from mapper.report.common import device_stats, round_sig
 
 
@@ -86,8 +87,9 @@ def to_json_dict(result: MapResult, *, timings: bool = False) -> dict:
         "tasks": tasks,
         "transfers": transfers,
         "devices": [
-            {"name": d.name, "kind": d.kind, "tasks": d.tasks, "busy": r(d.busy), "utilisation": r(d.utilisation)}
-            for d in device_stats(sched)
+            {"name": d.name, "kind": d.kind, "tasks": d.tasks, "busy": r(d.busy), "utilisation": r(d.utilisation),
+             "peak_memory": r(p.bytes)}
+            for d, p in zip(device_stats(sched), peak_memory(sched))
         ],
         "notes": list(result.notes),
     }

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
+from mapper.memory import peak_memory
 from mapper.report.common import device_stats
-from mapper.units import fmt_pct, fmt_time
+from mapper.units import fmt_bytes, fmt_pct, fmt_time
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
@@ -25,16 +26,18 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tupl
 def summary_table(result: MapResult) -> str:
     """Per-device load, then the quality of the mapping, as plain text.
 
-    Columns: device, kind, tasks, busy time, utilisation (busy / makespan).
+    Columns: device, kind, tasks, busy time, utilisation (busy / makespan),
+    peak memory (:func:`mapper.memory.peak_memory`).
     Then makespan, lower bound, gap, status, mapper, objective, solve time,
     the schedule options that were on, and the mapper's notes.
     """
     sched = result.schedule
     rows = [
-        (d.name, d.kind, str(d.tasks), fmt_time(d.busy), fmt_pct(d.utilisation))
-        for d in device_stats(sched)
+        (d.name, d.kind, str(d.tasks), fmt_time(d.busy), fmt_pct(d.utilisation), fmt_bytes(p.bytes))
+        for d, p in zip(device_stats(sched), peak_memory(sched))
     ]
-    lines = _table(("device", "kind", "tasks", "busy", "util"), rows, (False, False, True, True, True))
+    lines = _table(("device", "kind", "tasks", "busy", "util", "peak mem"), rows,
+                   (False, False, True, True, True, True))
     objective = result.objective
     if result.objective != "makespan" or result.objective_value != sched.makespan:
         value = fmt_time(result.objective_value) if result.objective != "energy" else f"{result.objective_value:.6g} J"
