@@ -97,7 +97,7 @@ def random_instance(seed: int, n: int = 7) -> str:
     return "\n".join(lines)
 
 
-def brute_force(cost, memory: bool) -> float:
+def brute_force(cost, memory: bool, contiguous: bool = False) -> float:
     best = float("inf")
     g = cost.graph
     for device in itertools.product(range(cost.n_devices), repeat=cost.n_tasks):
@@ -108,6 +108,8 @@ def brute_force(cost, memory: bool) -> float:
             continue
         if memory and any(sum(cost.footprint[t] for t in range(cost.n_tasks) if device[t] == d)
                           > cost.memory_capacity[d] for d in range(cost.n_devices)):
+            continue
+        if contiguous and non_contiguous(cost, device):
             continue
         best = min(best, max(loads(cost, device)))
     return best
@@ -122,6 +124,16 @@ def test_the_milp_finds_the_brute_force_optimum(seed):
     assert result.objective_value == pytest.approx(brute_force(cost, True), rel=1e-6)
     assert not validate(result.schedule)
     assert result.lower_bound == pytest.approx(result.objective_value, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_contiguous_splits_on_request(seed):
+    cost = table(random_instance(seed + 20), PLATFORM.replace("memory_gib = 1", "memory_gib = 8"))
+    result = get_mapper("milp").map(cost, MapOptions(objective="throughput", time_limit=20, contiguous=True,
+                                                    schedule=ScheduleOptions(memory=True)))
+    assert result.status == "optimal" and not non_contiguous(cost, result.schedule.device_of)
+    assert result.objective_value == pytest.approx(brute_force(cost, True, contiguous=True), rel=1e-6)
+    assert result.objective_value >= brute_force(cost, True) * (1 - 1e-9)
 
 
 def test_the_dp_is_optimal_over_contiguous_splits_of_a_chain():

@@ -50,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
                    help="with --objective throughput: how a period is priced (default: the platform's "
                         "throughput_model, else device-load; docs/cost_model.md)")
+    p.add_argument("--contiguous", action="store_true",
+                   help="with the max-load throughput model: each device's forward tasks form a contiguous set")
     p.add_argument("--makespan-bound", type=float, metavar="S",
                    help="with --objective energy: the schedule must finish within S seconds")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised mappers (default 0)")
@@ -189,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             contention=args.contention, streaming=args.streaming, memory=args.memory, area=args.area
         ),
         makespan_bound=args.makespan_bound,
+        contiguous=args.contiguous,
         progress=progress,
         stop=interrupt,
     )

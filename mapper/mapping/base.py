@@ -42,6 +42,7 @@ class MapOptions:
     seed: int = 0
     schedule: ScheduleOptions = ScheduleOptions()
     makespan_bound: float | None = None  # with objective="energy"
+    contiguous: bool = False  # max-load throughput: each device's forward tasks form a contiguous set
     progress: Callable[[Progress], None] | None = field(default=None, compare=False)
     stop: Callable[[], bool] | None = field(default=None, compare=False)
 

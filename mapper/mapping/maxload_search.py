@@ -5,8 +5,9 @@ and an integer program for arbitrary ones. Here the contiguous-split DP of
 :func:`mapper.mapping.maxload.split_dp` and the list-scheduling heuristics
 give the warm start, and the exact model of
 :mod:`mapper.mapping.exact.maxload_model` searches every split (contiguous
-or not) for the rest of the time limit. The answer says whether its split
-is contiguous, and is ``optimal`` only when the solver proves it and the
+or not; only contiguous ones with ``MapOptions.contiguous``) for the rest
+of the time limit. The answer says whether its split is contiguous, and is
+``optimal`` only when the solver proves it and the
 model prices transfers exactly (one transfer time per edge, as in the paper).
 The memory knapsack of the model always applies.
 """
@@ -47,41 +48,48 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
     groups = task_groups(cost)
     dp = split_dp(cost, groups, memory)
     incumbent = best
+    if options.contiguous and best is not None and non_contiguous(cost, best.schedule.device_of):
+        incumbent = None  # the heuristic's split is not contiguous
     if dp is not None:
         sched = _schedule(cost, dp[0], options)
-        if sched is not None:
+        if sched is not None and not (options.contiguous and non_contiguous(cost, dp[0])):
             value = objective_value(sched, "throughput")
             notes.append(f"contiguous-split DP over {groups.n} groups: period {fmt_objective(value, 'throughput')}")
             if incumbent is None or value < incumbent.value * (1 - REL_TOL):
                 incumbent = Incumbent("the contiguous-split DP", sched, value)
-    if incumbent is None:
-        raise InfeasibleError("no assignment fits the devices" + (" and their memory" if memory else ""),
-                              obj=cost.graph.name)
     exact_prices = uniform_transfers(cost)
     if not exact_prices:
         notes.append("transfer times differ between device pairs: the model prices each at its slowest route, "
                      "and the schedule is re-evaluated exactly")
     report = progress_reporter(options, t0, "exact MILP")
-    solved = solve_max_load(cost, groups, incumbent.schedule.device_of, incumbent.value, memory,
+    solved = solve_max_load(cost, groups, incumbent.schedule.device_of if incumbent else None,
+                            incumbent.value if incumbent else None, memory,
                             max(0.01, options.time_limit - (time.perf_counter() - t0)), options.seed,
-                            progress=report, stop=options.stop)
-    notes.append(f"max-load MILP: {solved.n_binaries} binaries, {solved.n_rows} rows, {solved.status}; "
-                 f"warm start from {incumbent.name} (period {fmt_objective(incumbent.value, 'throughput')})")
-    schedule, value, status = incumbent.schedule, incumbent.value, "heuristic"
+                            progress=report, stop=options.stop, contiguous=options.contiguous)
+    start = (f"warm start from {incumbent.name} (period {fmt_objective(incumbent.value, 'throughput')})"
+             if incumbent else "no warm start")
+    notes.append(f"max-load MILP: {solved.n_binaries} binaries, {solved.n_rows} rows, {solved.status}; {start}")
+    found: tuple[Schedule, float, str] | None = None
+    if incumbent is not None:
+        found = (incumbent.schedule, incumbent.value, "heuristic")
     if solved.device is not None:
         sched = _schedule(cost, solved.device, options)
         if sched is None:
-            notes.append("the MILP's assignment does not validate; keeping the warm start")
+            notes.append("the MILP's assignment does not validate")
         else:
             got = objective_value(sched, "throughput")
-            if got <= value * (1 + REL_TOL):
-                schedule, value = sched, got
-                status = solved.status if exact_prices else "feasible"
+            if found is None or got <= found[1] * (1 + REL_TOL):
+                found = (sched, got, solved.status if exact_prices else "feasible")
+    if found is None:
+        what = "contiguous split" if options.contiguous else "assignment"
+        raise InfeasibleError(f"no {what} fits the devices and their memory"
+                              + (" within the time limit" if solved.status == "none" else ""), obj=cost.graph.name)
+    schedule, value, status = found
     bound = solved.bound if exact_prices else None
     if bound is not None and value <= bound * (1 + REL_TOL):
         status = "optimal"
     bad = non_contiguous(cost, schedule.device_of)
     names = cost.platform.devices
-    notes.append("the split is contiguous" if not bad else
+    notes.append(("the split is contiguous" + (" (as asked)" if options.contiguous else "")) if not bad else
                  "the split is not contiguous on " + ", ".join(names[d].name for d in bad))
     return make_result(cost, options, schedule, value, status, bound, t0, notes)

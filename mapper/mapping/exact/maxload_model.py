@@ -20,7 +20,8 @@ other groups ``H(u)``, ``d`` a device that pays transfers, i.e. not a CPU):
   ``c_l - c_{l+1}``; their sum is the slowest crossing edge, as the load
   counts it;
 * with ``memory``: ``sum_g memory[g] x[g,d] <= capacity[d]``;
-* interchangeable devices used in order of their lowest group index.
+* interchangeable devices used in order of their lowest group index;
+* with ``contiguous``, the contiguity rows of :func:`_contiguity`.
 
 An edge's time is its slowest transfer between two devices
 (:func:`~mapper.mapping.maxload.edge_transfer`), which is the model's
@@ -61,7 +62,7 @@ class MaxLoadSolved:
 def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None, start_value: float | None,
                    memory: bool, time_limit: float, seed: int,
                    progress: Callable[[float | None, float | None], None] | None = None,
-                   stop: Callable[[], bool] | None = None) -> MaxLoadSolved:
+                   stop: Callable[[], bool] | None = None, contiguous: bool = False) -> MaxLoadSolved:
     """Build and solve the model (module docstring) from the warm start ``start`` (device per task)."""
     t0 = time.perf_counter()
     g = cost.graph
@@ -92,6 +93,8 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
                         if (r, prev) in x:
                             row[x[r, prev]] = row.get(x[r, prev], 0.0) - 1.0
                     prob.add_row(row, 0.0, "<=")
+    if contiguous:
+        _contiguity(cost, groups, prob, x)
     period = prob.continuous("period", 0)
     pays = pays_transfers(cost)
     loads: list[dict[Var, float]] = [{period: -1.0} for _ in range(nd)]
@@ -117,7 +120,7 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
     for d in range(nd):
         prob.add_row(loads[d], 0.0, "<=")
     prob.minimise({period: 1.0})
-    vals = _warm(cost, groups, start, x, flows, start_value, k) if start is not None else None
+    vals = _warm(cost, groups, start, x, flows, start_value, k, contiguous) if start is not None else None
 
     def on_event(run_time: float, incumbent: float, bound: float, improving: bool) -> None:
         if progress is not None:
@@ -141,6 +144,35 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
     if status == "optimal" and bound is None:
         bound = value
     return MaxLoadSolved(status, tuple(device), value, bound, n_bin, n_rows)
+
+
+def _contiguity(cost: CostTable, groups: Groups, prob: Problem, x: dict) -> None:
+    """Every device's forward tasks contiguous (Tarnawski et al.'s ``throughput-ip``):
+    ``y[v,d] >= x[v,d]``, and for a forward edge ``u -> v`` ``y[v,d] <= y[u,d]`` and
+    ``y[v,d] <= x[v,d] - x[u,d] + 1``; ``y`` marks the tasks on ``d`` and those
+    before them, and a path that leaves ``d`` cannot come back."""
+    g = cost.graph
+    forward = [t for t in range(cost.n_tasks) if not g.tasks[t].backward]
+    for d in range(cost.n_devices):
+        y = {t: prob.continuous(f"y_{t}_{d}", 0, 1) for t in forward}
+        for t in forward:
+            var = x.get((groups.of[t], d))
+            if var is not None:
+                prob.add_row({y[t]: 1.0, var: -1.0}, 0.0, ">=")
+        for e in g.edges:
+            u, v = e.src, e.dst
+            if u not in y or v not in y:
+                continue
+            prob.add_row({y[v]: 1.0, y[u]: -1.0}, 0.0, "<=")
+            xu, xv = x.get((groups.of[u], d)), x.get((groups.of[v], d))
+            if xu is xv:
+                continue  # one group: the row is y[v] <= 1
+            row = {y[v]: 1.0}
+            if xv is not None:
+                row[xv] = -1.0
+            if xu is not None:
+                row[xu] = 1.0
+            prob.add_row(row, 0.0, "<=", 1)
 
 
 def _flows(prob: Problem, x: dict, load: dict[Var, float], flows: dict[str, Var], key: str, home: int,
@@ -167,7 +199,7 @@ def _flows(prob: Problem, x: dict, load: dict[Var, float], flows: dict[str, Var]
 
 
 def _warm(cost: CostTable, groups: Groups, start: Sequence[int], x: dict, flows: dict[str, Var],
-          start_value: float | None, k: float) -> dict[str, float]:
+          start_value: float | None, k: float, contiguous: bool) -> dict[str, float]:
     """Column values of the start assignment (devices relabelled for the symmetry rows)."""
     gdev = canonical_devices(tuple(start[m[0]] for m in groups.members), identical_device_classes(cost))
     vals = {var.name: 1.0 if gdev[q] == d else 0.0 for (q, d), var in x.items()}
@@ -189,4 +221,13 @@ def _warm(cost: CostTable, groups: Groups, start: Sequence[int], x: dict, flows:
             vals[var.name] = 1.0 if gdev[home] != d and d in cons else 0.0
     if start_value is not None:
         vals["period"] = start_value * k
+    if contiguous:
+        # y[t,d]: t is on d or a forward path leads from t to a task on d
+        for d in range(cost.n_devices):
+            on = [False] * cost.n_tasks
+            for t in reversed(g.topo_order):
+                if g.tasks[t].backward:
+                    continue
+                on[t] = gdev[groups.of[t]] == d or any(on[v] for v in g.succ_tasks(t) if not g.tasks[v].backward)
+                vals[f"y_{t}_{d}"] = 1.0 if on[t] else 0.0
     return vals
