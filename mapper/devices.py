@@ -111,6 +111,8 @@ class Platform:
     switches: tuple[Switch, ...] = ()
     #: how ``--objective throughput`` prices a period here (mapper.mapping.objectives)
     throughput_model: str = "device-load"
+    #: micro-batches per training iteration under the ``1f1b`` throughput model
+    micro_batches: int = 8
 
     def resources(self, link: int) -> tuple[int, ...]:
         """What a transfer on ``link`` holds under contention: the link itself

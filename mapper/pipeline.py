@@ -21,7 +21,7 @@ from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
 from mapper.platform import Platform, load_platform
-from mapper.platform_schema import THROUGHPUT_MODELS
+from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
 from mapper.training import training_step
 from mapper.validate import validate
 
@@ -81,6 +81,7 @@ def compile_graph(
     fuse: str = "auto",
     throughput_model: str | None = None,
     train: str | None = None,
+    micro_batches: int | None = None,
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -96,6 +97,8 @@ def compile_graph(
         platform runs fused kernels (GPUs by default); ``none`` never does.
     throughput_model : how ``--objective throughput`` prices a period
         (:mod:`mapper.mapping.objectives`); None keeps the platform's.
+    micro_batches : micro-batches per iteration under the ``1f1b`` throughput
+        model; None keeps the platform's.
     train : an optimizer name (``sgd``, ``adam``): map the training step of the
         (fused) forward graph (:mod:`mapper.training`); None maps it as it is.
 
@@ -109,6 +112,10 @@ def compile_graph(
     if throughput_model is not None and throughput_model not in THROUGHPUT_MODELS:
         raise OptionsError(f"unknown throughput model {throughput_model!r}; choose one of "
                            f"{', '.join(THROUGHPUT_MODELS)}", obj="--throughput-model")
+    if micro_batches is not None and (isinstance(micro_batches, bool) or not isinstance(micro_batches, int)
+                                      or not 1 <= micro_batches <= MAX_MICRO_BATCHES):
+        raise OptionsError(f"the micro-batch count must be an integer from 1 to {MAX_MICRO_BATCHES}, "
+                           f"got {micro_batches!r}", obj="--micro-batches")
     get_mapper(mapper)  # unknown names fail before any work
     for name in compare:
         get_mapper(name, "--compare")
@@ -139,6 +146,8 @@ def compile_graph(
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if throughput_model is not None:
         plat = replace(plat, throughput_model=throughput_model)
+    if micro_batches is not None:
+        plat = replace(plat, micro_batches=micro_batches)
     if options.objective == "throughput" and plat.throughput_model == "max-load" and not options.schedule.memory:
         # the max-load model has a memory knapsack per device: --memory is part of it
         options = replace(options, schedule=replace(options.schedule, memory=True))

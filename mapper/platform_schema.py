@@ -52,9 +52,11 @@ _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "latency_us": ("nonneg", "microseconds"),
 }
 _LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
-_TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model")
+_TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model", "micro_batches")
 #: The throughput models a platform may name (mapper.mapping.objectives).
-THROUGHPUT_MODELS = ("device-load", "max-load")
+THROUGHPUT_MODELS = ("device-load", "max-load", "1f1b")
+#: The most micro-batches an iteration may have.
+MAX_MICRO_BATCHES = 1_000_000
 _SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNIT_SUFFIXES = (
@@ -364,6 +366,12 @@ class Checker:
             if model not in THROUGHPUT_MODELS:
                 raise self.fail("throughput_model", f"unknown throughput model {model!r}; choose one of "
                                                     f"{', '.join(THROUGHPUT_MODELS)}")
+        micro = 8
+        if "micro_batches" in doc:
+            micro = doc["micro_batches"]
+            if isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= MAX_MICRO_BATCHES:
+                raise self.fail("micro_batches", f"expected an integer from 1 to {MAX_MICRO_BATCHES}, "
+                                                 f"got {_describe(micro)}")
         return Platform(
             name=name,
             devices=tuple(devices),
@@ -373,6 +381,7 @@ class Checker:
             description=description,
             switches=switches,
             throughput_model=model,
+            micro_batches=micro,
         )
 
     def switch(self, raw: Any, k: int, names: set[str]) -> Switch:

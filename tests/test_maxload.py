@@ -287,3 +287,72 @@ def test_the_dsl_text_names_where_it_came_from():
                           ' "isBackwardNode": false, "colorClass": 4, "size": 10}], "edges": []}', "x.json")
     text = instance_dsl(inst)
     assert "Tarnawski" in text and "task conv_1 cost { cpu: 0.002 } memory 10.0 colocate c4" in text
+
+
+# -- 1F1B pipelined training -------------------------------------------------------------------------
+
+PIPE = """
+name = "pipe"
+throughput_model = "1f1b"
+micro_batches = 4
+[[device]]
+name = "g1"
+kind = "gpu"
+[[device]]
+name = "g2"
+kind = "gpu"
+[[device]]
+name = "g3"
+kind = "gpu"
+"""
+
+
+def test_a_1f1b_iteration_is_fill_and_drain_plus_m_minus_one_periods():
+    cost = table("""graph g {
+      task a cost { gpu: 3 }
+      task b cost { gpu: 5 }
+      a -> b comm 1
+    }""", PIPE)
+    from mapper.mapping.objectives import period_of
+
+    split = loads(cost, (0, 1))
+    assert split == pytest.approx((3.0, 6.0, 0.0))
+    assert period_of(cost, split) == pytest.approx((9 + 3 * 6) / 4)  # 6.75: better than 8 on one device
+    assert period_of(cost, loads(cost, (0, 0))) == pytest.approx((8 + 3 * 8) / 4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("micro", [1, 3, 50])
+def test_the_milp_optimises_the_1f1b_period(seed, micro):
+    rng = random.Random(seed)
+    lines = ["graph p {"]
+    for t in range(6):
+        lines.append(f"  task t{t} cost {{ g1: {rng.randint(2, 9)}, g2: {rng.randint(2, 9)}, g3: {rng.randint(2, 9)} }}")
+    for v in range(1, 6):
+        for u in rng.sample(range(v), min(v, rng.randint(1, 2))):
+            lines.append(f"  t{u} -> t{v} comm {rng.randint(0, 3)}")
+    lines.append("}")
+    cost = table("\n".join(lines), PIPE.replace("micro_batches = 4", f"micro_batches = {micro}"))
+    from mapper.mapping.objectives import period_of
+
+    best = min(period_of(cost, loads(cost, dev)) for dev in itertools.product(range(3), repeat=6))
+    result = get_mapper("milp").map(cost, MapOptions(objective="throughput", time_limit=20))
+    assert result.status == "optimal" and result.objective_value == pytest.approx(best, rel=1e-6)
+    assert result.lower_bound <= best * (1 + 1e-9)
+    assert any(n.startswith("1F1B pipeline of") for n in result.notes)
+
+
+def test_micro_batch_options_are_checked(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(PIPE.replace("micro_batches = 4", "micro_batches = 0"))
+    tg = tmp_path / "g.tg"
+    tg.write_text("graph g {\n  task a cost { gpu: 1 }\n}\n")
+    assert main(["compile", str(tg), "--platform", str(bad)]) == 2
+    assert "micro_batches" in capsys.readouterr().err
+    good = tmp_path / "good.toml"
+    good.write_text(PIPE)
+    assert main(["compile", str(tg), "--platform", str(good), "--micro-batches", "4"]) == 2
+    assert "--micro-batches applies only with --objective throughput" in capsys.readouterr().err
+    assert main(["compile", str(tg), "--platform", str(good), "--objective", "throughput", "--micro-batches", "0"]) == 2
+    assert main(["compile", str(tg), "--platform", str(good), "--objective", "throughput", "--micro-batches", "2",
+                 "-q"]) == 0

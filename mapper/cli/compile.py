@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
                    help="with --objective throughput: how a period is priced (default: the platform's "
                         "throughput_model, else device-load; docs/cost_model.md)")
+    p.add_argument("--micro-batches", type=int, metavar="M",
+                   help="with the 1f1b throughput model: micro-batches per iteration (default: the platform's "
+                        "micro_batches, else 8)")
     p.add_argument("--contiguous", action="store_true",
                    help="with the max-load throughput model: each device's forward tasks form a contiguous set")
     p.add_argument("--makespan-bound", type=float, metavar="S",
@@ -176,8 +179,10 @@ def _dump(stage: str, product) -> str:
 def run(args: argparse.Namespace) -> int:
     check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace, "--dot": args.dot,
                    "--png": args.png}, existing(args.file, args.platform))
-    if args.throughput_model is not None and args.objective != "throughput":
-        raise OptionsError("--throughput-model applies only with --objective throughput", obj="--throughput-model")
+    for flag, given in (("--throughput-model", args.throughput_model is not None),
+                        ("--micro-batches", args.micro_batches is not None), ("--contiguous", args.contiguous)):
+        if given and args.objective != "throughput":
+            raise OptionsError(f"{flag} applies only with --objective throughput", obj=flag)
     if args.makespan_bound is not None and args.objective != "energy":
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
@@ -202,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
                 args.file, args.platform, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
+                micro_batches=args.micro_batches,
                 on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:

@@ -41,7 +41,8 @@ def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = Sche
     tasks in the graph, chains overlap, so only the largest single minimum
     time (a streamed chain lasts at least as long as its slowest stage). energy: the sum of each task's minimum
     energy. throughput (period): the larger of the largest minimum time and
-    the total minimum work over the devices.
+    the total minimum work over the devices (under ``1f1b``, with the total
+    minimum work as the fill and drain).
     """
     w = min_times(cost)
     if not w:
@@ -52,5 +53,9 @@ def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = Sche
     if objective == "energy":
         return float(sum(min(e for e, x in zip(erow, trow) if x < INF) for erow, trow in zip(cost.energy, cost.time)))
     if objective == "throughput":
-        return max(max(w), sum(w) / cost.n_devices)
+        busiest = max(max(w), sum(w) / cost.n_devices)
+        if cost.platform.throughput_model == "1f1b":
+            m = cost.platform.micro_batches
+            return (sum(w) + (m - 1) * busiest) / m
+        return busiest
     return None

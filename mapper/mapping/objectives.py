@@ -39,6 +39,21 @@ Definitions (the MILP encodes the same ones):
     device pays its compute only. Colocation classes and the memory
     knapsack of that model are constraints of every mapping
     (``colocate``, ``--memory``).
+
+    ``1f1b``: a training step pipelined over the devices in ``M`` micro-batches
+    (the platform's ``micro_batches``) with the one-forward-one-backward
+    schedule of PipeDream-Flush and DAPPLE (Narayanan et al., SC'21, 2.2; Fan
+    et al., PPoPP'21). The graph is the step of one micro-batch; each device
+    is a stage whose time per micro-batch is its ``device-load`` load, and an
+    iteration takes its fill and drain plus ``M - 1`` periods of the slowest
+    stage::
+
+        iteration = sum_d load(d) + (M - 1) max_d load(d),   period = iteration / M
+
+    so more stages balance the load but lengthen the bubble. The stage at
+    pipeline position ``k`` of ``S`` (devices ordered by their first forward
+    task) keeps the activations of ``min(M, S - k)`` micro-batches
+    (:func:`pipeline_stash`, in the notes).
 """
 
 from __future__ import annotations
@@ -101,8 +116,56 @@ def _max_load(cost: CostTable, device: Sequence[int], load: list[float]) -> tupl
 
 
 def period(schedule: Schedule) -> float:
-    """The pipelined period in seconds: ``max(device_loads(schedule))``."""
-    return max(device_loads(schedule), default=0.0)
+    """The pipelined period in seconds (module docstring)."""
+    return period_of(schedule.cost, device_loads(schedule))
+
+
+def period_of(cost: CostTable, load: Sequence[float]) -> float:
+    """The period of per-device loads under the platform's throughput model."""
+    if cost.platform.throughput_model == "1f1b":
+        m = cost.platform.micro_batches
+        return (sum(load) + (m - 1) * max(load, default=0.0)) / m
+    return max(load, default=0.0)
+
+
+def pipeline_notes(schedule: Schedule, objective: str) -> tuple[str, ...]:
+    """Under ``1f1b`` with the throughput objective: the stages, the bubble and
+    each stage's stashed activations, for a result's notes; () otherwise."""
+    cost = schedule.cost
+    if objective != "throughput" or cost.platform.throughput_model != "1f1b":
+        return ()
+    load = device_loads(schedule)
+    m = cost.platform.micro_batches
+    stash = pipeline_stash(schedule)
+    iteration = sum(load) + (m - 1) * max(load, default=0.0)
+    names = cost.platform.devices
+    stages = ", ".join(f"{names[d].name} ({k} in flight, {b / 2**20:.4g} MiB stashed)" for d, k, b in stash)
+    bubble = 1 - m * max(load, default=0.0) / iteration if iteration > 0 else 0.0
+    return (f"1F1B pipeline of {len(stash)} stages, {m} micro-batches: iteration {iteration:.6g} s, "
+            f"bubble {bubble:.1%}; stages {stages}",)
+
+
+def pipeline_stash(schedule: Schedule) -> tuple[tuple[int, int, float], ...]:
+    """Under ``1f1b``: ``(device, micro-batches in flight, stashed bytes)`` per used
+    device in pipeline order: a stage at position ``k`` of ``S`` keeps
+    ``min(M, S - k)`` micro-batches' activations (outputs of its forward tasks
+    that a backward task reads)."""
+    cost = schedule.cost
+    g = cost.graph
+    dev = schedule.device_of
+    first: dict[int, int] = {}
+    for pos, t in enumerate(g.topo_order):
+        if not g.tasks[t].backward:
+            first.setdefault(dev[t], pos)
+    stages = sorted(first, key=lambda d: first[d])
+    stash = {d: 0.0 for d in stages}
+    for t in range(cost.n_tasks):
+        task = g.tasks[t]
+        if not task.backward and any(g.tasks[v].backward for v in g.succ_tasks(t)):
+            stash[dev[t]] = stash.get(dev[t], 0.0) + (task.output.nbytes if task.output is not None
+                                                      else task.bytes_written)
+    m, s = cost.platform.micro_batches, len(stages)
+    return tuple((d, min(m, s - k), min(m, s - k) * stash[d]) for k, d in enumerate(stages))
 
 
 def objective_value(schedule: Schedule, objective: str) -> float:

@@ -11,7 +11,7 @@ from mapper.cost import CostTable
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.bounds import lower_bound
-from mapper.mapping.objectives import objective_value
+from mapper.mapping.objectives import objective_value, pipeline_notes
 from mapper.mapping.ranks import rank_key
 from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations, ready_time
 from mapper.timeline import Timeline
@@ -148,6 +148,7 @@ def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started
         gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
     if options.objective != "makespan":
         notes = notes + (f"{name} minimises makespan; {options.objective} is reported, not optimised",)
+    notes = notes + pipeline_notes(schedule, options.objective)
     if options.makespan_bound is not None and schedule.makespan > options.makespan_bound:
         notes = notes + (f"makespan {fmt_time(schedule.makespan)} exceeds the requested bound "
                          f"{fmt_time(options.makespan_bound)}",)

@@ -50,7 +50,8 @@ Times enter the model scaled so that ``U`` is :data:`TIME_SCALE` (and energy
 so that the worst assignment is), so HiGHS's absolute tolerances mean the
 same for microsecond kernels and hour-long jobs.
 
-Energy and throughput objectives follow :mod:`mapper.mapping.objectives`.
+Energy and throughput objectives follow :mod:`mapper.mapping.objectives`;
+under ``1f1b`` the objective is ``((M - 1) period + sum_d load(d)) / M``.
 When neither the objective nor a makespan bound involves time, the model
 drops the time variables (the assignment alone decides the value).
 
@@ -65,6 +66,7 @@ from __future__ import annotations
 from mapper.cost import INF, CostTable
 from mapper.mapping.exact.solver import Problem, Var, level, value
 from mapper.mapping.exact.subproblem import REL_TOL, TIME_SCALE, Solved, Subproblem, objective_needs_time
+from mapper.mapping.objectives import loads
 from mapper.mapping.orders import (
     allowed_devices,
     canonical_devices,
@@ -395,13 +397,21 @@ class Formulation:
                         self.obj_const += self.add_place(terms, t, d, cost.energy[t][d] * self.k_obj)
         else:
             self.period = self.prob.continuous("period", 0)
-            terms[self.period] = 1.0
+            pipelined = cost.platform.throughput_model == "1f1b"
+            m = cost.platform.micro_batches if pipelined else 1
+            terms[self.period] = (m - 1) / m if pipelined else 1.0
             for d in range(nd):
-                self.period_row(d)
+                row, const = self.period_row(d)
+                if pipelined:  # the fill and drain: every stage's load once
+                    for var, c in row.items():
+                        if var is not self.period:
+                            _add(terms, var, c / m)
+                    self.obj_const += const / m
         self.prob.minimise(terms, 0.0)
 
-    def period_row(self, d: int) -> None:
-        """Throughput: period >= compute load of ``d`` + its incoming transfers."""
+    def period_row(self, d: int) -> tuple[dict, float]:
+        """Throughput: period >= compute load of ``d`` + its incoming transfers;
+        returns the row's terms and constant (the load, with ``-period``)."""
         cost, x, z, fixed = self.cost, self.x, self.z, self.fixed_dev
         row: dict = {self.period: -1.0}
         const = sum(self.add_place(row, t, d, self.tt[t][d]) for t in range(self.n) if self.tt[t][d] < INF)
@@ -423,6 +433,7 @@ class Formulation:
             elif fixed[v] == d != fixed[u]:
                 const += self.comm(ei, fixed[u], d)
         self.prob.add_row(row, const, "<=")
+        return row, const
 
     def warm_start(self) -> dict[str, float] | None:
         """Column values of the start solution (devices relabelled for the symmetry cuts)."""
@@ -445,8 +456,8 @@ class Formulation:
             if self.cmax is not None:
                 ends = (sub.start[t] * self.k + self.tt[t][dev0[t]] for t in range(self.n))
                 vals[self.cmax.name] = min(self.upper, max(ends, default=0.0))
-        if self.period is not None and sub.start_value is not None:
-            vals[self.period.name] = sub.start_value * self.k_obj
+        if self.period is not None:
+            vals[self.period.name] = max(loads(cost, dev0), default=0.0) * self.k_obj
         return vals
 
     def unscale(self, value: float) -> float:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, MapResult, Progress
 from mapper.mapping.bounds import lower_bound
+from mapper.mapping.objectives import pipeline_notes
 from mapper.schedule import Schedule, ScheduleOptions
 
 #: The name results of the exact engine carry (``mapper compile --mapper milp``).
@@ -44,6 +45,7 @@ def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value:
     bound = lower_bound_for(cost, options.objective, options.schedule, solver_bound)
     if options.should_stop():
         notes = (*notes, "interrupted: the search was stopped early; this is the best schedule found by then")
+    notes = (*notes, *pipeline_notes(schedule, options.objective))
     return MapResult(
         schedule=schedule,
         mapper=NAME,
