@@ -85,13 +85,24 @@ def task_groups(cost: CostTable) -> Groups:
 def _group_order(cost: CostTable, of: Sequence[int], n: int) -> list[int]:
     """Groups in topological order of the edges between forward tasks (Tarnawski
     et al. split the forward graph; backward tasks follow their class), ties
-    to the lower group number; a cycle among groups is broken at its lowest group."""
+    to the lower group number; a cycle among groups is broken at its lowest
+    group. A group of backward tasks only is placed by the mirror image of its
+    backward edges, as their artificial forward nodes are (``dp.cpp``,
+    ``createArtificialForwardNodes``)."""
     g = cost.graph
+    has_forward = [False] * n
+    for t in range(cost.n_tasks):
+        if not g.tasks[t].backward:
+            has_forward[of[t]] = True
     succ: list[set[int]] = [set() for _ in range(n)]
     for e in g.edges:
         a, b = of[e.src], of[e.dst]
-        if a != b and not g.tasks[e.src].backward and not g.tasks[e.dst].backward:
+        if a == b:
+            continue
+        if not g.tasks[e.src].backward and not g.tasks[e.dst].backward:
             succ[a].add(b)
+        elif g.tasks[e.src].backward and g.tasks[e.dst].backward and not (has_forward[a] and has_forward[b]):
+            succ[b].add(a)
     indeg = [0] * n
     for a in range(n):
         for b in succ[a]:
