@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
+from mapper.memory import peak_memory
 from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
 from mapper.report.svg_gantt import esc, gantt_svg, op_legend
 from mapper.report.svg_graph import graph_svg
@@ -124,15 +125,15 @@ def _utilisation(result: MapResult) -> str:
     sched = result.schedule
     colours = device_colours(sched)
     rows = []
-    for d in device_stats(sched):
+    for d, peak in zip(device_stats(sched), peak_memory(sched)):
         pct = 100.0 * d.utilisation
         bar = f'<span class="bar"><i style="width:{pct:.1f}%;background:{colours[d.index]}"></i></span> {pct:.1f} %'
         cells = [
             (esc(d.name), False), (esc(d.kind), False), (str(d.tasks), True), (esc(fmt_time(d.busy)), True),
-            (bar, False),
+            (bar, False), (esc(fmt_bytes(peak.bytes)), True),
         ]
         rows.append(_tr("util", {"device": d.name}, cells))
-    return _table("utilisation-table", ("device", "kind", "#tasks", "#busy", "utilisation"), rows)
+    return _table("utilisation-table", ("device", "kind", "#tasks", "#busy", "utilisation", "#peak memory"), rows)
 
 
 def _path_list(result: MapResult, path: tuple[PathStep, ...]) -> str:
