@@ -12,7 +12,8 @@ is wrapped here)::
 
 Operands: a task's output by the task's name, ``input NAME`` or
 ``weight NAME : TYPE``. After the work: attributes ``key=value``, then the
-placement, ``parallel``, ``streamable`` and ``cost { dev: seconds }`` when set.
+placement, ``parallel``, ``streamable``, ``cost { dev: seconds }``,
+``memory``, ``colocate`` and ``backward`` when set.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def _task(t: Task) -> str:
         parts.append(f"streamable {t.streamable}")
     if t.explicit_cost:
         parts.append("cost { " + ", ".join(f"{d}: {num(s)}" for d, s in t.explicit_cost) + " }")
+    if t.memory is not None:
+        parts.append(f"memory {num(t.memory)}")
+    if t.colocate:
+        parts.append(f"colocate {t.colocate}")
+    if t.backward:
+        parts.append("backward")
     if t.parts:
         parts.append("fused " + " + ".join(f"{p.name}={p.op}" for p in t.parts))
     return " ".join(parts)

@@ -121,6 +121,8 @@ def compile_graph(
         get_mapper(name, "--compare")
     if dump_after is not None and dump_after not in STAGES:
         raise OptionsError(f"unknown stage {dump_after!r}; choose one of {', '.join(STAGES)}")
+    if dump_after == "train" and train is None:
+        raise OptionsError("the train stage runs only with --train", obj="--dump-after")
     times: list[tuple[str, float]] = []
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:

@@ -177,3 +177,11 @@ def test_the_validator_checks_the_peak_and_never_contradicts_the_static_check():
         assert peak.bytes <= sum(cost.footprint[t] for t in range(2) if sched.device_of[t] == d)
     result = get_mapper("heft").map(cost, MapOptions(schedule=ScheduleOptions(memory=True)))
     assert not validate(result.schedule)
+
+
+def test_dump_after_train_shows_the_backward_tasks(capsys):
+    assert main(["compile", RESNET, "--platform", "dgx-a100", "--train", "--dump-after", "train"]) == 0
+    out = capsys.readouterr().out
+    assert ".wgrad = conv2d(" in out and "backward" in out and "colocate" in out
+    assert main(["compile", RESNET, "--platform", "dgx-a100", "--dump-after", "train"]) == 2
+    assert "the train stage runs only with --train" in capsys.readouterr().err

@@ -158,7 +158,7 @@ def _dump(stage: str, product) -> str:
     """Text for ``--dump-after STAGE``."""
     if stage == "parse":
         return f"parsed {product.file}: {len(product.items)} top-level items\n"
-    if stage in ("lower", "fuse"):
+    if stage in ("lower", "fuse", "train"):
         from mapper.dump import dump_graph
 
         return dump_graph(product)
