@@ -16,6 +16,7 @@ MAX_LINES = 600
 #: library -> the one module allowed to import it
 LIBRARIES = {
     "pulp": "mapper.mapping.exact.solver",
+    "ortools": "mapper.mapping.exact.cpsat_model",
     "lark": "mapper.parse",
     "networkx": "mapper.graph",
     "threadpoolctl": "mapper.kernels.blas",

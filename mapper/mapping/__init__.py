@@ -22,6 +22,7 @@ MAPPERS: dict[str, str] = {
     "greedy": "mapper.mapping.greedy:GreedyMapper",
     "single": "mapper.mapping.single:SingleDeviceMapper",
     "cpu": "mapper.mapping.single:CpuMapper",
+    "cpsat": "mapper.mapping.cpsat:CpSatMapper",
 }
 
 
