@@ -287,7 +287,8 @@ def test_same_input_same_output():
 def test_contention_is_applied_when_retiming():
     cost = random_instance(5, 8, shape="forkjoin", n_devices=3, explicit_comm=False)
     result = MilpMapper().map(cost, MapOptions(schedule=ScheduleOptions(contention=True)))
-    assert result.status in ("feasible", "heuristic")  # the MILP does not model contention
+    # the MILP does not model contention: optimal only when the re-timed schedule meets the lower bound
+    assert result.status in ("feasible", "heuristic") or result.objective_value <= result.lower_bound * (1 + 1e-6)
     assert result.schedule.options.contention
     assert not validate(result.schedule)
     assert any("contention" in n for n in result.notes)

@@ -69,7 +69,7 @@ class CpSatMapper(Mapper):
         solved = solve_cpsat(cost, objective, upper, memory=sopts.memory, area=sopts.area, makespan_bound=mb,
                              hint=hint, time_limit=max(0.01, options.time_limit - (time.perf_counter() - t0)),
                              seed=options.seed, micro_batches=cost.platform.micro_batches if pipelined else 1,
-                             progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop)
+                             progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound)
         notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
                      f"{solved.status}" + (f"; hint from {best.name}" if best is not None else ""))
         if solved.device is None:

@@ -58,9 +58,11 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
                 makespan_bound: float | None, hint: tuple[Sequence[int], Sequence[float]] | None,
                 time_limit: float, seed: int, micro_batches: int = 1,
                 progress: Callable[[float, float | None, float | None], None] | None = None,
-                stop: Callable[[], bool] | None = None) -> CpSolved:
+                stop: Callable[[], bool] | None = None, target: float | None = None) -> CpSolved:
     """Build and solve the model (module docstring). ``upper`` bounds the
-    makespan of an optimal schedule (the best heuristic's, or a serial bound)."""
+    makespan of an optimal schedule (the best heuristic's, or a serial bound);
+    the search stops at a solution whose value meets ``target`` (a lower bound
+    the caller knows)."""
     n, nd = cost.n_tasks, cost.n_devices
     timed = objective == "makespan" or makespan_bound is not None
     if objective != "makespan":
@@ -174,7 +176,8 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
         def on_solution_callback(self) -> None:
             if progress is not None:
                 progress(time.perf_counter() - t0, self.objective_value / obj_k, self.best_objective_bound / obj_k)
-            if stop is not None and stop():
+            if (stop is not None and stop()) or (target is not None
+                                                 and self.objective_value / obj_k <= target * (1 + 1e-9)):
                 self.stop_search()
 
     status = solver.solve(m, _Watch())

@@ -9,8 +9,10 @@ from collections.abc import Callable, Sequence
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, MapResult, Progress
 from mapper.mapping.bounds import lower_bound
+from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.objectives import pipeline_notes
 from mapper.schedule import Schedule, ScheduleOptions
+from mapper.units import fmt_objective
 
 #: The name results of the exact engine carry (``mapper compile --mapper milp``).
 NAME = "milp"
@@ -41,8 +43,12 @@ def gap_of(value: float, bound: float | None) -> float | None:
 
 def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value: float, status: str,
                 solver_bound: float | None, t0: float, notes: Sequence[str]) -> MapResult:
-    """The exact engine's result, with a valid lower bound and the gap."""
+    """The exact engine's result, with a valid lower bound and the gap; a
+    value that meets the bound is ``optimal`` whatever the search said."""
     bound = lower_bound_for(cost, options.objective, options.schedule, solver_bound)
+    if status != "optimal" and bound is not None and value <= bound * (1 + REL_TOL):
+        status = "optimal"
+        notes = (*notes, f"the schedule meets the lower bound {fmt_objective(bound, options.objective)}: optimal")
     if options.should_stop():
         notes = (*notes, "interrupted: the search was stopped early; this is the best schedule found by then")
     notes = (*notes, *pipeline_notes(schedule, options.objective))
