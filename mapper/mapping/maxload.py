@@ -8,7 +8,8 @@ algorithm is a dynamic program over contiguous splits (sets between two
 ideals of the DAG). This module provides
 
 * :func:`task_groups`: colocation classes (and every other task alone) as
-  the units a split moves, ordered by their first task in topological order;
+  the units a split moves, in a topological order of the forward edges
+  between them;
 * :func:`split_dp`: the DP over contiguous splits of that order: device
   class counts as the state (Tarnawski et al.'s ``dp[cpus][fpgas][ideal]``
   with one linear order instead of all ideals), memory knapsack per device,
@@ -36,7 +37,7 @@ MAX_STATES = 512
 @dataclass(frozen=True, slots=True)
 class Groups:
     """Tasks that move together: ``of[t]`` is task ``t``'s group; groups are
-    numbered in order of their first task in topological order."""
+    numbered in the order of :func:`_group_order`."""
 
     of: tuple[int, ...]
     members: tuple[tuple[int, ...], ...]
