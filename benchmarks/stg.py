@@ -5,7 +5,8 @@ for fair evaluation of multiprocessor scheduling algorithms", Journal of
 Scheduling 5(5), 2002) in the copy of the repository thelonesailor/MSP
 (folders ``50/`` and ``100/``: random graphs of 50 and 100 tasks, with
 ``Optimal_values/Case{50,100}_{P}_OPT.csv``: the optimal makespan on ``P``
-identical processors). An STG file lists the task count ``n``, then per
+identical processors, or, for the instances whose optimum was not known, a
+lower and an upper bound). An STG file lists the task count ``n``, then per
 task ``id time predecessor-count predecessors...``, with dummy tasks ``0``
 and ``n + 1`` of time 0; no communication.
 
@@ -13,9 +14,10 @@ For each chosen instance and processor count the script builds the
 explicit-cost graph (dummies left out; their edges imply nothing) on ``P``
 identical CPU devices, maps it with each ``--mappers`` entry (default
 ``milp`` and ``cpsat``) under ``--time-limit`` (default 15 s), and prints the
-makespan, the optimum, whether it was found and proven, and the time; the
-summary counts, per mapper and set, the optima found and proven and the
-median time.
+makespan, the optimum (``lo-hi`` for an open instance), whether it was
+found (the optimum, or the upper bound of an open instance) and proven, and
+the time; the summary counts, per mapper and set, the optima found and
+proven, the open instances closed (an optimum proven) and the median time.
 
     python benchmarks/stg.py PATH/TO/MSP [--sizes 50 100] [--procs 2 4] [--count 10] [--time-limit 15]
 
@@ -82,15 +84,15 @@ def main() -> int:
         return 0
     mappers = [m.strip() for m in args.mappers.split(",") if m.strip()]
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; time limit {args.time_limit:g} s")
-    print(f"{'instance':<22} {'P':>2} {'opt':>5} " + " ".join(f"{m:>8} {'found':>5} {'proven':>6} {'s':>6}"
+    print(f"{'instance':<22} {'P':>2} {'opt':>7} " + " ".join(f"{m:>8} {'found':>5} {'proven':>6} {'s':>6}"
                                                             for m in mappers))
-    summary: dict[tuple[str, int, int], list[tuple[bool, bool, float]]] = {}
+    summary: dict[tuple[str, int, int], list[tuple[bool, bool, float, bool]]] = {}
     for size in args.sizes:
         for procs in args.procs:
             with (repo / "Optimal_values" / f"Case{size}_{procs}_OPT.csv").open() as fh:
-                optima = [(row[0], float(row[2])) for row in csv.reader(fh) if len(row) >= 3]
+                optima = [(row[0], float(row[2]), float(row[-1])) for row in csv.reader(fh) if len(row) >= 3]
             plat = platform(procs)
-            for name, opt in optima[:args.count]:
+            for name, low, opt in optima[:args.count]:
                 cost = build_cost_table(read_stg(repo / name), plat)
                 cells = []
                 for m in mappers:
@@ -100,15 +102,16 @@ def main() -> int:
                     assert not validate(result.schedule), (name, m)
                     found = result.objective_value <= opt * (1 + 1e-9)
                     proven = found and result.status == "optimal"
-                    summary.setdefault((m, size, procs), []).append((found, proven, dt))
+                    summary.setdefault((m, size, procs), []).append((found, proven, dt, low < opt and proven))
                     cells.append(f"{result.objective_value:>8g} {'yes' if found else 'no':>5} "
                                  f"{'yes' if proven else 'no':>6} {dt:>6.2f}")
-                print(f"{name:<22} {procs:>2} {opt:>5g} " + " ".join(cells), flush=True)
+                known = f"{opt:g}" if low == opt else f"{low:g}-{opt:g}"
+                print(f"{name:<22} {procs:>2} {known:>7} " + " ".join(cells), flush=True)
     print()
     for (m, size, procs), rows in sorted(summary.items()):
         print(f"{m:>6} STG-{size} P={procs}: optimum found {sum(r[0] for r in rows)}/{len(rows)}, proven "
-              f"{sum(r[1] for r in rows)}/{len(rows)}, median {statistics.median(r[2] for r in rows):.2f} s, "
-              f"max {max(r[2] for r in rows):.2f} s")
+              f"{sum(r[1] for r in rows)}/{len(rows)} (open instances closed: {sum(r[3] for r in rows)}), "
+              f"median {statistics.median(r[2] for r in rows):.2f} s, max {max(r[2] for r in rows):.2f} s")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
