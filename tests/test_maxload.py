@@ -356,3 +356,21 @@ def test_micro_batch_options_are_checked(tmp_path, capsys):
     assert main(["compile", str(tg), "--platform", str(good), "--objective", "throughput", "--micro-batches", "0"]) == 2
     assert main(["compile", str(tg), "--platform", str(good), "--objective", "throughput", "--micro-batches", "2",
                  "-q"]) == 0
+
+
+def test_a_colocation_cycle_is_one_unit_of_a_contiguous_split():
+    cost = table("""graph g {
+      task a cost { cpu: 10, fpga: 1 } colocate k
+      task b cost { cpu: 10, fpga: 4 }
+      task c cost { cpu: 10, fpga: 1 } colocate k
+      task d cost { cpu: 10, fpga: 2 }
+      a -> b comm 0
+      b -> c comm 0
+      c -> d comm 0
+    }""", PLATFORM.replace("memory_gib = 1", "memory_gib = 8"))
+    assert task_groups(cost).n == 3 and task_groups(cost, fuse_cycles=True).n == 2
+    free = get_mapper("milp").map(cost, MapOptions(objective="throughput", time_limit=10))
+    contiguous = get_mapper("milp").map(cost, MapOptions(objective="throughput", time_limit=10, contiguous=True))
+    assert free.objective_value == pytest.approx(4.0)  # {a, c, d} and {b}: a -> b -> c leaves and re-enters
+    assert non_contiguous(cost, free.schedule.device_of)
+    assert contiguous.objective_value == pytest.approx(6.0) and not non_contiguous(cost, contiguous.schedule.device_of)

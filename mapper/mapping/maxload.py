@@ -49,9 +49,13 @@ class Groups:
         return len(self.members)
 
 
-def task_groups(cost: CostTable) -> Groups:
+def task_groups(cost: CostTable, fuse_cycles: bool = False) -> Groups:
     """Colocation classes and single tasks, in a topological order of the
-    forward edges between them (:func:`_group_order`)."""
+    forward edges between them (:func:`_group_order`). With ``fuse_cycles``
+    the groups on a cycle of those edges become one group, as Tarnawski et
+    al. fuse the strongly connected components of their contracted forward
+    graph (``dp.cpp``, ``fuseStronglyConnectedComponentsInForward``): a
+    contiguous split keeps each such component on one device."""
     g = cost.graph
     key: dict[str, int] = {}
     of = [-1] * cost.n_tasks
@@ -67,6 +71,16 @@ def task_groups(cost: CostTable) -> Groups:
                 key[cls] = k
         of[t] = k
         members[k].append(t)
+    if fuse_cycles:
+        comp = _components(_group_edges(cost, of, len(members)))
+        merged: dict[int, list[int]] = {}
+        for q, c in enumerate(comp):
+            merged.setdefault(c, []).extend(members[q])
+        first = sorted(merged)  # a component is numbered by its lowest group
+        rank_of = {c: k for k, c in enumerate(first)}
+        position = {t: k for k, t in enumerate(g.topo_order)}
+        members = [sorted(merged[c], key=position.__getitem__) for c in first]
+        of = [rank_of[comp[q]] for q in of]
     order = _group_order(cost, of, len(members))
     rank = {q: k for k, q in enumerate(order)}
     members = [members[q] for q in order]
@@ -90,20 +104,7 @@ def _group_order(cost: CostTable, of: Sequence[int], n: int) -> list[int]:
     group. A group of backward tasks only is placed by the mirror image of its
     backward edges, as their artificial forward nodes are (``dp.cpp``,
     ``createArtificialForwardNodes``)."""
-    g = cost.graph
-    has_forward = [False] * n
-    for t in range(cost.n_tasks):
-        if not g.tasks[t].backward:
-            has_forward[of[t]] = True
-    succ: list[set[int]] = [set() for _ in range(n)]
-    for e in g.edges:
-        a, b = of[e.src], of[e.dst]
-        if a == b:
-            continue
-        if not g.tasks[e.src].backward and not g.tasks[e.dst].backward:
-            succ[a].add(b)
-        elif g.tasks[e.src].backward and g.tasks[e.dst].backward and not (has_forward[a] and has_forward[b]):
-            succ[b].add(a)
+    succ = _group_edges(cost, of, n)
     indeg = [0] * n
     for a in range(n):
         for b in succ[a]:
@@ -127,6 +128,73 @@ def _group_order(cost: CostTable, of: Sequence[int], n: int) -> list[int]:
             if indeg[b] == 0 and not done[b]:
                 heapq.heappush(ready, b)
     return order
+
+
+def _group_edges(cost: CostTable, of: Sequence[int], n: int) -> list[set[int]]:
+    """Successor groups: along edges between forward tasks, and mirrored along
+    backward edges of groups without forward tasks (:func:`_group_order`)."""
+    g = cost.graph
+    has_forward = [False] * n
+    for t in range(cost.n_tasks):
+        if not g.tasks[t].backward:
+            has_forward[of[t]] = True
+    succ: list[set[int]] = [set() for _ in range(n)]
+    for e in g.edges:
+        a, b = of[e.src], of[e.dst]
+        if a == b:
+            continue
+        if not g.tasks[e.src].backward and not g.tasks[e.dst].backward:
+            succ[a].add(b)
+        elif g.tasks[e.src].backward and g.tasks[e.dst].backward and not (has_forward[a] and has_forward[b]):
+            succ[b].add(a)
+    return succ
+
+
+def _components(succ: list[set[int]]) -> list[int]:
+    """Strongly connected components (Tarjan, SIAM J. Comput. 1(2), 1972, iteratively):
+    the component of each node, numbered by its lowest node."""
+    n = len(succ)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    comp = [-1] * n
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, iter(sorted(succ[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, iter(sorted(succ[w]))))
+                elif on_stack[w]:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                members = []
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    members.append(w)
+                    if w == v:
+                        break
+                for w in members:
+                    comp[w] = min(members)
+    return comp
 
 
 def pays_transfers(cost: CostTable) -> tuple[bool, ...]:

@@ -45,7 +45,7 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
     """Minimise the max-load period (module docstring); ``best`` is the best heuristic's schedule."""
     notes = list(notes)
     memory = True  # the model's knapsack (the pipeline turns --memory on for it, so the validator checks it)
-    groups = task_groups(cost)
+    groups = task_groups(cost, fuse_cycles=options.contiguous)
     dp = split_dp(cost, groups, memory)
     incumbent = best
     if options.contiguous and best is not None and non_contiguous(cost, best.schedule.device_of):
@@ -57,6 +57,13 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
             notes.append(f"contiguous-split DP over {groups.n} groups: period {fmt_objective(value, 'throughput')}")
             if incumbent is None or value < incumbent.value * (1 - REL_TOL):
                 incumbent = Incumbent("the contiguous-split DP", sched, value)
+    if incumbent is None:  # everything on one device is a contiguous split, when it fits
+        for d in range(cost.n_devices):
+            sched = _schedule(cost, [d] * cost.n_tasks, options)
+            if sched is not None and sum(cost.footprint) <= cost.memory_capacity[d]:
+                value = objective_value(sched, "throughput")
+                if incumbent is None or value < incumbent.value * (1 - REL_TOL):
+                    incumbent = Incumbent(f"everything on {cost.platform.devices[d].name}", sched, value)
     exact_prices = uniform_transfers(cost)
     if not exact_prices:
         notes.append("transfer times differ between device pairs: the model prices each at its slowest route, "
