@@ -108,14 +108,15 @@ def main() -> int:
                     help="a checkout of msr-fiddle/dnn-partitioning (or $DNN_PARTITIONING)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="mapper's time limit per input (s)")
     ap.add_argument("--dp-limit", type=float, default=300.0, help="time limit of each dp.exe run (s)")
-    ap.add_argument("--only", default="", help="only inputs whose name contains this")
+    ap.add_argument("--only", default="", help="only inputs whose FOLDER/NAME contains this")
     args = ap.parse_args()
     repo = Path(args.repo) if args.repo else None
     if repo is None or not (repo / "throughput-inputs").is_dir():
         print("skipped: give the path of a msr-fiddle/dnn-partitioning checkout (its throughput-inputs/ "
               "was not found)")
         return 0
-    inputs = sorted(p for p in (repo / "throughput-inputs").glob("*/*.json") if args.only in p.name)
+    inputs = sorted(p for p in (repo / "throughput-inputs").glob("*/*.json")
+                    if args.only in f"{p.parent.name}/{p.name}")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
