@@ -154,8 +154,9 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
                 for b in stash:
                     edge(o.producer, b, o.type.nbytes, o.name)  # the stashed activation
         if weights:
-            n = wbytes / DTYPE_BYTES.get(dtype, 4)
-            state = opt.states + (1 if DTYPE_BYTES.get(dtype, 4) < 4 else 0)
+            n = float(sum(o.type.numel for o in weights))  # parameters
+            half = any(DTYPE_BYTES.get(o.type.dtype, 4) < 4 for o in weights)
+            state = opt.states + (1 if half else 0)  # f32 master copy of f16/bf16 weights
             states = tuple(Operand("weight", f"{o.name}.{optimizer}", TensorType("f32", (o.type.numel * state,)))
                            for o in weights if state)
             # reads weights, gradients and states; writes weights and states
