@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
     p.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
                    help="with --objective throughput: how a period is priced (default: the platform's "
-                        "throughput_model, else device-load; docs/cost_model.md)")
+                        "throughput_model, else device-load; docs/guide.md)")
     p.add_argument("--micro-batches", type=int, metavar="M",
                    help="with the 1f1b throughput model: micro-batches per iteration (default: the platform's "
                         "micro_batches, else 8)")

@@ -170,6 +170,9 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed) % 2**31
+    # Ctrl-C is the caller's (``stop``): CP-SAT's own SIGINT handler would leave
+    # SIGINT ignored in this process, and so in every process it starts later
+    solver.parameters.catch_sigint_signal = False
     t0 = time.perf_counter()
 
     class _Watch(cp_model.CpSolverSolutionCallback):
