@@ -73,3 +73,15 @@ def test_the_cli_lists_and_runs_it(capsys, tmp_path):
     assert "cpsat" in capsys.readouterr().out
     assert main(["compile", HEFT, "--platform", "heft3", "--mapper", "cpsat", "-q",
                  "--json", str(tmp_path / "r.json")]) == 0
+
+
+def test_ctrl_c_stays_with_the_caller():
+    import signal
+    import subprocess
+    import sys
+
+    get_mapper("cpsat").map(random_instance(1, 8, n_devices=3), MapOptions(time_limit=2))
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"],
+                           capture_output=True, text=True, timeout=60)
+    assert "default_int_handler" in child.stdout  # a process started later still takes Ctrl-C
