@@ -108,8 +108,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
         abytes = float(sum(o.type.nbytes for o in acts))
         dtype = fwd.dtype if fwd.dtype in DTYPE_BYTES else "f32"
         group = fwd.colocate or fwd.name
-        base = replace(fwd, backward=True, colocate=group, memory=None, explicit_cost=(),
-                       parts=tuple(_scaled(p, OTHER_BACKWARD, 1.0) for p in fwd.parts))
+        base = replace(fwd, backward=True, colocate=group, memory=None, explicit_cost=())
         mine: list[int] = []
         main = fwd.parts[0] if fwd.parts else fwd
         if weights and op_class(main.op, main.span) in ("gemm", "conv"):

@@ -22,7 +22,7 @@ from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact.cpsat_model import SCALE, solve_cpsat
 from mapper.mapping.exact.incumbent import best_heuristic, retime, serial_upper_bound, value_of
-from mapper.mapping.exact.result import lower_bound_for, make_result, progress_reporter
+from mapper.mapping.exact.result import lower_bound_for, make_result, progress_reporter, proven_by_bound
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.milp import check_feasible
@@ -52,10 +52,9 @@ class CpSatMapper(Mapper):
             result = map_max_load(cost, options, best, notes, t0)
             return replace(result, mapper=NAME, notes=(*result.notes, "max-load: solved by the max-load MILP"))
         bound = lower_bound_for(cost, objective, options.schedule, None)
-        if best is not None and bound is not None and best.value <= bound * (1 + REL_TOL):
-            notes.append(f"{best.name} meets the lower bound {fmt_objective(bound, objective)}: "
-                         "optimal without a search")
-            return self._done(make_result(cost, options, best.schedule, best.value, "optimal", None, t0, notes))
+        proven = proven_by_bound(cost, options, best, bound, notes, t0)
+        if proven is not None:
+            return self._done(proven)
         sopts = options.schedule
         inexact = [o for o in ("contention", "streaming") if getattr(sopts, o)]
         if inexact:

@@ -85,12 +85,12 @@ def task_groups(cost: CostTable, fuse_cycles: bool = False) -> Groups:
     rank = {q: k for k, q in enumerate(order)}
     members = [members[q] for q in order]
     of = [rank[q] for q in of]
-    nd = cost.n_devices
+    allowed = [frozenset(allowed_devices(cost, t)) for t in range(cost.n_tasks)]
     time = []
     for m in members:
         row = []
-        for d in range(nd):
-            ok = all(d in allowed_devices(cost, t) for t in m)
+        for d in range(cost.n_devices):
+            ok = all(d in allowed[t] for t in m)
             row.append(sum(cost.time[t][d] for t in m) if ok else INF)
         time.append(tuple(row))
     memory = tuple(float(sum(cost.footprint[t] for t in m)) for m in members)

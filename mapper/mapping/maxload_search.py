@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 
 from mapper.cost import CostTable
-from mapper.errors import InfeasibleError, MapperError
+from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
-from mapper.mapping.exact.incumbent import Incumbent, retime
+from mapper.mapping.exact.incumbent import Incumbent, checked
 from mapper.mapping.exact.maxload_model import solve_max_load
 from mapper.mapping.exact.result import make_result, progress_reporter
 from mapper.mapping.exact.subproblem import REL_TOL
@@ -28,16 +28,6 @@ from mapper.mapping.maxload import non_contiguous, split_dp, task_groups, unifor
 from mapper.mapping.objectives import objective_value
 from mapper.schedule import Schedule
 from mapper.units import fmt_objective
-from mapper.validate import validate
-
-
-def _schedule(cost: CostTable, device: Sequence[int], options: MapOptions) -> Schedule | None:
-    """The validated schedule of an assignment (topological order), or None."""
-    try:
-        sched = retime(cost, device, None, options.schedule)
-    except MapperError:
-        return None
-    return None if validate(sched) else sched
 
 
 def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: Sequence[str],
@@ -51,7 +41,7 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
     if options.contiguous and best is not None and non_contiguous(cost, best.schedule.device_of):
         incumbent = None  # the heuristic's split is not contiguous
     if dp is not None:
-        sched = _schedule(cost, dp[0], options)
+        sched = checked(cost, dp[0], None, options.schedule)
         if sched is not None and not (options.contiguous and non_contiguous(cost, dp[0])):
             value = objective_value(sched, "throughput")
             notes.append(f"contiguous-split DP over {groups.n} groups: period {fmt_objective(value, 'throughput')}")
@@ -59,7 +49,7 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
                 incumbent = Incumbent("the contiguous-split DP", sched, value)
     if incumbent is None:  # everything on one device is a contiguous split, when it fits
         for d in range(cost.n_devices):
-            sched = _schedule(cost, [d] * cost.n_tasks, options)
+            sched = checked(cost, [d] * cost.n_tasks, None, options.schedule)
             if sched is not None and sum(cost.footprint) <= cost.memory_capacity[d]:
                 value = objective_value(sched, "throughput")
                 if incumbent is None or value < incumbent.value * (1 - REL_TOL):
@@ -80,7 +70,7 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
     if incumbent is not None:
         found = (incumbent.schedule, incumbent.value, "heuristic")
     if solved.device is not None:
-        sched = _schedule(cost, solved.device, options)
+        sched = checked(cost, solved.device, None, options.schedule)
         if sched is None:
             notes.append("the MILP's assignment does not validate")
         else:

@@ -38,7 +38,7 @@ from mapper.mapping.exact.incumbent import (
     serial_upper_bound,
     value_of,
 )
-from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter
+from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter, proven_by_bound
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, stall_note
@@ -99,14 +99,11 @@ class MilpMapper(Mapper):
             result = map_max_load(cost, options, best, notes, t0)
             done(result.objective_value, result.lower_bound)
             return result
-        bound = lower_bound_for(cost, options.objective, options.schedule, None)
-        if best is not None and bound is not None and best.value <= bound * (1 + REL_TOL):
-            # the bound proves the heuristic optimal: nothing is left to search
-            notes = (*notes, f"{best.name} meets the lower bound {fmt_objective(bound, options.objective)}: "
-                             "optimal without a search")
-            result = make_result(cost, options, best.schedule, best.value, "optimal", None, t0, notes)
-            done(result.objective_value, result.lower_bound)
-            return result
+        proven = proven_by_bound(cost, options, best, lower_bound_for(cost, options.objective, options.schedule, None),
+                                 notes, t0)
+        if proven is not None:
+            done(proven.objective_value, proven.lower_bound)
+            return proven
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
             result = map_large(cost, options, best, notes, t0)
             done(result.objective_value, result.lower_bound)

@@ -65,7 +65,6 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
                    stop: Callable[[], bool] | None = None, contiguous: bool = False) -> MaxLoadSolved:
     """Build and solve the model (module docstring) from the warm start ``start`` (device per task)."""
     t0 = time.perf_counter()
-    g = cost.graph
     nd, n = cost.n_devices, groups.n
     k = TIME_SCALE / start_value if start_value and start_value < INF else 1.0
     prob = Problem("maxload")
@@ -103,24 +102,16 @@ def solve_max_load(cost: CostTable, groups: Groups, start: Sequence[int] | None,
             if (q, d) in x and groups.time[q][d] > 0:
                 loads[d][x[q, d]] = groups.time[q][d] * k
     flows: dict[str, Var] = {}
-    for u in range(cost.n_tasks):
-        home = groups.of[u]
-        price: dict[int, float] = {}  # consumer group -> the slowest edge of u into it
-        for e in g.succs[u]:
-            h = groups.of[g.edges[e].dst]
-            if h != home:
-                price[h] = max(price.get(h, 0.0), edge_transfer(cost, e) * k)
-        levels = sorted({c for c in price.values() if c > 0}, reverse=True)
-        for li, c in enumerate(levels):
-            step = c - (levels[li + 1] if li + 1 < len(levels) else 0.0)
-            others = sorted(h for h, ch in price.items() if ch >= c)
+    levels = _price_levels(cost, groups, k)
+    for u, steps in enumerate(levels):
+        for li, (step, others) in enumerate(steps):
             for d in range(nd):
                 if pays[d]:
-                    _flows(prob, x, loads[d], flows, f"{u}_{d}_{li}", home, others, d, step)
+                    _flows(prob, x, loads[d], flows, f"{u}_{d}_{li}", groups.of[u], others, d, step)
     for d in range(nd):
         prob.add_row(loads[d], 0.0, "<=")
     prob.minimise({period: 1.0})
-    vals = _warm(cost, groups, start, x, flows, start_value, k, contiguous) if start is not None else None
+    vals = _warm(cost, groups, start, x, flows, levels, start_value, k, contiguous) if start is not None else None
 
     def on_event(run_time: float, incumbent: float, bound: float, improving: bool) -> None:
         if progress is not None:
@@ -198,8 +189,27 @@ def _flows(prob: Problem, x: dict, load: dict[Var, float], flows: dict[str, Var]
         load[inn] = step
 
 
+def _price_levels(cost: CostTable, groups: Groups, k: float) -> list[list[tuple[float, list[int]]]]:
+    """Per task ``u``: its price levels, each ``(c_l - c_{l+1}, consumer groups
+    whose slowest edge from u costs at least c_l)`` (scaled by ``k``; module docstring)."""
+    g = cost.graph
+    out = []
+    for u in range(cost.n_tasks):
+        home = groups.of[u]
+        price: dict[int, float] = {}  # consumer group -> the slowest edge of u into it
+        for e in g.succs[u]:
+            h = groups.of[g.edges[e].dst]
+            if h != home:
+                price[h] = max(price.get(h, 0.0), edge_transfer(cost, e) * k)
+        costs = sorted({c for c in price.values() if c > 0}, reverse=True)
+        out.append([(c - (costs[i + 1] if i + 1 < len(costs) else 0.0), sorted(h for h, ch in price.items() if ch >= c))
+                    for i, c in enumerate(costs)])
+    return out
+
+
 def _warm(cost: CostTable, groups: Groups, start: Sequence[int], x: dict, flows: dict[str, Var],
-          start_value: float | None, k: float, contiguous: bool) -> dict[str, float]:
+          levels: list[list[tuple[float, list[int]]]], start_value: float | None, k: float,
+          contiguous: bool) -> dict[str, float]:
     """Column values of the start assignment (devices relabelled for the symmetry rows)."""
     gdev = canonical_devices(tuple(start[m[0]] for m in groups.members), identical_device_classes(cost))
     vals = {var.name: 1.0 if gdev[q] == d else 0.0 for (q, d), var in x.items()}
@@ -208,13 +218,7 @@ def _warm(cost: CostTable, groups: Groups, start: Sequence[int], x: dict, flows:
         kind, u_s, d_s, level_s = name.split("_")
         u, d = int(u_s), int(d_s)
         home = groups.of[u]
-        price: dict[int, float] = {}
-        for e in g.succs[u]:
-            h = groups.of[g.edges[e].dst]
-            if h != home:
-                price[h] = max(price.get(h, 0.0), edge_transfer(cost, e) * k)
-        levels = sorted({c for c in price.values() if c > 0}, reverse=True)
-        cons = {gdev[h] for h, c in price.items() if c >= levels[int(level_s)]}
+        cons = {gdev[h] for h in levels[u][int(level_s)][1]}
         if kind == "o":
             vals[var.name] = 1.0 if gdev[home] == d and any(c != d for c in cons) else 0.0
         else:

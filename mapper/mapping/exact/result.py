@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from mapper.cost import CostTable
 from mapper.mapping.base import MapOptions, MapResult, Progress
 from mapper.mapping.bounds import lower_bound
+from mapper.mapping.exact.incumbent import Incumbent
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.objectives import pipeline_notes
 from mapper.schedule import Schedule, ScheduleOptions
@@ -63,6 +64,17 @@ def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value:
         solve_time=time.perf_counter() - t0,
         notes=tuple(notes),
     )
+
+
+def proven_by_bound(cost: CostTable, options: MapOptions, best: Incumbent | None, bound: float | None,
+                    notes: Sequence[str], t0: float) -> MapResult | None:
+    """The best heuristic's result as ``optimal`` when it meets ``bound`` (nothing is left
+    to search), else None."""
+    if best is None or bound is None or best.value > bound * (1 + REL_TOL):
+        return None
+    notes = (*notes, f"{best.name} meets the lower bound {fmt_objective(bound, options.objective)}: "
+                     "optimal without a search")
+    return make_result(cost, options, best.schedule, best.value, "optimal", None, t0, notes)
 
 
 def progress_reporter(options: MapOptions, t0: float, phase: str = "") -> Reporter:
