@@ -130,6 +130,13 @@ def embedding(ids, table):
     return table[ids]
 
 
+def allreduce(*xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = np.add(out, x)
+    return np.array(out, dtype=xs[0].dtype)
+
+
 def concat(*xs, axis):
     return np.concatenate(xs, axis=axis)
 

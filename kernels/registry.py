@@ -58,6 +58,13 @@ def _binary(op: str) -> Callable[..., np.ndarray]:
     return lambda a, b: binary(op, a, b)
 
 
+def _allreduce(xs: Sequence[np.ndarray]) -> np.ndarray:
+    out = np.array(xs[0])
+    for x in xs[1:]:
+        out = binary("add", out, x)
+    return out
+
+
 _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "matmul": (matmul, "linalg", "BLAS GEMM through numpy (np.matmul, not numba) for float/complex; numba direct "
                                  "i-k-j loop for integers and tiny products"),
@@ -78,6 +85,8 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
                                        "softmax of the scores, groups on parallel threads; numba direct for small "
                                        "units"),
     "embedding": (embedding, "embedding", "numba gather"),
+    "allreduce": (lambda *xs: _allreduce(xs), "binary", "numba strided add loop, the parts summed in operand "
+                                                       "order (every participant sums alike)"),
     "concat": (concat, "layout", "numba strided copy"),
     "split": (split, "layout", "numba strided copy"),
     "reshape": (reshape, "layout", "numpy view (no data movement)"),

@@ -160,6 +160,16 @@ def _binary(op, xs, at):
     return {}
 
 
+def _allreduce(op, xs, at):
+    for x in xs[1:]:
+        if x.shape != xs[0].shape or x.dtype != xs[0].dtype:
+            raise fail(op, f"parts differ: {_shape(xs[0])} {xs[0].dtype}, {_shape(x)} {x.dtype}")
+    rank = _int(op, "rank", at["rank"], 0)
+    if rank >= len(xs):
+        raise fail(op, f"rank {rank} is out of range for {len(xs)} parts")
+    return {}
+
+
 def _attention(op, xs, at):
     if len(xs) == 2:
         raise fail(op, "takes qkv[T, 3D] or q[T, D], k[T, D], v[T, D]; got 2 operands")
@@ -354,6 +364,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     *(_spec(b, (2, 2), NUMERIC, _binary) for b in ("add", "mul", "sub", "div")),
     _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0)),
     _spec("embedding", (2, 2), ANY, _embedding),
+    _spec("allreduce", (1, None), NUMERIC, _allreduce, ("rank", 0)),
     _spec("concat", (1, None), ANY, _concat, ("axis", 0)),
     _spec("split", (1, 1), ANY, _split, ("parts", REQUIRED), ("index", REQUIRED), ("axis", 0)),
     _spec("reshape", (1, 1), ANY, _reshape, ("shape", REQUIRED)),

@@ -10,6 +10,7 @@ plus bytes over bandwidth.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from mapper.costmodel.efficiency import op_class
 from mapper.costmodel.latency import NO_RATES, Estimate, estimate, infeasible_estimate
 from mapper.errors import InfeasibleError, InputError, OptionsError
-from mapper.graph import Task, TaskGraph
+from mapper.graph import Placement, Task, TaskGraph
 from mapper.platform import DEVICE_KINDS, Device, Platform
 
 INF = math.inf
@@ -157,6 +158,12 @@ def route_tables(platform: Platform) -> tuple[
     return (tuple(map(tuple, lat)), tuple(map(tuple, spb)), tuple(map(tuple, rts)))
 
 
+@functools.lru_cache(maxsize=4096)
+def _excluded(placement: Placement, device: str, kind: str) -> Estimate:
+    """``placement`` rules ``device`` out (cached: split plans pin thousands of tasks alike)."""
+    return infeasible_estimate(f"placement {placement} excludes {device} ({kind})")
+
+
 def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:
     """Device index -> seconds from ``task.explicit_cost``; a key names a device or a kind."""
     by_name: dict[int, float] = {}
@@ -235,7 +242,7 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
         row_t, row_e, row_b, row_a = [], [], [], []
         for dev in devices:
             if not task.placement.permits(dev.name, dev.kind):
-                est = infeasible_estimate(f"placement {task.placement} excludes {dev.name} ({dev.kind})")
+                est = _excluded(task.placement, dev.name, dev.kind)
             elif explicit is not None:
                 sec = explicit.get(dev.index)
                 est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")

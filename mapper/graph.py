@@ -64,6 +64,24 @@ class TensorType:
 
 
 @dataclass(frozen=True, slots=True)
+class Shard:
+    """Where a split plan's operand comes from: a slice of graph input or
+    weight ``source`` (of type ``full``).
+
+    Axis ``axis`` is read as ``groups`` equal blocks (3 for a fused Q|K|V
+    projection), each cut into ``parts`` equal chunks; the shard is chunk
+    ``index`` of every block, in block order (:mod:`mapper.parallel`).
+    """
+
+    source: str
+    full: TensorType
+    axis: int
+    index: int
+    parts: int
+    groups: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Operand:
     """One input of a task: another task's output, a graph input, or a weight."""
 
@@ -71,6 +89,7 @@ class Operand:
     name: str  # producing task name, input name, or weight name
     type: TensorType
     producer: int | None = None  # task index when kind == "task"
+    shard: Shard | None = None  # a slice of another input or weight (split plans)
 
 
 @dataclass(frozen=True, slots=True)

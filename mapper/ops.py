@@ -86,6 +86,9 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           "qkv[T, 3D] or q[T, D], k[T, D], v[T, D]",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0)),
     _spec("embedding", (2, 2), "embedding", "0", dnn.embedding, "ids[...], table[V, D]"),
+    # the combine step of an all-reduce: each participant sums the parts (mapper.parallel)
+    _spec("allreduce", (1, None), "elementwise", "(parts - 1) * numel", dnn.allreduce, "p1, p2, ...",
+          ("rank", "int", 0)),
     _spec("concat", (1, None), "shape", "0", movement.concat, "x1, x2, ...", ("axis", "int", 0)),
     _spec("split", (1, 1), "shape", "0", movement.split, "x",
           ("parts", "int", REQUIRED), ("index", "int", REQUIRED), ("axis", "int", 0)),
@@ -112,7 +115,8 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
 _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "seq": 1, "steps": 1, "parts": 1,
-            "points": 1, "padding": 0, "index": 0}
+            "points": 1, "padding": 0, "index": 0,
+            "rank": 0}
 
 
 def _close(word: str, options: Iterable[str]) -> str | None:

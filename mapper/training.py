@@ -100,6 +100,8 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
 
     for t in reversed(graph.topo_order):
         fwd = graph.tasks[t]
+        if fwd.op == "allreduce":
+            continue  # its gradient is its output's, passed to its own part (_gradient_sources)
         cls = op_class(fwd.op, fwd.span)
         out = fwd.output.nbytes if fwd.output is not None else fwd.bytes_written
         weights = [o for o in fwd.operands if o.kind == "weight"]
@@ -166,14 +168,35 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             for source in writers:  # the tasks that write its weights' gradients
                 edge(source, upd, wbytes, tasks[source].name)
     for t in range(len(graph.tasks)):
-        for e in graph.succs[t]:
-            v = graph.edges[e].dst
+        if t not in readers:
+            continue
+        for v, nbytes in _gradient_sources(graph, t):
             if v in grad_in:
                 for b in readers[t]:
-                    edge(grad_in[v], b, graph.edges[e].bytes, tasks[grad_in[v]].name)  # dY of t from v
+                    edge(grad_in[v], b, nbytes, tasks[grad_in[v]].name)  # dY of t from v
     order = sorted(edges, key=lambda p: (p[1], p[0]))
     new_edges = tuple(Edge(i, s, d, *edges[(s, d)]) for i, (s, d) in enumerate(order))
     return TaskGraph(f"{graph.name}", tuple(tasks), new_edges, graph.inputs, graph.outputs)
+
+
+def _gradient_sources(graph: TaskGraph, t: int) -> list[tuple[int, float]]:
+    """The consumers of ``t`` whose backward tasks write ``t``'s output
+    gradient, with the bytes: its direct consumers, except that an
+    ``allreduce`` (one rank's sum of the ranks' partial results,
+    :mod:`mapper.parallel`) passes its output's gradient to its own rank's
+    part alone and to no other: the backward of an all-reduce is the
+    identity (Megatron-LM's ``g`` operator, Shoeybi et al., arXiv:1909.08053, 3)."""
+    out: list[tuple[int, float]] = []
+    for e in graph.succs[t]:
+        v = graph.edges[e].dst
+        task = graph.tasks[v]
+        if task.op != "allreduce":
+            out.append((v, graph.edges[e].bytes))
+            continue
+        own = task.operands[task.attr("rank", 0)]
+        if own.producer == t:
+            out.extend(_gradient_sources(graph, v))
+    return out
 
 
 def _scaled(part: Task, flops: float, nbytes: float) -> Task:

@@ -115,6 +115,21 @@ def binary(c: Call) -> OpInfo:
     return c.info(out, out.numel)
 
 
+def allreduce(c: Call) -> OpInfo:
+    """The sum of same-shaped partial results: one participant's combine step
+    of an all-reduce (:mod:`mapper.parallel`); ``rank`` is its own operand."""
+    c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
+    first = c.args[0]
+    for i, t in enumerate(c.args[1:], 1):
+        if t.shape != first.shape:
+            raise c.fail(f"every part must have the same shape: {c.desc(0)}, {c.desc(i)}", arg=i)
+    if c.attrs["rank"] >= len(c.args):
+        raise c.fail(f"rank = {c.attrs['rank']} is out of range for {len(c.args)} parts "
+                     f"(valid: 0 .. {len(c.args) - 1})", attr="rank")
+    out = dense(first.shape, first.dtype)
+    return c.info(out, (len(c.args) - 1) * out.numel)
+
+
 def attention(c: Call) -> OpInfo:
     """Multi-head scaled dot-product attention (Vaswani et al., NeurIPS 2017), no projections."""
     if len(c.args) == 2:

@@ -1,0 +1,215 @@
+"""Which ops a split plan may cut, and how (:mod:`mapper.parallel`).
+
+Two questions about the forward graph:
+
+* **Batch**: may a task run on a slice of the batch? Activations carry the
+  batch in their leading axis (``[B*S, H]`` for a Transformer, ``[N, C, H,
+  W]`` for a CNN); an op may be cut along it when each output row depends only
+  on the same input rows (:func:`batch_blocker`).
+* **Tensor**: Megatron-LM's intra-layer splits (Shoeybi et al., "Megatron-LM",
+  arXiv:1909.08053, section 3): a GEMM whose weight is cut by columns,
+  followed by ops that work column by column (bias, activation, attention by
+  heads), ending in a GEMM whose weight is cut by rows, whose partial sums an
+  all-reduce combines (:func:`tensor_regions`); and a convolution cut by output
+  channels with the channel-wise ops after it, whose pieces an all-gather
+  joins. Everything else runs whole on every rank, as in Megatron.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mapper.graph import Task, TaskGraph
+
+#: Ops whose output element depends only on the same input element.
+POINTWISE = frozenset({"relu", "gelu", "elementwise", "add", "sub", "mul", "div", "allreduce"})
+#: Ops that work per channel of an ``[N, C, ...]`` tensor (conv regions).
+CHANNELWISE = frozenset({"batchnorm", "relu", "gelu", "elementwise", "maxpool", "avgpool"})
+
+
+def _axis(axis: int, ndim: int) -> int:
+    return axis + ndim if axis < 0 else axis
+
+
+def batch_blocker(task: Task, parts: int) -> str | None:
+    """Why ``task`` cannot run on 1/``parts`` of the batch (its leading axis), or None."""
+    op, out = task.op, task.output
+    if op == "task" or task.explicit_cost:
+        return "it has explicit costs, not an op the split can cut"
+    if out is None or not out.shape or out.shape[0] % parts:
+        return f"its output's leading axis {out.shape[:1] if out else ()} does not divide by {parts}"
+    nd = len(out.shape)
+    acts = [o for o in task.operands if o.kind != "weight"]
+    for o in acts:
+        if not o.type.shape or o.type.shape[0] % parts:
+            return f"operand {o.name} ({o.type}) has no leading axis that divides by {parts}"
+        if o.type.layout != "dense":
+            return f"operand {o.name} is sparse"
+    if op in POINTWISE:
+        for o in task.operands:
+            if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] != 1:
+                return f"weight {o.name} ({o.type}) spans the batch axis"
+        return None
+    if op == "matmul":
+        if task.operands[1].kind == "weight" or len(task.operands[1].type.shape) >= 3:
+            return None
+        return "its second operand is an activation whose leading axis is not the batch"
+    if op in ("conv2d", "maxpool", "avgpool", "batchnorm", "embedding"):
+        return None
+    if op == "layernorm" or op == "fft" or op == "ifft":
+        return None if nd >= 2 else "it works along the only axis"
+    if op == "softmax":
+        return None if _axis(task.attr("axis", -1), nd) != 0 else "it normalises along the batch axis"
+    if op == "attention":
+        seq = task.attr("seq")
+        return None if (out.shape[0] // parts) % seq == 0 else f"a slice would cut a sequence of {seq} tokens"
+    if op in ("concat", "split"):
+        return None if _axis(task.attr("axis", 0), nd) != 0 else "it joins or cuts along the batch axis"
+    if op == "transpose":
+        perm = task.attr("perm")
+        return None if perm is not None and perm[0] == 0 else "it moves the batch axis"
+    if op == "reshape":
+        return None  # a leading axis that divides: checked on the output above
+    if op == "reduce":
+        axis = task.attr("axis")
+        return None if axis is not None and _axis(axis, len(acts[0].type.shape)) != 0 else \
+            "it reduces along the batch axis"
+    return f"op {op} has no batch rule"
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Tasks cut together by a tensor-parallel split.
+
+    ``members`` are cut along ``axis`` of their outputs (the last for GEMM
+    regions, the channels for a convolution region); ``groups[i]`` is the
+    number of blocks that axis holds for ``members[i]`` (3 for a fused Q|K|V
+    projection before attention). ``row`` is the GEMM whose weight is cut by
+    rows (its output is partial: an all-reduce follows); None for a
+    convolution region, whose last member's pieces an all-gather joins.
+    """
+
+    members: tuple[int, ...]
+    groups: tuple[int, ...]
+    row: int | None
+    axis: int
+
+    @property
+    def end(self) -> int:
+        return self.row if self.row is not None else self.members[-1]
+
+
+def _gemm_weight(task: Task) -> bool:
+    return (task.op == "matmul" and len(task.operands) == 2 and task.operands[1].kind == "weight"
+            and len(task.operands[1].type.shape) == 2 and task.operands[0].kind != "weight")
+
+
+def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | None:
+    """The Megatron pair starting at column GEMM ``start``, or None."""
+    members = [start]
+    inside = {start}
+    row: int | None = None
+    queue = [start]
+    while queue:
+        m = queue.pop(0)
+        for v in g.succ_tasks(m):
+            if v in inside or v == row:
+                continue
+            task = g.tasks[v]
+            if v in taken:
+                return None
+            if _gemm_weight(task) and task.operands[0].producer in inside:
+                if row is not None or task.operands[1].type.shape[0] % k:
+                    return None
+                row = v
+                continue
+            if not _column_local(g, task, inside):
+                return None
+            members.append(v)
+            inside.add(v)
+            queue.append(v)
+    if row is None or any(g.tasks[m].name in g.outputs for m in members):
+        return None
+    members.sort(key=g.topo_order.index)
+    attention = [m for m in members if g.tasks[m].op == "attention"]
+    if len(attention) > 1:
+        return None
+    before = _ancestors(g, attention[0], inside) if attention else set()
+    groups = tuple(3 if m in before else 1 for m in members)
+    for m, grp in zip(members, groups):
+        task = g.tasks[m]
+        out = task.output
+        if out is None or out.shape[-1] % (grp * k):
+            return None
+        if task.op == "attention" and task.attr("heads") % k:
+            return None
+        if task.op != "attention" and m != start and any(
+                o.kind == "task" and o.producer not in inside for o in task.operands):
+            return None
+    return Region(tuple(members), groups, row, -1)
+
+
+def _column_local(g: TaskGraph, task: Task, inside: set[int]) -> bool:
+    """Whether ``task`` works column by column on region tensors."""
+    if task.op == "attention":
+        return len(task.operands) == 1
+    if task.op not in POINTWISE or task.op == "allreduce" or task.output is None:
+        return False
+    width = task.output.shape[-1]
+    for o in task.operands:
+        if o.kind == "task" and o.producer not in inside:
+            return False
+        if o.kind != "task" and (len(o.type.shape) != 1 or o.type.shape[0] != width):
+            return False
+    return True
+
+
+def _ancestors(g: TaskGraph, t: int, inside: set[int]) -> set[int]:
+    seen: set[int] = set()
+    stack = [p for p in g.pred_tasks(t) if p in inside]
+    while stack:
+        p = stack.pop()
+        if p not in seen:
+            seen.add(p)
+            stack.extend(q for q in g.pred_tasks(p) if q in inside)
+    return seen
+
+
+def _conv_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | None:
+    """A convolution cut by output channels with the channel-wise chain after it."""
+    task = g.tasks[start]
+    w = task.operands[1]
+    if w.kind != "weight" or task.attr("groups", 1) != 1 or w.type.shape[0] % k:
+        return None
+    members = [start]
+    while True:
+        succ = g.succ_tasks(members[-1])
+        if len(succ) != 1 or g.tasks[members[-1]].name in g.outputs:
+            break
+        v = succ[0]
+        nxt = g.tasks[v]
+        if v in taken or nxt.op not in CHANNELWISE or len(nxt.operands) != 1:
+            break
+        members.append(v)
+    return Region(tuple(members), (1,) * len(members), None, 1)
+
+
+def tensor_regions(g: TaskGraph, k: int) -> tuple[Region, ...]:
+    """The graph's Megatron pairs and convolution regions for ``k`` ranks, in topological order."""
+    regions: list[Region] = []
+    taken: set[int] = set()
+    for t in g.topo_order:
+        if t in taken:
+            continue
+        task = g.tasks[t]
+        region = None
+        if _gemm_weight(task) and task.output is not None and task.output.shape[-1] % k == 0:
+            region = _gemm_region(g, t, k, taken)
+        elif task.op == "conv2d" and len(task.operands) == 2:
+            region = _conv_region(g, t, k, taken)
+        if region is not None:
+            regions.append(region)
+            taken.update(region.members)
+            if region.row is not None:
+                taken.add(region.row)
+    return tuple(regions)

@@ -1,0 +1,255 @@
+"""``--parallel``: the split plans tried, and the one kept.
+
+:func:`choose_plan` enumerates plans on meshes of the platform's fastest
+devices and scores each one by simulation, as FlexFlow does (Jia, Zaharia,
+Aiken, "Beyond Data and Model Parallelism for Deep Neural Networks", MLSys
+2019): the forward graph is cut (:func:`mapper.parallel.rewrite.split_graph`),
+fused, turned into a training step when asked (with its gradient collectives,
+:mod:`mapper.parallel.gradients`), priced, and list-scheduled with HEFT; its
+makespan is the plan's step time and its peak memory per device
+(:func:`mapper.memory.peak_memory`) must fit. The plans:
+
+* meshes of the ``m`` fastest devices (ranked by the unsplit graph's time on
+  each), ``m`` from 1 (the best single device) through the powers of two to
+  all of them;
+* every ``stages x data x tensor = m`` with ``tensor`` where the graph has
+  tensor-parallel regions, and ``stages`` up to the graph's size;
+* ``micro_batches`` of ``stages`` and ``4 stages`` for a pipeline (GPipe's
+  bubble shrinks as ``(S-1)/(M+S-1)``: Huang et al., "GPipe", NeurIPS 2019);
+* pipeline stages cut where the forward graph's times balance: the
+  contiguous split of the topological order with the smallest largest stage
+  (Bokhari, "Partitioning problems in parallel, pipelined, and distributed
+  computing", IEEE TC 37(1), 1988), by bisection on the largest stage with a
+  greedy check, at positions no tensor-parallel region spans.
+
+``data``, ``tensor`` and ``pipeline`` keep the plans of that kind only; the
+best plan that fits wins, else the one that needs the least memory. The
+single device is scored first, then the largest meshes; a plan on ``m``
+devices is skipped when the single device's time over ``m`` (its time with
+perfect scaling) is no better than the best plan found so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mapper.cost import CostTable, build_cost_table
+from mapper.devices import Platform
+from mapper.errors import OptionsError
+from mapper.graph import TaskGraph
+from mapper.memory import peak_memory
+from mapper.parallel.gradients import synchronise
+from mapper.parallel.plan import PARALLEL_MODES, Plan
+from mapper.parallel.rewrite import Split, SplitError, split_graph
+from mapper.parallel.roles import tensor_regions
+
+GIB = float(2**30)
+#: Candidates listed in reports besides the chosen one.
+RUNNERS_UP = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One plan, scored: its step time (HEFT makespan) and peak memory per device."""
+
+    plan: Plan
+    step_time: float
+    peak: tuple[tuple[str, float], ...]  # (device, bytes) over the plan's devices
+    fits: bool
+
+    @property
+    def max_peak(self) -> float:
+        return max((b for _, b in self.peak), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": {**self.plan.to_json(), "label": self.plan.label()}, "step_time": self.step_time,
+                "peak_memory": {d: b for d, b in self.peak}, "fits": self.fits}
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The plan kept, its graph (split, fused, trained), and every plan scored."""
+
+    mode: str
+    split: Split
+    graph: TaskGraph
+    best: Candidate
+    candidates: tuple[Candidate, ...]  # by step time
+    single: Candidate | None  # the best single device
+    skipped: int = 0  # plans not built: their ideal time could not beat the best found
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, **self.best.to_json(), "exact": self.split.exact,
+                               "candidates": [c.to_json() for c in self.candidates[:RUNNERS_UP + 1]],
+                               "plans_scored": len(self.candidates), "plans_skipped": self.skipped}
+        if self.single is not None:
+            out["single_device"] = self.single.to_json()
+            out["speedup"] = self.single.step_time / self.best.step_time if self.best.step_time > 0 else None
+        return out
+
+
+def check_parallel(mode: str) -> str:
+    if mode not in PARALLEL_MODES:
+        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}",
+                           obj="--parallel")
+    return mode
+
+
+def build(graph: TaskGraph, plan: Plan, platform: Platform, prepare: Callable[[TaskGraph], TaskGraph],
+          train: str | None, step: Callable[[TaskGraph], TaskGraph]) -> tuple[Split, TaskGraph]:
+    """The graph of ``plan``: split, then ``prepare`` (fusion), then the training ``step`` and its collectives."""
+    split = split_graph(graph, plan, platform)
+    g = prepare(split.graph)
+    if train is not None:
+        g = synchronise(step(g), split, platform, train)
+    return split, g
+
+
+def score(plan: Plan, cost: CostTable) -> Candidate:
+    """``plan``'s step time and memory from a HEFT schedule of its priced graph."""
+    from mapper.mapping import get_mapper
+    from mapper.mapping.base import MapOptions
+
+    result = get_mapper("heft").map(cost, MapOptions())
+    peaks = peak_memory(result.schedule)
+    names = [d.name for d in cost.platform.devices]
+    peak = tuple((names[d], peaks[d].bytes) for d in range(len(names)) if names[d] in plan.devices)
+    fits = all(p.bytes <= cap for p, cap in zip(peaks, cost.memory_capacity))
+    return Candidate(plan, result.schedule.makespan, peak, fits)
+
+
+def ranked_devices(cost: CostTable) -> list[str]:
+    """Devices that can run every task, fastest first (the graph's total time on each)."""
+    totals = []
+    for d, dev in enumerate(cost.platform.devices):
+        total = sum(row[d] for row in cost.time)
+        if total < float("inf"):
+            totals.append((total, d, dev.name))
+    return [name for _, _, name in sorted(totals)]
+
+
+def balanced_cuts(graph: TaskGraph, weights: list[float], stages: int, allowed: set[int]) -> tuple[int, ...] | None:
+    """Cut positions (in ``graph.topo_order``) for ``stages`` contiguous stages whose largest weight sum is least."""
+    order = [weights[t] for t in graph.topo_order]
+    if stages == 1:
+        return ()
+    if stages > len(order):
+        return None
+
+    def greedy(limit: float) -> tuple[int, ...] | None:
+        cuts: list[int] = []
+        acc, last_ok = 0.0, None
+        for pos, w in enumerate(order):
+            if pos in allowed and pos > (cuts[-1] if cuts else 0):
+                last_ok = pos
+            if acc + w > limit and pos > 0:
+                if last_ok is None or w > limit:
+                    return None
+                cuts.append(last_ok)
+                acc = sum(order[last_ok:pos])
+                last_ok = None
+                if len(cuts) >= stages:
+                    return None
+            acc += w
+        return tuple(cuts) if acc <= limit else None
+
+    lo, hi = max(order), sum(order)
+    best = greedy(hi)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        cuts = greedy(mid)
+        if cuts is not None:
+            best, hi = cuts, mid
+        else:
+            lo = mid
+    if best is None or len(best) != stages - 1:
+        return None
+    return best
+
+
+def _allowed_cuts(graph: TaskGraph, tensor: int) -> set[int]:
+    """Positions where a stage may begin: inside no tensor-parallel region."""
+    pos = {t: i for i, t in enumerate(graph.topo_order)}
+    allowed = set(range(1, len(graph.tasks)))
+    for reg in tensor_regions(graph, tensor) if tensor > 1 else ():
+        span = [pos[m] for m in reg.members] + ([pos[reg.row]] if reg.row is not None else [])
+        allowed -= set(range(min(span) + 1, max(span) + 1))
+    return allowed
+
+
+def plans(graph: TaskGraph, mode: str, devices: list[str], weights: list[float]) -> list[Plan]:
+    """The plans ``mode`` tries on meshes of ``devices`` (fastest first)."""
+    sizes = sorted({m for m in (1, 2, 4, 8, 16, 32, 64, len(devices)) if m <= len(devices)})
+    out: list[Plan] = []
+    tensor_ok: dict[int, bool] = {1: True}
+    for m in sizes:
+        mesh = tuple(devices[:m])
+        for stages in (s for s in range(1, m + 1) if m % s == 0):
+            for tensor in (k for k in range(1, m // stages + 1) if (m // stages) % k == 0):
+                data = m // (stages * tensor)
+                if tensor not in tensor_ok:
+                    tensor_ok[tensor] = bool(tensor_regions(graph, tensor))
+                if not tensor_ok[tensor]:
+                    continue
+                kind = ("data" if data > 1 else "") + ("tensor" if tensor > 1 else "") + \
+                       ("pipeline" if stages > 1 else "")
+                if mode != "auto" and m > 1 and kind != mode:
+                    continue
+                cuts = balanced_cuts(graph, weights, stages, _allowed_cuts(graph, tensor))
+                if cuts is None:
+                    continue
+                for micro in ((1,) if stages == 1 else (stages, 4 * stages)):
+                    out.append(Plan(data, tensor, stages, micro, mesh, cuts))
+    return out
+
+
+def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Callable[[TaskGraph], TaskGraph],
+                train: str | None, step: Callable[[TaskGraph], TaskGraph]) -> Choice:
+    """The best plan of ``mode`` for ``graph`` on ``platform`` (module docstring)."""
+    check_parallel(mode)
+    base = build_cost_table(prepare(graph), platform)
+    devices = ranked_devices(base)
+    if not devices:
+        base.require_feasible()
+        raise OptionsError(f"--parallel: no device of {platform.name} can run every task of {graph.name}")
+    unsplit = build_cost_table(graph, platform)
+    first = platform.device_index(devices[0])
+    weights = [row[first] for row in unsplit.time]
+    scored: list[tuple[Candidate, Split, TaskGraph]] = []
+    reasons: list[str] = []
+    single = best_time = float("inf")
+    skipped = 0
+    # the single device first, then the largest meshes: a mesh of m devices whose
+    # ideal time (the best single device's over m) cannot beat the best plan found is skipped
+    for plan in sorted(plans(graph, mode, devices, weights), key=lambda p: (len(p.devices) > 1, -len(p.devices))):
+        m = len(plan.devices)
+        if m > 1 and single / m >= best_time:
+            skipped += 1
+            continue
+        try:
+            split, g = build(graph, plan, platform, prepare, train, step)
+        except SplitError as err:
+            reasons.append(f"{plan.label()}: {err.message}")
+            continue
+        cand = score(plan, build_cost_table(g, platform))
+        scored.append((cand, split, g))
+        if m == 1:
+            single = min(single, cand.step_time)
+        if cand.fits:
+            best_time = min(best_time, cand.step_time)
+    multi = [s for s in scored if len(s[0].plan.devices) > 1]
+    if not multi:
+        why = "; ".join(dict.fromkeys(reasons)) or "the platform has one device that runs the graph"
+        raise SplitError(f"--parallel {mode}: no plan splits graph {graph.name} ({why})", obj="--parallel")
+    pool = multi if mode != "auto" else scored
+    fitting = [s for s in pool if s[0].fits]
+    if fitting:
+        best = min(fitting, key=lambda s: (s[0].step_time, len(s[0].plan.devices)))
+    else:
+        best = min(pool, key=lambda s: (s[0].max_peak, s[0].step_time))
+    singles = [s[0] for s in scored if len(s[0].plan.devices) == 1]
+    ranked = tuple(sorted((s[0] for s in scored), key=lambda c: (c.step_time, len(c.plan.devices))))
+    return Choice(mode, best[1], best[2], best[0], ranked, min(singles, key=lambda c: c.step_time) if singles else None,
+                  skipped)
