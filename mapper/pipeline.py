@@ -1,4 +1,4 @@
-"""The compiler pipeline: parse -> lower -> platform -> fuse -> cost -> map -> validate.
+"""The compiler pipeline: parse -> lower -> platform -> fuse -> train -> split -> cost -> map -> validate.
 
 Each stage is a function from one frozen type to the next (docs/architecture.md).
 :func:`compile_graph` calls them in order, times each stage, and can stop
@@ -20,13 +20,14 @@ from mapper.fusion import check_fuse, fuse_for
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
+from mapper.parallel.search import Choice, check_parallel, choose_plan
 from mapper.platform import Platform, load_platform
 from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
 from mapper.training import training_step
 from mapper.validate import validate
 
 #: Stage names, in order; ``dump_after`` takes one of them.
-STAGES = ("parse", "lower", "platform", "fuse", "train", "cost", "map", "validate")
+STAGES = ("parse", "lower", "platform", "fuse", "train", "split", "cost", "map", "validate")
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -39,6 +40,7 @@ class CompileResult:
     result: MapResult
     compare: tuple[MapResult, ...] = ()
     stage_times: tuple[tuple[str, float], ...] = ()
+    parallel: Choice | None = None  # the split plan kept and the plans scored (--parallel)
 
     def __repr__(self) -> str:
         return f"CompileResult({self.result!r}, compared with {len(self.compare)} more)"
@@ -82,6 +84,7 @@ def compile_graph(
     throughput_model: str | None = None,
     train: str | None = None,
     micro_batches: int | None = None,
+    parallel: str = "none",
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -101,6 +104,10 @@ def compile_graph(
         model; None keeps the platform's.
     train : an optimizer name (``sgd``, ``adam``): map the training step of the
         (fused) forward graph (:mod:`mapper.training`); None maps it as it is.
+    parallel : ``none`` maps the graph as written; ``auto``, ``data``,
+        ``tensor`` or ``pipeline`` split it (:mod:`mapper.parallel`): the
+        ``split`` stage chooses a plan and does the fusion and the training
+        step of the split graph itself.
 
     Raises
     ------
@@ -123,6 +130,12 @@ def compile_graph(
         raise OptionsError(f"unknown stage {dump_after!r}; choose one of {', '.join(STAGES)}")
     if dump_after == "train" and train is None:
         raise OptionsError("the train stage runs only with --train", obj="--dump-after")
+    check_parallel(parallel)
+    if parallel != "none" and dump_after in ("fuse", "train"):
+        raise OptionsError(f"with --parallel the {dump_after} stage runs inside the split stage; "
+                           "use --dump-after split", obj="--dump-after")
+    if dump_after == "split" and parallel == "none":
+        raise OptionsError("the split stage runs only with --parallel", obj="--dump-after")
     times: list[tuple[str, float]] = []
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:
@@ -153,10 +166,19 @@ def compile_graph(
     if options.objective == "throughput" and plat.throughput_model == "max-load" and not options.schedule.memory:
         # the max-load model has a memory knapsack per device: --memory is part of it
         options = replace(options, schedule=replace(options.schedule, memory=True))
-    if fuse == "auto":
-        graph = stage("fuse", lambda: fuse_for(graph, plat))
-    if train is not None:
-        graph = stage("train", lambda: training_step(graph, train))
+    choice = None
+    if parallel != "none":
+        def prepare(g: TaskGraph) -> TaskGraph:
+            return fuse_for(g, plat) if fuse == "auto" else g
+
+        choice = stage("split", lambda: choose_plan(graph, plat, parallel, prepare=prepare, train=train,
+                                                    step=lambda g: training_step(g, train or "sgd")))
+        graph = choice.graph
+    else:
+        if fuse == "auto":
+            graph = stage("fuse", lambda: fuse_for(graph, plat))
+        if train is not None:
+            graph = stage("train", lambda: training_step(graph, train))
     cost = stage("cost", lambda: build_cost_table(graph, plat))
 
     def map_all() -> tuple[MapResult, ...]:
@@ -169,5 +191,7 @@ def compile_graph(
     def check() -> tuple[MapResult, ...]:
         return tuple(require_valid(r) for r in results)
 
+    if choice is not None:
+        results = tuple(replace(r, notes=(*r.notes, *choice.notes())) for r in results)
     stage("validate", check)
-    return CompileResult(graph, plat, cost, results[0], results[1:], tuple(times))
+    return CompileResult(graph, plat, cost, results[0], results[1:], tuple(times), choice)

@@ -39,6 +39,16 @@ def add_fuse_option(p: argparse.ArgumentParser) -> None:
                         "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
 
 
+def add_parallel_option(p: argparse.ArgumentParser) -> None:
+    """``--parallel``, as ``compile`` and ``run`` take it (mapper.parallel)."""
+    from mapper.parallel.plan import PARALLEL_MODES
+
+    p.add_argument("--parallel", choices=PARALLEL_MODES, default="none",
+                   help="split ops across devices: data (the batch), tensor (Megatron-style GEMM pairs, "
+                        "attention heads, conv channels), pipeline (stages and micro-batches), or auto (the best "
+                        "plan that fits in memory); default none: the graph as written")
+
+
 def add_train_options(p: argparse.ArgumentParser) -> None:
     """``--train`` and ``--optimizer``, as ``compile`` and ``cost`` take them (mapper.training)."""
     p.add_argument("--train", action="store_true",

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from mapper.cli import add_fuse_option, add_train_options, train_option
+from mapper.cli import add_fuse_option, add_parallel_option, add_train_options, train_option
 from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
@@ -69,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", action="store_true", help=text)
     add_fuse_option(p)
     add_train_options(p)
+    add_parallel_option(p)
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
     p.add_argument("--timings", action="store_true",
                    help="add solve times to the JSON and HTML reports (which then differ from run to run)")
@@ -158,10 +159,10 @@ def _dump(stage: str, product) -> str:
     """Text for ``--dump-after STAGE``."""
     if stage == "parse":
         return f"parsed {product.file}: {len(product.items)} top-level items\n"
-    if stage in ("lower", "fuse", "train"):
+    if stage in ("lower", "fuse", "train", "split"):
         from mapper.dump import dump_graph
 
-        return dump_graph(product)
+        return dump_graph(product.graph if stage == "split" else product)
     if stage == "platform":
         lines = [f"platform {product.name}: {product.summary()}"]
         lines += [f"  {d.name} ({d.kind})" for d in product.devices]
@@ -207,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
                 args.file, args.platform, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
-                micro_batches=args.micro_batches,
+                micro_batches=args.micro_batches, parallel=args.parallel,
                 on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:
@@ -237,7 +238,8 @@ def _write_reports(args: argparse.Namespace, compiled) -> None:
     if args.json:
         from mapper.report.json_report import write_json
 
-        write_json(result, args.json, timings=args.timings)
+        write_json(result, args.json, timings=args.timings,
+                   parallel=compiled.parallel.to_json() if compiled.parallel is not None else None)
     if args.html:
         from mapper.report.html import write_html
 

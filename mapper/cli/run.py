@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from mapper.cli import add_fuse_option
+from mapper.cli import add_fuse_option, add_parallel_option
 from mapper.errors import OptionsError
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
 
@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, help="at most this many threads (default: one per device)")
     p.add_argument("--top", type=int, default=25, help="table rows: the longest tasks (0: all; default 25)")
     add_fuse_option(p)
+    add_parallel_option(p)
     p.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: one thread lane per device in this process (default); dask: Dask distributed, one "
                         "worker per device (needs mapper[dask])")
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         platform = load_platform(args.platform)
         first_cpu(platform)
     compiled = compile_graph(
-        graph, platform, mapper=args.mapper, options=map_options, fuse=args.fuse
+        graph, platform, mapper=args.mapper, options=map_options, fuse=args.fuse, parallel=args.parallel
     )
     result = compiled.result
     extra: CalibratedRun | None = None
@@ -130,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend, max_workers=args.workers,
         )
     table = format_trace(trace, top=args.top)
+    if compiled.parallel is not None:
+        table = "\n".join((table, *compiled.parallel.notes(), _split_check(graph, compiled, trace, args)))
     if extra is not None:
         table = f"{extra.header()}\n{table}\n{extra.footer()}"
     sys.stdout.write(table + "\n")
@@ -151,6 +154,17 @@ def run(args: argparse.Namespace) -> int:
 
         atomic_write(args.calibration_out, platform_toml(extra.calibration))
     return 0
+
+
+def _split_check(graph: Any, compiled: Any, trace: Any, args: argparse.Namespace) -> str:
+    """The line that says the split run's outputs equal the unsplit graph's (or why not compared)."""
+    if args.no_check:
+        return "split plan: outputs not compared with the unsplit graph's (--no-check)"
+    if not compiled.parallel.split.exact:
+        return "split plan: outputs not compared (batch norm statistics are per replica)"
+    from mapper.parallel.check import compare_outputs
+
+    return compare_outputs(graph, trace.outputs, args.seed, args.backend).line()
 
 
 def _check_calibration_options(args: argparse.Namespace) -> None:

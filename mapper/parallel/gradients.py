@@ -93,8 +93,8 @@ def synchronise(graph: TaskGraph, split: Split, platform: Platform, optimizer: s
     _tensor_gradients(b, split, by_name)
     _data_gradients(b, graph, groups, split.plan.bucket_mib * MIB, optimizer)
     order = sorted(b.edges, key=lambda p: (p[1], p[0]))
-    return TaskGraph(graph.name, tuple(b.tasks), tuple(Edge(i, s, d, *b.edges[(s, d)]) for i, (s, d) in enumerate(order)),
-                     graph.inputs, graph.outputs)
+    edges = tuple(Edge(i, s, d, *b.edges[(s, d)]) for i, (s, d) in enumerate(order))
+    return TaskGraph(graph.name, tuple(b.tasks), edges, graph.inputs, graph.outputs)
 
 
 def _forward_of(graph_tasks: list[Task], by_name: dict[str, int], piece: str) -> Task | None:

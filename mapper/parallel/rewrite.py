@@ -195,7 +195,7 @@ def _suffix(b_: _Builder, b: int, r: int) -> str:
 def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Region, int] | None,
            row: bool, view: dict[tuple[int, int, int], int]) -> int:
     """One piece of ``task``: chunk ``b``, rank ``r``, on ``device``."""
-    plan, n, k = b_.plan, b_.plan.chunks, b_.plan.tensor
+    n, k = b_.plan.chunks, b_.plan.tensor
     if not task.placement.permits(device, b_.kinds[device]):
         raise SplitError(f"task {task.name} may not run on {device} ({task.placement}), where the plan puts it",
                          span=task.span, obj=task.name)

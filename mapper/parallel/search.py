@@ -90,6 +90,25 @@ class Choice:
         return out
 
 
+    def notes(self) -> tuple[str, ...]:
+        """What the reports say about the plan (text, JSON ``notes``, HTML)."""
+        b = self.best
+        out = [f"parallel {self.mode}: {b.plan.label()} on {', '.join(b.plan.devices)}: step "
+               f"{b.step_time * 1e3:.4g} ms scored with heft, peak memory {b.max_peak / GIB:.3g} GiB per device"
+               + ("" if b.fits else " (does not fit: no plan fits)")]
+        if self.single is not None and b.step_time > 0:
+            out.append(f"parallel: best single device {self.single.plan.devices[0]} "
+                       f"{self.single.step_time * 1e3:.4g} ms, speedup {self.single.step_time / b.step_time:.3g}x")
+        others = [c for c in self.candidates if c is not b][:3]
+        if others:
+            out.append("parallel: runners-up " + "; ".join(
+                f"{c.plan.label()} {c.step_time * 1e3:.4g} ms" + ("" if c.fits else " (too big)") for c in others))
+        if not self.split.exact:
+            out.append("parallel: batch norm statistics are per replica (as data-parallel training without "
+                       "synchronised batch norm), so the outputs differ from the unsplit graph's")
+        return tuple(out)
+
+
 def check_parallel(mode: str) -> str:
     if mode not in PARALLEL_MODES:
         raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}",

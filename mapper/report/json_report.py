@@ -19,11 +19,13 @@ from mapper.memory import peak_memory
 from mapper.report.common import device_stats, round_sig
 
 
-def to_json_dict(result: MapResult, *, timings: bool = False) -> dict:
+def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | None = None) -> dict:
     """The report as plain JSON-ready Python objects (dicts keep key order).
 
     ``timings`` adds ``solve_time``, the mapper's wall time, which differs
     from run to run; without it the output depends only on the input.
+    ``parallel`` (:meth:`mapper.parallel.search.Choice.to_json`) adds the split
+    plan kept and the plans scored, under ``parallel``.
     """
     sched = result.schedule
     graph = sched.cost.graph
@@ -92,14 +94,17 @@ def to_json_dict(result: MapResult, *, timings: bool = False) -> dict:
             for d, p in zip(device_stats(sched), peak_memory(sched))
         ],
         "notes": list(result.notes),
+        **({"parallel": parallel} if parallel is not None else {}),
     }
 
 
-def to_json(result: MapResult, *, timings: bool = False) -> str:
+def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None = None) -> str:
     """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
-    return json.dumps(to_json_dict(result, timings=timings), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(to_json_dict(result, timings=timings, parallel=parallel), indent=2, ensure_ascii=False,
+                      allow_nan=False) + "\n"
 
 
-def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False) -> None:
+def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False,
+               parallel: dict | None = None) -> None:
     """Write :func:`to_json` to ``path`` atomically."""
-    atomic_write(path, to_json(result, timings=timings))
+    atomic_write(path, to_json(result, timings=timings, parallel=parallel))
