@@ -68,6 +68,7 @@ CASES = [
     # embedding: 0 flops, reads ids + the gathered rows
     ("embedding", [T("i32", 8, 128), T("f32", 30522, 768)], {}, (8, 128, 768), 0,
      4 * 1024 + 4 * 1024 * 768, 4 * 1024 * 768),
+    ("allreduce", [T("f32", 2, 3), T("f32", 2, 3), T("f32", 2, 3)], {"rank": 1}, (2, 3), 12, 4 * 18, 4 * 6),
     ("concat", [T("f32", 2, 3), T("f32", 2, 5), T("f32", 2, 1)], {"axis": -1}, (2, 9), 0, 4 * 18, 4 * 18),
     ("concat", [T("i8", 4)], {}, (4,), 0, 4, 4),
     # split reads only its chunk
@@ -219,6 +220,8 @@ ERRORS = [
     ("embedding", [T("f32", 8), T("f32", 10, 4)], {}, "ids must be an integer tensor", 0, None),
     ("embedding", [T("i32", 8), T("i32", 10, 4)], {}, "table must be a floating-point tensor", 1, None),
     ("embedding", [T("i32", 8), T("f32", 10)], {}, "table must be 2-D [V, D]", 1, None),
+    ("allreduce", [T("f32", 2, 3), T("f32", 3, 3)], {}, "every part must have the same shape", 1, None),
+    ("allreduce", [T("f32", 2, 3), T("f32", 2, 3)], {"rank": 2}, "out of range for 2 parts", None, "rank"),
     ("concat", [T("f32", 2, 3), T("f32", 3, 3)], {"axis": 1}, "shapes differ outside axis 1", 1, None),
     ("concat", [T("f32", 2, 3), T("f32", 2)], {}, "shapes differ outside axis 0", 1, None),
     ("concat", [T("f32", 2, 3), T("i32", 2, 3)], {}, "operand dtypes differ", 1, None),

@@ -37,7 +37,7 @@ from typing import Any
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.devices import Platform
-from mapper.errors import OptionsError
+from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import TaskGraph
 from mapper.memory import peak_memory
 from mapper.parallel.gradients import synchronise
@@ -252,17 +252,20 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
         except SplitError as err:
             reasons.append(f"{plan.label()}: {err.message}")
             continue
-        cand = score(plan, build_cost_table(g, platform))
+        try:
+            cand = score(plan, build_cost_table(g, platform))
+        except InfeasibleError as err:  # a piece too big for its device: the plan cannot run
+            reasons.append(f"{plan.label()}: {err.message}")
+            continue
         scored.append((cand, split, g))
         if m == 1:
             single = min(single, cand.step_time)
         if cand.fits:
             best_time = min(best_time, cand.step_time)
-    multi = [s for s in scored if len(s[0].plan.devices) > 1]
-    if not multi:
-        why = "; ".join(dict.fromkeys(reasons)) or "the platform has one device that runs the graph"
+    pool = scored if mode == "auto" else [s for s in scored if len(s[0].plan.devices) > 1]
+    if not pool:
+        why = "; ".join(list(dict.fromkeys(reasons))[:3]) or "the platform has one device that runs the graph"
         raise SplitError(f"--parallel {mode}: no plan splits graph {graph.name} ({why})", obj="--parallel")
-    pool = multi if mode != "auto" else scored
     fitting = [s for s in pool if s[0].fits]
     if fitting:
         best = min(fitting, key=lambda s: (s[0].step_time, len(s[0].plan.devices)))
