@@ -317,3 +317,9 @@ def test_cli_run_checks_the_split_outputs(tmp_path):
              "--repeats", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "equal the unsplit graph's" in r.stdout
+
+
+def test_explicit_cost_graphs_are_refused(dgx):
+    g = lower(parse((ROOT / "examples" / "heft_paper.tg").read_text(), "heft_paper.tg"))
+    with pytest.raises(SplitError, match="explicit costs"):
+        split_graph(g, Plan(devices=("gpu0",)), dgx)

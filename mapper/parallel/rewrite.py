@@ -138,6 +138,10 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform) -> Split:
     if plan.trivial and not plan.devices:
         return Split(graph, plan, (), 0, True)
     n, k = plan.chunks, plan.tensor
+    for task in graph.tasks:
+        if task.op == "task" or task.explicit_cost:
+            raise SplitError(f"cannot split task {task.name}: it has explicit costs, not an op whose work the "
+                             "split can divide", span=task.span, obj=task.name)
     check_batch(graph, n)
     regions = tensor_regions(graph, k) if k > 1 else ()
     member: dict[int, tuple[Region, int]] = {}
