@@ -64,7 +64,7 @@ ATTENTION_BACKWARD = 2.5
 OTHER_BACKWARD = 2.0
 
 
-def _flat(dtype: str, nbytes: float) -> TensorType:
+def flat_type(dtype: str, nbytes: float) -> TensorType:
     """A 1-D tensor of ``dtype`` holding ``nbytes`` (rounded up to whole elements)."""
     item = DTYPE_BYTES[dtype]
     return TensorType(dtype, (max(1, int(-(-nbytes // item))),))
@@ -129,9 +129,9 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             ma = float(sum(o.type.nbytes for o in main.operands if o.kind != "weight"))
             core = replace(base, op=main.op, operands=main.operands, attrs=main.attrs, flops=main.flops, parts=())
             dgrad = add(replace(core, name=f"{fwd.name}.dgrad", bytes_read=mout + mw, bytes_written=ma,
-                                output=_flat(dtype, ma)))
+                                output=flat_type(dtype, ma)))
             wgrad = add(replace(core, name=f"{fwd.name}.wgrad", bytes_read=mout + ma, bytes_written=mw,
-                                output=_flat(dtype, mw)))
+                                output=flat_type(dtype, mw)))
             if epilogue:
                 edge(first, dgrad, mout, tasks[first].name)
                 edge(first, wgrad, mout, tasks[first].name)
@@ -145,7 +145,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             factor = ATTENTION_BACKWARD if cls == "attention" else OTHER_BACKWARD
             grad = add(replace(base, name=f"{fwd.name}.grad", flops=factor * fwd.flops,
                                bytes_read=out + abytes + wbytes + out, bytes_written=abytes + wbytes,
-                               output=_flat(dtype, abytes + wbytes),
+                               output=flat_type(dtype, abytes + wbytes),
                                parts=tuple(_scaled(p, factor, 1.5) for p in fwd.parts)))
             grad_in[t], mine, stash, writers = grad, [grad], [grad], [grad]
             edge(t, grad, out, fwd.name)  # its own output (relu, softmax, norms use it)

@@ -26,9 +26,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mapper.devices import Platform
-from mapper.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph, TensorType
+from mapper.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph
 from mapper.ops import infer
 from mapper.parallel.rewrite import Split, _Builder
+from mapper.training import flat_type
 
 MIB = float(2**20)
 
@@ -37,12 +38,7 @@ def _device(task: Task) -> str:
     return task.placement.allow[0]
 
 
-def _flat(dtype: str, nbytes: float) -> TensorType:
-    item = DTYPE_BYTES.get(dtype, 4)
-    return TensorType(dtype, (max(1, int(-(-nbytes // item))),))
-
-
-def _merge_updates(graph: TaskGraph, optimizer: str) -> tuple[TaskGraph, list[list[int]]]:
+def _merge_updates(graph: TaskGraph) -> tuple[TaskGraph, list[list[int]]]:
     """One optimizer step per weight and device; the groups of updates of one weight."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for t in graph.tasks:
@@ -84,7 +80,7 @@ def synchronise(graph: TaskGraph, split: Split, platform: Platform, optimizer: s
     """The training step ``graph`` of ``split`` with its collectives (module docstring)."""
     if split.plan.trivial:
         return graph
-    graph, groups = _merge_updates(graph, optimizer)
+    graph, groups = _merge_updates(graph)
     b = _Builder(graph, split.plan, platform)
     b.tasks = list(graph.tasks)
     for e in graph.edges:
@@ -92,25 +88,14 @@ def synchronise(graph: TaskGraph, split: Split, platform: Platform, optimizer: s
     by_name = {t.name: t.index for t in graph.tasks}
     _tensor_gradients(b, split, by_name)
     _data_gradients(b, graph, groups, split.plan.bucket_mib * MIB, optimizer)
-    order = sorted(b.edges, key=lambda p: (p[1], p[0]))
-    edges = tuple(Edge(i, s, d, *b.edges[(s, d)]) for i, (s, d) in enumerate(order))
-    return TaskGraph(graph.name, tuple(b.tasks), edges, graph.inputs, graph.outputs)
-
-
-def _forward_of(graph_tasks: list[Task], by_name: dict[str, int], piece: str) -> Task | None:
-    if piece in by_name:
-        return graph_tasks[by_name[piece]]
-    for t in graph_tasks:  # a fused task holding the piece first
-        if t.parts and t.parts[0].name == piece and not t.backward:
-            return t
-    return None
+    return b.graph(graph)
 
 
 def _allreduce_tasks(b: _Builder, name: str, sources: list[int], nbytes: float, devices: tuple[str, ...],
                      dtype: str) -> list[int]:
     """One ``allreduce`` per device of ``devices`` over the gradients written by ``sources``."""
     seconds = b.collective("allreduce", nbytes, devices)
-    ty = _flat(dtype, nbytes)
+    ty = flat_type(dtype if dtype in DTYPE_BYTES else "f32", nbytes)
     last: dict[str, int] = {}
     for s in sources:
         last[_device(b.tasks[s])] = s
@@ -131,8 +116,10 @@ def _tensor_gradients(b: _Builder, split: Split, by_name: dict[str, int]) -> Non
     out_edges: dict[int, list[int]] = {}
     for src, dst in b.edges:
         out_edges.setdefault(src, []).append(dst)
+    forward = {t.name: t for t in b.tasks if not t.backward}
+    forward.update({t.parts[0].name: t for t in b.tasks if t.parts and not t.backward})  # fused: by its first op
     for col in split.columns:
-        fwd = [_forward_of(b.tasks, by_name, p) for p in col.pieces]
+        fwd = [forward.get(p) for p in col.pieces]
         if any(f is None for f in fwd):
             continue
         dgrads = [by_name.get(f"{f.name}.dgrad") for f in fwd if f is not None]

@@ -95,6 +95,12 @@ class _Builder:
         size = max(nbytes, old[0]) if old else nbytes
         self.edges[(src, dst)] = (size, comm, self.tasks[src].name)
 
+    def graph(self, like: TaskGraph) -> TaskGraph:
+        """The tasks and edges built, as a graph with ``like``'s name, inputs and outputs."""
+        order = sorted(self.edges, key=lambda e: (e[1], e[0]))
+        edges = tuple(Edge(i, s, d, *self.edges[(s, d)]) for i, (s, d) in enumerate(order))
+        return TaskGraph(like.name, tuple(self.tasks), edges, like.inputs, like.outputs)
+
     def collective(self, kind: str, nbytes: float, devices: tuple[str, ...]) -> float:
         return collective_time(kind, nbytes, [self.index[d] for d in devices], self.lat, self.spb).seconds
 
@@ -185,9 +191,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform) -> Split:
                             info.bytes_written, placement=Placement(allow=(dev,)), span=graph.tasks[t].span))
         for p in parts:
             b_.edge(p, g_idx, float(b_.tasks[p].output.nbytes))  # type: ignore[union-attr]
-    order = sorted(b_.edges, key=lambda e: (e[1], e[0]))
-    edges = tuple(Edge(i, s, d, *b_.edges[(s, d)]) for i, (s, d) in enumerate(order))
-    split = TaskGraph(graph.name, tuple(b_.tasks), edges, graph.inputs, graph.outputs)
+    split = b_.graph(graph)
     exact = n == 1 or not any(t.op == "batchnorm" for t in graph.tasks)
     return Split(split, plan, tuple(columns), len(regions), exact)
 
