@@ -236,3 +236,18 @@ def round_robin(result: MapResult) -> MapResult:
     device = tuple(cost.feasible_devices(t)[t % len(cost.feasible_devices(t))] for t in range(cost.n_tasks))
     sched = build_schedule(cost, Assignment(device))
     return MapResult(sched, "spread", "heuristic", "makespan", sched.makespan)
+
+
+def slow_to_prove_dsl(seed: int = 0, n: int = 50) -> str:
+    """A layered graph of ``n`` tasks with explicit costs on ``cpu-gpu-fpga``'s
+    cpu0, gpu0 and fpga0 and gigabyte transfers, as DSL: neither exact backend
+    proves it within a minute (for tests that interrupt a long search)."""
+    from mapper.importers.dsl_writer import graph_to_dsl
+
+    rng = random.Random(seed)
+    pairs = sorted(random_edges(rng, n, "layered"), key=lambda e: (e[1], e[0]))
+    speeds = (("cpu0", 1.0), ("fpga0", 0.7), ("gpu0", 0.5))
+    tasks = tuple(Task(i, f"t{i}", "task", explicit_cost=tuple((d, round(rng.uniform(1, 20) * f, 3)) for d, f in speeds))
+                  for i in range(n))
+    edges = tuple(Edge(k, u, v, float(rng.randint(1, 20) * 10**9)) for k, (u, v) in enumerate(pairs))
+    return graph_to_dsl(TaskGraph("slow", tasks, edges))

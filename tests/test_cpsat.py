@@ -2,19 +2,79 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from randdag import heft_paper_example, random_instance
+from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_edges, random_instance
 
 from mapper.cli import main
+from mapper.graph import Placement
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
+from mapper.mapping.exact.cpsat_model import solve_cpsat, whole_times
+from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.schedule import ScheduleOptions
 from mapper.validate import validate
 
 HEFT = str(Path(__file__).resolve().parent.parent / "examples" / "heft_paper.tg")
+
+
+@pytest.fixture(autouse=True)
+def milp_only(monkeypatch):
+    """The milp mapper without its CP-SAT turn, so that the two engines check each other."""
+    monkeypatch.setattr("mapper.mapping.milp.CPSAT_SHARE", 0.0)
+
+
+def identical(seed: int, n: int, procs: int, comm: float | None = 0.0, pin: int | None = None):
+    """P|prec|Cmax as in the Standard Task Graph set: whole task times on
+    ``procs`` identical processors; edges with a whole transfer time ``comm``
+    between any two of them (or none); task ``pin`` pinned to the first."""
+    rng = random.Random(seed)
+    edges = [(u, v, 0.0, comm) for u, v in random_edges(rng, n, "layered")]
+    placement = [Placement(allow=("cpu0",)) if t == pin else Placement() for t in range(n)]
+    graph = make_graph(n, edges, placement=placement, name=f"identical{seed}")
+    times = [[float(rng.randint(1, 20))] * procs for _ in range(n)]
+    links = [(a, b, 1.0, 0.0) for a in range(procs) for b in range(a + 1, procs)]
+    return make_cost(graph, make_platform(["cpu"] * procs, links), times)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_identical_processors_with_whole_times_are_solved_exactly(seed):
+    # whole times give an exact model (one tick per unit); the value-precedence
+    # cut over interchangeable processors and the redundant cumulative must
+    # keep the MILP's optimum, pinned task or transfer times or not
+    cost = identical(seed, 9, 3, comm=None if seed % 2 else 2.0, pin=0 if seed >= 2 else None)
+    assert whole_times(cost)
+    assert identical_device_classes(cost) == (((1, 2),) if seed >= 2 else ((0, 1, 2),))
+    cp, milp = both(cost, MapOptions(time_limit=30, seed=seed))
+    assert cp.status == milp.status == "optimal"
+    assert cp.objective_value == pytest.approx(milp.objective_value, rel=1e-9)
+    assert float(cp.objective_value).is_integer()
+
+
+def test_fractional_times_keep_the_scaled_model():
+    cost = random_instance(4, 7, n_devices=3)
+    assert not whole_times(cost)
+    cp, milp = both(cost, MapOptions(time_limit=20))
+    assert cp.objective_value == pytest.approx(milp.objective_value, rel=1e-6)
+
+
+def test_a_hint_on_later_devices_is_relabelled_to_satisfy_the_cut():
+    # a heuristic may start on the last of three identical processors; the hint
+    # is renamed so that the first used is the first of the class, and the
+    # model's answer is no worse than it
+    cost = identical(7, 12, 3, comm=None)
+    classes = identical_device_classes(cost)
+    assert canonical_devices((2, 2, 0, 1), classes) == (0, 0, 1, 2)
+    heft = get_mapper("heft").map(cost).schedule
+    mirrored = tuple(2 - d for d in heft.device_of)
+    solved = solve_cpsat(cost, "makespan", heft.makespan * (1 + 1e-9), memory=False, area=False,
+                         makespan_bound=None, hint=(mirrored, tuple(s.start for s in heft.slots)), time_limit=20,
+                         seed=0)
+    assert solved.status == "optimal" and solved.objective <= heft.makespan
+    assert solved.device is not None and solved.device[0] == 0
 
 
 def both(cost, options: MapOptions):

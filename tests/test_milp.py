@@ -24,6 +24,12 @@ from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.schedule import Assignment, ScheduleOptions, build_schedule
 from mapper.validate import validate
 
+
+@pytest.fixture
+def milp_only(monkeypatch):
+    """The milp mapper without its CP-SAT turn, to test the MILP itself."""
+    monkeypatch.setattr("mapper.mapping.milp.CPSAT_SHARE", 0.0)
+
 INF = math.inf
 HEURISTIC_NAMES = ("heft", "cpop", "peft", "greedy", "single", "cpu")
 
@@ -39,7 +45,7 @@ def _full(cost, objective="makespan", time_limit=10.0, makespan_bound=None, symm
 
 
 # -- the HEFT paper's example ------------------------------------------------------
-def test_heft_example_proves_optimum_under_80():
+def test_heft_example_proves_optimum_under_80(milp_only):
     cost = heft_paper_example()
     result = MilpMapper().map(cost, MapOptions(time_limit=30))
     print(f"\nHEFT example: MILP {result.status} makespan {result.objective_value:g} in {result.solve_time:.3f} s")
@@ -322,7 +328,7 @@ def test_large_graph_takes_the_lns_path():
     assert not validate(result.schedule)
 
 
-def test_cbc_is_used_when_highs_is_missing(monkeypatch):
+def test_cbc_is_used_when_highs_is_missing(monkeypatch, milp_only):
     from mapper.mapping.exact import solver
 
     cost = random_instance(3, 7, n_devices=3)
@@ -336,7 +342,7 @@ def test_cbc_is_used_when_highs_is_missing(monkeypatch):
 
 
 @pytest.mark.parametrize("scale", [1e-6, 1e4])
-def test_time_units_do_not_change_the_optimum(scale):
+def test_time_units_do_not_change_the_optimum(milp_only, scale):
     # the HEFT example in microseconds and in hours: same optimum, still proven
     from randdag import HEFT_EDGES, HEFT_TIMES
 
@@ -351,7 +357,7 @@ def test_time_units_do_not_change_the_optimum(scale):
     assert "warm start taken by HiGHS" in result.notes
 
 
-def test_mid_size_graph_runs_lns_before_the_exact_model():
+def test_mid_size_graph_runs_lns_before_the_exact_model(milp_only):
     cost = random_instance(30032, 30, shape="random", n_devices=3)
     result = MilpMapper().map(cost, MapOptions(time_limit=4))
     assert any(n.startswith("LNS before the exact model") for n in result.notes)
@@ -402,3 +408,34 @@ def test_lns_stops_when_windows_stop_paying(monkeypatch):
     _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), time.perf_counter() + 60)
     assert stats.stalled and stats.windows < 60
     assert "windows in a row gained less than 0.01 % each" in lns.stall_note(stats)
+
+
+def _identical_processors(seed: int, n: int, procs: int):
+    """P|prec|Cmax with whole times (as the Standard Task Graph set)."""
+    from randdag import random_edges
+
+    rng = random.Random(seed)
+    graph = make_graph(n, [(u, v, 0.0, None) for u, v in random_edges(rng, n, "layered")], name=f"stg{seed}")
+    return make_cost(graph, make_platform(["cpu"] * procs), [[float(rng.randint(1, 30))] * procs for _ in range(n)])
+
+
+def test_cpsat_proves_a_large_graph_before_lns():
+    # above the MILP's size limit the default mapper gives CP-SAT its turn
+    # first; on identical processors with whole times it proves the optimum
+    cost = _identical_processors(3, 90, 4)
+    result = MilpMapper().map(cost, MapOptions(time_limit=20))
+    assert result.mapper == "milp" and result.status == "optimal"
+    assert "proven by CP-SAT; LNS was not needed" in result.notes
+    assert result.lower_bound == pytest.approx(result.objective_value)
+    assert not validate(result.schedule)
+
+
+def test_the_portfolio_hands_cpsat_s_schedule_to_the_milp():
+    cost = random_instance(30032, 30, shape="random", n_devices=3)
+    result = MilpMapper().map(cost, MapOptions(time_limit=4))
+    assert any(n.startswith("CP-SAT:") for n in result.notes)
+    assert not validate(result.schedule)
+    assert result.objective_value <= min(get_mapper(h).map(cost).objective_value for h in ("heft", "cpop", "peft"))
+    if result.status != "optimal":
+        assert any(n.startswith("MILP:") for n in result.notes)
+    assert result.lower_bound is not None and result.lower_bound <= result.objective_value * (1 + 1e-9)

@@ -21,11 +21,11 @@ from mapper.cost import CostTable
 from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact.cpsat_model import SCALE, solve_cpsat
-from mapper.mapping.exact.incumbent import best_heuristic, retime, serial_upper_bound, value_of
+from mapper.mapping.exact.feasibility import check_feasible
+from mapper.mapping.exact.incumbent import Incumbent, best_heuristic, retime, serial_upper_bound, value_of
 from mapper.mapping.exact.result import lower_bound_for, make_result, progress_reporter, proven_by_bound
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload_search import map_max_load
-from mapper.mapping.milp import check_feasible
 from mapper.mapping.orders import order_from_starts
 from mapper.units import fmt_objective
 from mapper.validate import validate
@@ -55,56 +55,65 @@ class CpSatMapper(Mapper):
         proven = proven_by_bound(cost, options, best, bound, notes, t0)
         if proven is not None:
             return self._done(proven)
-        sopts = options.schedule
-        inexact = [o for o in ("contention", "streaming") if getattr(sopts, o)]
-        if inexact:
-            notes.append(f"CP-SAT models the delay model; {' and '.join(inexact)} applied when re-timing")
-        upper = best.schedule.makespan * (1 + 1e-9) if best is not None and objective == "makespan" \
-            else serial_upper_bound(cost)
-        hint = (best.schedule.device_of, tuple(s.start for s in best.schedule.slots)) if best is not None else None
-        mb = options.makespan_bound if objective != "makespan" else None
-        pipelined = objective == "throughput" and cost.platform.throughput_model == "1f1b"
-        report = progress_reporter(options, t0, "CP-SAT")
-        solved = solve_cpsat(cost, objective, upper, memory=sopts.memory, area=sopts.area, makespan_bound=mb,
-                             hint=hint, time_limit=max(0.01, options.time_limit - (time.perf_counter() - t0)),
-                             seed=options.seed, micro_batches=cost.platform.micro_batches if pipelined else 1,
-                             progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound)
-        notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
-                     f"{solved.status}" + (f"; hint from {best.name}" if best is not None else ""))
-        if solved.device is None:
-            if best is None:
-                raise InfeasibleError("no mapping satisfies the constraints" if solved.status == "infeasible"
-                                      else f"no mapping found within the time limit of {options.time_limit:g} s",
-                                      obj=cost.graph.name)
-            return self._done(make_result(cost, options, best.schedule, best.value, "heuristic", solved.bound,
-                                          t0, notes))
-        try:
-            order = order_from_starts(cost, solved.device, solved.start) if solved.start is not None else None
-            sched = retime(cost, solved.device, order, sopts)
-            bad = [v.message for v in validate(sched)]
-        except MapperError as err:
-            bad = [err.message]
-        if not bad and mb is not None and sched.makespan > mb * (1 + REL_TOL):
-            bad = [f"makespan {sched.makespan:.6g} s over the bound"]
-        if bad:
-            notes.append(f"CP-SAT schedule rejected ({bad[0]})")
-            if best is None:
-                raise InfeasibleError("the CP-SAT schedule does not validate and no heuristic succeeded",
-                                      obj=cost.graph.name)
-            return self._done(make_result(cost, options, best.schedule, best.value, "heuristic", solved.bound,
-                                          t0, notes))
-        value = value_of(sched, objective)
-        status = "feasible"
-        slack = 2 * (cost.n_tasks + len(cost.graph.edges)) / SCALE  # the rounding, relative to the horizon
-        if solved.status == "optimal" and not inexact and solved.bound is not None \
-                and value <= solved.bound * (1 + REL_TOL) + slack * upper:
-            status = "optimal"
-        if best is not None and best.value < value * (1 - REL_TOL):
-            notes.append(f"CP-SAT's schedule ({fmt_objective(value, objective)}) is worse than {best.name}'s; "
-                         f"returning {best.name}")
-            sched, value, status = best.schedule, best.value, "heuristic"
-        return self._done(make_result(cost, options, sched, value, status, solved.bound, t0, notes))
+        return self._done(search(cost, options, best, notes, t0, options.time_limit - (time.perf_counter() - t0),
+                                 bound))
 
     @staticmethod
     def _done(result: MapResult) -> MapResult:
         return replace(result, mapper=NAME)
+
+
+def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: list[str], t0: float,
+           time_limit: float, bound: float | None) -> MapResult:
+    """CP-SAT from the best heuristic ``best`` for ``time_limit`` seconds,
+    stopping at ``bound`` (a known lower bound); the re-timed, validated
+    schedule, ``optimal`` when CP-SAT proves it, else the heuristic's when
+    CP-SAT finds nothing better (status ``heuristic``). ``notes`` grows."""
+    objective = options.objective
+    sopts = options.schedule
+    inexact = [o for o in ("contention", "streaming") if getattr(sopts, o)]
+    if inexact:
+        notes.append(f"CP-SAT models the delay model; {' and '.join(inexact)} applied when re-timing")
+    upper = best.schedule.makespan * (1 + 1e-9) if best is not None and objective == "makespan" \
+        else serial_upper_bound(cost)
+    hint = (best.schedule.device_of, tuple(s.start for s in best.schedule.slots)) if best is not None else None
+    mb = options.makespan_bound if objective != "makespan" else None
+    pipelined = objective == "throughput" and cost.platform.throughput_model == "1f1b"
+    report = progress_reporter(options, t0, "CP-SAT")
+    solved = solve_cpsat(cost, objective, upper, memory=sopts.memory, area=sopts.area, makespan_bound=mb,
+                         hint=hint, time_limit=max(0.01, time_limit),
+                         seed=options.seed, micro_batches=cost.platform.micro_batches if pipelined else 1,
+                         progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound)
+    notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
+                 f"{solved.status}" + (f"; hint from {best.name}" if best is not None else ""))
+    if solved.device is None:
+        if best is None:
+            raise InfeasibleError("no mapping satisfies the constraints" if solved.status == "infeasible"
+                                  else f"no mapping found within the time limit of {options.time_limit:g} s",
+                                  obj=cost.graph.name)
+        return make_result(cost, options, best.schedule, best.value, "heuristic", solved.bound, t0, notes)
+    try:
+        order = order_from_starts(cost, solved.device, solved.start) if solved.start is not None else None
+        sched = retime(cost, solved.device, order, sopts)
+        bad = [v.message for v in validate(sched)]
+    except MapperError as err:
+        bad = [err.message]
+    if not bad and mb is not None and sched.makespan > mb * (1 + REL_TOL):
+        bad = [f"makespan {sched.makespan:.6g} s over the bound"]
+    if bad:
+        notes.append(f"CP-SAT schedule rejected ({bad[0]})")
+        if best is None:
+            raise InfeasibleError("the CP-SAT schedule does not validate and no heuristic succeeded",
+                                  obj=cost.graph.name)
+        return make_result(cost, options, best.schedule, best.value, "heuristic", solved.bound, t0, notes)
+    value = value_of(sched, objective)
+    status = "feasible"
+    slack = 2 * (cost.n_tasks + len(cost.graph.edges)) / SCALE  # the rounding, relative to the horizon
+    if solved.status == "optimal" and not inexact and solved.bound is not None \
+            and value <= solved.bound * (1 + REL_TOL) + slack * upper:
+        status = "optimal"
+    if best is not None and best.value < value * (1 - REL_TOL):
+        notes.append(f"CP-SAT's schedule ({fmt_objective(value, objective)}) is worse than {best.name}'s; "
+                     f"returning {best.name}")
+        sched, value, status = best.schedule, best.value, "heuristic"
+    return make_result(cost, options, sched, value, status, solved.bound, t0, notes)

@@ -23,12 +23,14 @@ to :func:`mapper.mapping.lns.map_large` instead (no exact model).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from mapper.cost import CostTable
 from mapper.errors import InfeasibleError, MapperError
+from mapper.mapping import cpsat
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact import solver
-from mapper.mapping.exact.formulation import is_fpga
+from mapper.mapping.exact.feasibility import check_feasible
 from mapper.mapping.exact.incumbent import (
     Incumbent,
     best_heuristic,
@@ -38,13 +40,12 @@ from mapper.mapping.exact.incumbent import (
     serial_upper_bound,
     value_of,
 )
-from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter, proven_by_bound
+from mapper.mapping.exact.result import NAME, gap_of, lower_bound_for, make_result, progress_reporter, proven_by_bound
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, stall_note
 from mapper.mapping.maxload_search import map_max_load
-from mapper.mapping.orders import allowed_devices, count_order_pairs
-from mapper.schedule import ScheduleOptions
+from mapper.mapping.orders import count_order_pairs
 from mapper.units import fmt_objective
 from mapper.validate import validate
 
@@ -57,23 +58,12 @@ EXACT_MAX_PAIRS = 1500
 #: 10 s of LNS beat 20 s of the full model on most graphs).
 LNS_FIRST_TASKS = 20
 LNS_SHARE = 0.5
-
-
-def check_feasible(cost: CostTable, options: ScheduleOptions) -> None:
-    """Raise :class:`InfeasibleError` naming a task that fits no device, and why."""
-    cost.require_feasible()  # names each device's reason (placement, memory, dtype, ...)
-    for t in range(cost.n_tasks):
-        name = cost.graph.tasks[t].name
-        feas = allowed_devices(cost, t)
-        if not feas:
-            raise InfeasibleError(f"task {name!r} cannot run on any device of {cost.platform.name}", obj=name)
-        if options.memory and not any(cost.footprint[t] <= cost.memory_capacity[d] for d in feas):
-            raise InfeasibleError(
-                f"task {name!r} needs {cost.footprint[t]:.6g} bytes, more than the memory of every device it can use",
-                obj=name,
-            )
-        if options.area and not any(not is_fpga(cost, d) or cost.area[t][d] <= cost.area_capacity[d] for d in feas):
-            raise InfeasibleError(f"task {name!r} does not fit the area of any FPGA it is restricted to", obj=name)
+#: Share of the time left that CP-SAT gets before LNS and the MILP (a
+#: sequential portfolio; CP-SAT stops early when it proves its answer).
+CPSAT_SHARE = 0.5
+#: Above this many model terms (placement literals plus conditional
+#: transfer constraints) a large graph skips CP-SAT and goes to LNS only.
+CPSAT_MAX_TERMS = 30_000
 
 
 class MilpMapper(Mapper):
@@ -105,7 +95,7 @@ class MilpMapper(Mapper):
             done(proven.objective_value, proven.lower_bound)
             return proven
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
-            result = map_large(cost, options, best, notes, t0)
+            result = self._large(cost, options, best, notes, t0)
             done(result.objective_value, result.lower_bound)
             return result
         result = self._exact(cost, options, best, notes, t0, progress_reporter(options, t0, "exact MILP"))
@@ -120,6 +110,12 @@ class MilpMapper(Mapper):
         if inexact:
             notes.append(f"the MILP models the delay model; {' and '.join(inexact)} applied when re-timing")
         mb = options.makespan_bound if objective != "makespan" else None
+        first = self._cpsat_first(cost, options, best, notes, t0)
+        if first is not None and first.status == "optimal":
+            return replace(first, mapper=NAME, notes=(*first.notes, "proven by CP-SAT; the MILP was not needed"))
+        cp_bound = first.lower_bound if first is not None else None
+        if first is not None and (best is None or first.objective_value < best.value * (1 - REL_TOL)):
+            best = Incumbent("CP-SAT", first.schedule, first.objective_value)
         if best is not None and cost.n_tasks > LNS_FIRST_TASKS and objective_needs_time(objective, mb):
             best = self._lns_first(cost, options, best, notes, t0, report)
         device = start = None
@@ -167,7 +163,7 @@ class MilpMapper(Mapper):
                     f"no mapping found within the time limit of {options.time_limit:g} s", obj=cost.graph.name
                 )
             notes.append(f"the MILP found no solution ({solved.status}); returning {best.name}")
-            return self._fallback(cost, options, best, notes, t0, solved.bound)
+            return self._fallback(cost, options, best, notes, t0, _higher(solved.bound, cp_bound))
         try:
             sched = retime(cost, solved.device, solved.order, sopts)
             bad = [v.message for v in validate(sched)]
@@ -178,7 +174,7 @@ class MilpMapper(Mapper):
             if best is None:
                 raise InfeasibleError("the MILP schedule does not validate and no heuristic succeeded",
                                       obj=cost.graph.name)
-            return self._fallback(cost, options, best, notes, t0, solved.bound)
+            return self._fallback(cost, options, best, notes, t0, _higher(solved.bound, cp_bound))
         value = value_of(sched, objective)
         notes.append(f"MILP objective {fmt_objective(solved.objective, objective, 9)}, "
                      f"re-timed {fmt_objective(value, objective, 9)}")
@@ -187,15 +183,56 @@ class MilpMapper(Mapper):
             notes.append(f"MILP incumbent {fmt_objective(value, objective)} is worse than {best.name}'s "
                          f"{fmt_objective(best.value, objective)}; returning {best.name}")
             sched, value, status = best.schedule, best.value, "heuristic"
-        return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
+        return make_result(cost, options, sched, value, status, _higher(solved.bound, cp_bound), t0, notes)
+
+    def _large(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float) -> MapResult:
+        """The large-graph path: CP-SAT first where its model stays small
+        (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
+        better schedule, keeping the higher lower bound."""
+        nd = cost.n_devices
+        if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
+            return map_large(cost, options, best, notes, t0)
+        cp_notes = list(notes)
+        first = self._cpsat_first(cost, options, best, cp_notes, t0)
+        if first is None:
+            return map_large(cost, options, best, notes, t0)
+        if first.status == "optimal":
+            return replace(first, mapper=NAME, notes=(*first.notes, "proven by CP-SAT; LNS was not needed"))
+        if best is None or first.objective_value < best.value * (1 - REL_TOL):
+            best = Incumbent("CP-SAT", first.schedule, first.objective_value)
+        result = map_large(cost, options, best, tuple(cp_notes), t0)
+        bound = _higher(result.lower_bound, first.lower_bound)
+        if bound is None or bound == result.lower_bound:
+            return result
+        proven = result.objective_value <= bound * (1 + REL_TOL)
+        return replace(result, lower_bound=bound, gap=gap_of(result.objective_value, bound),
+                       status="optimal" if proven else result.status,
+                       notes=(*result.notes, f"lower bound {fmt_objective(bound, options.objective)} from CP-SAT"))
+
+    @staticmethod
+    def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
+                     t0: float) -> MapResult | None:
+        """CP-SAT (:func:`.cpsat.search`) for :data:`CPSAT_SHARE` of the time
+        left: a sequential portfolio, as the two engines prove different
+        instances (benchmarks/exact_backends.py, benchmarks/stg.py). None when
+        it found no schedule; the MILP then has its turn and its say."""
+        left = options.time_limit - (time.perf_counter() - t0)
+        if CPSAT_SHARE <= 0:
+            return None
+        try:
+            return cpsat.search(cost, options, best, notes, t0, CPSAT_SHARE * left,
+                                lower_bound_for(cost, options.objective, options.schedule, None))
+        except InfeasibleError:
+            return None
 
     def _lns_first(self, cost, options: MapOptions, best: Incumbent, notes: list[str], t0: float,
                    report) -> Incumbent:
         """Improve the warm start by MILP-window LNS for :data:`LNS_SHARE` of
         the time limit (on mid-size graphs it finds better schedules sooner
         than the full model), then hand the rest to the exact solve."""
-        improved, stats = improve(cost, best.schedule, options.objective, options.schedule,
-                                  t0 + LNS_SHARE * options.time_limit, seed=options.seed,
+        now = time.perf_counter()
+        deadline = now + LNS_SHARE * (options.time_limit - (now - t0))
+        improved, stats = improve(cost, best.schedule, options.objective, options.schedule, deadline, seed=options.seed,
                                   makespan_bound=options.makespan_bound,
                                   progress=progress_reporter(options, t0, "LNS"),
                                   stop=options.stop)
@@ -213,6 +250,11 @@ class MilpMapper(Mapper):
 
     def _fallback(self, cost, options, best: Incumbent, notes, t0: float, bound) -> MapResult:
         return make_result(cost, options, best.schedule, best.value, "heuristic", bound, t0, notes)
+
+
+def _higher(a: float | None, b: float | None) -> float | None:
+    """The higher of two lower bounds, either possibly absent."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _infeasible_reason(cost: CostTable, options: MapOptions) -> str:

@@ -26,6 +26,7 @@ units, ``2n / SCALE`` of ``U``). One worker and a fixed seed.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from mapper.cost import INF, CostTable
-from mapper.mapping.orders import allowed_devices
+from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes
 
 #: Model time units per upper bound (rounding loses at most 2n units on a path).
 SCALE = 2**30
@@ -70,6 +71,11 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     horizon_s = min(upper, makespan_bound) if makespan_bound is not None else upper
     k = SCALE / horizon_s if 0 < horizon_s < INF else 1.0
     horizon = SCALE + 1
+    if k >= 1.0 and whole_times(cost):
+        # one tick per time unit: no rounding, so the model is exact, and a bound
+        # moves by whole units rather than by one of the SCALE / U ticks of a unit
+        k = 1.0
+        horizon = math.floor(horizon_s) + 1
 
     def ticks(x: float) -> int:
         return int(math.floor(x * k))
@@ -79,6 +85,7 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     start = [m.new_int_var(0, horizon, f"s{t}") for t in range(n)] if timed else []
     end = [m.new_int_var(0, horizon, f"e{t}") for t in range(n)] if timed else []
     by_device: list[list] = [[] for _ in range(nd)]
+    spans: list = []  # each task's interval on whichever device runs it, for the cumulative below
     for t in range(n):
         feas = allowed_devices(cost, t)
         if memory:
@@ -97,10 +104,20 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
             dur.append((lit, length))
         m.add_exactly_one(lit for lit, _ in dur)
         if timed:
-            m.add(end[t] == start[t] + sum(length * lit for lit, length in dur))
+            lengths = [length for _, length in dur]
+            size = m.new_int_var(min(lengths), max(lengths), f"d{t}")
+            m.add(size == sum(length * lit for lit, length in dur))
+            spans.append(m.new_interval_var(start[t], size, end[t], f"span{t}"))  # end = start + size
     for d in range(nd):
         if len(by_device[d]) > 1:
             m.add_no_overlap(by_device[d])
+    if timed and nd > 1:
+        # redundant: at most nd tasks run at once; its energetic reasoning (Baptiste,
+        # Le Pape and Nuijten, "Constraint-Based Scheduling", 2001, ch. 3) proves
+        # bounds that the per-device no-overlaps, one at a time, cannot
+        m.add_cumulative(spans, [1] * n, nd)
+    classes = identical_device_classes(cost)
+    break_symmetry(m, p, classes, n)
     pair: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for e in cost.graph.edges:
         u, v = e.src, e.dst
@@ -136,7 +153,8 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     if timed:
         m.add_max_equality(cmax, [end[t] for t in range(n) if not cost.graph.succs[t]])
     if makespan_bound is not None:
-        m.add(cmax <= ticks(makespan_bound) + 2 * n + 1)  # rounding slack; the re-timed schedule is checked
+        slack = 0 if k == 1.0 and horizon < SCALE else 2 * n + 1  # rounding slack; the re-timed schedule is checked
+        m.add(cmax <= ticks(makespan_bound) + slack)
     obj_k = k
     if objective == "makespan":
         m.minimize(cmax)
@@ -161,6 +179,7 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
             m.minimize(period)
     if hint is not None:
         device, starts = hint
+        device = canonical_devices(tuple(device), classes)
         for (t, d), lit in p.items():
             m.add_hint(lit, 1 if device[t] == d else 0)
         for t in range(n):
@@ -169,6 +188,10 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = 1
+    # the cumulative's overload checking and timetable edge finding (Vilim, CPAIOR
+    # 2011): off by default in CP-SAT, they prove the STG set's 4-processor optima
+    solver.parameters.use_overload_checker_in_cumulative = True
+    solver.parameters.use_timetable_edge_finding_in_cumulative = True
     solver.parameters.random_seed = int(seed) % 2**31
     # Ctrl-C is the caller's (``stop``): CP-SAT's own SIGINT handler would leave
     # SIGINT ignored in this process, and so in every process it starts later
@@ -183,7 +206,23 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
                                                  and self.objective_value / obj_k <= target * (1 + 1e-9)):
                 self.stop_search()
 
-    status = solver.solve(m, _Watch())
+    done = threading.Event()
+
+    def watch_stop() -> None:  # the callback runs only on solutions: poll ``stop`` between them too
+        while not done.wait(0.1):
+            if stop is not None and stop():
+                solver.stop_search()
+                return
+
+    watcher = threading.Thread(target=watch_stop, daemon=True) if stop is not None else None
+    if watcher is not None:
+        watcher.start()
+    try:
+        status = solver.solve(m, _Watch())
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
     stats = m.proto
     n_lits, n_cons = len(p) + len(pair), len(stats.constraints)
     if status == cp_model.INFEASIBLE:
@@ -195,3 +234,45 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     found = tuple(solver.value(start[t]) / k for t in range(n)) if timed else None
     return CpSolved("optimal" if status == cp_model.OPTIMAL else "feasible", device, found,
                     solver.objective_value / obj_k, bound, n_lits, n_cons)
+
+
+def break_symmetry(m: cp_model.CpModel, p: dict[tuple[int, int], cp_model.IntVar], classes: tuple[tuple[int, ...], ...],
+                   n: int) -> None:
+    """Value precedence over each class of interchangeable devices (Law and
+    Lee, "Global constraints for integer and set value precedence", CP 2004):
+    in task order, a task may use the class's ``i+1``-th device only once some
+    earlier task uses its ``i``-th, which keeps one of every ``k!`` relabelled
+    copies of a schedule."""
+    for members in classes:
+        used: list[cp_model.IntVar | None] = [None] * len(members)  # some earlier task is on members[i]
+        for t in range(n):
+            for i in range(1, len(members)):
+                lit = p.get((t, members[i]))
+                if lit is None:
+                    continue
+                prev = used[i - 1]
+                if prev is None:
+                    m.add(lit == 0)
+                else:
+                    m.add_implication(lit, prev)
+            for i, d in enumerate(members):
+                lit = p.get((t, d))
+                if lit is None:
+                    continue
+                now = m.new_bool_var(f"u{t}_{d}")
+                before = used[i]
+                m.add_bool_or([~now, lit] + ([before] if before is not None else []))
+                m.add_implication(lit, now)
+                if before is not None:
+                    m.add_implication(before, now)
+                used[i] = now
+
+
+def whole_times(cost: CostTable) -> bool:
+    """Every finite task and transfer time is a whole number (as in the
+    Standard Task Graph set), so an integer scale keeps them exact."""
+    if not all(float(x).is_integer() for row in cost.time for x in row if x < INF):
+        return False
+    nd = cost.n_devices
+    return all(float(c).is_integer() for e in cost.graph.edges for a in range(nd) for b in range(nd)
+               if a != b and (c := cost.comm(e.index, a, b)) < INF)
