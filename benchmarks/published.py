@@ -19,7 +19,7 @@ import argparse
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,10 +110,16 @@ def rows() -> list[Row]:
     return out
 
 
-def predict(row: Row) -> float:
-    """The model's time of the row's workload on its device, in seconds."""
+def predict(row: Row, split: int | None = None, overlap: float | None | str = "as shipped") -> float:
+    """The model's time of the row's workload on its device, in seconds
+    (with another ``gemm_split_k`` / ``overlap_exponent`` on the GPUs if given)."""
     graph: TaskGraph = graph_from_text(row.text, row.case)
     platform = load_platform(row.platform)
+    if split is not None or overlap != "as shipped":
+        devices = tuple(replace(d, gemm_split_k=split if split is not None else d.gemm_split_k,
+                                overlap_exponent=d.overlap_exponent if overlap == "as shipped" else overlap)
+                        if d.kind == "gpu" else d for d in platform.devices)
+        platform = replace(platform, devices=devices)
     cost = build_cost_table(fuse_for(graph, platform), platform)
     d = platform.device_index(row.device)
     return sum(cost.time[t][d] for t in range(cost.n_tasks))
@@ -126,11 +132,14 @@ def predict(row: Row) -> float:
 PARAMETERS = (
     ("peak_gflops / tensor_gflops per dtype", "vendor datasheets and architecture whitepapers (A100, H100, U280)"),
     ("mem_bandwidth_gbs", "vendor datasheets"),
-    ("launch_us = 5 (GPU), 50 (FPGA)", "per-call overhead: NVIDIA 'Getting Started with CUDA Graphs'; XRT"),
+    ("launch_us = 3 (GPU), 50 (FPGA)", "per-call overhead: an empty CUDA kernel's launch, about 3 us (NVIDIA "
+                                       "developer forums, 2022); XRT"),
     ("GPU GEMM efficiency 0.78", "cuBLAS at 4096^3: 238.8 of 312 TFLOP/s on A100 (DefTruth/CUDA-Learn-Notes) and "
                                  "783 of 989 on H100 (XLA's table): 0.77 and 0.79"),
-    ("gemm_tile 128x128x32, compute_units (SMs)", "CUTLASS default tile; SM counts from the whitepapers"),
-    ("gemm_split_k = 4, overlap_exponent = 1.5 (GPUs)", "fitted together on these rows: of split 1-16 and p 1, 1.5, "
+    ("gemm_tile 128x128x32, compute_units (SMs)", "CUTLASS tensor-op tile; SM counts from the whitepapers"),
+    ("gemm_stages = 3", "CUTLASS's default kStages for SM80 tensor-op GEMMs (default_gemm_configuration.h): the K "
+                        "blocks loaded before the first multiply, at each SM's share of the memory bandwidth"),
+    ("gemm_split_k = 8, overlap_exponent = 1.5 (GPUs)", "fitted together on these rows: of split 1-16 and p 1, 1.5, "
                                                        "2, 3 or max, the pair with most rows within 0.8-1.25x and "
                                                        "none past 1.5x"),
     ("GPU attention efficiency 0.60, conv 0.75, memory efficiency 0.90", "docs/cost_model.md"),
@@ -142,7 +151,19 @@ PARAMETERS = (
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    ap.add_argument("--fit", action="store_true",
+                    help="the grid the two fitted GPU parameters were chosen from: rows within 0.8-1.25x and "
+                         "outside 0.67-1.5x for each gemm_split_k and overlap_exponent")
     args = ap.parse_args()
+    if args.fit:
+        print(f"{'split':>5} {'p':>4} {'within':>6} {'outside':>7}")
+        for split in (1, 2, 4, 8, 16):
+            for p in (1.0, 1.5, 2.0, 3.0, None):
+                ratios = [predict(r, split, p) / r.measured_s for r in rows()]
+                print(f"{split:>5} {'max' if p is None else f'{p:g}':>4} "
+                      f"{sum(1 for x in ratios if 0.8 <= x <= 1.25):>6} "
+                      f"{sum(1 for x in ratios if not 0.67 <= x <= 1.5):>7}")
+        return 0
     results = [(r, predict(r)) for r in rows()]
     if args.csv:
         print("case,platform,device,measured_ms,predicted_ms,ratio,source")

@@ -46,6 +46,7 @@ class Device:
     compute_units: int | None = None  # SMs (GPU): the units a GEMM's output tiles are spread over
     gemm_tile: tuple[int, int, int] | None = None  # rows, columns, depth of the block a unit computes per step
     gemm_split_k: int = 1  # at most this many K slices when a GEMM's blocks cannot fill the units
+    gemm_stages: int = 0  # K blocks a unit loads before its first multiply (the software pipeline); 0: not modelled
     overlap_exponent: float | None = None  # p of (Tc^p + Tm^p)^(1/p); None: max(Tc, Tm), the roofline
 
     def tensor_peak(self, dtype: str) -> float | None:

@@ -43,7 +43,7 @@ _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 #: Dtypes of a ``tensor_gflops`` table: the DSL's and TF32, the tensor-core format f32 GEMMs may run in.
 TENSOR_DTYPES = (*DTYPE_BYTES, "tf32")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
-                "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k",
+                "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
                 "overlap_exponent",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
                 "gemm_pack_cold_ns")
@@ -185,6 +185,11 @@ class Checker:
         split = 1
         if "gemm_split_k" in tab:
             split = self.integer(tab["gemm_split_k"], f"{path}.gemm_split_k", "K slices")
+        stages = 0
+        if "gemm_stages" in tab:
+            stages = self.integer(tab["gemm_stages"], f"{path}.gemm_stages", "pipeline stages")
+            if tile is None:
+                raise self.fail(f"{path}.gemm_stages", "needs gemm_tile and compute_units (the blocks it loads)")
         overlap = None
         if "overlap_exponent" in tab:
             overlap = self.number(tab["overlap_exponent"], f"{path}.overlap_exponent", "pos", "an exponent")
@@ -250,6 +255,7 @@ class Checker:
             compute_units=units,
             gemm_tile=None if tile is None else (int(tile[0]), int(tile[1]), int(tile[2])),
             gemm_split_k=split,
+            gemm_stages=stages,
             overlap_exponent=overlap,
         )
 

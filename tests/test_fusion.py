@@ -194,6 +194,8 @@ def test_gemms_run_on_tensor_cores_and_f32_on_tf32_only_when_the_platform_says_s
     ('compute_units = 0\ngemm_tile = { m = 128, n = 128, k = 32 }', "compute_units"),
     ('compute_units = 8\ngemm_tile = { m = 128, n = 128, k = 0.5 }', "gemm_tile"),
     ('fusion = "yes"', "fusion"),
+    ('gemm_stages = 3', "gemm_stages"),
+    ('compute_units = 8\ngemm_tile = { m = 128, n = 128, k = 32 }\ngemm_stages = 0', "gemm_stages"),
 ])
 def test_bad_accelerator_keys_name_the_key(extra, match):
     with pytest.raises(PlatformError, match=match):
@@ -215,6 +217,36 @@ def test_wave_efficiency_counts_whole_tiles_and_whole_waves():
     # 9 tiles on 8 units: two waves, 9 of 16 slots busy
     assert wave_efficiency(task, (1, 384, 384, 128), tile, 8) == pytest.approx(9 / 16)
     assert wave_efficiency(task, (1, 4096, 4096, 4096), tile, 128) == 1.0
+
+
+def test_a_gemm_waits_for_its_pipeline_to_fill_and_its_output_to_drain():
+    from mapper.costmodel.work import pipeline_fill_time
+
+    tile = (128, 128, 32)
+    f16, f32 = (graph_from_text(_mm(dt, 64)).tasks[0] for dt in ("f16", "f32"))
+    per_unit = 1000e9 / 4  # 1000 GB/s shared by 4 units
+    # K = 4096: three blocks of (128 + 128) x 32 in flight, then the 128 x 128 output block
+    full = (3 * 256 * 32 + 128 * 128) * 2 / per_unit
+    assert pipeline_fill_time(f16, (1, 128, 128, 4096), tile, 4, 1, 3, 1000.0) == pytest.approx(full)
+    # 4-byte operands wait twice as long
+    assert pipeline_fill_time(f32, (1, 128, 128, 4096), tile, 4, 1, 3, 1000.0) == pytest.approx(2 * full)
+    # K = 64 holds two blocks only; split 2 ways (4 units, 1 tile) one each
+    assert pipeline_fill_time(f16, (1, 128, 128, 64), tile, 4, 1, 3, 1000.0) == \
+        pytest.approx((2 * 256 * 32 + 128 * 128) * 2 / per_unit)
+    assert pipeline_fill_time(f16, (1, 128, 128, 64), tile, 4, 4, 3, 1000.0) == \
+        pytest.approx((1 * 256 * 32 + 128 * 128) * 2 / per_unit)
+    assert pipeline_fill_time(f16, (1, 128, 128, 4096), tile, 4, 1, 0, 1000.0) == 0.0
+    # in the cost table it is part of the call's fixed time, beside launch_us
+    base = GPU.replace("{extra}", "compute_units = 4\ngemm_tile = { m = 128, n = 128, k = 32 }\nlaunch_us = 3.0\n")
+    plain = build_cost_table(graph_from_text(_mm("f16", 2048)), parse_platform(base))
+    staged = build_cost_table(graph_from_text(_mm("f16", 2048)), parse_platform(base + "gemm_stages = 3\n"))
+    fill = pipeline_fill_time(f16, (1, 2048, 2048, 2048), tile, 4, 1, 3, 1000.0)
+    assert staged.time[0][0] - plain.time[0][0] == pytest.approx(fill)
+    from mapper.costmodel.latency import estimate
+
+    task = graph_from_text(_mm("f16", 2048)).tasks[0]
+    assert estimate(task, "gemm", parse_platform(base + "gemm_stages = 3\n").devices[0]).t_overhead == \
+        pytest.approx(fill)
 
 
 def test_attention_pays_for_whole_waves_of_query_blocks():

@@ -31,6 +31,7 @@ from mapper.costmodel.work import (
     im2col_bytes,
     in_cache_bytes,
     kernel_flops,
+    pipeline_fill_time,
     vector_length,
     wave_efficiency,
     working_set,
@@ -99,10 +100,12 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         e_c = EFF_COMPUTE[kind].get(cls)
     if e_c is None:
         return infeasible_estimate(f"op {task.op} ({cls}) has no {kind} implementation in the model")
-    t_copy = 0.0
+    t_copy = fill = 0.0
     if dims is not None:
         if device.gemm_tile is not None and device.compute_units is not None:
             e_c *= wave_efficiency(task, dims, device.gemm_tile, device.compute_units, device.gemm_split_k)
+            fill = pipeline_fill_time(task, dims, device.gemm_tile, device.compute_units, device.gemm_split_k,
+                                      device.gemm_stages, device.mem_bandwidth_gbs or 0.0)
         if device.gemm_half_lengths is not None:
             e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
         if device.gemm_pack_ns is not None:
@@ -144,7 +147,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
             t_mem = (in_cache_bytes(task) if cached else nbytes) / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
     per_mib = lookup(device.overhead_us_per_mib, fitted) or 0.0
-    overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6
+    overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6 + fill
     t_comp = t_par + t_ser + t_copy
     q = device.overlap_exponent
     body = max(t_comp, t_mem) if q is None else (t_comp ** q + t_mem ** q) ** (1.0 / q)

@@ -229,6 +229,19 @@ def gemm_pack_time(dims: tuple[int, int, int, int], pack_ns: tuple[float, float,
     return batch * (a * m * k + b * k * n + c * m * n) * 1e-9
 
 
+def _gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
+               max_split: int) -> tuple[int, int, int, int]:
+    """``(useful, blocks, split, waves)`` of a GEMM's grid (:func:`wave_efficiency`)."""
+    batch, m, n, k = dims
+    if task.op == "conv2d":
+        groups = int(dict(task.attrs).get("groups") or 1)
+        batch, n = groups, n * (batch // max(groups, 1))
+    tm, tn, tk = tile
+    blocks = batch * math.ceil(m / tm) * math.ceil(n / tn)
+    split = max(1, min(max_split, units // blocks, math.ceil(k / tk))) if blocks else 1
+    return batch * m * n, blocks, split, math.ceil(blocks * split / units)
+
+
 def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
                     max_split: int = 1) -> float:
     """The share of a GPU's matrix throughput a GEMM keeps busy. The output
@@ -241,17 +254,32 @@ def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int
     tile and wave quantization): ``useful / (waves * units * tile area /
     split)``. conv2d runs as an implicit GEMM whose rows are all images'
     output pixels (Chetlur et al., "cuDNN", arXiv:1410.0759, 2014)."""
-    batch, m, n, k = dims
-    if task.op == "conv2d":
-        groups = int(dict(task.attrs).get("groups") or 1)
-        batch, n = groups, n * (batch // max(groups, 1))
-    tm, tn, tk = tile
-    tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-    if tiles == 0:
+    useful, blocks, split, waves = _gemm_grid(task, dims, tile, units, max_split)
+    if blocks == 0:
         return 1.0
-    split = max(1, min(max_split, units // tiles, math.ceil(k / tk)))
-    waves = math.ceil(tiles * split / units)
-    return (batch * m * n) / (waves * units * tm * tn / split)
+    tm, tn, _ = tile
+    return useful / (waves * units * tm * tn / split)
+
+
+def pipeline_fill_time(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
+                       max_split: int, stages: int, bandwidth_gbs: float) -> float:
+    """Seconds a GEMM's software pipeline is not yet (or no longer) busy: a
+    unit loads its first ``stages`` K blocks of A and B (``(m + n) k``
+    elements each, at most as many as its K slice holds) before its first
+    multiply and stores its output block after its last, each at its share
+    ``bandwidth / units`` of the memory bandwidth, as every unit does the
+    same at once. The multistage mainloop of CUTLASS (``kStages``; NVIDIA,
+    CUTLASS ``default_gemm_configuration.h``) and cuBLAS: the latency that a
+    one- or two-wave GEMM cannot hide, paid once per call."""
+    if stages <= 0 or bandwidth_gbs <= 0:
+        return 0.0
+    _, blocks, split, _ = _gemm_grid(task, dims, tile, units, max_split)
+    if blocks == 0:
+        return 0.0
+    tm, tn, tk = tile
+    item = float(DTYPE_BYTES.get(task.dtype, 4))
+    depth = min(stages, math.ceil(math.ceil(dims[3] / split) / tk))
+    return (depth * (tm + tn) * tk * item + tm * tn * item) / (bandwidth_gbs * 1e9 / units)
 
 
 def attention_wave_efficiency(task: Task, tile_rows: int, units: int) -> float:
