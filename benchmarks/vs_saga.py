@@ -92,9 +92,9 @@ class Instance:
 
 # -- instances ------------------------------------------------------------------
 
-def random_dag(n: int, ccr: float, seed: int) -> Instance:
+def random_dag(n: int, ccr: float, seed: int, nodes: int = 4) -> Instance:
     """A layered random DAG (Topcuoglu et al. 2002, section 5.1: shape 1, out-degree
-    1-3 to later layers, costs U[1, 20]) on 4 nodes with speeds U[1, 4] and pair
+    1-3 to later layers, costs U[1, 20]) on ``nodes`` nodes with speeds U[1, 4] and pair
     strengths U[0.5, 2], scaled so that mean transfer / mean compute = ``ccr``."""
     rng = random.Random(seed)
     width = max(1, round(math.sqrt(n)))
@@ -114,13 +114,14 @@ def random_dag(n: int, ccr: float, seed: int) -> Instance:
             for _ in range(rng.randint(0, 2)):
                 lj = min(len(layers) - 1, li + rng.choice((0, 0, 1)))
                 edges.setdefault((u, rng.choice(layers[lj])), rng.uniform(1.0, 20.0))
-    speeds = tuple(round(rng.uniform(1.0, 4.0), 3) for _ in range(4))
-    raw = {(a, b): rng.uniform(0.5, 2.0) for a in range(4) for b in range(a + 1, 4)}
-    mean_comp = sum(costs) / n * sum(1 / s for s in speeds) / 4
+    speeds = tuple(round(rng.uniform(1.0, 4.0), 3) for _ in range(nodes))
+    raw = {(a, b): rng.uniform(0.5, 2.0) for a in range(nodes) for b in range(a + 1, nodes)}
+    mean_comp = sum(costs) / n * sum(1 / s for s in speeds) / nodes
     mean_comm = sum(edges.values()) / len(edges) * sum(1 / x for x in raw.values()) / len(raw)
     scale = mean_comm / (ccr * mean_comp)
-    strength = tuple(tuple(0.0 if a == b else raw[min(a, b), max(a, b)] * scale for b in range(4)) for a in range(4))
-    net = RelatedNetwork(("n1", "n2", "n3", "n4"), speeds, strength)
+    strength = tuple(tuple(0.0 if a == b else raw[min(a, b), max(a, b)] * scale for b in range(nodes))
+                     for a in range(nodes))
+    net = RelatedNetwork(tuple(f"n{k + 1}" for k in range(nodes)), speeds, strength)
     return Instance(f"rand{n}_ccr{ccr:g}", "random", tuple(zip(names, costs)),
                     tuple((names[a], names[b], s) for (a, b), s in sorted(edges.items())), net)
 
@@ -405,6 +406,90 @@ def part2(workflows: list[tuple[Instance, Path]], milp_time: float) -> None:
                  [(nm, fuse(load_graph(HERE.parent / "examples" / f"{nm}.tg"))) for nm in EXAMPLES], milp_time)
 
 
+# -- part 4: whole processes on a large instance -------------------------------------
+
+#: SAGA's side of part 4: read the instance, build SAGA's graph and network, run its HEFT.
+SAGA_PROCESS = """
+import json, math, sys
+import logging
+import saga
+logging.getLogger().setLevel(logging.ERROR)
+from saga.schedulers import HeftScheduler
+inst = json.load(open(sys.argv[1]))
+nodes = list(zip(inst["names"], inst["speeds"]))
+links = [(inst["names"][a], inst["names"][b], inst["strength"][a][b])
+         for a in range(len(nodes)) for b in range(a + 1, len(nodes))]
+links += [(nm, nm, math.inf) for nm in inst["names"]]
+tg = saga.TaskGraph.create([tuple(t) for t in inst["tasks"]], [tuple(e) for e in inst["edges"]])
+sched = HeftScheduler().schedule(saga.Network.create(nodes, links), tg)
+print(sched.makespan)
+"""
+
+
+def platform_toml(net: RelatedNetwork, name: str) -> str:
+    """``net`` as a platform file: its nodes as CPUs, each linked pair at ``strength`` bytes/s, no latency."""
+    lines = [f'name = "{name}"']
+    for nm in net.names:
+        lines += ["", "[[device]]", f'name = "{nm}"', 'kind = "cpu"']
+    for a in range(len(net.names)):
+        for b in range(a + 1, len(net.names)):
+            lines += ["", "[[link]]", f'from = "{net.names[a]}"', f'to = "{net.names[b]}"', "bidirectional = true",
+                      f"bandwidth_gbs = {net.strength[a][b] / 1e9!r}", "latency_us = 0.0"]
+    return "\n".join(lines) + "\n"
+
+
+def part4(n: int, nodes: int, repeats: int) -> None:
+    """Whole-process wall time, interleaved: ``mapper compile --mapper heft -q`` on
+    the DSL and platform files of an ``n``-task, ``nodes``-node instance (it
+    parses, lowers, prices, maps and validates, and prints nothing) against a
+    Python process that builds the same instance in SAGA and runs its HEFT (it
+    prints the makespan). Both makespans come from untimed runs."""
+    import subprocess
+
+    from mapper.importers.dsl_writer import graph_to_dsl
+
+    inst = random_dag(n, 1.0, seed=7, nodes=nodes)
+    tmp = Path(tempfile.mkdtemp(prefix="vs_saga_large_"))
+    atexit.register(shutil.rmtree, tmp, True)
+    tg, _ = saga_pair(inst)
+    graph, _ = ours_from_saga(inst, tg)  # SAGA's instance (its super source/sink included), as ours
+    (tmp / "g.tg").write_text(graph_to_dsl(graph))
+    (tmp / "p.toml").write_text(platform_toml(inst.network, "related8"))
+    net = inst.network
+    (tmp / "i.json").write_text(json.dumps({"names": net.names, "speeds": net.speeds, "strength": net.strength,
+                                            "tasks": inst.tasks, "edges": inst.edges}))
+    (tmp / "saga_heft.py").write_text(SAGA_PROCESS)
+    ours_cmd = [sys.executable, "-m", "mapper", "compile", str(tmp / "g.tg"), "--platform", str(tmp / "p.toml"),
+                "--mapper", "heft", "-q"]
+    saga_cmd = [sys.executable, str(tmp / "saga_heft.py"), str(tmp / "i.json")]
+    times: dict[str, list[float]] = {"ours": [], "saga": []}
+    makespans: dict[str, float] = {}
+    load0 = os.getloadavg()
+    for _ in range(repeats):
+        for side, cmd in (("ours", ours_cmd), ("saga", saga_cmd)):
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+            times[side].append(time.perf_counter() - t0)
+            if done.returncode != 0:
+                raise SystemExit(f"{side} failed: {done.stderr[-2000:]}")
+            if side == "saga":
+                makespans[side] = float(done.stdout.split()[-1])
+    load1 = os.getloadavg()
+    subprocess.run([*ours_cmd, "--json", str(tmp / "r.json")], check=True)  # the makespan, untimed
+    makespans["ours"] = json.loads((tmp / "r.json").read_text())["makespan"]
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    print(f"\n## Part 4: whole processes, {len(graph.tasks)} tasks x {nodes} nodes ({len(graph.edges)} edges), "
+          f"median of {repeats} interleaved runs\n")
+    print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after\n")
+    print("| process | wall s (median) | runs | HEFT makespan |")
+    print("|---|---:|---|---:|")
+    print(f"| mapper compile --mapper heft | {med['ours']:.2f} | {' '.join(f'{x:.2f}' for x in times['ours'])} | "
+          f"{makespans['ours']:g} |")
+    print(f"| SAGA HeftScheduler | {med['saga']:.2f} | {' '.join(f'{x:.2f}' for x in times['saga'])} | "
+          f"{makespans['saga']:g} |")
+    print(f"\nratio mapper/SAGA {med['ours'] / med['saga']:.3f} (target at most 0.10)")
+
+
 def machine() -> str:
     model = "unknown CPU"
     try:
@@ -425,7 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small random DAGs and the committed workflows only")
     ap.add_argument("--milp-time", type=float, default=10.0, help="MILP time limit per workflow, s (default 10)")
     ap.add_argument("--skip-part1", action="store_true", help="parts 2 and 3 only (per-device costs)")
+    ap.add_argument("--only-part4", action="store_true", help="the whole-process timing only")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per side in part 4 (default 3)")
     args = ap.parse_args(argv)
+    if args.only_part4:
+        part4(2000, 8, args.repeats)
+        return 0
     logging.getLogger().setLevel(logging.ERROR)  # SAGA warns on every super source/sink it adds
     print(f"# mapper vs SAGA\n\n{machine()}")
     sizes = (20, 50) if args.quick else (20, 50, 100)
@@ -436,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_part1:
         print_part1(part1(insts))
     part2(wf, args.milp_time)
+    if not args.quick:
+        part4(2000, 8, args.repeats)
     return 0
 
 

@@ -246,8 +246,9 @@ def slow_to_prove_dsl(seed: int = 0, n: int = 50) -> str:
 
     rng = random.Random(seed)
     pairs = sorted(random_edges(rng, n, "layered"), key=lambda e: (e[1], e[0]))
-    speeds = (("cpu0", 1.0), ("fpga0", 0.7), ("gpu0", 0.5))
-    tasks = tuple(Task(i, f"t{i}", "task", explicit_cost=tuple((d, round(rng.uniform(1, 20) * f, 3)) for d, f in speeds))
+    speeds = (("cpu0", 1.0), ("gpu0", 0.5), ("fpga0", 0.7))
+    tasks = tuple(Task(i, f"t{i}", "task", explicit_cost=tuple(sorted((d, round(rng.uniform(1, 20) * f, 3))
+                                                                      for d, f in speeds)))
                   for i in range(n))
     edges = tuple(Edge(k, u, v, float(rng.randint(1, 20) * 10**9)) for k, (u, v) in enumerate(pairs))
     return graph_to_dsl(TaskGraph("slow", tasks, edges))

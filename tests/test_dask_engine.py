@@ -145,7 +145,7 @@ def test_cli_against_a_cluster_of_named_worker_processes(cluster, tmp_path, caps
     cluster.worker("gpu0")
     cluster.worker("other", resources="fpga0=1")  # a worker may serve a device through a resource
     src = tmp_path / "j.tg"
-    src.write_text(JACOBI)
+    src.write_text(JACOBI.replace('kind = "max")', 'kind = "max") @cpu0'))  # a transfer between workers
     out = tmp_path / "r.json"
     code = main(["run", str(src), "--platform", "cpu-gpu-fpga", "--mapper", "heft", "--engine", "dask",
                  "--scheduler", cluster.address, "--repeats", "1", "--json", str(out)])

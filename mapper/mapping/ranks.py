@@ -39,15 +39,29 @@ def mean_comm(cost: CostTable, same_device: bool = False) -> tuple[float, ...]:
     the two means are the same but for the same-device pairs.
     """
     out = []
+    pairs: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float, int, int]] = {}
     for e in cost.graph.edges:
-        total, count = 0.0, 0
-        for a in cost.feasible_devices(e.src):
-            for b in cost.feasible_devices(e.dst):
-                if a == b:
-                    count += 2 if same_device else 0  # a link to itself, counted as each direction
-                elif (c := cost.comm(e.index, a, b)) < INF:
-                    total += c
-                    count += 1
+        fa, fb = cost.feasible_devices(e.src), cost.feasible_devices(e.dst)
+        key = (fa, fb)
+        if key not in pairs:  # sums over the device pairs, shared by every edge between such tasks
+            lat = spb = 0.0
+            routed = same = 0
+            for a in fa:
+                for b in fb:
+                    if a == b:
+                        same += 1
+                    elif cost.route_latency[a][b] < INF:
+                        lat += cost.route_latency[a][b]
+                        spb += cost.route_sec_per_byte[a][b]
+                        routed += 1
+            pairs[key] = (lat, spb, routed, same)
+        lat, spb, routed, same = pairs[key]
+        if e.comm is not None:  # an explicit transfer time between any two different devices
+            distinct = len(fa) * len(fb) - same
+            total, count = e.comm * distinct, distinct
+        else:
+            total, count = lat + e.bytes * spb, routed
+        count += 2 * same if same_device else 0  # a link to itself, counted as each direction
         out.append(total / count if count else 0.0)
     return tuple(out)
 

@@ -209,20 +209,18 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     done = threading.Event()
 
     def watch_stop() -> None:  # the callback runs only on solutions: poll ``stop`` between them too
-        while not done.wait(0.1):
+        while not done.wait(0.05):
             if stop is not None and stop():
                 solver.stop_search()
                 return
 
-    watcher = threading.Thread(target=watch_stop, daemon=True) if stop is not None else None
-    if watcher is not None:
-        watcher.start()
+    watcher = threading.Thread(target=watch_stop, daemon=True)
+    watcher.start()
     try:
         status = solver.solve(m, _Watch())
     finally:
         done.set()
-        if watcher is not None:
-            watcher.join()
+        watcher.join()
     stats = m.proto
     n_lits, n_cons = len(p) + len(pair), len(stats.constraints)
     if status == cp_model.INFEASIBLE:
