@@ -240,8 +240,9 @@ def round_robin(result: MapResult) -> MapResult:
 
 def slow_to_prove_dsl(seed: int = 0, n: int = 50) -> str:
     """A layered graph of ``n`` tasks with explicit costs on ``cpu-gpu-fpga``'s
-    cpu0, gpu0 and fpga0 and gigabyte transfers, as DSL: neither exact backend
-    proves it within a minute (for tests that interrupt a long search)."""
+    cpu0, gpu0 and fpga0 and gigabyte transfers, as DSL: the default mapper
+    does not prove it within 20 s (for tests that interrupt a long search a
+    few seconds in)."""
     from mapper.importers.dsl_writer import graph_to_dsl
 
     rng = random.Random(seed)

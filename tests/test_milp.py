@@ -439,3 +439,33 @@ def test_the_portfolio_hands_cpsat_s_schedule_to_the_milp():
     if result.status != "optimal":
         assert any(n.startswith("MILP:") for n in result.notes)
     assert result.lower_bound is not None and result.lower_bound <= result.objective_value * (1 + 1e-9)
+
+
+def test_lns_also_stops_when_paying_windows_take_too_long(monkeypatch):
+    # on thousands of tasks a window takes about a second: a few quiet windows over
+    # STALL_SHARE of the search's time end it, not STALL_WINDOWS of them
+    from mapper.mapping import lns
+    from mapper.schedule import ScheduleOptions
+
+    monkeypatch.setattr(lns, "STALL_WINDOWS", 1000)
+    monkeypatch.setattr(lns, "STALL_SHARE", 0.0)
+    cost = random_instance(5, 40, shape="layered", n_devices=3)
+    start = get_mapper("heft").map(cost).schedule
+    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), time.perf_counter() + 60)
+    assert stats.stalled and stats.windows <= lns.STALL_MIN_WINDOWS + stats.accepted * 1000
+
+
+def test_a_coarse_pass_whose_heuristics_would_not_fit_the_time_is_skipped():
+    from mapper.mapping import lns
+    from mapper.mapping.exact.incumbent import best_heuristic
+
+    cost = random_instance(0, 80, shape="forkjoin", n_devices=3)
+    assert lns.coarsen(cost, MapOptions().schedule).fused
+    best, _ = best_heuristic(cost, MapOptions())
+    # heuristics that took 100 s on the original graph: the coarse pass would not fit 3 s
+    slow = lns.map_large(cost, MapOptions(time_limit=3), best, (), time.perf_counter(), heuristics_s=100.0)
+    assert any(n.startswith("coarse pass skipped") for n in slow.notes)
+    assert not any(n.startswith("coarse LNS") for n in slow.notes)
+    fast = lns.map_large(cost, MapOptions(time_limit=3), best, (), time.perf_counter(), heuristics_s=0.01)
+    assert any(n.startswith("coarse LNS") for n in fast.notes)
+    assert not validate(slow.schedule) and not validate(fast.schedule)

@@ -20,9 +20,10 @@ smaller sum is accepted, so work moves earlier and later windows can shorten
 the critical path. Windows slide by ``k // 2``; after
 every accepted window the windows are rebuilt (the critical path moved); when
 every window fails the width doubles (up to :data:`MAX_WINDOW`), and when
-those fail too, when :data:`STALL_WINDOWS` windows in a row each gain less
-than :data:`MIN_GAIN` of the objective, or when time runs out, the search
-ends.
+those fail too, when :data:`STALL_WINDOWS` windows in a row (or at least
+:data:`STALL_MIN_WINDOWS` over :data:`STALL_SHARE` of its time) each gain less than
+:data:`MIN_GAIN` of the objective, or when less time is left than the last
+window took (model building included), the search ends.
 
 :func:`map_large` is what :class:`~mapper.mapping.milp.MilpMapper` does above
 its exact-size limit: coarsen chains (:mod:`.coarsen`), start from the better
@@ -69,8 +70,16 @@ WINDOW_TIME = 2.0
 #: otherwise spend the whole time limit for a few thousandths of a per cent.
 STALL_WINDOWS = 64
 MIN_GAIN = 1e-4
+#: ... or after :data:`STALL_SHARE` of the search's time without such a gain
+#: and at least :data:`STALL_MIN_WINDOWS` windows: on thousands of tasks a
+#: window takes a second, and 64 of them would outlast any time limit.
+STALL_SHARE = 0.5
+STALL_MIN_WINDOWS = 4
 #: Seconds at least per window solve (when that much time is left).
 MIN_SLICE = 0.5
+#: The coarse pass (which re-runs every heuristic on the coarse graph) runs only
+#: when those heuristics, timed by the fine ones, take at most this share of the time left.
+COARSE_TIME_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +91,7 @@ class LnsStats:
     passes: int
     start_value: float
     end_value: float
-    stalled: bool = False  # ended because STALL_WINDOWS windows in a row gained less than MIN_GAIN
+    stalled: bool = False  # ended because windows stopped gaining MIN_GAIN (STALL_WINDOWS or STALL_SECONDS)
 
 
 def improve(
@@ -115,7 +124,14 @@ def improve(
     solved_count = accepted = passes = stall = 0
     tried: set[tuple[int, ...]] = set()
     stopped = stop if stop is not None else (lambda: False)
-    while n and time.perf_counter() < deadline - 0.05 and not stopped() and stall < STALL_WINDOWS:
+    last_gain = time.perf_counter()
+    last_window = 0.0  # seconds the last window took, model building included
+    quiet = STALL_SHARE * max(0.0, deadline - last_gain)
+
+    def stalled() -> bool:
+        return stall >= STALL_WINDOWS or (stall >= STALL_MIN_WINDOWS and time.perf_counter() - last_gain >= quiet)
+
+    while n and time.perf_counter() < deadline - 0.05 and not stopped() and not stalled():
         windows = [w for w in _windows(current, k, objective == "makespan") if w not in tried]
         if not windows:
             if k >= min(MAX_WINDOW, n):
@@ -125,8 +141,9 @@ def improve(
         passes += 1
         for i, free in enumerate(windows):
             left = deadline - time.perf_counter()
-            if left <= 0.05 or stopped() or stall >= STALL_WINDOWS:
-                break
+            if left <= max(0.05, last_window) or stopped() or stalled():
+                break  # out of time, or less left than the last window took (model building included)
+            window_t0 = time.perf_counter()
             tried.add(free)
             sub = Subproblem(
                 cost=cost,
@@ -148,6 +165,7 @@ def improve(
                 stop=stop,
             )
             res = solve(sub)
+            last_window = time.perf_counter() - window_t0
             solved_count += 1
             stall += 1
             cand = checked(cost, res.device, res.order, opts) if res.device is not None else None
@@ -158,13 +176,14 @@ def improve(
             if cand_key < key:
                 if value - cand_value >= MIN_GAIN * abs(value):
                     stall = 0
+                    last_gain = time.perf_counter()
                 current, value, key = cand, cand_value, cand_key
                 accepted += 1
                 tried.clear()
                 if progress is not None:
                     progress(value)
                 break  # the schedule changed: rebuild the windows
-    return current, LnsStats(solved_count, accepted, passes, start_value, value, stall >= STALL_WINDOWS)
+    return current, LnsStats(solved_count, accepted, passes, start_value, value, stalled())
 
 
 def _key(schedule: Schedule, value: float, flow: float) -> tuple[float, float]:
@@ -223,13 +242,18 @@ def _windows(schedule: Schedule, k: int, critical: bool) -> list[tuple[int, ...]
 
 
 def map_large(
-    cost: CostTable, options: MapOptions, best: Incumbent | None, given_notes: tuple[str, ...], t0: float
+    cost: CostTable, options: MapOptions, best: Incumbent | None, given_notes: tuple[str, ...], t0: float,
+    heuristics_s: float = 0.0,
 ) -> MapResult:
     """The large-graph path of :class:`~mapper.mapping.milp.MilpMapper`.
 
-    Half of the remaining time goes to LNS on the coarse graph (skipped when
-    nothing fuses), the rest to LNS on the original graph, started from the
-    better of the expanded coarse result and the best heuristic.
+    Half of the remaining time goes to LNS on the coarse graph, the rest to
+    LNS on the original graph, started from the better of the expanded coarse
+    result and the best heuristic. The coarse pass is skipped when nothing
+    fuses, or when re-running every heuristic on the coarse graph (estimated
+    from ``heuristics_s``, what they took on the original) would take more
+    than :data:`COARSE_TIME_SHARE` of the time left: on thousands of tasks
+    they take seconds.
     """
     objective, sopts = options.objective, options.schedule
     deadline = t0 + options.time_limit
@@ -242,8 +266,13 @@ def map_large(
     if best is not None:
         seeds.append((retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts)),
                       best.name))
-    start, origin = _coarse_start(coarse, options, seeds[0][0] if seeds else None, best)
-    if start is not None and coarse.fused:
+    estimate = heuristics_s * coarse.cost.n_tasks / max(1, cost.n_tasks)
+    worth = coarse.fused and (estimate <= COARSE_TIME_SHARE * (deadline - time.perf_counter()) or not seeds)
+    if coarse.fused and not worth:
+        notes.append(f"coarse pass skipped: its heuristics would take about {estimate:.1f} s of the "
+                     f"{max(0.0, deadline - time.perf_counter()):.1f} s left")
+    start, origin = _coarse_start(coarse, options, seeds[0][0] if seeds else None, best) if worth else (None, "")
+    if start is not None:
         now = time.perf_counter()
         improved, stats = improve(coarse.cost, start, objective, sopts, now + (deadline - now) / 2,
                                   seed=options.seed, makespan_bound=options.makespan_bound, progress=report,
@@ -307,7 +336,8 @@ def stall_note(stats: LnsStats) -> str:
     """``; stopped: ...`` when the search ended because windows stopped paying, else ``""``."""
     if not stats.stalled:
         return ""
-    return f"; stopped: {STALL_WINDOWS} windows in a row gained less than {100 * MIN_GAIN:g} % each"
+    return (f"; stopped: windows in a row gained less than {100 * MIN_GAIN:g} % each ({STALL_WINDOWS} of them, "
+            f"or {STALL_MIN_WINDOWS} or more over {100 * STALL_SHARE:g} % of its time)")
 
 
 def describe_change(before: float, after: float, objective: str) -> str:

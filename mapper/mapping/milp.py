@@ -21,8 +21,8 @@ bound is the higher of the two engines'.
 Above :data:`LNS_FIRST_TASKS` tasks, MILP-window LNS (:mod:`.lns`) improves
 the warm start for :data:`LNS_SHARE` of the time left before the MILP.
 Graphs above :data:`EXACT_MAX_TASKS` tasks or :data:`EXACT_MAX_PAIRS`
-ordering binaries skip the MILP: CP-SAT takes its turn while its model has
-at most :data:`CPSAT_MAX_TERMS` terms, then
+ordering binaries skip the MILP: CP-SAT takes :data:`CPSAT_LARGE_SHARE` of
+the time while its model has at most :data:`CPSAT_MAX_TERMS` terms, then
 :func:`mapper.mapping.lns.map_large` (no exact model).
 """
 
@@ -73,6 +73,11 @@ CPSAT_SHARE = 0.75
 #: Above this many model terms (placement literals plus conditional
 #: transfer constraints) a large graph skips CP-SAT and goes to LNS only.
 CPSAT_MAX_TERMS = 30_000
+#: CP-SAT's share on graphs above the MILP's size limit, where LNS finds the
+#: better schedules on random DAGs (benchmarks/mapping.py --lns) and CP-SAT
+#: proves the Standard Task Graph optima (benchmarks/stg.py: a quarter of 15 s
+#: proved 321 of the 360 100-task ones, three quarters 336).
+CPSAT_LARGE_SHARE = 0.5
 
 
 class MilpMapper(Mapper):
@@ -91,6 +96,7 @@ class MilpMapper(Mapper):
         heuristics = progress_reporter(options, t0, "heuristics")
         heuristics(None, None)
         best, notes = best_heuristic(cost, options)
+        heuristics_s = time.perf_counter() - t0
         if best is not None:
             heuristics(best.value, None)
         done = progress_reporter(options, t0, "done")
@@ -104,7 +110,7 @@ class MilpMapper(Mapper):
             done(proven.objective_value, proven.lower_bound)
             return proven
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
-            result = self._large(cost, options, best, notes, t0)
+            result = self._large(cost, options, best, notes, t0, heuristics_s)
             done(result.objective_value, result.lower_bound)
             return result
         result = self._exact(cost, options, best, notes, t0, progress_reporter(options, t0, "exact MILP"))
@@ -194,22 +200,23 @@ class MilpMapper(Mapper):
             sched, value, status = best.schedule, best.value, "heuristic"
         return make_result(cost, options, sched, value, status, _higher(solved.bound, cp_bound), t0, notes)
 
-    def _large(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float) -> MapResult:
+    def _large(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float,
+               heuristics_s: float) -> MapResult:
         """The large-graph path: CP-SAT first where its model stays small
         (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
         better schedule, keeping the higher lower bound."""
         nd = cost.n_devices
         if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
-            return map_large(cost, options, best, notes, t0)
+            return map_large(cost, options, best, notes, t0, heuristics_s)
         cp_notes = list(notes)
-        first = self._cpsat_first(cost, options, best, cp_notes, t0)
+        first = self._cpsat_first(cost, options, best, cp_notes, t0, CPSAT_LARGE_SHARE)
         if first is None:
-            return map_large(cost, options, best, notes, t0)
+            return map_large(cost, options, best, notes, t0, heuristics_s)
         if first.status == "optimal":
             return replace(first, mapper=NAME, notes=(*first.notes, "proven by CP-SAT; LNS was not needed"))
         if best is None or first.objective_value < best.value * (1 - REL_TOL):
             best = Incumbent("CP-SAT", first.schedule, first.objective_value)
-        result = map_large(cost, options, best, tuple(cp_notes), t0)
+        result = map_large(cost, options, best, tuple(cp_notes), t0, heuristics_s)
         bound = _higher(result.lower_bound, first.lower_bound)
         if bound is None or bound == result.lower_bound:
             return result
@@ -220,16 +227,18 @@ class MilpMapper(Mapper):
 
     @staticmethod
     def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
-                     t0: float) -> MapResult | None:
-        """CP-SAT (:func:`.cpsat.search`) for :data:`CPSAT_SHARE` of the time
-        left: a sequential portfolio, as the two engines prove different
-        instances (benchmarks/exact_backends.py, benchmarks/stg.py). None when
-        it found no schedule; the MILP then has its turn and its say."""
+                     t0: float, share: float | None = None) -> MapResult | None:
+        """CP-SAT (:func:`.cpsat.search`) for ``share`` (default
+        :data:`CPSAT_SHARE`) of the time left: a sequential portfolio, as the
+        two engines prove different instances (benchmarks/exact_backends.py,
+        benchmarks/stg.py). None when it found no schedule; the MILP then has
+        its turn and its say."""
         left = options.time_limit - (time.perf_counter() - t0)
-        if CPSAT_SHARE <= 0:
+        share = CPSAT_SHARE if share is None else share
+        if CPSAT_SHARE <= 0 or share <= 0:
             return None
         try:
-            return cpsat.search(cost, options, best, notes, t0, CPSAT_SHARE * left,
+            return cpsat.search(cost, options, best, notes, t0, share * left,
                                 lower_bound_for(cost, options.objective, options.schedule, None))
         except InfeasibleError:
             return None

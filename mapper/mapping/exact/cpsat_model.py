@@ -214,13 +214,15 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
                 solver.stop_search()
                 return
 
-    watcher = threading.Thread(target=watch_stop, daemon=True)
-    watcher.start()
+    watcher = threading.Thread(target=watch_stop, daemon=True) if stop is not None else None
+    if watcher is not None:
+        watcher.start()
     try:
         status = solver.solve(m, _Watch())
     finally:
         done.set()
-        watcher.join()
+        if watcher is not None:
+            watcher.join()
     stats = m.proto
     n_lits, n_cons = len(p) + len(pair), len(stats.constraints)
     if status == cp_model.INFEASIBLE:
