@@ -91,7 +91,7 @@ class LnsStats:
     passes: int
     start_value: float
     end_value: float
-    stalled: bool = False  # ended because windows stopped gaining MIN_GAIN (STALL_WINDOWS or STALL_SECONDS)
+    stalled: bool = False  # ended because windows stopped gaining MIN_GAIN (STALL_WINDOWS, or over STALL_SHARE)
 
 
 def improve(
