@@ -366,7 +366,7 @@ def test_mid_size_graph_runs_lns_before_the_exact_model(milp_only):
     assert result.lower_bound is not None and result.lower_bound <= result.objective_value * (1 + 1e-9)
 
 
-def test_cbc_takes_a_warm_start_a_rounding_step_outside_its_bounds(monkeypatch):
+def test_cbc_takes_a_warm_start_a_rounding_step_outside_its_bounds(monkeypatch, milp_only):
     # Jacobi's heuristic start times land 1 ulp below their variables' lower bounds;
     # CBC rejects such a start, so the glue clamps it (HiGHS accepts it as it is)
     from pathlib import Path
