@@ -230,9 +230,14 @@ def diagnose(cost_table, tg, net) -> tuple[bool, int, int, float]:
     return same, len(critical_path(cost_table, prio)), saga_cp, replay
 
 
-def run_saga(name: str, tg, net):
-    saga_cpop.upward_rank.cache_clear()  # SAGA memoises ranks per (network, graph): time each run cold
+def cold_saga() -> None:
+    """Clear SAGA's memoised ranks (per network and graph), so each run starts cold."""
+    saga_cpop.upward_rank.cache_clear()
     saga_cpop.cpop_ranks.cache_clear()
+
+
+def run_saga(name: str, tg, net):
+    cold_saga()
     t0 = time.perf_counter()
     sched = SAGA[name]().schedule(net, tg)
     return sched, time.perf_counter() - t0
@@ -431,8 +436,7 @@ def part1b(instances: list[Instance], milp_time: float) -> None:
         cost = build_cost_table(graph, plat)
         found: dict[str, float] = {}
         for name in names:
-            saga_cpop.upward_rank.cache_clear()
-            saga_cpop.cpop_ranks.cache_clear()
+            cold_saga()
             try:
                 sched = getattr(schedulers, name)().schedule(net, tg)
             except Exception as err:  # a scheduler that fails on an instance is left out of its row

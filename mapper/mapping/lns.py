@@ -243,7 +243,7 @@ def _windows(schedule: Schedule, k: int, critical: bool) -> list[tuple[int, ...]
 
 def map_large(
     cost: CostTable, options: MapOptions, best: Incumbent | None, given_notes: tuple[str, ...], t0: float,
-    heuristics_s: float = 0.0,
+    heuristics_s: float = 0.0, bound: float | None = None,
 ) -> MapResult:
     """The large-graph path of :class:`~mapper.mapping.milp.MilpMapper`.
 
@@ -253,7 +253,8 @@ def map_large(
     fuses, or when re-running every heuristic on the coarse graph (estimated
     from ``heuristics_s``, what they took on the original) would take more
     than :data:`COARSE_TIME_SHARE` of the time left: on thousands of tasks
-    they take seconds.
+    they take seconds. ``bound`` is a lower bound found before (CP-SAT's); a
+    result that meets it is ``optimal``.
     """
     objective, sopts = options.objective, options.schedule
     deadline = t0 + options.time_limit
@@ -295,11 +296,11 @@ def map_large(
         value = value_of(final, objective)
         if best is not None:
             notes.append(f"improvement over {best.name}: {_pct(best.value, value)}")
-        return make_result(cost, options, final, value, "feasible", None, t0, notes)
+        return make_result(cost, options, final, value, "feasible", bound, t0, notes)
     if best is None:
         raise InfeasibleError("LNS produced no valid mapping and no heuristic succeeded", obj=cost.graph.name)
     notes.append(f"no improvement over {best.name}; kept")
-    return make_result(cost, options, best.schedule, best.value, "heuristic", None, t0, notes)
+    return make_result(cost, options, best.schedule, best.value, "heuristic", bound, t0, notes)
 
 
 def _coarse_start(coarse: Coarsening, options: MapOptions, fine_best: Schedule | None,

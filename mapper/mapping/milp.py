@@ -46,7 +46,7 @@ from mapper.mapping.exact.incumbent import (
     serial_upper_bound,
     value_of,
 )
-from mapper.mapping.exact.result import NAME, gap_of, lower_bound_for, make_result, progress_reporter, proven_by_bound
+from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter, proven_by_bound
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, stall_note
@@ -126,12 +126,9 @@ class MilpMapper(Mapper):
         if inexact:
             notes.append(f"the MILP models the delay model; {' and '.join(inexact)} applied when re-timing")
         mb = options.makespan_bound if objective != "makespan" else None
-        first = self._cpsat_first(cost, options, best, notes, t0)
-        if first is not None and first.status == "optimal":
-            return replace(first, mapper=NAME, notes=(*first.notes, "proven by CP-SAT; the MILP was not needed"))
-        cp_bound = first.lower_bound if first is not None else None
-        if first is not None and (best is None or first.objective_value < best.value * (1 - REL_TOL)):
-            best = Incumbent("CP-SAT", first.schedule, first.objective_value)
+        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_SHARE, "the MILP")
+        if proven is not None:
+            return proven
         if best is not None and cost.n_tasks > LNS_FIRST_TASKS and objective_needs_time(objective, mb):
             best = self._lns_first(cost, options, best, notes, t0, report)
         device = start = None
@@ -205,37 +202,40 @@ class MilpMapper(Mapper):
                heuristics_s: float) -> MapResult:
         """The large-graph path: CP-SAT first where its model stays small
         (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
-        better schedule, keeping the higher lower bound."""
+        better schedule, with CP-SAT's lower bound."""
         nd = cost.n_devices
         if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
             return map_large(cost, options, best, notes, t0, heuristics_s)
-        cp_notes = list(notes)
-        first = self._cpsat_first(cost, options, best, cp_notes, t0, CPSAT_LARGE_SHARE)
+        notes = list(notes)
+        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_LARGE_SHARE, "LNS")
+        if proven is not None:
+            return proven
+        return map_large(cost, options, best, tuple(notes), t0, heuristics_s, cp_bound)
+
+    def _cpsat_turn(self, cost, options: MapOptions, best: Incumbent | None, notes: list[str], t0: float,
+                    share: float, then: str) -> tuple[MapResult | None, Incumbent | None, float | None]:
+        """CP-SAT's turn before ``then``: its result when it proved it optimal
+        (else None), the better of ``best`` and its schedule, and its lower
+        bound (None without one)."""
+        first = self._cpsat_first(cost, options, best, notes, t0, share)
         if first is None:
-            return map_large(cost, options, best, notes, t0, heuristics_s)
+            return None, best, None
         if first.status == "optimal":
-            return replace(first, mapper=NAME, notes=(*first.notes, "proven by CP-SAT; LNS was not needed"))
+            done = replace(first, mapper=NAME, notes=(*first.notes, f"proven by CP-SAT; {then} was not needed"))
+            return done, best, first.lower_bound
         if best is None or first.objective_value < best.value * (1 - REL_TOL):
             best = Incumbent("CP-SAT", first.schedule, first.objective_value)
-        result = map_large(cost, options, best, tuple(cp_notes), t0, heuristics_s)
-        bound = _higher(result.lower_bound, first.lower_bound)
-        if bound is None or bound == result.lower_bound:
-            return result
-        proven = result.objective_value <= bound * (1 + REL_TOL)
-        return replace(result, lower_bound=bound, gap=gap_of(result.objective_value, bound),
-                       status="optimal" if proven else result.status,
-                       notes=(*result.notes, f"lower bound {fmt_objective(bound, options.objective)} from CP-SAT"))
+        return None, best, first.lower_bound
 
     @staticmethod
     def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
-                     t0: float, share: float | None = None) -> MapResult | None:
-        """CP-SAT (:func:`.cpsat.search`) for ``share`` (default
-        :data:`CPSAT_SHARE`) of the time left: a sequential portfolio, as the
+                     t0: float, share: float) -> MapResult | None:
+        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left
+        (nothing when :data:`CPSAT_SHARE` is 0): a sequential portfolio, as the
         two engines prove different instances (benchmarks/exact_backends.py,
         benchmarks/stg.py). None when it found no schedule; the MILP then has
         its turn and its say."""
         left = options.time_limit - (time.perf_counter() - t0)
-        share = CPSAT_SHARE if share is None else share
         if CPSAT_SHARE <= 0 or share <= 0:
             return None
         try:
