@@ -153,3 +153,95 @@ def test_ctrl_c_stays_with_the_caller():
     assert main(["compile", HEFT, "--platform", "heft3", "--mapper", "cpsat", "-q"]) == 0
     assert signal.getsignal(signal.SIGINT) is before
     assert _sigint_of_a_new_process() == child_before
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_two_searches_answer_as_the_first_would_alone(seed, monkeypatch):
+    # where there are two cores a second search runs beside the default one; whichever
+    # proves first, the answer is the default search's own (the same inputs give the same schedule)
+    import mapper.mapping.exact.cpsat_model as cm
+
+    cost = identical(seed, 14, 3, comm=2.0) if seed % 2 else random_instance(seed, 9, n_devices=3)
+    heft = get_mapper("heft").map(cost).schedule
+    answers = []
+    for cores in (1, 2):
+        monkeypatch.setattr(cm, "_cores", lambda c=cores: c)
+        answers.append(solve_cpsat(cost, "makespan", heft.makespan * (1 + 1e-9), memory=False, area=False,
+                                   makespan_bound=None, hint=(heft.device_of, tuple(s.start for s in heft.slots)),
+                                   time_limit=30, seed=seed))
+    alone, side_by_side = answers
+    assert alone.status == side_by_side.status == "optimal"
+    assert (side_by_side.device, side_by_side.start, side_by_side.objective) == \
+        (alone.device, alone.start, alone.objective)
+
+
+class _FakeRun:
+    """A search for :func:`_race` that finds ``finds`` (seconds, value) in turn,
+    then proves its last value optimal when ``proves``, else runs to its time."""
+
+    def __init__(self, finds, proves=False):
+        import threading
+
+        from mapper.mapping.exact import cpsat_model as cm
+
+        self.cm, self.finds, self.proves = cm, finds, proves
+        self.cap = self.status = self.value = self.incumbent = None
+        self.done, self.cancelled = threading.Event(), False
+
+    proof = __import__("mapper.mapping.exact.cpsat_model", fromlist=["_Run"])._Run.proof
+
+    def solve(self, deadline):
+        import time
+
+        t0, status = time.perf_counter(), self.cm.cp_model
+        try:
+            for at, value in self.finds:
+                while time.perf_counter() - t0 < at:
+                    if self.cancelled or time.perf_counter() >= deadline:
+                        self.status = status.FEASIBLE if self.value is not None else status.UNKNOWN
+                        return
+                    time.sleep(0.005)
+                self.incumbent = self.value = value
+                if self.cap is not None and value <= self.cap:
+                    self.status = status.FEASIBLE
+                    return
+            while not self.proves and not self.cancelled and time.perf_counter() < deadline:
+                time.sleep(0.005)
+            self.status = status.OPTIMAL if self.proves else status.FEASIBLE
+        finally:
+            self.done.set()
+
+    def cancel(self):
+        self.cancelled = True
+
+
+@pytest.mark.parametrize("first_finds_it", [True, False])
+def test_a_proof_by_the_second_search_waits_for_the_first(first_finds_it, monkeypatch):
+    # the second search proves 5 at once; the first, which has 9, runs on to its
+    # own first solution within 5 (its answer, as alone), or for the grace time
+    import time
+
+    from mapper.mapping.exact import cpsat_model as cm
+
+    monkeypatch.setattr(cm, "GRACE", 0.3)
+    first = _FakeRun([(0.0, 9)] + ([(0.15, 5), (0.2, 4)] if first_finds_it else []))
+    second = _FakeRun([(0.0, 5)], proves=True)
+    t0 = time.perf_counter()
+    cm._race([first, second], t0 + 30, None)
+    took = time.perf_counter() - t0
+    assert second.proof() == 5
+    assert first.value == (5 if first_finds_it else 9)
+    assert first.cancelled is not first_finds_it  # found it: stopped by the value, not cancelled
+    assert took < 5
+
+
+def test_a_proof_by_the_first_search_stops_the_second():
+    import time
+
+    from mapper.mapping.exact import cpsat_model as cm
+
+    first = _FakeRun([(0.0, 7)], proves=True)
+    second = _FakeRun([(0.0, 9)])
+    t0 = time.perf_counter()
+    cm._race([first, second], t0 + 30, None)
+    assert first.proof() == 7 and second.cancelled and time.perf_counter() - t0 < 5

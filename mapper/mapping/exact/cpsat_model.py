@@ -20,12 +20,14 @@ CP-SAT works on integers: times are scaled so the upper bound ``U`` is
 :data:`SCALE` units and rounded *down*, so the model is a relaxation and its
 bound, scaled back, is a valid lower bound; the caller re-times the answer
 with the exact times (a path of ``n`` tasks and edges loses under ``2n``
-units, ``2n / SCALE`` of ``U``). One worker and a fixed seed.
+units, ``2n / SCALE`` of ``U``). Searches of one worker each with a fixed
+seed, two side by side where there are two cores (:func:`solve_cpsat`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +42,15 @@ from mapper.mapping.orders import allowed_devices, canonical_devices, identical_
 SCALE = 2**30
 #: Energy and area are scaled to integers with this many units per reference value.
 VALUE_SCALE = 2**30
+#: The searches run side by side where there are two cores: CP-SAT's default
+#: search (the first, and the only one on one core) and its portfolio of
+#: heuristics with quick restarts, which proves Standard Task Graph optima the
+#: default misses in 15 s (benchmarks/stg.py) but finds worse schedules on
+#: graphs with transfers (benchmarks/exact_backends.py).
+STRATEGIES = ("default", "quick-restart")
+#: Seconds at least that the first search gets, after another proved an
+#: answer, to find that answer itself (:func:`_race`).
+GRACE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +74,70 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     """Build and solve the model (module docstring). ``upper`` bounds the
     makespan of an optimal schedule (the best heuristic's, or a serial bound);
     the search stops at a solution whose value meets ``target`` (a lower bound
-    the caller knows)."""
+    the caller knows).
+
+    Where there are two cores, the searches of :data:`STRATEGIES` run side by
+    side, one worker each, from the same hint (:func:`_race`); the answer
+    does not depend on which one proves first."""
+    built = _build(cost, objective, upper, memory=memory, area=area, makespan_bound=makespan_bound, hint=hint,
+                   micro_batches=micro_batches)
+    if built is None:
+        return CpSolved("infeasible", None, None, None, None, 0, 0)
+    n_lits, n_cons = built.n_literals, len(built.model.proto.constraints)
+    t0 = time.perf_counter()
+    cap = None if target is None else math.floor(target * built.obj_k * (1 + 1e-9))
+    shared = _Shared(progress, t0, built.obj_k)
+    runs = [_Run(built, name, seed, cap, shared) for name in (STRATEGIES if _cores() >= 2 else STRATEGIES[:1])]
+    _race(runs, t0 + max(0.01, time_limit), stop)
+    if any(r.status == cp_model.INFEASIBLE for r in runs):
+        return CpSolved("infeasible", None, None, None, None, n_lits, n_cons)
+    found = [r for r in runs if r.value is not None]
+    optimum = next((r.value for r in runs if r.status == cp_model.OPTIMAL), None)
+    if cap is not None and any(r.value <= cap for r in found if r.value is not None):
+        limit: int | None = cap  # the caller's bound is met: optimal, whatever the model's optimum
+        status, bound = "feasible", None
+    elif optimum is not None:
+        limit, status, bound = optimum, "optimal", optimum / built.obj_k
+    else:
+        limit, status = None, "feasible"
+        bounds = [r.bound for r in runs if r.bound is not None]
+        bound = max(bounds) / built.obj_k if bounds else None
+    if not found:
+        return CpSolved("none", None, None, None, bound, n_lits, n_cons)
+    # proven: the first strategy's first solution within the limit (the others' only when
+    # it found none in time); else the best (ties: the first strategy's)
+    best = next(r for r in found if r.value is not None and r.value <= limit) if limit is not None \
+        else min(found, key=lambda r: r.value or 0)
+    return CpSolved(status, best.device, best.start, (best.value or 0) / built.obj_k, bound, n_lits, n_cons)
+
+
+def _cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(slots=True)
+class _Built:
+    """A built model and what reading its answer needs."""
+
+    model: cp_model.CpModel
+    p: dict[tuple[int, int], cp_model.IntVar]
+    start: list[cp_model.IntVar]  # empty when the objective needs no times
+    k: float  # model ticks per second
+    obj_k: float  # objective units per caller unit
+    n_literals: int
+    n_tasks: int
+    n_devices: int
+
+
+def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
+           makespan_bound: float | None, hint: tuple[Sequence[int], Sequence[float]] | None,
+           micro_batches: int, cap: int | None = None) -> _Built | None:
+    """The model (module docstring), None when a task has no device; with
+    ``cap``, the objective (in model units) is at most ``cap``."""
     n, nd = cost.n_tasks, cost.n_devices
     timed = objective == "makespan" or makespan_bound is not None
     if objective != "makespan":
@@ -94,7 +168,7 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
             feas = tuple(d for d in feas if cost.platform.devices[d].kind != "fpga"
                          or cost.area[t][d] <= cost.area_capacity[d])
         if not feas:
-            return CpSolved("infeasible", None, None, None, None, 0, 0)
+            return None
         dur = []
         for d in feas:
             lit = p[t, d] = m.new_bool_var(f"p{t}_{d}")
@@ -138,17 +212,18 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
                     if objective == "throughput":
                         z = pair[e.index, a, b] = m.new_bool_var(f"z{e.index}_{a}_{b}")
                         m.add_bool_or([~p[u, a], ~p[v, b], z])
-    for enabled, weight, cap, fpga_only in ((memory, lambda t, d: cost.footprint[t], cost.memory_capacity, False),
-                                            (area, lambda t, d: cost.area[t][d], cost.area_capacity, True)):
+    for enabled, weight, capacity, fpga_only in (
+            (memory, lambda t, d: cost.footprint[t], cost.memory_capacity, False),
+            (area, lambda t, d: cost.area[t][d], cost.area_capacity, True)):
         if not enabled:
             continue
         for d in range(nd):
-            if cap[d] == INF or (fpga_only and cost.platform.devices[d].kind != "fpga"):
+            if capacity[d] == INF or (fpga_only and cost.platform.devices[d].kind != "fpga"):
                 continue
-            unit = VALUE_SCALE / cap[d] if cap[d] > 0 else 1.0
+            unit = VALUE_SCALE / capacity[d] if capacity[d] > 0 else 1.0
             terms = [(math.ceil(weight(t, d) * unit), p[t, d]) for t in range(n) if (t, d) in p]
             if terms:
-                m.add(sum(c * lit for c, lit in terms) <= int(cap[d] * unit))
+                m.add(sum(c * lit for c, lit in terms) <= int(capacity[d] * unit))
     cmax = m.new_int_var(0, horizon, "cmax")
     if timed:
         m.add_max_equality(cmax, [end[t] for t in range(n) if not cost.graph.succs[t]])
@@ -156,12 +231,14 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
         slack = 0 if k == 1.0 and horizon < SCALE else 2 * n + 1  # rounding slack; the re-timed schedule is checked
         m.add(cmax <= ticks(makespan_bound) + slack)
     obj_k = k
+    goal: cp_model.LinearExprT = cmax
     if objective == "makespan":
         m.minimize(cmax)
     elif objective == "energy":
         ref = sum(max((x for x, tt in zip(er, tr) if tt < INF), default=0.0) for er, tr in zip(cost.energy, cost.time))
         obj_k = VALUE_SCALE / ref if ref > 0 else 1.0
-        m.minimize(sum(int(math.floor(cost.energy[t][d] * obj_k)) * lit for (t, d), lit in p.items()))
+        goal = sum(int(math.floor(cost.energy[t][d] * obj_k)) * lit for (t, d), lit in p.items())
+        m.minimize(goal)
     else:
         loads = []
         for d in range(nd):
@@ -173,10 +250,13 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
         period = m.new_int_var(0, horizon * (n + len(cost.graph.edges) + 1), "period")
         m.add_max_equality(period, loads)
         if micro_batches > 1:
-            m.minimize((micro_batches - 1) * period + sum(loads))
+            goal = (micro_batches - 1) * period + sum(loads)
             obj_k = k * micro_batches
         else:
-            m.minimize(period)
+            goal = period
+        m.minimize(goal)
+    if cap is not None:
+        m.add(goal <= cap)
     if hint is not None:
         device, starts = hint
         device = canonical_devices(tuple(device), classes)
@@ -185,9 +265,150 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
         for t in range(n):
             if timed:
                 m.add_hint(start[t], min(horizon, ticks(starts[t])))
+    return _Built(m, p, start, k, obj_k, len(p) + len(pair), n, nd)
+
+
+class _Shared:
+    """Progress shared by the searches: each improvement reported once."""
+
+    def __init__(self, progress: Callable[[float, float | None, float | None], None] | None, t0: float,
+                 obj_k: float) -> None:
+        self.progress, self.t0, self.obj_k = progress, t0, obj_k
+        self.best: float | None = None
+        self.lock = threading.Lock()
+
+    def report(self, value: float, bound: float) -> None:
+        with self.lock:
+            if self.best is not None and value >= self.best:
+                return
+            self.best = value
+            if self.progress is not None:
+                self.progress(time.perf_counter() - self.t0, value / self.obj_k, bound / self.obj_k)
+
+
+class _Run:
+    """One single-worker search of the model with one of :data:`STRATEGIES`;
+    it stops at its first solution within ``cap`` (model units), which
+    :func:`_race` may lower while it runs."""
+
+    def __init__(self, built: _Built, strategy: str, seed: int, cap: int | None, shared: _Shared) -> None:
+        self.built, self.cap, self.shared = built, cap, shared
+        self.solver = _solver(strategy, seed)
+        self.status: cp_model.CpSolverStatus | None = None
+        self.incumbent: int | None = None  # while it runs
+        self.value: int | None = None
+        self.bound: float | None = None
+        self.device: tuple[int, ...] | None = None
+        self.start: tuple[float, ...] | None = None
+        self.done = threading.Event()
+        self.cancelled = False
+
+    def solve(self, deadline: float) -> None:
+        """Search until ``deadline`` (a :func:`time.perf_counter` value), a
+        proof, a solution within ``cap``, or :meth:`cancel`."""
+        try:
+            if self.cancelled:
+                return
+            self.solver.parameters.max_time_in_seconds = max(0.01, deadline - time.perf_counter())
+            run = self
+
+            class _Watch(cp_model.CpSolverSolutionCallback):
+                def on_solution_callback(self) -> None:
+                    value = int(round(self.objective_value))
+                    run.incumbent = value
+                    run.shared.report(self.objective_value, self.best_objective_bound)
+                    if run.cancelled or (run.cap is not None and value <= run.cap):
+                        self.stop_search()
+
+            self.status = status = self.solver.solve(self.built.model, _Watch())
+            b, solver = self.built, self.solver
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                self.value = int(round(solver.objective_value))
+                self.device = tuple(next(d for d in range(b.n_devices) if (t, d) in b.p
+                                         and solver.boolean_value(b.p[t, d])) for t in range(b.n_tasks))
+                self.start = tuple(solver.value(s) / b.k for s in b.start) if b.start else None
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+                self.bound = solver.best_objective_bound
+        finally:
+            self.done.set()
+
+    def proof(self) -> int | None:
+        """The value it proved (its optimum, or a solution within ``cap``),
+        None while it has not (or when it proved the model infeasible)."""
+        if self.status == cp_model.OPTIMAL:
+            return self.value
+        if self.cap is not None and self.value is not None and self.value <= self.cap:
+            return self.cap
+        return None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.solver.stop_search()
+
+
+def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None) -> None:
+    """Run the searches side by side until each ends, the first on the
+    calling thread (a solve alone in a thread does not survive SIGTERM).
+
+    Each search is deterministic, but which one proves first is not. So when
+    one proves a value, the searches after it stop, and those before it run
+    on until their first solution within that value, for as long again as
+    the proof took (at least :data:`GRACE` seconds, at most to ``deadline``):
+    the answer is then the first strategy's, as if it had run alone, unless it
+    finds none in that time. ``stop()`` ends them all."""
+    helpers = [threading.Thread(target=r.solve, args=(deadline,), daemon=True) for r in runs[1:]]
+    quit_ = threading.Event()
+    t0 = time.perf_counter()
+    grace_end: list[float] = []  # when the searches before a proven one stop
+
+    def watch() -> None:  # solution callbacks come only with solutions: poll between them too
+        while not quit_.wait(0.02):
+            now = time.perf_counter()
+            if (stop is not None and stop()) or (grace_end and now >= grace_end[0]):
+                for r in runs:
+                    r.cancel()
+                continue
+            for i, r in enumerate(runs):
+                if r.done.is_set() and r.status == cp_model.INFEASIBLE:
+                    for other in runs:
+                        other.cancel()
+                value = r.proof() if r.done.is_set() else None
+                if value is None:
+                    continue
+                for other in runs[i + 1:]:
+                    other.cancel()
+                if not grace_end:
+                    grace_end.append(now + max(GRACE, now - t0))
+                for other in runs[:i]:
+                    other.cap = value if other.cap is None else min(other.cap, value)
+                    if other.incumbent is not None and other.incumbent <= value:
+                        other.cancel()  # it already has that solution: its first within the value
+                break
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    for h in helpers:
+        h.start()
+    try:
+        runs[0].solve(deadline)
+    finally:
+        for r in runs[1:]:  # the first is done: its time is up, or it proved its answer
+            r.cancel()
+            while not r.done.wait(0.05):  # a stop sent before its solve began would be lost: send it again
+                r.cancel()
+        for h in helpers:
+            h.join()
+        quit_.set()
+        watcher.join()
+
+
+def _solver(strategy: str, seed: int) -> cp_model.CpSolver:
+    """A one-worker solver with the fixed seed for ``strategy``."""
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = 1
+    if strategy == "quick-restart":
+        # CP-SAT's portfolio of heuristics with quick restarts
+        solver.parameters.search_branching = cp_model.PORTFOLIO_WITH_QUICK_RESTART_SEARCH
     # the cumulative's overload checking and timetable edge finding (Vilim, CPAIOR
     # 2011): off by default in CP-SAT, they prove the STG set's 4-processor optima
     solver.parameters.use_overload_checker_in_cumulative = True
@@ -196,44 +417,7 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     # Ctrl-C is the caller's (``stop``): CP-SAT's own SIGINT handler would leave
     # SIGINT ignored in this process, and so in every process it starts later
     solver.parameters.catch_sigint_signal = False
-    t0 = time.perf_counter()
-
-    class _Watch(cp_model.CpSolverSolutionCallback):
-        def on_solution_callback(self) -> None:
-            if progress is not None:
-                progress(time.perf_counter() - t0, self.objective_value / obj_k, self.best_objective_bound / obj_k)
-            if (stop is not None and stop()) or (target is not None
-                                                 and self.objective_value / obj_k <= target * (1 + 1e-9)):
-                self.stop_search()
-
-    done = threading.Event()
-
-    def watch_stop() -> None:  # the callback runs only on solutions: poll ``stop`` between them too
-        while not done.wait(0.05):
-            if stop is not None and stop():
-                solver.stop_search()
-                return
-
-    watcher = threading.Thread(target=watch_stop, daemon=True) if stop is not None else None
-    if watcher is not None:
-        watcher.start()
-    try:
-        status = solver.solve(m, _Watch())
-    finally:
-        done.set()
-        if watcher is not None:
-            watcher.join()
-    stats = m.proto
-    n_lits, n_cons = len(p) + len(pair), len(stats.constraints)
-    if status == cp_model.INFEASIBLE:
-        return CpSolved("infeasible", None, None, None, None, n_lits, n_cons)
-    bound = solver.best_objective_bound / obj_k if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CpSolved("none", None, None, None, bound, n_lits, n_cons)
-    device = tuple(next(d for d in range(nd) if (t, d) in p and solver.boolean_value(p[t, d])) for t in range(n))
-    found = tuple(solver.value(start[t]) / k for t in range(n)) if timed else None
-    return CpSolved("optimal" if status == cp_model.OPTIMAL else "feasible", device, found,
-                    solver.objective_value / obj_k, bound, n_lits, n_cons)
+    return solver
 
 
 def break_symmetry(m: cp_model.CpModel, p: dict[tuple[int, int], cp_model.IntVar], classes: tuple[tuple[int, ...], ...],
