@@ -4,34 +4,125 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from mapper.cost import CostTable
 from mapper.schedule import ScheduleOptions
 
 INF = math.inf
+#: Edges per vectorised step of :func:`path_bound` (each takes ``D x D`` floats).
+_EDGE_CHUNK = 4096
+#: Device sets tried by :func:`class_load_bound` (the heaviest).
+_MAX_SETS = 64
 
 
-def min_times(cost: CostTable) -> tuple[float, ...]:
-    """Each task's smallest time over devices (raises if a task has none)."""
+def min_times(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> tuple[float, ...]:
+    """Each task's smallest time over the devices its placement allows
+    (raises if a task has none)."""
     cost.require_feasible()
-    return tuple(min(row) for row in cost.time)
+    allowed = _allowed(cost) if allowed is None else allowed
+    return tuple(min(cost.time[t][d] for d in devs) if devs else min(cost.time[t]) for t, devs in enumerate(allowed))
+
+
+def _allowed(cost: CostTable) -> list[tuple[int, ...]]:
+    """Devices where each task has a finite time and its placement permits it."""
+    devices = cost.platform.devices
+    return [cost.feasible_devices(t) if not (task.placement.allow or task.placement.deny) else
+            tuple(d for d in cost.feasible_devices(t) if task.placement.permits(devices[d].name, devices[d].kind))
+            for t, task in enumerate(cost.graph.tasks)]
 
 
 def makespan_lower_bound(cost: CostTable) -> float:
     """A lower bound on the makespan under the delay model: the largest of
 
-    - the critical path with every task at its minimum time and zero
-      communication,
-    - the total minimum work divided by the number of devices,
+    - :func:`path_bound`, the critical path with transfers;
+    - :func:`class_load_bound`, the work that must share each set of devices;
     - the largest single minimum time.
     """
-    w = min_times(cost)
+    allowed = _allowed(cost)
+    w = min_times(cost, allowed)
     if not w:
         return 0.0
-    g = cost.graph
-    finish = [0.0] * cost.n_tasks
-    for t in g.topo_order:
-        finish[t] = w[t] + max((finish[p] for p in g.pred_tasks(t)), default=0.0)
-    return max(max(finish), sum(w) / cost.n_devices, max(w))
+    return max(path_bound(cost, allowed), class_load_bound(cost, allowed, w), max(w))
+
+
+def path_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> float:
+    """The longest path when every task may run on any device it is allowed
+    and each edge pays the transfer between its ends' devices (none on one
+    device), with no device shared: ``F[t][d] = time[t][d] + max over edges
+    p -> t of min over d' of (F[p][d'] + comm(p -> t, d', d))``, the bound
+    is ``max_t min_d F[t][d]``. The optimistic cost table of PEFT (Arabnejad
+    and Barbosa, IEEE TPDS 25(3), 2014) forward, in time; it takes in both the
+    critical path at minimum times and the transfers no mapping avoids
+    (between tasks that cannot share a device). Vectorised by topological
+    level."""
+    allowed = _allowed(cost) if allowed is None else allowed
+    n, nd = cost.n_tasks, cost.n_devices
+    if not n:
+        return 0.0
+    times = np.array(cost.time, dtype=float).reshape(n, nd)
+    for t, devs in enumerate(allowed):
+        if len(devs) < nd:  # infinite times are not allowed already; a placement may forbid more
+            times[t, [d for d in range(nd) if d not in devs]] = np.inf
+    lat = np.array(cost.route_latency, dtype=float).reshape(nd, nd)
+    spb = np.array(cost.route_sec_per_byte, dtype=float).reshape(nd, nd)
+    spb = np.where(np.isinf(spb), 0.0, spb)  # no route: the latency is infinite already
+    off = ~np.eye(nd, dtype=bool)
+    graph = cost.graph
+    levels = [0] * n
+    for t in graph.topo_order:
+        levels[t] = 1 + max((levels[p] for p in graph.pred_tasks(t)), default=-1)
+    level = np.array(levels, dtype=np.int64)
+    edges = graph.edges
+    src = np.fromiter((e.src for e in edges), dtype=np.int64, count=len(edges))
+    dst = np.fromiter((e.dst for e in edges), dtype=np.int64, count=len(edges))
+    nbytes = np.fromiter((e.bytes for e in edges), dtype=float, count=len(edges))
+    explicit = np.fromiter((np.nan if e.comm is None else e.comm for e in edges), dtype=float, count=len(edges))
+    by_edge = np.lexsort((dst, level[dst]))  # by level, then by the task they enter
+    edge_level = level[dst][by_edge]
+    by_task = np.argsort(level, kind="stable")
+    task_level = level[by_task]
+    finish = np.zeros((n, nd))
+    ready = np.zeros((n, nd))
+    for lv in range(int(level.max()) + 1):
+        lo, hi = np.searchsorted(edge_level, [lv, lv + 1])
+        for first in range(int(lo), int(hi), _EDGE_CHUNK):
+            chunk = by_edge[first:min(int(hi), first + _EDGE_CHUNK)]
+            with np.errstate(invalid="ignore"):
+                routed = lat + nbytes[chunk, None, None] * spb
+            given = explicit[chunk, None, None]
+            comm = np.where(off, np.where(np.isnan(given), routed, given), 0.0)  # none on one device
+            arrival = (finish[src[chunk]][:, :, None] + comm).min(axis=1)
+            into = dst[chunk]
+            starts = np.flatnonzero(np.r_[True, into[1:] != into[:-1]])
+            targets = into[starts]
+            ready[targets] = np.maximum(ready[targets], np.maximum.reduceat(arrival, starts, axis=0))
+        lo, hi = np.searchsorted(task_level, [lv, lv + 1])
+        tasks = by_task[lo:hi]
+        finish[tasks] = ready[tasks] + times[tasks]
+    return float(finish.min(axis=1).max())
+
+
+def class_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None,
+                     w: tuple[float, ...] | None = None) -> float:
+    """The work that must share a set of devices over its size: for each set
+    ``S`` that some task is allowed exactly, the tasks allowed only within
+    ``S``, each at its minimum time, divided by ``|S|`` (the whole platform
+    is one such set: total work over the device count). Pinned tasks make
+    this the busiest device's load."""
+    allowed = _allowed(cost) if allowed is None else allowed
+    w = min_times(cost, allowed) if w is None else w
+    groups: dict[frozenset[int], float] = {}
+    for devs, x in zip(allowed, w):
+        key = frozenset(devs)
+        groups[key] = groups.get(key, 0.0) + x
+    everything = frozenset().union(*groups)
+    sets = [everything] + (sorted(groups, key=lambda g: -groups[g])[:_MAX_SETS] if len(groups) > 1 else [])
+    best = 0.0
+    for s in sets:
+        if s:
+            best = max(best, sum(x for g, x in groups.items() if g <= s) / len(s))
+    return best
 
 
 def integral_times(cost: CostTable) -> bool:
@@ -59,22 +150,23 @@ def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = Sche
     tasks in the graph, chains overlap, so only the largest single minimum
     time (a streamed chain lasts at least as long as its slowest stage). energy: the sum of each task's minimum
     energy. throughput (period): the larger of the largest minimum time and
-    the total minimum work over the devices (under ``1f1b``, with the total
-    minimum work as the fill and drain).
+    :func:`class_load_bound` (under ``1f1b``, with the total minimum work as
+    the fill and drain). Minima are over the devices a task is allowed.
     """
-    w = min_times(cost)
+    allowed = _allowed(cost)
+    w = min_times(cost, allowed)
     if not w:
         return 0.0
     if objective == "makespan":
         streams = options.streaming and any(t.streamable > 0 for t in cost.graph.tasks)
         if streams:
             return max(w)
-        bound = makespan_lower_bound(cost)
+        bound = max(path_bound(cost, allowed), class_load_bound(cost, allowed, w), max(w))
         return math.ceil(bound * (1 - 1e-12)) if integral_times(cost) else bound
     if objective == "energy":
-        return float(sum(min(e for e, x in zip(erow, trow) if x < INF) for erow, trow in zip(cost.energy, cost.time)))
+        return float(sum(min(cost.energy[t][d] for d in devs) for t, devs in enumerate(allowed)))
     if objective == "throughput":
-        busiest = max(max(w), sum(w) / cost.n_devices)
+        busiest = max(max(w), class_load_bound(cost, allowed, w))
         if cost.platform.throughput_model == "1f1b":
             m = cost.platform.micro_batches
             return (sum(w) + (m - 1) * busiest) / m
