@@ -21,26 +21,35 @@ def min_times(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> 
     (raises if a task has none)."""
     cost.require_feasible()
     allowed = _allowed(cost) if allowed is None else allowed
-    return tuple(min(cost.time[t][d] for d in devs) if devs else min(cost.time[t]) for t, devs in enumerate(allowed))
+    return tuple(min(cost.time[t][d] for d in devs) for t, devs in enumerate(allowed))
 
 
 def _allowed(cost: CostTable) -> list[tuple[int, ...]]:
-    """Devices where each task has a finite time and its placement permits it."""
+    """Devices where each task has a finite time and its placement permits it
+    (all where it has a finite time when its placement permits none: that
+    mapping fails elsewhere, with its own message)."""
     devices = cost.platform.devices
-    return [cost.feasible_devices(t) if not (task.placement.allow or task.placement.deny) else
-            tuple(d for d in cost.feasible_devices(t) if task.placement.permits(devices[d].name, devices[d].kind))
-            for t, task in enumerate(cost.graph.tasks)]
+    out = []
+    for t, task in enumerate(cost.graph.tasks):
+        feasible = cost.feasible_devices(t)
+        place = task.placement
+        permitted = tuple(d for d in feasible if place.permits(devices[d].name, devices[d].kind)) \
+            if place.allow or place.deny else feasible
+        out.append(permitted or feasible)
+    return out
 
 
-def makespan_lower_bound(cost: CostTable) -> float:
-    """A lower bound on the makespan under the delay model: the largest of
+def makespan_lower_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None,
+                         w: tuple[float, ...] | None = None) -> float:
+    """A lower bound on the makespan under the delay model (``allowed``: each
+    task's allowed devices, ``w``: :func:`min_times`): the largest of
 
     - :func:`path_bound`, the critical path with transfers;
     - :func:`class_load_bound`, the work that must share each set of devices;
     - the largest single minimum time.
     """
-    allowed = _allowed(cost)
-    w = min_times(cost, allowed)
+    allowed = _allowed(cost) if allowed is None else allowed
+    w = min_times(cost, allowed) if w is None else w
     if not w:
         return 0.0
     return max(path_bound(cost, allowed), class_load_bound(cost, allowed, w), max(w))
@@ -161,7 +170,7 @@ def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = Sche
         streams = options.streaming and any(t.streamable > 0 for t in cost.graph.tasks)
         if streams:
             return max(w)
-        bound = max(path_bound(cost, allowed), class_load_bound(cost, allowed, w), max(w))
+        bound = makespan_lower_bound(cost, allowed, w)
         return math.ceil(bound * (1 - 1e-12)) if integral_times(cost) else bound
     if objective == "energy":
         return float(sum(min(cost.energy[t][d] for d in devs) for t, devs in enumerate(allowed)))

@@ -135,9 +135,8 @@ class _Built:
 
 def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
            makespan_bound: float | None, hint: tuple[Sequence[int], Sequence[float]] | None,
-           micro_batches: int, cap: int | None = None) -> _Built | None:
-    """The model (module docstring), None when a task has no device; with
-    ``cap``, the objective (in model units) is at most ``cap``."""
+           micro_batches: int) -> _Built | None:
+    """The model (module docstring), None when a task has no device."""
     n, nd = cost.n_tasks, cost.n_devices
     timed = objective == "makespan" or makespan_bound is not None
     if objective != "makespan":
@@ -231,14 +230,12 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         slack = 0 if k == 1.0 and horizon < SCALE else 2 * n + 1  # rounding slack; the re-timed schedule is checked
         m.add(cmax <= ticks(makespan_bound) + slack)
     obj_k = k
-    goal: cp_model.LinearExprT = cmax
     if objective == "makespan":
         m.minimize(cmax)
     elif objective == "energy":
         ref = sum(max((x for x, tt in zip(er, tr) if tt < INF), default=0.0) for er, tr in zip(cost.energy, cost.time))
         obj_k = VALUE_SCALE / ref if ref > 0 else 1.0
-        goal = sum(int(math.floor(cost.energy[t][d] * obj_k)) * lit for (t, d), lit in p.items())
-        m.minimize(goal)
+        m.minimize(sum(int(math.floor(cost.energy[t][d] * obj_k)) * lit for (t, d), lit in p.items()))
     else:
         loads = []
         for d in range(nd):
@@ -250,13 +247,10 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         period = m.new_int_var(0, horizon * (n + len(cost.graph.edges) + 1), "period")
         m.add_max_equality(period, loads)
         if micro_batches > 1:
-            goal = (micro_batches - 1) * period + sum(loads)
+            m.minimize((micro_batches - 1) * period + sum(loads))
             obj_k = k * micro_batches
         else:
-            goal = period
-        m.minimize(goal)
-    if cap is not None:
-        m.add(goal <= cap)
+            m.minimize(period)
     if hint is not None:
         device, starts = hint
         device = canonical_devices(tuple(device), classes)
@@ -324,11 +318,10 @@ class _Run:
             b, solver = self.built, self.solver
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 self.value = int(round(solver.objective_value))
+                self.bound = solver.best_objective_bound
                 self.device = tuple(next(d for d in range(b.n_devices) if (t, d) in b.p
                                          and solver.boolean_value(b.p[t, d])) for t in range(b.n_tasks))
                 self.start = tuple(solver.value(s) / b.k for s in b.start) if b.start else None
-            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-                self.bound = solver.best_objective_bound
         finally:
             self.done.set()
 
