@@ -53,6 +53,19 @@ def test_improve_never_worsens_and_validates():
     assert stats.windows >= 1 and stats.end_value == pytest.approx(out.makespan)
 
 
+def test_no_window_starts_without_the_time_it_is_expected_to_take():
+    # a first window expected to take longer than the time left is not started, and
+    # the search returns at once (it does not rebuild its windows until the deadline)
+    cost = random_instance(4, 60, shape="layered", n_devices=3)
+    heft = get_mapper("heft").map(cost).schedule
+    t0 = time.perf_counter()
+    out, stats = improve(cost, heft, "makespan", ScheduleOptions(), t0 + 2.0, window_time=5.0)
+    assert stats.windows == 0 and stats.passes <= 1 and time.perf_counter() - t0 < 1.5
+    assert out.makespan == pytest.approx(heft.makespan)
+    _, stats = improve(cost, heft, "makespan", ScheduleOptions(), time.perf_counter() + 3.0)
+    assert stats.windows >= 1 and stats.last_window > 0
+
+
 def test_improve_energy_windows():
     cost = random_instance(9, 40, shape="random", n_devices=3)
     heft = get_mapper("heft").map(cost).schedule

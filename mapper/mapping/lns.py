@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 
 from mapper.cost import CostTable
-from mapper.errors import InfeasibleError
+from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.coarsen import Coarsening, coarsen, expand, project
 from mapper.mapping.exact.incumbent import (
@@ -56,6 +56,7 @@ from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs
 from mapper.mapping.orders import chain_arcs, order_from_starts, topo_arcs
 from mapper.schedule import Schedule, ScheduleOptions
 from mapper.units import fmt_objective
+from mapper.validate import validate
 
 #: Tasks freed per window.
 WINDOW = 8
@@ -92,6 +93,7 @@ class LnsStats:
     start_value: float
     end_value: float
     stalled: bool = False  # ended because windows stopped gaining MIN_GAIN (STALL_WINDOWS, or over STALL_SHARE)
+    last_window: float = 0.0  # seconds the last window took, model building included
 
 
 def improve(
@@ -104,6 +106,7 @@ def improve(
     seed: int = 0,
     makespan_bound: float | None = None,
     window: int = WINDOW,
+    window_time: float = 0.0,
     progress=None,
     stop=None,
 ) -> tuple[Schedule, LnsStats]:
@@ -111,7 +114,9 @@ def improve(
     ``deadline`` (a :func:`time.perf_counter` value). The returned schedule
     is timed with ``options`` restricted to what the MILP models (delay
     model plus memory/area; see :func:`~mapper.mapping.exact.incumbent.delay_options`).
-    ``stop()``, when given, is polled; once it returns True the search ends."""
+    ``window_time`` estimates the first window's seconds (no window starts
+    with less time left than the last one took). ``stop()``, when given, is
+    polled; once it returns True the search ends."""
     opts = delay_options(options)
     bound = makespan_bound if objective != "makespan" else None
     timed = objective_needs_time(objective, bound)
@@ -125,13 +130,14 @@ def improve(
     tried: set[tuple[int, ...]] = set()
     stopped = stop if stop is not None else (lambda: False)
     last_gain = time.perf_counter()
-    last_window = 0.0  # seconds the last window took, model building included
+    last_window = window_time  # seconds the last window took (first: ``window_time``), model building included
     quiet = STALL_SHARE * max(0.0, deadline - last_gain)
 
     def stalled() -> bool:
         return stall >= STALL_WINDOWS or (stall >= STALL_MIN_WINDOWS and time.perf_counter() - last_gain >= quiet)
 
-    while n and time.perf_counter() < deadline - 0.05 and not stopped() and not stalled():
+    out_of_time = False
+    while n and not out_of_time and time.perf_counter() < deadline - 0.05 and not stopped() and not stalled():
         windows = [w for w in _windows(current, k, objective == "makespan") if w not in tried]
         if not windows:
             if k >= min(MAX_WINDOW, n):
@@ -141,7 +147,8 @@ def improve(
         passes += 1
         for i, free in enumerate(windows):
             left = deadline - time.perf_counter()
-            if left <= max(0.05, last_window) or stopped() or stalled():
+            out_of_time = left <= max(0.05, last_window)
+            if out_of_time or stopped() or stalled():
                 break  # out of time, or less left than the last window took (model building included)
             window_t0 = time.perf_counter()
             tried.add(free)
@@ -168,12 +175,15 @@ def improve(
             last_window = time.perf_counter() - window_t0
             solved_count += 1
             stall += 1
-            cand = checked(cost, res.device, res.order, opts) if res.device is not None else None
+            try:
+                cand = retime(cost, res.device, res.order, opts) if res.device is not None else None
+            except MapperError:
+                cand = None
             if cand is None or (bound is not None and cand.makespan > bound * (1 + REL_TOL)):
                 continue
             cand_value = value_of(cand, objective)
             cand_key = _key(cand, cand_value, flow)
-            if cand_key < key:
+            if cand_key < key and not validate(cand):  # validated only when it would be taken
                 if value - cand_value >= MIN_GAIN * abs(value):
                     stall = 0
                     last_gain = time.perf_counter()
@@ -183,7 +193,7 @@ def improve(
                 if progress is not None:
                     progress(value)
                 break  # the schedule changed: rebuild the windows
-    return current, LnsStats(solved_count, accepted, passes, start_value, value, stalled())
+    return current, LnsStats(solved_count, accepted, passes, start_value, value, stalled(), last_window)
 
 
 def _key(schedule: Schedule, value: float, flow: float) -> tuple[float, float]:
@@ -286,8 +296,11 @@ def map_large(
     if not seeds:
         raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
     seed_sched, seed_name = min(seeds, key=lambda p: value_of(p[0], objective))
+    # a window's model spans the whole graph: the coarse pass's last window, scaled, estimates the first here
+    first = stats.last_window * cost.n_tasks / max(1, coarse.cost.n_tasks) if start is not None else 0.0
     improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
-                              makespan_bound=options.makespan_bound, progress=report, stop=options.stop)
+                              makespan_bound=options.makespan_bound, window_time=first, progress=report,
+                              stop=options.stop)
     notes.append(f"LNS from {seed_name}: {_stats(stats, objective)}")
     final = checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
     if final is not None and _within(final, options) and (
