@@ -13,6 +13,7 @@ from mapper.cli import main
 from mapper.graph import Placement
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
+from mapper.mapping.exact import cpsat_model
 from mapper.mapping.exact.cpsat_model import solve_cpsat, whole_times
 from mapper.mapping.orders import canonical_devices, identical_device_classes
 from mapper.schedule import ScheduleOptions
@@ -188,7 +189,7 @@ class _FakeRun:
         self.cap = self.status = self.value = self.incumbent = None
         self.done, self.cancelled = threading.Event(), False
 
-    proof = __import__("mapper.mapping.exact.cpsat_model", fromlist=["_Run"])._Run.proof
+    proof = cpsat_model._Run.proof
 
     def solve(self, deadline):
         import time
