@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from mapper.cost import CostTable
+from mapper.mapping.orders import allowed_devices
 from mapper.schedule import ScheduleOptions
 
 INF = math.inf
@@ -25,18 +26,10 @@ def min_times(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> 
 
 
 def _allowed(cost: CostTable) -> list[tuple[int, ...]]:
-    """Devices where each task has a finite time and its placement permits it
-    (all where it has a finite time when its placement permits none: that
-    mapping fails elsewhere, with its own message)."""
-    devices = cost.platform.devices
-    out = []
-    for t, task in enumerate(cost.graph.tasks):
-        feasible = cost.feasible_devices(t)
-        place = task.placement
-        permitted = tuple(d for d in feasible if place.permits(devices[d].name, devices[d].kind)) \
-            if place.allow or place.deny else feasible
-        out.append(permitted or feasible)
-    return out
+    """Each task's :func:`~mapper.mapping.orders.allowed_devices` (all where it
+    has a finite time when its placement permits none: that mapping fails
+    elsewhere, with its own message)."""
+    return [allowed_devices(cost, t) or cost.feasible_devices(t) for t in range(cost.n_tasks)]
 
 
 def makespan_lower_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None,

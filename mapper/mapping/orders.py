@@ -70,6 +70,8 @@ def head_tail(
 def allowed_devices(cost: CostTable, t: int) -> tuple[int, ...]:
     """Devices where task ``t`` has a finite time and its placement permits it."""
     place = cost.graph.tasks[t].placement
+    if not (place.allow or place.deny):  # no placement: every feasible device
+        return cost.feasible_devices(t)
     devices = cost.platform.devices
     return tuple(d for d in cost.feasible_devices(t) if place.permits(devices[d].name, devices[d].kind))
 
