@@ -105,20 +105,21 @@ class MilpMapper(Mapper):
             result = map_max_load(cost, options, best, notes, t0)
             done(result.objective_value, result.lower_bound)
             return result
-        proven = proven_by_bound(cost, options, best, lower_bound_for(cost, options.objective, options.schedule, None),
-                                 notes, t0)
+        bound = lower_bound_for(cost, options.objective, options.schedule, None)
+        proven = proven_by_bound(cost, options, best, bound, notes, t0)
         if proven is not None:
             done(proven.objective_value, proven.lower_bound)
             return proven
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
-            result = self._large(cost, options, best, notes, t0, heuristics_s)
+            result = self._large(cost, options, best, notes, t0, heuristics_s, bound)
             done(result.objective_value, result.lower_bound)
             return result
-        result = self._exact(cost, options, best, notes, t0, progress_reporter(options, t0, "exact MILP"))
+        result = self._exact(cost, options, best, notes, t0, progress_reporter(options, t0, "exact MILP"), bound)
         done(result.objective_value, result.lower_bound)
         return result
 
-    def _exact(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float, report) -> MapResult:
+    def _exact(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float, report,
+               bound: float | None) -> MapResult:
         objective = options.objective
         sopts = options.schedule
         notes = list(notes)
@@ -126,7 +127,7 @@ class MilpMapper(Mapper):
         if inexact:
             notes.append(f"the MILP models the delay model; {' and '.join(inexact)} applied when re-timing")
         mb = options.makespan_bound if objective != "makespan" else None
-        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_SHARE, "the MILP")
+        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_SHARE, "the MILP", bound)
         if proven is not None:
             return proven
         if best is not None and cost.n_tasks > LNS_FIRST_TASKS and objective_needs_time(objective, mb):
@@ -199,25 +200,27 @@ class MilpMapper(Mapper):
         return make_result(cost, options, sched, value, status, _higher(solved.bound, cp_bound), t0, notes)
 
     def _large(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float,
-               heuristics_s: float) -> MapResult:
+               heuristics_s: float, bound: float | None) -> MapResult:
         """The large-graph path: CP-SAT first where its model stays small
         (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
-        better schedule, with CP-SAT's lower bound."""
+        better schedule, with CP-SAT's lower bound. ``bound``: the lower bound
+        the heuristics were checked against."""
         nd = cost.n_devices
         if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
             return map_large(cost, options, best, notes, t0, heuristics_s)
         notes = list(notes)
-        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_LARGE_SHARE, "LNS")
+        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_LARGE_SHARE, "LNS", bound)
         if proven is not None:
             return proven
         return map_large(cost, options, best, tuple(notes), t0, heuristics_s, cp_bound)
 
     def _cpsat_turn(self, cost, options: MapOptions, best: Incumbent | None, notes: list[str], t0: float,
-                    share: float, then: str) -> tuple[MapResult | None, Incumbent | None, float | None]:
-        """CP-SAT's turn before ``then``: its result when it proved it optimal
-        (else None), the better of ``best`` and its schedule, and its lower
-        bound (None without one)."""
-        first = self._cpsat_first(cost, options, best, notes, t0, share)
+                    share: float, then: str,
+                    bound: float | None) -> tuple[MapResult | None, Incumbent | None, float | None]:
+        """CP-SAT's turn before ``then``, stopping at ``bound``: its result when it
+        proved it optimal (else None), the better of ``best`` and its schedule,
+        and its lower bound (None without one)."""
+        first = self._cpsat_first(cost, options, best, notes, t0, share, bound)
         if first is None:
             return None, best, None
         if first.status == "optimal":
@@ -229,7 +232,7 @@ class MilpMapper(Mapper):
 
     @staticmethod
     def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
-                     t0: float, share: float) -> MapResult | None:
+                     t0: float, share: float, bound: float | None) -> MapResult | None:
         """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left
         (nothing when :data:`CPSAT_SHARE` is 0): a sequential portfolio, as the
         two engines prove different instances (benchmarks/exact_backends.py,
@@ -239,8 +242,7 @@ class MilpMapper(Mapper):
         if CPSAT_SHARE <= 0 or share <= 0:
             return None
         try:
-            return cpsat.search(cost, options, best, notes, t0, share * left,
-                                lower_bound_for(cost, options.objective, options.schedule, None))
+            return cpsat.search(cost, options, best, notes, t0, share * left, bound)
         except InfeasibleError:
             return None
 
