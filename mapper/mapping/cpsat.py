@@ -6,8 +6,9 @@ heuristic runs first; when the best meets the lower bound it is optimal
 without a search; otherwise CP-SAT searches from it (a solution hint) for
 the time limit, with a fixed seed (two one-worker searches side by side
 where there are two cores; the answer does not depend on which proves
-first). Its answer is re-timed with the exact times by :func:`mapper.schedule.build_schedule` (each
-device's order by CP-SAT start) and validated; the result is ``optimal``
+first). Its answer is re-timed with the exact times by
+:func:`mapper.schedule.build_schedule` (each device's order by CP-SAT
+start) and validated; the result is ``optimal``
 when CP-SAT proves its (rounded-down, so relaxed) model optimal and the
 re-timed value is within the rounding of that bound. The max-load
 throughput model goes to the max-load strategy of the ``milp`` mapper.
