@@ -165,7 +165,7 @@ def improve(
                 area=options.area,
                 makespan_bound=bound,
                 symmetry=False,
-                start_value=value + flow * key[1],
+                start_value=value + flow * key[1],  # what the solver must beat
                 flow_weight=flow,
                 frozen_before=min(current.slots[t].start for t in free) if timed else None,
                 horizon=max(current.slots[t].end for t in free) if timed else None,
@@ -175,8 +175,10 @@ def improve(
             last_window = time.perf_counter() - window_t0
             solved_count += 1
             stall += 1
+            if res.device is None or (res.objective is not None and res.objective >= value + flow * key[1]):
+                continue  # nothing better than the start: no need to re-time it
             try:
-                cand = retime(cost, res.device, res.order, opts) if res.device is not None else None
+                cand = retime(cost, res.device, res.order, opts)
             except MapperError:
                 cand = None
             if cand is None or (bound is not None and cand.makespan > bound * (1 + REL_TOL)):

@@ -88,9 +88,23 @@ def order_from_starts(
 ) -> tuple[tuple[int, ...], ...]:
     """Per-device task order: a topological order of the graph (plus
     ``extra_arcs``) that always takes the ready task with the earliest start,
-    ties by topological rank, filtered by device."""
+    ties by end then topological rank, filtered by device."""
+    per: list[list[int]] = [[] for _ in range(cost.n_devices)]
+    for t in start_sequence(cost, device, start, extra_arcs):
+        per[device[t]].append(t)
+    return tuple(tuple(p) for p in per)
+
+
+def start_sequence(cost: CostTable, device: tuple[int, ...], start: tuple[float, ...],
+                   extra_arcs: tuple[tuple[int, int], ...] = ()) -> list[int]:
+    """Every task in the order :func:`order_from_starts` takes them: a
+    topological order of the graph, of ``extra_arcs`` and of the device
+    orders it yields. Ties in start go to the earlier end (a zero-duration
+    task that starts with another ran before it), then to topological rank."""
     n = cost.n_tasks
-    rank = {t: r for r, t in enumerate(cost.graph.topo_order)}
+    time = cost.time
+    topo_rank = {t: r for r, t in enumerate(cost.graph.topo_order)}
+    rank = {t: (start[t] + time[t][device[t]], topo_rank[t]) for t in range(n)}
     succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
     for a, b in dag_arcs(cost) + tuple(extra_arcs):
@@ -98,15 +112,15 @@ def order_from_starts(
         indeg[b] += 1
     heap = [(start[t], rank[t], t) for t in range(n) if indeg[t] == 0]
     heapq.heapify(heap)
-    per: list[list[int]] = [[] for _ in range(cost.n_devices)]
+    seq: list[int] = []
     while heap:
         _, _, t = heapq.heappop(heap)
-        per[device[t]].append(t)
+        seq.append(t)
         for v in succ[t]:
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(heap, (start[v], rank[v], v))
-    return tuple(tuple(p) for p in per)
+    return seq
 
 
 def chain_arcs(order: tuple[tuple[int, ...], ...], keep: frozenset[int]) -> tuple[tuple[int, int], ...]:

@@ -218,29 +218,33 @@ class Formulation:
 
     def transfers(self) -> None:
         """Transfer-time terms per edge; no-route pairs forbidden."""
-        cost, x, nd = self.cost, self.x, self.nd
-        for e in cost.graph.edges:
+        for e in self.cost.graph.edges:
             u, v = e.src, e.dst
             if u not in self.free and v not in self.free:
                 if self.timed:
                     self.comm_terms[e.index] = ({}, self.comm(e.index, self.fixed_dev[u], self.fixed_dev[v]))
                 continue
-            terms: dict = {}
-            if u in self.free and v in self.free:
-                self.products(e.index, u, v, terms)
+            self.edge_transfer(e.index, u, v)
+
+    def edge_transfer(self, ei: int, u: int, v: int) -> None:
+        """The transfer-time terms of edge ``ei = u -> v`` (one end free)."""
+        x = self.x
+        terms: dict = {}
+        if u in self.free and v in self.free:
+            self.products(ei, u, v, terms)
+        else:
+            if u in self.free:
+                mover, anchor, outgoing = u, self.fixed_dev[v], True
             else:
-                if u in self.free:
-                    mover, anchor, outgoing = u, self.fixed_dev[v], True
-                else:
-                    mover, anchor, outgoing = v, self.fixed_dev[u], False
-                for d in range(nd):
-                    if (mover, d) in x:
-                        c = self.comm(e.index, d, anchor) if outgoing else self.comm(e.index, anchor, d)
-                        if c == INF:
-                            self.prob.add_row({x[mover, d]: 1.0}, 0.0, "==")
-                        else:
-                            _add(terms, x[mover, d], c)
-            self.comm_terms[e.index] = (terms, 0.0)
+                mover, anchor, outgoing = v, self.fixed_dev[u], False
+            for d in range(self.nd):
+                if (mover, d) in x:
+                    c = self.comm(ei, d, anchor) if outgoing else self.comm(ei, anchor, d)
+                    if c == INF:
+                        self.prob.add_row({x[mover, d]: 1.0}, 0.0, "==")
+                    else:
+                        _add(terms, x[mover, d], c)
+        self.comm_terms[ei] = (terms, 0.0)
 
     def products(self, ei: int, u: int, v: int, terms: dict) -> None:
         """``z[e,a,b] = x[u,a] x[v,b]`` by the aggregated linearisation."""
@@ -352,7 +356,7 @@ class Formulation:
         device; none where bounds already separate the two: a frozen task that
         ends before the other can start, or a free task (it ends by the
         horizon) and a task kept after the horizon."""
-        time_, s = self.tt, self.s
+        time_ = self.tt
         pairs = sorted({(min(w, t), max(w, t)) for w in self.free for t in range(self.n) if t != w})
         for i, j in pairs:
             if (reach[i] >> j) & 1 or (reach[j] >> i) & 1 or i in after or j in after:
@@ -366,20 +370,26 @@ class Formulation:
                 continue
             oij = self.o[i, j] = self.prob.binary(f"o_{i}_{j}")
             for d in shared:
-                both: dict = {}
-                bconst = self.add_place(both, i, d, 1.0) + self.add_place(both, j, d, 1.0)
-                # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
-                m = max(0.0, latest[i] + time_[i][d] - head[j])
-                row = {s[j]: 1.0, s[i]: -1.0, oij: -m}
-                for var, c in both.items():
-                    _add(row, var, -m * c)
-                self.prob.add_row(row, -time_[i][d] - m * bconst + 3 * m, ">=")
-                # j before i: s[i] >= s[j] + time[j][d] - M o - M (2 - x_i - x_j)
-                m = max(0.0, latest[j] + time_[j][d] - head[i])
-                row = {s[i]: 1.0, s[j]: -1.0, oij: m}
-                for var, c in both.items():
-                    _add(row, var, -m * c)
-                self.prob.add_row(row, -time_[j][d] - m * bconst + 2 * m, ">=")
+                self.pair_rows(i, j, oij, d, max(0.0, latest[i] + time_[i][d] - head[j]),
+                               max(0.0, latest[j] + time_[j][d] - head[i]))
+
+    def start_of(self, terms: dict, t: int, coef: float) -> float:
+        """Add ``coef * start[t]`` to ``terms``; returns its constant part."""
+        _add(terms, self.s[t], coef)
+        return 0.0
+
+    def pair_rows(self, i: int, j: int, oij: Var, d: int, m_ij: float, m_ji: float) -> None:
+        """The two rows of the disjunction of ``i`` and ``j`` on ``d``, with big-Ms ``m_ij``, ``m_ji``."""
+        both: dict = {}
+        bconst = self.add_place(both, i, d, 1.0) + self.add_place(both, j, d, 1.0)
+        # i before j: s[j] >= s[i] + time[i][d] - M (1 - o) - M (2 - x_i - x_j)
+        # j before i: s[i] >= s[j] + time[j][d] - M o       - M (2 - x_i - x_j)
+        for first, second, m, o_coef, slack in ((i, j, m_ij, -m_ij, 3), (j, i, m_ji, m_ji, 2)):
+            row = {oij: o_coef}
+            const = self.start_of(row, second, 1.0) + self.start_of(row, first, -1.0)
+            for var, c in both.items():
+                _add(row, var, -m * c)
+            self.prob.add_row(row, const - self.tt[first][d] - m * bconst + slack * m, ">=")
 
     def objective(self) -> None:
         cost, sub, n, nd = self.cost, self.sub, self.n, self.nd
@@ -387,9 +397,7 @@ class Formulation:
         if sub.objective == "makespan":
             terms[self.cmax] = 1.0
             if sub.flow_weight:
-                for t in range(n):
-                    _add(terms, self.s[t], sub.flow_weight)
-                    self.obj_const += self.duration(terms, t, sub.flow_weight)
+                self.flow(terms, sub.flow_weight)
         elif sub.objective == "energy":
             for t in range(n):
                 for d in range(nd):
@@ -408,6 +416,12 @@ class Formulation:
                             _add(terms, var, c / m)
                     self.obj_const += const / m
         self.prob.minimise(terms, 0.0)
+
+    def flow(self, terms: dict, weight: float) -> None:
+        """Add ``weight`` times the sum of every task's finish time."""
+        for t in range(self.n):
+            _add(terms, self.s[t], weight)
+            self.obj_const += self.duration(terms, t, weight)
 
     def period_row(self, d: int) -> tuple[dict, float]:
         """Throughput: period >= compute load of ``d`` + its incoming transfers;
@@ -446,19 +460,26 @@ class Formulation:
             e = cost.graph.edges[ei]
             vals[var.name] = 1.0 if (dev0[e.src], dev0[e.dst]) == (a, b) else 0.0
         if self.timed and sub.start is not None:
-            order0 = order_from_starts(cost, dev0, sub.start, self.fixed_chain)
-            pos = {t: k for seq in order0 for k, t in enumerate(seq)}
+            pos, makespan = self.start_positions(dev0, sub.start)
             for t, var in self.s.items():
                 vals[var.name] = sub.start[t] * self.k
             for (i, j), var in self.o.items():
                 before = pos[i] < pos[j] if dev0[i] == dev0[j] else (sub.start[i], i) <= (sub.start[j], j)
                 vals[var.name] = 1.0 if before else 0.0
             if self.cmax is not None:
-                ends = (sub.start[t] * self.k + self.tt[t][dev0[t]] for t in range(self.n))
-                vals[self.cmax.name] = min(self.upper, max(ends, default=0.0))
+                vals[self.cmax.name] = min(self.upper, makespan)
         if self.period is not None:
             vals[self.period.name] = max(loads(cost, dev0), default=0.0) * self.k_obj
         return vals
+
+    def start_positions(self, dev0: tuple[int, ...], start: tuple[float, ...]) -> tuple[list[int], float]:
+        """Each task's place on its device in the start solution, and its (scaled) makespan."""
+        pos = [0] * self.n
+        for seq in order_from_starts(self.cost, dev0, start, self.fixed_chain):
+            for k, t in enumerate(seq):
+                pos[t] = k
+        ends = (start[t] * self.k + self.tt[t][dev0[t]] for t in range(self.n))
+        return pos, max(ends, default=0.0)
 
     def unscale(self, value: float) -> float:
         """A solver objective value (without the constant) in the caller's units."""
@@ -466,6 +487,11 @@ class Formulation:
 
     def n_binaries(self) -> int:
         return len(self.x) + len(self.o)
+
+    def starts(self) -> tuple[float, ...]:
+        """Every task's start in the solution, in the caller's units."""
+        # a start in no row (a frozen task) is not sent to the solver: its bound is its value
+        return tuple(value(self.s[t]) / self.k for t in range(self.n))
 
     def extract(self, name: str, bound: float | None, warm: bool, elapsed: float) -> Solved:
         """The solution in task terms."""
@@ -477,8 +503,7 @@ class Formulation:
         )
         start = order = None
         if self.timed:
-            # a start in no row (a frozen task) is not sent to the solver: its bound is its value
-            start = tuple(value(self.s[t]) / self.k for t in range(n))
+            start = self.starts()
             order = order_from_starts(self.cost, device, start, self.fixed_chain)
         objective = self.unscale(sum(c * level(var) for var, c in self.obj_terms.items()))
         status = "optimal" if name == "kOptimal" else "feasible"

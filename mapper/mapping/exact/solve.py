@@ -11,6 +11,7 @@ from collections.abc import Callable
 from mapper.mapping.exact import solver
 from mapper.mapping.exact.formulation import Formulation, Infeasible
 from mapper.mapping.exact.subproblem import REL_TOL, Solved, Subproblem
+from mapper.mapping.exact.window_model import WindowFormulation, is_window
 
 #: ``progress(elapsed, incumbent, bound)`` in the caller's units.
 SolveProgress = Callable[[float, "float | None", "float | None"], None]
@@ -23,7 +24,7 @@ def solve(sub: Subproblem, progress: SolveProgress | None = None) -> Solved:
     and about once a second during the search.
     """
     t0 = time.perf_counter()
-    model = Formulation(sub)
+    model = WindowFormulation(sub) if is_window(sub) else Formulation(sub)
     try:
         model.build()
     except Infeasible:
