@@ -9,12 +9,15 @@ a topological order) is freed (device and order), every
 other task keeps its device and its relative order on that device, and the
 window works inside the time slab ``[T0, T1]`` its tasks occupy now (tasks
 that end before ``T0`` keep their times, the window's tasks end by ``T1``,
-tasks that start after ``T1`` stay after it), which keeps the model small on
-large graphs. The window subproblem (:func:`mapper.mapping.exact.solve.solve`) is
+tasks that start after ``T1`` stay after it). Its model
+(:mod:`mapper.mapping.exact.window_model`) has variables for the window and
+the tasks overlapping its slab only, so its size follows the window, not
+the graph. The window subproblem (:func:`mapper.mapping.exact.solve.solve`) is
 solved exactly or up to its time slice, warm-started from the current
 mapping. A window result is
 accepted only when its re-timed schedule (:func:`mapper.schedule.build_schedule`)
-validates and improves the objective; for makespan, a window also minimises
+validates and improves the objective (a window whose solver found nothing
+better than its start is not re-timed); for makespan, a window also minimises
 a small multiple of the sum of finish times, and an equal makespan with a
 smaller sum is accepted, so work moves earlier and later windows can shorten
 the critical path. Windows slide by ``k // 2``; after
@@ -74,7 +77,7 @@ MIN_GAIN = 1e-4
 #: ... or after :data:`STALL_SHARE` of the search's time without such a gain
 #: and at least :data:`STALL_MIN_WINDOWS` windows: on thousands of tasks a
 #: window takes a second, and 64 of them would outlast any time limit.
-STALL_SHARE = 0.5
+STALL_SHARE = 0.25
 STALL_MIN_WINDOWS = 4
 #: Seconds at least per window solve (when that much time is left).
 MIN_SLICE = 0.5
@@ -298,7 +301,7 @@ def map_large(
     if not seeds:
         raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
     seed_sched, seed_name = min(seeds, key=lambda p: value_of(p[0], objective))
-    # a window's model spans the whole graph: the coarse pass's last window, scaled, estimates the first here
+    # the coarse pass's last window, scaled by the task count (re-timing is linear in it), estimates the first here
     first = stats.last_window * cost.n_tasks / max(1, coarse.cost.n_tasks) if start is not None else 0.0
     improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
                               makespan_bound=options.makespan_bound, window_time=first, progress=report,

@@ -42,10 +42,11 @@ def value_of(schedule: Schedule, objective: str) -> float:
 
 def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | None, tuple[str, ...]]:
     """Run every heuristic of :data:`HEURISTICS`; the best feasible result
-    (ties by list order) and notes on those that failed."""
-    best: Incumbent | None = None
+    (ties by list order) and notes on those that failed. Schedules are
+    validated best first, until one passes."""
     notes: list[str] = []
     bound = options.makespan_bound if options.objective != "makespan" else None
+    found: list[Incumbent] = []
     for cls in HEURISTICS:
         name = cls.name
         try:
@@ -54,16 +55,20 @@ def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | No
             notes.append(f"{name}: {err.message.split(' (')[0]}")
             continue
         sched = res.schedule
-        if validate(sched):
-            notes.append(f"{name}: its schedule does not validate; ignored")
-            continue
         if bound is not None and sched.makespan > bound * (1 + REL_TOL):
             notes.append(f"{name}: makespan {fmt_time(sched.makespan)} exceeds the bound {fmt_time(bound)}")
             continue
-        value = value_of(sched, options.objective)
-        if best is None or value < best.value * (1 - 1e-12) - 1e-300:
-            best = Incumbent(name, sched, value)
-    return best, tuple(notes)
+        found.append(Incumbent(name, sched, value_of(sched, options.objective)))
+    while found:
+        best = found[0]
+        for inc in found[1:]:  # ties go to the earlier heuristic
+            if inc.value < best.value * (1 - 1e-12) - 1e-300:
+                best = inc
+        if not validate(best.schedule):
+            return best, tuple(notes)
+        notes.append(f"{best.name}: its schedule does not validate; ignored")
+        found.remove(best)
+    return None, tuple(notes)
 
 
 def delay_options(options: ScheduleOptions) -> ScheduleOptions:
