@@ -20,6 +20,7 @@ the time; the summary counts, per mapper and set, the optima found and
 proven, the open instances closed (an optimum proven) and the median time.
 
     python benchmarks/stg.py PATH/TO/MSP [--sizes 50 100] [--procs 2 4] [--count 10] [--time-limit 15]
+                             [--only rand0022 rand0025 ...]
 
 Without the checkout it says so and exits 0. Wall times come with the load
 average.
@@ -77,6 +78,7 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=10, help="instances per set (the first ones)")
     ap.add_argument("--time-limit", type=float, default=15.0)
     ap.add_argument("--mappers", default="milp,cpsat")
+    ap.add_argument("--only", nargs="+", default=[], help="instances by file name (rand0022 ...), in place of --count")
     args = ap.parse_args()
     repo = Path(args.repo) if args.repo else None
     if repo is None or not (repo / "Optimal_values").is_dir():
@@ -92,7 +94,8 @@ def main() -> int:
             with (repo / "Optimal_values" / f"Case{size}_{procs}_OPT.csv").open() as fh:
                 optima = [(row[0], float(row[2]), float(row[-1])) for row in csv.reader(fh) if len(row) >= 3]
             plat = platform(procs)
-            for name, low, opt in optima[:args.count]:
+            chosen = [o for o in optima if Path(o[0]).stem in args.only] if args.only else optima[:args.count]
+            for name, low, opt in chosen:
                 cost = build_cost_table(read_stg(repo / name), plat)
                 cells = []
                 for m in mappers:
