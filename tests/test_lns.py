@@ -184,3 +184,16 @@ def test_window_neighbourhood_keeps_frozen_and_late_tasks_in_place():
     sched = retime(cost, res.device, res.order, ScheduleOptions())
     assert not validate(sched)
     assert sched.makespan <= heft.makespan * (1 + 1e-7)
+
+
+def test_large_graph_within_min_gain_of_the_bound_is_not_searched():
+    # 70 unit tasks and one of 0.001 on two identical cpus: HEFT's 35.001 is 0.0014 % above the
+    # bound (70.001 / 2), less than a window must gain: no CP-SAT turn, no LNS
+    n = 71
+    cost = make_cost(make_graph(n, []), make_platform(["cpu", "cpu"]), [[1.0, 1.0]] * 70 + [[1e-3, 1e-3]])
+    result = MilpMapper().map(cost, MapOptions(time_limit=10))
+    assert not validate(result.schedule)
+    assert result.objective_value == pytest.approx(35.001)
+    assert result.status == "heuristic" and result.lower_bound == pytest.approx(35.0005)
+    assert any("within 0.01 % of the lower bound" in note for note in result.notes)
+    assert not any("windows of" in note or "CP-SAT" in note for note in result.notes)

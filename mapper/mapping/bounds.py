@@ -15,6 +15,12 @@ INF = math.inf
 _EDGE_CHUNK = 4096
 #: Device sets tried by :func:`class_load_bound` (the heaviest).
 _MAX_SETS = 64
+#: Steps of the device-weight search of :func:`fractional_load_bound`: at most
+#: this many, at least 20, and about ``_LOAD_WORK`` task-device products in all.
+_LOAD_STEPS = 200
+_LOAD_WORK = 2e7
+#: ... and past twice this many, it ends after this many without a gain of 1e-9.
+_LOAD_PATIENCE = 50
 
 
 def min_times(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> tuple[float, ...]:
@@ -32,6 +38,16 @@ def _allowed(cost: CostTable) -> list[tuple[int, ...]]:
     return [allowed_devices(cost, t) or cost.feasible_devices(t) for t in range(cost.n_tasks)]
 
 
+def allowed_times(cost: CostTable, allowed: list[tuple[int, ...]]) -> np.ndarray:
+    """The time table as an ``n x D`` array, infinite where a task is not allowed."""
+    n, nd = cost.n_tasks, cost.n_devices
+    times = np.array(cost.time, dtype=float).reshape(n, nd)
+    for t, devs in enumerate(allowed):
+        if len(devs) < nd:  # infinite times are not allowed already; a placement may forbid more
+            times[t, [d for d in range(nd) if d not in devs]] = np.inf
+    return times
+
+
 def makespan_lower_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None,
                          w: tuple[float, ...] | None = None) -> float:
     """A lower bound on the makespan under the delay model (``allowed``: each
@@ -39,13 +55,15 @@ def makespan_lower_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None 
 
     - :func:`path_bound`, the critical path with transfers;
     - :func:`class_load_bound`, the work that must share each set of devices;
+    - :func:`fractional_load_bound`, the busiest device with tasks split;
     - the largest single minimum time.
     """
     allowed = _allowed(cost) if allowed is None else allowed
     w = min_times(cost, allowed) if w is None else w
     if not w:
         return 0.0
-    return max(path_bound(cost, allowed), class_load_bound(cost, allowed, w), max(w))
+    return max(path_bound(cost, allowed), class_load_bound(cost, allowed, w), fractional_load_bound(cost, allowed),
+               max(w))
 
 
 def path_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> float:
@@ -62,10 +80,7 @@ def path_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) ->
     n, nd = cost.n_tasks, cost.n_devices
     if not n:
         return 0.0
-    times = np.array(cost.time, dtype=float).reshape(n, nd)
-    for t, devs in enumerate(allowed):
-        if len(devs) < nd:  # infinite times are not allowed already; a placement may forbid more
-            times[t, [d for d in range(nd) if d not in devs]] = np.inf
+    times = allowed_times(cost, allowed)
     lat = np.array(cost.route_latency, dtype=float).reshape(nd, nd)
     spb = np.array(cost.route_sec_per_byte, dtype=float).reshape(nd, nd)
     spb = np.where(np.isinf(spb), 0.0, spb)  # no route: the latency is infinite already
@@ -127,6 +142,50 @@ def class_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = No
     return best
 
 
+def fractional_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None = None) -> float:
+    """The busiest device's load, at least, when tasks may even be split
+    across their allowed devices: the linear relaxation of scheduling on
+    unrelated machines (Lenstra, Shmoys and Tardos, "Approximation algorithms
+    for scheduling unrelated parallel machines", Math. Programming 46, 1990),
+    bounded through its dual. For device weights ``y >= 0`` summing to 1,
+    ``sum_t min_d y[d] time[t][d]`` is at most ``sum_d y[d] load[d]``, so at
+    most the busiest load, of any mapping; every ``y`` gives a valid bound.
+    The weights start inversely proportional to each device's total time
+    (the optimum when times are work over speed) and follow exponentiated
+    supergradient steps (the load each device gets when every task takes its
+    cheapest) until they stop gaining; the best value found is the bound. On heterogeneous devices it
+    is far above the total work over the device count."""
+    allowed = _allowed(cost) if allowed is None else allowed
+    n, nd = cost.n_tasks, cost.n_devices
+    if not n:
+        return 0.0
+    times = allowed_times(cost, allowed)
+    finite = np.isfinite(times)
+    if not finite.any(axis=1).all():
+        return 0.0  # a task with no device: that mapping fails elsewhere, with its own message
+    total = np.where(finite, times, 0.0).sum(axis=0)  # each device's time for every task it may take
+    used = finite.any(axis=0)
+    if (used & (total <= 0)).any():
+        return 0.0  # a device runs every task it may take in no time
+    y = np.where(used, 1.0 / np.where(used, total, 1.0), 0.0)
+    y /= y.sum()
+    rows = np.arange(n)
+    best, last = 0.0, 0
+    zeroed = np.where(finite, times, 0.0)
+    for k in range(max(20, min(_LOAD_STEPS, int(_LOAD_WORK / (n * nd))))):
+        weighted = np.where(finite, zeroed * y, np.inf)
+        pick = weighted.argmin(axis=1)
+        value = float(weighted[rows, pick].sum())
+        if value > best * (1 + 1e-9):
+            best, last = value, k
+        if value <= 0 or (k >= 2 * _LOAD_PATIENCE and k - last >= _LOAD_PATIENCE):
+            break
+        load = np.bincount(pick, weights=times[rows, pick], minlength=nd)
+        y = np.where(used, y * np.exp(np.clip((load / value - 1.0) / math.sqrt(k + 1), -1.0, 1.0)), 0.0)
+        y /= y.sum()
+    return best * (1 - 1e-12)  # a sum of n products: keep it below the exact value
+
+
 def integral_times(cost: CostTable) -> bool:
     """Whether every task time and transfer time is a whole number (of seconds, or of
     the time units an explicit-cost graph reads as seconds). Then some optimal
@@ -182,7 +241,7 @@ def compute_lower_bound(cost: CostTable, objective: str, options: ScheduleOption
     if objective == "energy":
         return float(sum(min(cost.energy[t][d] for d in devs) for t, devs in enumerate(allowed)))
     if objective == "throughput":
-        busiest = max(max(w), class_load_bound(cost, allowed, w))
+        busiest = max(max(w), class_load_bound(cost, allowed, w), fractional_load_bound(cost, allowed))
         if cost.platform.throughput_model == "1f1b":
             m = cost.platform.micro_batches
             return (sum(w) + (m - 1) * busiest) / m

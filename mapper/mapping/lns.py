@@ -53,7 +53,7 @@ from mapper.mapping.exact.incumbent import (
     schedule_order,
     value_of,
 )
-from mapper.mapping.exact.result import make_result, progress_reporter
+from mapper.mapping.exact.result import lower_bound_for, make_result, progress_reporter
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.orders import chain_arcs, order_from_starts, topo_arcs
@@ -256,6 +256,18 @@ def _windows(schedule: Schedule, k: int, critical: bool) -> list[tuple[int, ...]
     return out
 
 
+def near_enough(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: tuple[str, ...], t0: float,
+                bound: float | None = None) -> MapResult | None:
+    """``best`` as the result when it is within :data:`MIN_GAIN` of the lower
+    bound (no window, nor all of them, could gain what a window must), else None."""
+    low = lower_bound_for(cost, options.objective, options.schedule, bound)
+    if best is None or low is None or best.value > low * (1 + MIN_GAIN):
+        return None
+    note = (f"graph too large for the exact MILP; {best.name} is within {100 * MIN_GAIN:g} % of the lower bound "
+            f"{fmt_objective(low, options.objective)}, more than any search could gain: kept")
+    return make_result(cost, options, best.schedule, best.value, "heuristic", bound, t0, (*notes, note))
+
+
 def map_large(
     cost: CostTable, options: MapOptions, best: Incumbent | None, given_notes: tuple[str, ...], t0: float,
     heuristics_s: float = 0.0, bound: float | None = None,
@@ -271,6 +283,9 @@ def map_large(
     they take seconds. ``bound`` is a lower bound found before (CP-SAT's); a
     result that meets it is ``optimal``.
     """
+    near = near_enough(cost, options, best, given_notes, t0, bound)
+    if near is not None:
+        return near
     objective, sopts = options.objective, options.schedule
     deadline = t0 + options.time_limit
     timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)

@@ -49,7 +49,7 @@ from mapper.mapping.exact.incumbent import (
 from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter, proven_by_bound
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
-from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, stall_note
+from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, near_enough, stall_note
 from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.orders import count_order_pairs
 from mapper.units import fmt_objective
@@ -205,6 +205,9 @@ class MilpMapper(Mapper):
         (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
         better schedule, with CP-SAT's lower bound. ``bound``: the lower bound
         the heuristics were checked against."""
+        near = near_enough(cost, options, best, tuple(notes), t0)
+        if near is not None:
+            return near
         nd = cost.n_devices
         if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
             return map_large(cost, options, best, notes, t0, heuristics_s)
