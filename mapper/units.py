@@ -46,7 +46,11 @@ def fmt_count(x: float, unit: str = "") -> str:
 
 
 def fmt_pct(frac: float | None) -> str:
-    return "-" if frac is None else f"{100.0 * frac:.1f} %"
+    """``12.3 %``; two significant digits below 0.05 % (``0.0026 %``), so only zero reads ``0.0 %``."""
+    if frac is None:
+        return "-"
+    pct = 100.0 * frac
+    return f"{pct:.2g} %" if 0 < abs(pct) < 0.05 else f"{pct:.1f} %"
 
 
 def fmt_objective(value: float | None, objective: str, digits: int = 4) -> str:

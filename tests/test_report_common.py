@@ -204,6 +204,11 @@ def test_fmt_time_units():
     assert common.round_sig(INF) is None
 
 
+def test_fmt_pct_reads_zero_only_for_zero():
+    assert units.fmt_pct(0.2) == "20.0 %" and units.fmt_pct(0.0) == "0.0 %" and units.fmt_pct(None) == "-"
+    assert units.fmt_pct(2.6e-5) == "0.0026 %"  # a gap this small is still a gap
+
+
 def test_op_colour_stable():
     assert common.op_colour("matmul") == common.op_colour("matmul") == common.PALETTE[0]
     assert common.op_colour("my_custom_op") in common.PALETTE
