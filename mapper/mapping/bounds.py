@@ -152,9 +152,10 @@ def fractional_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None
     most the busiest load, of any mapping; every ``y`` gives a valid bound.
     The weights start inversely proportional to each device's total time
     (the optimum when times are work over speed) and follow exponentiated
-    supergradient steps (the load each device gets when every task takes its
-    cheapest) until they stop gaining; the best value found is the bound. On heterogeneous devices it
-    is far above the total work over the device count."""
+    supergradient steps (the load each device gets when every task takes
+    its cheapest) until they stop gaining; the best value found is the
+    bound. On heterogeneous devices it is far above the total work over
+    the device count."""
     allowed = _allowed(cost) if allowed is None else allowed
     n, nd = cost.n_tasks, cost.n_devices
     if not n:

@@ -76,7 +76,8 @@ STALL_WINDOWS = 64
 MIN_GAIN = 1e-4
 #: ... or after :data:`STALL_SHARE` of the search's time without such a gain
 #: and at least :data:`STALL_MIN_WINDOWS` windows: on thousands of tasks a
-#: window takes a second, and 64 of them would outlast any time limit.
+#: window (with its re-timing) takes a tenth of a second or more, and 64 of
+#: them would take most of a default time limit.
 STALL_SHARE = 0.25
 STALL_MIN_WINDOWS = 4
 #: Seconds at least per window solve (when that much time is left).

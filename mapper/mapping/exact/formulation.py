@@ -59,6 +59,9 @@ drops the time variables (the assignment alone decides the value).
 :class:`~mapper.mapping.exact.subproblem.Subproblem` (a whole problem, or an
 LNS window whose other tasks enter as constants) through
 :mod:`mapper.mapping.exact.solver`, and reads a solution back in task terms.
+LNS windows are solved with the smaller model of
+:mod:`mapper.mapping.exact.window_model`, which has the same optimum; this
+one stays their reference in the tests.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | No
         if not validate(best.schedule):
             return best, tuple(notes)
         notes.append(f"{best.name}: its schedule does not validate; ignored")
-        found.remove(best)
+        found = [inc for inc in found if inc is not best]
     return None, tuple(notes)
 
 
