@@ -66,9 +66,10 @@ class CpSatMapper(Mapper):
 
 
 def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: list[str], t0: float,
-           time_limit: float, bound: float | None) -> MapResult:
+           time_limit: float, bound: float | None, patience: float | None = None) -> MapResult:
     """CP-SAT from the best heuristic ``best`` for ``time_limit`` seconds,
-    stopping at ``bound`` (a known lower bound); the re-timed, validated
+    stopping at ``bound`` (a known lower bound), or after ``patience`` seconds
+    when it has not improved on its first solution by then; the re-timed, validated
     schedule, ``optimal`` when CP-SAT proves it, else the heuristic's when
     CP-SAT finds nothing better (status ``heuristic``). ``notes`` grows."""
     objective = options.objective
@@ -85,9 +86,12 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
     solved = solve_cpsat(cost, objective, upper, memory=sopts.memory, area=sopts.area, makespan_bound=mb,
                          hint=hint, time_limit=max(0.01, time_limit),
                          seed=options.seed, micro_batches=cost.platform.micro_batches if pipelined else 1,
-                         progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound)
+                         progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound,
+                         patience=patience)
     notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
-                 f"{solved.status}" + (f"; hint from {best.name}" if best is not None else ""))
+                 f"{solved.status}" + (f"; hint from {best.name}" if best is not None else "")
+                 + (f"; stopped after {patience:.1f} s without improving on its first solution"
+                    if solved.gave_up and patience is not None else ""))
     if solved.device is None:
         if best is None:
             raise InfeasibleError("no mapping satisfies the constraints" if solved.status == "infeasible"

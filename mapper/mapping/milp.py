@@ -79,6 +79,11 @@ CPSAT_MAX_TERMS = 30_000
 #: quarter of it 321 of the 360 100-task ones are proven, a half 333, three
 #: quarters 336).
 CPSAT_LARGE_SHARE = 0.5
+#: ... and there it stops after this share of its turn when no search has
+#: improved on its first solution: on hundreds of tasks with transfers that
+#: first solution is the hint, found after seconds, and nothing better follows
+#: (LNS then has the time; on the Standard Task Graph set CP-SAT improves at once).
+CPSAT_LARGE_PATIENCE = 0.25
 
 
 class MilpMapper(Mapper):
@@ -212,18 +217,19 @@ class MilpMapper(Mapper):
         if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
             return map_large(cost, options, best, notes, t0, heuristics_s)
         notes = list(notes)
-        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_LARGE_SHARE, "LNS", bound)
+        proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_LARGE_SHARE, "LNS", bound,
+                                                  CPSAT_LARGE_PATIENCE)
         if proven is not None:
             return proven
         return map_large(cost, options, best, tuple(notes), t0, heuristics_s, cp_bound)
 
     def _cpsat_turn(self, cost, options: MapOptions, best: Incumbent | None, notes: list[str], t0: float,
-                    share: float, then: str,
-                    bound: float | None) -> tuple[MapResult | None, Incumbent | None, float | None]:
+                    share: float, then: str, bound: float | None,
+                    patience: float | None = None) -> tuple[MapResult | None, Incumbent | None, float | None]:
         """CP-SAT's turn before ``then``, stopping at ``bound``: its result when it
         proved it optimal (else None), the better of ``best`` and its schedule,
         and its lower bound (None without one)."""
-        first = self._cpsat_first(cost, options, best, notes, t0, share, bound)
+        first = self._cpsat_first(cost, options, best, notes, t0, share, bound, patience)
         if first is None:
             return None, best, None
         if first.status == "optimal":
@@ -235,8 +241,9 @@ class MilpMapper(Mapper):
 
     @staticmethod
     def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
-                     t0: float, share: float, bound: float | None) -> MapResult | None:
-        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left
+                     t0: float, share: float, bound: float | None, patience: float | None = None) -> MapResult | None:
+        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left (and
+        ``patience`` of that without an improvement on its first solution)
         (nothing when :data:`CPSAT_SHARE` is 0): a sequential portfolio, as the
         two engines prove different instances (benchmarks/exact_backends.py,
         benchmarks/stg.py). None when it found no schedule; the MILP then has
@@ -245,7 +252,8 @@ class MilpMapper(Mapper):
         if CPSAT_SHARE <= 0 or share <= 0:
             return None
         try:
-            return cpsat.search(cost, options, best, notes, t0, share * left, bound)
+            return cpsat.search(cost, options, best, notes, t0, share * left, bound,
+                                None if patience is None else patience * share * left)
         except InfeasibleError:
             return None
 

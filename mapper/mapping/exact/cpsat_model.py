@@ -64,17 +64,21 @@ class CpSolved:
     bound: float | None  # caller's units, a valid lower bound
     n_literals: int
     n_constraints: int
+    gave_up: bool = False  # ended at ``patience``, no search having improved on its first solution
 
 
 def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
                 makespan_bound: float | None, hint: tuple[Sequence[int], Sequence[float]] | None,
                 time_limit: float, seed: int, micro_batches: int = 1,
                 progress: Callable[[float, float | None, float | None], None] | None = None,
-                stop: Callable[[], bool] | None = None, target: float | None = None) -> CpSolved:
+                stop: Callable[[], bool] | None = None, target: float | None = None,
+                patience: float | None = None) -> CpSolved:
     """Build and solve the model (module docstring). ``upper`` bounds the
     makespan of an optimal schedule (the best heuristic's, or a serial bound);
     the search stops at a solution whose value meets ``target`` (a lower bound
-    the caller knows).
+    the caller knows), and after ``patience`` seconds when no search has
+    improved on its first solution by then (on large models that first
+    solution is the hint, found late, and nothing better follows).
 
     Where there are two cores, the searches of :data:`STRATEGIES` run side by
     side, one worker each, from the same hint (:func:`_race`); the answer
@@ -88,7 +92,7 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     cap = None if target is None else math.floor(target * built.obj_k * (1 + 1e-9))
     shared = _Shared(progress, t0, built.obj_k)
     runs = [_Run(built, name, seed, cap, shared) for name in (STRATEGIES if _cores() >= 2 else STRATEGIES[:1])]
-    _race(runs, t0 + max(0.01, time_limit), stop)
+    gave_up = _race(runs, t0 + max(0.01, time_limit), stop, None if patience is None else t0 + patience)
     if any(r.status == cp_model.INFEASIBLE for r in runs):
         return CpSolved("infeasible", None, None, None, None, n_lits, n_cons)
     found = [r for r in runs if r.value is not None]
@@ -103,12 +107,13 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
         bounds = [r.bound for r in runs if r.bound is not None]
         bound = max(bounds) / built.obj_k if bounds else None
     if not found:
-        return CpSolved("none", None, None, None, bound, n_lits, n_cons)
+        return CpSolved("none", None, None, None, bound, n_lits, n_cons, gave_up)
     # proven: the first strategy's first solution within the limit (the others' only when
     # it found none in time); else the best (ties: the first strategy's)
     best = next(r for r in found if r.value is not None and r.value <= limit) if limit is not None \
         else min(found, key=lambda r: r.value or 0)
-    return CpSolved(status, best.device, best.start, (best.value or 0) / built.obj_k, bound, n_lits, n_cons)
+    return CpSolved(status, best.device, best.start, (best.value or 0) / built.obj_k, bound, n_lits, n_cons,
+                    gave_up)
 
 
 def _cores() -> int:
@@ -290,6 +295,7 @@ class _Run:
         self.solver = _solver(strategy, seed)
         self.status: cp_model.CpSolverStatus | None = None
         self.incumbent: int | None = None  # while it runs
+        self.first: int | None = None  # its first solution's value
         self.value: int | None = None
         self.bound: float | None = None
         self.device: tuple[int, ...] | None = None
@@ -310,6 +316,8 @@ class _Run:
                 def on_solution_callback(self) -> None:
                     value = int(round(self.objective_value))
                     run.incumbent = value
+                    if run.first is None:
+                        run.first = value
                     run.shared.report(self.objective_value, self.best_objective_bound)
                     if run.cancelled or (run.cap is not None and value <= run.cap):
                         self.stop_search()
@@ -334,12 +342,17 @@ class _Run:
             return self.cap
         return None
 
+    def improved(self) -> bool:
+        """Whether it has found a solution better than its first."""
+        return self.first is not None and self.incumbent is not None and self.incumbent < self.first
+
     def cancel(self) -> None:
         self.cancelled = True
         self.solver.stop_search()
 
 
-def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None) -> None:
+def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
+          give_up: float | None = None) -> bool:
     """Run the searches side by side until each ends, the first on the
     calling thread (a solve alone in a thread does not survive SIGTERM).
 
@@ -348,16 +361,22 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None) ->
     on until their first solution within that value, for as long again as
     the proof took (at least :data:`GRACE` seconds, at most to ``deadline``):
     the answer is then the first strategy's, as if it had run alone, unless it
-    finds none in that time. ``stop()`` ends them all."""
+    finds none in that time. ``stop()`` ends them all, and so does ``give_up``
+    (a :func:`time.perf_counter` value) when no search has improved on its
+    first solution by then; returns whether that happened."""
     helpers = [threading.Thread(target=r.solve, args=(deadline,), daemon=True) for r in runs[1:]]
     quit_ = threading.Event()
     t0 = time.perf_counter()
     grace_end: list[float] = []  # when the searches before a proven one stop
+    idled: list[bool] = []
 
     def watch() -> None:  # solution callbacks come only with solutions: poll between them too
         while not quit_.wait(0.02):
             now = time.perf_counter()
-            if (stop is not None and stop()) or (grace_end and now >= grace_end[0]):
+            idle = give_up is not None and now >= give_up and not grace_end and not any(r.improved() for r in runs)
+            if idle and not idled:
+                idled.append(True)
+            if (stop is not None and stop()) or (grace_end and now >= grace_end[0]) or idle:
                 for r in runs:
                     r.cancel()
                 continue
@@ -393,6 +412,7 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None) ->
             h.join()
         quit_.set()
         watcher.join()
+    return bool(idled)
 
 
 def _solver(strategy: str, seed: int) -> cp_model.CpSolver:
