@@ -69,7 +69,7 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
            time_limit: float, bound: float | None, patience: float | None = None) -> MapResult:
     """CP-SAT from the best heuristic ``best`` for ``time_limit`` seconds,
     stopping at ``bound`` (a known lower bound), or after ``patience`` seconds
-    when it has not improved on its first solution by then; the re-timed, validated
+    when it has found no solution by then; the re-timed, validated
     schedule, ``optimal`` when CP-SAT proves it, else the heuristic's when
     CP-SAT finds nothing better (status ``heuristic``). ``notes`` grows."""
     objective = options.objective
@@ -90,7 +90,7 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
                          patience=patience)
     notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
                  f"{solved.status}" + (f"; hint from {best.name}" if best is not None else "")
-                 + (f"; stopped after {patience:.1f} s without improving on its first solution"
+                 + (f"; stopped after {patience:.1f} s without a solution"
                     if solved.gave_up and patience is not None else ""))
     if solved.device is None:
         if best is None:

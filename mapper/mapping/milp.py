@@ -80,9 +80,8 @@ CPSAT_MAX_TERMS = 30_000
 #: quarters 336).
 CPSAT_LARGE_SHARE = 0.5
 #: ... and there it stops after this share of its turn when no search has
-#: improved on its first solution: on hundreds of tasks with transfers that
-#: first solution is the hint, found after seconds, and nothing better follows
-#: (LNS then has the time; on the Standard Task Graph set CP-SAT improves at once).
+#: found a solution: on 500 and more tasks with transfers even the hint's
+#: takes CP-SAT longer than its turn, and LNS then has the time.
 CPSAT_LARGE_PATIENCE = 0.25
 
 

@@ -64,7 +64,7 @@ class CpSolved:
     bound: float | None  # caller's units, a valid lower bound
     n_literals: int
     n_constraints: int
-    gave_up: bool = False  # ended at ``patience``, no search having improved on its first solution
+    gave_up: bool = False  # ended at ``patience``, no search having found a solution
 
 
 def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
@@ -77,8 +77,7 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
     makespan of an optimal schedule (the best heuristic's, or a serial bound);
     the search stops at a solution whose value meets ``target`` (a lower bound
     the caller knows), and after ``patience`` seconds when no search has
-    improved on its first solution by then (on large models that first
-    solution is the hint, found late, and nothing better follows).
+    found a solution by then (on large models even the hint's takes seconds).
 
     Where there are two cores, the searches of :data:`STRATEGIES` run side by
     side, one worker each, from the same hint (:func:`_race`); the answer
@@ -295,7 +294,6 @@ class _Run:
         self.solver = _solver(strategy, seed)
         self.status: cp_model.CpSolverStatus | None = None
         self.incumbent: int | None = None  # while it runs
-        self.first: int | None = None  # its first solution's value
         self.value: int | None = None
         self.bound: float | None = None
         self.device: tuple[int, ...] | None = None
@@ -316,8 +314,6 @@ class _Run:
                 def on_solution_callback(self) -> None:
                     value = int(round(self.objective_value))
                     run.incumbent = value
-                    if run.first is None:
-                        run.first = value
                     run.shared.report(self.objective_value, self.best_objective_bound)
                     if run.cancelled or (run.cap is not None and value <= run.cap):
                         self.stop_search()
@@ -342,10 +338,6 @@ class _Run:
             return self.cap
         return None
 
-    def improved(self) -> bool:
-        """Whether it has found a solution better than its first."""
-        return self.first is not None and self.incumbent is not None and self.incumbent < self.first
-
     def cancel(self) -> None:
         self.cancelled = True
         self.solver.stop_search()
@@ -362,8 +354,8 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
     the proof took (at least :data:`GRACE` seconds, at most to ``deadline``):
     the answer is then the first strategy's, as if it had run alone, unless it
     finds none in that time. ``stop()`` ends them all, and so does ``give_up``
-    (a :func:`time.perf_counter` value) when no search has improved on its
-    first solution by then; returns whether that happened."""
+    (a :func:`time.perf_counter` value) when no search has found a solution
+    by then; returns whether that happened."""
     helpers = [threading.Thread(target=r.solve, args=(deadline,), daemon=True) for r in runs[1:]]
     quit_ = threading.Event()
     t0 = time.perf_counter()
@@ -373,7 +365,7 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
     def watch() -> None:  # solution callbacks come only with solutions: poll between them too
         while not quit_.wait(0.02):
             now = time.perf_counter()
-            idle = give_up is not None and now >= give_up and not grace_end and not any(r.improved() for r in runs)
+            idle = give_up is not None and now >= give_up and all(r.incumbent is None for r in runs)
             if idle and not idled:
                 idled.append(True)
             if (stop is not None and stop()) or (grace_end and now >= grace_end[0]) or idle:
