@@ -241,8 +241,8 @@ class MilpMapper(Mapper):
     @staticmethod
     def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
                      t0: float, share: float, bound: float | None, patience: float | None = None) -> MapResult | None:
-        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left (and
-        ``patience`` of that without an improvement on its first solution)
+        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left (only
+        ``patience`` of that when it has found no solution by then)
         (nothing when :data:`CPSAT_SHARE` is 0): a sequential portfolio, as the
         two engines prove different instances (benchmarks/exact_backends.py,
         benchmarks/stg.py). None when it found no schedule; the MILP then has
