@@ -156,6 +156,7 @@ def improve(
                 break  # out of time, or less left than the last window took (model building included)
             window_t0 = time.perf_counter()
             tried.add(free)
+            to_beat = value + flow * key[1]  # the start's value in the window's objective
             sub = Subproblem(
                 cost=cost,
                 objective=objective,
@@ -169,7 +170,7 @@ def improve(
                 area=options.area,
                 makespan_bound=bound,
                 symmetry=False,
-                start_value=value + flow * key[1],  # what the solver must beat
+                start_value=to_beat,
                 flow_weight=flow,
                 frozen_before=min(current.slots[t].start for t in free) if timed else None,
                 horizon=max(current.slots[t].end for t in free) if timed else None,
@@ -179,7 +180,7 @@ def improve(
             last_window = time.perf_counter() - window_t0
             solved_count += 1
             stall += 1
-            if res.device is None or (res.objective is not None and res.objective >= value + flow * key[1]):
+            if res.device is None or (res.objective is not None and res.objective >= to_beat):
                 continue  # nothing better than the start: no need to re-time it
             try:
                 cand = retime(cost, res.device, res.order, opts)

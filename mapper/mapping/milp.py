@@ -209,12 +209,12 @@ class MilpMapper(Mapper):
         (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
         better schedule, with CP-SAT's lower bound. ``bound``: the lower bound
         the heuristics were checked against."""
+        nd = cost.n_devices
+        if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
+            return map_large(cost, options, best, notes, t0, heuristics_s)  # it checks near_enough first
         near = near_enough(cost, options, best, tuple(notes), t0)
         if near is not None:
             return near
-        nd = cost.n_devices
-        if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
-            return map_large(cost, options, best, notes, t0, heuristics_s)
         notes = list(notes)
         proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_LARGE_SHARE, "LNS", bound,
                                                   CPSAT_LARGE_PATIENCE)
@@ -241,9 +241,9 @@ class MilpMapper(Mapper):
     @staticmethod
     def _cpsat_first(cost, options: MapOptions, best: Incumbent | None, notes: list[str],
                      t0: float, share: float, bound: float | None, patience: float | None = None) -> MapResult | None:
-        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left (only
-        ``patience`` of that when it has found no solution by then)
-        (nothing when :data:`CPSAT_SHARE` is 0): a sequential portfolio, as the
+        """CP-SAT (:func:`.cpsat.search`) for ``share`` of the time left,
+        nothing when :data:`CPSAT_SHARE` is 0, and only ``patience`` of its
+        turn when it has found no solution by then: a sequential portfolio, as the
         two engines prove different instances (benchmarks/exact_backends.py,
         benchmarks/stg.py). None when it found no schedule; the MILP then has
         its turn and its say."""
