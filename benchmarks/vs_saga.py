@@ -465,43 +465,10 @@ def part1b(instances: list[Instance], milp_time: float) -> None:
 
 # -- part 4: whole processes on a large instance -------------------------------------
 
-#: SAGA's side of part 4: read the instance, build SAGA's graph and network, run its HEFT.
-SAGA_PROCESS = """
-import json, math, sys
-import logging
-import saga
-logging.getLogger().setLevel(logging.ERROR)
-from saga.schedulers import HeftScheduler
-inst = json.load(open(sys.argv[1]))
-nodes = list(zip(inst["names"], inst["speeds"]))
-links = [(inst["names"][a], inst["names"][b], inst["strength"][a][b])
-         for a in range(len(nodes)) for b in range(a + 1, len(nodes))]
-links += [(nm, nm, math.inf) for nm in inst["names"]]
-tg = saga.TaskGraph.create([tuple(t) for t in inst["tasks"]], [tuple(e) for e in inst["edges"]])
-sched = HeftScheduler().schedule(saga.Network.create(nodes, links), tg)
-print(sched.makespan)
-"""
-
-
-def platform_toml(net: RelatedNetwork, name: str) -> str:
-    """``net`` as a platform file: its nodes as CPUs, each linked pair at ``strength`` bytes/s, no latency."""
-    lines = [f'name = "{name}"']
-    for nm in net.names:
-        lines += ["", "[[device]]", f'name = "{nm}"', 'kind = "cpu"']
-    for a in range(len(net.names)):
-        for b in range(a + 1, len(net.names)):
-            lines += ["", "[[link]]", f'from = "{net.names[a]}"', f'to = "{net.names[b]}"', "bidirectional = true",
-                      f"bandwidth_gbs = {net.strength[a][b] / 1e9!r}", "latency_us = 0.0"]
-    return "\n".join(lines) + "\n"
-
-
 def part4(n: int, nodes: int, repeats: int) -> None:
-    """Whole-process wall time, interleaved: ``mapper compile --mapper heft -q`` on
-    the DSL and platform files of an ``n``-task, ``nodes``-node instance (it
-    parses, lowers, prices, maps and validates, and prints nothing) against a
-    Python process that builds the same instance in SAGA and runs its HEFT (it
-    prints the makespan). Both makespans come from untimed runs."""
-    import subprocess
+    """Whole-process wall time on an ``n``-task, ``nodes``-node random DAG (CCR 1,
+    seed 7): :func:`saga_process.whole_processes`."""
+    from saga_process import whole_processes
 
     from mapper.importers.dsl_writer import graph_to_dsl
 
@@ -510,41 +477,10 @@ def part4(n: int, nodes: int, repeats: int) -> None:
     atexit.register(shutil.rmtree, tmp, True)
     tg, _ = saga_pair(inst)
     graph, _ = ours_from_saga(inst, tg)  # SAGA's instance (its super source/sink included), as ours
-    (tmp / "g.tg").write_text(graph_to_dsl(graph))
-    (tmp / "p.toml").write_text(platform_toml(inst.network, "related8"))
     net = inst.network
-    (tmp / "i.json").write_text(json.dumps({"names": net.names, "speeds": net.speeds, "strength": net.strength,
-                                            "tasks": inst.tasks, "edges": inst.edges}))
-    (tmp / "saga_heft.py").write_text(SAGA_PROCESS)
-    ours_cmd = [sys.executable, "-m", "mapper", "compile", str(tmp / "g.tg"), "--platform", str(tmp / "p.toml"),
-                "--mapper", "heft", "-q"]
-    saga_cmd = [sys.executable, str(tmp / "saga_heft.py"), str(tmp / "i.json")]
-    times: dict[str, list[float]] = {"ours": [], "saga": []}
-    makespans: dict[str, float] = {}
-    load0 = os.getloadavg()
-    for _ in range(repeats):
-        for side, cmd in (("ours", ours_cmd), ("saga", saga_cmd)):
-            t0 = time.perf_counter()
-            done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-            times[side].append(time.perf_counter() - t0)
-            if done.returncode != 0:
-                raise SystemExit(f"{side} failed: {done.stderr[-2000:]}")
-            if side == "saga":
-                makespans[side] = float(done.stdout.split()[-1])
-    load1 = os.getloadavg()
-    subprocess.run([*ours_cmd, "--json", str(tmp / "r.json")], check=True)  # the makespan, untimed
-    makespans["ours"] = json.loads((tmp / "r.json").read_text())["makespan"]
-    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    print(f"\n## Part 4: whole processes, {len(graph.tasks)} tasks x {nodes} nodes ({len(graph.edges)} edges), "
-          f"median of {repeats} interleaved runs\n")
-    print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after\n")
-    print("| process | wall s (median) | runs | HEFT makespan |")
-    print("|---|---:|---|---:|")
-    print(f"| mapper compile --mapper heft | {med['ours']:.2f} | {' '.join(f'{x:.2f}' for x in times['ours'])} | "
-          f"{makespans['ours']:g} |")
-    print(f"| SAGA HeftScheduler | {med['saga']:.2f} | {' '.join(f'{x:.2f}' for x in times['saga'])} | "
-          f"{makespans['saga']:g} |")
-    print(f"\nratio mapper/SAGA {med['ours'] / med['saga']:.3f} (target at most 0.10)")
+    whole_processes(tmp, graph_to_dsl(graph), {"names": net.names, "speeds": net.speeds, "strength": net.strength,
+                                               "tasks": inst.tasks, "edges": inst.edges},
+                    f"{len(graph.tasks)} tasks x {nodes} nodes ({len(graph.edges)} edges)", repeats)
 
 
 def machine() -> str:
