@@ -18,6 +18,7 @@ import random
 import statistics
 import time
 
+from mapper import lark_parse as L
 from mapper import parse as P
 from mapper.lower import lower
 
@@ -40,7 +41,7 @@ def lark_parse(text: str):
     """Lark's tree and transformer, under the same collector setting as mapper.parse."""
     gc.disable()
     try:
-        return P._ToAst("big.tg", text).transform(P._parser().parse(text))
+        return L._ToAst("big.tg", text).transform(L._parser().parse(text))
     finally:
         gc.enable()
 

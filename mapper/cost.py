@@ -164,16 +164,18 @@ def _excluded(placement: Placement, device: str, kind: str) -> Estimate:
     return infeasible_estimate(f"placement {placement} excludes {device} ({kind})")
 
 
-def _explicit_costs(task: Task, platform: Platform) -> dict[int, float]:
-    """Device index -> seconds from ``task.explicit_cost``; a key names a device or a kind."""
+def _explicit_costs(task: Task, platform: Platform, index: dict[str, int]) -> dict[int, float]:
+    """Device index -> seconds from ``task.explicit_cost``; a key names a device
+    (``index``: name -> device index) or a kind."""
     by_name: dict[int, float] = {}
     by_kind: dict[str, float] = {}
     for key, seconds in task.explicit_cost:
         if not (seconds >= 0 and math.isfinite(seconds)):
             raise InputError(f"task {task.name}: cost for {key} must be a finite time >= 0, got {seconds}",
                              span=task.span)
-        if any(d.name == key for d in platform.devices):
-            by_name[platform.device_index(key)] = float(seconds)
+        at = index.get(key)
+        if at is not None:
+            by_name[at] = float(seconds)
         elif key in DEVICE_KINDS and any(d.kind == key for d in platform.devices):
             by_kind[key] = float(seconds)
         else:
@@ -236,8 +238,9 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
     reasons: list[tuple[int, int, str]] = []
     footprint = footprints(graph)
     capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
+    index = {d.name: d.index for d in devices}
     for task in graph.tasks:
-        explicit = _explicit_costs(task, platform) if task.explicit_cost else None
+        explicit = _explicit_costs(task, platform, index) if task.explicit_cost else None
         cls = op_class(task.op, task.span)
         row_t, row_e, row_b, row_a = [], [], [], []
         for dev in devices:

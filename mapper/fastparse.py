@@ -8,7 +8,7 @@ program line by line with the grammar's own token expressions and builds the
 same :class:`~mapper.syntax.Program`, spans included (a test checks it equal to
 Lark's on every program it accepts). Anything else, or anything unusual (a
 keyword where a name is, a ``;``, a continuation, a second graph), returns
-None, and :func:`mapper.parse.parse` uses Lark, which also gives the messages
+None, and :func:`mapper.parse.parse` uses Lark (:mod:`mapper.lark_parse`), which also gives the messages
 for programs with errors.
 """
 
@@ -18,6 +18,7 @@ import re
 
 from mapper import syntax as S
 from mapper.errors import SourceSpan
+from mapper.syntax import KEYWORDS
 
 #: The grammar's tokens (grammar/mapper.lark), in the lexer's order of preference.
 _TOKEN = re.compile(
@@ -25,8 +26,6 @@ _TOKEN = re.compile(
     r"|(?P<float>[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)|(?P<int>[0-9]+)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<punct>[{}:,])"
 )
-_KEYWORDS = frozenset("include param graph template input weight output return for in task "
-                      "work cost parallel streamable comm bytes memory colocate backward".split())
 _N = r"[A-Za-z_][A-Za-z0-9_]*"
 _NUM = r"[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]+"
 #: A task line with the usual spacing, read in one match (other spacings take the token path).
@@ -56,7 +55,7 @@ def _tokens(line: str) -> list[tuple[str, str, int]]:
         if kind == "ws" or kind == "comment":
             continue
         text = m.group()
-        if kind == "punct" or (kind == "name" and text in _KEYWORDS):
+        if kind == "punct" or (kind == "name" and text in KEYWORDS):
             kind = text
         out.append((kind or "", text, start + 1))
     if pos != len(line):
@@ -129,7 +128,7 @@ class _Reader:
     def task_line(self, raw: str, line: int) -> S.TaskStmt | None:
         """A task line read by :data:`_TASK_LINE` and :data:`_ITEM` (None: take the token path)."""
         m = _TASK_LINE.fullmatch(raw)
-        if m is None or m.group(1) in _KEYWORDS:
+        if m is None or m.group(1) in KEYWORDS:
             return None
         inner, base = m.group(2), m.start(2) + 1
         items: list[S.Measure] = []
@@ -141,7 +140,7 @@ class _Reader:
                 return None
             pos = it.end()
             key, num, unit = it.group(1), it.group(2), it.group(3)
-            if key in _KEYWORDS or unit in _KEYWORDS:
+            if key in KEYWORDS or unit in KEYWORDS:
                 return None
             kc, nc = base + it.start(1), base + it.start(2)
             value: int | float = float(num) if ("." in num or "e" in num or "E" in num) else int(num)
@@ -233,9 +232,9 @@ class _Reader:
         if m is None:
             return None
         a, b, kind, num, unit = m.groups()
-        if a in _KEYWORDS or b in _KEYWORDS or (kind is not None and kind not in ("comm", "bytes")):
+        if a in KEYWORDS or b in KEYWORDS or (kind is not None and kind not in ("comm", "bytes")):
             return None
-        if unit in _KEYWORDS:
+        if unit in KEYWORDS:
             return None
         file, span = self.file, SourceSpan
         ac, bc = m.start(1) + 1, m.start(2) + 1

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError
@@ -20,11 +20,13 @@ from mapper.fusion import check_fuse, fuse_for
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
-from mapper.parallel.search import Choice, check_parallel, choose_plan
+from mapper.parallel.plan import check_parallel
 from mapper.platform import Platform, load_platform
 from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
-from mapper.training import training_step
 from mapper.validate import validate
+
+if TYPE_CHECKING:  # the split and the training step load only when asked for
+    from mapper.parallel.search import Choice
 
 #: Stage names, in order; ``dump_after`` takes one of them.
 STAGES = ("parse", "lower", "platform", "fuse", "train", "split", "cost", "map", "validate")
@@ -168,6 +170,9 @@ def compile_graph(
         options = replace(options, schedule=replace(options.schedule, memory=True))
     choice = None
     if parallel != "none":
+        from mapper.parallel.search import choose_plan
+        from mapper.training import training_step
+
         def prepare(g: TaskGraph) -> TaskGraph:
             return fuse_for(g, plat) if fuse == "auto" else g
 
@@ -178,6 +183,8 @@ def compile_graph(
         if fuse == "auto":
             graph = stage("fuse", lambda: fuse_for(graph, plat))
         if train is not None:
+            from mapper.training import training_step
+
             graph = stage("train", lambda: training_step(graph, train))
     cost = stage("cost", lambda: build_cost_table(graph, plat))
 

@@ -12,6 +12,12 @@ from typing import TypeAlias
 
 from mapper.errors import SourceSpan
 
+#: Reserved words of the DSL (the grammar's keywords; a test checks them equal).
+KEYWORDS = frozenset(
+    "include param graph template input weight output return for in task "
+    "work cost parallel streamable comm bytes memory colocate backward".split()
+)
+
 # -- expressions -------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ MAX_LINES = 600
 LIBRARIES = {
     "pulp": "mapper.mapping.exact.solver",
     "ortools": "mapper.mapping.exact.cpsat_model",
-    "lark": "mapper.parse",
+    "lark": "mapper.lark_parse",
     "networkx": "mapper.graph",
     "threadpoolctl": "mapper.kernels.blas",
     "matplotlib": "mapper.report.png",

@@ -8,13 +8,14 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mapper import lark_parse as L
 from mapper import parse as P
 from mapper.errors import DslError
 from mapper.fastparse import MIN_LINES, _Reader, fast_parse
 
 
 def lark(text: str, file: str = "big.tg"):
-    return P._ToAst(file, text).transform(P._parser().parse(text))
+    return L._ToAst(file, text).transform(L._parser().parse(text))
 
 
 def program(seed: int, tasks: int = MIN_LINES + 20) -> str:

@@ -176,7 +176,7 @@ def test_parse_is_deterministic_and_ast_is_frozen():
 
 
 def test_keywords_match_the_grammar():
-    from mapper.parse import _parser
+    from mapper.lark_parse import _parser
 
     words = {t.pattern.value for t in _parser().terminals
              if t.pattern.type == "str" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.pattern.value)}

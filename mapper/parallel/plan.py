@@ -6,8 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mapper.errors import OptionsError
+
 #: What ``--parallel`` accepts.
 PARALLEL_MODES = ("none", "auto", "data", "tensor", "pipeline")
+
+
+def check_parallel(mode: str) -> str:
+    """``mode`` when ``--parallel`` accepts it, else an :class:`OptionsError`."""
+    if mode not in PARALLEL_MODES:
+        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}",
+                           obj="--parallel")
+    return mode
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import TaskGraph
 from mapper.memory import peak_memory
 from mapper.parallel.gradients import synchronise
-from mapper.parallel.plan import PARALLEL_MODES, Plan
+from mapper.parallel.plan import Plan, check_parallel
 from mapper.parallel.rewrite import Split, SplitError, split_graph
 from mapper.parallel.roles import tensor_regions
 
@@ -107,13 +107,6 @@ class Choice:
             out.append("parallel: batch norm statistics are per replica (as data-parallel training without "
                        "synchronised batch norm), so the outputs differ from the unsplit graph's")
         return tuple(out)
-
-
-def check_parallel(mode: str) -> str:
-    if mode not in PARALLEL_MODES:
-        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}",
-                           obj="--parallel")
-    return mode
 
 
 def build(graph: TaskGraph, plan: Plan, platform: Platform, prepare: Callable[[TaskGraph], TaskGraph],
