@@ -66,7 +66,7 @@ def test_a_hint_on_later_devices_is_relabelled_to_satisfy_the_cut():
     # a heuristic may start on the last of three identical processors; the hint
     # is renamed so that the first used is the first of the class, and the
     # model's answer is no worse than it
-    cost = identical(7, 12, 3, comm=None)
+    cost = identical(7, 12, 3, comm=1.0)  # transfers: the processors are not pooled
     classes = identical_device_classes(cost)
     assert canonical_devices((2, 2, 0, 1), classes) == (0, 0, 1, 2)
     heft = get_mapper("heft").map(cost).schedule
@@ -76,6 +76,43 @@ def test_a_hint_on_later_devices_is_relabelled_to_satisfy_the_cut():
                          seed=0)
     assert solved.status == "optimal" and solved.objective <= heft.makespan
     assert solved.device is not None and solved.device[0] == 0
+
+
+def test_identical_processors_without_transfers_are_one_pool():
+    # P|prec|Cmax: one literal and interval per task, a cumulative of capacity 3
+    # for the class; with transfers, or a colocation, the devices stay apart
+    free = identical(5, 14, 3, comm=None)
+    ticks = int
+    assert cpsat_model.pooled_classes(free, identical_device_classes(free), ticks) == ((0, 1, 2),)
+    for cost in (identical(5, 14, 3, comm=1.0),
+                 replace(free, graph=replace(free.graph, tasks=tuple(
+                     replace(t, colocate="c" if t.index < 2 else None) for t in free.graph.tasks)))):
+        assert cpsat_model.pooled_classes(cost, identical_device_classes(cost), ticks) == ()
+    heft = get_mapper("heft").map(free).schedule
+    solved = solve_cpsat(free, "makespan", heft.makespan * (1 + 1e-9), memory=False, area=False, makespan_bound=None,
+                         hint=(heft.device_of, tuple(s.start for s in heft.slots)), time_limit=20, seed=0)
+    assert solved.n_literals == free.n_tasks and solved.status == "optimal"
+    assert solved.device is not None and solved.start is not None
+    for d in range(3):  # the assignment keeps each device's tasks apart
+        spans = sorted((solved.start[t], solved.start[t] + free.time[t][d]) for t in range(free.n_tasks)
+                       if solved.device[t] == d)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
+    cp, milp = both(free, MapOptions(time_limit=30))
+    assert cp.status == milp.status == "optimal" and cp.objective_value == pytest.approx(milp.objective_value)
+
+
+def test_a_pool_assignment_gives_each_task_a_free_device():
+    # never more than two at once: in order of start, each to the lowest free device
+    lengths = {(t, 0): x for t, x in enumerate((4, 2, 3, 0, 5, 1))}
+    start = (0, 0, 2, 2, 4, 5)
+    device = cpsat_model.assign_pools((0,) * 6, start, lengths, ((0, 1),))
+    assert device == (1, 0, 0, 0, 1, 0)
+    for d in (0, 1):
+        spans = sorted((start[t], start[t] + lengths[t, 0]) for t in range(6) if device[t] == d)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    # a zero-length task while both devices are busy goes to the one free first
+    busy = cpsat_model.assign_pools((0, 0, 0), (0, 0, 1), {(0, 0): 3, (1, 0): 2, (2, 0): 0}, ((0, 1),))
+    assert busy == (1, 0, 0)
 
 
 def both(cost, options: MapOptions):

@@ -88,8 +88,11 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
                          seed=options.seed, micro_batches=cost.platform.micro_batches if pipelined else 1,
                          progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound,
                          patience=patience)
+    names = [d.name for d in cost.platform.devices]
     notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
                  f"{solved.status}" + (f"; hint from {best.name}" if best is not None else "")
+                 + "".join(f"; {', '.join(names[d] for d in pool)} pooled (interchangeable, no transfers "
+                           "between them)" for pool in solved.pools)
                  + (f"; stopped after {patience:.1f} s without a solution"
                     if solved.gave_up and patience is not None else ""))
     if solved.device is None:

@@ -4,13 +4,20 @@ Constraint programming with interval variables, as in the scheduling models
 of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
 (Constraints 23, 2018) and the CP-SAT job-shop examples:
 
-* ``p[t,d]`` a literal per task and allowed device, exactly one true;
+* ``p[t,d]`` a literal per task and allowed device, exactly one true (a pool
+  of interchangeable devices counts as one, below);
   ``s[t]`` the start and ``e[t] = s[t] + sum_d time[t][d] p[t,d]`` the end;
 * an optional interval of length ``time[t][d]`` present iff ``p[t,d]``, and
   ``NoOverlap`` over each device's intervals;
 * per edge ``u -> v``: ``s[v] >= e[u]``, and ``s[v] >= e[u] + comm(e,a,b)``
   enforced by ``p[u,a] and p[v,b]``; a pair without a route is forbidden;
 * ``memory``/``area``: ``sum_t footprint[t] p[t,d] <= capacity[d]``;
+* a class of interchangeable devices between which no edge costs a transfer
+  (:func:`pooled_classes`: identical processors without communication, as
+  in P|prec|Cmax) is one pool of ``k`` devices: one literal and interval per
+  task, a ``Cumulative`` of capacity ``k`` in place of the ``k`` no-overlaps,
+  and no ``k!`` relabelled copies of each schedule to search; the answer's
+  devices follow from its starts (:func:`assign_pools`);
 * objectives as in :mod:`mapper.mapping.objectives`: makespan (``Cmax >= e[t]``
   for sinks), energy (``sum energy[t][d] p[t,d]``), throughput under the
   ``device-load`` and ``1f1b`` models (per-device loads with one literal per
@@ -65,6 +72,7 @@ class CpSolved:
     n_literals: int
     n_constraints: int
     gave_up: bool = False  # ended at ``patience``, no search having found a solution
+    pools: tuple[tuple[int, ...], ...] = ()  # device classes the model pooled (:func:`pooled_classes`)
 
 
 def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
@@ -106,13 +114,13 @@ def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, 
         bounds = [r.bound for r in runs if r.bound is not None]
         bound = max(bounds) / built.obj_k if bounds else None
     if not found:
-        return CpSolved("none", None, None, None, bound, n_lits, n_cons, gave_up)
+        return CpSolved("none", None, None, None, bound, n_lits, n_cons, gave_up, built.pools)
     # proven: the first strategy's first solution within the limit (the others' only when
     # it found none in time); else the best (ties: the first strategy's)
     best = next(r for r in found if r.value is not None and r.value <= limit) if limit is not None \
         else min(found, key=lambda r: r.value or 0)
     return CpSolved(status, best.device, best.start, (best.value or 0) / built.obj_k, bound, n_lits, n_cons,
-                    gave_up)
+                    gave_up, built.pools)
 
 
 def _cores() -> int:
@@ -135,6 +143,8 @@ class _Built:
     n_literals: int
     n_tasks: int
     n_devices: int
+    pools: tuple[tuple[int, ...], ...] = ()  # device classes modelled as one pool (:func:`pooled_classes`)
+    lengths: dict[tuple[int, int], int] | None = None  # (task, device in the model) -> ticks
 
 
 def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
@@ -159,12 +169,16 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
 
     m = cp_model.CpModel()
     p: dict[tuple[int, int], cp_model.IntVar] = {}
+    classes = identical_device_classes(cost)
+    pools = pooled_classes(cost, classes, ticks) if objective == "makespan" and not memory and not area else ()
+    pooled = {d: members[0] for members in pools for d in members}  # a pool's device -> the one in the model
+    lengths: dict[tuple[int, int], int] = {}
     start = [m.new_int_var(0, horizon, f"s{t}") for t in range(n)] if timed else []
     end = [m.new_int_var(0, horizon, f"e{t}") for t in range(n)] if timed else []
     by_device: list[list] = [[] for _ in range(nd)]
     spans: list = []  # each task's interval on whichever device runs it, for the cumulative below
     for t in range(n):
-        feas = allowed_devices(cost, t)
+        feas = tuple(dict.fromkeys(pooled.get(d, d) for d in allowed_devices(cost, t)))
         if memory:
             feas = tuple(d for d in feas if cost.footprint[t] <= cost.memory_capacity[d])
         if area:
@@ -175,26 +189,28 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         dur = []
         for d in feas:
             lit = p[t, d] = m.new_bool_var(f"p{t}_{d}")
-            length = ticks(cost.time[t][d])
+            length = lengths[t, d] = ticks(cost.time[t][d])
             if timed:
                 by_device[d].append(m.new_optional_fixed_size_interval_var(start[t], length, lit, f"i{t}_{d}"))
             dur.append((lit, length))
         m.add_exactly_one(lit for lit, _ in dur)
         if timed:
-            lengths = [length for _, length in dur]
-            size = m.new_int_var(min(lengths), max(lengths), f"d{t}")
+            options = [length for _, length in dur]
+            size = m.new_int_var(min(options), max(options), f"d{t}")
             m.add(size == sum(length * lit for lit, length in dur))
             spans.append(m.new_interval_var(start[t], size, end[t], f"span{t}"))  # end = start + size
+    pool_size = {members[0]: len(members) for members in pools}
     for d in range(nd):
-        if len(by_device[d]) > 1:
+        if d in pool_size and len(by_device[d]) > pool_size[d]:
+            m.add_cumulative(by_device[d], [1] * len(by_device[d]), pool_size[d])
+        elif d not in pool_size and len(by_device[d]) > 1:
             m.add_no_overlap(by_device[d])
     if timed and nd > 1:
         # redundant: at most nd tasks run at once; its energetic reasoning (Baptiste,
         # Le Pape and Nuijten, "Constraint-Based Scheduling", 2001, ch. 3) proves
         # bounds that the per-device no-overlaps, one at a time, cannot
         m.add_cumulative(spans, [1] * n, nd)
-    classes = identical_device_classes(cost)
-    break_symmetry(m, p, classes, n)
+    break_symmetry(m, p, tuple(c for c in classes if c not in pools), n)
     pair: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for e in cost.graph.edges:
         u, v = e.src, e.dst
@@ -257,13 +273,14 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
             m.minimize(period)
     if hint is not None:
         device, starts = hint
-        device = canonical_devices(tuple(device), classes)
+        device = canonical_devices(tuple(pooled.get(d, d) for d in device),
+                                   tuple(c for c in classes if c not in pools))
         for (t, d), lit in p.items():
             m.add_hint(lit, 1 if device[t] == d else 0)
         for t in range(n):
             if timed:
                 m.add_hint(start[t], min(horizon, ticks(starts[t])))
-    return _Built(m, p, start, k, obj_k, len(p) + len(pair), n, nd)
+    return _Built(m, p, start, k, obj_k, len(p) + len(pair), n, nd, pools, lengths)
 
 
 class _Shared:
@@ -323,9 +340,13 @@ class _Run:
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 self.value = int(round(solver.objective_value))
                 self.bound = solver.best_objective_bound
-                self.device = tuple(next(d for d in range(b.n_devices) if (t, d) in b.p
-                                         and solver.boolean_value(b.p[t, d])) for t in range(b.n_tasks))
-                self.start = tuple(solver.value(s) / b.k for s in b.start) if b.start else None
+                device = tuple(next(d for d in range(b.n_devices) if (t, d) in b.p
+                                    and solver.boolean_value(b.p[t, d])) for t in range(b.n_tasks))
+                ticks = [solver.value(s) for s in b.start]
+                if b.pools and b.lengths is not None:
+                    device = assign_pools(device, ticks, b.lengths, b.pools)
+                self.device = device
+                self.start = tuple(x / b.k for x in ticks) if b.start else None
         finally:
             self.done.set()
 
@@ -423,6 +444,44 @@ def _solver(strategy: str, seed: int) -> cp_model.CpSolver:
     # SIGINT ignored in this process, and so in every process it starts later
     solver.parameters.catch_sigint_signal = False
     return solver
+
+
+def pooled_classes(cost: CostTable, classes: tuple[tuple[int, ...], ...],
+                   ticks: Callable[[float], int]) -> tuple[tuple[int, ...], ...]:
+    """The classes of interchangeable devices the model may pool: those
+    between two of whose devices no edge costs a tick of transfer, in a
+    graph without colocation (a pool cannot say which of its devices a task
+    is on). Only which devices run a task at each moment matters then, and
+    any schedule that never runs more tasks of the pool at once than it has
+    devices has an assignment to them (:func:`assign_pools`)."""
+    if any(t.colocate for t in cost.graph.tasks):
+        return ()
+    edges = cost.graph.edges
+    return tuple(c for c in classes if all(ticks(cost.comm(e.index, c[0], c[1])) == 0 for e in edges))
+
+
+def assign_pools(device: Sequence[int], start: Sequence[int], lengths: dict[tuple[int, int], int],
+                 pools: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """Devices for a pooled answer: each pool's tasks (``device`` holds the
+    pool's first device) in order of start, each to the lowest free device of
+    the pool. An interval graph is coloured by as many colours as it has
+    intervals at one point, and this greedy order does so (Golumbic,
+    "Algorithmic Graph Theory and Perfect Graphs", 1980, ch. 8). A
+    zero-length task, which the cumulative does not count, may find every
+    device busy: it goes to the first one free, and re-timing delays it."""
+    out = list(device)
+    for members in pools:
+        rep = members[0]
+        tasks = sorted((t for t, d in enumerate(device) if d == rep),
+                       key=lambda t: (start[t], start[t] + lengths[t, rep], t))
+        free = [0] * len(members)  # the tick each device of the pool is free from
+        for t in tasks:
+            k = next((i for i, f in enumerate(free) if f <= start[t]), None)
+            if k is None:
+                k = min(range(len(members)), key=lambda i: (free[i], i))
+            free[k] = max(free[k], start[t] + lengths[t, rep])
+            out[t] = members[k]
+    return tuple(out)
 
 
 def break_symmetry(m: cp_model.CpModel, p: dict[tuple[int, int], cp_model.IntVar], classes: tuple[tuple[int, ...], ...],
