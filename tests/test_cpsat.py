@@ -15,7 +15,7 @@ from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.exact import cpsat_model
 from mapper.mapping.exact.cpsat_model import solve_cpsat, whole_times
-from mapper.mapping.orders import canonical_devices, identical_device_classes
+from mapper.mapping.orders import canonical_devices, identical_device_classes, pooled_classes
 from mapper.schedule import ScheduleOptions
 from mapper.validate import validate
 
@@ -82,12 +82,11 @@ def test_identical_processors_without_transfers_are_one_pool():
     # P|prec|Cmax: one literal and interval per task, a cumulative of capacity 3
     # for the class; with transfers, or a colocation, the devices stay apart
     free = identical(5, 14, 3, comm=None)
-    ticks = int
-    assert cpsat_model.pooled_classes(free, identical_device_classes(free), ticks) == ((0, 1, 2),)
+    assert pooled_classes(free, identical_device_classes(free)) == ((0, 1, 2),)
     for cost in (identical(5, 14, 3, comm=1.0),
                  replace(free, graph=replace(free.graph, tasks=tuple(
                      replace(t, colocate="c" if t.index < 2 else None) for t in free.graph.tasks)))):
-        assert cpsat_model.pooled_classes(cost, identical_device_classes(cost), ticks) == ()
+        assert pooled_classes(cost, identical_device_classes(cost)) == ()
     heft = get_mapper("heft").map(free).schedule
     solved = solve_cpsat(free, "makespan", heft.makespan * (1 + 1e-9), memory=False, area=False, makespan_bound=None,
                          hint=(heft.device_of, tuple(s.start for s in heft.slots)), time_limit=20, seed=0)

@@ -36,6 +36,7 @@ from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping import cpsat
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact import solver
+from mapper.mapping.exact.cpsat_model import model_terms
 from mapper.mapping.exact.feasibility import check_feasible
 from mapper.mapping.exact.incumbent import (
     Incumbent,
@@ -208,8 +209,8 @@ class MilpMapper(Mapper):
         (:data:`CPSAT_MAX_TERMS`), then LNS (:func:`.lns.map_large`) from the
         better schedule, with CP-SAT's lower bound. ``bound``: the lower bound
         the heuristics were checked against."""
-        nd = cost.n_devices
-        if cost.n_tasks * nd + len(cost.graph.edges) * nd * (nd - 1) > CPSAT_MAX_TERMS:
+        sopts = options.schedule
+        if model_terms(cost, options.objective, sopts.memory, sopts.area) > CPSAT_MAX_TERMS:
             return map_large(cost, options, best, notes, t0, heuristics_s)  # it checks near_enough first
         near = near_enough(cost, options, best, tuple(notes), t0)
         if near is not None:

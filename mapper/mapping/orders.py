@@ -10,9 +10,10 @@ orders from start times, and the detection of interchangeable devices.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import replace
 
-from mapper.cost import CostTable
+from mapper.cost import INF, CostTable
 
 
 def topo_arcs(n: int, arcs) -> tuple[list[int], list[list[int]], list[list[int]]]:
@@ -186,6 +187,21 @@ def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
         if len(cls) > 1:
             classes.append(tuple(cls))
     return tuple(classes)
+
+
+def pooled_classes(cost: CostTable, classes: tuple[tuple[int, ...], ...],
+                   negligible: Callable[[float], bool] = lambda c: c == 0.0) -> tuple[tuple[int, ...], ...]:
+    """The ``classes`` of interchangeable devices a scheduling model may pool
+    (one resource of as many units as the class has devices): those between
+    two of whose devices every edge's transfer is ``negligible``, in a graph
+    without colocation (a pool cannot say which of its devices a task is on).
+    Which device runs a task then does not matter, only how many of the
+    class's devices are busy at each moment."""
+    if any(t.colocate for t in cost.graph.tasks):
+        return ()
+    edges = cost.graph.edges
+    return tuple(c for c in classes
+                 if all((x := cost.comm(e.index, c[0], c[1])) < INF and negligible(x) for e in edges))
 
 
 def canonical_devices(device: tuple[int, ...], classes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:

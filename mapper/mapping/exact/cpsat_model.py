@@ -13,7 +13,7 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
   enforced by ``p[u,a] and p[v,b]``; a pair without a route is forbidden;
 * ``memory``/``area``: ``sum_t footprint[t] p[t,d] <= capacity[d]``;
 * a class of interchangeable devices between which no edge costs a transfer
-  (:func:`pooled_classes`: identical processors without communication, as
+  (:func:`~mapper.mapping.orders.pooled_classes`: identical processors without communication, as
   in P|prec|Cmax) is one pool of ``k`` devices: one literal and interval per
   task, a ``Cumulative`` of capacity ``k`` in place of the ``k`` no-overlaps,
   and no ``k!`` relabelled copies of each schedule to search; the answer's
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from mapper.cost import INF, CostTable
-from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes
+from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes
 
 #: Model time units per upper bound (rounding loses at most 2n units on a path).
 SCALE = 2**30
@@ -72,7 +72,7 @@ class CpSolved:
     n_literals: int
     n_constraints: int
     gave_up: bool = False  # ended at ``patience``, no search having found a solution
-    pools: tuple[tuple[int, ...], ...] = ()  # device classes the model pooled (:func:`pooled_classes`)
+    pools: tuple[tuple[int, ...], ...] = ()  # device classes the model pooled
 
 
 def solve_cpsat(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
@@ -143,7 +143,7 @@ class _Built:
     n_literals: int
     n_tasks: int
     n_devices: int
-    pools: tuple[tuple[int, ...], ...] = ()  # device classes modelled as one pool (:func:`pooled_classes`)
+    pools: tuple[tuple[int, ...], ...] = ()  # device classes modelled as one pool
     lengths: dict[tuple[int, int], int] | None = None  # (task, device in the model) -> ticks
 
 
@@ -170,7 +170,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
     m = cp_model.CpModel()
     p: dict[tuple[int, int], cp_model.IntVar] = {}
     classes = identical_device_classes(cost)
-    pools = pooled_classes(cost, classes, ticks) if objective == "makespan" and not memory and not area else ()
+    pools = pooled_classes(cost, classes, lambda c: ticks(c) == 0) if _pools_apply(objective, memory, area) else ()
     pooled = {d: members[0] for members in pools for d in members}  # a pool's device -> the one in the model
     lengths: dict[tuple[int, int], int] = {}
     start = [m.new_int_var(0, horizon, f"s{t}") for t in range(n)] if timed else []
@@ -446,18 +446,19 @@ def _solver(strategy: str, seed: int) -> cp_model.CpSolver:
     return solver
 
 
-def pooled_classes(cost: CostTable, classes: tuple[tuple[int, ...], ...],
-                   ticks: Callable[[float], int]) -> tuple[tuple[int, ...], ...]:
-    """The classes of interchangeable devices the model may pool: those
-    between two of whose devices no edge costs a tick of transfer, in a
-    graph without colocation (a pool cannot say which of its devices a task
-    is on). Only which devices run a task at each moment matters then, and
-    any schedule that never runs more tasks of the pool at once than it has
-    devices has an assignment to them (:func:`assign_pools`)."""
-    if any(t.colocate for t in cost.graph.tasks):
-        return ()
-    edges = cost.graph.edges
-    return tuple(c for c in classes if all(ticks(cost.comm(e.index, c[0], c[1])) == 0 for e in edges))
+def model_terms(cost: CostTable, objective: str, memory: bool, area: bool) -> int:
+    """About how large the model is: a literal per task and device, and a
+    conditional transfer constraint per edge and pair of devices, where a
+    pool (:func:`~mapper.mapping.orders.pooled_classes`) counts as one device."""
+    pools = pooled_classes(cost, identical_device_classes(cost)) if _pools_apply(objective, memory, area) else ()
+    m = cost.n_devices - sum(len(c) - 1 for c in pools)
+    return cost.n_tasks * m + len(cost.graph.edges) * m * (m - 1)
+
+
+def _pools_apply(objective: str, memory: bool, area: bool) -> bool:
+    """Pools need the makespan objective (the throughput models weigh each
+    device's load) and no per-device memory or area budget."""
+    return objective == "makespan" and not memory and not area
 
 
 def assign_pools(device: Sequence[int], start: Sequence[int], lengths: dict[tuple[int, int], int],
