@@ -410,13 +410,16 @@ def test_lns_stops_when_windows_stop_paying(monkeypatch):
     assert "windows in a row gained less than 0.01 % each" in lns.stall_note(stats)
 
 
-def _identical_processors(seed: int, n: int, procs: int):
-    """P|prec|Cmax with whole times (as the Standard Task Graph set)."""
+def _identical_processors(seed: int, n: int, procs: int, linked: bool = False, shape: str = "layered"):
+    """P|prec|Cmax with whole times (as the Standard Task Graph set); without
+    ``linked`` no route joins two processors, with it free links do."""
     from randdag import random_edges
 
     rng = random.Random(seed)
-    graph = make_graph(n, [(u, v, 0.0, None) for u, v in random_edges(rng, n, "layered")], name=f"stg{seed}")
-    return make_cost(graph, make_platform(["cpu"] * procs), [[float(rng.randint(1, 30))] * procs for _ in range(n)])
+    graph = make_graph(n, [(u, v, 0.0, None) for u, v in random_edges(rng, n, shape)], name=f"stg{seed}")
+    links = [(a, b, 1.0, 0.0) for a in range(procs) for b in range(a + 1, procs)] if linked else []
+    return make_cost(graph, make_platform(["cpu"] * procs, links),
+                     [[float(rng.randint(1, 30))] * procs for _ in range(n)])
 
 
 def test_cpsat_proves_a_large_graph_before_lns():
@@ -427,6 +430,21 @@ def test_cpsat_proves_a_large_graph_before_lns():
     assert result.mapper == "milp" and result.status == "optimal"
     assert "proven by CP-SAT; LNS was not needed" in result.notes
     assert result.lower_bound == pytest.approx(result.objective_value)
+    assert not validate(result.schedule)
+
+
+def test_a_large_graph_on_pooled_processors_gets_cp_sat_s_turn():
+    # 400 tasks on 8 identical processors without transfers: per device CP-SAT's
+    # model would be too large for the large path, as one pool it is not
+    from mapper.mapping.exact.cpsat_model import model_terms
+    from mapper.mapping.milp import CPSAT_MAX_TERMS
+
+    cost = _identical_processors(4, 400, 8, linked=True, shape="random")  # HEFT is 1 above the bound
+    per_device = cost.n_tasks * 8 + len(cost.graph.edges) * 8 * 7
+    assert model_terms(cost, "makespan", False, False) == 400 < CPSAT_MAX_TERMS < per_device
+    assert model_terms(cost, "makespan", True, False) == per_device  # a memory budget is per device
+    result = MilpMapper().map(cost, MapOptions(time_limit=4))
+    assert any(n.startswith("CP-SAT:") and "cpu0, cpu1, cpu2, cpu3, cpu4, cpu5, cpu6, cpu7 pooled" in n for n in result.notes)
     assert not validate(result.schedule)
 
 
