@@ -19,7 +19,9 @@ DSL examples, whose per-op costs differ per device in a way SAGA's model
 cannot state (one speed per node for every task). Both parts also project
 the instance onto the closest related-machines instance (median per-device
 time ratio as the node speed, route bandwidth as the link strength), run
-SAGA's HEFT on it and re-time that schedule on the true costs.
+SAGA's HEFT on it and re-time that schedule on the true costs. Part 4
+times whole processes, ``mapper compile --mapper heft`` against SAGA's HEFT,
+on a 2,000-task instance (:mod:`saga_process`).
 
     python benchmarks/vs_saga.py [--quick] [--milp-time S]
 
