@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from mapper.cli import main
 from mapper.graph import Placement
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
+from mapper.mapping.cpsat import search
 from mapper.mapping.exact import cpsat_model
 from mapper.mapping.exact.cpsat_model import solve_cpsat, whole_times
 from mapper.mapping.orders import canonical_devices, identical_device_classes, pooled_classes
@@ -98,6 +100,23 @@ def test_identical_processors_without_transfers_are_one_pool():
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
     cp, milp = both(free, MapOptions(time_limit=30))
     assert cp.status == milp.status == "optimal" and cp.objective_value == pytest.approx(milp.objective_value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_pool_with_zero_length_tasks_keeps_the_milp_optimum(seed):
+    # the cumulative does not count zero-length tasks; their devices come from
+    # the starts all the same, and the re-timed schedule is the MILP's optimum
+    rng = random.Random(seed)
+    graph = make_graph(16, [(u, v, 0.0, None) for u, v in random_edges(rng, 16, ("random", "forkjoin")[seed % 2])])
+    links = [(a, b, 1.0, 0.0) for a in range(3) for b in range(a + 1, 3)]
+    cost = make_cost(graph, make_platform(["cpu"] * 3, links), [[float(rng.choice((0, 0, 1, 3, 5, 8)))] * 3
+                                                              for _ in range(16)])
+    notes: list[str] = []  # CP-SAT without a hint or a bound, so that it searches
+    cp = search(cost, MapOptions(time_limit=20), None, notes, time.perf_counter(), 20, None)
+    milp = get_mapper("milp").map(cost, MapOptions(time_limit=20))
+    assert any("pooled" in n for n in notes) and not validate(cp.schedule)
+    assert cp.status == milp.status == "optimal"
+    assert cp.objective_value == pytest.approx(milp.objective_value, rel=1e-9)
 
 
 def test_a_pool_assignment_gives_each_task_a_free_device():
