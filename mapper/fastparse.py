@@ -8,8 +8,8 @@ program line by line with the grammar's own token expressions and builds the
 same :class:`~mapper.syntax.Program`, spans included (a test checks it equal to
 Lark's on every program it accepts). Anything else, or anything unusual (a
 keyword where a name is, a ``;``, a continuation, a second graph), returns
-None, and :func:`mapper.parse.parse` uses Lark (:mod:`mapper.lark_parse`), which also gives the messages
-for programs with errors.
+None, and :func:`mapper.parse.parse` uses Lark (:mod:`mapper.lark_parse`),
+which also gives the messages for programs with errors.
 """
 
 from __future__ import annotations

@@ -13,11 +13,12 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
   enforced by ``p[u,a] and p[v,b]``; a pair without a route is forbidden;
 * ``memory``/``area``: ``sum_t footprint[t] p[t,d] <= capacity[d]``;
 * a class of interchangeable devices between which no edge costs a transfer
-  (:func:`~mapper.mapping.orders.pooled_classes`: identical processors without communication, as
-  in P|prec|Cmax) is one pool of ``k`` devices: one literal and interval per
-  task, a ``Cumulative`` of capacity ``k`` in place of the ``k`` no-overlaps,
-  and no ``k!`` relabelled copies of each schedule to search; the answer's
-  devices follow from its starts (:func:`assign_pools`);
+  (:func:`~mapper.mapping.orders.pooled_classes`: identical processors
+  without communication, as in P|prec|Cmax) is one pool of ``k`` devices:
+  one literal and interval per task, a ``Cumulative`` of capacity ``k`` in
+  place of the ``k`` no-overlaps, and no ``k!`` relabelled copies of each
+  schedule to search; the answer's devices follow from its starts
+  (:func:`assign_pools`);
 * objectives as in :mod:`mapper.mapping.objectives`: makespan (``Cmax >= e[t]``
   for sinks), energy (``sum energy[t][d] p[t,d]``), throughput under the
   ``device-load`` and ``1f1b`` models (per-device loads with one literal per
@@ -195,8 +196,8 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
             dur.append((lit, length))
         m.add_exactly_one(lit for lit, _ in dur)
         if timed:
-            options = [length for _, length in dur]
-            size = m.new_int_var(min(options), max(options), f"d{t}")
+            choices = [length for _, length in dur]
+            size = m.new_int_var(min(choices), max(choices), f"d{t}")
             m.add(size == sum(length * lit for lit, length in dur))
             spans.append(m.new_interval_var(start[t], size, end[t], f"span{t}"))  # end = start + size
     pool_size = {members[0]: len(members) for members in pools}
