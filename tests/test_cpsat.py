@@ -87,7 +87,9 @@ def test_identical_processors_without_transfers_are_one_pool():
     assert pooled_classes(free, identical_device_classes(free)) == ((0, 1, 2),)
     for cost in (identical(5, 14, 3, comm=1.0),
                  replace(free, graph=replace(free.graph, tasks=tuple(
-                     replace(t, colocate="c" if t.index < 2 else None) for t in free.graph.tasks)))):
+                     replace(t, colocate="c" if t.index < 2 else None) for t in free.graph.tasks))),
+                 make_cost(free.graph, make_platform(["cpu"] * 3), [list(row) for row in free.time])):  # no route
+        assert identical_device_classes(cost) == ((0, 1, 2),)
         assert pooled_classes(cost, identical_device_classes(cost)) == ()
     heft = get_mapper("heft").map(free).schedule
     solved = solve_cpsat(free, "makespan", heft.makespan * (1 + 1e-9), memory=False, area=False, makespan_bound=None,

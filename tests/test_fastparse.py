@@ -125,3 +125,21 @@ def test_the_fast_path_never_accepts_what_lark_rejects(seed, edits):
     if fast is None:
         return
     assert fast == lark(text)  # Lark accepts it too, as the same program
+
+
+def test_a_large_explicit_cost_compile_does_not_import_lark(tmp_path):
+    # the fast path needs no parse tree: Lark, the split search and the training
+    # step stay unimported, which is most of a whole-process compile's start
+    import subprocess
+    import sys
+
+    lines = [f"  task t{i} cost {{ p1: {i % 7 + 1}, p2: {i % 5 + 1}, p3: {i % 3 + 1} }}" for i in range(MIN_LINES)]
+    lines += [f"  t{i} -> t{i + 1 + i % 3} comm 2" for i in range(MIN_LINES - 3)]
+    (tmp_path / "big.tg").write_text("graph big {\n" + "\n".join(lines) + "\n}\n")
+    code = ("import sys; from mapper.pipeline import compile_graph; "
+            f"compile_graph({str(tmp_path / 'big.tg')!r}, 'heft3', mapper='heft'); "
+            "print(sorted(m for m in ('lark', 'mapper.lark_parse', 'mapper.parallel.search', 'mapper.training') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

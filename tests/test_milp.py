@@ -444,7 +444,8 @@ def test_a_large_graph_on_pooled_processors_gets_cp_sat_s_turn():
     assert model_terms(cost, "makespan", False, False) == 400 < CPSAT_MAX_TERMS < per_device
     assert model_terms(cost, "makespan", True, False) == per_device  # a memory budget is per device
     result = MilpMapper().map(cost, MapOptions(time_limit=4))
-    assert any(n.startswith("CP-SAT:") and "cpu0, cpu1, cpu2, cpu3, cpu4, cpu5, cpu6, cpu7 pooled" in n for n in result.notes)
+    pooled = "cpu0, cpu1, cpu2, cpu3, cpu4, cpu5, cpu6, cpu7 pooled"
+    assert any(n.startswith("CP-SAT:") and pooled in n for n in result.notes)
     assert not validate(result.schedule)
 
 
