@@ -144,8 +144,8 @@ class _Built:
     n_literals: int
     n_tasks: int
     n_devices: int
-    pools: tuple[tuple[int, ...], ...] = ()  # device classes modelled as one pool
-    lengths: dict[tuple[int, int], int] | None = None  # (task, device in the model) -> ticks
+    pools: tuple[tuple[int, ...], ...]  # device classes modelled as one pool
+    lengths: dict[tuple[int, int], int]  # (task, device in the model) -> ticks
 
 
 def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area: bool,
@@ -173,6 +173,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
     classes = identical_device_classes(cost)
     pools = pooled_classes(cost, classes, lambda c: ticks(c) == 0) if _pools_apply(objective, memory, area) else ()
     pooled = {d: members[0] for members in pools for d in members}  # a pool's device -> the one in the model
+    apart = tuple(c for c in classes if c not in pools)  # interchangeable, but each device in the model
     lengths: dict[tuple[int, int], int] = {}
     start = [m.new_int_var(0, horizon, f"s{t}") for t in range(n)] if timed else []
     end = [m.new_int_var(0, horizon, f"e{t}") for t in range(n)] if timed else []
@@ -211,7 +212,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         # Le Pape and Nuijten, "Constraint-Based Scheduling", 2001, ch. 3) proves
         # bounds that the per-device no-overlaps, one at a time, cannot
         m.add_cumulative(spans, [1] * n, nd)
-    break_symmetry(m, p, tuple(c for c in classes if c not in pools), n)
+    break_symmetry(m, p, apart, n)
     pair: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for e in cost.graph.edges:
         u, v = e.src, e.dst
@@ -274,8 +275,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
             m.minimize(period)
     if hint is not None:
         device, starts = hint
-        device = canonical_devices(tuple(pooled.get(d, d) for d in device),
-                                   tuple(c for c in classes if c not in pools))
+        device = canonical_devices(tuple(pooled.get(d, d) for d in device), apart)
         for (t, d), lit in p.items():
             m.add_hint(lit, 1 if device[t] == d else 0)
         for t in range(n):
@@ -344,7 +344,7 @@ class _Run:
                 device = tuple(next(d for d in range(b.n_devices) if (t, d) in b.p
                                     and solver.boolean_value(b.p[t, d])) for t in range(b.n_tasks))
                 ticks = [solver.value(s) for s in b.start]
-                if b.pools and b.lengths is not None:
+                if b.pools:
                     device = assign_pools(device, ticks, b.lengths, b.pools)
                 self.device = device
                 self.start = tuple(x / b.k for x in ticks) if b.start else None
