@@ -242,7 +242,8 @@ def slow_to_prove_dsl(seed: int = 0, n: int = 50) -> str:
     """A layered graph of ``n`` tasks with explicit costs on ``cpu-gpu-fpga``'s
     cpu0, gpu0 and fpga0 and gigabyte transfers, as DSL: the default mapper
     does not prove it within 20 s (for tests that interrupt a long search a
-    few seconds in)."""
+    few seconds in). With ``n=100`` the search is far from a proof after
+    its first report on any machine (tests/mapping_signals.py)."""
     from mapper.importers.dsl_writer import graph_to_dsl
 
     rng = random.Random(seed)
