@@ -12,8 +12,10 @@ Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS
 from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
 
-__all__ = ["graph_from_text", "load_graph", "lower", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
+__all__ = ["graph_from_text", "load_graph", "lower", "read_program", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
 
 #: The file name endings an include may have: includes are task-graph programs (.tg) or fragments
 #: of them (.inc) only, so that no other file on the machine is read, or echoed in an error.
@@ -49,24 +51,35 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
     Raises
     ------
     InputError
-        When the file cannot be read (naming the file).
+        When the file cannot be read (naming the file), or an error in an
+        imported model (naming its node).
     DslError
         On any error in the program.
     """
     file = os.fspath(path)
-    return graph_from_text(read_source(file), file)  # an .onnx file: its imported text
+    text, blame = read_program(file)
+    with blame:
+        return graph_from_text(text, file)
 
 
 def read_source(path: str | os.PathLike[str]) -> str:
     """The DSL text of the program at ``path``: a ``.tg`` file as it is, an ``.onnx``
     model as :mod:`mapper.importers.onnx_dsl` writes it; InputError naming the file
     if unreadable."""
+    return read_program(path)[0]
+
+
+def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextManager[None]]:
+    """:func:`read_source`, and a context for parsing and lowering that text: for an
+    imported model, errors in it become errors naming the model's node
+    (:meth:`mapper.importers.onnx_dsl.Imported.blame`)."""
     file = os.fspath(path)
     if file.lower().endswith(".onnx"):
         from mapper.importers.onnx_dsl import import_onnx
 
-        return import_onnx(file).text
-    return _read(file, None, None)
+        imported = import_onnx(file)
+        return imported.text, imported.blame()
+    return _read(file, None, None), contextlib.nullcontext()
 
 
 def lower(program: S.Program) -> TaskGraph:

@@ -154,12 +154,14 @@ def compile_graph(
     if isinstance(source, TaskGraph):
         graph = source
     else:
-        from mapper.lower import lower, read_source
+        from mapper.lower import lower, read_program
         from mapper.parse import parse
 
         path = str(source)
-        program = stage("parse", lambda: parse(read_source(path), path))
-        graph = stage("lower", lambda: lower(program))
+        text, blame = read_program(path)
+        with blame:
+            program = stage("parse", lambda: parse(text, path))
+            graph = stage("lower", lambda: lower(program))
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if throughput_model is not None:
         plat = replace(plat, throughput_model=throughput_model)

@@ -17,6 +17,7 @@ from mapper.errors import InputError, OptionsError
 from mapper.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
+from mapper.lower import graph_from_text
 
 FORMATS = ("wfcommons", "onnx", "dnn-partitioning")
 
@@ -115,6 +116,8 @@ def _run_onnx(args) -> int:
     from mapper.importers.onnx_dsl import import_onnx
 
     imported = import_onnx(args.file, parse_dims(args.dim))
+    with imported.blame():  # never write a program that check would refuse
+        graph_from_text(imported.text, imported.file)
     warning = imported.warning()
     if warning:
         sys.stderr.write(f"warning: {warning}\n")

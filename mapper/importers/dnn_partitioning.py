@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from mapper.errors import InputError
 from mapper.files import Unreadable, read_text
 from mapper.graph import Edge, Task, TaskGraph
-from mapper.importers.dsl_writer import dsl_names, dsl_number, graph_to_dsl
+from mapper.importers.dsl_writer import comment_text, dsl_names, dsl_number, graph_to_dsl
 from mapper.importers.json_input import JsonReader, load_json
 
 #: Seconds per millisecond: their latencies and costs are milliseconds.
@@ -156,7 +156,7 @@ def instance_platform(inst: Instance) -> str:
     """The platform as TOML: ``maxFPGAs`` accelerators and ``maxCPUs`` CPU cores, max-load periods."""
     gib = inst.max_size / 2**30
     lines = [
-        f"# {os.path.basename(inst.file)}: the devices of a dnn-partitioning instance (Tarnawski et al., "
+        f"# {comment_text(os.path.basename(inst.file))}: the devices of a dnn-partitioning instance (Tarnawski et al., "
         "NeurIPS 2020)",
         "# explicit-cost graphs only: the tasks give their times per kind and the edges their transfer times",
         f'name = "{inst.graph.name}"',

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from mapper.errors import OptionsError
 from mapper.graph import Task, TaskGraph
 from mapper.parse import KEYWORDS  # the words the grammar reserves
+from mapper.terminal import escape_controls
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _BAD = re.compile(r"[^A-Za-z0-9_]")
@@ -61,6 +62,22 @@ def dsl_names(raws: Sequence[str]) -> tuple[str, ...]:
         used.add(name)
         out.append(name)
     return tuple(out)
+
+
+#: Characters that end a line for some reader (Python's str.splitlines, TOML, the DSL), and tabs.
+_LINE_BREAKS = re.compile("[\t\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def comment_text(text: str) -> str:
+    """``text`` safe inside a one-line ``#`` comment of a generated DSL or TOML file:
+    line breaks and every other control character shown escaped (``\\n``, ``\\x1b``)."""
+    return escape_controls(_LINE_BREAKS.sub(lambda m: repr(m.group(0))[1:-1], text))
+
+
+def dsl_string(text: str) -> str:
+    """``text`` as a DSL string literal (which has no escapes): quotes, backslashes and
+    control characters become ``_``."""
+    return '"' + re.sub(r'["\\\x00-\x1f\x7f-\x9f\u2028\u2029]', "_", escape_controls(text)) + '"'
 
 
 def dsl_number(x: float) -> str:
@@ -120,7 +137,7 @@ def graph_to_dsl(graph: TaskGraph, header: Sequence[str] = ()) -> str:
     for name in (graph.name, *(t.name for t in graph.tasks)):
         if not is_name(name):
             raise OptionsError(f"{name!r} is not a DSL identifier (or is a keyword)", obj=name)
-    lines = [f"# {h}".rstrip() for h in header]
+    lines = [f"# {comment_text(h)}".rstrip() for h in header]
     lines.append(f"graph {graph.name} {{")
     lines.extend("  " + _task_line(t) for t in graph.tasks)
     if graph.edges:

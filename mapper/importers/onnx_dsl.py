@@ -13,13 +13,15 @@ and :class:`Imported` lists those op types.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from mapper.errors import InputError
-from mapper.importers.dsl_writer import dsl_name, dsl_number
+from mapper.errors import DslError, InputError
+from mapper.importers.dsl_writer import comment_text, dsl_name, dsl_number, dsl_string
 from mapper.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
 from mapper.importers.onnx_patterns import Match, find_patterns
 
@@ -42,14 +44,32 @@ class Imported:
     folded: int  # nodes folded into constants
     fused: Mapping[str, int]  # pattern -> count
     unsupported: Mapping[str, int]  # ONNX op type -> nodes that became opaque tasks
+    file: str = "<onnx>"  # the model
+    origins: Mapping[int, str] = field(default_factory=dict)  # DSL line -> the ONNX node it comes from
+    notes: tuple[str, ...] = ()  # what the reader left out
 
     def warning(self) -> str | None:
-        """One line listing the op types imported as ``opaque`` tasks, or None."""
-        if not self.unsupported:
-            return None
-        listed = ", ".join(f"{op} x{n}" for op, n in sorted(self.unsupported.items()))
-        return (f"imported as opaque tasks (no DSL op, or a form the DSL op does not take): {listed}; "
-                "their work comes from their shapes, and `mapper run` cannot run them")
+        """One line listing the op types imported as ``opaque`` tasks (and what the
+        reader left out), or None."""
+        parts = list(self.notes)
+        if self.unsupported:
+            listed = ", ".join(f"{op} x{n}" for op, n in sorted(self.unsupported.items()))
+            parts.append(f"imported as opaque tasks (no DSL op, or a form the DSL op does not take): {listed}; "
+                         "their work comes from their shapes, and `mapper run` cannot run them")
+        return "; ".join(parts) or None
+
+    @contextlib.contextmanager
+    def blame(self) -> Iterator[None]:
+        """Errors in the generated program, raised inside the block, as errors of the model:
+        the ONNX node a DSL line comes from, not the line (which the user never saw)."""
+        try:
+            yield
+        except DslError as err:
+            if err.span is None or err.span.file != self.file:
+                raise
+            where = self.origins.get(err.span.line)
+            message = f"{where}: {err.message}" if where else f"the imported program: {err.message}"
+            raise InputError(message, obj=self.file, hint=err.hint) from None
 
 
 def import_onnx(path: str, dims: Mapping[str, int] | None = None) -> Imported:
@@ -65,6 +85,11 @@ def onnx_to_dsl(g: OnnxGraph) -> Imported:
                          obj=g.file) from None
 
 
+def _describe(n: OnnxNode) -> str:
+    """How an error names an ONNX node."""
+    return f"node {n.name!r} ({n.op})"
+
+
 def _ints(values: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
 
@@ -74,8 +99,9 @@ class _Writer:
         self.g = g
         self.taken: set[str] = set()
         self.ref: dict[str, str] = {}  # ONNX tensor -> DSL tensor name
-        self.weights: list[str] = []
-        self.body: list[str] = []
+        self.weights: list[tuple[str, str | None]] = []  # (line, the node it comes from)
+        self.body: list[tuple[str, str | None]] = []
+        self.origin: str | None = None  # the node being written
         self.tasks = 0
         self.unsupported: Counter[str] = Counter()
 
@@ -97,13 +123,13 @@ class _Writer:
             raise KeyError(tensor)
         name = self.fresh(tensor)
         shape = t.shape or (1,)
-        self.weights.append(f"  weight {name} : {dtype or t.dtype}{_ints(shape)}")
+        self.weights.append((f"  weight {name} : {dtype or t.dtype}{_ints(shape)}", self.origin))
         self.ref[tensor] = name
         return name
 
     def emit(self, raw: str, call: str, output: str | None = None) -> str:
         name = self.fresh(raw)
-        self.body.append(f"  {name} = {call}")
+        self.body.append((f"  {name} = {call}", self.origin))
         self.tasks += 1
         if output is not None:
             self.ref[output] = name
@@ -125,22 +151,26 @@ class _Writer:
             if n.folded:
                 continue
             m = replaced.get(id(n))
+            self.origin = _describe(n if m is None else m.nodes[-1])
             if m is not None:
                 if id(m) not in done and all(i in self.ref or g.tensors[i].const for i in m.inputs):
                     done.add(id(m))
                     self.pattern(m, n)
                 continue
             self.node(n)
+        if not self.tasks:
+            raise InputError("the model computes nothing to map: every output is an input, a constant, or an "
+                             "alias of one", obj=g.file)
         outputs = [self.ref[o] for o in g.outputs if o in self.ref and not g.tensors[o].const]
-        name = dsl_name(g.name)
-        header = [f"# imported from {g.file.rsplit('/', 1)[-1]} by `mapper import onnx` (opset {g.opset}): "
-                  f"{len(g.nodes)} ONNX nodes, {self.tasks} tasks"]
-        lines = [*header, f"graph {name} {{", *inputs, *self.weights, *self.body]
-        lines += [f"  output {', '.join(outputs)}"] if outputs else []
-        lines.append("}")
+        header = [f"# imported from {comment_text(os.path.basename(g.file))} by `mapper import onnx` "
+                  f"(opset {g.opset}): {len(g.nodes)} ONNX nodes, {self.tasks} tasks", f"graph {dsl_name(g.name)} {{"]
+        placed = [*((line, None) for line in header), *((line, None) for line in inputs), *self.weights, *self.body]
+        placed += [(f"  output {', '.join(dict.fromkeys(outputs))}", None)] if outputs else []
+        placed.append(("}", None))
+        origins = {k: origin for k, (_, origin) in enumerate(placed, 1) if origin is not None}
         fused = Counter(m.kind for m in matches)
-        return Imported("\n".join(lines) + "\n", len(g.nodes), self.tasks, sum(n.folded for n in g.nodes),
-                        dict(fused), dict(self.unsupported))
+        return Imported("\n".join(line for line, _ in placed) + "\n", len(g.nodes), self.tasks,
+                        sum(n.folded for n in g.nodes), dict(fused), dict(self.unsupported), g.file, origins, g.notes)
 
     def pattern(self, m: Match, first: OnnxNode) -> None:
         last = m.nodes[-1]
@@ -207,7 +237,7 @@ class _Writer:
             t = self.g.tensors[o]
             raw = n.name if k == 0 else f"{n.name}_{k}"
             self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, "
-                           f"flops = {dsl_number(per_element * math.prod(t.shape))}, kind = \"{n.op}\")", o)
+                           f"flops = {dsl_number(per_element * math.prod(t.shape))}, kind = {dsl_string(n.op)})", o)
 
     # -- ops with attributes ------------------------------------------------------------------------
     def op_Conv(self, n: OnnxNode, out: str) -> bool:
@@ -226,7 +256,7 @@ class _Writer:
         if len(n.inputs) > 2:
             conv = self.emit(f"{n.name}_conv", call)
             bias = self.fresh(f"{n.inputs[2]}")
-            self.weights.append(f"  weight {bias} : {g.tensors[out].dtype}{_ints((1, k, 1, 1))}")
+            self.weights.append((f"  weight {bias} : {g.tensors[out].dtype}{_ints((1, k, 1, 1))}", self.origin))
             self.emit(n.name, f"add({conv}, {bias})", out)
         else:
             self.emit(n.name, call, out)
@@ -242,7 +272,7 @@ class _Writer:
         if g.tensors[B].const:  # a weight: declare it as the product needs it
             kk, nn = g.tensors[B].shape[::-1] if tb else g.tensors[B].shape
             rhs = self.fresh(B)
-            self.weights.append(f"  weight {rhs} : {g.tensors[out].dtype}{_ints((kk, nn))}")
+            self.weights.append((f"  weight {rhs} : {g.tensors[out].dtype}{_ints((kk, nn))}", self.origin))
         else:
             rhs = self.operand(B)
             if tb:
@@ -296,14 +326,16 @@ class _Writer:
         return True
 
     def op_Split(self, n: OnnxNode, out: str) -> bool:
-        shapes = [self.g.tensors[o].shape for o in n.outputs]
-        rank = len(self.g.tensors[n.inputs[0]].shape)
-        axis = int(n.attrs.get("axis", 0)) % rank
-        if len({s[axis] for s in shapes}) != 1:
+        """Equal parts as DSL ``split`` calls, one per used output, at its own position
+        among all of the node's outputs (an unused part still counts)."""
+        src = self.g.tensors[n.inputs[0]].shape
+        axis = int(n.attrs.get("axis", 0)) % len(src)
+        parts = n.arity
+        if src[axis] % parts or any(self.g.tensors[o].shape[axis] != src[axis] // parts for o in n.outputs):
             return False  # unequal parts: the DSL splits evenly
         x = self.operand(n.inputs[0])
-        for k, o in enumerate(n.outputs):
-            self.emit(f"{n.name}_{k}", f"split({x}, parts = {len(n.outputs)}, index = {k}, axis = {axis})", o)
+        for k, o in zip(n.slots, n.outputs):
+            self.emit(f"{n.name}_{k}", f"split({x}, parts = {parts}, index = {k}, axis = {axis})", o)
         return True
 
     def op_Transpose(self, n: OnnxNode, out: str) -> bool:

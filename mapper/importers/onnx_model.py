@@ -14,12 +14,16 @@ Exchange", onnx.ai, IR and operator set specifications.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mapper.errors import InputError
+from mapper.graph import DTYPE_BYTES
+from mapper.importers.external_data import check_size, parse_ref, read_bytes, resolve
+from mapper.limits import memory_budget
 
 #: The largest ONNX file read (weights included).
 MAX_MODEL_BYTES = 2 * 2**30
@@ -31,6 +35,8 @@ DTYPES = {1: "f32", 2: "i8", 3: "i8", 6: "i32", 7: "i64", 9: "bool", 10: "f16", 
 #: Nodes whose outputs are constant whatever their inputs.
 ALWAYS_CONSTANT = frozenset({"Constant", "ConstantOfShape", "Shape", "Size", "Range", "EyeLike"})
 EXTRA = "onnx"
+#: What an op type is (ONNX IR specification: "a valid C90 identifier").
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,8 @@ class OnnxNode:
     outputs: tuple[str, ...]
     attrs: Mapping[str, Any]
     folded: bool  # computed from constants only: never a task
+    slots: tuple[int, ...] = ()  # each output's position among the node's outputs
+    arity: int = 1  # how many outputs the node has, used or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +77,7 @@ class OnnxGraph:
     outputs: tuple[str, ...]
     nodes: tuple[OnnxNode, ...]
     tensors: Mapping[str, OnnxTensor]
+    notes: tuple[str, ...] = ()  # what the reader left out (weights not beside the model)
 
 
 def _onnx() -> Any:
@@ -86,8 +95,11 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     Raises
     ------
     InputError
-        For a file that is not a regular file or not an ONNX model, a failed
-        shape inference, an unknown ``dims`` name, or a dimension left unknown
+        For a file that is not a regular file or not an ONNX model, a model
+        with nothing to map (no nodes, no outputs, an output listed twice), a
+        tensor whose data does not match its shape or whose external data lies
+        outside the model's folder (:mod:`.external_data`), a failed shape
+        inference, an unknown ``dims`` name, or a dimension left unknown
         (named, with the tensor that has it).
     """
     onnx = _onnx()
@@ -98,27 +110,36 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
         raise InputError(f"cannot read '{file}': {err.strerror or err}", obj=file) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"cannot read '{file}': it is not a regular file", obj=file)
+    if info.st_size == 0:
+        raise InputError(f"'{file}' is empty, not an ONNX model", obj=file)
     if info.st_size > MAX_MODEL_BYTES:
         raise InputError(f"cannot read '{file}': it is {info.st_size:,} bytes, more than {MAX_MODEL_BYTES:,}", obj=file)
     try:
         model = onnx.load(file, load_external_data=False)
     except Exception as err:  # protobuf's decode errors have no common base worth naming
-        raise InputError(f"'{file}' is not an ONNX model ({type(err).__name__}: {err})", obj=file) from None
+        raise InputError(f"'{file}' is not an ONNX model (it does not decode: {_first_line(err)})",
+                         obj=file) from None
     graph = model.graph
+    _check_structure(graph, file)
     init_names = {t.name for t in graph.initializer}
     _set_dims(graph, init_names, dict(dims or {}), file)
+    initializers = {t.name: _initializer(onnx, t, file) for t in graph.initializer}
+    _strip_weights(onnx, graph, initializers)
     try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        with memory_budget():
+            model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except MemoryError:
+        raise InputError("ONNX shape inference ran out of memory: a shape the model computes is too large",
+                         obj=file) from None
     except Exception as err:  # onnx.shape_inference.InferenceError and checker errors
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = _first_line(err)
+        if "bad_alloc" in first:
+            raise InputError("ONNX shape inference ran out of memory: a shape the model computes is too large",
+                             obj=file) from None
         raise InputError(f"ONNX shape inference failed: {first}", obj=file) from None
     graph = model.graph
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    tensors: dict[str, OnnxTensor] = {}
-    for t in graph.initializer:
-        value = onnx.numpy_helper.to_array(t) if _count(t.dims) <= MAX_VALUE_ELEMENTS else None
-        tensors[t.name] = OnnxTensor(t.name, _dtype(t.data_type, t.name, file), tuple(int(d) for d in t.dims),
-                                     True, value)
+    tensors: dict[str, OnnxTensor] = {name: t for name, (t, _) in initializers.items()}
     infos = {vi.name: vi for vi in (*graph.input, *graph.value_info, *graph.output)}
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
 
@@ -144,19 +165,125 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
         folded = n.op_type in ALWAYS_CONSTANT or (bool(inputs) and all(i in constant for i in inputs))
         name = n.name or (n.output[0] if n.output else f"node{k}")
-        outs = tuple(o for o in n.output if o and o in used)  # an unused output (a dropout mask) is dropped
-        nodes.append(OnnxNode(name, n.op_type, inputs, outs, attrs, folded))
-        for o in outs:
+        # an unused output (a dropout mask) is dropped; ``slots`` keeps each kept output's position
+        kept = [(j, o) for j, o in enumerate(n.output) if o and o in used]
+        nodes.append(OnnxNode(name, n.op_type, inputs, tuple(o for _, o in kept), attrs, folded,
+                              tuple(j for j, _ in kept), len(n.output)))
+        for o in nodes[-1].outputs:
             dtype, shape = shape_of(o, f"output of {n.op_type} node '{name}'")
             value = None
-            if n.op_type == "Constant" and _count(shape) <= MAX_VALUE_ELEMENTS:
-                value = onnx.numpy_helper.to_array(attrs["value"]) if "value" in attrs else None
+            if n.op_type == "Constant" and "value" in attrs:
+                value = _constant_value(onnx, attrs["value"], f"the value of Constant node '{name}'", file)
             tensors[o] = OnnxTensor(o, dtype, shape, folded, value)
             if folded:
                 constant.add(o)
     outputs = tuple(o.name for o in graph.output)
+    notes = tuple(sorted({note for _, note in initializers.values() if note}))
     return OnnxGraph(file, graph.name or os.path.splitext(os.path.basename(file))[0], opset, tuple(graph_inputs),
-                     outputs, tuple(nodes), tensors)
+                     outputs, tuple(nodes), tensors, notes)
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an exception's message (never its class name, unless it has no message)."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else "no reason given"
+
+
+def _check_structure(graph: Any, file: str) -> None:
+    """InputError for a model with nothing to map: no nodes, no outputs, an output listed twice."""
+    if not graph.node:
+        raise InputError("the model has no nodes: there is nothing to map", obj=file)
+    if not graph.output:
+        raise InputError("the model declares no graph outputs: there is nothing to map", obj=file)
+    seen: set[str] = set()
+    for o in graph.output:
+        if not o.name:
+            raise InputError("a graph output has no name", obj=file)
+        if o.name in seen:
+            raise InputError(f"graph output '{o.name}' is listed twice", obj=file)
+        seen.add(o.name)
+    for k, n in enumerate(graph.node):
+        if not _IDENT.match(n.op_type):
+            raise InputError(f"node {(n.name or f'#{k}')!r} has op type {n.op_type!r}, which is not an identifier",
+                             obj=file)
+
+
+#: ONNX element types whose values the importer may use (shape arithmetic) when stored externally.
+INTEGER_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})
+#: Externally stored floating-point tensors up to this many elements are read (scalars in patterns).
+SCALAR_ELEMENTS = 64
+
+
+def _initializer(onnx: Any, t: Any, file: str) -> tuple[OnnxTensor, str | None]:
+    """An initializer as a constant tensor (its value when small and needed), and a note
+    when its external data is not there (shapes and dtypes are enough to map)."""
+    dtype = _dtype(t.data_type, t.name, file)
+    shape = tuple(int(d) for d in t.dims)
+    if any(d < 0 for d in shape):
+        raise InputError(f"initializer '{t.name}' has a negative dimension", obj=file)
+    count = _count(shape)
+    nbytes = count * DTYPE_BYTES[dtype]
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        ref = parse_ref(t.name, ((e.key, e.value) for e in t.external_data), file)
+        where = resolve(ref, file)
+        wanted = count <= MAX_VALUE_ELEMENTS and (t.data_type in INTEGER_TYPES or count <= SCALAR_ELEMENTS)
+        if where is None:
+            if wanted:
+                raise InputError(f"tensor '{t.name}': its external data file {ref.location!r} is not in the "
+                                 "model's folder, and its values are needed", obj=file)
+            return OnnxTensor(t.name, dtype, shape, True), (f"external data file {ref.location!r} is not beside "
+                                                            "the model: its weights were not needed")
+        check_size(ref, where, nbytes, file)
+        if not wanted:
+            return OnnxTensor(t.name, dtype, shape, True), None
+        inline = onnx.TensorProto()
+        inline.CopyFrom(t)
+        del inline.external_data[:]
+        inline.data_location = onnx.TensorProto.DEFAULT
+        inline.raw_data = read_bytes(ref, where, nbytes, file)
+        return OnnxTensor(t.name, dtype, shape, True, onnx.numpy_helper.to_array(inline)), None
+    value = _constant_value(onnx, t, f"initializer '{t.name}'", file)
+    return OnnxTensor(t.name, dtype, shape, True, value), None
+
+
+#: TensorProto's typed fields, by element type: (field, elements per entry).
+TYPED_FIELDS = {1: ("float_data", 1), 14: ("float_data", 0.5), 11: ("double_data", 1), 15: ("double_data", 0.5),
+                7: ("int64_data", 1), 12: ("uint64_data", 1), 13: ("uint64_data", 1)}
+
+
+def _constant_value(onnx: Any, t: Any, what: str, file: str) -> Any:
+    """The value of an inline tensor (None when larger than :data:`MAX_VALUE_ELEMENTS`),
+    after checking that the data it holds matches its shape."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise InputError(f"{what} keeps its data outside the model, which only initializers may", obj=file)
+    dtype = _dtype(t.data_type, t.name or what, file)
+    count = _count(t.dims)
+    shape = [int(d) for d in t.dims]
+    if t.HasField("raw_data"):
+        if len(t.raw_data) != count * DTYPE_BYTES[dtype]:
+            raise InputError(f"{what} holds {len(t.raw_data):,} bytes of data, but its shape {shape} of {dtype} "
+                             f"needs {count * DTYPE_BYTES[dtype]:,}", obj=file)
+    else:
+        field, per = TYPED_FIELDS.get(t.data_type, ("int32_data", 1))
+        held = len(getattr(t, field)) * per
+        if held != count:
+            raise InputError(f"{what} holds data for {held:g} elements, but its shape {shape} has {count:,}",
+                             obj=file)
+    if count > MAX_VALUE_ELEMENTS:
+        return None
+    return onnx.numpy_helper.to_array(t)
+
+
+def _strip_weights(onnx: Any, graph: Any, initializers: Mapping[str, tuple[OnnxTensor, str | None]]) -> None:
+    """Declare the initializers whose values are not kept as graph inputs of their type and shape:
+    shape inference needs no more of them, and copies no weights."""
+    inputs = {vi.name for vi in graph.input}
+    kept = [t for t in graph.initializer if initializers[t.name][0].value is not None]
+    for t in graph.initializer:
+        if initializers[t.name][0].value is None and t.name not in inputs:
+            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
 
 
 def _set_dims(graph: Any, init_names: set[str], dims: dict[str, int], file: str) -> None:
