@@ -55,6 +55,8 @@ _LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
 _TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model", "micro_batches")
 #: The throughput models a platform may name (mapper.mapping.objectives).
 THROUGHPUT_MODELS = ("device-load", "max-load", "1f1b")
+#: The most devices a platform may have (every pair has a route in the cost table).
+MAX_DEVICES = 1024
 #: The most micro-batches an iteration may have.
 MAX_MICRO_BATCHES = 1_000_000
 _SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us")
@@ -342,13 +344,17 @@ class Checker:
         raw_devices = doc["device"]
         if not isinstance(raw_devices, list) or not raw_devices:
             raise self.fail("device", f"expected one or more [[device]] tables, got {_describe(raw_devices)}")
+        if len(raw_devices) > MAX_DEVICES:
+            raise self.fail("device", f"{len(raw_devices):,} devices; a platform has at most {MAX_DEVICES:,} (the "
+                                      "cost model keeps a route for every pair)")
         devices: list[Device] = []
+        first: dict[str, int] = {}
         for i, raw in enumerate(raw_devices):
             dev = self.device(raw, i)
-            for other in devices:
-                if other.name == dev.name:
-                    raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also "
-                                                         f"device[{other.index}])")
+            if dev.name in first:
+                raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also "
+                                                     f"device[{first[dev.name]}])")
+            first[dev.name] = i
             devices.append(dev)
         names = {d.name for d in devices}
         raw_links = doc.get("link", [])

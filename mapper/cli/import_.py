@@ -18,6 +18,7 @@ from mapper.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
 from mapper.lower import graph_from_text
+from mapper.platform import parse_platform
 
 FORMATS = ("wfcommons", "onnx", "dnn-partitioning")
 
@@ -97,9 +98,11 @@ def _run_dnn_partitioning(args) -> int:
     if args.dim:
         raise OptionsError("--dim applies to onnx imports only", obj="--dim")
     inst = read_instance(args.file)
-    text = instance_dsl(inst)
+    text, platform = instance_dsl(inst), instance_platform(inst)
+    graph_from_text(text, args.file)  # both outputs read back before either is written
+    parse_platform(platform, args.file)
     if args.platform_out is not None:
-        atomic_write(args.platform_out, instance_platform(inst), "--platform-out")
+        atomic_write(args.platform_out, platform, "--platform-out")
     if args.output and args.output != STDOUT:
         atomic_write(args.output, text, "--output")
         g = inst.graph

@@ -27,11 +27,18 @@ from mapper.files import Unreadable, read_text
 from mapper.graph import Edge, Task, TaskGraph
 from mapper.importers.dsl_writer import comment_text, dsl_names, dsl_number, graph_to_dsl
 from mapper.importers.json_input import JsonReader, load_json
+from mapper.lowering.values import MAX_SECONDS
+from mapper.platform_schema import MAX_NUMBER
 
 #: Seconds per millisecond: their latencies and costs are milliseconds.
 MS = 1e-3
-#: At most this many devices of each kind (the platform has one [[device]] each).
-MAX_DEVICES = 4096
+#: Accelerator memory and node sizes, bytes: at least a byte, at most what a platform file takes
+#: (mapper.platform_schema.MAX_NUMBER GiB).
+MIN_BYTES = 1.0
+MAX_BYTES = MAX_NUMBER * 2**30
+#: At most this many devices of each kind (the platform has one [[device]] each, and at most
+#: mapper.platform_schema.MAX_DEVICES in all).
+MAX_DEVICES = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,14 @@ def _count(js: JsonReader, doc: dict, key: str, low: int) -> int:
     return int(value)
 
 
+def _milliseconds(js: JsonReader, obj: dict, key: str, path: str) -> float:
+    """A time in milliseconds (their unit) as seconds, within what the DSL takes."""
+    ms = js.get(obj, key, path, "number")
+    if ms * MS > MAX_SECONDS:
+        raise js.fail(f"{path}.{key}", f"expected at most {MAX_SECONDS / MS:g} ms, got {ms!r}")
+    return float(ms) * MS
+
+
 def parse_instance(text: str, file: str = "<string>", name: str | None = None) -> Instance:
     """Parse an instance (module docstring) into an :class:`Instance` whose graph is named ``name``
     (default: the file's stem)."""
@@ -81,6 +96,9 @@ def parse_instance(text: str, file: str = "<string>", name: str | None = None) -
     cpus = _count(js, doc, "maxCPUs", 0)
     if accelerators + cpus == 0:
         raise js.fail("$", "maxFPGAs and maxCPUs are both 0: there is no device")
+    if accelerators and not MIN_BYTES <= max_size <= MAX_BYTES:
+        raise js.fail("$.maxSizePerFPGA", f"expected a memory size from {MIN_BYTES:g} to {MAX_BYTES:g} bytes, "
+                                          f"got {max_size!r}")
     nodes = js.get(doc, "nodes", "$", "array")
     edges = js.get(doc, "edges", "$", "array")
     if not nodes:
@@ -97,13 +115,17 @@ def parse_instance(text: str, file: str = "<string>", name: str | None = None) -
             raise js.fail(f"{path}.id", f"duplicate node id {nid} (also $.nodes[{index[nid]}])")
         index[nid] = k
         on_acc = _flag(js, node, "supportedOnFpga", path)
-        cpu = js.get(node, "cpuLatency", path, "number") * MS
-        acc = js.get(node, "fpgaLatency", path, "number") * MS
+        if not on_acc and not cpus:
+            raise js.fail(f"{path}.supportedOnFpga", "this node runs only on a CPU, and maxCPUs is 0")
+        cpu = _milliseconds(js, node, "cpuLatency", path)
+        acc = _milliseconds(js, node, "fpgaLatency", path)
         backward = _flag(js, node, "isBackwardNode", path)
         color = node.get("colorClass")
         if color is not None and (not isinstance(color, int) or isinstance(color, bool)):
             raise js.fail(f"{path}.colorClass", f"expected an integer, got {str(color)[:40]!r}")
         size = js.get(node, "size", path, "number", 0.0)
+        if size > MAX_BYTES:
+            raise js.fail(f"{path}.size", f"expected at most {MAX_BYTES:g} bytes, got {size!r}")
         label = node.get("name")
         rows.append((nid, on_acc, cpu, acc, backward, color, float(size), label if isinstance(label, str) else ""))
     names = dsl_names([label or f"n{nid}" for nid, *_, label in rows])
@@ -125,7 +147,7 @@ def parse_instance(text: str, file: str = "<string>", name: str | None = None) -
             ends.append(index[nid])
         if ends[0] == ends[1]:
             raise js.fail(path, f"an edge from node {rows[ends[0]][0]} to itself")
-        seconds = js.get(e, "cost", path, "number") * MS
+        seconds = _milliseconds(js, e, "cost", path)
         pair = (ends[0], ends[1])
         comm[pair] = max(comm.get(pair, 0.0), seconds)  # a repeated edge moves one output once
     order = sorted(comm, key=lambda p: (p[1], p[0]))

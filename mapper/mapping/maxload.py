@@ -14,7 +14,8 @@ ideals of the DAG). This module provides
   class counts as the state (Tarnawski et al.'s ``dp[cpus][fpgas][ideal]``
   with one linear order instead of all ideals), memory knapsack per device,
   CPUs paying compute only; it returns the best split it finds, which warm
-  starts the exact model of :mod:`mapper.mapping.exact.maxload_model`.
+  starts the exact model of :mod:`mapper.mapping.exact.maxload_model`
+  (None when no split fits, or when the states pass :data:`MAX_STATES`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mapper.cost import CostTable
 from mapper.mapping.orders import allowed_devices, identical_device_classes
 
 INF = math.inf
-#: Above this many DP states (products of device-class counts) devices take segments one by one.
+#: Above this many DP states (products of device-class counts) the DP is not run.
 MAX_STATES = 512
 
 
@@ -279,10 +280,9 @@ def split_dp(cost: CostTable, groups: Groups, memory: bool) -> tuple[tuple[int, 
     comm = segment_transfers(cost, groups)
     pays = pays_transfers(cost)
     classes = device_classes(cost)
-    counts = [len(c) for c in classes]
+    counts = [min(len(c), n) for c in classes]  # n groups fill at most n devices of a class
     if math.prod(k + 1 for k in counts) > MAX_STATES:
-        classes = tuple((d,) for d in range(cost.n_devices))
-        counts = [1] * len(classes)
+        return None  # too many states: the heuristics and the exact model do without the DP
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool))
     seg = []
     for cls in classes:

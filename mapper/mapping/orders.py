@@ -163,9 +163,7 @@ def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
             )
         )
 
-    def swappable(a: int, b: int) -> bool:
-        if cols[a] != cols[b]:
-            return False
+    def swappable(a: int, b: int) -> bool:  # the columns are equal: the routes decide
         for mat in (cost.route_latency, cost.route_sec_per_byte):
             if mat[a][b] != mat[b][a]:
                 return False
@@ -174,19 +172,19 @@ def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
                     return False
         return True
 
-    seen: set[int] = set()
-    classes: list[tuple[int, ...]] = []
-    for a in range(nd):
-        if a in seen:
-            continue
-        cls = [a]
-        for b in range(a + 1, nd):
-            if b not in seen and all(swappable(c, b) for c in cls):
-                cls.append(b)
-        seen.update(cls)
-        if len(cls) > 1:
-            classes.append(tuple(cls))
-    return tuple(classes)
+    # being swappable is an equivalence (equal columns; routes equal to and from every
+    # third device make those between the two equal too), so each device is compared
+    # with one member of each class of equal columns, not with every member
+    buckets: dict[tuple, list[list[int]]] = {}
+    for d in range(nd):
+        found = buckets.setdefault(cols[d], [])
+        for cls in found:
+            if swappable(cls[0], d):
+                cls.append(d)
+                break
+        else:
+            found.append([d])
+    return tuple(sorted(tuple(c) for group in buckets.values() for c in group if len(c) > 1))
 
 
 def pooled_classes(cost: CostTable, classes: tuple[tuple[int, ...], ...],
