@@ -152,6 +152,7 @@ class _Lowerer:
         self.task_names: dict[str, int] = {}
         self.inputs: list[tuple[str, TensorType]] = []
         self.outputs: list[str] = []
+        self.output_set: set[str] = set()  # the same names, for a constant-time look-up
         self.explicit: list[ExplicitEdge] = []
         self.iterations = 0
         self.instances: list[str] = []  # template call stack
@@ -343,8 +344,9 @@ class _Lowerer:
             if b.task is None:
                 raise self.err(f"'{local}' is a graph {_operand_kind(b)}, not a task's output", n.span)
             name = self.tasks[b.task].name
-            if name in self.outputs:
+            if name in self.output_set:
                 raise self.err(f"'{local}' is already an output", n.span)
+            self.output_set.add(name)
             self.outputs.append(name)
 
     def _for(self, st: S.ForStmt, scope: _Scope, templates: dict[str, S.TemplateDef]) -> None:

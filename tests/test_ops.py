@@ -317,3 +317,12 @@ def test_errors_are_deterministic():
             infer("conv2d", [T("f32", 1, 3, 8, 8), T("f32", 4, 3, 3, 3)], {"zz": 1, "aa": 2})
         return str(info.value)
     assert msg() == msg() and "'aa'" in msg()  # attributes are checked in name order
+
+
+@pytest.mark.parametrize("op, args, attrs, shape, flops, read, written", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_resolved_attributes_infer_the_same_call(op, args, attrs, shape, flops, read, written):
+    # the split rewrites calls from their resolved attributes, optional ones left out as None
+    info = infer(op, args, attrs)
+    again = infer(op, args, dict(info.attrs))
+    assert again == info

@@ -323,3 +323,36 @@ def test_explicit_cost_graphs_are_refused(dgx):
     g = lower(parse((ROOT / "examples" / "heft_paper.tg").read_text(), "heft_paper.tg"))
     with pytest.raises(SplitError, match="explicit costs"):
         split_graph(g, Plan(devices=("gpu0",)), dgx)
+
+
+EVERY_KIND = """
+param B = 8, S = 128, H = 1024
+graph kinds {
+  input x : f32[B*S, H]
+  h = matmul(x, weight f32[H, H])
+  e = elementwise(h, fn = "tanh")
+  s = elementwise(e, fn = "scale", alpha = 0.5)
+  g = gelu(relu(s))
+  n = layernorm(softmax(g))
+  m = div(sub(mul(n, x), h), add(e, weight f32[H]))
+  y = matmul(m, weight f32[H, H])
+  r = reduce(y, kind = "max", axis = 1)
+  output r
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["auto", "data", "pipeline"])
+def test_every_op_kind_splits_in_every_mode(dgx, mode):
+    # ops with optional attributes (elementwise, reduce) are rewritten from their resolved attributes
+    compiled = compile_graph(graph_of(EVERY_KIND), dgx, mapper="heft", parallel=mode)
+    assert validate(compiled.result.schedule) == []
+    assert len(compiled.parallel.best.plan.devices) > 1
+
+
+def test_tensor_mode_says_why_a_graph_without_a_matmul_pair_does_not_split(dgx):
+    with pytest.raises(SplitError, match="Megatron-LM's pair"):
+        compile_graph(graph_of(EVERY_KIND), dgx, mapper="heft", parallel="tensor")
+    block = BLOCK.replace("ff = gelu(", "ff = elementwise(").replace("[F]))", "[F]), fn = \"tanh\")")
+    compiled = compile_graph(graph_of(block), dgx, mapper="heft", parallel="tensor")
+    assert validate(compiled.result.schedule) == [] and compiled.parallel.best.plan.tensor > 1

@@ -84,7 +84,7 @@ def parse_dims(items: list[str]) -> dict[str, int]:
     dims: dict[str, int] = {}
     for item in items:
         name, sep, size = item.partition("=")
-        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+        if not sep or not name.strip() or not (size.strip().isascii() and size.strip().isdigit()) or int(size) < 1:
             raise OptionsError(f"expected NAME=SIZE with a positive integer size, got {item!r}", obj="--dim")
         if int(size) > 2**31:
             raise OptionsError(f"the size of {name.strip()!r} is too large: {size}", obj="--dim")

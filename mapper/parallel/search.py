@@ -257,7 +257,11 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
             best_time = min(best_time, cand.step_time)
     pool = scored if mode == "auto" else [s for s in scored if len(s[0].plan.devices) > 1]
     if not pool:
-        why = "; ".join(list(dict.fromkeys(reasons))[:3]) or "the platform has one device that runs the graph"
+        why = "; ".join(list(dict.fromkeys(reasons))[:3])
+        if not why and len(devices) > 1 and mode == "tensor":
+            why = ("no part of it splits by tensor: a matmul with a weight whose output reaches a second such matmul "
+                   "through elementwise ops (Megatron-LM's pair), or a convolution region")
+        why = why or "the platform has one device that runs the graph"
         raise SplitError(f"--parallel {mode}: no plan splits graph {graph.name} ({why})", obj="--parallel")
     fitting = [s for s in pool if s[0].fits]
     if fitting:
