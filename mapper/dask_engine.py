@@ -31,17 +31,21 @@ and Task Scheduling", SciPy 2015; the Dask distributed documentation
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
 import os
 import re
+import socket
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from mapper.errors import InputError, MapperError, OptionsError
 from mapper.execute import ExecutionError, make_plan
+from mapper.limits import memory_budget
 from mapper.mapping.base import MapResult
 from mapper.trace import Trace, TransferRecord
 
@@ -120,7 +124,7 @@ def connect(devices: Sequence[str], scheduler: str | None = None, processes: boo
                                                       name="mapper")
                 client = distributed.Client(cluster, timeout=START_TIMEOUT, set_as_default=False)
             else:
-                check_address(scheduler)
+                probe_scheduler(scheduler)
                 try:
                     client = distributed.Client(scheduler, timeout=START_TIMEOUT, set_as_default=False)
                 except (OSError, TimeoutError) as exc:
@@ -137,23 +141,64 @@ def connect(devices: Sequence[str], scheduler: str | None = None, processes: boo
             log.setLevel(level)
 
 
-def check_address(address: str) -> None:
-    """An :class:`OptionsError` unless ``address`` is a Dask address
-    (``tcp://host:port``; a scheme Dask knows and a location), checked before
-    a client is made: a client that fails to start lingers for minutes."""
-    _dask()  # installed, or an InputError saying how
-    from distributed.comm import parse_address
-    from distributed.comm.registry import get_backend
+def check_address(address: str) -> tuple[str, int]:
+    """The host and port of ``address``, which must be ``tcp://HOST:PORT`` (the
+    scheme Dask's schedulers listen on by default; TLS needs credentials mapper
+    does not take). An :class:`OptionsError` otherwise, before anything connects:
+    a client that fails to start lingers for minutes."""
+    hint = "give the scheduler's address, such as tcp://127.0.0.1:8786"
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme != "tcp":
+        raise OptionsError(f"--scheduler {address!r} is not a tcp://HOST:PORT address"
+                           + (f" (mapper connects over tcp only, not {scheme}://)" if sep and scheme else ""),
+                           obj="--scheduler", hint=hint)
+    try:
+        parts = urllib.parse.urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise OptionsError(f"--scheduler {address!r} is not a tcp://HOST:PORT address: {exc}", obj="--scheduler",
+                           hint=hint) from None
+    if not host or port is None or port == 0 or parts.path not in ("", "/") or parts.query or parts.fragment \
+            or any(c.isspace() or not c.isprintable() for c in rest):
+        raise OptionsError(f"--scheduler {address!r} has no host and port", obj="--scheduler", hint=hint)
+    return host, port
+
+
+#: Seconds a scheduler has to accept the connection and to answer it (each).
+PROBE_TIMEOUT = 10.0
+
+
+def probe_scheduler(address: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Ask ``address`` who it is (the scheduler's ``identity`` call) within
+    ``timeout`` seconds per step; an :class:`OptionsError` when nothing listens
+    there, the peer stays silent, or it answers but is not a Dask scheduler.
+    Dask's own client would wait minutes on such a peer."""
+    host, port = check_address(address)
+    distributed = _dask()
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise OptionsError(f"cannot reach the Dask scheduler at {address}: {exc.strerror or exc}",
+                           obj="--scheduler") from None
+
+    async def ask() -> Any:
+        comm = await asyncio.wait_for(distributed.comm.connect(address, timeout=timeout), timeout)
+        try:
+            await asyncio.wait_for(comm.write({"op": "identity", "reply": True}), timeout)
+            return await asyncio.wait_for(comm.read(), timeout)
+        finally:
+            comm.abort()
 
     try:
-        scheme, location = parse_address(address)
-        get_backend(scheme)
-    except (ValueError, TypeError) as exc:
-        raise OptionsError(f"--scheduler {address!r} is not a Dask address: {exc}", obj="--scheduler",
-                           hint="give the scheduler's address, such as tcp://127.0.0.1:8786") from None
-    if not location.strip() or any(c.isspace() for c in location):
-        raise OptionsError(f"--scheduler {address!r} has no host and port", obj="--scheduler",
-                           hint="give the scheduler's address, such as tcp://127.0.0.1:8786")
+        with memory_budget(2**28):  # a garbage length prefix must not allocate gigabytes
+            reply = asyncio.run(ask())
+    except TimeoutError:
+        raise OptionsError(f"the peer at {address} accepts connections but does not answer within {timeout:g} s; "
+                           "it is not a Dask scheduler, or not a working one", obj="--scheduler") from None
+    except Exception:  # closed, garbage, a frame too large: whatever the peer sent, it is not Dask
+        raise OptionsError(f"the peer at {address} does not answer as a Dask scheduler", obj="--scheduler") from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise OptionsError(f"the peer at {address} answers, but not as a Dask scheduler", obj="--scheduler")
 
 
 @contextlib.contextmanager

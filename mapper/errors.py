@@ -78,6 +78,11 @@ class InfeasibleError(MapperError):
     exit_code = 3
 
 
+class InputWarning(UserWarning):
+    """Something an input left out or mapper guessed (an imported op priced from its
+    shape, weights not read); the CLI prints it as ``warning: ...``."""
+
+
 #: The most characters of a source line an error shows.
 MAX_SHOWN = 160
 

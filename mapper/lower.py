@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import warnings
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from mapper import syntax as S
-from mapper.errors import DslError, InputError, SourceSpan
+from mapper.errors import DslError, InputError, InputWarning, SourceSpan
 from mapper.files import Unreadable, read_text
 from mapper.graph import Operand, Placement, Task, TaskGraph, TensorType
 from mapper.lowering.annotations import Annotator
@@ -78,6 +79,9 @@ def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextMana
         from mapper.importers.onnx_dsl import import_onnx
 
         imported = import_onnx(file)
+        warning = imported.warning()
+        if warning:
+            warnings.warn(warning, InputWarning, stacklevel=2)
         return imported.text, imported.blame()
     return _read(file, None, None), contextlib.nullcontext()
 

@@ -78,6 +78,12 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
     if any(t.backward for t in graph.tasks):
         raise OptionsError(f"graph {graph.name} already has backward tasks; --train takes a forward graph",
                            obj="--train")
+    priced = [t.name for t in graph.tasks if t.explicit_cost]
+    if priced:
+        raise OptionsError(f"graph {graph.name} is not trainable: task {priced[0]!r}"
+                           + (f" and {len(priced) - 1} more give" if len(priced) > 1 else " gives")
+                           + " a measured cost per device, from which no backward cost follows",
+                           obj="--train", hint="give such tasks their work (work { flops ... }) instead of a cost")
     opt = OPTIMIZERS[optimizer]
     tasks: list[Task] = list(graph.tasks)
     edges: dict[tuple[int, int], tuple[float, float | None, str]] = {

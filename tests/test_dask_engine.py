@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +22,7 @@ from randdag import round_robin
 
 from mapper.cli import main
 from mapper.dask_engine import execute_dask
+from mapper.errors import OptionsError
 from mapper.execute import ExecutionError, execute
 from mapper.lower import graph_from_text
 from mapper.mapping.base import MapResult
@@ -84,10 +87,61 @@ def test_engine_options_are_checked_before_anything_runs(tmp_path, capsys):
     assert "--retries must be >= 0" in capsys.readouterr().err
     assert main(["run", str(src), "--platform", "cpu-gpu-fpga", "--engine", "dask", "--backend", "numpy"]) == 2
     assert "--backend numpy applies only with --engine local" in capsys.readouterr().err
-    for address in ("foo://bar", "tcp://", "tcp://a b"):
+    for address in ("foo://bar", "tcp://", "tcp://a b", "not-an-address", "tcp://127.0.0.1:abc", "ucx://",
+                    "tls://", "tls://127.0.0.1:8786", "inproc://x", "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0"):
         assert main(["run", str(src), "--platform", "cpu-gpu-fpga", "--engine", "dask", "--scheduler", address]) == 2
         err = capsys.readouterr().err
-        assert "is not a Dask address" in err or "has no host and port" in err, err
+        assert "is not a tcp://HOST:PORT address" in err or "has no host and port" in err, err
+        assert "Error" not in err
+
+
+class Peer:
+    """A listener on 127.0.0.1 that is not a Dask scheduler: it accepts and stays
+    silent, or answers every connection with ``reply``."""
+
+    def __init__(self, reply: bytes = b"") -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.reply, self.conns = reply, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.conns.append(conn)
+                if self.reply:
+                    conn.sendall(self.reply)
+
+    def close(self) -> None:
+        for c in [*self.conns, self.sock]:
+            c.close()
+
+
+@pytest.mark.parametrize("reply, needle", [(b"", "does not answer within"),
+                                           (b"\xff" * 64 + b"HTTP/1.1 200 OK\r\n\r\n" * 8, "does not answer as"),
+                                           (b"\x01" + b"\x00" * 7 + b"\xff" * 8, "does not answer as")])
+def test_a_peer_that_is_not_a_scheduler_is_refused_within_the_bound(reply, needle, capsys):
+    from mapper.dask_engine import PROBE_TIMEOUT, probe_scheduler
+
+    peer = Peer(reply)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(OptionsError, match=needle):
+            probe_scheduler(peer.address, timeout=2.0)
+        assert time.monotonic() - t0 < 3 * 2.0 + 5  # connect, write, read: each bounded
+        assert 3 * PROBE_TIMEOUT <= 60  # the documented connection bound (docs/execution.md)
+    finally:
+        peer.close()
+
+
+def test_nothing_listening_is_bad_input_at_once():
+    from mapper.dask_engine import probe_scheduler
+
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]  # free once closed
+    with pytest.raises(OptionsError, match="cannot reach the Dask scheduler"):
+        probe_scheduler(f"tcp://127.0.0.1:{port}", timeout=2.0)
 
 
 # -- a cluster started by hand ----------------------------------------------------------

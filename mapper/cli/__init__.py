@@ -13,9 +13,10 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 
 from mapper import __version__
-from mapper.errors import MapperError, format_error
+from mapper.errors import InputWarning, MapperError, format_error
 from mapper.fusion import FUSE_MODES
 from mapper.terminal import EscapingStream
 
@@ -90,6 +91,14 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings for the user (:class:`~mapper.errors.InputWarning`) as one line; others as Python shows them."""
+    if issubclass(category, InputWarning):
+        sys.stderr.write(f"warning: {message}\n")
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error ends as a message and an exit code (docs/architecture.md)."""
     stdout, stderr = sys.stdout, sys.stderr
@@ -100,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     try:
-        return _main(argv)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", InputWarning)
+            warnings.showwarning = _show_warning
+            return _main(argv)
     finally:
         sys.stdout.flush()
         sys.stdout, sys.stderr = stdout, stderr
