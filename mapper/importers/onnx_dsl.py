@@ -152,12 +152,15 @@ class _Writer:
                 continue
             m = replaced.get(id(n))
             self.origin = _describe(n if m is None else m.nodes[-1])
-            if m is not None:
-                if id(m) not in done and all(i in self.ref or g.tensors[i].const for i in m.inputs):
+            try:
+                if m is None:
+                    self.node(n)
+                elif id(m) not in done and all(i in self.ref or g.tensors[i].const for i in m.inputs):
                     done.add(id(m))
                     self.pattern(m, n)
-                continue
-            self.node(n)
+            except (TypeError, ValueError, IndexError, ArithmeticError):  # attributes of the wrong type or form
+                raise InputError(f"{self.origin}: its attributes or shapes are not of a form ONNX defines",
+                                 obj=g.file) from None
         if not self.tasks:
             raise InputError("the model computes nothing to map: every output is an input, a constant, or an "
                              "alias of one", obj=g.file)

@@ -172,7 +172,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
         for o in nodes[-1].outputs:
             dtype, shape = shape_of(o, f"output of {n.op_type} node '{name}'")
             value = None
-            if n.op_type == "Constant" and "value" in attrs:
+            if n.op_type == "Constant" and isinstance(attrs.get("value"), onnx.TensorProto):
                 value = _constant_value(onnx, attrs["value"], f"the value of Constant node '{name}'", file)
             tensors[o] = OnnxTensor(o, dtype, shape, folded, value)
             if folded:
@@ -190,7 +190,17 @@ def _first_line(err: BaseException) -> str:
 
 
 def _check_structure(graph: Any, file: str) -> None:
-    """InputError for a model with nothing to map: no nodes, no outputs, an output listed twice."""
+    """InputError for a model with nothing to map (no nodes, no outputs, an output listed
+    twice) or with names that are not text (protobuf hands undecodable strings over as bytes)."""
+    names: list[Any] = [graph.name, *(t.name for t in graph.initializer)]
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        names += [vi.name, *(d.dim_param for d in vi.type.tensor_type.shape.dim)]
+    for n in graph.node:
+        names += [n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
+    for t in graph.initializer:
+        names += [x for e in t.external_data for x in (e.key, e.value)]
+    if not all(isinstance(x, str) for x in names):
+        raise InputError("the model holds a name that is not UTF-8 text (a damaged file?)", obj=file)
     if not graph.node:
         raise InputError("the model has no nodes: there is nothing to map", obj=file)
     if not graph.output:
