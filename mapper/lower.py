@@ -29,6 +29,7 @@ from mapper.lowering.edges import ExplicitEdge, graph_edges
 from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, Evaluator, hint
 from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
+from mapper.sources import ModelFile, is_model
 
 __all__ = ["graph_from_text", "load_graph", "lower", "read_program", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
 
@@ -47,7 +48,8 @@ def graph_from_text(text: str, file: str = "<string>") -> TaskGraph:
 
 
 def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
-    """Read, parse and lower the DSL file at ``path``.
+    """Read, parse and lower the program at ``path``: a DSL file, or a model file
+    (a path, or a :class:`~mapper.sources.ModelFile` with the sizes of its open dimensions).
 
     Raises
     ------
@@ -58,7 +60,7 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
         On any error in the program.
     """
     file = os.fspath(path)
-    text, blame = read_program(file)
+    text, blame = read_program(path)
     with blame:
         return graph_from_text(text, file)
 
@@ -75,10 +77,11 @@ def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextMana
     imported model, errors in it become errors naming the model's node
     (:meth:`mapper.importers.onnx_dsl.Imported.blame`)."""
     file = os.fspath(path)
-    if file.lower().endswith(".onnx"):
+    if is_model(file):
         from mapper.importers.onnx_dsl import import_onnx
 
-        imported = import_onnx(file)
+        model = path if isinstance(path, ModelFile) else ModelFile(file)
+        imported = import_onnx(file, dict(model.dims), dict(model.input_shapes))
         warning = imported.warning()
         if warning:
             warnings.warn(warning, InputWarning, stacklevel=2)

@@ -8,6 +8,7 @@ carries the stage's product).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_opt
 from mapper.parallel.plan import check_parallel
 from mapper.platform import Platform, load_platform
 from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
+from mapper.sources import ModelFile
 from mapper.validate import validate
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
@@ -74,7 +76,7 @@ def require_valid(result: MapResult) -> MapResult:
 
 
 def compile_graph(
-    source: str | Path | TaskGraph,
+    source: str | Path | ModelFile | TaskGraph,
     platform: str | Path | Platform,
     *,
     mapper: str = DEFAULT_MAPPER,
@@ -92,7 +94,8 @@ def compile_graph(
 
     Parameters
     ----------
-    source : a DSL file path, or an already lowered TaskGraph.
+    source : a DSL or model file path (a :class:`~mapper.sources.ModelFile` with the sizes of a
+        model's open dimensions), or an already lowered TaskGraph.
     platform : a shipped platform name, a TOML path, or a Platform.
     mapper : the mapper whose schedule is the result.
     compare : further mappers to run on the same cost table, for comparison.
@@ -157,8 +160,8 @@ def compile_graph(
         from mapper.lower import lower, read_program
         from mapper.parse import parse
 
-        path = str(source)
-        text, blame = read_program(path)
+        path = os.fspath(source)
+        text, blame = read_program(source)
         with blame:
             program = stage("parse", lambda: parse(text, path))
             graph = stage("lower", lambda: lower(program))

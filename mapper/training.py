@@ -78,7 +78,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
     if any(t.backward for t in graph.tasks):
         raise OptionsError(f"graph {graph.name} already has backward tasks; --train takes a forward graph",
                            obj="--train")
-    priced = [t.name for t in graph.tasks if t.explicit_cost]
+    priced = [t.name for t in graph.tasks if t.op == "task" and t.explicit_cost]  # no op, no formula
     if priced:
         raise OptionsError(f"graph {graph.name} is not trainable: task {priced[0]!r}"
                            + (f" and {len(priced) - 1} more give" if len(priced) > 1 else " gives")

@@ -11,6 +11,7 @@ import json
 import sys
 from collections import Counter
 
+from mapper.cli.model_options import add_model_options, source
 from mapper.dump import dump_graph
 from mapper.fusion import FUSE_MODES, fuse
 from mapper.graph import TaskGraph
@@ -24,6 +25,7 @@ def register(subparsers) -> None:
                                           "total FLOPs and bytes, the op histogram and the "
                                           "critical path by FLOPs.")
     p.add_argument("file", metavar="FILE", help="the DSL program (.tg)")
+    add_model_options(p)
     p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
                    help="list the fused kernels a device that fuses (GPUs by default) runs (default auto; "
                         "none: no list)")
@@ -91,7 +93,7 @@ def _bytes(x: float) -> str:
 
 
 def run(args) -> int:
-    g = load_graph(args.file)
+    g = load_graph(source(args))
     if args.dump:
         sys.stdout.write(dump_graph(g))
         return 0

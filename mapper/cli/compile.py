@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from mapper.cli import add_fuse_option, add_parallel_option, add_train_options, train_option
+from mapper.cli.model_options import add_model_options, source
 from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
@@ -41,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="FILE", help="a task-graph DSL file (.tg)")
+    add_model_options(p)
     p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
     p.add_argument("--mapper", default=DEFAULT_MAPPER,
                    help=f"mapping algorithm (default: {DEFAULT_MAPPER}; see `mapper mappers`)")
@@ -205,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with interrupt:
             compiled = compile_graph(
-                args.file, args.platform, mapper=args.mapper, options=options,
+                source(args), args.platform, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
                 micro_batches=args.micro_batches, parallel=args.parallel,

@@ -12,6 +12,7 @@ import math
 import sys
 
 from mapper.cli import add_fuse_option, add_train_options, train_option
+from mapper.cli.model_options import add_model_options, source
 from mapper.cost import CostTable, build_cost_table
 from mapper.fusion import fuse_for
 from mapper.platform import load_platform
@@ -34,6 +35,7 @@ def register(subparsers) -> None:
                     "each edge costs between devices.",
     )
     p.add_argument("file", metavar="FILE", help="a task-graph program (.tg)")
+    add_model_options(p)
     p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a .toml path")
     add_fuse_option(p)
     add_train_options(p)
@@ -46,7 +48,7 @@ def run(args) -> int:
     from mapper.lower import load_graph
 
     platform = load_platform(args.platform)
-    graph = load_graph(args.file)
+    graph = load_graph(source(args))
     graph = fuse_for(graph, platform, args.fuse)
     optimizer = train_option(args)
     if optimizer is not None:

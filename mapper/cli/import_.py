@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import sys
 
+from mapper.cli.model_options import add_model_options
 from mapper.errors import InputError, OptionsError
 from mapper.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
 from mapper.lower import graph_from_text
 from mapper.platform import parse_platform
+from mapper.sources import parse_dims, parse_input_shapes
 
 FORMATS = ("wfcommons", "onnx", "dnn-partitioning")
 
@@ -33,8 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("format", choices=FORMATS, help="the input format")
     p.add_argument("file", metavar="FILE",
                    help="the input file (WfFormat JSON, an .onnx model, or dnn-partitioning JSON)")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                   help="onnx: the size of a dynamic dimension (repeat for several)")
+    add_model_options(p)
     p.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
     p.add_argument("--platform-out", metavar="OUT.toml",
                    help="dnn-partitioning: write the instance's devices here as a platform file")
@@ -55,8 +56,7 @@ def run(args) -> int:
         return _run_onnx(args)
     if args.format == "dnn-partitioning":
         return _run_dnn_partitioning(args)
-    if args.dim:
-        raise OptionsError("--dim applies to onnx imports only", obj="--dim")
+    _no_model_options(args)
     try:
         ref = ReferenceMachine(gflops_per_core=args.gflops_per_core, default_parallel=args.parallel)
     except InputError as err:
@@ -79,24 +79,16 @@ def run(args) -> int:
     return 0
 
 
-def parse_dims(items: list[str]) -> dict[str, int]:
-    """``["batch=8", ...]`` as ``{"batch": 8}``; OptionsError naming --dim otherwise."""
-    dims: dict[str, int] = {}
-    for item in items:
-        name, sep, size = item.partition("=")
-        if not sep or not name.strip() or not (size.strip().isascii() and size.strip().isdigit()) or int(size) < 1:
-            raise OptionsError(f"expected NAME=SIZE with a positive integer size, got {item!r}", obj="--dim")
-        if int(size) > 2**31:
-            raise OptionsError(f"the size of {name.strip()!r} is too large: {size}", obj="--dim")
-        dims[name.strip()] = int(size)
-    return dims
+def _no_model_options(args) -> None:
+    for flag, given in (("--dim", args.dim), ("--input-shape", args.input_shape)):
+        if given:
+            raise OptionsError(f"{flag} applies to onnx imports only", obj=flag)
 
 
 def _run_dnn_partitioning(args) -> int:
     from mapper.importers.dnn_partitioning import instance_dsl, instance_platform, read_instance
 
-    if args.dim:
-        raise OptionsError("--dim applies to onnx imports only", obj="--dim")
+    _no_model_options(args)
     inst = read_instance(args.file)
     text, platform = instance_dsl(inst), instance_platform(inst)
     graph_from_text(text, args.file)  # both outputs read back before either is written
@@ -118,7 +110,7 @@ def _run_dnn_partitioning(args) -> int:
 def _run_onnx(args) -> int:
     from mapper.importers.onnx_dsl import import_onnx
 
-    imported = import_onnx(args.file, parse_dims(args.dim))
+    imported = import_onnx(args.file, dict(parse_dims(args.dim)), dict(parse_input_shapes(args.input_shape)))
     with imported.blame():  # never write a program that check would refuse
         graph_from_text(imported.text, imported.file)
     warning = imported.warning()

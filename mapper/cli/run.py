@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from mapper.cli import add_fuse_option, add_parallel_option
+from mapper.cli.model_options import add_model_options, source
 from mapper.errors import OptionsError
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
 
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and report predicted against measured-or-modelled times.",
     )
     p.add_argument("file", metavar="FILE", help="a task-graph DSL file")
+    add_model_options(p)
     p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
     p.add_argument("--mapper", default=DEFAULT_MAPPER, help=f"mapping algorithm (default: {DEFAULT_MAPPER})")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     check_options(backend=args.backend, repeats=args.repeats, max_workers=args.workers)
     _check_calibration_options(args)
     _check_engine_options(args)
-    graph = load_graph(args.file)
+    graph = load_graph(source(args))
     refuse_kernel_less(graph)  # before mapping: such a graph can't be run at all
     platform: Any = args.platform
     if args.calibrate:  # refuse a platform without a CPU before mapping and running

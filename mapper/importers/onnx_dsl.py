@@ -72,9 +72,10 @@ class Imported:
             raise InputError(message, obj=self.file, hint=err.hint) from None
 
 
-def import_onnx(path: str, dims: Mapping[str, int] | None = None) -> Imported:
+def import_onnx(path: str, dims: Mapping[str, int] | None = None,
+                input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Imported:
     """Read the ONNX model at ``path`` (see :func:`~mapper.importers.onnx_model.read_onnx`) as DSL text."""
-    return onnx_to_dsl(read_onnx(path, dims))
+    return onnx_to_dsl(read_onnx(path, dims, input_shapes))
 
 
 def onnx_to_dsl(g: OnnxGraph) -> Imported:

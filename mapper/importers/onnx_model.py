@@ -89,8 +89,10 @@ def _onnx() -> Any:
     return onnx
 
 
-def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = None) -> OnnxGraph:
-    """Load, set ``dims`` (dynamic dimension name -> size), infer shapes; see the module docstring.
+def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxGraph:
+    """Load, set ``dims`` (dynamic dimension name -> size) and ``input_shapes`` (input
+    name -> its whole shape), infer shapes; see the module docstring.
 
     Raises
     ------
@@ -122,7 +124,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     graph = model.graph
     _check_structure(graph, file)
     init_names = {t.name for t in graph.initializer}
-    _set_dims(graph, init_names, dict(dims or {}), file)
+    _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
     initializers = {t.name: _initializer(onnx, t, file) for t in graph.initializer}
     _strip_weights(onnx, graph, initializers)
     try:
@@ -296,13 +298,30 @@ def _strip_weights(onnx: Any, graph: Any, initializers: Mapping[str, tuple[OnnxT
     graph.initializer.extend(kept)
 
 
-def _set_dims(graph: Any, init_names: set[str], dims: dict[str, int], file: str) -> None:
-    """Give the named dynamic dimensions of the graph's inputs their sizes."""
+def _set_dims(graph: Any, init_names: set[str], dims: dict[str, int], shapes: dict[str, tuple[int, ...]],
+              file: str) -> None:
+    """Give the graph's inputs their sizes: whole shapes from ``shapes`` (input name ->
+    shape), named dynamic dimensions from ``dims``; drop the shapes the exporter recorded
+    inside the graph and on its outputs, which keep the old symbolic names (shape
+    inference computes them again from the inputs)."""
+    inputs = {vi.name: vi for vi in graph.input if vi.name not in init_names}
+    for name in shapes:
+        if name not in inputs:
+            raise InputError(f"--input-shape {name}: the model has no input of that name (it has: "
+                             f"{', '.join(sorted(inputs)) or 'none'})", obj=file)
     used: set[str] = set()
-    for vi in graph.input:
-        if vi.name in init_names:
+    for vi in inputs.values():
+        shape = vi.type.tensor_type.shape
+        if vi.name in shapes:
+            given = shapes[vi.name]
+            if vi.type.tensor_type.HasField("shape") and len(shape.dim) != len(given):
+                raise InputError(f"--input-shape {vi.name}: the input has {len(shape.dim)} dimensions, "
+                                 f"not {len(given)}", obj=file)
+            vi.type.tensor_type.ClearField("shape")
+            for size in given:
+                vi.type.tensor_type.shape.dim.add().dim_value = size
             continue
-        for d in vi.type.tensor_type.shape.dim:
+        for d in shape.dim:
             if d.HasField("dim_param") and d.dim_param in dims:
                 size = dims[d.dim_param]
                 used.add(d.dim_param)
@@ -314,6 +333,11 @@ def _set_dims(graph: Any, init_names: set[str], dims: dict[str, int], file: str)
                         if d.HasField("dim_param")})
         raise InputError(f"--dim {unknown[0]}: the model has no dynamic dimension of that name"
                          + (f" (it has: {', '.join(names)})" if names else " (it has none)"), obj=file)
+    if dims or shapes:
+        del graph.value_info[:]
+        for vi in graph.output:
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
 
 
 def _value_info(vi: Any, file: str) -> tuple[str, tuple[int, ...]]:
@@ -331,8 +355,8 @@ def _value_info(vi: Any, file: str) -> tuple[str, tuple[int, ...]]:
         else:
             name = d.dim_param or "?"
             raise InputError(f"dimension '{name}' of '{vi.name}' is unknown; set it with --dim {name}=SIZE"
-                             if d.dim_param else f"a dimension of '{vi.name}' is unknown after shape inference",
-                             obj=file)
+                             if d.dim_param else f"a dimension of '{vi.name}' is unknown after shape inference; "
+                             "give the model's inputs their shapes with --input-shape NAME=D1,D2,...", obj=file)
     return _dtype(tt.elem_type, vi.name, file), tuple(shape)
 
 

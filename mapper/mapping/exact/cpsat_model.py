@@ -318,6 +318,7 @@ class _Run:
         self.start: tuple[float, ...] | None = None
         self.done = threading.Event()
         self.cancelled = False
+        self.error: Exception | None = None  # what its solve raised
 
     def solve(self, deadline: float) -> None:
         """Search until ``deadline`` (a :func:`time.perf_counter` value), a
@@ -348,6 +349,8 @@ class _Run:
                     device = assign_pools(device, ticks, b.lengths, b.pools)
                 self.device = device
                 self.start = tuple(x / b.k for x in ticks) if b.start else None
+        except Exception as exc:  # on its own thread: kept for the caller of _race to raise
+            self.error = exc
         finally:
             self.done.set()
 
@@ -367,8 +370,10 @@ class _Run:
 
 def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
           give_up: float | None = None) -> bool:
-    """Run the searches side by side until each ends, the first on the
-    calling thread (a solve alone in a thread does not survive SIGTERM).
+    """Run the searches side by side until each ends, each on a thread of its
+    own while the calling thread waits in Python, where signal handlers run: a
+    SIGTERM or Ctrl-C that ends the process cancels and joins every search on
+    its way out, instead of waiting for the first one's time limit.
 
     Each search is deterministic, but which one proves first is not. So when
     one proves a value, the searches after it stop, and those before it run
@@ -378,7 +383,7 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
     finds none in that time. ``stop()`` ends them all, and so does ``give_up``
     (a :func:`time.perf_counter` value) when no search has found a solution
     by then; returns whether that happened."""
-    helpers = [threading.Thread(target=r.solve, args=(deadline,), daemon=True) for r in runs[1:]]
+    helpers = [threading.Thread(target=r.solve, args=(deadline,), daemon=True) for r in runs]
     quit_ = threading.Event()
     t0 = time.perf_counter()
     grace_end: list[float] = []  # when the searches before a proven one stop
@@ -416,9 +421,12 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
     for h in helpers:
         h.start()
     try:
-        runs[0].solve(deadline)
+        while not runs[0].done.wait(0.05):
+            pass
     finally:
-        for r in runs[1:]:  # the first is done: its time is up, or it proved its answer
+        for r in runs:  # the first is done (its time is up, or it proved its answer), or the process ends
+            if r.done.is_set():
+                continue
             r.cancel()
             while not r.done.wait(0.05):  # a stop sent before its solve began would be lost: send it again
                 r.cancel()
@@ -426,6 +434,9 @@ def _race(runs: list[_Run], deadline: float, stop: Callable[[], bool] | None,
             h.join()
         quit_.set()
         watcher.join()
+    error = getattr(runs[0], "error", None)
+    if error is not None:
+        raise error
     return bool(idled)
 
 

@@ -1,0 +1,21 @@
+"""``--dim`` and ``--input-shape``: the sizes of a model file's open dimensions, on every
+command that reads a program (docs/importers.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from mapper.sources import ModelFile, program_source
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """Add --dim and --input-shape to a command's parser."""
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                   help="a model file (.onnx): the size of a named dynamic dimension (repeat for several)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                   help="a model file (.onnx): the whole shape of an input whose dimensions are unnamed or -1")
+
+
+def source(args: argparse.Namespace) -> str | ModelFile:
+    """What the command reads: ``args.file``, with the model options when it is a model file."""
+    return program_source(args.file, args.dim, args.input_shape)

@@ -1,0 +1,84 @@
+"""What a program is read from: a DSL file, or a model file with the sizes of its open dimensions.
+
+A ``.tg`` file is read as it is. An ONNX model (``.onnx``) is imported, and
+may leave dimensions open: named ones (``batch``, ``seq``) take a size from
+``--dim NAME=SIZE``, and an input whose dimensions are unnamed or ``-1`` takes
+its whole shape from ``--input-shape NAME=D1,D2,...``. :class:`ModelFile`
+carries a path with those sizes to every command and API call that reads a
+program; :func:`parse_dims` and :func:`parse_input_shapes` read the options.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mapper.errors import OptionsError
+
+#: The largest size one dimension may be given.
+MAX_DIM = 2**31
+#: File name endings of model files (imported, not parsed as DSL).
+MODEL_SUFFIXES = (".onnx",)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    """A model file and the sizes its open dimensions take."""
+
+    path: str
+    dims: tuple[tuple[str, int], ...] = ()  # named dimension -> size
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # input -> its whole shape
+
+    def __fspath__(self) -> str:
+        return self.path
+
+
+def is_model(path: str | os.PathLike[str]) -> bool:
+    """True for a file mapper imports rather than parses (an ONNX model)."""
+    return os.fspath(path).lower().endswith(MODEL_SUFFIXES)
+
+
+def _size(text: str, item: str, flag: str) -> int:
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise OptionsError(f"expected a positive integer size, got {item!r}", obj=flag)
+    if int(text) > MAX_DIM:
+        raise OptionsError(f"the size {text} in {item!r} is too large (at most {MAX_DIM:,})", obj=flag)
+    return int(text)
+
+
+def parse_dims(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """``["batch=8", ...]`` as ``(("batch", 8), ...)``; OptionsError naming --dim otherwise."""
+    dims: dict[str, int] = {}
+    for item in items:
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip():
+            raise OptionsError(f"expected NAME=SIZE with a positive integer size, got {item!r}", obj="--dim")
+        dims[name.strip()] = _size(size, item, "--dim")
+    return tuple(dims.items())
+
+
+def parse_input_shapes(items: Sequence[str]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``["x=1,3,224,224", ...]`` as ``(("x", (1, 3, 224, 224)), ...)``; OptionsError naming
+    --input-shape otherwise."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        if not sep or not name.strip() or not dims.strip():
+            raise OptionsError(f"expected NAME=D1,D2,... with positive integer sizes, got {item!r}",
+                               obj="--input-shape")
+        shapes[name.strip()] = tuple(_size(d, item, "--input-shape") for d in dims.split(","))
+    return tuple(shapes.items())
+
+
+def program_source(path: str, dims: Sequence[str] = (), input_shapes: Sequence[str] = ()) -> str | ModelFile:
+    """What a command given ``path`` and the --dim / --input-shape options reads:
+    the path itself, or a :class:`ModelFile`; OptionsError for those options on a DSL file."""
+    given = parse_dims(dims), parse_input_shapes(input_shapes)
+    if not is_model(path):
+        for flag, value in zip(("--dim", "--input-shape"), given):
+            if value:
+                raise OptionsError(f"{flag} applies to model files (.onnx) only", obj=flag)
+        return path
+    return ModelFile(path, *given)
