@@ -23,6 +23,7 @@ from typing import Any
 from mapper.errors import InputError
 from mapper.graph import DTYPE_BYTES
 from mapper.importers.external_data import check_size, parse_ref, read_bytes, resolve
+from mapper.importers.onnx_fold import fold_constants
 from mapper.limits import memory_budget
 
 #: The largest ONNX file read (weights included).
@@ -83,6 +84,7 @@ class OnnxGraph:
 def _onnx() -> Any:
     try:
         import onnx
+        import onnx.reference  # the evaluator that folds constants (mapper.importers.onnx_fold)
     except ImportError:
         raise InputError(f"reading ONNX models needs the onnx package: pip install 'mapper[{EXTRA}]'",
                          obj="onnx") from None
@@ -127,19 +129,28 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
     initializers = {t.name: _initializer(onnx, t, file) for t in graph.initializer}
     _strip_weights(onnx, graph, initializers)
-    try:
-        with memory_budget():
-            model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except MemoryError:
-        raise InputError("ONNX shape inference ran out of memory: a shape the model computes is too large",
-                         obj=file) from None
-    except Exception as err:  # onnx.shape_inference.InferenceError and checker errors
-        first = _first_line(err)
-        if "bad_alloc" in first:
+
+    def infer(m: Any) -> Any:
+        try:
+            with memory_budget():
+                return onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True, data_prop=True)
+        except MemoryError:
             raise InputError("ONNX shape inference ran out of memory: a shape the model computes is too large",
                              obj=file) from None
-        raise InputError(f"ONNX shape inference failed: {first}", obj=file) from None
+        except Exception as err:  # onnx.shape_inference.InferenceError and checker errors
+            first = _first_line(err)
+            if "bad_alloc" in first:
+                raise InputError("ONNX shape inference ran out of memory: a shape the model computes is too "
+                                 "large", obj=file) from None
+            raise InputError(f"ONNX shape inference failed: {first}", obj=file) from None
+
+    model, _ = fold_constants(onnx, model, infer)
     graph = model.graph
+    for t in graph.initializer:  # the folded values
+        if t.name not in initializers:
+            init_names.add(t.name)
+            initializers[t.name] = (OnnxTensor(t.name, _dtype(t.data_type, t.name, file), tuple(int(d) for d in t.dims),
+                                               True, onnx.numpy_helper.to_array(t)), None)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     tensors: dict[str, OnnxTensor] = {name: t for name, (t, _) in initializers.items()}
     infos = {vi.name: vi for vi in (*graph.input, *graph.value_info, *graph.output)}

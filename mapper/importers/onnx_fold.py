@@ -1,0 +1,146 @@
+"""Folding an ONNX model's constant and shape arithmetic before it is imported.
+
+Exporters write the arithmetic of shapes as nodes: ``Shape`` of a tensor,
+``Gather`` of one of its dimensions, ``Concat``, ``Equal``, ``Where``,
+``ConstantOfShape``, ``Range``, ``Expand`` of constants (torch's
+``dynamo=False`` exporter for every transformer). Shape inference alone
+leaves what flows from them unknown (``unk__0``). :func:`fold_constants`
+evaluates, with ONNX's own reference evaluator (``onnx.reference``, the
+operator specification as code), every node whose inputs are all known: a
+small initializer, a folded output, or the shape or size of a tensor whose
+shape is known once the user's dimensions are set. Each folded output
+becomes an initializer; shape inference then runs again, and so on until
+nothing more folds. Values over :data:`MAX_FOLDED_ELEMENTS` elements are
+not made (their shapes are enough). The ``onnx`` module is passed in: this
+module does not import it (mapper.importers.onnx_model is its one importer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mapper.limits import memory_budget
+
+#: Folded values up to this many elements are made and kept (shape arithmetic, masks of small models).
+MAX_FOLDED_ELEMENTS = 4096
+#: Rounds of folding and shape inference at most (each round folds what the previous one made known).
+MAX_ROUNDS = 8
+#: Ops never folded: their outputs are random, or they hold graphs of their own.
+NEVER = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                   "Bernoulli", "If", "Loop", "Scan", "SequenceMap"})
+#: ONNX element types a folded value may have (those the importer reads).
+FOLDABLE_TYPES = frozenset({1, 2, 3, 6, 7, 9, 10, 11, 16})
+
+
+def fold_constants(onnx: Any, model: Any, infer: Callable[[Any], Any]) -> tuple[Any, int]:
+    """The model with every foldable node (module docstring) replaced by an initializer,
+    shapes inferred (``infer``), and how many nodes were folded."""
+    folded = 0
+    model = infer(model)
+    for _ in range(MAX_ROUNDS):
+        done = _fold_once(onnx, model)
+        if not done:
+            break
+        folded += done
+        model = infer(model)
+    return model, folded
+
+
+def _known_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
+    """Tensors whose shapes are wholly known, after shape inference."""
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and \
+                all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
+            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return out
+
+
+def _fold_once(onnx: Any, model: Any) -> int:
+    """Fold, in order, the nodes whose inputs are known; the number folded."""
+    import numpy as np
+
+    graph = model.graph
+    values: dict[str, Any] = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    shapes = _known_shapes(graph)
+    outputs = {o.name for o in graph.output}
+    opsets = list(model.opset_import)
+    keep, made = [], []
+    for node in graph.node:
+        inputs = [i for i in node.input if i]
+        value = None
+        standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type in ("Shape", "Size") and len(inputs) == 1 and inputs[0] in shapes:
+            dims = shapes[inputs[0]]
+            if node.op_type == "Size":
+                value = [np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)]
+            else:
+                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                start, end = int(attrs.get("start", 0)), attrs.get("end")
+                value = [np.array(dims[start:None if end is None else int(end)], dtype=np.int64)]
+        elif standard and node.op_type not in NEVER and all(i in values for i in inputs) \
+                and not any(o in outputs for o in node.output) and _small(node, shapes):
+            value = _evaluate(onnx, node, inputs, values, opsets)
+        if value is None or len(value) != len(node.output) or not all(_keepable(onnx, v) for v in value):
+            keep.append(node)
+            continue
+        for name, v in zip(node.output, value):
+            if name:
+                values[name] = np.asarray(v)
+                made.append(onnx.numpy_helper.from_array(np.asarray(v), name))
+    if not made:
+        return 0
+    del graph.node[:]
+    graph.node.extend(keep)
+    graph.initializer.extend(made)
+    names = {t.name for t in made}
+    kept_info = [vi for vi in graph.value_info if vi.name not in names]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    return len({t.name for t in made})
+
+
+def _small(node: Any, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """False when an output is known to be larger than :data:`MAX_FOLDED_ELEMENTS`."""
+    for o in node.output:
+        if o in shapes:
+            n = 1
+            for d in shapes[o]:
+                n *= d
+            if n > MAX_FOLDED_ELEMENTS:
+                return False
+    return True
+
+
+def _evaluate(onnx: Any, node: Any, inputs: list[str], values: dict[str, Any], opsets: list[Any]) -> list[Any] | None:
+    """The node's outputs from the reference evaluator, or None when it cannot say."""
+    helper = onnx.helper
+    names = list(dict.fromkeys(inputs))
+    graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(i, _elem(onnx, values[i]), None)
+                                               for i in names],
+                              [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+    try:
+        with memory_budget(2**28):
+            model = helper.make_model(graph, opset_imports=opsets)
+            out = onnx.reference.ReferenceEvaluator(model).run(None, {i: values[i] for i in names})
+    except Exception:  # an op the evaluator lacks, or inputs it refuses: the node stays
+        return None
+    return list(out)
+
+
+def _elem(onnx: Any, value: Any) -> int:
+    return int(onnx.helper.np_dtype_to_tensor_dtype(value.dtype))
+
+
+def _keepable(onnx: Any, value: Any) -> bool:
+    import numpy as np
+
+    v = np.asarray(value)
+    if v.size > MAX_FOLDED_ELEMENTS:
+        return False
+    try:
+        return _elem(onnx, v) in FOLDABLE_TYPES
+    except (KeyError, TypeError, ValueError):
+        return False
