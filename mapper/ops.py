@@ -96,7 +96,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("transpose", (1, 1), "shape", "0", movement.transpose, "x", ("perm", "ints", None)),
     # an op with no rule or kernel here (an imported ONNX op): shape and work as given
     _spec("opaque", (1, None), "elementwise", "flops", movement.opaque, "x1, x2, ...",
-          ("shape", "ints", REQUIRED), ("flops", "float", 0.0), ("kind", "str", "")),
+          ("shape", "ints", REQUIRED), ("flops", "float", 0.0), ("kind", "str", ""), ("dtype", "str", None)),
     _spec("stencil", (1, 1), "stencil", "steps * points * interior", scientific.stencil,
           "x[H, W] or x[D, H, W]", ("points", "int", REQUIRED), ("steps", "int", 1)),
     _spec("spmv", (2, 2), "sparse", "2 * nnz", scientific.spmv, "A[M, N] csr, x[N]"),

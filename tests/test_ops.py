@@ -103,6 +103,9 @@ CASES = [
     ("elementwise", [T("f32", 10, 10)], {"fn": "sigmoid"}, (10, 10), 400, 400, 400),
     ("elementwise", [T("c64", 7)], {"fn": "scale", "alpha": 0.5}, (7,), 7, 56, 56),
     ("opaque", [T("f32", 2, 8), T("f16", 4)], {"shape": [4, 4], "flops": 16.0, "kind": "LRN"}, (4, 4), 16, 72, 64),
+    # a typed opaque op (an imported Equal): bool out of f32 operands
+    ("opaque", [T("f32", 2, 8), T("f32", 8)], {"shape": [2, 8], "flops": 16.0, "kind": "Equal", "dtype": "bool"},
+     (2, 8), 16, 96, 16),
 ]
 
 
@@ -273,6 +276,7 @@ ERRORS = [
     ("opaque", [T("f32", 3)], {}, "missing required attribute 'shape'", None, "shape"),
     ("opaque", [T("f32", 3)], {"shape": [3, 0]}, "shape = [3, 0] must hold positive sizes", None, "shape"),
     ("opaque", [T("f32", 3)], {"shape": [3], "flops": -1.0}, "flops = -1.0 must be between 0 and 1e30", None, "flops"),
+    ("opaque", [T("f32", 3)], {"shape": [3], "dtype": "f8"}, "dtype = 'f8' is not a dtype", None, "dtype"),
 ]
 
 

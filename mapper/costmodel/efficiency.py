@@ -42,6 +42,10 @@ _RATE_FALLBACK: dict[tuple[str, str], str] = {
     ("cpu", "bf16"): "f32",
     **{(k, "c64"): "f32" for k in DEVICE_KINDS},
     **{(k, "c128"): "f64" for k in DEVICE_KINDS},
+    # masks, comparisons and index arithmetic run on the integer ALUs at about the f32 rate
+    # (NVIDIA A100 whitepaper, 2020, table 1: INT32 19.5 TOPS = FP32 19.5 TFLOPS; x86 SIMD units
+    # are as wide for 32-bit integers as for f32)
+    **{(k, d): "f32" for k in DEVICE_KINDS for d in ("bool", "i8", "i32", "i64")},
 }
 
 

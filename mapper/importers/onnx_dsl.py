@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from mapper.errors import DslError, InputError
 from mapper.importers.dsl_writer import comment_text, dsl_name, dsl_number, dsl_string
+from mapper.importers.onnx_fold import MAX_FOLDED_ELEMENTS
 from mapper.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
 from mapper.importers.onnx_patterns import Match, find_patterns
 
@@ -32,6 +33,13 @@ BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 ALIASES = ("Identity", "Dropout")
 REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+#: Ops imported as ``opaque`` tasks of the dtype ONNX infers, priced by rule (FLOPs per output
+#: element): conversions and data movement are free, masks and comparisons one per element.
+TYPED = {"Cast": 0.0, "CastLike": 0.0, "Expand": 0.0, "Slice": 0.0, "Tile": 0.0, "Pad": 0.0, "Gather": 0.0,
+         "GatherElements": 0.0, "ScatterND": 0.0, "Trilu": 0.0, "ConstantOfShape": 0.0, "Range": 0.0,
+         "Where": 1.0, "Equal": 1.0, "Less": 1.0, "LessOrEqual": 1.0, "Greater": 1.0, "GreaterOrEqual": 1.0,
+         "And": 1.0, "Or": 1.0, "Not": 1.0, "Xor": 1.0, "IsNaN": 1.0, "IsInf": 1.0, "Max": 1.0, "Min": 1.0,
+         "Reciprocal": 1.0, "Erf": 1.0, "HardSigmoid": 3.0, "Pow": 1.0, "LSTM": 0.0, "GRU": 0.0, "RNN": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,14 +175,16 @@ class _Writer:
                              "alias of one", obj=g.file)
         outputs = [self.ref[o] for o in g.outputs if o in self.ref and not g.tensors[o].const]
         header = [f"# imported from {comment_text(os.path.basename(g.file))} by `mapper import onnx` "
-                  f"(opset {g.opset}): {len(g.nodes)} ONNX nodes, {self.tasks} tasks", f"graph {dsl_name(g.name)} {{"]
+                  f"(opset {g.opset}): {len(g.nodes) + g.evaluated} ONNX nodes, {self.tasks} tasks",
+                  f"graph {dsl_name(g.name)} {{"]
         placed = [*((line, None) for line in header), *((line, None) for line in inputs), *self.weights, *self.body]
         placed += [(f"  output {', '.join(dict.fromkeys(outputs))}", None)] if outputs else []
         placed.append(("}", None))
         origins = {k: origin for k, (_, origin) in enumerate(placed, 1) if origin is not None}
         fused = Counter(m.kind for m in matches)
-        return Imported("\n".join(line for line, _ in placed) + "\n", len(g.nodes), self.tasks,
-                        sum(n.folded for n in g.nodes), dict(fused), dict(self.unsupported), g.file, origins, g.notes)
+        return Imported("\n".join(line for line, _ in placed) + "\n", len(g.nodes) + g.evaluated, self.tasks,
+                        sum(n.folded for n in g.nodes) + g.evaluated, dict(fused), dict(self.unsupported), g.file,
+                        origins, g.notes)
 
     def pattern(self, m: Match, first: OnnxNode) -> None:
         last = m.nodes[-1]
@@ -212,12 +222,12 @@ class _Writer:
             return
         if op in UNARY and x is not None:
             self.emit(n.name, f'elementwise({self.operand(x)}, fn = "{UNARY[op]}")', out)
-        elif op in BINARY and len(n.inputs) == 2:
+        elif op in BINARY and len(n.inputs) == 2 and self.g.tensors[out].dtype not in ("bool",):
             self.binary(n.name, BINARY[op], n.inputs[0], n.inputs[1], out)
         elif op in REDUCE and not self.reduce(n, out):
             self.opaque(n)
         elif op not in REDUCE:
-            self.opaque(n)
+            self.opaque(n, TYPED.get(op, 1.0))
 
     def window_flops(self, n: OnnxNode, out: str) -> float:
         """FLOPs per output element of a convolution or pooling window (as the DSL counts them)."""
@@ -228,20 +238,87 @@ class _Writer:
 
     def binary(self, raw: str, op: str, a: str, b: str, out: str) -> str:
         dtype = self.g.tensors[out].dtype
-        return self.emit(raw, f"{op}({self.operand(a, dtype)}, {self.operand(b, dtype)})", out)
+        return self.emit(raw, f"{op}({self.broadcast(a, dtype)}, {self.broadcast(b, dtype)})", out)
 
-    def opaque(self, n: OnnxNode, per_element: float = 1.0) -> None:
-        """Each output as an ``opaque`` task: the inferred shape, ``per_element`` FLOPs per
-        output element (one for ops mapper knows nothing of)."""
-        self.unsupported[n.op] += 1
+    def broadcast(self, tensor: str, dtype: str) -> str:
+        """An operand of a broadcasting op: a constant whose value repeats along its leading axis
+        (a mask or an embedding folded at the batch size) is declared with that axis 1, as it was
+        before the exporter expanded it: the op computes the same, and the batch stays splittable."""
+        t = self.g.tensors[tensor]
+        if tensor in self.ref or not t.const or len(t.shape) < 2 or t.shape[0] < 2:
+            return self.operand(tensor, dtype)
+        value = self.g.value(tensor, MAX_FOLDED_ELEMENTS)
+        if value is None or not bool((value == value[:1]).all()):
+            return self.operand(tensor, dtype)
+        key = f"{tensor}\0broadcast"  # not an ONNX name: the full-size declaration keeps its own
+        if key not in self.ref:
+            name = self.fresh(tensor)
+            self.weights.append((f"  weight {name} : {dtype}{_ints((1, *t.shape[1:]))}", self.origin))
+            self.ref[key] = name
+        return self.ref[key]
+
+    def opaque(self, n: OnnxNode, per_element: float = 1.0, flops: Sequence[float] | None = None) -> None:
+        """Each output as an ``opaque`` task of the dtype and shape ONNX infers: ``per_element``
+        FLOPs per output element (one for ops mapper knows nothing of), or ``flops`` per output.
+        Op types of :data:`TYPED` are priced by their rule; others are listed in the warning."""
+        if n.op not in TYPED:
+            self.unsupported[n.op] += 1
         args = [self.operand(i) for i in n.inputs if i in self.ref or self.g.tensors[i].const]
         if not args:
             return
         for k, o in enumerate(n.outputs):
             t = self.g.tensors[o]
             raw = n.name if k == 0 else f"{n.name}_{k}"
-            self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, "
-                           f"flops = {dsl_number(per_element * math.prod(t.shape))}, kind = {dsl_string(n.op)})", o)
+            work = per_element * math.prod(t.shape) if flops is None else flops[k]
+            self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, flops = {dsl_number(work)}, "
+                           f"kind = {dsl_string(n.op)}, dtype = \"{t.dtype}\")", o)
+
+    def op_Gather(self, n: OnnxNode, out: str) -> bool:
+        """Rows of a constant 2-D table by integer ids (an embedding); other gathers move data."""
+        g = self.g
+        table, ids = g.tensors[n.inputs[0]], g.tensors[n.inputs[1]]
+        if table.const and not ids.const and len(table.shape) == 2 and int(n.attrs.get("axis", 0)) % 2 == 0 \
+                and ids.dtype in ("i32", "i64") and table.dtype not in ("bool", "i8", "i32", "i64"):
+            self.emit(n.name, f"embedding({self.operand(n.inputs[1])}, {self.operand(n.inputs[0])})", out)
+            return True
+        return False
+
+    def op_Pow(self, n: OnnxNode, out: str) -> bool:
+        """x ** 2 as a square, x ** 0.5 as a square root; other exponents priced as one multiply per
+        extra power (an integer exponent) or as exp and log (any other)."""
+        e = self.g.tensors[n.inputs[1]]
+        if e.value is None or e.value.size != 1 or self.g.tensors[out].dtype in ("i8", "i32", "i64"):
+            return False
+        k = float(e.value.reshape(-1)[0])
+        fn = {2.0: "square", 0.5: "sqrt"}.get(k)
+        if fn is not None and self.g.tensors[n.inputs[0]].shape == self.g.tensors[out].shape:
+            self.emit(n.name, f'elementwise({self.operand(n.inputs[0])}, fn = "{fn}")', out)
+            return True
+        self.opaque(n, abs(k) - 1 if k.is_integer() and k != 0 else 3.0)
+        return True
+
+    def recurrent(self, n: OnnxNode, out: str, gates: int) -> bool:
+        """LSTM (4 gates), GRU (3), RNN (1): 2 * S * B * dirs * gates * H * (I + H) FLOPs, the
+        products of the input and recurrent weights at every step, on the output Y."""
+        x = self.g.tensors[n.inputs[0]].shape
+        if len(x) != 3:
+            return False
+        layout = int(n.attrs.get("layout", 0))
+        seq, batch, width = (x[1], x[0], x[2]) if layout else x
+        hidden = int(n.attrs["hidden_size"])
+        dirs = 2 if n.attrs.get("direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+        work = 2.0 * seq * batch * dirs * gates * hidden * (width + hidden)
+        self.opaque(n, flops=[work if k == 0 else 0.0 for k in range(len(n.outputs))])
+        return True
+
+    def op_LSTM(self, n: OnnxNode, out: str) -> bool:
+        return self.recurrent(n, out, 4)
+
+    def op_GRU(self, n: OnnxNode, out: str) -> bool:
+        return self.recurrent(n, out, 3)
+
+    def op_RNN(self, n: OnnxNode, out: str) -> bool:
+        return self.recurrent(n, out, 1)
 
     # -- ops with attributes ------------------------------------------------------------------------
     def op_Conv(self, n: OnnxNode, out: str) -> bool:
@@ -404,7 +481,19 @@ class _Writer:
         if axes is None and len(n.inputs) > 1:
             t = self.g.tensors[n.inputs[1]]
             axes = None if t.value is None else [int(v) for v in t.value.reshape(-1)]
-        if axes is None or len(axes) != 1:
+        if axes is None:
+            return False
+        spatial = sorted(int(a) % len(src.shape) for a in axes) == [2, 3] and len(src.shape) == 4
+        if spatial and n.op in ("ReduceMean", "ReduceMax"):  # global pooling over H and W
+            pool = "avgpool" if n.op == "ReduceMean" else "maxpool"
+            call = f"{pool}({self.operand(n.inputs[0])}, kernel = {_ints(src.shape[2:])})"
+            if int(n.attrs.get("keepdims", 1)):
+                self.emit(n.name, call, out)
+            else:
+                pooled = self.emit(f"{n.name}_pool", call)
+                self.emit(n.name, f"reshape({pooled}, shape = {_ints(self.g.tensors[out].shape)})", out)
+            return True
+        if len(axes) != 1:
             return False
         axis = int(axes[0]) % len(src.shape)
         kind = REDUCE[n.op]

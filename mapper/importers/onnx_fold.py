@@ -22,8 +22,10 @@ from typing import Any
 
 from mapper.limits import memory_budget
 
-#: Folded values up to this many elements are made and kept (shape arithmetic, masks of small models).
-MAX_FOLDED_ELEMENTS = 4096
+#: Folded values up to this many elements (16 MiB of f32) are made and kept: shape arithmetic, and
+#: the masks and embeddings an exporter expands to the batch (BERT-large's token types at batch 8
+#: and 512 tokens: 4M), whose values say they repeat along it.
+MAX_FOLDED_ELEMENTS = 2**22
 #: Rounds of folding and shape inference at most (each round folds what the previous one made known).
 MAX_ROUNDS = 8
 #: Ops never folded: their outputs are random, or they hold graphs of their own.
@@ -92,6 +94,7 @@ def _fold_once(onnx: Any, model: Any) -> int:
                 made.append(onnx.numpy_helper.from_array(np.asarray(v), name))
     if not made:
         return 0
+    folded = len(graph.node) - len(keep)
     del graph.node[:]
     graph.node.extend(keep)
     graph.initializer.extend(made)
@@ -99,7 +102,7 @@ def _fold_once(onnx: Any, model: Any) -> int:
     kept_info = [vi for vi in graph.value_info if vi.name not in names]
     del graph.value_info[:]
     graph.value_info.extend(kept_info)
-    return len({t.name for t in made})
+    return folded
 
 
 def _small(node: Any, shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -122,7 +125,7 @@ def _evaluate(onnx: Any, node: Any, inputs: list[str], values: dict[str, Any], o
                                                for i in names],
                               [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
     try:
-        with memory_budget(2**28):
+        with memory_budget():
             model = helper.make_model(graph, opset_imports=opsets)
             out = onnx.reference.ReferenceEvaluator(model).run(None, {i: values[i] for i in names})
     except Exception:  # an op the evaluator lacks, or inputs it refuses: the node stays

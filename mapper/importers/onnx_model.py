@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from mapper.errors import InputError
@@ -79,6 +79,17 @@ class OnnxGraph:
     nodes: tuple[OnnxNode, ...]
     tensors: Mapping[str, OnnxTensor]
     notes: tuple[str, ...] = ()  # what the reader left out (weights not beside the model)
+    evaluated: int = 0  # nodes folded into initializers by evaluation (not among ``nodes``)
+    loaders: Mapping[str, Callable[[], Any]] = field(default_factory=dict)  # constants read on demand
+
+    def value(self, name: str, limit: int) -> Any:
+        """The value of constant ``name`` when known or there to read, and of at most ``limit``
+        elements; else None."""
+        t = self.tensors[name]
+        if t.value is not None or name not in self.loaders or _count(t.shape) > limit:
+            return t.value
+        with memory_budget():
+            return self.loaders[name]()
 
 
 def _onnx() -> Any:
@@ -127,7 +138,8 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     _check_structure(graph, file)
     init_names = {t.name for t in graph.initializer}
     _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
-    initializers = {t.name: _initializer(onnx, t, file) for t in graph.initializer}
+    loaders: dict[str, Callable[[], Any]] = {}
+    initializers = {t.name: _initializer(onnx, t, file, loaders) for t in graph.initializer}
     _strip_weights(onnx, graph, initializers)
 
     def infer(m: Any) -> Any:
@@ -144,7 +156,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
                                  "large", obj=file) from None
             raise InputError(f"ONNX shape inference failed: {first}", obj=file) from None
 
-    model, _ = fold_constants(onnx, model, infer)
+    model, evaluated = fold_constants(onnx, model, infer)
     graph = model.graph
     for t in graph.initializer:  # the folded values
         if t.name not in initializers:
@@ -193,7 +205,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     outputs = tuple(o.name for o in graph.output)
     notes = tuple(sorted({note for _, note in initializers.values() if note}))
     return OnnxGraph(file, graph.name or os.path.splitext(os.path.basename(file))[0], opset, tuple(graph_inputs),
-                     outputs, tuple(nodes), tensors, notes)
+                     outputs, tuple(nodes), tensors, notes, evaluated, loaders)
 
 
 def _first_line(err: BaseException) -> str:
@@ -237,9 +249,10 @@ INTEGER_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})
 SCALAR_ELEMENTS = 64
 
 
-def _initializer(onnx: Any, t: Any, file: str) -> tuple[OnnxTensor, str | None]:
+def _initializer(onnx: Any, t: Any, file: str, loaders: dict[str, Callable[[], Any]]) -> tuple[OnnxTensor, str | None]:
     """An initializer as a constant tensor (its value when small and needed), and a note
-    when its external data is not there (shapes and dtypes are enough to map)."""
+    when its external data is not there (shapes and dtypes are enough to map). A value
+    not read now but there to read goes into ``loaders``."""
     dtype = _dtype(t.data_type, t.name, file)
     shape = tuple(int(d) for d in t.dims)
     if any(d < 0 for d in shape):
@@ -257,15 +270,22 @@ def _initializer(onnx: Any, t: Any, file: str) -> tuple[OnnxTensor, str | None]:
             return OnnxTensor(t.name, dtype, shape, True), (f"external data file {ref.location!r} is not beside "
                                                             "the model: its weights were not needed")
         check_size(ref, where, nbytes, file)
+
+        def load() -> Any:
+            inline = onnx.TensorProto()
+            inline.CopyFrom(t)
+            del inline.external_data[:]
+            inline.data_location = onnx.TensorProto.DEFAULT
+            inline.raw_data = read_bytes(ref, where, nbytes, file)
+            return onnx.numpy_helper.to_array(inline)
+
         if not wanted:
+            loaders[t.name] = load
             return OnnxTensor(t.name, dtype, shape, True), None
-        inline = onnx.TensorProto()
-        inline.CopyFrom(t)
-        del inline.external_data[:]
-        inline.data_location = onnx.TensorProto.DEFAULT
-        inline.raw_data = read_bytes(ref, where, nbytes, file)
-        return OnnxTensor(t.name, dtype, shape, True, onnx.numpy_helper.to_array(inline)), None
+        return OnnxTensor(t.name, dtype, shape, True, load()), None
     value = _constant_value(onnx, t, f"initializer '{t.name}'", file)
+    if value is None:
+        loaders[t.name] = lambda: onnx.numpy_helper.to_array(t)
     return OnnxTensor(t.name, dtype, shape, True, value), None
 
 
@@ -301,7 +321,8 @@ def _strip_weights(onnx: Any, graph: Any, initializers: Mapping[str, tuple[OnnxT
     """Declare the initializers whose values are not kept as graph inputs of their type and shape:
     shape inference needs no more of them, and copies no weights."""
     inputs = {vi.name for vi in graph.input}
-    kept = [t for t in graph.initializer if initializers[t.name][0].value is not None]
+    kept = [onnx.numpy_helper.from_array(initializers[t.name][0].value, t.name) for t in graph.initializer
+            if initializers[t.name][0].value is not None]  # inline: external data read once, here
     for t in graph.initializer:
         if initializers[t.name][0].value is None and t.name not in inputs:
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))

@@ -82,13 +82,17 @@ def transpose(c: Call) -> OpInfo:
 
 def opaque(c: Call) -> OpInfo:
     """An op mapper has no rule or kernel for (``kind`` names it, e.g. an imported
-    ONNX op): its output type and FLOPs are given; bytes are its operands' and output's."""
+    ONNX op): its output shape, dtype (default: the first operand's) and FLOPs are
+    given; bytes are its operands' and output's."""
     for i in range(len(c.args)):  # operands of any dtypes, each a known one
         c.dtypes(ANY_DTYPES, "a tensor", indices=(i,))
+    dtype = c.attrs["dtype"]
+    if dtype is not None and dtype not in ANY_DTYPES:
+        raise c.fail(f"dtype = {dtype!r} is not a dtype ({', '.join(ANY_DTYPES)})", attr="dtype")
     shape = list(c.attrs["shape"])
     if any(d < 1 for d in shape):
         raise c.fail(f"shape = {fmt(shape)} must hold positive sizes", attr="shape")
     flops = c.attrs["flops"]
     if flops < 0 or flops > 1e30:
         raise c.fail(f"flops = {flops!r} must be between 0 and 1e30", attr="flops")
-    return c.info(dense(shape, c.args[0].dtype), flops)
+    return c.info(dense(shape, dtype or c.args[0].dtype), flops)

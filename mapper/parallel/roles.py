@@ -64,6 +64,9 @@ def batch_blocker(task: Task, parts: int) -> str | None:
         seq = task.attr("seq")
         return None if (out.shape[0] // parts) % seq == 0 else f"a slice would cut a sequence of {seq} tokens"
     if op in ("concat", "split"):
+        for o in task.operands:  # a constant piece at the batch size is not cut with the activations
+            if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] == out.shape[0] > 1:
+                return f"weight {o.name} ({o.type}) spans the batch axis"
         return None if _axis(task.attr("axis", 0), nd) != 0 else "it joins or cuts along the batch axis"
     if op == "transpose":
         perm = task.attr("perm")

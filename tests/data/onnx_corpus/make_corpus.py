@@ -1,0 +1,106 @@
+"""The ONNX corpus of tests/test_onnx_corpus.py: tiny real models (random weights from configs,
+nothing downloaded) exported by torch 2.13 with both exporters (``dynamo=True``: NAME.onnx plus
+NAME.onnx.data; ``dynamo=False``: one file, shape arithmetic unfolded, dynamic axes), and each
+model's FLOPs by torch.utils.flop_counter.FlopCounterMode in flops.json.
+
+Run offline with torch 2.13 (CPU) and transformers installed: python make_corpus.py OUT_FOLDER
+"""
+import json
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+
+warnings.filterwarnings("ignore")
+out = sys.argv[1]
+torch.manual_seed(0)
+B, S = 2, 16
+
+def flops(model, args):
+    """FlopCounterMode's count, with SDPA on its math backend (matmul, softmax, matmul), which the
+    counter sees (it does not count the fused CPU kernel). Same FLOPs either way. It does not count
+    LSTM either: tests/test_onnx_corpus.py checks that against the formula."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH), torch.no_grad():
+        model(*args)
+    return fc.get_total_flops()
+
+class CNN(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU())
+        s.b1 = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1), nn.BatchNorm2d(16), nn.ReLU(),
+                             nn.Conv2d(16, 16, 3, 1, 1), nn.BatchNorm2d(16))
+        s.head = nn.Linear(16, 10)
+    def forward(s, x):
+        h = s.stem(x)
+        h = torch.relu(h + s.b1(h))
+        return s.head(h.mean(dim=(2, 3)))
+
+class Mixer(nn.Module):
+    def __init__(s, p=16, d=32):
+        super().__init__()
+        s.patch = nn.Conv2d(3, d, 4, 4)
+        s.n1 = nn.LayerNorm(d)
+        s.tok = nn.Sequential(nn.Linear(p, 32), nn.GELU(), nn.Linear(32, p))
+        s.n2 = nn.LayerNorm(d)
+        s.ch = nn.Sequential(nn.Linear(d, 64), nn.GELU(), nn.Linear(64, d))
+        s.head = nn.Linear(d, 10)
+    def forward(s, x):
+        h = s.patch(x).flatten(2).transpose(1, 2)
+        h = h + s.tok(s.n1(h).transpose(1, 2)).transpose(1, 2)
+        h = h + s.ch(s.n2(h))
+        return s.head(h.mean(1))
+
+class RNN(nn.Module):
+    def __init__(s, cell):
+        super().__init__()
+        s.rnn = cell(32, 48, num_layers=1, batch_first=True)
+        s.fc = nn.Linear(48, 10)
+    def forward(s, x):
+        y, _ = s.rnn(x)
+        return s.fc(y[:, -1])
+
+class HF(nn.Module):
+    def __init__(s, m, key):
+        super().__init__()
+        s.m, s.key = m, key
+    def forward(s, x):
+        return s.m(**{s.key: x}).last_hidden_state
+
+def models():
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, ViTConfig, ViTModel
+    ids = torch.randint(0, 256, (B, S))
+    bert = BertModel(BertConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=64, max_position_embeddings=32)).eval()
+    yield "bert", HF(bert, "input_ids"), (ids,), {"input_ids": {0: "batch", 1: "seq"}}
+    gpt = GPT2Model(GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=32, use_cache=False)).eval()
+    yield "gpt2", HF(gpt, "input_ids"), (ids,), {"input_ids": {0: "batch", 1: "seq"}}
+    vit = ViTModel(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64)).eval()
+    yield "vit", HF(vit, "pixel_values"), (torch.randn(B, 3, 32, 32),), None
+    yield "cnn", CNN().eval(), (torch.randn(B, 3, 32, 32),), {"x": {0: "batch"}}
+    yield "mixer", Mixer().eval(), (torch.randn(B, 3, 16, 16),), None
+    yield "lstm", RNN(nn.LSTM).eval(), (torch.randn(B, S, 32),), None
+    yield "gru", RNN(nn.GRU).eval(), (torch.randn(B, S, 32),), None
+
+counts = {}
+for name, m, args, dyn in models():
+    counts[name] = flops(m, args)
+    for exporter in ("dynamo", "legacy"):
+        path = os.path.join(out, f"{name}_{exporter}.onnx")
+        try:
+            if exporter == "legacy":  # GPT-2's fails: aten::diff has no ONNX form in that exporter
+                names = ["x"] if name not in ("bert", "gpt2") else ["input_ids"]
+                torch.onnx.export(m, args, path, dynamo=False, input_names=names, dynamic_axes=dyn)
+            else:
+                torch.onnx.export(m, args, path, dynamo=True)
+            print(name, exporter, "ok", os.path.getsize(path))
+        except Exception as e:
+            print(name, exporter, "FAILED", type(e).__name__, str(e)[:300])
+json.dump(counts, open(os.path.join(out, "flops.json"), "w"), indent=1, sort_keys=True)
+print(counts)

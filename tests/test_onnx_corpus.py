@@ -1,0 +1,102 @@
+"""Real exports in: tiny BERT, GPT-2, ViT, a residual CNN, an MLP-Mixer, an LSTM and a GRU, written
+by torch 2.13's two exporters (tests/data/onnx_corpus/make_corpus.py builds them offline; torch is
+not needed here). Each imports from another folder with no op left unpriced, its GEMM, convolution,
+attention and recurrent FLOPs match torch's FlopCounterMode within 2 %, and it maps split by
+``--parallel auto``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnx")
+
+from mapper.cli import main  # noqa: E402
+from mapper.graph import TaskGraph  # noqa: E402
+from mapper.importers.onnx_dsl import import_onnx  # noqa: E402
+from mapper.lower import graph_from_text, load_graph  # noqa: E402
+from mapper.pipeline import compile_graph  # noqa: E402
+from mapper.sources import ModelFile  # noqa: E402
+from mapper.validate import validate  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent / "data" / "onnx_corpus"
+MODELS = sorted(p.stem for p in CORPUS.glob("*.onnx"))
+FLOPS = json.loads((CORPUS / "flops.json").read_text())
+#: The legacy exporter's dynamic axes, and the sizes the models were traced at.
+DIMS = {"bert_legacy": {"batch": 2, "seq": 16}, "cnn_legacy": {"batch": 2}}
+#: LSTM: FlopCounterMode counts only the final Linear; the recurrence is 2 S B dirs gates H (I + H)
+#: (tests/data/onnx_corpus/make_corpus.py: S 16, B 2, I 32, H 48, 4 gates, one direction).
+LSTM_FLOPS = 2 * 16 * 2 * 1 * 4 * 48 * (32 + 48) + FLOPS["lstm"]
+
+
+def dense_flops(g: TaskGraph) -> float:
+    """FLOPs of the ops FlopCounterMode counts: products (matmul, conv2d), attention's two
+    products (not its softmax), and recurrent cells."""
+    total = 0.0
+    for t in g.tasks:
+        if t.op in ("matmul", "conv2d"):
+            total += t.flops
+        elif t.op == "attention":
+            assert t.output is not None
+            total += t.flops - 5 * t.output.shape[0] * t.attr("heads") * t.attr("seq")
+        elif t.op == "opaque" and t.attr("kind") in ("LSTM", "GRU", "RNN"):
+            total += t.flops
+    return total
+
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory):
+    """The corpus copied to a folder, and another folder to work from."""
+    root = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(CORPUS, root / "models")
+    (root / "cwd").mkdir()
+    return root
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_imports_from_another_folder_with_every_op_priced(model, elsewhere, monkeypatch):
+    monkeypatch.chdir(elsewhere / "cwd")
+    imported = import_onnx(str(elsewhere / "models" / f"{model}.onnx"), DIMS.get(model))
+    assert imported.unsupported == {}, imported.warning()
+    graph = graph_from_text(imported.text, f"{model}.tg")
+    family = model.split("_")[0]
+    want = LSTM_FLOPS if family == "lstm" else FLOPS[family]
+    assert dense_flops(graph) == pytest.approx(want, rel=0.02)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_maps_split_by_parallel_auto(model):
+    compiled = compile_graph(ModelFile(str(CORPUS / f"{model}.onnx"), tuple(DIMS.get(model, {}).items())),
+                             "dgx-a100", mapper="heft", parallel="auto")
+    assert validate(compiled.result.schedule) == []
+
+
+def test_the_legacy_exporters_shape_arithmetic_folds_for_any_dims():
+    # BERT's legacy export computes its masks and position ids from Shape nodes: with other sizes
+    # every product scales (linear layers with batch x seq, attention with batch x seq^2)
+    base = dense_flops(load_graph(ModelFile(str(CORPUS / "bert_legacy.onnx"), (("batch", 2), ("seq", 16)))))
+    big = dense_flops(load_graph(ModelFile(str(CORPUS / "bert_legacy.onnx"), (("batch", 4), ("seq", 16)))))
+    assert big == pytest.approx(2 * base)
+    with pytest.raises(Exception, match="dimension 'batch' of 'input_ids' is unknown"):
+        load_graph(CORPUS / "bert_legacy.onnx")
+
+
+def test_every_command_takes_dim_on_a_model_and_refuses_it_on_a_dsl_file(capsys):
+    model = str(CORPUS / "cnn_legacy.onnx")
+    assert main(["check", model, "--dim", "batch=4"]) == 0
+    assert main(["cost", model, "--dim", "batch=4", "--platform", "dgx-a100"]) == 0
+    assert main(["compile", model, "--dim", "batch=4", "--platform", "dgx-a100", "--mapper", "heft", "-q"]) == 0
+    assert main(["check", model, "--input-shape", "x=4,3,32,32"]) == 0
+    capsys.readouterr()
+    assert main(["check", model, "--dim", "seq=4"]) == 2
+    assert "no dynamic dimension of that name (it has: batch)" in capsys.readouterr().err
+    assert main(["check", model, "--input-shape", "y=4,3,32,32"]) == 2
+    assert "no input of that name" in capsys.readouterr().err
+    assert main(["check", model, "--input-shape", "x=4,3"]) == 2
+    assert "has 4 dimensions, not 2" in capsys.readouterr().err
+    dsl = str(Path(__file__).resolve().parent / "data" / "hostile" / "ok.tg")
+    assert main(["check", dsl, "--dim", "batch=4"]) == 2
+    assert "--dim applies to model files (.onnx) only" in capsys.readouterr().err
