@@ -13,6 +13,7 @@ Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import warnings
@@ -31,7 +32,8 @@ from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
 from mapper.sources import ModelFile, is_model
 
-__all__ = ["graph_from_text", "load_graph", "lower", "read_program", "read_source", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
+__all__ = ["graph_from_text", "load_graph", "lower", "read_program", "read_source", "without_spans", "MAX_TASKS",
+           "MAX_LOOP_ITERATIONS"]
 
 #: The file name endings an include may have: includes are task-graph programs (.tg) or fragments
 #: of them (.inc) only, so that no other file on the machine is read, or echoed in an error.
@@ -62,7 +64,14 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
     file = os.fspath(path)
     text, blame = read_program(path)
     with blame:
-        return graph_from_text(text, file)
+        graph = graph_from_text(text, file)
+    return without_spans(graph) if is_model(file) else graph
+
+
+def without_spans(graph: TaskGraph) -> TaskGraph:
+    """``graph`` with no source positions: an imported model's tasks have none the user could
+    read (the DSL was generated), so later errors name the task, which is named after its node."""
+    return dataclasses.replace(graph, tasks=tuple(dataclasses.replace(t, span=None) for t in graph.tasks))
 
 
 def read_source(path: str | os.PathLike[str]) -> str:

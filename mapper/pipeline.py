@@ -24,7 +24,7 @@ from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_opt
 from mapper.parallel.plan import check_parallel
 from mapper.platform import Platform, load_platform
 from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
-from mapper.sources import ModelFile
+from mapper.sources import ModelFile, is_model
 from mapper.validate import validate
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
@@ -157,7 +157,7 @@ def compile_graph(
     if isinstance(source, TaskGraph):
         graph = source
     else:
-        from mapper.lower import lower, read_program
+        from mapper.lower import lower, read_program, without_spans
         from mapper.parse import parse
 
         path = os.fspath(source)
@@ -165,6 +165,8 @@ def compile_graph(
         with blame:
             program = stage("parse", lambda: parse(text, path))
             graph = stage("lower", lambda: lower(program))
+        if is_model(path):
+            graph = without_spans(graph)
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if throughput_model is not None:
         plat = replace(plat, throughput_model=throughput_model)

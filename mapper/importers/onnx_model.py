@@ -139,7 +139,8 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     init_names = {t.name for t in graph.initializer}
     _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
     loaders: dict[str, Callable[[], Any]] = {}
-    initializers = {t.name: _initializer(onnx, t, file, loaders) for t in graph.initializer}
+    shaping = _shaping(graph)
+    initializers = {t.name: _initializer(onnx, t, file, loaders, shaping) for t in graph.initializer}
     _strip_weights(onnx, graph, initializers)
 
     def infer(m: Any) -> Any:
@@ -243,16 +244,44 @@ def _check_structure(graph: Any, file: str) -> None:
                              obj=file)
 
 
+#: The inputs of ops that decide an output's shape (by position), and the ops of shape arithmetic.
+SHAPE_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,),
+                "Range": (0, 1, 2), "Pad": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "Split": (1,),
+                "Squeeze": (1,), "Unsqueeze": (1,), "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,),
+                "ReduceMin": (1,), "ReduceProd": (1,), "TopK": (1,), "OneHot": (1,), "CenterCropPad": (1,)}
+SHAPE_ARITHMETIC = frozenset({"Concat", "Gather", "Add", "Sub", "Mul", "Div", "Cast", "Squeeze", "Unsqueeze",
+                              "Slice", "Reshape", "Equal", "Where", "Max", "Min", "Neg", "Abs", "Identity"})
+
+
+def _shaping(graph: Any) -> frozenset[str]:
+    """Tensors whose values decide a shape: the shape inputs of :data:`SHAPE_INPUTS`, and
+    what they are computed from through shape arithmetic."""
+    producer = {o: n for n in graph.node for o in n.output}
+    todo = [n.input[i] for n in graph.node for i in SHAPE_INPUTS.get(n.op_type, ()) if i < len(n.input)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type in SHAPE_ARITHMETIC:
+            todo.extend(node.input)
+    return frozenset(seen)
+
+
 #: ONNX element types whose values the importer may use (shape arithmetic) when stored externally.
 INTEGER_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})
 #: Externally stored floating-point tensors up to this many elements are read (scalars in patterns).
 SCALAR_ELEMENTS = 64
 
 
-def _initializer(onnx: Any, t: Any, file: str, loaders: dict[str, Callable[[], Any]]) -> tuple[OnnxTensor, str | None]:
-    """An initializer as a constant tensor (its value when small and needed), and a note
-    when its external data is not there (shapes and dtypes are enough to map). A value
-    not read now but there to read goes into ``loaders``."""
+def _initializer(onnx: Any, t: Any, file: str, loaders: dict[str, Callable[[], Any]],
+                 shaping: frozenset[str]) -> tuple[OnnxTensor, str | None]:
+    """An initializer as a constant tensor (its value when small and needed: an integer
+    tensor in ``shaping``, a scalar), and a note when its external data is not there
+    (shapes and dtypes are enough to map). A value not read now but there to read goes
+    into ``loaders``."""
     dtype = _dtype(t.data_type, t.name, file)
     shape = tuple(int(d) for d in t.dims)
     if any(d < 0 for d in shape):
@@ -262,7 +291,8 @@ def _initializer(onnx: Any, t: Any, file: str, loaders: dict[str, Callable[[], A
     if t.data_location == onnx.TensorProto.EXTERNAL:
         ref = parse_ref(t.name, ((e.key, e.value) for e in t.external_data), file)
         where = resolve(ref, file)
-        wanted = count <= MAX_VALUE_ELEMENTS and (t.data_type in INTEGER_TYPES or count <= SCALAR_ELEMENTS)
+        wanted = count <= MAX_VALUE_ELEMENTS and (t.name in shaping if t.data_type in INTEGER_TYPES
+                                                  else count <= SCALAR_ELEMENTS)
         if where is None:
             if wanted:
                 raise InputError(f"tensor '{t.name}': its external data file {ref.location!r} is not in the "

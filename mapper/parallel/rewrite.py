@@ -35,7 +35,7 @@ from mapper.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, Tenso
 from mapper.ops import infer
 from mapper.parallel.collectives import collective_time
 from mapper.parallel.plan import Plan
-from mapper.parallel.roles import Region, batch_blocker, tensor_regions
+from mapper.parallel.roles import Region, batch_blocker, spans_batch, tensor_regions
 
 
 class SplitError(OptionsError):
@@ -215,7 +215,7 @@ def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Re
             src = view[(o.producer, b, r)]
             srcs.append(src)
             operands.append(b_.operand(src))
-        elif o.kind == "input":
+        elif o.kind == "input" or (o.kind == "weight" and spans_batch(task, o)):
             operands.append(_shard(o, 0, b, n, 1, f"b{b}") if n > 1 else o)
         elif k > 1 and role is not None and (role[0].axis == -1 or o is task.operands[1]):
             reg, i = role
@@ -228,8 +228,10 @@ def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Re
     attrs: dict[str, Any] = dict(task.attrs)
     if role is not None and task.op == "attention":
         attrs["heads"] = task.attr("heads") // k
-    if task.op == "reshape" and n > 1 and attrs["shape"][0] > 0:
+    if task.op in ("reshape", "opaque") and n > 1 and attrs["shape"][0] > 0:
         attrs["shape"] = (attrs["shape"][0] // n, *attrs["shape"][1:])
+        if task.op == "opaque":  # its given work, shared by the rows
+            attrs["flops"] = attrs["flops"] / n
     info = infer(task.op, [o.type for o in operands], attrs)
     assert task.output is not None
     want = task.output.shape

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.graph import Task, TaskGraph
+from mapper.graph import Operand, Task, TaskGraph
 
 #: Ops whose output element depends only on the same input element.
 POINTWISE = frozenset({"relu", "gelu", "elementwise", "add", "sub", "mul", "div", "allreduce"})
@@ -29,6 +29,19 @@ CHANNELWISE = frozenset({"batchnorm", "relu", "gelu", "elementwise", "maxpool", 
 
 def _axis(axis: int, ndim: int) -> int:
     return axis + ndim if axis < 0 else axis
+
+
+#: Opaque kinds (imported ONNX ops) that carry state along their leading axis.
+RECURRENT = frozenset({"LSTM", "GRU", "RNN", "Scan", "Loop"})
+
+
+def spans_batch(task: Task, o: Operand) -> bool:
+    """True for a constant operand of a pointwise op or a concat laid out like its output, batch
+    axis and all (a mask or an embedding an exporter expanded to the batch): cut along the batch
+    with the activations, each piece holding its rows."""
+    out = task.output
+    return (task.op in POINTWISE or task.op in ("concat", "opaque")) and out is not None \
+        and len(o.type.shape) == len(out.shape) and o.type.shape[0] == out.shape[0] > 1
 
 
 def batch_blocker(task: Task, parts: int) -> str | None:
@@ -47,7 +60,7 @@ def batch_blocker(task: Task, parts: int) -> str | None:
             return f"operand {o.name} is sparse"
     if op in POINTWISE:
         for o in task.operands:
-            if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] != 1:
+            if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] != 1 and not spans_batch(task, o):
                 return f"weight {o.name} ({o.type}) spans the batch axis"
         return None
     if op == "matmul":
@@ -64,15 +77,21 @@ def batch_blocker(task: Task, parts: int) -> str | None:
         seq = task.attr("seq")
         return None if (out.shape[0] // parts) % seq == 0 else f"a slice would cut a sequence of {seq} tokens"
     if op in ("concat", "split"):
-        for o in task.operands:  # a constant piece at the batch size is not cut with the activations
-            if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] == out.shape[0] > 1:
-                return f"weight {o.name} ({o.type}) spans the batch axis"
         return None if _axis(task.attr("axis", 0), nd) != 0 else "it joins or cuts along the batch axis"
     if op == "transpose":
         perm = task.attr("perm")
         return None if perm is not None and perm[0] == 0 else "it moves the batch axis"
     if op == "reshape":
         return None  # a leading axis that divides: checked on the output above
+    if op == "opaque":  # an op of unknown rule (an imported mask, cast, comparison or gather)
+        if task.attr("kind") in RECURRENT:
+            return "it carries state along its leading (sequence) axis"
+        for o in task.operands:
+            if o.kind != "weight" and o.type.shape[0] != out.shape[0]:
+                return f"operand {o.name} ({o.type}) does not lead with the output's batch axis"
+            if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] != 1 and not spans_batch(task, o):
+                return f"weight {o.name} ({o.type}) spans the batch axis"
+        return None  # every operand leads with the batch: rows are cut with the activations
     if op == "reduce":
         axis = task.attr("axis")
         return None if axis is not None and _axis(axis, len(acts[0].type.shape)) != 0 else \
