@@ -14,13 +14,13 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from mapper.cli import main  # noqa: E402
-from mapper.graph import TaskGraph  # noqa: E402
-from mapper.importers.onnx_dsl import import_onnx  # noqa: E402
-from mapper.lower import graph_from_text, load_graph  # noqa: E402
-from mapper.pipeline import compile_graph  # noqa: E402
-from mapper.sources import ModelFile  # noqa: E402
-from mapper.validate import validate  # noqa: E402
+from mapper.cli import main
+from mapper.graph import TaskGraph
+from mapper.importers.onnx_dsl import import_onnx
+from mapper.lower import graph_from_text, load_graph
+from mapper.pipeline import compile_graph
+from mapper.sources import ModelFile
+from mapper.validate import validate
 
 CORPUS = Path(__file__).resolve().parent / "data" / "onnx_corpus"
 MODELS = sorted(p.stem for p in CORPUS.glob("*.onnx"))
@@ -100,3 +100,22 @@ def test_every_command_takes_dim_on_a_model_and_refuses_it_on_a_dsl_file(capsys)
     dsl = str(Path(__file__).resolve().parent / "data" / "hostile" / "ok.tg")
     assert main(["check", dsl, "--dim", "batch=4"]) == 2
     assert "--dim applies to model files (.onnx) only" in capsys.readouterr().err
+
+
+def test_an_imported_bert_large_splits_by_data_like_the_written_one(tmp_path, capsys):
+    """BERT-large's layers as torch's default exporter writes them (SDPA attention, the token-type
+    embedding and the mask folded at the batch size), weights deleted: ``--parallel auto`` picks
+    data parallelism on dgx-a100 with the speedup of examples/bert_large.tg, within 15 %."""
+    written = tmp_path / "bert_large_4layers.tg"
+    written.write_text((CORPUS.parents[2] / "examples" / "bert_large.tg").read_text().replace("L = 24", "L = 4"))
+    speedups = []
+    for source in (str(written), str(CORPUS / "weightless" / "bert_large_4layers.onnx")):
+        out = tmp_path / "r.json"
+        assert main(["compile", source, "--platform", "dgx-a100", "--parallel", "auto", "--mapper", "heft", "-q",
+                     "--json", str(out)]) == 0
+        plan = json.loads(out.read_text())["parallel"]
+        assert plan["plan"]["data"] == 8, plan["plan"]
+        speedups.append(plan["speedup"])
+        out.unlink()
+    assert "its weights were not needed" in capsys.readouterr().err
+    assert speedups[1] == pytest.approx(speedups[0], rel=0.15)

@@ -13,6 +13,7 @@ import warnings
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
+from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, ViTConfig, ViTModel
 
 warnings.filterwarnings("ignore")
 out = sys.argv[1]
@@ -73,7 +74,6 @@ class HF(nn.Module):
         return s.m(**{s.key: x}).last_hidden_state
 
 def models():
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, ViTConfig, ViTModel
     ids = torch.randint(0, 256, (B, S))
     bert = BertModel(BertConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=64, max_position_embeddings=32)).eval()
@@ -104,3 +104,13 @@ for name, m, args, dyn in models():
             print(name, exporter, "FAILED", type(e).__name__, str(e)[:300])
 json.dump(counts, open(os.path.join(out, "flops.json"), "w"), indent=1, sort_keys=True)
 print(counts)
+
+# BERT-large's shapes (Devlin et al., NAACL 2019: H 1024, 16 heads, FFN 4096) for 4 of its 24 layers,
+# at examples/bert_large.tg's batch of 128 sequences of 384 tokens in f16, exported with its weights
+# deleted afterwards (weightless/): mapping needs none of them
+large = BertModel(BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=4, num_attention_heads=16,
+                             intermediate_size=4096, max_position_embeddings=512), add_pooling_layer=False)
+os.makedirs(os.path.join(out, "weightless"), exist_ok=True)
+path = os.path.join(out, "weightless", "bert_large_4layers.onnx")
+torch.onnx.export(HF(large.eval().half(), "input_ids"), (torch.randint(0, 30522, (128, 384)),), path, dynamo=True)
+os.remove(path + ".data")
