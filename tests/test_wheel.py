@@ -53,6 +53,8 @@ def test_wheel_contains_grammar_and_platforms(wheel):
     for name in tomls:
         assert f"mapper/platforms/{name}" in names, name
     assert "mapper/kernels/__init__.py" in names
+    for init in sorted((ROOT / "mapper").rglob("__init__.py")):  # every subpackage is listed in pyproject.toml
+        assert init.relative_to(ROOT).as_posix() in names, init
     assert "mapper/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the wheel carries no LICENSE"
 
@@ -67,7 +69,7 @@ def test_installed_wheel_finds_its_grammar(wheel, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     probe = textwrap.dedent("""
         import importlib.resources, sys
-        import mapper, mapper.parse
+        import mapper, mapper.parse, mapper.pipeline
         from mapper.lower import graph_from_text
         assert mapper.__file__.startswith(sys.argv[1]), mapper.__file__
         g = graph_from_text("param N = 4\\ngraph g {\\n  input x : f32[N, N]\\n  y = relu(matmul(x, x))\\n}\\n")
