@@ -65,6 +65,11 @@ def test_imports_from_another_folder_with_every_op_priced(model, elsewhere, monk
     family = model.split("_")[0]
     want = LSTM_FLOPS if family == "lstm" else FLOPS[family]
     assert dense_flops(graph) == pytest.approx(want, rel=0.02)
+    attention = [t for t in graph.tasks if t.op == "attention"]
+    if family in ("bert", "gpt2", "vit"):  # eager, legacy and scaled_dot_product_attention forms alike
+        assert len(attention) == 2 and imported.fused.get("attention") == 2
+        assert {t.attr("causal") for t in attention} == {1 if family == "gpt2" else 0}
+        assert not any(t.op == "softmax" for t in graph.tasks)
 
 
 @pytest.mark.parametrize("model", MODELS)

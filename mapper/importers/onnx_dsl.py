@@ -197,9 +197,10 @@ class _Writer:
             b, s, d = m.attrs["batch"], m.attrs["seq"], m.attrs["width"]
             flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {_ints((b * s, d))})")
                     for part, x in zip("qkv", m.inputs)]
+            causal = ", causal = 1" if m.attrs.get("causal") else ""
             att = self.emit(f"{last.name}_attention",
-                            f"attention({', '.join(flat)}, heads = {m.attrs['heads']}, seq = {s})")
-            self.emit(last.name, f"reshape({att}, shape = {_ints((b, s, d))})", m.output)
+                            f"attention({', '.join(flat)}, heads = {m.attrs['heads']}, seq = {s}{causal})")
+            self.emit(last.name, f"reshape({att}, shape = {_ints(self.g.tensors[m.output].shape)})", m.output)
 
     # -- one node ---------------------------------------------------------------------------------
     def node(self, n: OnnxNode) -> None:

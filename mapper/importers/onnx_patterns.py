@@ -3,7 +3,9 @@
 ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div (Ba, Kiros and Hinton,
 arXiv:1607.06450), and multi-head attention written as MatMul, Softmax,
 MatMul with the head reshapes and transposes (Vaswani et al., NeurIPS 2017),
-as PyTorch and TensorFlow export them.
+as PyTorch and TensorFlow export them, including the form torch's exporter
+writes for ``scaled_dot_product_attention`` (Q and K^T scaled apart, a
+``Where(IsNaN(p), 0, p)`` guard after the softmax) and causal masks.
 
 Each matcher looks at an :class:`~mapper.importers.onnx_model.OnnxGraph` and
 returns :class:`Match` es: the nodes a match replaces (none of whose
@@ -187,6 +189,50 @@ def _heads(ix: _Index, tensor: str, perm: tuple[int, ...]) -> tuple[str, int, in
     return x, src[0], src[1], dst[2], [rs, tr]
 
 
+def _scaled(ix: _Index, tensor: str) -> tuple[str, list[OnnxNode]]:
+    """``tensor`` = Mul(x, scalar constant) read only here: (x, [the Mul]); else (tensor, [])."""
+    mul = ix.made_by(tensor, "Mul")
+    if mul is None or ix.only_consumer(tensor) is None or ix.const(mul.inputs[1]) is None:
+        return tensor, []
+    return mul.inputs[0], [mul]
+
+
+def _keys_transposed(ix: _Index, tensor: str) -> tuple[str, int, int, int, list[OnnxNode]] | None:
+    """K^T as torch's scaled_dot_product_attention exports it: Reshape to [B*H, S, dh],
+    Transpose(0, 2, 1), Reshape to [B, H, dh, S], of the keys' heads [B, H, S, dh]."""
+    back = ix.made_by(tensor, "Reshape")
+    if back is None or ix.only_consumer(tensor) is None:
+        return None
+    tr = ix.made_by(back.inputs[0], "Transpose")
+    if tr is None or tuple(tr.attrs.get("perm", ())) != (0, 2, 1) or ix.only_consumer(back.inputs[0]) is None:
+        return None
+    flat = ix.made_by(tr.inputs[0], "Reshape")
+    if flat is None or ix.only_consumer(tr.inputs[0]) is None:
+        return None
+    heads = _heads(ix, flat.inputs[0], (0, 2, 1, 3))
+    if heads is None:
+        return None
+    x, b, s, h, nodes = heads
+    dh = ix.g.tensors[x].shape[2] // h
+    if ix.g.tensors[tensor].shape != (b, h, dh, s):
+        return None
+    return x, b, s, h, [*nodes, flat, tr, back]
+
+
+def _nan_guarded(ix: _Index, soft: OnnxNode) -> tuple[str, list[OnnxNode]]:
+    """The probabilities after ``soft``: Where(IsNaN(p), 0, p) as torch exports a fully masked row's
+    guard (the tensor and [IsNaN, Where]), or the softmax output itself."""
+    p = soft.outputs[0]
+    users = ix.consumers.get(p, [])
+    isnan = next((u for u in users if u.op == "IsNaN" and not u.folded), None)
+    where = next((u for u in users if u.op == "Where" and not u.folded), None)
+    if len(users) != 2 or isnan is None or where is None or p in ix.outputs:
+        return p, []
+    if where.inputs[0] != isnan.outputs[0] or where.inputs[2] != p or ix.only_consumer(isnan.outputs[0]) is not where:
+        return p, []
+    return where.outputs[0], [isnan, where]
+
+
 def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
     """softmax(Q K^T [* or / scale] [+ mask]) V over heads, back to [B, S, D]."""
     rank = len(ix.g.tensors[soft.inputs[0]].shape)
@@ -194,12 +240,13 @@ def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
         return None
     nodes: list[OnnxNode] = []
     t = soft.inputs[0]
+    mask = None
     for op in ("Add", "Div", "Mul"):  # mask, then scale (as exported: (QK^T / sqrt(dh)) + mask)
         node = ix.made_by(t, op)
         if node is None or ix.only_consumer(t) is None:
             continue
         if op == "Add":
-            t_next = node.inputs[0]
+            t_next, mask = node.inputs[0], node.inputs[1]
         else:
             if ix.const(node.inputs[1]) is None:
                 return None
@@ -209,13 +256,22 @@ def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
     scores = ix.made_by(t, "MatMul")
     if scores is None or ix.only_consumer(t) is None:
         return None
-    q = _heads(ix, scores.inputs[0], (0, 2, 1, 3))
-    k = _heads(ix, scores.inputs[1], (0, 2, 3, 1))
-    ctx = ix.only_consumer(soft.outputs[0])
-    if q is None or k is None or ctx is None or ctx.op != "MatMul" or ctx.inputs[0] != soft.outputs[0]:
+    q_in, q_scale = _scaled(ix, scores.inputs[0])
+    k_in, k_scale = _scaled(ix, scores.inputs[1])
+    q = _heads(ix, q_in, (0, 2, 1, 3))
+    k = _heads(ix, k_in, (0, 2, 3, 1)) or _keys_transposed(ix, k_in)
+    probs, guard = _nan_guarded(ix, soft)
+    ctx = ix.only_consumer(probs)
+    if q is None or k is None or ctx is None or ctx.op != "MatMul" or ctx.inputs[0] != probs:
         return None
+    nodes = [*q_scale, *k_scale, *nodes, *guard]
     v = _heads(ix, ctx.inputs[1], (0, 2, 1, 3))
     back = ix.only_consumer(ctx.outputs[0])
+    same = back if back is not None and back.op == "Reshape" and \
+        ix.g.tensors[back.outputs[0]].shape == ix.g.tensors[ctx.outputs[0]].shape else None
+    if same is not None:  # a reshape to the shape it has (torch's legacy exporter writes one)
+        nodes.append(same)
+        back = ix.only_consumer(same.outputs[0])
     if v is None or back is None or back.op != "Transpose" or tuple(back.attrs.get("perm", ())) != (0, 2, 1, 3):
         return None
     merge = ix.only_consumer(back.outputs[0])
@@ -223,8 +279,25 @@ def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
         return None
     (xq, b, s, h, nq), (xk, *_, nk), (xv, *_, nv) = q, k, v
     d = ix.g.tensors[xq].shape[2]
-    if ix.g.tensors[merge.outputs[0]].shape != (b, s, d) or any(ix.g.tensors[x].shape != (b, s, d) for x in (xk, xv)):
+    if ix.g.tensors[merge.outputs[0]].shape not in ((b, s, d), (b * s, d)) or \
+            any(ix.g.tensors[x].shape != (b, s, d) for x in (xk, xv)):
         return None
     nodes = [*nq, *nk, *nv, scores, *nodes, soft, ctx, back, merge]
     return Match("attention", tuple(nodes), (xq, xk, xv), merge.outputs[0],
-                 {"heads": h, "seq": s, "batch": b, "width": d})
+                 {"heads": h, "seq": s, "batch": b, "width": d, "causal": int(_causal(ix, mask, s))})
+
+
+def _causal(ix: _Index, mask: str | None, s: int) -> bool:
+    """True when the additive ``mask`` is a constant that hides every later position
+    (large negative above the diagonal of its last two axes, zero on and below)."""
+    import numpy as np
+
+    t = ix.g.tensors.get(mask or "")
+    if t is None or not t.const or len(t.shape) < 2 or t.shape[-2:] != (s, s):
+        return False
+    value = ix.g.value(t.name, 2**22)
+    if value is None:
+        return False
+    above = np.triu(np.ones((s, s), dtype=bool), 1)
+    rows = np.asarray(value, dtype=np.float64).reshape(-1, s, s)
+    return bool((rows[:, above] < -1e4).all() and (rows[:, ~above] == 0).all())
