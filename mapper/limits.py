@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 
 #: The memory one input-sized step may add to the process (bytes).
-STEP_BUDGET = 2**30
+STEP_BUDGET = 2**29
 
 
 def _address_space() -> int | None:
