@@ -356,3 +356,22 @@ def test_tensor_mode_says_why_a_graph_without_a_matmul_pair_does_not_split(dgx):
     block = BLOCK.replace("ff = gelu(", "ff = elementwise(").replace("[F]))", "[F]), fn = \"tanh\")")
     compiled = compile_graph(graph_of(block), dgx, mapper="heft", parallel="tensor")
     assert validate(compiled.result.schedule) == [] and compiled.parallel.best.plan.tensor > 1
+
+
+#: Each example's own platform (explicit costs and placements name its devices), else dgx-a100.
+EXAMPLE_PLATFORMS = {"heft_paper": "heft3", "stream_stencil": "cpu-gpu-fpga"}
+
+
+@pytest.mark.parametrize("example", sorted(p.stem for p in (ROOT / "examples").glob("*.tg")))
+def test_every_example_in_every_mode_maps_or_says_why_not(example, capsys):
+    from mapper.cli import main
+
+    path = str(ROOT / "examples" / f"{example}.tg")
+    platform = EXAMPLE_PLATFORMS.get(example, "dgx-a100")
+    for mode in ("auto", "data", "tensor", "pipeline"):
+        code = main(["compile", path, "--platform", platform, "--parallel", mode, "--mapper", "heft", "-q"])
+        err = capsys.readouterr().err
+        assert code in (0, 2), (mode, err)
+        if code == 2:  # a batch of 1, no Megatron pair, a graph of measured costs: said, not crashed
+            assert f"--parallel {mode}: no plan splits graph" in err, (mode, err)
+            assert mode != "auto" or example == "heft_paper", err  # auto keeps the unsplit graph otherwise
