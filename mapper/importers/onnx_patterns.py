@@ -1,5 +1,5 @@
-"""Subgraphs of exported models that are one DSL op: the erf form of GELU
-(Hendrycks and Gimpel, arXiv:1606.08415), layer normalisation written as
+"""Subgraphs of exported models that are one DSL op: the erf and tanh forms of
+GELU (Hendrycks and Gimpel, arXiv:1606.08415), layer normalisation written as
 ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div (Ba, Kiros and Hinton,
 arXiv:1607.06450), and multi-head attention written as MatMul, Softmax,
 MatMul with the head reshapes and transposes (Vaswani et al., NeurIPS 2017),
@@ -81,6 +81,8 @@ def find_patterns(g: OnnxGraph) -> list[Match]:
         m = None
         if n.op == "Erf":
             m = _gelu(ix, n)
+        elif n.op == "Tanh":
+            m = _gelu_tanh(ix, n)
         elif n.op == "ReduceMean":
             m = _layernorm(ix, n)
         elif n.op == "Softmax":
@@ -104,25 +106,56 @@ def _gelu(ix: _Index, erf: OnnxNode) -> Match | None:
     c = ix.const(ix.other(scale, x) or "") if x is not None else None
     if x is None or not (_close(c, math.sqrt(2)) if scale.op == "Div" else _close(c, 1 / math.sqrt(2))):
         return None
-    plus = ix.only_consumer(erf.outputs[0])
-    if plus is None or plus.op != "Add" or not _close(ix.const(ix.other(plus, erf.outputs[0]) or ""), 1.0):
+    return _gelu_tail(ix, x, [scale, erf])
+
+
+def _gelu_tanh(ix: _Index, tanh: OnnxNode) -> Match | None:
+    """x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), the approximation GPT-2 uses
+    (Hendrycks and Gimpel, arXiv:1606.08415, section 2), in either order of the multiplies."""
+    scale = ix.made_by(tanh.inputs[0], "Mul")
+    if scale is None or ix.only_consumer(tanh.inputs[0]) is not tanh:
+        return None
+    inner = next((i for i in scale.inputs if ix.const(i) is None), None)
+    if inner is None or not _close(ix.const(ix.other(scale, inner) or ""), math.sqrt(2 / math.pi)):
+        return None
+    plus = ix.made_by(inner, "Add")
+    if plus is None or ix.only_consumer(inner) is not scale:
+        return None
+    for x in plus.inputs:
+        cubic = ix.made_by(ix.other(plus, x) or "", "Mul")
+        if cubic is None or ix.only_consumer(cubic.outputs[0]) is not plus:
+            continue
+        power = next((ix.made_by(i, "Pow") for i in cubic.inputs if ix.made_by(i, "Pow") is not None), None)
+        if power is None or power.inputs[0] != x or not _close(ix.const(power.inputs[1]), 3.0) \
+                or ix.only_consumer(power.outputs[0]) is not cubic \
+                or not _close(ix.const(ix.other(cubic, power.outputs[0]) or ""), 0.044715):
+            continue
+        return _gelu_tail(ix, x, [power, cubic, plus, scale, tanh])
+    return None
+
+
+def _gelu_tail(ix: _Index, x: str, head: list[OnnxNode]) -> Match | None:
+    """The end both GELU forms share: 0.5 * x * (1 + f), f the output of ``head``'s last node."""
+    f = head[-1].outputs[0]
+    plus = ix.only_consumer(f)
+    if plus is None or plus.op != "Add" or not _close(ix.const(ix.other(plus, f) or ""), 1.0):
         return None
     mul = ix.only_consumer(plus.outputs[0])
     if mul is None or mul.op != "Mul":
         return None
     partner = ix.other(mul, plus.outputs[0])
-    if partner == x:  # (x * (1 + erf)) * 0.5
+    if partner == x:  # (x * (1 + f)) * 0.5
         half = ix.only_consumer(mul.outputs[0])
         if half is None or half.op != "Mul" or not _close(ix.const(ix.other(half, mul.outputs[0]) or ""), 0.5):
             return None
-        nodes = (scale, erf, plus, mul, half)
-    else:  # (x * 0.5) * (1 + erf)
+        nodes = (*head, plus, mul, half)
+    else:  # (x * 0.5) * (1 + f)
         half = ix.made_by(partner or "", "Mul")
         if half is None or ix.only_consumer(half.outputs[0]) is not mul or x not in half.inputs:
             return None
         if not _close(ix.const(ix.other(half, x) or ""), 0.5):
             return None
-        nodes = (half, scale, erf, plus, mul)
+        nodes = (half, *head, plus, mul)
     return Match("gelu", nodes, (x,), nodes[-1].outputs[0] if partner == x else mul.outputs[0], {})
 
 
