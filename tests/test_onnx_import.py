@@ -282,3 +282,27 @@ def test_without_onnx_installed_the_message_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_onnx)
     with pytest.raises(InputError, match=r"pip install 'mapper\[onnx\]'"):
         read_onnx(_path("resnet50"))
+
+
+def test_one_dimensional_convolutions_and_global_pools_are_ops_not_opaque(tmp_path):
+    # audio and byte models (a voice-activity detector, a file-type classifier shipped on PyPI) are 1-D:
+    # Conv over [N, C, L] becomes a conv2d of height 1, GlobalMaxPool over L a reduction
+    n, c, length, k, r, stride, pad, groups = 2, 4, 50, 8, 5, 2, 1, 2
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, length])
+    w = numpy_helper.from_array(np.ones((k, c // groups, r), np.float32), "w")
+    b = numpy_helper.from_array(np.ones((k,), np.float32), "b")
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["h"], strides=[stride], pads=[pad, pad], group=groups)
+    pool = helper.make_node("GlobalMaxPool", ["h"], ["y"])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    path = tmp_path / "conv1d.onnx"
+    onnx.save(helper.make_model(helper.make_graph([conv, pool], "g", [x], [out], [w, b]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    imported = import_onnx(str(path))
+    assert imported.unsupported == {}
+    g = graph_from_text(imported.text, "conv1d.tg")
+    lo = (length + 2 * pad - r) // stride + 1
+    conv2d = next(t for t in g.tasks if t.op == "conv2d")
+    assert conv2d.flops == 2 * n * k * lo * (c // groups) * r
+    assert conv2d.output is not None and conv2d.output.shape == (n, k, 1, lo)
+    assert g.tasks[-1].output is not None and g.tasks[-1].output.shape == (n, k, 1)
+    assert any(t.op == "reduce" for t in g.tasks)

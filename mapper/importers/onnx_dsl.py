@@ -323,24 +323,40 @@ class _Writer:
 
     # -- ops with attributes ------------------------------------------------------------------------
     def op_Conv(self, n: OnnxNode, out: str) -> bool:
+        """A 2-D convolution as ``conv2d``; a 1-D one ([N, C, L], audio and byte models) as a
+        ``conv2d`` of height 1 between two views, its weight declared [K, C/g, 1, R]."""
         g, a = self.g, n.attrs
         x, w = n.inputs[0], n.inputs[1]
-        if len(g.tensors[x].shape) != 4:
+        rank = len(g.tensors[x].shape)
+        if rank not in (3, 4) or not g.tensors[w].const:
             return False
-        pads = list(a.get("pads", [0, 0, 0, 0]))
+        flat = rank == 3
+        pads = list(a.get("pads", [0] * 2 * (rank - 2)))
+        strides, dilations = list(a.get("strides", [1] * (rank - 2))), list(a.get("dilations", [1] * (rank - 2)))
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
             return False
-        if any(d != 1 for d in a.get("dilations", [1, 1])) or pads[0] != pads[2] or pads[1] != pads[3]:
+        if flat:
+            pads, strides, dilations = [0, pads[0], 0, pads[1]], [1, *strides], [1, *dilations]
+        if any(d != 1 for d in dilations) or pads[0] != pads[2] or pads[1] != pads[3]:
             return False
         k = g.tensors[w].shape[0]
-        call = (f"conv2d({self.operand(x)}, {self.operand(w)}, stride = {_ints(a.get('strides', [1, 1]))}, "
-                f"padding = {_ints(pads[:2])}, groups = {int(a.get('group', 1))})")
+        src, weight = self.operand(x), self.operand(w)
+        if flat:
+            n_, c, length = g.tensors[x].shape
+            src = self.emit(f"{n.name}_rows", f"reshape({src}, shape = {_ints((n_, c, 1, length))})")
+            weight = self.fresh(w)
+            self.weights.append((f"  weight {weight} : {g.tensors[w].dtype}"
+                                 f"{_ints((k, g.tensors[w].shape[1], 1, g.tensors[w].shape[2]))}", self.origin))
+        call = (f"conv2d({src}, {weight}, stride = {_ints(strides)}, padding = {_ints(pads[:2])}, "
+                f"groups = {int(a.get('group', 1))})")
+        last = self.emit(f"{n.name}_conv", call) if len(n.inputs) > 2 or flat else None
         if len(n.inputs) > 2:
-            conv = self.emit(f"{n.name}_conv", call)
             bias = self.fresh(f"{n.inputs[2]}")
             self.weights.append((f"  weight {bias} : {g.tensors[out].dtype}{_ints((1, k, 1, 1))}", self.origin))
-            self.emit(n.name, f"add({conv}, {bias})", out)
-        else:
+            last = self.emit(f"{n.name}_bias" if flat else n.name, f"add({last}, {bias})", None if flat else out)
+        if flat:
+            self.emit(n.name, f"reshape({last}, shape = {_ints(g.tensors[out].shape)})", out)
+        elif last is None:
             self.emit(n.name, call, out)
         return True
 
@@ -463,7 +479,13 @@ class _Writer:
         return self.pool(n, out, "avgpool")
 
     def global_pool(self, n: OnnxNode, out: str, kind: str) -> bool:
+        """Over H x W of [N, C, H, W] as a pool; over L of [N, C, L] as a reduction, kept as [N, C, 1]."""
         shape = self.g.tensors[n.inputs[0]].shape
+        if len(shape) == 3:
+            red = self.emit(f"{n.name}_reduce", f'reduce({self.operand(n.inputs[0])}, '
+                                                f'kind = "{"mean" if kind == "avgpool" else "max"}", axis = 2)')
+            self.emit(n.name, f"reshape({red}, shape = {_ints(self.g.tensors[out].shape)})", out)
+            return True
         if len(shape) != 4:
             return False
         self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {_ints(shape[2:])})", out)

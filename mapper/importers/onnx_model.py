@@ -415,10 +415,12 @@ def _value_info(vi: Any, file: str) -> tuple[str, tuple[int, ...]]:
         elif d.HasField("dim_value") and d.dim_value == 0:
             raise InputError(f"'{vi.name}' has a dimension of size 0", obj=file)
         else:
-            name = d.dim_param or "?"
-            raise InputError(f"dimension '{name}' of '{vi.name}' is unknown; set it with --dim {name}=SIZE"
-                             if d.dim_param else f"a dimension of '{vi.name}' is unknown after shape inference; "
-                             "give the model's inputs their shapes with --input-shape NAME=D1,D2,...", obj=file)
+            name = d.dim_param
+            if re.fullmatch(r"[\w.:/-]+", name):  # a name --dim can give
+                raise InputError(f"dimension '{name}' of '{vi.name}' is unknown; set it with --dim {name}=SIZE",
+                                 obj=file)
+            raise InputError(f"a dimension of '{vi.name}' is unknown after shape inference; give the model's "
+                             "inputs their shapes with --input-shape NAME=D1,D2,...", obj=file)
     return _dtype(tt.elem_type, vi.name, file), tuple(shape)
 
 
