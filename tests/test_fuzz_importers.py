@@ -196,19 +196,23 @@ def test_external_data_is_never_looked_for_where_the_user_stands(tmp_path, monke
     (here / "onnx_ext_data.bin").write_bytes(b"\x00" * 64)  # the planted file
     shutil.copy(HOSTILE / "onnx_ext_missing.onnx", there / "m.onnx")
     opened: list[str] = []
+    recording = [True]
 
     def audit(event: str, args: tuple) -> None:
-        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        if recording[0] and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
             opened.append(os.path.abspath(os.fsdecode(args[0])))
 
-    sys.addaudithook(audit)  # hooks cannot be removed: this one only records
+    sys.addaudithook(audit)  # hooks cannot be removed: this one records only during this test
     monkeypatch.chdir(here)
     planted = str(here / "onnx_ext_data.bin")
     shutil.copy(HOSTILE / "onnx_ext_ok.onnx", there / "ok.onnx")
-    with pytest.raises(MapperError, match="not in the model's folder"):
-        load_graph(there / "m.onnx")
-    (there / "onnx_ext_data.bin").write_bytes((HOSTILE / "onnx_ext_data.bin").read_bytes())
-    assert len(load_graph(there / "ok.onnx").tasks) == 1
+    try:
+        with pytest.raises(MapperError, match="not in the model's folder"):
+            load_graph(there / "m.onnx")
+        (there / "onnx_ext_data.bin").write_bytes((HOSTILE / "onnx_ext_data.bin").read_bytes())
+        assert len(load_graph(there / "ok.onnx").tasks) == 1
+    finally:
+        recording[0] = False
     assert planted not in opened
     assert str(there / "onnx_ext_data.bin") in opened  # the model's own data was read
 
