@@ -127,3 +127,17 @@ def test_an_imported_bert_large_splits_by_data_like_the_written_one(tmp_path, ca
         out.unlink()
     assert "its weights were not needed" in capsys.readouterr().err
     assert speedups[1] == pytest.approx(speedups[0], rel=0.15)
+
+
+def test_a_decode_step_with_a_kv_cache_imports_and_maps(elsewhere, monkeypatch):
+    """One GPT-2 decode step: a token per sequence against a cache of 15 positions; the cache grows
+    by a concat to 16, and the step's products (1 query row against 16 keys) match FlopCounterMode."""
+    monkeypatch.chdir(elsewhere / "cwd")
+    imported = import_onnx(str(elsewhere / "models" / "decode" / "gpt2_decode_step.onnx"))
+    assert imported.unsupported == {}
+    graph = graph_from_text(imported.text, "decode.tg")
+    assert dense_flops(graph) == pytest.approx(FLOPS["gpt2_decode"], rel=0.02)
+    grown = [t.output.shape for t in graph.tasks if t.op == "concat" and t.output is not None]
+    assert grown == [(2, 4, 16, 8)] * 4  # keys and values of both layers
+    compiled = compile_graph(graph, "dgx-a100", mapper="heft", parallel="auto")
+    assert validate(compiled.result.schedule) == []

@@ -114,3 +114,29 @@ os.makedirs(os.path.join(out, "weightless"), exist_ok=True)
 path = os.path.join(out, "weightless", "bert_large_4layers.onnx")
 torch.onnx.export(HF(large.eval().half(), "input_ids"), (torch.randint(0, 30522, (128, 384)),), path, dynamo=True)
 os.remove(path + ".data")
+
+# one GPT-2 decode step (decode/): a new token per sequence against a KV cache of 15 positions per
+# layer (inputs k0, v0, k1, v1 [B, heads, 15, head_dim]); it returns the hidden state and the grown cache
+from transformers.cache_utils import DynamicCache  # noqa: E402
+
+
+class DecodeStep(nn.Module):
+    def __init__(s, m):
+        super().__init__()
+        s.m = m
+
+    def forward(s, ids, k0, v0, k1, v1):
+        cache = DynamicCache()
+        cache.update(k0, v0, 0)
+        cache.update(k1, v1, 1)
+        o = s.m(input_ids=ids, past_key_values=cache, use_cache=True)
+        c = o.past_key_values
+        return o.last_hidden_state, c.layers[0].keys, c.layers[0].values, c.layers[1].keys, c.layers[1].values
+
+
+gpt = GPT2Model(GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=32)).eval()
+step_args = (torch.randint(0, 256, (B, 1)), *[torch.randn(B, 4, S - 1, 8) for _ in range(4)])
+counts["gpt2_decode"] = flops(DecodeStep(gpt), step_args)
+os.makedirs(os.path.join(out, "decode"), exist_ok=True)
+torch.onnx.export(DecodeStep(gpt), step_args, os.path.join(out, "decode", "gpt2_decode_step.onnx"), dynamo=True)
+json.dump(counts, open(os.path.join(out, "flops.json"), "w"), indent=1, sort_keys=True)
