@@ -146,6 +146,7 @@ def check_address(address: str) -> tuple[str, int]:
     scheme Dask's schedulers listen on by default; TLS needs credentials mapper
     does not take). An :class:`OptionsError` otherwise, before anything connects:
     a client that fails to start lingers for minutes."""
+    _dask()  # installed, or an InputError saying how (before anything is compiled)
     hint = "give the scheduler's address, such as tcp://127.0.0.1:8786"
     scheme, sep, rest = address.partition("://")
     if not sep or scheme != "tcp":

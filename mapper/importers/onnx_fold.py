@@ -31,17 +31,16 @@ MAX_ROUNDS = 8
 #: Ops never folded: their outputs are random, or they hold graphs of their own.
 NEVER = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                    "Bernoulli", "If", "Loop", "Scan", "SequenceMap"})
-#: ONNX element types a folded value may have (those the importer reads).
-FOLDABLE_TYPES = frozenset({1, 2, 3, 6, 7, 9, 10, 11, 16})
 
 
-def fold_constants(onnx: Any, model: Any, infer: Callable[[Any], Any]) -> tuple[Any, int]:
-    """The model with every foldable node (module docstring) replaced by an initializer,
-    shapes inferred (``infer``), and how many nodes were folded."""
+def fold_constants(onnx: Any, model: Any, infer: Callable[[Any], Any], types: frozenset[int]) -> tuple[Any, int]:
+    """The model with every foldable node (module docstring) whose outputs are of ONNX element
+    ``types`` replaced by an initializer, shapes inferred (``infer``), and how many nodes were folded."""
     folded = 0
     model = infer(model)
+    values: dict[str, Any] = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     for _ in range(MAX_ROUNDS):
-        done = _fold_once(onnx, model)
+        done = _fold_once(onnx, model, values, types)
         if not done:
             break
         folded += done
@@ -60,12 +59,12 @@ def _known_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _fold_once(onnx: Any, model: Any) -> int:
-    """Fold, in order, the nodes whose inputs are known; the number folded."""
+def _fold_once(onnx: Any, model: Any, values: dict[str, Any], types: frozenset[int]) -> int:
+    """Fold, in order, the nodes whose inputs are known (``values``, which gains the folded
+    outputs); the number folded."""
     import numpy as np
 
     graph = model.graph
-    values: dict[str, Any] = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     shapes = _known_shapes(graph)
     outputs = {o.name for o in graph.output}
     opsets = list(model.opset_import)
@@ -85,7 +84,7 @@ def _fold_once(onnx: Any, model: Any) -> int:
         elif standard and node.op_type not in NEVER and all(i in values for i in inputs) \
                 and not any(o in outputs for o in node.output) and _small(node, shapes):
             value = _evaluate(onnx, node, inputs, values, opsets)
-        if value is None or len(value) != len(node.output) or not all(_keepable(onnx, v) for v in value):
+        if value is None or len(value) != len(node.output) or not all(_keepable(onnx, v, types) for v in value):
             keep.append(node)
             continue
         for name, v in zip(node.output, value):
@@ -137,13 +136,13 @@ def _elem(onnx: Any, value: Any) -> int:
     return int(onnx.helper.np_dtype_to_tensor_dtype(value.dtype))
 
 
-def _keepable(onnx: Any, value: Any) -> bool:
+def _keepable(onnx: Any, value: Any, types: frozenset[int]) -> bool:
     import numpy as np
 
     v = np.asarray(value)
     if v.size > MAX_FOLDED_ELEMENTS:
         return False
     try:
-        return _elem(onnx, v) in FOLDABLE_TYPES
+        return _elem(onnx, v) in types
     except (KeyError, TypeError, ValueError):
         return False

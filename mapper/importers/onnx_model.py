@@ -157,7 +157,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
                                  "large", obj=file) from None
             raise InputError(f"ONNX shape inference failed: {first}", obj=file) from None
 
-    model, evaluated = fold_constants(onnx, model, infer)
+    model, evaluated = fold_constants(onnx, model, infer, frozenset(DTYPES))
     graph = model.graph
     for t in graph.initializer:  # the folded values
         if t.name not in initializers:
