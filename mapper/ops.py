@@ -184,14 +184,13 @@ def infer(op: str, operands: Sequence[TensorType], attrs: Mapping[str, Any]) -> 
         raise OpError(f"{op}: takes {want} operand{'s' if want != '1' else ''} "
                       f"({spec.signature}), got {n}", arg=min(n, hi) if hi is not None and n > hi else None)
     kinds = dict(spec.attr_kinds)
-    defaults = dict(spec.attrs)
     resolved: dict[str, Any] = {}
     for key in sorted(attrs):
         if key not in kinds:
             valid = ", ".join(kinds) if kinds else "none"
             hint = _close(key, kinds)
             raise OpError(f"{op}: unknown attribute '{key}' (valid: {valid})", attr=key, hint=hint)
-        if attrs[key] is None and key in defaults and defaults[key] is None:  # left out, as infer resolves it
+        if attrs[key] is None and spec.default(key) is None:  # left out, as infer resolves it
             resolved[key] = None
             continue
         resolved[key] = _check_attr(spec, key, kinds[key], attrs[key])
