@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import os
 import warnings
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from mapper.files import Unreadable, read_text
 from mapper.graph import Operand, Placement, Task, TaskGraph, TensorType
 from mapper.lowering.annotations import Annotator
 from mapper.lowering.edges import ExplicitEdge, graph_edges
-from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, Evaluator, hint
+from mapper.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, Evaluator, check_overrides, hint
 from mapper.ops import OPS, OpError, infer
 from mapper.parse import parse
 from mapper.sources import ModelFile, is_model
@@ -44,9 +45,10 @@ MAX_TASKS = 1_000_000
 MAX_LOOP_ITERATIONS = 10_000_000
 
 
-def graph_from_text(text: str, file: str = "<string>") -> TaskGraph:
-    """Parse and lower DSL ``text``; ``file`` names it in errors and anchors includes."""
-    return lower(parse(text, file))
+def graph_from_text(text: str, file: str = "<string>", params: Mapping[str, int | float] | None = None) -> TaskGraph:
+    """Parse and lower DSL ``text``; ``file`` names it in errors and anchors includes; ``params``
+    replace the values of top-level params (:func:`lower`)."""
+    return lower(parse(text, file), params)
 
 
 def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
@@ -64,7 +66,7 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
     file = os.fspath(path)
     text, blame = read_program(path)
     with blame:
-        graph = graph_from_text(text, file)
+        graph = graph_from_text(text, file, dict(path.params) if isinstance(path, ModelFile) else None)
     return without_spans(graph) if is_model(file) else graph
 
 
@@ -98,24 +100,20 @@ def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextMana
     return _read(file, None, None), contextlib.nullcontext()
 
 
-def lower(program: S.Program) -> TaskGraph:
-    """Lower a parsed program (and the files it includes) to a task graph."""
-    lowerer = _Lowerer(program)
+def lower(program: S.Program, params: Mapping[str, int | float] | None = None) -> TaskGraph:
+    """Lower a parsed program (and its includes) to a task graph; ``params`` replace the values
+    of its top-level params (``--param``, :func:`~mapper.lowering.values.check_overrides`)."""
+    lowerer = _Lowerer(program, dict(params or {}))
     collecting = gc.isenabled()
     gc.disable()  # lowering allocates many acyclic objects; collection passes only cost time
     try:
         return lowerer.run()
     except RecursionError:
         raise DslError("the program is nested too deeply", span=SourceSpan(program.file, 1, 1),
-                       source_line=_first_line(program.text)) from None
+                       source_line=next(iter(program.text.splitlines()), None)) from None
     finally:
         if collecting:
             gc.enable()
-
-
-def _first_line(text: str) -> str | None:
-    lines = text.splitlines()
-    return lines[0] if lines else None
 
 
 def _read(file: str, span: SourceSpan | None, err: Any) -> str:
@@ -133,7 +131,6 @@ def _read(file: str, span: SourceSpan | None, err: Any) -> str:
 @dataclass(slots=True)
 class _Binding:
     """What a tensor name stands for: an operand, or an explicit (output-less) task."""
-
     operand: Operand | None
     task: int | None
     span: SourceSpan
@@ -142,7 +139,6 @@ class _Binding:
 @dataclass(slots=True)
 class _Scope:
     """A graph body or one template instance."""
-
     tensors: dict[str, _Binding]
     values: dict[str, Any]
     prefix: str  # "" in the graph, "h1." in instance h1
@@ -156,9 +152,9 @@ class _Scope:
 
 class _Lowerer:
     """One lowering run; holds the growing task list and the error context."""
-
-    def __init__(self, program: S.Program) -> None:
+    def __init__(self, program: S.Program, overrides: dict[str, int | float] | None = None) -> None:
         self.root = program
+        self.overrides = overrides or {}
         self.lines: dict[str, list[str]] = {}
         self.params: dict[str, Any] = {}
         self.param_spans: dict[str, SourceSpan] = {}
@@ -189,6 +185,7 @@ class _Lowerer:
     # -- program ------------------------------------------------------------
     def run(self) -> TaskGraph:
         self._load(self.root, [self._key(self.root.file)])
+        check_overrides(self.overrides, self.params)
         if self.graph is None:
             raise self.err("no graph: the program defines no 'graph NAME { ... }'",
                            SourceSpan(self.root.file, 1, 1))
@@ -244,7 +241,10 @@ class _Lowerer:
             if b.name in self.params:
                 raise self.err(f"param '{b.name}' is already defined", b.span,
                                f"first defined at {self.param_spans[b.name]}")
-            self.params[b.name] = self.ev.eval(b.value, self.params)
+            if b.name in self.overrides:  # --param: the given value, checked as the file's would be
+                self.params[b.name] = self.ev.eval(S.Num(self.overrides[b.name], b.span), self.params)
+            else:
+                self.params[b.name] = self.ev.eval(b.value, self.params)
             self.param_spans[b.name] = b.span
 
     def _define_template(self, t: S.TemplateDef, table: dict[str, S.TemplateDef]) -> None:

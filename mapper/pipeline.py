@@ -164,7 +164,8 @@ def compile_graph(
         text, blame = read_program(source)
         with blame:
             program = stage("parse", lambda: parse(text, path))
-            graph = stage("lower", lambda: lower(program))
+            graph = stage("lower", lambda: lower(program, dict(source.params) if isinstance(source, ModelFile)
+                                                 else None))
         if is_model(path):
             graph = without_spans(graph)
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))

@@ -1,4 +1,5 @@
-"""What a program is read from: a DSL file, or a model file with the sizes of its open dimensions.
+"""What a program is read from: a DSL file (with params set by ``--param``), or a model file with
+the sizes of its open dimensions.
 
 A ``.tg`` file is read as it is. An ONNX model (``.onnx``) is imported, and
 may leave dimensions open: named ones (``batch``, ``seq``) take a size from
@@ -29,6 +30,7 @@ class ModelFile:
     path: str
     dims: tuple[tuple[str, int], ...] = ()  # named dimension -> size
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # input -> its whole shape
+    params: tuple[tuple[str, int | float], ...] = ()  # top-level param -> the value that replaces the program's
 
     def __fspath__(self) -> str:
         return self.path
@@ -72,13 +74,42 @@ def parse_input_shapes(items: Sequence[str]) -> tuple[tuple[str, tuple[int, ...]
     return tuple(shapes.items())
 
 
-def program_source(path: str, dims: Sequence[str] = (), input_shapes: Sequence[str] = ()) -> str | ModelFile:
-    """What a command given ``path`` and the --dim / --input-shape options reads:
-    the path itself, or a :class:`ModelFile`; OptionsError for those options on a DSL file."""
+def parse_params(items: Sequence[str]) -> tuple[tuple[str, int | float], ...]:
+    """``["LAYERS=96", "LR=0.5", ...]`` as ``(("LAYERS", 96), ("LR", 0.5), ...)``; OptionsError
+    naming --param otherwise (an integer stays an integer, as the DSL's params)."""
+    params: dict[str, int | float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name.isidentifier() or not name.isascii():
+            raise OptionsError(f"expected NAME=VALUE with a param name, got {item!r}", obj="--param")
+        if value.isascii() and (value.isdigit() or (value[:1] == "-" and value[1:].isdigit())):
+            if len(value) > 19:
+                raise OptionsError(f"the value in {item!r} is too large", obj="--param")
+            params[name] = int(value)
+            continue
+        try:
+            number = float(value) if value.isascii() else float("nan")
+        except ValueError:
+            number = float("nan")
+        if number != number or number in (float("inf"), float("-inf")):
+            raise OptionsError(f"expected a finite number as the value, got {item!r}", obj="--param")
+        params[name] = number
+    return tuple(params.items())
+
+
+def program_source(path: str, dims: Sequence[str] = (), input_shapes: Sequence[str] = (),
+                   params: Sequence[str] = ()) -> str | ModelFile:
+    """What a command given ``path`` and the --dim / --input-shape / --param options reads:
+    the path itself, or a :class:`ModelFile`; OptionsError for options that do not apply."""
     given = parse_dims(dims), parse_input_shapes(input_shapes)
+    values = parse_params(params)
     if not is_model(path):
         for flag, value in zip(("--dim", "--input-shape"), given):
             if value:
                 raise OptionsError(f"{flag} applies to model files (.onnx) only", obj=flag)
-        return path
+        return ModelFile(path, params=values) if values else path
+    if values:
+        raise OptionsError("--param sets a DSL program's params; a model file's sizes are set with --dim",
+                           obj="--param")
     return ModelFile(path, *given)

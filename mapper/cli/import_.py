@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("format", choices=FORMATS, help="the input format")
     p.add_argument("file", metavar="FILE",
                    help="the input file (WfFormat JSON, an .onnx model, or dnn-partitioning JSON)")
-    add_model_options(p)
+    add_model_options(p, params=False)
     p.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
     p.add_argument("--platform-out", metavar="OUT.toml",
                    help="dnn-partitioning: write the instance's devices here as a platform file")

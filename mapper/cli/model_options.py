@@ -1,5 +1,6 @@
-"""``--dim`` and ``--input-shape``: the sizes of a model file's open dimensions, on every
-command that reads a program (docs/importers.md)."""
+"""``--dim`` and ``--input-shape`` (the sizes of a model file's open dimensions,
+docs/importers.md) and ``--param`` (a DSL program's top-level params, docs/dsl.md), on every
+command that reads a program."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import argparse
 from mapper.sources import ModelFile, program_source
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    """Add --dim and --input-shape to a command's parser."""
+def add_model_options(p: argparse.ArgumentParser, params: bool = True) -> None:
+    """Add --dim and --input-shape (and --param, unless ``params`` is false) to a command's parser."""
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                    help="a model file (.onnx): the size of a named dynamic dimension (repeat for several)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
                    help="a model file (.onnx): the whole shape of an input whose dimensions are unnamed or -1")
+    if params:
+        p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="a DSL program: the value of a top-level param, replacing the file's "
+                            "(repeat for several)")
 
 
 def source(args: argparse.Namespace) -> str | ModelFile:
     """What the command reads: ``args.file``, with the model options when it is a model file."""
-    return program_source(args.file, args.dim, args.input_shape)
+    return program_source(args.file, args.dim, args.input_shape, args.param)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from mapper import syntax as S
-from mapper.errors import DslError, SourceSpan
+from mapper.errors import DslError, OptionsError, SourceSpan
 from mapper.graph import DTYPE_BYTES, TensorType
 
 #: Integers must stay below this magnitude (64-bit signed).
@@ -200,3 +200,14 @@ def _kind(v: Any) -> str:
 def _short(v: int) -> str:
     s = str(v)
     return s if len(s) <= 30 else f"{s[:12]}...({len(s)} digits)"
+
+
+def check_overrides(overrides: Mapping[str, object], params: Mapping[str, object]) -> None:
+    """An :class:`~mapper.errors.OptionsError` for a ``--param`` name the program does not define,
+    listing those it does."""
+    unknown = [name for name in overrides if name not in params]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(params), n=1)
+        raise OptionsError(f"--param {unknown[0]}: the program has no top-level param of that name "
+                           f"(its params: {', '.join(params) or 'none'})", obj="--param",
+                           hint=f"did you mean '{close[0]}'?" if close else None)
