@@ -96,6 +96,32 @@ class Switch:
     ports: tuple[str, ...]
     bandwidth_gbs: float
     latency_us: float = 0.0
+    #: fraction of ``bandwidth_gbs`` a collective library's ring reaches through the switch
+    collective_efficiency: float = 1.0
+
+
+#: Inter-node topologies a cluster platform may name (docs/platforms.md, Clusters).
+TOPOLOGIES = ("fat-tree",)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """``nodes`` copies of the platform's devices (one node), joined by a fabric: each node has
+    ``nics`` network adapters of ``nic_bandwidth_gbs`` per direction; a fat tree gives every
+    node ``bisection`` of that bandwidth to any other (1.0: full bisection)."""
+
+    nodes: int
+    nics: int
+    nic_bandwidth_gbs: float
+    latency_us: float = 0.0
+    topology: str = "fat-tree"
+    bisection: float = 1.0
+    collective_efficiency: float = 1.0  # fraction of the NICs' bandwidth a collective reaches
+
+    @property
+    def node_bandwidth_gbs(self) -> float:
+        """What one node sends to the others per direction in a collective, all NICs together."""
+        return self.nics * self.nic_bandwidth_gbs * self.bisection * self.collective_efficiency
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +140,9 @@ class Platform:
     throughput_model: str = "device-load"
     #: micro-batches per training iteration under the ``1f1b`` throughput model
     micro_batches: int = 8
+    #: a cluster platform: ``devices`` are one node's, repeated ``cluster.nodes`` times
+    #: (:mod:`mapper.platform_cluster`)
+    cluster: Cluster | None = None
 
     def resources(self, link: int) -> tuple[int, ...]:
         """What a transfer on ``link`` holds under contention: the link itself
@@ -158,6 +187,7 @@ class Platform:
         return (up, down)
 
     def summary(self) -> str:
-        """Device counts by kind, e.g. ``1 cpu, 8 gpu``."""
+        """Device counts by kind, e.g. ``1 cpu, 8 gpu`` (``16 nodes x (1 cpu, 8 gpu)`` for a cluster)."""
         counts = [(k, sum(1 for d in self.devices if d.kind == k)) for k in DEVICE_KINDS]
-        return ", ".join(f"{n} {k}" for k, n in counts if n)
+        text = ", ".join(f"{n} {k}" for k, n in counts if n)
+        return f"{self.cluster.nodes} nodes x ({text})" if self.cluster is not None else text

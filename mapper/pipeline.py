@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mapper.cluster.layout import is_layout
 from mapper.cost import CostTable, build_cost_table
 from mapper.errors import MapperError, OptionsError
 from mapper.fusion import check_fuse, fuse_for
@@ -23,11 +24,13 @@ from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
 from mapper.parallel.plan import check_parallel
 from mapper.platform import Platform, load_platform
+from mapper.platform_cluster import flat_platform
 from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
 from mapper.sources import ModelFile, is_model
 from mapper.validate import validate
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
+    from mapper.cluster.search import ClusterChoice
     from mapper.parallel.search import Choice
 
 #: Stage names, in order; ``dump_after`` takes one of them.
@@ -44,7 +47,7 @@ class CompileResult:
     result: MapResult
     compare: tuple[MapResult, ...] = ()
     stage_times: tuple[tuple[str, float], ...] = ()
-    parallel: Choice | None = None  # the split plan kept and the plans scored (--parallel)
+    parallel: Choice | ClusterChoice | None = None  # the split plan or cluster layout kept (--parallel)
 
     def __repr__(self) -> str:
         return f"CompileResult({self.result!r}, compared with {len(self.compare)} more)"
@@ -176,8 +179,20 @@ def compile_graph(
     if options.objective == "throughput" and plat.throughput_model == "max-load" and not options.schedule.memory:
         # the max-load model has a memory knapsack per device: --memory is part of it
         options = replace(options, schedule=replace(options.schedule, memory=True))
-    choice = None
-    if parallel != "none":
+    choice: Any = None
+    cluster_planner = parallel != "none" and (is_layout(parallel) or plat.cluster is not None)
+    if cluster_planner:
+        from mapper.cluster.driver import plan_step
+
+        def prepare_cluster(g: TaskGraph) -> TaskGraph:
+            return fuse_for(g, plat) if fuse == "auto" else g
+
+        choice, graph, plat = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare_cluster))
+    elif plat.cluster is not None:  # mapped task by task: every node's devices
+        plat = flat_platform(plat)
+    if cluster_planner:
+        pass
+    elif parallel != "none":
         from mapper.parallel.search import choose_plan
         from mapper.training import training_step
 

@@ -13,6 +13,7 @@ import difflib
 import os
 import re
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,31 @@ def parse_platform(text: str, file: str = "<string>") -> Platform:
             span = SourceSpan(file, int(m.group(1)), int(m.group(2)))
             message = message[: m.start()].rstrip()
         raise PlatformError(f"TOML syntax error: {message}", span=span, obj=file) from None
+    if "node" in doc:
+        return _cluster_of(doc, file)
     return Checker(file).platform(doc, file)
+
+
+def _cluster_of(doc: dict[str, Any], file: str) -> Platform:
+    """A cluster file whose ``node`` names a platform (shipped, or a path beside the file) for
+    one node: that node's devices and switches, with this file's name and ``[cluster]``."""
+    check = Checker(file)
+    check.keys(doc, "", ("name", "description", "node", "cluster"), ("name", "node", "cluster"))
+    name = check.string(doc["name"], "name")
+    ref = check.string(doc["node"], "node")
+    shipped = _shipped()
+    if ref not in shipped and not file.startswith("<"):
+        ref = os.path.join(os.path.dirname(file), ref)
+    try:
+        node = load_platform(ref)
+    except PlatformError as err:
+        raise PlatformError(f"the node platform {doc['node']!r}: {err.message}", obj=f"{file}: node") from None
+    if node.cluster is not None:
+        raise check.fail("node", f"{doc['node']!r} is itself a cluster; a node is one machine")
+    from mapper.platform_cluster import read_cluster
+
+    description = check.string(doc.get("description", node.description), "description")
+    return replace(node, name=name, description=description, source=file, cluster=read_cluster(check, doc["cluster"]))
 
 
 def _shipped() -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from mapper.devices import DEVICE_KINDS, Device, Link, Platform, Switch
@@ -52,14 +53,17 @@ _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "latency_us": ("nonneg", "microseconds"),
 }
 _LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
-_TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model", "micro_batches")
+_TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model", "micro_batches",
+             "cluster")
+#: The most copies one ``[[device]]`` table may stand for (``count``).
+MAX_COUNT = 1024
 #: The throughput models a platform may name (mapper.mapping.objectives).
 THROUGHPUT_MODELS = ("device-load", "max-load", "1f1b")
 #: The most devices a platform may have (every pair has a route in the cost table).
 MAX_DEVICES = 1024
 #: The most micro-batches an iteration may have.
 MAX_MICRO_BATCHES = 1_000_000
-_SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us")
+_SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us", "collective_efficiency")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNIT_SUFFIXES = (
     "gbs", "gibs", "mbs", "tbs", "gib", "gb", "mib", "mb", "tb", "tib",
@@ -80,6 +84,7 @@ class Checker:
 
     def __init__(self, file: str) -> None:
         self.file = file
+        self.groups: dict[str, tuple[str, ...]] = {}
 
     def fail(self, path: str, message: str) -> PlatformError:
         return PlatformError(message, obj=f"{self.file}: {path}")
@@ -349,13 +354,17 @@ class Checker:
                                       "cost model keeps a route for every pair)")
         devices: list[Device] = []
         first: dict[str, int] = {}
+        self.groups = {}  # a device table with a count -> its devices' names
         for i, raw in enumerate(raw_devices):
-            dev = self.device(raw, i)
-            if dev.name in first:
-                raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also "
-                                                     f"device[{first[dev.name]}])")
-            first[dev.name] = i
-            devices.append(dev)
+            for dev in self.counted(raw, i):
+                if dev.name in first:
+                    raise self.fail(f"device[{i}].name", f"duplicate device name {dev.name!r} (also "
+                                                         f"device[{first[dev.name]}])")
+                first[dev.name] = i
+                devices.append(replace(dev, index=len(devices)))
+        if len(devices) > MAX_DEVICES:
+            raise self.fail("device", f"{len(devices):,} devices; a platform has at most {MAX_DEVICES:,} (the "
+                                      "cost model keeps a route for every pair)")
         names = {d.name for d in devices}
         raw_links = doc.get("link", [])
         if not isinstance(raw_links, list):
@@ -384,6 +393,11 @@ class Checker:
             if isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= MAX_MICRO_BATCHES:
                 raise self.fail("micro_batches", f"expected an integer from 1 to {MAX_MICRO_BATCHES}, "
                                                  f"got {_describe(micro)}")
+        cluster = None
+        if "cluster" in doc:
+            from mapper.platform_cluster import read_cluster
+
+            cluster = read_cluster(self, doc["cluster"])
         return Platform(
             name=name,
             devices=tuple(devices),
@@ -394,7 +408,21 @@ class Checker:
             switches=switches,
             throughput_model=model,
             micro_batches=micro,
+            cluster=cluster,
         )
+
+    def counted(self, raw: Any, i: int) -> list[Device]:
+        """The devices of ``[[device]]`` table ``i``: one, or with ``count = N`` N of them named
+        ``NAME0`` .. ``NAME{N-1}`` (a switch's ``ports`` may name the table to mean them all)."""
+        if not isinstance(raw, dict) or "count" not in raw:
+            return [self.device(raw, i)]
+        n = raw["count"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_COUNT:
+            raise self.fail(f"device[{i}].count", f"expected an integer from 1 to {MAX_COUNT}, got {_describe(n)}")
+        stem = self.name(raw.get("name"), f"device[{i}].name")
+        one = self.device({**{k: v for k, v in raw.items() if k != "count"}, "name": f"{stem}0"}, i)
+        self.groups[stem] = tuple(f"{stem}{j}" for j in range(n))
+        return [replace(one, name=name) for name in self.groups[stem]]
 
     def switch(self, raw: Any, k: int, names: set[str]) -> Switch:
         path = f"switch[{k}]"
@@ -402,6 +430,8 @@ class Checker:
         self.keys(tab, path, _SWITCH_KEYS, ("name", "ports", "bandwidth_gbs"))
         name = self.name(tab["name"], f"{path}.name")
         ports = tab["ports"]
+        if isinstance(ports, list):  # a device table with a count stands for all its devices
+            ports = [q for p in ports for q in (self.groups.get(p, (p,)) if isinstance(p, str) else (p,))]
         if not isinstance(ports, list) or len(ports) < 2:
             raise self.fail(f"{path}.ports", f"expected an array of two or more device names, got {_describe(ports)}")
         for j, port in enumerate(ports):
@@ -411,7 +441,9 @@ class Checker:
                 raise self.fail(f"{path}.ports[{j}]", f"device {port!r} is on the switch twice")
         bw = self.number(tab["bandwidth_gbs"], f"{path}.bandwidth_gbs", *_LINK_NUMBERS["bandwidth_gbs"])
         lat = self.number(tab.get("latency_us", 0.0), f"{path}.latency_us", *_LINK_NUMBERS["latency_us"])
-        return Switch(name, tuple(ports), bw, lat)
+        eff = self.fraction(tab["collective_efficiency"], f"{path}.collective_efficiency") \
+            if "collective_efficiency" in tab else 1.0
+        return Switch(name, tuple(ports), bw, lat, eff)
 
 
 def model_key_ok(key: str) -> bool:

@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 import warnings
+from typing import Any
 
 from mapper import __version__
 from mapper.errors import InputWarning, MapperError, format_error
@@ -42,12 +43,37 @@ def add_fuse_option(p: argparse.ArgumentParser) -> None:
 
 def add_parallel_option(p: argparse.ArgumentParser) -> None:
     """``--parallel``, as ``compile`` and ``run`` take it (mapper.parallel)."""
-    from mapper.parallel.plan import PARALLEL_MODES
-
-    p.add_argument("--parallel", choices=PARALLEL_MODES, default="none",
+    p.add_argument("--parallel", default="none", metavar="MODE|LAYOUT",
                    help="split ops across devices: data (the batch), tensor (Megatron-style GEMM pairs, "
                         "attention heads, conv channels), pipeline (stages and micro-batches), or auto (the best "
-                        "plan that fits in memory); default none: the graph as written")
+                        "plan that fits in memory); on a cluster platform, or given as a layout "
+                        "tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V][,recompute=none|selective|full]"
+                        "[,zero=0..3][,sequence=on|off] (keys left out are chosen), the cluster planner lays out a "
+                        "training step; default none: the graph as written")
+
+
+def add_platform_options(p: argparse.ArgumentParser) -> None:
+    """``--platform`` and ``--nodes``, as ``compile``, ``cost`` and ``run`` take them."""
+    p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a TOML path")
+    p.add_argument("--nodes", type=_positive, default=None, metavar="N",
+                   help="a cluster platform: the number of nodes (default: the file's)")
+
+
+def _positive(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 9:
+        raise argparse.ArgumentTypeError(f"expected a positive node count, got {text!r}")
+    return int(text)
+
+
+def platform_arg(args: argparse.Namespace) -> Any:
+    """The platform a command runs on: the name as given, or with ``--nodes`` the loaded cluster
+    platform with that many nodes (:func:`mapper.platform_cluster.with_nodes`)."""
+    if args.nodes is None:
+        return args.platform
+    from mapper.platform import load_platform
+    from mapper.platform_cluster import with_nodes
+
+    return with_nodes(load_platform(args.platform), args.nodes)
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:

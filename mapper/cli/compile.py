@@ -13,7 +13,14 @@ import sys
 import time
 from typing import Any
 
-from mapper.cli import add_fuse_option, add_parallel_option, add_train_options, train_option
+from mapper.cli import (
+    add_fuse_option,
+    add_parallel_option,
+    add_platform_options,
+    add_train_options,
+    platform_arg,
+    train_option,
+)
 from mapper.cli.model_options import add_model_options, source
 from mapper.errors import OptionsError
 from mapper.files import check_outputs, existing
@@ -43,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph DSL file (.tg)")
     add_model_options(p)
-    p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
+    add_platform_options(p)
     p.add_argument("--mapper", default=DEFAULT_MAPPER,
                    help=f"mapping algorithm (default: {DEFAULT_MAPPER}; see `mapper mappers`)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
@@ -207,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with interrupt:
             compiled = compile_graph(
-                source(args), args.platform, mapper=args.mapper, options=options,
+                source(args), platform_arg(args), mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
                 micro_batches=args.micro_batches, parallel=args.parallel,

@@ -11,11 +11,12 @@ import json
 import math
 import sys
 
-from mapper.cli import add_fuse_option, add_train_options, train_option
+from mapper.cli import add_fuse_option, add_platform_options, add_train_options, platform_arg, train_option
 from mapper.cli.model_options import add_model_options, source
 from mapper.cost import CostTable, build_cost_table
 from mapper.fusion import fuse_for
 from mapper.platform import load_platform
+from mapper.platform_cluster import flat_platform
 from mapper.training import training_step
 from mapper.units import fmt_bytes, fmt_time
 
@@ -36,7 +37,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph program (.tg)")
     add_model_options(p)
-    p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a .toml path")
+    add_platform_options(p)
     add_fuse_option(p)
     add_train_options(p)
     p.add_argument("--json", action="store_true", help="print the cost table as JSON")
@@ -47,7 +48,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from mapper.lower import load_graph
 
-    platform = load_platform(args.platform)
+    plat = platform_arg(args)
+    platform = flat_platform(load_platform(plat) if isinstance(plat, str) else plat)
     graph = load_graph(source(args))
     graph = fuse_for(graph, platform, args.fuse)
     optimizer = train_option(args)

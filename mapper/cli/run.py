@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from mapper.cli import add_fuse_option, add_parallel_option
+from mapper.cli import add_fuse_option, add_parallel_option, add_platform_options, platform_arg
 from mapper.cli.model_options import add_model_options, source
 from mapper.errors import OptionsError
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a task-graph DSL file")
     add_model_options(p)
-    p.add_argument("--platform", required=True, help="a shipped platform name or a TOML path")
+    add_platform_options(p)
     p.add_argument("--mapper", default=DEFAULT_MAPPER, help=f"mapping algorithm (default: {DEFAULT_MAPPER})")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
                    help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
@@ -103,16 +103,21 @@ def run(args: argparse.Namespace) -> int:
     _check_engine_options(args)
     graph = load_graph(source(args))
     refuse_kernel_less(graph)  # before mapping: such a graph can't be run at all
-    platform: Any = args.platform
+    platform: Any = platform_arg(args)
     if args.calibrate:  # refuse a platform without a CPU before mapping and running
         from mapper.platform import load_platform
         from mapper.recost import first_cpu
 
-        platform = load_platform(args.platform)
+        if isinstance(platform, str):
+            platform = load_platform(platform)
         first_cpu(platform)
     compiled = compile_graph(
         graph, platform, mapper=args.mapper, options=map_options, fuse=args.fuse, parallel=args.parallel
     )
+    if compiled.parallel is not None and not hasattr(compiled.parallel, "split"):
+        raise OptionsError("the cluster planner's step is a model of many GPUs, not a graph this machine can run; "
+                           "see it with `mapper compile` (give --parallel a mode, on a platform that is not a "
+                           "cluster, to run a split graph)", obj="--parallel")
     result = compiled.result
     extra: CalibratedRun | None = None
     if args.calibrate:

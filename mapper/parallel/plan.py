@@ -13,10 +13,17 @@ PARALLEL_MODES = ("none", "auto", "data", "tensor", "pipeline")
 
 
 def check_parallel(mode: str) -> str:
-    """``mode`` when ``--parallel`` accepts it, else an :class:`OptionsError`."""
+    """``mode`` when ``--parallel`` accepts it (a mode, or a cluster layout's keys:
+    :func:`mapper.cluster.layout.parse_layout`), else an :class:`OptionsError`."""
+    from mapper.cluster.layout import is_layout, parse_layout
+
+    if isinstance(mode, str) and is_layout(mode):
+        parse_layout(mode)
+        return mode
     if mode not in PARALLEL_MODES:
-        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}",
-                           obj="--parallel")
+        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}, or give "
+                           "a layout: tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]"
+                           "[,recompute=none|selective|full][,zero=0..3][,sequence=on|off]", obj="--parallel")
     return mode
 
 
@@ -38,6 +45,7 @@ class Plan:
     devices: tuple[str, ...] = ()
     cuts: tuple[int, ...] = ()
     bucket_mib: float = 25.0  # gradient all-reduce bucket (PyTorch DDP's bucket_cap_mb default)
+    vocab: bool = False  # also cut embeddings and the output GEMM by the vocabulary (roles.tensor_regions)
 
     def __post_init__(self) -> None:
         if min(self.data, self.tensor, self.stages, self.micro_batches) < 1:

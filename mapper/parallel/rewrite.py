@@ -139,8 +139,9 @@ def check_batch(graph: TaskGraph, parts: int) -> None:
                              f"that divides by {parts}", obj=name)
 
 
-def split_graph(graph: TaskGraph, plan: Plan, platform: Platform) -> Split:
-    """``graph`` cut as ``plan`` says (module docstring)."""
+def split_graph(graph: TaskGraph, plan: Plan, platform: Platform, first_chunk: bool = False) -> Split:
+    """``graph`` cut as ``plan`` says (module docstring); with ``first_chunk`` only the pieces of
+    batch chunk 0, without the outputs' gathers (what one micro-batch costs on one replica)."""
     if plan.trivial and not plan.devices:
         return Split(graph, plan, (), 0, True)
     n, k = plan.chunks, plan.tensor
@@ -149,7 +150,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform) -> Split:
             raise SplitError(f"cannot split task {task.name}: it has explicit costs, not an op whose work the "
                              "split can divide", span=task.span, obj=task.name)
     check_batch(graph, n)
-    regions = tensor_regions(graph, k) if k > 1 else ()
+    regions = tensor_regions(graph, k, plan.vocab) if k > 1 else ()
     member: dict[int, tuple[Region, int]] = {}
     for reg in regions:
         for i, m in enumerate(reg.members):
@@ -163,7 +164,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform) -> Split:
     for dev in plan.devices:
         if dev not in b_.index:
             raise SplitError(f"plan device {dev!r} is not on platform {platform.name}", obj=dev)
-    for b in range(n):
+    for b in range(1 if first_chunk else n):
         replica = b % plan.data
         for t in graph.topo_order:
             task = graph.tasks[t]
@@ -179,7 +180,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform) -> Split:
             elif t in end_of:
                 _combine(b_, task, b, pieces, mesh, "allgather", view)
     names = {t.name: t.index for t in graph.tasks}
-    for out in graph.outputs:
+    for out in () if first_chunk else graph.outputs:
         t = names[out]
         parts = [view[(t, b, 0)] for b in range(n)]
         if n == 1 and k == 1:

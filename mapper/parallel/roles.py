@@ -216,8 +216,13 @@ def _conv_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
     return Region(tuple(members), (1,) * len(members), None, 1)
 
 
-def tensor_regions(g: TaskGraph, k: int) -> tuple[Region, ...]:
-    """The graph's Megatron pairs and convolution regions for ``k`` ranks, in topological order."""
+def tensor_regions(g: TaskGraph, k: int, vocab: bool = False) -> tuple[Region, ...]:
+    """The graph's Megatron pairs and convolution regions for ``k`` ranks, in topological order.
+
+    With ``vocab``, also Megatron's vocabulary-parallel ends (Shoeybi et al., section 3): an
+    embedding whose table is cut by rows (each rank looks up its share of the vocabulary, an
+    all-reduce sums them) and a GEMM that gives a graph output (the LM head) cut by columns,
+    its pieces gathered."""
     regions: list[Region] = []
     taken: set[int] = set()
     for t in g.topo_order:
@@ -225,7 +230,13 @@ def tensor_regions(g: TaskGraph, k: int) -> tuple[Region, ...]:
             continue
         task = g.tasks[t]
         region = None
-        if _gemm_weight(task) and task.output is not None and task.output.shape[-1] % k == 0:
+        out = task.output
+        if vocab and task.op == "embedding" and task.operands[1].kind == "weight" \
+                and task.operands[1].type.shape[0] % k == 0:
+            region = Region((), (), t, -1)
+        elif vocab and _gemm_weight(task) and out is not None and task.name in g.outputs and out.shape[-1] % k == 0:
+            region = Region((t,), (1,), None, -1)
+        elif _gemm_weight(task) and task.output is not None and task.output.shape[-1] % k == 0:
             region = _gemm_region(g, t, k, taken)
         elif task.op == "conv2d" and len(task.operands) == 2:
             region = _conv_region(g, t, k, taken)

@@ -1,0 +1,34 @@
+"""``--parallel`` through the cluster planner: choose a layout, build its pipeline graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mapper.cluster.layout import is_layout, parse_layout
+from mapper.cluster.plan_graph import plan_graph, replica_platform
+from mapper.cluster.search import ClusterChoice, given_fits, plan_cluster
+from mapper.devices import Platform
+from mapper.errors import OptionsError
+from mapper.graph import TaskGraph
+
+#: What a mode name fixes when the cluster planner runs it.
+MODES = {"auto": {}, "data": {"tensor": 1, "pipeline": 1}, "tensor": {"pipeline": 1, "data": 1},
+         "pipeline": {"tensor": 1, "data": 1}}
+
+
+def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | None,
+              prepare: Callable[[TaskGraph], TaskGraph]) -> tuple[ClusterChoice, TaskGraph, Platform]:
+    """The layout of ``graph``'s training step that ``parallel`` asks for on ``platform``, its
+    pipeline graph and the platform of one pipeline replica. A given layout that does not fit
+    exits 3 (:func:`mapper.cluster.search.given_fits`)."""
+    if train is None:
+        raise OptionsError("the cluster planner lays out a training step: add --train (and --optimizer)",
+                           obj="--parallel")
+    given: dict[str, Any] = parse_layout(parallel) if is_layout(parallel) else dict(MODES[parallel])
+    choice = plan_cluster(graph, platform, given, train, prepare)
+    if is_layout(parallel) or not choice.best.fits:
+        given_fits(choice)
+    gpu = next(d.name for d in platform.devices if d.kind == "gpu")
+    lay = choice.best.layout
+    return choice, plan_graph(choice.best, graph.name), replica_platform(platform, gpu, lay.pipeline, platform.name)

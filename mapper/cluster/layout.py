@@ -1,0 +1,98 @@
+"""A training layout on a cluster and the ``--parallel`` text that gives one (:mod:`mapper.cluster`).
+
+``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
+[,recompute=none|selective|full][,zero=0|1|2|3][,sequence=on|off]``: keys left
+out are chosen by the planner (:mod:`mapper.cluster.search`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from mapper.errors import OptionsError
+
+#: The keys of a layout, in the order reports list them.
+KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence")
+RECOMPUTE = ("none", "selective", "full")
+#: The largest degree a layout may give.
+MAX_DEGREE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Tensor ``tensor`` x pipeline ``pipeline`` x data ``data`` ranks; ``micro_batch`` sequences
+    (samples) per micro-batch; ``interleave`` virtual stages per pipeline rank (Narayanan et al.,
+    SC'21, 2.2.2); activation ``recompute``; ZeRO stage ``zero`` (Rajbhandari et al., SC'20;
+    3 = FSDP); ``sequence`` parallelism (Korthikanti et al., 2023)."""
+
+    tensor: int = 1
+    pipeline: int = 1
+    data: int = 1
+    micro_batch: int = 1
+    interleave: int = 1
+    recompute: str = "none"
+    zero: int = 0
+    sequence: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.pipeline * self.data
+
+    def label(self) -> str:
+        extra = [f"interleave {self.interleave}"] if self.interleave > 1 else []
+        extra += [f"recompute {self.recompute}"] if self.recompute != "none" else []
+        extra += [f"zero {self.zero}"] if self.zero else []
+        extra += ["sequence parallel"] if self.sequence else []
+        return (f"tensor {self.tensor} x pipeline {self.pipeline} x data {self.data}, micro-batch "
+                f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
+                "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
+                "zero": self.zero, "sequence": self.sequence}
+
+
+def is_layout(text: str) -> bool:
+    """True for ``--parallel`` text that gives layout keys rather than a mode name."""
+    return "=" in text
+
+
+def parse_layout(text: str) -> dict[str, Any]:
+    """The keys ``text`` gives (module docstring); an OptionsError naming --parallel otherwise."""
+    given: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not key:
+            raise OptionsError(f"expected KEY=VALUE items separated by commas, got {item.strip()!r} in "
+                               f"{text!r}; keys: {', '.join(KEYS)}", obj="--parallel")
+        if key not in KEYS:
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            raise OptionsError(f"unknown layout key {key!r}; keys: {', '.join(KEYS)}", obj="--parallel",
+                               hint=f"did you mean '{close[0]}'?" if close else None)
+        if key in given:
+            raise OptionsError(f"layout key {key!r} is given twice", obj="--parallel")
+        given[key] = _value(key, value)
+    return given
+
+
+def _value(key: str, value: str) -> Any:
+    if key == "recompute":
+        if value not in RECOMPUTE:
+            raise OptionsError(f"recompute={value!r}: choose one of {', '.join(RECOMPUTE)}", obj="--parallel")
+        return value
+    if key == "sequence":
+        if value not in ("on", "off"):
+            raise OptionsError(f"sequence={value!r}: choose on or off", obj="--parallel")
+        return value == "on"
+    if not (value.isascii() and value.isdigit()) or len(value) > 8:
+        raise OptionsError(f"{key}={value!r}: expected a positive integer", obj="--parallel")
+    n = int(value)
+    if key == "zero":
+        if n > 3:
+            raise OptionsError(f"zero={n}: ZeRO stages are 0, 1, 2 and 3", obj="--parallel")
+        return n
+    if not 1 <= n <= MAX_DEGREE:
+        raise OptionsError(f"{key}={value}: expected an integer from 1 to {MAX_DEGREE:,}", obj="--parallel")
+    return n

@@ -1,0 +1,282 @@
+"""The layer-level plan model: a layout's step time and memory per GPU from block prices
+(:mod:`mapper.cluster.profile`) and collectives (:mod:`mapper.cluster.comm`).
+
+For a :class:`~mapper.cluster.layout.Layout` on ``N = t p d`` GPUs (tensor ranks
+innermost, then data, then pipeline, as Megatron-LM orders them) and a global
+batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
+
+* the blocks are cut into ``p v`` contiguous chunks of balanced time
+  (:func:`partition`, Bokhari's bottleneck partition by bisection): stages are
+  uneven in layers when blocks differ (the embedding and the LM head);
+* a chunk's time per micro-batch is its blocks' forward and backward kernels,
+  their tensor-parallel collectives (on the critical path), the recomputation
+  (selective: attention again; full: the whole forward again) and the sends
+  to the next chunk (across nodes each tensor rank sends ``1/t`` of it and the
+  ranks all-gather it over NVSwitch: SC'21, 4.1);
+* the pipeline takes :func:`mapper.cluster.schedule.step_time`; then each rank
+  synchronises its gradients over its ``d`` replicas (all-reduce; ZeRO 2-3:
+  reduce-scatter and all-gather), overlapped with the last micro-batch's
+  backward pass except the last bucket (Li et al., VLDB 2020), and steps its
+  optimizer (on ``1/d`` of the weights from ZeRO 1 on). ZeRO 3 all-gathers the
+  weights for every micro-batch's forward and backward and reduce-scatters the
+  gradients (Rajbhandari et al., SC'20; Zhao et al., "PyTorch FSDP", VLDB
+  2023), counted on the critical path: prefetching hides part of it in
+  practice, but Narayanan et al. measure ZeRO-3 well behind PTD-P at scale
+  (SC'21, 5.4), and a model that hid it all would prefer it everywhere.
+
+Memory per GPU: 16-bit weights and gradients, optimizer states in f32 with an
+f32 master copy (ZeRO's ``2 + 2 + 12`` bytes per parameter for Adam),
+divided by ``d`` as the ZeRO stage says; the activations of the micro-batches
+in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
+count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
+parallelism dividing them by ``t``; and :data:`RESERVE` for the CUDA context,
+library workspaces and communication buffers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field, replace
+from itertools import accumulate
+from typing import Any
+
+from mapper.cluster.comm import Network, collective, send
+from mapper.cluster.layout import Layout
+from mapper.cluster.profile import BlockCost, Profile
+from mapper.cluster.schedule import orders, simulate, step_time
+from mapper.training import OPTIMIZERS, OTHER_BACKWARD
+
+GIB = float(2**30)
+#: Bytes per GPU that no tensor of the model holds: the CUDA context and kernels (about 0.5 GiB on
+#: A100/H100), cuBLAS and cuDNN workspaces, NCCL's buffers (NCCL_BUFFSIZE, 4 MiB per channel and
+#: peer) and the caching allocator's fragmentation; PyTorch reports some 1-3 GiB of it.
+RESERVE = 2.0 * GIB
+#: Gradient bucket of the data-parallel all-reduce (PyTorch DDP's bucket_cap_mb, Li et al., VLDB 2020).
+BUCKET = 25.0 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A layout's predicted step and memory (the plan model's answer)."""
+
+    layout: Layout
+    schedule: str
+    micro_batches: int
+    step: float
+    pipeline: float  # the pipeline's part of the step
+    sync: float  # gradient synchronisation and optimizer step after the pipeline
+    chunks: tuple[int, ...]  # first block of each chunk (virtual stage), p v of them
+    rank_times: tuple[float, ...]  # each pipeline rank's time per micro-batch
+    chunk_times: tuple[tuple[float, float], ...]  # forward and backward seconds per micro-batch of each chunk
+    rank_sync: tuple[float, ...]  # each rank's exposed gradient synchronisation and optimizer step
+    memory: dict[str, float] = field(hash=False)  # bytes per GPU by part, on the fullest rank
+    capacity: float = 0.0
+
+    @property
+    def peak(self) -> float:
+        return sum(self.memory.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": {**self.layout.to_json(), "micro_batches": self.micro_batches, "schedule": self.schedule},
+                "label": self.layout.label(), "step_time": self.step, "pipeline_time": self.pipeline,
+                "sync_time": self.sync, "fits": self.fits, "peak_memory": {**self.memory, "total": self.peak},
+                "stage_blocks": list(self.chunks)}
+
+
+def partition(weights: list[float], parts: int) -> tuple[int, ...] | None:
+    """Start indices of ``parts`` contiguous non-empty groups of ``weights`` whose largest sum is
+    least (bisection on the bottleneck with a greedy check; Bokhari, IEEE TC 1988)."""
+    n = len(weights)
+    if parts > n:
+        return None
+    prefix = [0.0, *accumulate(weights)]
+
+    def greedy(limit: float) -> tuple[int, ...] | None:
+        starts, i = [], 0
+        for k in range(parts):
+            starts.append(i)
+            left = parts - k - 1  # groups still to come need a block each
+            j = bisect.bisect_right(prefix, prefix[i] + limit, lo=i + 1) - 1
+            j = min(j, n - left)
+            if j <= i:
+                return None
+            i = j
+        return tuple(starts) if i == n else None
+
+    lo, hi = max(weights), prefix[-1]
+    best = greedy(hi * (1 + 1e-9))
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        cut = greedy(mid)
+        if cut is not None:
+            best, hi = cut, mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-6 * hi:
+            break
+    return best
+
+
+class PlanModel:
+    """Step time and memory of layouts of one graph on one cluster (module docstring)."""
+
+    def __init__(self, profile: Profile, net: Network, samples: int, optimizer: str, capacity: float) -> None:
+        self.profile = profile
+        self.net = net
+        self.samples = samples
+        self.optimizer = optimizer
+        self.capacity = capacity
+        self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float], list[float]]] = {}
+
+    def block_costs(self, t: int, b: int) -> list[BlockCost]:
+        chunks = self.samples // b
+        return [self.profile.cost(blk.signature, t, chunks) for blk in self.profile.blocks]
+
+    def _comm(self, c: BlockCost, t: int, backward: bool) -> float:
+        per_node = min(t, self.net.gpus_per_node)
+        return sum(collective(self.net, kind, nbytes, t, per_node)[0] for kind, nbytes, bwd in c.collectives
+                   if bwd == backward)
+
+    def _block_times(self, lay: Layout) -> tuple[list[float], list[float]]:
+        """Forward and backward seconds per micro-batch of each block, collectives and
+        recomputation included."""
+        t = lay.tensor
+        fw, bw = [], []
+        for c in self.block_costs(t, lay.micro_batch):
+            f = c.forward
+            b = c.backward
+            if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
+                f -= c.replicated * (1 - 1 / t)
+                b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
+            cf, cb = self._comm(c, t, False), self._comm(c, t, True)
+            redo = {"none": 0.0, "selective": c.attention, "full": f + cf}[lay.recompute]
+            fw.append(f + cf)
+            bw.append(b + cb + redo)
+        return fw, bw
+
+    def estimate(self, lay: Layout, schedule: str = "1f1b") -> Estimate | None:
+        """The layout's :class:`Estimate`, or None when its blocks cannot be cut into its chunks."""
+        t, p, d, v = lay.tensor, lay.pipeline, lay.data, lay.interleave
+        m = self.samples // (d * lay.micro_batch)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, p * v)
+        if key not in self._parts:
+            fw, bw = self._block_times(lay)
+            starts = partition([f + b for f, b in zip(fw, bw)], p * v)
+            if starts is None:
+                return None
+            self._parts[key] = (starts, fw, bw, [0.0])
+        starts, fw, bw, _ = self._parts[key]
+        costs = self.block_costs(t, lay.micro_batch)
+        blocks = self.profile.blocks
+        ends = [*starts[1:], len(blocks)]
+        across = t * d >= self.net.gpus_per_node  # pipeline neighbours are t d ranks apart
+        rank_time = [0.0] * p
+        rank_bwd = [0.0] * p
+        rank_params = [0.0] * p
+        rank_pbytes = [0.0] * p
+        rank_act = [0.0] * p  # activation bytes of one micro-batch through all the rank's chunks
+        rank_z3 = [0.0] * p
+        chunk_times: list[tuple[float, float]] = []
+        for ci, (a, e) in enumerate(zip(starts, ends)):
+            s = ci % p
+            f, b = sum(fw[a:e]), sum(bw[a:e])
+            out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch  # the tensor sent on
+            if ci + 1 < p * v and out > 0:
+                if across and t > 1:
+                    hop = send(self.net, out / t, True) + collective(self.net, "allgather", out, t, t)[0]
+                else:
+                    hop = send(self.net, out, across)
+                f += hop
+                b += hop
+            rank_time[s] += f + b
+            rank_bwd[s] += b
+            chunk_times.append((f, b))
+            rank_params[s] += sum(costs[i].params for i in range(a, e))
+            rank_pbytes[s] += sum(costs[i].param_bytes for i in range(a, e))
+            rank_act[s] += self._activations(lay, range(a, e))
+            if lay.zero == 3 and d > 1:  # weights gathered for forward and backward, gradients scattered
+                pb = sum(costs[i].param_bytes for i in range(a, e))
+                per_node = min(d, max(1, self.net.gpus_per_node // t))
+                z3 = (2 * collective(self.net, "allgather", pb, d, per_node)[0]
+                      + collective(self.net, "reducescatter", pb, d, per_node)[0])
+                rank_z3[s] += z3
+                chunk_times[-1] = (f + z3 / 3, b + 2 * z3 / 3)
+        rank_time = [x + z for x, z in zip(rank_time, rank_z3)]
+        pipe = step_time(rank_time, m, v)
+        opt = OPTIMIZERS[self.optimizer]
+        sync = 0.0
+        rank_sync = []
+        per_node = min(d, max(1, self.net.gpus_per_node // t))
+        updates = [0.0] * p
+        for ci, (a, e) in enumerate(zip(starts, ends)):
+            updates[ci % p] += sum(costs[i].update for i in range(a, e))
+        for s in range(p):
+            grads = rank_pbytes[s]
+            if d > 1 and lay.zero < 3:
+                if lay.zero == 2:
+                    total = (collective(self.net, "reducescatter", grads, d, per_node)[0]
+                             + collective(self.net, "allgather", grads, d, per_node)[0])
+                else:
+                    total = collective(self.net, "allreduce", grads, d, per_node)[0]
+                buckets = max(1, math.ceil(grads / BUCKET))
+                exposed = max(total - rank_bwd[s] / max(1, v), total / buckets)
+            else:
+                exposed = 0.0
+            upd = updates[s] / (d if lay.zero >= 1 else 1)
+            sync = max(sync, exposed + upd)
+            rank_sync.append(exposed + upd)
+        memory = self._memory(lay, rank_params, rank_pbytes, rank_act, m, opt.states)
+        return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
+                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity)
+
+    def _activations(self, lay: Layout, indices: range) -> float:
+        """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass."""
+        t = lay.tensor
+        costs = [self.profile.cost(self.profile.blocks[i].signature, t, self.samples // lay.micro_batch)
+                 for i in indices]
+        if lay.recompute == "full":  # each block's input, and one block's worth while recomputing
+            keep = sum(c.input_bytes for c in costs if c.params > 0)
+            return keep / (t if lay.sequence else 1) + max((c.stash for c in costs), default=0.0)
+        total = 0.0
+        for i, c in zip(indices, costs):
+            if lay.sequence and t > 1:  # every activation cut by t (Korthikanti et al., 4.2.2)
+                c = self.profile.cost(self.profile.blocks[i].signature, 1, self.samples // lay.micro_batch)
+            total += (c.stash - (c.scores if lay.recompute == "selective" else 0.0)) / (
+                t if lay.sequence and t > 1 else 1)
+        return total
+
+    def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], m: int,
+                states: int) -> dict[str, float]:
+        p, d, v = lay.pipeline, lay.data, lay.interleave
+        best: dict[str, float] = {}
+        for s in range(p):
+            if v > 1:  # interleaved: its warm-up forwards plus one, over its v chunks
+                flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
+            else:
+                flight = min(p - s, m)
+            master = 1 if pbytes[s] < 4 * params[s] else 0  # 16-bit weights keep an f32 copy
+            parts = {
+                "weights": pbytes[s] / (d if lay.zero >= 3 else 1),
+                "gradients": pbytes[s] / (d if lay.zero >= 2 else 1),
+                "optimizer": 4.0 * params[s] * (states + master) / (d if lay.zero >= 1 else 1),
+                "activations": act[s] * flight,
+                "reserve": RESERVE,
+            }
+            if sum(parts.values()) > sum(best.values()):
+                best = parts
+        return best
+
+
+def refine(est: Estimate) -> Estimate:
+    """``est`` with its pipeline time simulated op by op in the schedule's order
+    (:func:`mapper.cluster.schedule.simulate`) instead of the closed form, which is exact for
+    equal chunks and within a few per cent otherwise."""
+    times = est.chunk_times
+    pipe = simulate(orders(est.schedule, est.layout.pipeline, est.layout.interleave, est.micro_batches),
+                    lambda op: times[op[1]][0 if op[0] == "F" else 1])
+    return replace(est, pipeline=pipe, step=pipe + est.sync)

@@ -1,0 +1,67 @@
+"""The chosen layout as a task graph of one pipeline replica (:mod:`mapper.cluster`).
+
+One pipeline rank per device (its tensor-parallel group and data replicas run
+the same ops at the same time): a forward and a backward task per chunk and
+micro-batch, priced with the plan model's chunk times
+(:class:`mapper.cluster.model.Estimate`), joined by the pipeline's
+dependencies (the next chunk's forward waits for this one, the backward runs
+back) and chained per rank in the schedule's order
+(:func:`mapper.cluster.schedule.orders`); after a rank's last backward, its
+gradient synchronisation and optimizer step. Scheduled and validated by the
+ordinary engine, it shows the 1F1B pattern in every report, and its makespan
+checks the closed-form step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mapper.cluster.model import Estimate
+from mapper.cluster.schedule import Op, deps, orders
+from mapper.devices import Platform
+from mapper.graph import Edge, Placement, Task, TaskGraph
+
+
+def replica_platform(node: Platform, gpu: str, ranks: int, name: str) -> Platform:
+    """``ranks`` copies of ``gpu`` (``stage0`` ..), one per pipeline rank, with no links: the
+    plan graph's edges carry their own (zero) times, the sends being inside the chunk times."""
+    dev = node.devices[node.device_index(gpu)]
+    devices = tuple(replace(dev, index=s, name=f"stage{s}") for s in range(ranks))
+    return Platform(name=f"{name} (one pipeline replica)", devices=devices, host=None, source=node.source,
+                    description=f"{ranks} pipeline ranks of {node.name}")
+
+
+def plan_graph(est: Estimate, name: str) -> TaskGraph:
+    """The task graph of one pipeline replica under ``est`` (module docstring)."""
+    lay = est.layout
+    p, v, m = lay.pipeline, lay.interleave, est.micro_batches
+    chunks = p * v
+    index: dict[Op, int] = {}
+    tasks: list[Task] = []
+    edges: list[tuple[int, int]] = []
+    seqs = orders(est.schedule, p, v, m)
+    for s, seq in enumerate(seqs):
+        dev = f"stage{s}"
+        for op in seq:
+            kind, c, mb = op
+            f, b = est.chunk_times[c]
+            seconds = f if kind == "F" else b
+            index[op] = len(tasks)
+            tasks.append(Task(len(tasks), f"{'fwd' if kind == 'F' else 'bwd'}.c{c}.mb{mb}", "task",
+                              placement=Placement(allow=(dev,)), explicit_cost=((dev, seconds),),
+                              backward=kind == "B"))
+    for s, seq in enumerate(seqs):
+        for a, b_ in zip(seq, seq[1:]):
+            edges.append((index[a], index[b_]))  # the rank runs them in this order
+        for op in seq:
+            for d in deps(op, chunks):
+                edges.append((index[d], index[op]))
+        dev = f"stage{s}"
+        sync = len(tasks)
+        tasks.append(Task(sync, f"sync.stage{s}", "task", placement=Placement(allow=(dev,)),
+                          explicit_cost=((dev, est.rank_sync[s]),), backward=True))
+        edges.append((index[seq[-1]], sync))
+    unique = sorted(set(edges), key=lambda e: (e[1], e[0]))
+    return TaskGraph(f"{name}.pipeline", tuple(tasks),
+                     tuple(Edge(i, a, b, 0.0, 0.0, "") for i, (a, b) in enumerate(unique)), (),
+                     tuple(f"sync.stage{s}" for s in range(p)))

@@ -1,0 +1,149 @@
+"""Block prices for the plan model, from the cost model (:mod:`mapper.cluster`).
+
+:class:`Profile` prices one block of each signature (:mod:`mapper.cluster.blocks`)
+for a tensor degree ``t`` and a micro-batch (the batch cut in ``chunks``) as
+the single-node planner does, on one node of the platform: the block is split
+(:func:`mapper.parallel.rewrite.split_graph`, one chunk), fused, turned into a
+training step with its tensor-parallel collectives
+(:func:`mapper.parallel.gradients.synchronise`) and priced by
+:func:`mapper.cost.build_cost_table`; rank 0's times are summed. The kernels
+of a rank run one after another, so a block's forward time is the sum of its
+forward kernels (and likewise backward and update). Collectives are kept as
+``(kind, bytes)`` for the cluster's own pricing (:mod:`mapper.cluster.comm`).
+
+Activation memory (what the backward pass keeps) is counted per op as
+Korthikanti et al. count it ("Reducing Activation Recomputation in Large
+Transformer Models", MLSys 2023, section 4.1): the activation inputs of
+every op but additions, and for attention its scores, softmax output and the
+dropout of it (``5 a s^2 b`` bytes in 16-bit per layer: :data:`SCORE_BYTES`
+per head and query-key pair). The graph has no dropout ops, so their masks
+(``2 s b h`` bytes of the paper's ``34 s b h``) are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.cluster.blocks import Block, block_graph, cut_blocks
+from mapper.cost import build_cost_table
+from mapper.costmodel.efficiency import op_class
+from mapper.devices import Platform
+from mapper.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.parallel.gradients import synchronise
+from mapper.parallel.plan import Plan
+from mapper.parallel.rewrite import split_graph
+from mapper.training import training_step
+
+#: Bytes kept per head and query-key pair by attention: scores and softmax output (16-bit, 2 + 2)
+#: and the dropout output (a 1-byte mask and 16-bit values would be 3; Korthikanti et al. count
+#: 5 a s^2 b in all: softmax output 2, dropout mask 1, dropout output 2).
+SCORE_BYTES = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCost:
+    """One block on one tensor-parallel rank for one micro-batch."""
+
+    forward: float  # seconds of forward kernels
+    backward: float  # seconds of backward kernels (input and weight gradients)
+    update: float  # seconds of the optimizer step of the rank's weights (once per step)
+    attention: float  # forward seconds of attention kernels (selective recomputation runs them again)
+    replicated: float  # forward seconds of kernels every rank repeats (norms, residual adds): SP divides them
+    collectives: tuple[tuple[str, float, bool], ...]  # (kind, bytes, in the backward pass)
+    params: float  # parameters held by the rank
+    param_bytes: float  # their bytes
+    stash: float  # activation bytes kept for the backward pass, attention scores included
+    scores: float  # of which attention scores (selective recomputation drops them)
+    input_bytes: float  # the block's input (what full recomputation keeps)
+
+
+def _kept(task: Task) -> tuple[float, float]:
+    """Activation bytes ``task`` keeps for its backward pass, and of those its attention scores."""
+    parts = task.parts or (task,)
+    kept = scores = 0.0
+    for p in parts:
+        if p.op in ("add", "sub", "allreduce", "concat") or op_class(p.op, None) == "movement":
+            continue
+        kept += sum(float(o.type.nbytes) for o in p.operands if o.kind != "weight")
+        if p.op == "attention" and p.output is not None:
+            seq = int(p.attr("seq"))
+            tokens = p.output.shape[0]
+            s = SCORE_BYTES * int(p.attr("heads")) * seq * tokens * DTYPE_BYTES.get(p.output.dtype, 2) / 2
+            kept += s
+            scores += s
+    return kept, scores
+
+
+class Profile:
+    """Prices of a forward graph's blocks on one node (module docstring)."""
+
+    def __init__(self, graph: TaskGraph, node: Platform, gpu: str, prepare: Callable[[TaskGraph], TaskGraph],
+                 optimizer: str) -> None:
+        self.graph = graph
+        self.node = node
+        self.prepare = prepare
+        self.optimizer = optimizer
+        self.blocks: tuple[Block, ...] = cut_blocks(graph)
+        gpus = [d.name for d in node.devices if d.kind == node.devices[node.device_index(gpu)].kind]
+        self.mesh = tuple([gpu] + [g for g in gpus if g != gpu])
+        self.rep: dict[int, TaskGraph] = {}
+        for b in self.blocks:
+            if b.signature not in self.rep:
+                self.rep[b.signature] = block_graph(graph, b)
+        self._cache: dict[tuple[int, int, int], BlockCost] = {}
+
+    @property
+    def batch(self) -> int:
+        """The leading axis of the graph's inputs (tokens, or samples)."""
+        return min((ty.shape[0] for _, ty in self.graph.inputs if ty.shape), default=1)
+
+    def cost(self, signature: int, tensor: int, chunks: int) -> BlockCost:
+        """Block ``signature`` on one of ``tensor`` ranks, for 1/``chunks`` of the batch."""
+        key = (signature, tensor, chunks)
+        if key not in self._cache:
+            self._cache[key] = self._price(self.rep[signature], tensor, chunks)
+        return self._cache[key]
+
+    def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
+        plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=self.mesh[:tensor], vocab=True)
+        split = split_graph(sub, plan, self.node, first_chunk=True)
+        g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, self.node, self.optimizer)
+        table = build_cost_table(g, self.node)
+        rank0 = self.mesh[0]
+        d = self.node.device_index(rank0)
+        fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
+        comms: list[tuple[str, float, bool]] = []
+        seen: set[str] = set()
+        for task in g.tasks:
+            if task.placement.allow[:1] != (rank0,):
+                continue
+            seconds = table.time[task.index][d]
+            if task.explicit_cost:  # a collective: priced by the cluster model
+                if ".grads.allreduce" in task.name:  # a weight every rank holds: its gradients agree
+                    continue
+                kind = "allreduce" if task.op == "allreduce" else "allgather"
+                nbytes = task.operands[0].type.nbytes * (1 if kind == "allreduce" else len(task.operands))
+                comms.append((kind, float(nbytes), task.backward))
+            elif task.backward and task.name.endswith(".update"):
+                upd += seconds
+            elif task.backward:
+                bwd += seconds
+            else:
+                fwd += seconds
+                parts = task.parts or (task,)
+                if any(p.op == "attention" for p in parts):
+                    att += seconds
+                elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):
+                    rep += seconds
+                k, s = _kept(task)
+                stash += k
+                scores += s
+                for p in parts:
+                    for o in p.operands:
+                        if o.kind == "weight" and o.name not in seen:
+                            seen.add(o.name)
+                            params += o.type.numel
+                            pbytes += o.type.nbytes
+        inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
+        return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs)

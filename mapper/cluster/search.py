@@ -1,0 +1,195 @@
+"""``--parallel`` on a cluster: the layout with the shortest predicted step that fits.
+
+:func:`plan_cluster` prices the graph's blocks once per tensor degree and
+micro-batch size (:mod:`mapper.cluster.profile`) and then scores every layout
+of the plan space with the layer-level model (:mod:`mapper.cluster.model`),
+never building a per-GPU task graph: tensor ``t`` (powers of two up to a
+node's GPUs), pipeline ``p`` and data ``d`` with ``t p d`` = the cluster's
+GPUs, micro-batch ``b`` (powers of two dividing the per-replica batch),
+interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``), recomputation
+none / selective / full, ZeRO 0-3 (3 without a pipeline) and sequence
+parallelism with ``t > 1``. Keys a given layout fixes are not searched. The
+fastest layout that fits wins; when none fits, the one that needs least memory
+is reported as not fitting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mapper.cluster.comm import network
+from mapper.cluster.layout import RECOMPUTE, Layout
+from mapper.cluster.model import GIB, Estimate, PlanModel, refine
+from mapper.cluster.profile import Profile
+from mapper.devices import Platform
+from mapper.errors import OptionsError
+from mapper.graph import TaskGraph
+from mapper.parallel.rewrite import SplitError
+
+#: Layouts listed in reports besides the chosen one.
+RUNNERS_UP = 8
+#: Leading layouts whose pipeline is simulated before the final choice.
+REFINED = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChoice:
+    """The layout kept, the estimates scored, and what the model was built on."""
+
+    best: Estimate
+    ranked: tuple[Estimate, ...]  # by step time, fitting first
+    gpus: int
+    samples: int
+    model_flops: float  # FLOPs of one training step of the model: 3x the forward's (no recomputation)
+    peak_tflops: float  # a GPU's 16-bit tensor peak
+    scored: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
+
+    seq: int = 1
+
+    def tflops_per_gpu(self, est: Estimate | None = None) -> float:
+        e = est or self.best
+        return self.model_flops / e.step / self.gpus / 1e12 if e.step > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        b = self.best
+        return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
+                "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
+                "mfu": self.tflops_per_gpu() / self.peak_tflops if self.peak_tflops else None,
+                "plans_scored": self.scored,
+                "candidates": [{**e.to_json(), "model_tflops_per_gpu": self.tflops_per_gpu(e)}
+                               for e in self.ranked[1:RUNNERS_UP + 1]]}
+
+    def notes(self) -> tuple[str, ...]:
+        b = self.best
+        parts = ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
+        out = [f"parallel cluster: {b.layout.label()} on {self.gpus} GPUs ({b.micro_batches} micro-batches, "
+               f"{b.schedule}{' interleaved' if b.layout.interleave > 1 else ''}): step {b.step * 1e3:.4g} ms "
+               f"predicted by the layer-level model, {self.tflops_per_gpu():.4g} model TFLOP/s per GPU "
+               f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {self.tokens_per_s:.4g} tokens/s",
+               f"parallel: peak memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
+               + ("" if b.fits else ": does not fit")]
+        others = [e for e in self.ranked[1:4]]
+        if others:
+            out.append("parallel: runners-up " + "; ".join(
+                f"{e.layout.label()} {e.step * 1e3:.4g} ms" + ("" if e.fits else " (too big)") for e in others))
+        return tuple(out)
+
+
+def _pow2(limit: int) -> list[int]:
+    out, k = [], 1
+    while k <= limit:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def layouts(gpus: int, per_node: int, samples: int, units: int, given: dict[str, Any]) -> list[Layout]:
+    """The layouts of the plan space that ``given`` allows (module docstring)."""
+    out = []
+    for t in ([given["tensor"]] if "tensor" in given else _pow2(min(per_node, gpus))):
+        if gpus % t:
+            continue
+        ps = [given["pipeline"]] if "pipeline" in given else [p for p in range(1, gpus // t + 1)
+                                                               if (gpus // t) % p == 0 and p <= units]
+        for p in ps:
+            if (gpus // t) % p:
+                continue
+            d = gpus // (t * p)
+            if "data" in given and given["data"] != d:
+                continue
+            if samples % d:
+                continue
+            bs = [given["micro_batch"]] if "micro_batch" in given else _pow2(samples // d)
+            for b in bs:
+                if samples % (d * b):
+                    continue
+                m = samples // (d * b)
+                vs = [given["interleave"]] if "interleave" in given else [1, 2, 4]
+                for v in vs:
+                    if v > 1 and (p == 1 or m % p or p * v > units):
+                        continue
+                    for rc in [given["recompute"]] if "recompute" in given else RECOMPUTE:
+                        zs = [given["zero"]] if "zero" in given else [0, 1, 2, 3]
+                        for z in zs:
+                            if "zero" not in given and (z and d == 1 or z == 3 and p > 1):
+                                continue
+                            sps = [given["sequence"]] if "sequence" in given else ([False, True] if t > 1 else [False])
+                            for sp in sps:
+                                out.append(Layout(t, p, d, b, v, rc, z, sp))
+    return out
+
+
+def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+                 prepare: Callable[[TaskGraph], TaskGraph]) -> ClusterChoice:
+    """The best layout of ``graph``'s training step on ``platform`` (module docstring)."""
+    gpus_here = [d for d in platform.devices if d.kind == "gpu"]
+    if not gpus_here:
+        raise OptionsError(f"--parallel: platform {platform.name} has no GPUs to lay the model out on",
+                           obj="--parallel")
+    gpu = gpus_here[0]
+    nodes = platform.cluster.nodes if platform.cluster is not None else 1
+    per_node = len(gpus_here)
+    gpus = per_node * nodes
+    profile = Profile(graph, platform, gpu.name, prepare, optimizer)
+    seq = _sequence(graph)
+    if profile.batch % seq:
+        raise OptionsError(f"--parallel: the batch of {profile.batch} rows is not whole sequences of {seq}",
+                           obj="--parallel")
+    samples = profile.batch // seq
+    net = network(platform)
+    capacity = (gpu.memory_gib or 0.0) * GIB
+    model = PlanModel(profile, net, samples, optimizer, capacity)
+    cands = layouts(gpus, per_node, samples, len(profile.blocks), given)
+    if not cands:
+        raise OptionsError(f"--parallel: no layout of {gpus} GPUs fits the keys given "
+                           f"({', '.join(f'{k}={v}' for k, v in given.items()) or 'none'}) and a global batch "
+                           f"of {samples}", obj="--parallel")
+    scored: list[Estimate] = []
+    reasons: list[str] = []
+    for lay in cands:
+        try:
+            est = model.estimate(lay)
+        except SplitError as err:
+            reasons.append(err.message)
+            continue
+        if est is not None:
+            scored.append(est)
+    if not scored:
+        raise OptionsError("--parallel: no layout can cut this graph" + (f" ({reasons[0]})" if reasons else ""),
+                           obj="--parallel")
+    fitting = sorted((e for e in scored if e.fits), key=lambda e: (e.step, e.peak))
+    rest = sorted((e for e in scored if not e.fits), key=lambda e: (e.peak, e.step))
+    # the leaders' pipelines simulated in their schedule's order, then ranked again
+    top = sorted((refine(e) for e in (fitting or rest)[:REFINED]), key=lambda e: (e.step, e.peak))
+    ranked = tuple(top + (fitting[REFINED:] if fitting else []) + (rest if fitting else rest[REFINED:]))
+    dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
+    peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
+    flops = 3.0 * sum(t.flops for t in graph.tasks)
+    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), seq)
+
+
+def _sequence(graph: TaskGraph) -> int:
+    """Rows per sample: the sequence length of the graph's attention ops (1 without one)."""
+    return next((int(t.attr("seq")) for t in graph.tasks if t.op == "attention"), 1)
+
+
+def given_fits(choice: ClusterChoice) -> None:
+    """Exit 3 when a layout the user gave cannot fit (every key fixed, or the best of the rest)."""
+    from mapper.errors import InfeasibleError
+
+    b = choice.best
+    if not b.fits:
+        over = b.peak - b.capacity
+        raise InfeasibleError(
+            f"layout {b.layout.label()} does not fit: {b.peak / GIB:.4g} GiB per GPU on the fullest pipeline "
+            f"rank, {over / GIB:.4g} GiB ({over:,.0f} bytes) over the {b.capacity / GIB:.4g} GiB of a GPU ("
+            + ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items()) + " GiB)", obj="--parallel")
+
+
+__all__ = ["ClusterChoice", "layouts", "plan_cluster", "given_fits", "replace"]
