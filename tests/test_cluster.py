@@ -1,0 +1,260 @@
+"""The cluster planner: platforms, collectives, the plan model, schedules, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mapper.cli import main
+from mapper.cluster.comm import bus_bandwidth, collective, network, send
+from mapper.cluster.layout import Layout, parse_layout
+from mapper.cluster.model import partition
+from mapper.cluster.plan_graph import plan_graph, replica_platform
+from mapper.cluster.schedule import orders, simulate, step_time
+from mapper.cluster.search import plan_cluster
+from mapper.errors import InfeasibleError, OptionsError, PlatformError
+from mapper.fusion import fuse_for
+from mapper.lower import load_graph
+from mapper.pipeline import compile_graph
+from mapper.platform import load_platform, parse_platform
+from mapper.platform_cluster import flat_platform, with_nodes
+from mapper.sources import ModelFile
+
+GPT = "examples/gpt.tg"
+
+
+def small_gpt(layers=8, batch=32, hidden=1024, heads=16):
+    return load_graph(ModelFile(GPT, params=(("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads),
+                                             ("BATCH", batch), ("SEQ", 1024))))
+
+
+# -- platforms ---------------------------------------------------------------------------------
+
+def test_device_count_expands_and_switch_names_the_group():
+    p = parse_platform("""
+name = "n"
+[[device]]
+name = "gpu"
+count = 4
+kind = "gpu"
+peak_gflops = { f32 = 1.0 }
+[[switch]]
+name = "s"
+ports = ["gpu"]
+bandwidth_gbs = 10.0
+collective_efficiency = 0.5
+""")
+    assert [d.name for d in p.devices] == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert [d.index for d in p.devices] == [0, 1, 2, 3]
+    assert p.switches[0].ports == ("gpu0", "gpu1", "gpu2", "gpu3") and p.switches[0].collective_efficiency == 0.5
+
+
+@pytest.mark.parametrize("count", ["0", "2000", "1.5", "true", '"4"'])
+def test_bad_count(count):
+    with pytest.raises(PlatformError) as err:
+        parse_platform(f'name = "n"\n[[device]]\nname = "g"\ncount = {count}\nkind = "gpu"\n')
+    assert "count" in str(err.value.obj)
+
+
+def test_selene_is_a_cluster_of_dgx_a100_nodes():
+    sel = load_platform("selene")
+    node = load_platform("dgx-a100")
+    assert sel.devices == node.devices and sel.cluster is not None
+    assert sel.cluster.nics == 8 and sel.cluster.nic_bandwidth_gbs == 25.0
+    assert with_nodes(sel, 4).cluster.nodes == 4
+    with pytest.raises(OptionsError):
+        with_nodes(node, 4)
+
+
+def test_flat_platform_joins_nodes_through_the_fabric():
+    flat = flat_platform(with_nodes(load_platform("selene"), 2))
+    assert len(flat.devices) == 18 and flat.cluster is None
+    assert flat.switches[-1].name == "fabric" and len(flat.switches[-1].ports) == 16
+    with pytest.raises(PlatformError):
+        flat_platform(load_platform("selene"))  # 384 nodes: not task by task
+
+
+@pytest.mark.parametrize("doc, bad", [
+    ('node = "dgx-a100"\n[cluster]\nnodes = 0\nnics_per_node = 8\nnic_bandwidth_gbs = 25.0\n', "nodes"),
+    ('node = "dgx-a100"\n[cluster]\nnodes = 2\nnics_per_node = 8\nnic_bandwidth_gbs = -1\n', "nic_bandwidth_gbs"),
+    ('node = "dgx-a100"\n[cluster]\nnodes = 2\nnics_per_node = 8\nnic_bandwidth_gbs = 25.0\ntopology = "torus"\n',
+     "topology"),
+    ('node = "nope"\n[cluster]\nnodes = 2\nnics_per_node = 8\nnic_bandwidth_gbs = 25.0\n', "node"),
+    ('node = "selene"\n[cluster]\nnodes = 2\nnics_per_node = 8\nnic_bandwidth_gbs = 25.0\n', "node"),
+])
+def test_bad_cluster_tables(doc, bad):
+    with pytest.raises(PlatformError) as err:
+        parse_platform('name = "c"\n' + doc, "c.toml")
+    assert bad in str(err.value.obj)
+
+
+# -- collectives -------------------------------------------------------------------------------
+
+def test_collectives_by_hand():
+    net = network(with_nodes(load_platform("selene"), 16))
+    assert net.intra_gbs == pytest.approx(300 * 0.8) and net.node_gbs == pytest.approx(8 * 25 * 0.96)
+    n = 2.0**30
+    t, alg = collective(net, "allreduce", n, 8, 8)  # one node: a ring over NVSwitch
+    assert alg == "ring" and t == pytest.approx(2 * 7 / 8 * n / 240e9 + 14 * 3e-6)
+    t, alg = collective(net, "allreduce", n, 16, 8)  # two nodes: the ring's bus is the NICs
+    assert alg == "ring" and t == pytest.approx(2 * 15 / 16 * n / 192e9 + 30 * 5e-6)
+    t, alg = collective(net, "allgather", n, 128, 8)  # 16 nodes: half the all-reduce's steps
+    assert t <= collective(net, "allreduce", n, 128, 8)[0] / 2 * 1.0001
+    assert collective(net, "allreduce", n, 1, 1) == (0.0, "local")
+    assert send(net, n, True) == pytest.approx(5e-6 + n / 24e9)
+    assert bus_bandwidth("allreduce", n, collective(net, "allreduce", n, 8, 8)[0], 8) == pytest.approx(240, rel=0.01)
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule, p, v, m", [("1f1b", 4, 1, 8), ("1f1b", 4, 2, 8), ("1f1b", 2, 4, 6),
+                                               ("gpipe", 3, 1, 5), ("1f1b", 8, 1, 3), ("1f1b", 4, 4, 4)])
+def test_bubble_matches_a_brute_force_schedule(schedule, p, v, m):
+    f, b = 1.0, 2.0  # per micro-batch on each rank, all its chunks together
+    sim = simulate(orders(schedule, p, v, m), lambda op: (f if op[0] == "F" else b) / v)
+    assert sim == pytest.approx((m + (p - 1) / v) * (f + b))
+    assert step_time([f + b] * p, m, v) == pytest.approx(sim)
+
+
+def test_every_op_runs_once_in_each_order():
+    for p, v, m in ((4, 2, 8), (3, 1, 7)):
+        ops = [op for seq in orders("1f1b", p, v, m) for op in seq]
+        assert len(ops) == len(set(ops)) == 2 * p * v * m
+
+
+def test_partition_is_contiguous_and_balanced():
+    starts = partition([1, 1, 1, 1, 4, 1, 1, 1], 3)
+    assert starts == (0, 4, 5)
+    assert partition([1.0] * 3, 4) is None
+
+
+# -- layouts and the plan model ----------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["tensor", "tensor=0", "tensor=x", "tensr=2", "recompute=some", "zero=4",
+                                  "sequence=yes", "tensor=2,tensor=4", "=3"])
+def test_bad_layouts(text):
+    with pytest.raises(OptionsError):
+        parse_layout(text)
+
+
+def test_layout_keys():
+    assert parse_layout("tensor=8, pipeline=2,recompute=full,sequence=on,zero=1") == {
+        "tensor": 8, "pipeline": 2, "recompute": "full", "sequence": True, "zero": 1}
+
+
+def _choice(layout, nodes=2, **kw):
+    plat = with_nodes(load_platform("selene"), nodes)
+    g = small_gpt(**kw)
+    return g, plat, plan_cluster(g, plat, layout, "adam", lambda x: fuse_for(x, plat))
+
+
+def test_memory_follows_korthikanti():
+    """Activations of one micro-batch per layer: 34 s b h + 5 a s^2 b bytes (Korthikanti et al. 2023,
+    eq. 1) less the two dropout masks (2 s b h) the graph has no ops for; divided by t with
+    sequence parallelism; 2 s b h per layer, less with full recomputation."""
+    s, h, a, layers = 1024, 1024, 16, 8
+    per_layer = (32 * s * h + 5 * a * s * s) * 1  # b = 1
+    g, plat, ch = _choice({"tensor": 1, "pipeline": 1, "data": 16, "micro_batch": 1, "recompute": "none",
+                           "zero": 0})
+    act = ch.best.memory["activations"]
+    ends = 2 * s * h + 2 * s * h + 2 * s * h  # the embedding sum, the final norm's and the LM head's inputs
+    assert act == pytest.approx(layers * per_layer + ends, rel=0.02)
+    _, _, sel = _choice({"tensor": 1, "pipeline": 1, "data": 16, "micro_batch": 1, "recompute": "selective",
+                         "zero": 0})
+    assert sel.best.memory["activations"] == pytest.approx(act - layers * 5 * a * s * s, rel=0.02)
+    _, _, sp = _choice({"tensor": 4, "pipeline": 1, "data": 4, "micro_batch": 1, "recompute": "none",
+                        "zero": 0, "sequence": True})
+    assert sp.best.memory["activations"] == pytest.approx(act / 4, rel=0.05)
+
+
+def test_optimizer_state_is_sharded_by_zero():
+    base = {"tensor": 1, "pipeline": 1, "data": 16, "micro_batch": 1, "recompute": "full"}
+    mem = {z: _choice({**base, "zero": z})[2].best.memory for z in range(4)}
+    assert mem[1]["optimizer"] == pytest.approx(mem[0]["optimizer"] / 16)
+    assert mem[2]["gradients"] == pytest.approx(mem[0]["gradients"] / 16)
+    assert mem[3]["weights"] == pytest.approx(mem[0]["weights"] / 16)
+    assert mem[0]["optimizer"] == pytest.approx(6 * mem[0]["weights"])  # Adam: 12 bytes per 2-byte weight
+
+
+@pytest.mark.parametrize("layout", [
+    {"tensor": 2, "pipeline": 4, "micro_batch": 1, "interleave": 1},
+    {"tensor": 2, "pipeline": 4, "micro_batch": 1, "interleave": 2},
+    {"tensor": 1, "pipeline": 2, "micro_batch": 2, "recompute": "full"},
+])
+def test_plan_graph_schedule_agrees_with_the_model(layout):
+    g, plat, ch = _choice(layout)
+    est = ch.best
+    graph = plan_graph(est, g.name)
+    result = compile_graph(graph, replica_platform(plat, "gpu0", est.layout.pipeline, plat.name), mapper="heft",
+                           fuse="none")  # validated inside
+    assert result.result.schedule.makespan == pytest.approx(est.step, rel=0.05)
+
+
+def test_auto_is_no_slower_than_any_given_layout():
+    g, plat, auto = _choice({})
+    for lay in ({"tensor": 8, "pipeline": 2}, {"tensor": 1, "pipeline": 1}):
+        given = plan_cluster(g, plat, lay, "adam", lambda x: fuse_for(x, plat)).best
+        if given.fits:
+            assert auto.best.step <= given.step * 1.0001
+
+
+# -- command line ------------------------------------------------------------------------------
+
+def test_compile_gpt_on_selene(tmp_path, capsys):
+    out = tmp_path / "o.json"
+    assert main(["compile", GPT, "--param", "LAYERS=8", "--param", "BATCH=64", "--platform", "selene",
+                 "--nodes", "4", "--train", "--optimizer", "adam", "--parallel", "auto", "-q",
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    par = doc["parallel"]
+    assert set(par["plan"]) >= {"tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero",
+                                "sequence"}
+    assert par["fits"] is True and par["gpus"] == 32
+    assert doc["makespan"] == pytest.approx(par["step_time"], rel=0.05)
+    assert par["peak_memory"]["total"] <= 80 * 2**30 and par["tokens_per_s"] > 0 and 0 < par["mfu"] < 1
+
+
+def test_given_layout_that_cannot_fit_exits_3(capsys):
+    code = main(["compile", GPT, "--param", "LAYERS=64", "--param", "HIDDEN=8192", "--param", "HEADS=64",
+                 "--platform", "selene", "--nodes", "1", "--train", "--optimizer", "adam",
+                 "--parallel", "tensor=1,pipeline=1,data=8,recompute=none,zero=0"])
+    err = capsys.readouterr().err
+    assert code == 3 and "does not fit" in err and "bytes" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--parallel", "tensor=3x"], "tensor"),
+    (["--parallel", "pipes=2"], "unknown layout key"),
+    (["--parallel", "sideways"], "unknown --parallel mode"),
+    (["--nodes", "0"], "node count"),
+])
+def test_bad_options_exit_2(argv, needle, capsys):
+    try:
+        code = main(["compile", GPT, "--param", "LAYERS=2", "--platform", "selene", "--train", *argv])
+    except SystemExit as stop:  # argparse's own checks
+        code = stop.code
+    assert code == 2 and needle in capsys.readouterr().err
+
+
+def test_nodes_on_a_single_machine_exits_2(capsys):
+    assert main(["compile", GPT, "--platform", "dgx-a100", "--nodes", "2"]) == 2
+    assert "cluster platforms" in capsys.readouterr().err
+
+
+def test_layout_without_train_exits_2(capsys):
+    assert main(["compile", GPT, "--param", "LAYERS=2", "--platform", "selene", "--parallel", "tensor=8"]) == 2
+    assert "--train" in capsys.readouterr().err
+
+
+def test_infeasible_is_raised_for_a_given_layout():
+    with pytest.raises(InfeasibleError):
+        from mapper.cluster.driver import plan_step
+
+        plat = with_nodes(load_platform("selene"), 1)
+        g = small_gpt(layers=64, hidden=8192, heads=64, batch=8)
+        plan_step(g, plat, "tensor=1,pipeline=1,recompute=none,zero=0", "adam", lambda x: x)
+
+
+def test_layout_label():
+    assert "interleave 2" in Layout(2, 4, 1, 1, 2).label()
