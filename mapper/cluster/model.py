@@ -180,6 +180,7 @@ class PlanModel:
         rank_params = [0.0] * p
         rank_pbytes = [0.0] * p
         rank_act = [0.0] * p  # activation bytes of one micro-batch through all the rank's chunks
+        rank_work = [0.0] * p  # bytes of the block being recomputed (once, whatever is in flight)
         rank_z3 = [0.0] * p
         chunk_times: list[tuple[float, float]] = []
         for ci, (a, e) in enumerate(zip(starts, ends)):
@@ -198,7 +199,9 @@ class PlanModel:
             chunk_times.append((f, b))
             rank_params[s] += sum(costs[i].params for i in range(a, e))
             rank_pbytes[s] += sum(costs[i].param_bytes for i in range(a, e))
-            rank_act[s] += self._activations(lay, range(a, e))
+            kept, work = self._activations(lay, range(a, e))
+            rank_act[s] += kept
+            rank_work[s] = max(rank_work[s], work)
             if lay.zero == 3 and d > 1:  # weights gathered for forward and backward, gradients scattered
                 pb = sum(costs[i].param_bytes for i in range(a, e))
                 per_node = min(d, max(1, self.net.gpus_per_node // t))
@@ -230,28 +233,29 @@ class PlanModel:
             upd = updates[s] / (d if lay.zero >= 1 else 1)
             sync = max(sync, exposed + upd)
             rank_sync.append(exposed + upd)
-        memory = self._memory(lay, rank_params, rank_pbytes, rank_act, m, opt.states)
+        memory = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states)
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity)
 
-    def _activations(self, lay: Layout, indices: range) -> float:
-        """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass."""
+    def _activations(self, lay: Layout, indices: range) -> tuple[float, float]:
+        """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass, and
+        with full recomputation the bytes of the largest block while it is recomputed."""
         t = lay.tensor
         costs = [self.profile.cost(self.profile.blocks[i].signature, t, self.samples // lay.micro_batch)
                  for i in indices]
         if lay.recompute == "full":  # each block's input, and one block's worth while recomputing
             keep = sum(c.input_bytes for c in costs if c.params > 0)
-            return keep / (t if lay.sequence else 1) + max((c.stash for c in costs), default=0.0)
+            return keep / (t if lay.sequence else 1), max((c.stash for c in costs), default=0.0)
         total = 0.0
         for i, c in zip(indices, costs):
             if lay.sequence and t > 1:  # every activation cut by t (Korthikanti et al., 4.2.2)
                 c = self.profile.cost(self.profile.blocks[i].signature, 1, self.samples // lay.micro_batch)
             total += (c.stash - (c.scores if lay.recompute == "selective" else 0.0)) / (
                 t if lay.sequence and t > 1 else 1)
-        return total
+        return total, 0.0
 
-    def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], m: int,
-                states: int) -> dict[str, float]:
+    def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], work: list[float],
+                m: int, states: int) -> dict[str, float]:
         p, d, v = lay.pipeline, lay.data, lay.interleave
         best: dict[str, float] = {}
         for s in range(p):
@@ -264,7 +268,7 @@ class PlanModel:
                 "weights": pbytes[s] / (d if lay.zero >= 3 else 1),
                 "gradients": pbytes[s] / (d if lay.zero >= 2 else 1),
                 "optimizer": 4.0 * params[s] * (states + master) / (d if lay.zero >= 1 else 1),
-                "activations": act[s] * flight,
+                "activations": act[s] * flight + work[s],
                 "reserve": RESERVE,
             }
             if sum(parts.values()) > sum(best.values()):
