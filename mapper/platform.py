@@ -47,7 +47,13 @@ def parse_platform(text: str, file: str = "<string>") -> Platform:
         raise PlatformError(f"TOML syntax error: {message}", span=span, obj=file) from None
     if "node" in doc:
         return _cluster_of(doc, file)
-    return Checker(file).platform(doc, file)
+    check = Checker(file)
+    plat = check.platform(doc, file)
+    if "cluster" in doc:  # the devices of one node, repeated
+        from mapper.platform_cluster import read_cluster
+
+        plat = replace(plat, cluster=read_cluster(check, doc["cluster"]))
+    return plat
 
 
 def _cluster_of(doc: dict[str, Any], file: str) -> Platform:

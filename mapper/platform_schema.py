@@ -393,11 +393,6 @@ class Checker:
             if isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= MAX_MICRO_BATCHES:
                 raise self.fail("micro_batches", f"expected an integer from 1 to {MAX_MICRO_BATCHES}, "
                                                  f"got {_describe(micro)}")
-        cluster = None
-        if "cluster" in doc:
-            from mapper.platform_cluster import read_cluster
-
-            cluster = read_cluster(self, doc["cluster"])
         return Platform(
             name=name,
             devices=tuple(devices),
@@ -408,7 +403,6 @@ class Checker:
             switches=switches,
             throughput_model=model,
             micro_batches=micro,
-            cluster=cluster,
         )
 
     def counted(self, raw: Any, i: int) -> list[Device]:

@@ -145,14 +145,16 @@ def test_dump_after_fuse_shows_the_fused_graph(tmp_path, capsys):
 
 def test_every_shipped_platform_compiles_resnet50_and_bert_with_fusion():
     from mapper.lower import load_graph
-    from mapper.platform import list_platforms
+    from mapper.platform import list_platforms, load_platform
+    from mapper.platform_cluster import with_nodes
 
     for name in ("resnet50", "bert_base"):
         g = load_graph(f"examples/{name}.tg")
         for plat, _ in list_platforms():
             if plat == "heft3":  # explicit-cost processors only
                 continue
-            r = compile_graph(g, plat, mapper="heft")
+            loaded = load_platform(plat)
+            r = compile_graph(g, with_nodes(loaded, 2) if loaded.cluster else loaded, mapper="heft")
             assert validate(r.result.schedule) == []
             assert sum(len(t.parts) or 1 for t in r.graph.tasks) == len(g.tasks)
 
