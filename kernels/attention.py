@@ -192,9 +192,16 @@ def _attention_blas(q, k, v, out, heads, seq, causal):
             f.result()
 
 
-def attention(*xs: np.ndarray, heads: int, seq: int, causal: bool, method: str | None = None) -> np.ndarray:
-    """Attention of one ``qkv[T, 3D]`` or of ``q, k, v [T, D]``; ``method``
-    "blas" or "direct" forces a path."""
+def attention(*xs: np.ndarray, heads: int, seq: int, causal: bool, kv_heads: int | None = None,
+              fused: bool = True, method: str | None = None) -> np.ndarray:
+    """Attention of one ``qkv[T, 3D]`` or of ``q, k, v [T, D]``; grouped-query operands
+    (``kv_heads``) have their key and value heads repeated first
+    (:func:`mapper.kernels.llm.expand_kv`); ``fused`` changes the cost, not the result;
+    ``method`` "blas" or "direct" forces a path."""
+    if kv_heads and kv_heads != heads:
+        from mapper.kernels.llm import expand_kv
+
+        xs = expand_kv(xs, heads, kv_heads)
     if len(xs) == 1:
         d = xs[0].shape[1] // 3
         q, k, v = (xs[0][:, i * d:(i + 1) * d] for i in range(3))

@@ -108,13 +108,29 @@ def div(a, b):
         return np.divide(a, b)
 
 
-def attention(*xs, heads, seq, causal):
-    if len(xs) == 1:
-        q, k, v = np.split(xs[0], 3, axis=1)
-    else:
-        q, k, v = xs
-    t, d = q.shape
-    dh = d // heads
+def _grouped(xs, heads, kv):
+    """q [T, heads, dh] and k, v [T, kv, dh] of attention's operands (docs/ops.md, attention)."""
+    if len(xs) == 3:
+        t = xs[0].shape[0]
+        dh = xs[0].shape[1] // heads
+        return xs[0].reshape(t, heads, dh), xs[1].reshape(t, kv, dh), xs[2].reshape(t, kv, dh)
+    x = xs[0]
+    t = x.shape[0]
+    dh = x.shape[1] // (heads + 2 * kv)
+    if kv == heads:
+        q, k, v = np.split(x, 3, axis=1)
+        return q.reshape(t, heads, dh), k.reshape(t, kv, dh), v.reshape(t, kv, dh)
+    g = x.reshape(t, kv, heads // kv + 2, dh)
+    return g[:, :, :-2, :].reshape(t, heads, dh), g[:, :, -2, :], g[:, :, -1, :]
+
+
+def attention(*xs, heads, seq, causal, kv_heads=None, fused=True):
+    kv = kv_heads or heads
+    q3, k3, v3 = _grouped(xs, heads, kv)
+    k3, v3 = np.repeat(k3, heads // kv, axis=1), np.repeat(v3, heads // kv, axis=1)
+    t, dh = q3.shape[0], q3.shape[2]
+    d = heads * dh
+    q, k, v = (m.reshape(t, d) for m in (q3, k3, v3))
 
     def split(m):  # [T, D] -> [B, heads, S, dh]
         return m.reshape(t // seq, seq, heads, dh).transpose(0, 2, 1, 3)
@@ -124,6 +140,40 @@ def attention(*xs, heads, seq, causal):
         scores = np.where(np.triu(np.ones((seq, seq), dtype=bool), 1), -np.inf, scores)
     p = softmax(scores, axis=-1)
     return np.ascontiguousarray((p @ split(v)).transpose(0, 2, 1, 3).reshape(t, d), dtype=q.dtype)
+
+
+def rmsnorm(x, *, eps):
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
+def swiglu(x):
+    gate, up = np.split(x.astype(np.float64), 2, axis=-1)
+    return (gate / (1.0 + np.exp(-gate)) * up).astype(x.dtype)
+
+
+def rotary(x, *, heads, seq, kv_heads=None, base=10000.0):
+    kv = kv_heads or heads
+    q, k, _ = _grouped((x,), heads, kv)
+    t, dh = x.shape[0], q.shape[2]
+    pos = (np.arange(t) % seq)[:, None]
+    theta = pos * base ** (-2.0 * np.arange(dh // 2) / dh)  # [T, dh/2]
+    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+
+    def turn(m):
+        a, b = m[..., :dh // 2].astype(np.float64), m[..., dh // 2:].astype(np.float64)
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+    qr, kr = turn(q), turn(k)
+    out = x.astype(np.float64).copy()
+    if kv == heads:
+        out[:, :heads * dh] = qr.reshape(t, -1)
+        out[:, heads * dh:2 * heads * dh] = kr.reshape(t, -1)
+    else:
+        g = out.reshape(t, kv, heads // kv + 2, dh)
+        g[:, :, :-2, :] = qr.reshape(t, kv, heads // kv, dh)
+        g[:, :, -2, :] = kr
+    return out.astype(x.dtype)
 
 
 def embedding(ids, table):

@@ -32,6 +32,7 @@ from mapper.kernels.embedding import embedding
 from mapper.kernels.fft import fft, ifft
 from mapper.kernels.layout import concat, reshape, split, transpose
 from mapper.kernels.linalg import axpy, dot, matmul
+from mapper.kernels.llm import rmsnorm, rotary, swiglu
 from mapper.kernels.norm import batchnorm, layernorm, softmax
 from mapper.kernels.operands import make_csr, make_ids, make_tensor, random_operand
 from mapper.kernels.pool import avgpool, maxpool
@@ -85,6 +86,9 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
                                        "softmax of the scores, groups on parallel threads; numba direct for small "
                                        "units"),
     "embedding": (embedding, "embedding", "numba gather"),
+    "rmsnorm": (rmsnorm, "norm", "numba direct"),
+    "swiglu": (swiglu, "elementwise", "numba direct"),
+    "rotary": (rotary, "elementwise", "numba direct (angles per row and pair)"),
     "allreduce": (lambda *xs: _allreduce(xs), "binary", "numba strided add loop, the parts summed in operand "
                                                        "order (every participant sums alike)"),
     "concat": (concat, "layout", "numba strided copy"),

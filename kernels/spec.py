@@ -176,23 +176,52 @@ def _attention(op, xs, at):
     for x in xs:
         _ndim(op, x, "each operand", (2,))
     t, width = xs[0].shape
-    if len(xs) == 1 and width % 3:
-        raise fail(op, f"qkv's last dimension must be 3*D, got {_shape(xs[0])}")
-    if len(xs) == 3 and not xs[0].shape == xs[1].shape == xs[2].shape:
-        raise fail(op, f"q, k, v shapes differ: {', '.join(_shape(x) for x in xs)}")
-    d = width // 3 if len(xs) == 1 else width
     for key in ("heads", "seq"):
         if at[key] is REQUIRED:
             raise fail(op, f"missing attribute {key}")
     h, s = _int(op, "heads", at["heads"], 1), _int(op, "seq", at["seq"], 1)
-    if d % h:
-        raise fail(op, f"D = {d} is not divisible by heads = {h}")
+    kv = h if at["kv_heads"] is None else _int(op, "kv_heads", at["kv_heads"], 1)
+    if h % kv:
+        raise fail(op, f"kv_heads = {kv} does not divide heads = {h}")
+    if len(xs) == 1 and kv == h and width % 3:
+        raise fail(op, f"qkv's last dimension must be 3*D, got {_shape(xs[0])}")
+    if len(xs) == 1 and kv == h and (width // 3) % h:
+        raise fail(op, f"D = {width // 3} is not divisible by heads = {h}")
+    if len(xs) == 3 and kv == h and not xs[0].shape == xs[1].shape == xs[2].shape:
+        raise fail(op, f"q, k, v shapes differ: {', '.join(_shape(x) for x in xs)}")
+    if len(xs) == 3 and xs[0].shape[1] % h:
+        raise fail(op, f"D = {xs[0].shape[1]} is not divisible by heads = {h}")
+    if len(xs) == 1 and width % (h + 2 * kv):
+        raise fail(op, f"qkv's last dimension must be (heads + 2 kv_heads) * dh, got {_shape(xs[0])}")
+    if len(xs) == 3 and (xs[0].shape[1] % h or xs[1].shape != (t, xs[0].shape[1] // h * kv)):
+        raise fail(op, f"q must be [T, heads dh] and k, v [T, kv_heads dh]: {', '.join(_shape(x) for x in xs)}")
     if t % s:
         raise fail(op, f"T = {t} is not a multiple of seq = {s}")
-    causal = at["causal"]
-    if causal not in (0, 1, True, False):
-        raise fail(op, f"causal must be 0 or 1, got {causal!r}")
-    return {"heads": h, "seq": s, "causal": bool(causal)}
+    causal, fused = at["causal"], at["fused"]
+    for key, flag in (("causal", causal), ("fused", fused)):
+        if flag not in (0, 1, True, False):
+            raise fail(op, f"{key} must be 0 or 1, got {flag!r}")
+    return {"heads": h, "seq": s, "causal": bool(causal), "kv_heads": kv, "fused": bool(fused)}
+
+
+def _rotary(op, xs, at):
+    _ndim(op, xs[0], "qkv", (2,))
+    for key in ("heads", "seq"):
+        if at[key] is REQUIRED:
+            raise fail(op, f"missing attribute {key}")
+    h, s = _int(op, "heads", at["heads"], 1), _int(op, "seq", at["seq"], 1)
+    kv = h if at["kv_heads"] is None else _int(op, "kv_heads", at["kv_heads"], 1)
+    t, width = xs[0].shape
+    if h % kv or width % (h + 2 * kv) or (width // (h + 2 * kv)) % 2 or t % s:
+        raise fail(op, f"qkv {_shape(xs[0])} is not [T = batch * {s}, (heads + 2 kv_heads) * even dh] "
+                       f"for heads = {h}, kv_heads = {kv}")
+    return {"heads": h, "seq": s, "kv_heads": kv, "base": _float(op, "base", at["base"])}
+
+
+def _swiglu(op, xs, at):
+    if xs[0].ndim < 1 or xs[0].shape[-1] % 2:
+        raise fail(op, f"x must end in an even dimension [..., 2F], got {_shape(xs[0])}")
+    return {}
 
 
 def _embedding(op, xs, at):
@@ -362,7 +391,12 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("softmax", (1, 1), FLOAT, _softmax, ("axis", -1)),
     _spec("layernorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5)),
     *(_spec(b, (2, 2), NUMERIC, _binary) for b in ("add", "mul", "sub", "div")),
-    _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0)),
+    _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0),
+          ("kv_heads", None), ("fused", 1)),
+    _spec("rmsnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5)),
+    _spec("swiglu", (1, 1), FLOAT, _swiglu),
+    _spec("rotary", (1, 1), FLOAT, _rotary, ("heads", REQUIRED), ("seq", REQUIRED), ("kv_heads", None),
+          ("base", 10000.0)),
     _spec("embedding", (2, 2), ANY, _embedding),
     _spec("allreduce", (1, None), NUMERIC, _allreduce, ("rank", 0)),
     _spec("concat", (1, None), ANY, _concat, ("axis", 0)),

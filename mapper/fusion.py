@@ -48,7 +48,7 @@ GEMM_ANCHORS = frozenset({"matmul", "conv2d"})
 POINTWISE = frozenset({"add", "sub", "mul", "div", "relu", "gelu", "elementwise", "batchnorm"})
 #: Row-wise norms that may end an elementwise chain (not a GEMM epilogue: a
 #: GEMM's output row is spread over several tiles).
-TERMINAL = frozenset({"layernorm", "softmax"})
+TERMINAL = frozenset({"layernorm", "rmsnorm", "softmax"})
 
 
 def check_fuse(mode: str) -> str:

@@ -83,8 +83,19 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     *(_spec(op, (2, 2), "elementwise", "1 * out.numel", dnn.binary, "a, b")
       for op in ("add", "mul", "sub", "div")),
     _spec("attention", (1, 3), "attention", "4*B*S*S*D + 5*B*heads*S*S", dnn.attention,
-          "qkv[T, 3D] or q[T, D], k[T, D], v[T, D]",
-          ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0)),
+          "qkv[T, 3D] or q[T, D], k[T, D], v[T, D] (grouped-query: kv_heads)",
+          ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0),
+          ("kv_heads", "int", None), ("fused", "bool", 1)),
+    # root-mean-square layer norm (Zhang and Sennrich, NeurIPS 2019)
+    _spec("rmsnorm", (1, 1), "norm", "4 * numel", dnn.per_element(4, min_ndim=1, form="at least 1-D"),
+          "x", _EPS),
+    # SwiGLU (Shazeer, arXiv:2002.05202): silu(gate) * up of x = [gate | up]
+    _spec("swiglu", (1, 1), "activation", "6 * out.numel", dnn.swiglu, "x[..., 2F]"),
+    # rotary position embedding of the q and k heads (Su et al., RoFormer, arXiv:2104.09864)
+    _spec("rotary", (1, 1), "elementwise", "3 * T * (heads + kv_heads) * dh", dnn.rotary,
+          "qkv[T, (heads + 2 kv_heads) dh] as attention takes it",
+          ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("kv_heads", "int", None),
+          ("base", "float", 10000.0)),
     _spec("embedding", (2, 2), "embedding", "0", dnn.embedding, "ids[...], table[V, D]"),
     # the combine step of an all-reduce: each participant sums the parts (mapper.parallel)
     _spec("allreduce", (1, None), "elementwise", "(parts - 1) * numel", dnn.allreduce, "p1, p2, ...",
@@ -114,7 +125,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 )}
 
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
-_INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "seq": 1, "steps": 1, "parts": 1,
+_INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "kv_heads": 1, "seq": 1, "steps": 1, "parts": 1,
             "points": 1, "padding": 0, "index": 0,
             "rank": 0}
 

@@ -149,8 +149,10 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             writers = [first, wgrad] if epilogue else [wgrad]
         else:
             factor = ATTENTION_BACKWARD if cls == "attention" else OTHER_BACKWARD
+            extra = _score_traffic(fwd)
             grad = add(replace(base, name=f"{fwd.name}.grad", flops=factor * fwd.flops,
-                               bytes_read=out + abytes + wbytes + out, bytes_written=abytes + wbytes,
+                               bytes_read=out + abytes + wbytes + out + 2 * extra[0],
+                               bytes_written=abytes + wbytes + 2 * extra[1],
                                output=flat_type(dtype, abytes + wbytes),
                                parts=tuple(_scaled(p, factor, 1.5) for p in fwd.parts)))
             grad_in[t], mine, stash, writers = grad, [grad], [grad], [grad]
@@ -183,6 +185,17 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
     order = sorted(edges, key=lambda p: (p[1], p[0]))
     new_edges = tuple(Edge(i, s, d, *edges[(s, d)]) for i, (s, d) in enumerate(order))
     return TaskGraph(f"{graph.name}", tuple(tasks), new_edges, graph.inputs, graph.outputs)
+
+
+def _score_traffic(fwd: Task) -> tuple[float, float]:
+    """Bytes an unfused attention's forward moves through its score matrix (read, written) beyond
+    its operands and output; its backward moves each twice (the gradients of dropout, softmax
+    and the two products each read and write a score-sized tensor). 0 for other ops."""
+    if fwd.op != "attention" or fwd.attr("fused", 1):
+        return 0.0, 0.0
+    out = fwd.output.nbytes if fwd.output is not None else 0.0
+    return (fwd.bytes_read - sum(float(o.type.nbytes) for o in fwd.operands),
+            fwd.bytes_written - float(out))
 
 
 def _gradient_sources(graph: TaskGraph, t: int) -> list[tuple[int, float]]:

@@ -66,6 +66,17 @@ CASES = [
     ("attention", [T("f16", 1024, 768)] * 3, {"heads": 12, "seq": 1024, "causal": 1}, (1024, 768),
      4 * 12 * 1024 * 1024 * 64 + 5 * 12 * 1024 * 1024, 3 * 2 * 1024 * 768, 2 * 1024 * 768),
     # embedding: 0 flops, reads ids + the gathered rows
+    # grouped-query attention: 32 query heads of 128 over 8 key/value heads, fused qkv in groups
+    ("attention", [T("f16", 2 * 512, (32 + 16) * 128)], {"heads": 32, "kv_heads": 8, "seq": 512}, (1024, 4096),
+     4 * 2 * 512 * 512 * 4096 + 5 * 2 * 32 * 512 * 512, 2 * 1024 * 48 * 128, 2 * 1024 * 4096),
+    # unfused: the score matrix read 3 and written 3.5 times (16-bit)
+    ("attention", [T("f16", 256, 3 * 64)], {"heads": 2, "seq": 128, "fused": 0}, (256, 64),
+     4 * 2 * 128 * 128 * 64 + 5 * 2 * 2 * 128 * 128, 2 * 256 * 192 + 3 * 2 * 2 * 2 * 128 * 128,
+     2 * 256 * 64 + 3.5 * 2 * 2 * 2 * 128 * 128),
+    ("rmsnorm", [T("f32", 128, 768)], {}, (128, 768), 4 * 128 * 768, 4 * 128 * 768, 4 * 128 * 768),
+    ("swiglu", [T("f16", 128, 2 * 344)], {}, (128, 344), 6 * 128 * 344, 2 * 128 * 688, 2 * 128 * 344),
+    ("rotary", [T("f16", 256, (8 + 4) * 64)], {"heads": 8, "kv_heads": 2, "seq": 128}, (256, 768),
+     3 * 256 * (8 + 2) * 64, 2 * 256 * 768, 2 * 256 * 768),
     ("embedding", [T("i32", 8, 128), T("f32", 30522, 768)], {}, (8, 128, 768), 0,
      4 * 1024 + 4 * 1024 * 768, 4 * 1024 * 768),
     ("allreduce", [T("f32", 2, 3), T("f32", 2, 3), T("f32", 2, 3)], {"rank": 1}, (2, 3), 12, 4 * 18, 4 * 6),
@@ -139,7 +150,7 @@ def test_resolved_attrs_fill_defaults_sorted():
     assert infer("axpy", [T("f32", 3), T("f32", 3)], {}).attrs == (("alpha", 1.0),)
     assert infer("reshape", [T("f32", 6)], {"shape": [2, 3]}).attrs == (("shape", (2, 3)),)
     assert infer("attention", [T("f32", 4, 6)], {"heads": 2, "seq": 4, "causal": True}).attrs == (
-        ("causal", 1), ("heads", 2), ("seq", 4))
+        ("causal", 1), ("fused", 1), ("heads", 2), ("kv_heads", None), ("seq", 4))
 
 
 def test_catalogue_fields():
@@ -220,6 +231,16 @@ ERRORS = [
     ("attention", [T("f32", 128, 768), T("f32", 128, 768), T("f32", 64, 768)], {"heads": 12, "seq": 64},
      "q, k and v must have the same shape: q is f32[128, 768], v is f32[64, 768]", 2, None),
     ("attention", [T("f32", 8, 128, 2304)], {"heads": 12, "seq": 128}, "qkv must be 2-D [T, 3D]", 0, None),
+    ("attention", [T("f16", 128, 48 * 64)], {"heads": 32, "kv_heads": 6, "seq": 128},
+     "kv_heads = 6 must divide heads = 32", None, "kv_heads"),
+    ("attention", [T("f16", 128, 4096), T("f16", 128, 512), T("f16", 128, 1024)],
+     {"heads": 32, "kv_heads": 4, "seq": 128}, "k and v must be [T, kv_heads * dh] = [128, 512]", 2, None),
+    ("rmsnorm", [T("f32")], {}, "x must be at least 1-D", 0, None),
+    ("swiglu", [T("f16", 8, 7)], {}, "the last dimension must be even", 0, None),
+    ("rotary", [T("f16", 128, 700)], {"heads": 8, "kv_heads": 2, "seq": 128},
+     "qkv's last dimension must be (heads + 2 kv_heads) * dh", 0, None),
+    ("rotary", [T("f16", 128, 12 * 7)], {"heads": 8, "kv_heads": 2, "seq": 128},
+     "the head size 7 must be even", 0, None),
     ("embedding", [T("f32", 8), T("f32", 10, 4)], {}, "ids must be an integer tensor", 0, None),
     ("embedding", [T("i32", 8), T("i32", 10, 4)], {}, "table must be a floating-point tensor", 1, None),
     ("embedding", [T("i32", 8), T("f32", 10)], {}, "table must be 2-D [V, D]", 1, None),

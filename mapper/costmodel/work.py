@@ -74,10 +74,11 @@ def kernel_flops(task: Task) -> float:
     """FLOPs the kernel performs: the catalogue's count (``task.flops``),
     except for causal ``attention``, whose kernel visits only the keys up to
     each query, ``(S + 1) / (2 S)`` of the score matrix the catalogue counts
-    (measured: 512-token causal attention takes 0.57 of the full one's time)."""
+    (measured: 512-token causal attention takes 0.57 of the full one's time);
+    unfused attention (``fused = 0``) computes the whole matrix and masks it."""
     flops = float(task.flops)
     attrs = dict(task.attrs)
-    if task.op == "attention" and attrs.get("causal"):
+    if task.op == "attention" and attrs.get("causal") and attrs.get("fused", 1):
         seq = int(attrs.get("seq") or 0)
         if seq > 0:
             flops *= (seq + 1) / (2 * seq)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from math import prod
 
+from mapper.graph import DTYPE_BYTES
 from mapper.opdefs.call import (
     FLOAT_DTYPES,
     INEXACT_DTYPES,
@@ -130,31 +131,100 @@ def allreduce(c: Call) -> OpInfo:
     return c.info(out, (len(c.args) - 1) * out.numel)
 
 
+def qkv_layout(c: Call, heads: int, kv: int) -> tuple[int, int]:
+    """``(D, dh)`` of attention's operands: one ``qkv[T, (heads + 2 kv) dh]`` (``[q | k | v]``
+    when ``kv = heads``; else Megatron-LM's grouped layout, ``kv`` groups of ``heads / kv`` query
+    heads and their key and value head), or ``q[T, D], k[T, D kv/heads], v`` alike."""
+    if heads % kv:
+        raise c.fail(f"kv_heads = {kv} must divide heads = {heads}", attr="kv_heads")
+    width = c.args[0].shape[1]
+    if len(c.args) == 1 and kv == heads and width % 3 == 0:
+        if (width // 3) % heads:
+            raise c.fail(f"heads = {heads} must divide the model width D = {width // 3}", attr="heads")
+        return width // 3, width // 3 // heads
+    if len(c.args) == 1:
+        if width % (heads + 2 * kv):
+            what = "3*D" if kv == heads else f"(heads + 2 kv_heads) * dh = {heads + 2 * kv} * dh"
+            raise c.fail(f"qkv's last dimension must be {what}, got {c.args[0]}", arg=0)
+        dh = width // (heads + 2 * kv)
+        return heads * dh, dh
+    if kv == heads:
+        for i in (1, 2):
+            if c.args[i].shape != c.args[0].shape:
+                raise c.fail(f"q, k and v must have the same shape: {c.desc(0)}, {c.desc(i)}", arg=i)
+    if width % heads:
+        raise c.fail(f"heads = {heads} must divide the model width D = {width}", attr="heads")
+    dh = width // heads
+    for i in (1, 2):
+        if c.args[i].shape != (c.args[0].shape[0], kv * dh):
+            raise c.fail(f"k and v must be [T, kv_heads * dh] = [{c.args[0].shape[0]}, {kv * dh}]: "
+                         f"{c.desc(0)}, {c.desc(i)}", arg=i)
+    return width, dh
+
+
 def attention(c: Call) -> OpInfo:
-    """Multi-head scaled dot-product attention (Vaswani et al., NeurIPS 2017), no projections."""
+    """Multi-head scaled dot-product attention (Vaswani et al., NeurIPS 2017), no projections;
+    grouped-query with ``kv_heads`` (Ainslie et al., EMNLP 2023). ``fused = 0``: the score
+    matrix goes through memory, as unfused implementations run it (Megatron-LM's core attention:
+    scores, a softmax kernel, dropout, then the product with V): :data:`UNFUSED_SCORE_BYTES`."""
     if len(c.args) == 2:
         raise c.fail("takes one operand qkv[T, 3D] or three q[T, D], k[T, D], v[T, D]; got 2", arg=1)
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
     for i in range(len(c.args)):
         c.ndim(i, (2,), "2-D [T, 3D]" if len(c.args) == 1 else "2-D [T, D]")
-    t, width = c.args[0].shape
-    if len(c.args) == 1:
-        if width % 3:
-            raise c.fail(f"qkv's last dimension must be 3*D, got {c.args[0]} ({width} % 3 != 0)", arg=0)
-        d = width // 3
-    else:
-        d = width
-        for i in (1, 2):
-            if c.args[i].shape != c.args[0].shape:
-                raise c.fail(f"q, k and v must have the same shape: {c.desc(0)}, {c.desc(i)}", arg=i)
     h, s = c.attrs["heads"], c.attrs["seq"]
-    if d % h:
-        raise c.fail(f"heads = {h} must divide the model width D = {d}", attr="heads")
+    kv = c.attrs.get("kv_heads") or h
+    t = c.args[0].shape[0]
+    if len(c.args) == 1 and kv == h and c.args[0].shape[1] % 3:
+        raise c.fail(f"qkv's last dimension must be 3*D, got {c.args[0]} ({c.args[0].shape[1]} % 3 != 0)", arg=0)
+    d, dh = qkv_layout(c, h, kv)
     if t % s:
         raise c.fail(f"seq = {s} must divide the token count T = {t} (T = batch * seq)", attr="seq")
-    b, dh = t // s, d // h
+    b = t // s
     flops = 2 * b * h * s * s * dh + 5 * b * h * s * s + 2 * b * h * s * s * dh
-    return c.info(dense((t, d), c.args[0].dtype), flops)
+    out = dense((t, d), c.args[0].dtype)
+    read = sum(x.nbytes for x in c.args)
+    written = out.nbytes
+    if not c.attrs.get("fused", 1):
+        item = DTYPE_BYTES[c.args[0].dtype]
+        scores = b * h * s * s * item
+        read += UNFUSED_SCORE_BYTES[0] * scores
+        written += UNFUSED_SCORE_BYTES[1] * scores
+    return c.info(out, flops, read, written)
+
+
+#: Score-matrix traffic of unfused attention, in score-sized tensors (read, written): the scores
+#: written by Q K^T; read and their softmax written; that read by dropout, which writes its
+#: output and a mask (a byte per score: half a 16-bit tensor); that read by the product with V.
+UNFUSED_SCORE_BYTES = (3.0, 3.5)
+
+
+def swiglu(c: Call) -> OpInfo:
+    """``silu(x[..., :F]) * x[..., F:]`` of ``x[..., 2F]`` (Shazeer, arXiv:2002.05202)."""
+    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    c.min_ndim(0, 1, "at least 1-D [..., 2F]")
+    x = c.args[0]
+    if x.shape[-1] % 2:
+        raise c.fail(f"the last dimension must be even (gate and up halves), got {x}", arg=0)
+    out = dense((*x.shape[:-1], x.shape[-1] // 2), x.dtype)
+    return c.info(out, 6 * out.numel)
+
+
+def rotary(c: Call) -> OpInfo:
+    """Rotary position embedding (Su et al., arXiv:2104.09864) of the q and k heads of a fused
+    ``qkv`` laid out as :func:`attention` takes it; position = row mod ``seq``; v passes."""
+    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    c.ndim(0, (2,), "2-D [T, (heads + 2 kv_heads) dh]")
+    h, s = c.attrs["heads"], c.attrs["seq"]
+    kv = c.attrs.get("kv_heads") or h
+    _, dh = qkv_layout(c, h, kv)
+    if dh % 2:
+        raise c.fail(f"the head size {dh} must be even (rotated in pairs)", arg=0)
+    x = c.args[0]
+    if x.shape[0] % s:
+        raise c.fail(f"seq = {s} must divide the token count T = {x.shape[0]}", attr="seq")
+    rotated = x.shape[0] * (h + kv) * dh
+    return c.info(dense(x.shape, x.dtype), 3 * rotated)
 
 
 def embedding(c: Call) -> OpInfo:

@@ -227,8 +227,10 @@ def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Re
         else:
             operands.append(o)
     attrs: dict[str, Any] = dict(task.attrs)
-    if role is not None and task.op == "attention":
+    if role is not None and task.op in ("attention", "rotary"):
         attrs["heads"] = task.attr("heads") // k
+        if task.attr("kv_heads"):
+            attrs["kv_heads"] = task.attr("kv_heads") // k
     if task.op in ("reshape", "opaque") and n > 1 and attrs["shape"][0] > 0:
         attrs["shape"] = (attrs["shape"][0] // n, *attrs["shape"][1:])
         if task.op == "opaque":  # its given work, shared by the rows

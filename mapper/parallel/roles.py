@@ -69,11 +69,11 @@ def batch_blocker(task: Task, parts: int) -> str | None:
         return "its second operand is an activation whose leading axis is not the batch"
     if op in ("conv2d", "maxpool", "avgpool", "batchnorm", "embedding"):
         return None
-    if op == "layernorm" or op == "fft" or op == "ifft":
+    if op in ("layernorm", "rmsnorm", "swiglu", "fft", "ifft"):
         return None if nd >= 2 else "it works along the only axis"
     if op == "softmax":
         return None if _axis(task.attr("axis", -1), nd) != 0 else "it normalises along the batch axis"
-    if op == "attention":
+    if op in ("attention", "rotary"):
         seq = task.attr("seq")
         return None if (out.shape[0] // parts) % seq == 0 else f"a slice would cut a sequence of {seq} tokens"
     if op in ("concat", "split"):
@@ -154,16 +154,24 @@ def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
         return None
     members.sort(key=g.topo_order.index)
     attention = [m for m in members if g.tasks[m].op == "attention"]
-    if len(attention) > 1:
+    glu = [m for m in members if g.tasks[m].op == "swiglu"]
+    if len(attention) + len(glu) > 1:
         return None
-    before = _ancestors(g, attention[0], inside) if attention else set()
-    groups = tuple(3 if m in before else 1 for m in members)
+    # what a rank's columns hold before the op that mixes them: q|k|v (3 blocks), a grouped-query
+    # qkv (whole groups: 1), gate|up (2)
+    before = _ancestors(g, (attention or glu)[0], inside) if attention or glu else set()
+    blocks = 2 if glu else 3
+    if attention:
+        att = g.tasks[attention[0]]
+        heads, kv = att.attr("heads"), att.attr("kv_heads") or att.attr("heads")
+        if heads % k or kv % k:
+            return None
+        blocks = 3 if kv == heads else 1
+    groups = tuple(blocks if m in before else 1 for m in members)
     for m, grp in zip(members, groups):
         task = g.tasks[m]
         out = task.output
         if out is None or out.shape[-1] % (grp * k):
-            return None
-        if task.op == "attention" and task.attr("heads") % k:
             return None
         if task.op != "attention" and m != start and any(
                 o.kind == "task" and o.producer not in inside for o in task.operands):
@@ -173,8 +181,8 @@ def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
 
 def _column_local(g: TaskGraph, task: Task, inside: set[int]) -> bool:
     """Whether ``task`` works column by column on region tensors."""
-    if task.op == "attention":
-        return len(task.operands) == 1
+    if task.op in ("attention", "rotary", "swiglu"):  # by heads, groups of heads, gate|up pairs
+        return len(task.operands) == 1 and task.operands[0].producer in inside
     if task.op not in POINTWISE or task.op == "allreduce" or task.output is None:
         return False
     width = task.output.shape[-1]
