@@ -258,3 +258,31 @@ def test_infeasible_is_raised_for_a_given_layout():
 
 def test_layout_label():
     assert "interleave 2" in Layout(2, 4, 1, 1, 2).label()
+
+
+def test_layout_on_one_machine_and_reports(tmp_path):
+    html, trace = tmp_path / "o.html", tmp_path / "o.json"
+    assert main(["compile", GPT, "--param", "LAYERS=4", "--param", "BATCH=16", "--param", "HIDDEN=1024",
+                 "--param", "HEADS=16", "--platform", "dgx-a100", "--train", "--optimizer", "adam",
+                 "--parallel", "tensor=2,pipeline=4,micro_batch=1", "-q", "--html", str(html),
+                 "--trace", str(trace)]) == 0
+    page = html.read_text()
+    assert "stage0" in page and "stage3" in page and "fwd.c0.mb0" in page
+    events = json.loads(trace.read_text())
+    names = {e.get("name") for e in (events["traceEvents"] if isinstance(events, dict) else events)}
+    assert "bwd.c3.mb3" in names
+
+
+def test_progress_is_reported():
+    seen = []
+    g = small_gpt()
+    plat = with_nodes(load_platform("selene"), 4)
+    import mapper.cluster.search as search
+
+    old = search.PROGRESS_EVERY
+    search.PROGRESS_EVERY = 0.0
+    try:
+        plan_cluster(g, plat, {}, "adam", lambda x: fuse_for(x, plat), seen.append)
+    finally:
+        search.PROGRESS_EVERY = old
+    assert seen and seen[-1].phase.startswith("cluster layouts") and seen[-1].incumbent is not None

@@ -122,7 +122,8 @@ def _progress_printer(stream, verbose: bool, time_limit: float, objective: str):
 
     def show(p: Progress) -> None:
         nonlocal last_phase, last_at
-        text = f"{p.phase or 'mapping'}: {p.elapsed:.1f} s of {time_limit:g} s"
+        limit = "" if p.phase.startswith("cluster") else f" of {time_limit:g} s"  # a search with no time limit
+        text = f"{p.phase or 'mapping'}: {p.elapsed:.1f} s{limit}"
         text += f", best {fmt_objective(p.incumbent, objective)}"
         if p.bound is not None:
             text += f", bound {fmt_objective(p.bound, objective)}"

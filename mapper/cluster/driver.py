@@ -11,6 +11,7 @@ from mapper.cluster.search import ClusterChoice, given_fits, plan_cluster
 from mapper.devices import Platform
 from mapper.errors import OptionsError
 from mapper.graph import TaskGraph
+from mapper.mapping.base import Progress
 
 #: What a mode name fixes when the cluster planner runs it.
 MODES = {"auto": {}, "data": {"tensor": 1, "pipeline": 1}, "tensor": {"pipeline": 1, "data": 1},
@@ -18,7 +19,8 @@ MODES = {"auto": {}, "data": {"tensor": 1, "pipeline": 1}, "tensor": {"pipeline"
 
 
 def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | None,
-              prepare: Callable[[TaskGraph], TaskGraph]) -> tuple[ClusterChoice, TaskGraph, Platform]:
+              prepare: Callable[[TaskGraph], TaskGraph],
+              progress: Callable[[Progress], None] | None = None) -> tuple[ClusterChoice, TaskGraph, Platform]:
     """The layout of ``graph``'s training step that ``parallel`` asks for on ``platform``, its
     pipeline graph and the platform of one pipeline replica. A given layout that does not fit
     exits 3 (:func:`mapper.cluster.search.given_fits`)."""
@@ -26,9 +28,9 @@ def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | 
         raise OptionsError("the cluster planner lays out a training step: add --train (and --optimizer)",
                            obj="--parallel")
     given: dict[str, Any] = parse_layout(parallel) if is_layout(parallel) else dict(MODES[parallel])
-    choice = plan_cluster(graph, platform, given, train, prepare)
-    if is_layout(parallel) or not choice.best.fits:
-        given_fits(choice)
+    choice = plan_cluster(graph, platform, given, train, prepare, progress)
     gpu = next(d.name for d in platform.devices if d.kind == "gpu")
+    if is_layout(parallel) or not choice.best.fits:
+        given_fits(choice, f"{gpu} ({platform.name})")
     lay = choice.best.layout
     return choice, plan_graph(choice.best, graph.name), replica_platform(platform, gpu, lay.pipeline, platform.name)

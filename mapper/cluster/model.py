@@ -72,6 +72,7 @@ class Estimate:
     rank_sync: tuple[float, ...]  # each rank's exposed gradient synchronisation and optimizer step
     memory: dict[str, float] = field(hash=False)  # bytes per GPU by part, on the fullest rank
     capacity: float = 0.0
+    fullest: int = 0  # the pipeline rank whose GPUs hold the most
 
     @property
     def peak(self) -> float:
@@ -233,9 +234,9 @@ class PlanModel:
             upd = updates[s] / (d if lay.zero >= 1 else 1)
             sync = max(sync, exposed + upd)
             rank_sync.append(exposed + upd)
-        memory = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states)
+        fullest, memory = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states)
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
-                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity)
+                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest)
 
     def _activations(self, lay: Layout, indices: range) -> tuple[float, float]:
         """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass, and
@@ -255,9 +256,11 @@ class PlanModel:
         return total, 0.0
 
     def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], work: list[float],
-                m: int, states: int) -> dict[str, float]:
+                m: int, states: int) -> tuple[int, dict[str, float]]:
+        """The pipeline rank whose GPUs hold the most, and what they hold by part."""
         p, d, v = lay.pipeline, lay.data, lay.interleave
         best: dict[str, float] = {}
+        fullest = 0
         for s in range(p):
             if v > 1:  # interleaved: its warm-up forwards plus one, over its v chunks
                 flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
@@ -272,8 +275,8 @@ class PlanModel:
                 "reserve": RESERVE,
             }
             if sum(parts.values()) > sum(best.values()):
-                best = parts
-        return best
+                best, fullest = parts, s
+        return fullest, best
 
 
 def refine(est: Estimate) -> Estimate:

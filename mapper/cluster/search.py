@@ -15,6 +15,7 @@ is reported as not fitting.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,12 +27,15 @@ from mapper.cluster.profile import Profile
 from mapper.devices import Platform
 from mapper.errors import OptionsError
 from mapper.graph import TaskGraph
+from mapper.mapping.base import Progress
 from mapper.parallel.rewrite import SplitError
 
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 8
 #: Leading layouts whose pipeline is simulated before the final choice.
 REFINED = 8
+#: Seconds between progress reports.
+PROGRESS_EVERY = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +130,12 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: dict[str,
 
 
 def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
-                 prepare: Callable[[TaskGraph], TaskGraph]) -> ClusterChoice:
-    """The best layout of ``graph``'s training step on ``platform`` (module docstring)."""
+                 prepare: Callable[[TaskGraph], TaskGraph],
+                 progress: Callable[[Progress], None] | None = None) -> ClusterChoice:
+    """The best layout of ``graph``'s training step on ``platform`` (module docstring);
+    ``progress`` hears how far the search is about twice a second."""
+    start = time.perf_counter()
+    shown = start
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
         raise OptionsError(f"--parallel: platform {platform.name} has no GPUs to lay the model out on",
@@ -152,7 +160,8 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
                            f"of {samples}", obj="--parallel")
     scored: list[Estimate] = []
     reasons: list[str] = []
-    for lay in cands:
+    best = None
+    for i, lay in enumerate(cands):
         try:
             est = model.estimate(lay)
         except SplitError as err:
@@ -160,13 +169,20 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
             continue
         if est is not None:
             scored.append(est)
+            if est.fits and (best is None or est.step < best):
+                best = est.step
+        now = time.perf_counter()
+        if progress is not None and now - shown >= PROGRESS_EVERY:
+            shown = now
+            progress(Progress(now - start, best, None, f"cluster layouts {i + 1:,} of {len(cands):,}"))
     if not scored:
         raise OptionsError("--parallel: no layout can cut this graph" + (f" ({reasons[0]})" if reasons else ""),
                            obj="--parallel")
     fitting = sorted((e for e in scored if e.fits), key=lambda e: (e.step, e.peak))
     rest = sorted((e for e in scored if not e.fits), key=lambda e: (e.peak, e.step))
     # the leaders' pipelines simulated in their schedule's order, then ranked again
-    top = sorted((refine(e) for e in (fitting or rest)[:REFINED]), key=lambda e: (e.step, e.peak))
+    top = sorted((refine(e) for e in (fitting or rest)[:REFINED]),
+                 key=lambda e: (e.step, e.peak) if fitting else (e.peak, e.step))
     ranked = tuple(top + (fitting[REFINED:] if fitting else []) + (rest if fitting else rest[REFINED:]))
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
@@ -179,17 +195,18 @@ def _sequence(graph: TaskGraph) -> int:
     return next((int(t.attr("seq")) for t in graph.tasks if t.op == "attention"), 1)
 
 
-def given_fits(choice: ClusterChoice) -> None:
-    """Exit 3 when a layout the user gave cannot fit (every key fixed, or the best of the rest)."""
+def given_fits(choice: ClusterChoice, gpu: str) -> None:
+    """Exit 3 when a layout the user gave cannot fit, naming the GPU and the bytes over."""
     from mapper.errors import InfeasibleError
 
     b = choice.best
     if not b.fits:
         over = b.peak - b.capacity
         raise InfeasibleError(
-            f"layout {b.layout.label()} does not fit: {b.peak / GIB:.4g} GiB per GPU on the fullest pipeline "
-            f"rank, {over / GIB:.4g} GiB ({over:,.0f} bytes) over the {b.capacity / GIB:.4g} GiB of a GPU ("
-            + ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items()) + " GiB)", obj="--parallel")
+            f"layout {b.layout.label()} does not fit: {gpu} of pipeline rank {b.fullest} would hold "
+            f"{b.peak:,.0f} bytes ({b.peak / GIB:.4g} GiB: "
+            + ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
+            + f" GiB), {over:,.0f} bytes over its {b.capacity / GIB:.4g} GiB", obj="--parallel")
 
 
 __all__ = ["ClusterChoice", "layouts", "plan_cluster", "given_fits", "replace"]
