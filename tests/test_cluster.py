@@ -213,6 +213,7 @@ def test_compile_gpt_on_selene(tmp_path, capsys):
     assert par["fits"] is True and par["gpus"] == 32
     assert doc["makespan"] == pytest.approx(par["step_time"], rel=0.05)
     assert par["peak_memory"]["total"] <= 80 * 2**30 and par["tokens_per_s"] > 0 and 0 < par["mfu"] < 1
+    assert par["hardware_tflops_per_gpu"] >= par["model_tflops_per_gpu"]
 
 
 def test_given_layout_that_cannot_fit_exits_3(capsys):

@@ -49,21 +49,33 @@ class ClusterChoice:
     model_flops: float  # FLOPs of one training step of the model: 3x the forward's (no recomputation)
     peak_tflops: float  # a GPU's 16-bit tensor peak
     scored: int
+    attention_flops: float = 0.0  # of the forward's FLOPs, those of attention (selective recomputation)
+
+    seq: int = 1  # rows of the batch per sample (tokens per sequence)
 
     @property
     def tokens_per_s(self) -> float:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
 
-    seq: int = 1
-
     def tflops_per_gpu(self, est: Estimate | None = None) -> float:
+        """Model FLOP/s per GPU in TFLOP/s: the step's FLOPs without recomputation (3x the forward's;
+        for a GPT, Megatron-LM's 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Narayanan et al., SC'21,
+        appendix) over the step time and GPUs."""
         e = est or self.best
         return self.model_flops / e.step / self.gpus / 1e12 if e.step > 0 else 0.0
+
+    def hardware_tflops_per_gpu(self, est: Estimate | None = None) -> float:
+        """The same with the recomputed forward work counted (SC'21, equation 3, counts it: its
+        96 B s l h^2 ... is four passes with full recomputation)."""
+        e = est or self.best
+        redo = {"none": 0.0, "selective": self.attention_flops, "full": self.model_flops / 3}[e.layout.recompute]
+        return (self.model_flops + redo) / e.step / self.gpus / 1e12 if e.step > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         b = self.best
         return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
+                "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu(),
                 "mfu": self.tflops_per_gpu() / self.peak_tflops if self.peak_tflops else None,
                 "plans_scored": self.scored,
                 "candidates": [{**e.to_json(), "model_tflops_per_gpu": self.tflops_per_gpu(e)}
@@ -187,7 +199,8 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
     flops = 3.0 * sum(t.flops for t in graph.tasks)
-    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), seq)
+    attention = sum(t.flops for t in graph.tasks if t.op == "attention")
+    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), attention, seq)
 
 
 def _sequence(graph: TaskGraph) -> int:
