@@ -287,3 +287,19 @@ def test_progress_is_reported():
     finally:
         search.PROGRESS_EVERY = old
     assert seen and seen[-1].phase.startswith("cluster layouts") and seen[-1].incumbent is not None
+
+
+def test_gpipe_keeps_every_micro_batch_and_1f1b_at_most_p():
+    g, plat, ch = _choice({"tensor": 1, "pipeline": 4, "data": 4, "micro_batch": 1, "recompute": "none",
+                           "zero": 0, "interleave": 1})
+    from mapper.cluster.comm import network
+    from mapper.cluster.model import PlanModel
+    from mapper.cluster.profile import Profile
+
+    prof = Profile(g, plat, "gpu0", lambda x: fuse_for(x, plat), "adam")
+    model = PlanModel(prof, network(plat), 32, "adam", 80 * 2**30)
+    lay = ch.best.layout
+    one, gp = model.estimate(lay, "1f1b"), model.estimate(lay, "gpipe")
+    m = 32 // 4
+    assert gp.memory["activations"] / one.memory["activations"] == pytest.approx(m / 4, rel=0.35)
+    assert gp.pipeline == pytest.approx(one.pipeline)  # the same bubble, more memory

@@ -132,7 +132,7 @@ class PlanModel:
         self.samples = samples
         self.optimizer = optimizer
         self.capacity = capacity
-        self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float], list[float]]] = {}
+        self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float]]] = {}
 
     def block_costs(self, t: int, b: int) -> list[BlockCost]:
         chunks = self.samples // b
@@ -170,8 +170,8 @@ class PlanModel:
             starts = partition([f + b for f, b in zip(fw, bw)], p * v)
             if starts is None:
                 return None
-            self._parts[key] = (starts, fw, bw, [0.0])
-        starts, fw, bw, _ = self._parts[key]
+            self._parts[key] = (starts, fw, bw)
+        starts, fw, bw = self._parts[key]
         costs = self.block_costs(t, lay.micro_batch)
         blocks = self.profile.blocks
         ends = [*starts[1:], len(blocks)]
@@ -234,7 +234,8 @@ class PlanModel:
             upd = updates[s] / (d if lay.zero >= 1 else 1)
             sync = max(sync, exposed + upd)
             rank_sync.append(exposed + upd)
-        fullest, memory = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states)
+        fullest, memory = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states,
+                                       schedule == "gpipe")
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest)
 
@@ -256,13 +257,15 @@ class PlanModel:
         return total, 0.0
 
     def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], work: list[float],
-                m: int, states: int) -> tuple[int, dict[str, float]]:
+                m: int, states: int, gpipe: bool = False) -> tuple[int, dict[str, float]]:
         """The pipeline rank whose GPUs hold the most, and what they hold by part."""
         p, d, v = lay.pipeline, lay.data, lay.interleave
         best: dict[str, float] = {}
         fullest = 0
         for s in range(p):
-            if v > 1:  # interleaved: its warm-up forwards plus one, over its v chunks
+            if gpipe:  # every micro-batch's forward before the first backward
+                flight = float(m)
+            elif v > 1:  # interleaved: its warm-up forwards plus one, over its v chunks
                 flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
             else:
                 flight = min(p - s, m)
