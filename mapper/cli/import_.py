@@ -5,7 +5,10 @@
 pair. ``onnx``: an ONNX model as op calls (``--dim NAME=SIZE`` sets a
 dynamic dimension such as the batch). ``dnn-partitioning``: an input of
 Tarnawski et al.'s msr-fiddle/dnn-partitioning as explicit-cost tasks, plus
-its devices as a platform file (``--platform-out``).
+its devices as a platform file (``--platform-out``). ``dot``, ``gxl``: a task
+graph with node and edge weights as optimal-scheduling benchmarks write it
+(:mod:`mapper.importers.task_formats`), plus ``--procs N`` identical, fully
+connected processors as a platform file (``--platform-out``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from mapper.lower import graph_from_text
 from mapper.platform import parse_platform
 from mapper.sources import parse_dims, parse_input_shapes
 
-FORMATS = ("wfcommons", "onnx", "dnn-partitioning")
+FORMATS = ("wfcommons", "onnx", "dnn-partitioning", "dot", "gxl")
 
 
 def register(subparsers) -> None:
@@ -31,14 +34,19 @@ def register(subparsers) -> None:
                                           "kernel-less tasks with work and edges with bytes, or an ONNX model "
                                           "into a DSL program of op calls, or a dnn-partitioning instance "
                                           "(Tarnawski et al., NeurIPS 2020) into explicit-cost tasks and a "
-                                          "platform.")
+                                          "platform, or a weighted task graph (DOT or GXL, as the benchmarks of "
+                                          "optimal scheduling with communication delays write them) into "
+                                          "explicit-cost tasks and N identical processors.")
     p.add_argument("format", choices=FORMATS, help="the input format")
     p.add_argument("file", metavar="FILE",
-                   help="the input file (WfFormat JSON, an .onnx model, or dnn-partitioning JSON)")
+                   help="the input file (WfFormat JSON, an .onnx model, dnn-partitioning JSON, DOT or GXL)")
     add_model_options(p, params=False)
     p.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
     p.add_argument("--platform-out", metavar="OUT.toml",
-                   help="dnn-partitioning: write the instance's devices here as a platform file")
+                   help="dnn-partitioning: write the instance's devices here as a platform file; dot, gxl: "
+                        "write --procs identical processors here")
+    p.add_argument("--procs", type=int, default=None, metavar="N",
+                   help="dot, gxl: the number of identical, fully connected processors of --platform-out")
     ref = ReferenceMachine()
     p.add_argument("--gflops-per-core", type=float, default=ref.gflops_per_core, metavar="R",
                    help=f"reference core rate in GFLOP/s (default {ref.gflops_per_core})")
@@ -50,8 +58,13 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     check_outputs({"--output": args.output, "--platform-out": args.platform_out}, existing(args.file))
-    if args.platform_out is not None and args.format != "dnn-partitioning":
-        raise OptionsError("--platform-out applies to dnn-partitioning imports only", obj="--platform-out")
+    if args.platform_out is not None and args.format not in ("dnn-partitioning", "dot", "gxl"):
+        raise OptionsError("--platform-out applies to dnn-partitioning, dot and gxl imports only",
+                           obj="--platform-out")
+    if args.format in ("dot", "gxl"):
+        return _run_weighted(args)
+    if args.procs is not None:
+        raise OptionsError("--procs applies to dot and gxl imports only", obj="--procs")
     if args.format == "onnx":
         return _run_onnx(args)
     if args.format == "dnn-partitioning":
@@ -102,6 +115,32 @@ def _run_dnn_partitioning(args) -> int:
         print(f"wrote {args.output}: {len(g.tasks)} tasks, {len(g.edges)} edges"
               + (f"; {args.platform_out}: {inst.accelerators} accelerators, {cores}"
                  if args.platform_out is not None and args.platform_out != STDOUT else ""))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _run_weighted(args) -> int:
+    from mapper.importers.task_formats import MAX_PROCS, procs_platform, read_weighted, weighted_dsl
+
+    _no_model_options(args)
+    if (args.procs is None) != (args.platform_out is None):
+        raise OptionsError("--procs and --platform-out go together: the processors, and where to write them",
+                           obj="--procs" if args.procs is not None else "--platform-out")
+    if args.procs is not None and not 1 <= args.procs <= MAX_PROCS:
+        raise OptionsError(f"expected a processor count from 1 to {MAX_PROCS}, got {args.procs}", obj="--procs")
+    g = read_weighted(args.file, args.format)
+    text = weighted_dsl(g)
+    graph_from_text(text, args.file)  # both outputs read back before either is written
+    platform = procs_platform(args.procs, os.path.basename(args.file)) if args.procs is not None else None
+    if platform is not None:
+        parse_platform(platform, args.file)
+        atomic_write(args.platform_out, platform, "--platform-out")
+    if args.output and args.output != STDOUT:
+        atomic_write(args.output, text, "--output")
+        print(f"wrote {args.output}: {len(g.nodes)} tasks, {len(g.edges)} edges"
+              + (f"; {args.platform_out}: {args.procs} processors"
+                 if platform is not None and args.platform_out != STDOUT else ""))
     else:
         sys.stdout.write(text)
     return 0
