@@ -5,7 +5,7 @@ them from files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEVICE_KINDS = ("cpu", "gpu", "fpga")
 
@@ -169,22 +169,28 @@ class Platform:
         """Link indices from device ``a`` to device ``b``; ``()`` when ``a == b``.
 
         A direct link wins; otherwise the route is ``a -> host -> b``
-        (store-and-forward through host memory). ``None`` when neither exists.
+        (store-and-forward through host memory); otherwise ``()`` for two
+        CPUs that share memory (:meth:`shares_memory`). ``None`` when none holds.
         """
         if a == b:
             return ()
         direct = self.link_between(a, b)
         if direct is not None:
             return (direct,)
-        if self.host is None:
-            return None
-        h = self.device_index(self.host)
-        if h in (a, b):
-            return None
-        up, down = self.link_between(a, h), self.link_between(h, b)
-        if up is None or down is None:
-            return None
-        return (up, down)
+        if self.host is not None:
+            h = self.device_index(self.host)
+            up, down = self.link_between(a, h), self.link_between(h, b)
+            if h not in (a, b) and up is not None and down is not None:
+                return (up, down)
+        return () if self.shares_memory(a, b) else None
+
+    def shares_memory(self, a: int, b: int) -> bool:
+        """True for two CPUs alike but for their names on a platform with no links and no switches:
+        identical processors that move data at no cost (docs/platforms.md, Routes)."""
+        if self.links or self.switches:
+            return False
+        da, db = self.devices[a], self.devices[b]
+        return da.kind == db.kind == "cpu" and replace(da, index=0, name="") == replace(db, index=0, name="")
 
     def summary(self) -> str:
         """Device counts by kind, e.g. ``1 cpu, 8 gpu`` (``16 nodes x (1 cpu, 8 gpu)`` for a cluster)."""

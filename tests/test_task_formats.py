@@ -103,3 +103,25 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
         assert needle in capsys.readouterr().err
     assert main(["import", "wfcommons", good, "--procs", "2"]) == 2
     assert "--procs applies to dot and gxl" in capsys.readouterr().err
+
+
+def test_identical_cpus_without_links_share_memory(tmp_path, capsys):
+    """A plain edge between two of N identical processors costs nothing (P|prec|Cmax); an explicit
+    comm still counts; a GPU or a CPU unlike the others keeps needing a route."""
+    from mapper.pipeline import compile_graph
+    from mapper.platform import parse_platform
+
+    plat = parse_platform('name = "p"\n[[device]]\nname = "p"\ncount = 2\nkind = "cpu"\n'
+                          'peak_gflops = { f64 = 10.0 }\n')
+    assert plat.route(0, 1) == () and plat.shares_memory(0, 1)
+    prog = ("graph g {\n  task a cost { cpu: 5 }\n  task b cost { cpu: 5 }\n  task c cost { cpu: 5 }\n"
+            "  a -> b bytes 1e12\n  a -> c BYTES\n}\n")
+    tg = tmp_path / "g.tg"
+    tg.write_text(prog.replace("BYTES", "bytes 1e12"))
+    r = compile_graph(str(tg), plat)
+    assert r.result.schedule.makespan == 10.0  # b and c side by side after a: data moves for free
+    tg.write_text(prog.replace("bytes 1e12", "comm 7").replace("BYTES", "comm 7"))
+    assert compile_graph(str(tg), plat).result.schedule.makespan == 15.0  # a transfer takes 7: one CPU
+    other = parse_platform('name = "p"\n[[device]]\nname = "p0"\nkind = "cpu"\npeak_gflops = { f64 = 10.0 }\n'
+                           '[[device]]\nname = "p1"\nkind = "cpu"\npeak_gflops = { f64 = 20.0 }\n')
+    assert other.route(0, 1) is None
