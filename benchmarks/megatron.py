@@ -11,6 +11,12 @@ selene, --nodes GPUs/8): throughput by the paper's equation 3,
 ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs per step (four passes with
 recomputation) over the step time and GPUs. Then ``--parallel auto`` plans the
 same row; its predicted throughput must not be below the published layout's.
+A second source, nothing fitted to it: Korthikanti et al., "Reducing Activation
+Recomputation in Large Transformer Models" (MLSys 2023, arXiv 2205.05198),
+Tables 3 and 5: four models on Selene without data parallelism (175B and 530B
+with three interleaved stages), iteration times with full recomputation and
+with selective recomputation and sequence parallelism; and their statement
+(6.1) that without both techniques together none of the four fits in memory.
 Predictions do not depend on the machine's load; the planning times do (the
 load average is printed).
 """
@@ -43,6 +49,45 @@ TABLE1 = [
     (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
     (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
 ]
+
+
+# (name, heads, hidden, layers, tensor, pipeline, GPUs, batch, micro-batch, interleave,
+#  measured seconds: full recomputation, selective + sequence parallel)
+KORTHIKANTI = [
+    ("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10),
+    ("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 18.13, 13.75),
+    ("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 49.05, 37.83),
+    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 1, 94.42, 71.49),
+]
+
+
+def korthikanti(selene) -> None:
+    """Iteration times and fits of Korthikanti et al.'s configurations (module docstring)."""
+    print("\nKorthikanti et al. 2023, Table 5 (seconds per iteration) and memory (GiB per GPU, 80 on an A100)")
+    print(f"{'model':>6s} {'full pred':>9s} {'meas':>6s} {'ratio':>5s} {'sel+sp pred':>11s} {'meas':>6s} {'ratio':>5s}"
+          f"  memory: none / sp / selective / selective+sp / full")
+    ratios, agree = [], 0
+    for name, heads, hidden, layers, t, p, gpus, batch, b, v, full, present in KORTHIKANTI:
+        params = (("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads), ("SEQ", SEQ), ("VOCAB", VOCAB),
+                  ("BATCH", batch))
+        graph = load_graph(ModelFile("examples/gpt.tg", params=params))
+        plat = with_nodes(selene, gpus // 8)
+
+        def est(recompute: str, sequence: bool, plat=plat, graph=graph, t=t, p=p, b=b, v=v):
+            fixed = {"tensor": t, "pipeline": p, "data": 1, "micro_batch": b, "interleave": v,
+                     "recompute": recompute, "zero": 0, "sequence": sequence}
+            return plan_cluster(graph, plat, fixed, "adam", lambda g: fuse_for(g, plat)).best
+
+        f, s = est("full", False), est("selective", True)
+        ratios += [f.step / full, s.step / present]
+        mems = [est("none", False), est("none", True), est("selective", False), s, f]
+        fits = ["fits" if e.fits else "OOM" for e in mems]
+        # the paper: only selective + sequence parallel (and full recomputation) fit
+        agree += sum(ok == want for ok, want in zip(fits, ["OOM", "OOM", "OOM", "fits", "fits"]))
+        print(f"{name:>6s} {f.step:9.2f} {full:6.2f} {f.step / full:5.2f} {s.step:11.2f} {present:6.2f} "
+              f"{s.step / present:5.2f}  " + " / ".join(f"{e.peak / 2**30:.0f} {ok}" for e, ok in zip(mems, fits)))
+    print(f"ratio predicted / measured: median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-"
+          f"{max(ratios):.2f}; fits as the paper says: {agree}/{5 * len(KORTHIKANTI)}")
 
 
 def megatron_flops(batch: int, layers: int, hidden: int) -> float:
@@ -89,6 +134,7 @@ def main() -> None:
         print(line, flush=True)
     print(f"ratio predicted / published: median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-"
           f"{max(ratios):.2f}, within 0.85-1.15: {sum(0.85 <= r <= 1.15 for r in ratios)}/{len(ratios)}")
+    korthikanti(selene)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
   practice, but Narayanan et al. measure ZeRO-3 well behind PTD-P at scale
   (SC'21, 5.4), and a model that hid it all would prefer it everywhere.
 
-Memory per GPU: 16-bit weights and gradients, optimizer states in f32 with an
-f32 master copy (ZeRO's ``2 + 2 + 12`` bytes per parameter for Adam),
-divided by ``d`` as the ZeRO stage says; the activations of the micro-batches
+Memory per GPU: 16-bit weights and gradients, optimizer states in f32 with f32
+master weights and f32 main gradients, Megatron-LM's mixed-precision optimizer
+(``2 + 2 + 16`` bytes per parameter for Adam: 20, or ``4 + 16/d`` with its
+distributed optimizer, README "Distributed Optimizer"), divided by ``d`` as the
+ZeRO stage says; the activations of the micro-batches
 in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
 count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
 parallelism dividing them by ``t``; and :data:`RESERVE` for the CUDA context,
@@ -269,7 +271,8 @@ class PlanModel:
                 flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
             else:
                 flight = min(p - s, m)
-            master = 1 if pbytes[s] < 4 * params[s] else 0  # 16-bit weights keep an f32 copy
+            # 16-bit weights keep f32 master weights and f32 main gradients beside the states
+            master = 2 if pbytes[s] < 4 * params[s] else 0
             parts = {
                 "weights": pbytes[s] / (d if lay.zero >= 3 else 1),
                 "gradients": pbytes[s] / (d if lay.zero >= 2 else 1),
