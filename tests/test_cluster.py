@@ -305,3 +305,13 @@ def test_gpipe_keeps_every_micro_batch_and_1f1b_at_most_p():
     m = 32 // 4
     assert gp.memory["activations"] / one.memory["activations"] == pytest.approx(m / 4, rel=0.35)
     assert gp.pipeline == pytest.approx(one.pipeline)  # the same bubble, more memory
+
+
+def test_tensor_groups_wider_than_a_node_cross_the_fabric():
+    g = small_gpt(layers=4, hidden=2048, heads=32, batch=64)
+    plat = with_nodes(load_platform("selene"), 4)
+    wide = plan_cluster(g, plat, {"tensor": 16, "pipeline": 2, "micro_batch": 1, "interleave": 1},
+                        "adam", lambda x: fuse_for(x, plat)).best
+    node = plan_cluster(g, plat, {"tensor": 8, "pipeline": 2, "micro_batch": 1, "interleave": 1},
+                        "adam", lambda x: fuse_for(x, plat)).best
+    assert wide.layout.tensor == 16 and wide.step > node.step  # its all-reduces go through the NICs

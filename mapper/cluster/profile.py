@@ -23,16 +23,17 @@ per head and query-key pair). The graph has no dropout ops, so their masks
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mapper.cluster.blocks import Block, block_graph, cut_blocks
 from mapper.cost import build_cost_table
 from mapper.costmodel.efficiency import op_class
-from mapper.devices import Platform
+from mapper.devices import Platform, Switch
 from mapper.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.parallel.gradients import synchronise
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
+from mapper.platform_schema import switch_links
 from mapper.training import training_step
 
 #: Bytes kept per head and query-key pair by attention: scores and softmax output (16-bit, 2 + 2)
@@ -87,6 +88,7 @@ class Profile:
         self.blocks: tuple[Block, ...] = cut_blocks(graph)
         gpus = [d.name for d in node.devices if d.kind == node.devices[node.device_index(gpu)].kind]
         self.mesh = tuple([gpu] + [g for g in gpus if g != gpu])
+        self.gpu = gpu
         self.rep: dict[int, TaskGraph] = {}
         for b in self.blocks:
             if b.signature not in self.rep:
@@ -105,13 +107,25 @@ class Profile:
             self._cache[key] = self._price(self.rep[signature], tensor, chunks)
         return self._cache[key]
 
+    def _platform(self, tensor: int) -> tuple[Platform, tuple[str, ...]]:
+        """The node, or for a tensor group wider than a node as many copies of its GPU on one switch
+        (their times are the GPU's; the collectives are priced by the cluster model anyway)."""
+        if tensor <= len(self.mesh):
+            return self.node, self.mesh[:tensor]
+        dev = self.node.devices[self.node.device_index(self.gpu)]
+        devices = tuple(replace(dev, index=i, name=f"rank{i}") for i in range(tensor))
+        names = tuple(d.name for d in devices)
+        wide = Platform(f"{self.node.name} x{tensor}", devices, switches=(Switch("ranks", names, 1.0),))
+        return replace(wide, links=switch_links((), wide.switches)), names
+
     def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
-        plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=self.mesh[:tensor], vocab=True)
-        split = split_graph(sub, plan, self.node, first_chunk=True)
-        g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, self.node, self.optimizer)
-        table = build_cost_table(g, self.node)
-        rank0 = self.mesh[0]
-        d = self.node.device_index(rank0)
+        node, mesh = self._platform(tensor)
+        plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True)
+        split = split_graph(sub, plan, node, first_chunk=True)
+        g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, node, self.optimizer)
+        table = build_cost_table(g, node)
+        rank0 = mesh[0]
+        d = node.device_index(rank0)
         fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
         comms: list[tuple[str, float, bool]] = []
         seen: set[str] = set()
