@@ -315,3 +315,10 @@ def test_tensor_groups_wider_than_a_node_cross_the_fabric():
     node = plan_cluster(g, plat, {"tensor": 8, "pipeline": 2, "micro_batch": 1, "interleave": 1},
                         "adam", lambda x: fuse_for(x, plat)).best
     assert wide.layout.tensor == 16 and wide.step > node.step  # its all-reduces go through the NICs
+
+
+def test_small_messages_over_many_nodes_take_the_tree():
+    net = network(with_nodes(load_platform("selene"), 384))
+    t, alg = collective(net, "allreduce", 1000.0, 3072, 8)
+    assert alg == "tree" and t == pytest.approx(12 * (5e-6 + 1000.0 / 24e9))
+    assert collective(net, "allreduce", 2.0**30, 3072, 8)[1] == "hierarchical"

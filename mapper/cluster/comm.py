@@ -6,7 +6,7 @@ switch's ``collective_efficiency``); across nodes a node's NICs
 (:attr:`mapper.devices.Cluster.node_bandwidth_gbs`) are shared by its GPUs, all
 of which communicate at once in a training step (every data-parallel group at
 the same time), so a rank's share is ``B_out = node bandwidth / GPUs per node``.
-Two algorithms, the cheaper one chosen as NCCL chooses by size (Thakur,
+Three algorithms, the cheapest chosen as NCCL chooses by size (Thakur,
 Rabenseifner and Gropp, IJHPCA 2005, section 4; Patarasuk and Yuan, JPDC 2009):
 
 * **ring** over all ``k`` ranks: bus bandwidth ``min(B_in, g B_out)`` (the ring
@@ -15,7 +15,11 @@ Rabenseifner and Gropp, IJHPCA 2005, section 4; Patarasuk and Yuan, JPDC 2009):
 * **hierarchical** (2-D): reduce-scatter inside the node, all-reduce of the
   ``n / g`` shard across nodes by recursive halving and doubling
   (Rabenseifner: ``2 (N-1)/N n/g / B_out + 2 ceil(log2 N) alpha``), all-gather
-  inside the node.
+  inside the node;
+* **tree** (recursive doubling, each step a full exchange through the rank's
+  NIC share: ``L (alpha + n / B_out)``, ``L = ceil(log2 k)``; all-gather and
+  reduce-scatter ``L alpha + (k-1)/k n / B_out``), which wins for small
+  messages over many nodes.
 
 All-gather and reduce-scatter take half an all-reduce's steps and bytes. A send
 between two ranks moves ``n`` at ``B_in`` inside a node and ``B_out`` across.
@@ -88,8 +92,9 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     ring = f * (k - 1) / k * n / busbw + f * (k - 1) * net.inter_latency
     inside = f * (g - 1) / g * n / b_in + f * (g - 1) * net.intra_latency if g > 1 else 0.0
     across = f * (nodes - 1) / nodes * (n / g) / b_out + f * math.ceil(math.log2(nodes)) * net.inter_latency
-    hier = inside + across
-    return (ring, "ring") if ring <= hier else (hier, "hierarchical")
+    steps = math.ceil(math.log2(k))
+    tree = steps * (net.inter_latency + n / b_out) if not half else steps * net.inter_latency + (k - 1) / k * n / b_out
+    return min((ring, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
 
 
 def send(net: Network, nbytes: float, across_nodes: bool) -> float:
