@@ -273,7 +273,7 @@ def parse_gxl(text: str, file: str = "<string>") -> WeightedGraph:
         line = text.count("\n", 0, m.start()) + 1
         raise _fail(file, line, m.start() - text.rfind("\n", 0, m.start()), "entity declarations are not allowed")
     c = _Collector(file)
-    p = xml.parsers.expat.ParserCreate()
+    p = xml.parsers.expat.ParserCreate("utf-8")  # the text is decoded already: its declaration is not followed
     stack: list[str] = []
     state: dict = {"name": os.path.splitext(os.path.basename(file))[0], "owner": None, "attr": None, "text": ""}
 
@@ -327,7 +327,12 @@ def parse_gxl(text: str, file: str = "<string>") -> WeightedGraph:
     p.CharacterDataHandler = data
     p.EntityDeclHandler = lambda *a: (_ for _ in ()).throw(_fail(file, *where(), "entity declarations are not allowed"))
     try:
-        p.Parse(text, True)
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        line, col = text.count("\n", 0, err.start) + 1, err.start - text.rfind("\n", 0, err.start)
+        raise _fail(file, line, col, "not valid text (a lone surrogate)") from None
+    try:
+        p.Parse(data, True)
     except xml.parsers.expat.ExpatError as err:
         why = xml.parsers.expat.errors.messages.get(err.code, "error")
         raise _fail(file, err.lineno, err.offset + 1, f"not well-formed XML: {why}") from None
