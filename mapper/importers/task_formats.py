@@ -327,12 +327,12 @@ def parse_gxl(text: str, file: str = "<string>") -> WeightedGraph:
     p.CharacterDataHandler = data
     p.EntityDeclHandler = lambda *a: (_ for _ in ()).throw(_fail(file, *where(), "entity declarations are not allowed"))
     try:
-        data = text.encode("utf-8")
+        raw = text.encode("utf-8")
     except UnicodeEncodeError as err:
         line, col = text.count("\n", 0, err.start) + 1, err.start - text.rfind("\n", 0, err.start)
         raise _fail(file, line, col, "not valid text (a lone surrogate)") from None
     try:
-        p.Parse(data, True)
+        p.Parse(raw, True)
     except xml.parsers.expat.ExpatError as err:
         why = xml.parsers.expat.errors.messages.get(err.code, "error")
         raise _fail(file, err.lineno, err.offset + 1, f"not well-formed XML: {why}") from None
