@@ -125,6 +125,30 @@ class Cluster:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetKind:
+    """One kind of node of a fleet: its name (``--nodes KIND=N``) and its cluster platform."""
+
+    kind: str
+    platform: Platform
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """Clusters of different node kinds; a node reaches a node of another kind at
+    ``bandwidth_gbs`` per direction (all its NICs together) after ``latency_us``."""
+
+    kinds: tuple[FleetKind, ...]
+    bandwidth_gbs: float
+    latency_us: float = 0.0
+
+    def kind(self, name: str) -> FleetKind:
+        for k in self.kinds:
+            if k.kind == name:
+                return k
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
 class Platform:
     """Devices and directed links. ``host`` names the device whose memory relays
     transfers between devices that have no direct link."""
@@ -143,6 +167,9 @@ class Platform:
     #: a cluster platform: ``devices`` are one node's, repeated ``cluster.nodes`` times
     #: (:mod:`mapper.platform_cluster`)
     cluster: Cluster | None = None
+    #: a fleet of several node kinds: ``devices`` and ``cluster`` are its first kind's
+    #: (:mod:`mapper.platform_cluster`)
+    fleet: Fleet | None = None
 
     def resources(self, link: int) -> tuple[int, ...]:
         """What a transfer on ``link`` holds under contention: the link itself
@@ -196,4 +223,6 @@ class Platform:
         """Device counts by kind, e.g. ``1 cpu, 8 gpu`` (``16 nodes x (1 cpu, 8 gpu)`` for a cluster)."""
         counts = [(k, sum(1 for d in self.devices if d.kind == k)) for k in DEVICE_KINDS]
         text = ", ".join(f"{n} {k}" for k, n in counts if n)
+        if self.fleet is not None:
+            return " + ".join(f"{k.kind} {k.platform.summary()}" for k in self.fleet.kinds)
         return f"{self.cluster.nodes} nodes x ({text})" if self.cluster is not None else text

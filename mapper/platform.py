@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mapper.devices import DEVICE_KINDS, Device, Link, Platform
+from mapper.devices import DEVICE_KINDS, Device, Fleet, FleetKind, Link, Platform
 from mapper.errors import PlatformError, SourceSpan
 from mapper.files import Unreadable, read_text
 from mapper.platform_schema import Checker, model_key_ok
@@ -47,6 +47,8 @@ def parse_platform(text: str, file: str = "<string>") -> Platform:
         raise PlatformError(f"TOML syntax error: {message}", span=span, obj=file) from None
     if "node" in doc:
         return _cluster_of(doc, file)
+    if "fleet" in doc:
+        return _fleet_of(doc, file)
     check = Checker(file)
     plat = check.platform(doc, file)
     if "cluster" in doc:  # the devices of one node, repeated
@@ -56,26 +58,60 @@ def parse_platform(text: str, file: str = "<string>") -> Platform:
     return plat
 
 
+def _node(check: Checker, doc: dict[str, Any], file: str, path: str) -> Platform:
+    """The platform ``doc["node"]`` names (shipped, or a path beside ``file``): one machine."""
+    raw = check.string(doc["node"], f"{path}node")
+    ref = raw
+    if ref not in _shipped() and not file.startswith("<"):
+        ref = os.path.join(os.path.dirname(file), ref)
+    try:
+        node = load_platform(ref)
+    except PlatformError as err:
+        raise PlatformError(f"the node platform {raw!r}: {err.message}", obj=f"{file}: {path}node") from None
+    if node.cluster is not None or node.fleet is not None:
+        raise check.fail(f"{path}node", f"{raw!r} is itself a cluster; a node is one machine")
+    return node
+
+
 def _cluster_of(doc: dict[str, Any], file: str) -> Platform:
     """A cluster file whose ``node`` names a platform (shipped, or a path beside the file) for
     one node: that node's devices and switches, with this file's name and ``[cluster]``."""
     check = Checker(file)
     check.keys(doc, "", ("name", "description", "node", "cluster"), ("name", "node", "cluster"))
     name = check.string(doc["name"], "name")
-    ref = check.string(doc["node"], "node")
-    shipped = _shipped()
-    if ref not in shipped and not file.startswith("<"):
-        ref = os.path.join(os.path.dirname(file), ref)
-    try:
-        node = load_platform(ref)
-    except PlatformError as err:
-        raise PlatformError(f"the node platform {doc['node']!r}: {err.message}", obj=f"{file}: node") from None
-    if node.cluster is not None:
-        raise check.fail("node", f"{doc['node']!r} is itself a cluster; a node is one machine")
+    node = _node(check, doc, file, "")
     from mapper.platform_cluster import read_cluster
 
     description = check.string(doc.get("description", node.description), "description")
     return replace(node, name=name, description=description, source=file, cluster=read_cluster(check, doc["cluster"]))
+
+
+def _fleet_of(doc: dict[str, Any], file: str) -> Platform:
+    """A fleet file: ``[[fleet]]`` tables of a ``kind`` name, a ``node`` platform and its
+    ``[fleet.cluster]``, and ``[between]`` the kinds (docs/platforms.md, Fleets)."""
+    from mapper.platform_cluster import read_between, read_cluster
+
+    check = Checker(file)
+    check.keys(doc, "", ("name", "description", "fleet", "between"), ("name", "fleet", "between"))
+    name = check.string(doc["name"], "name")
+    raws = doc["fleet"]
+    if not isinstance(raws, list) or len(raws) < 2:
+        raise check.fail("fleet", "expected two or more [[fleet]] tables (one node kind is a [cluster] file)")
+    kinds: list[FleetKind] = []
+    for i, raw in enumerate(raws):
+        path = f"fleet[{i}]."
+        tab = check.table(raw, f"fleet[{i}]")
+        check.keys(tab, f"fleet[{i}]", ("kind", "node", "cluster"), ("kind", "node", "cluster"))
+        kind = check.name(tab["kind"], f"{path}kind")
+        if any(k.kind == kind for k in kinds):
+            raise check.fail(f"{path}kind", f"kind {kind!r} is given twice")
+        node = _node(check, tab, file, path)
+        kinds.append(FleetKind(kind, replace(node, cluster=read_cluster(check, tab["cluster"], f"{path}cluster"))))
+    bandwidth, latency = read_between(check, doc["between"])
+    first = kinds[0].platform
+    description = check.string(doc.get("description", ""), "description")
+    return replace(first, name=name, description=description, source=file,
+                   fleet=Fleet(tuple(kinds), bandwidth, latency))
 
 
 def _shipped() -> dict[str, Any]:

@@ -230,7 +230,8 @@ def test_given_layout_that_cannot_fit_exits_3(capsys):
     (["--parallel", "tensor=3x"], "tensor"),
     (["--parallel", "pipes=2"], "unknown layout key"),
     (["--parallel", "sideways"], "unknown --parallel mode"),
-    (["--nodes", "0"], "node count"),
+    (["--nodes", "0"], "node count of at least 1"),
+    (["--nodes", "a100=2"], "one kind of node"),
 ])
 def test_bad_options_exit_2(argv, needle, capsys):
     try:
@@ -322,3 +323,59 @@ def test_small_messages_over_many_nodes_take_the_tree():
     t, alg = collective(net, "allreduce", 1000.0, 3072, 8)
     assert alg == "tree" and t == pytest.approx(12 * (5e-6 + 1000.0 / 24e9))
     assert collective(net, "allreduce", 2.0**30, 3072, 8)[1] == "hierarchical"
+
+
+# -- fleets ------------------------------------------------------------------------------------
+
+def test_fleet_platform_and_node_counts():
+    from mapper.platform_cluster import parse_nodes
+
+    fleet = load_platform("fleet-a100-v100")
+    assert [k.kind for k in fleet.fleet.kinds] == ["a100", "v100"]
+    v100 = fleet.fleet.kind("v100").platform
+    assert v100.cluster.nics == 4 and v100.devices[1].memory_gib == 32
+    two = with_nodes(fleet, parse_nodes("a100=1, v100=1"))
+    flat = flat_platform(two)
+    assert len(flat.devices) == 18 and "v1000_gpu3" in {d.name for d in flat.devices}
+    assert flat.switches[-1].name == "between"
+    only = with_nodes(fleet, parse_nodes("a100=0,v100=3"))
+    assert [k.kind for k in only.fleet.kinds] == ["v100"] and only.devices == v100.devices
+    for bad, needle in (("4", "give each kind's nodes"), ("h100=2", "no node kind"), ("a100=0,v100=0", "no node"),
+                        ("a100=1,a100=2", "twice"), ("a100=x", "node count")):
+        with pytest.raises(OptionsError) as err:
+            with_nodes(fleet, parse_nodes(bad))
+        assert needle in err.value.message
+
+
+def test_fleet_plans_each_kind_and_keeps_the_fastest(tmp_path):
+    out = tmp_path / "o.json"
+    assert main(["compile", GPT, "--param", "LAYERS=8", "--param", "BATCH=64", "--platform", "fleet-a100-v100",
+                 "--nodes", "a100=1,v100=2", "--train", "--optimizer", "adam", "--parallel", "auto", "-q",
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    par = doc["parallel"]
+    assert par["kind"] in ("a100", "v100") and par["fits"]
+    assert sum(s["layers"] for s in par["stages"]) == 8 and all(s["kind"] == par["kind"] for s in par["stages"])
+    assert any("mix node kinds" in n for n in doc["notes"])
+    assert main(["compile", GPT, "--param", "LAYERS=8", "--param", "BATCH=64", "--platform", "fleet-a100-v100",
+                 "--nodes", "a100=0,v100=2", "--train", "--parallel", "auto", "-q", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["parallel"]["kind"] == "v100"
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ('[[fleet]]\nkind = "a"\nnode = "dgx-a100"\n[fleet.cluster]\nnodes = 1\nnics_per_node = 1\n'
+     'nic_bandwidth_gbs = 1.0\n[between]\nbandwidth_gbs = 1.0\n', "two or more"),
+    ('[[fleet]]\nkind = "a"\nnode = "dgx-a100"\n[fleet.cluster]\nnodes = 1\nnics_per_node = 1\nnic_bandwidth_gbs = 1.0\n'
+     '[[fleet]]\nkind = "a"\nnode = "dgx-h100"\n[fleet.cluster]\nnodes = 1\nnics_per_node = 1\nnic_bandwidth_gbs = 1.0\n'
+     '[between]\nbandwidth_gbs = 1.0\n', "twice"),
+    ('[[fleet]]\nkind = "a"\nnode = "dgx-a100"\n[fleet.cluster]\nnodes = 1\nnics_per_node = 1\nnic_bandwidth_gbs = 1.0\n'
+     '[[fleet]]\nkind = "b"\nnode = "selene"\n[fleet.cluster]\nnodes = 1\nnics_per_node = 1\nnic_bandwidth_gbs = 1.0\n'
+     '[between]\nbandwidth_gbs = 1.0\n', "itself a cluster"),
+    ('[[fleet]]\nkind = "a"\nnode = "dgx-a100"\n[fleet.cluster]\nnodes = 1\nnics_per_node = 1\nnic_bandwidth_gbs = 1.0\n'
+     '[[fleet]]\nkind = "b"\nnode = "dgx-h100"\n[fleet.cluster]\nnodes = 0\nnics_per_node = 1\nnic_bandwidth_gbs = 1.0\n'
+     '[between]\nbandwidth_gbs = 1.0\n', "fleet[1].cluster.nodes"),
+])
+def test_bad_fleet_files(doc, needle):
+    with pytest.raises(PlatformError) as err:
+        parse_platform('name = "f"\n' + doc, "f.toml")
+    assert needle in err.value.message or needle in str(err.value.obj)

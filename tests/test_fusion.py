@@ -154,7 +154,11 @@ def test_every_shipped_platform_compiles_resnet50_and_bert_with_fusion():
             if plat == "heft3":  # explicit-cost processors only
                 continue
             loaded = load_platform(plat)
-            r = compile_graph(g, with_nodes(loaded, 2) if loaded.cluster else loaded, mapper="heft")
+            if loaded.fleet is not None:
+                loaded = with_nodes(loaded, {k.kind: 1 for k in loaded.fleet.kinds})
+            elif loaded.cluster is not None:
+                loaded = with_nodes(loaded, 2)
+            r = compile_graph(g, loaded, mapper="heft")
             assert validate(r.result.schedule) == []
             assert sum(len(t.parts) or 1 for t in r.graph.tasks) == len(g.tasks)
 

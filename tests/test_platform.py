@@ -17,8 +17,8 @@ from mapper.cli import main
 from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform import list_platforms, load_platform, parse_platform
 
-SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-h100-superpod", "dgx-h100", "heft3", "mixed-gpu",
-           "selene", "workstation")
+SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-h100-superpod", "dgx-h100", "dgx1-v100",
+           "fleet-a100-v100", "heft3", "mixed-gpu", "selene", "workstation")
 
 
 def _shipped_texts():

@@ -55,14 +55,9 @@ def add_parallel_option(p: argparse.ArgumentParser) -> None:
 def add_platform_options(p: argparse.ArgumentParser) -> None:
     """``--platform`` and ``--nodes``, as ``compile``, ``cost`` and ``run`` take them."""
     p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a TOML path")
-    p.add_argument("--nodes", type=_positive, default=None, metavar="N",
-                   help="a cluster platform: the number of nodes (default: the file's)")
-
-
-def _positive(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 9:
-        raise argparse.ArgumentTypeError(f"expected a positive node count, got {text!r}")
-    return int(text)
+    p.add_argument("--nodes", default=None, metavar="N|KIND=N,...",
+                   help="a cluster platform: the number of nodes; a fleet: each kind's (0 leaves a kind out; "
+                        "default: the file's)")
 
 
 def platform_arg(args: argparse.Namespace) -> Any:
@@ -71,9 +66,10 @@ def platform_arg(args: argparse.Namespace) -> Any:
     if args.nodes is None:
         return args.platform
     from mapper.platform import load_platform
-    from mapper.platform_cluster import with_nodes
+    from mapper.platform_cluster import parse_nodes, with_nodes
 
-    return with_nodes(load_platform(args.platform), args.nodes)
+    nodes = parse_nodes(args.nodes)  # a bad count is refused before the platform is read
+    return with_nodes(load_platform(args.platform), nodes)
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:

@@ -29,8 +29,9 @@ def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | 
                            obj="--parallel")
     given: dict[str, Any] = parse_layout(parallel) if is_layout(parallel) else dict(MODES[parallel])
     choice = plan_cluster(graph, platform, given, train, prepare, progress)
-    gpu = next(d.name for d in platform.devices if d.kind == "gpu")
+    where = platform.fleet.kind(choice.kind).platform if platform.fleet is not None and choice.kind else platform
+    gpu = next(d.name for d in where.devices if d.kind == "gpu")
     if is_layout(parallel) or not choice.best.fits:
-        given_fits(choice, f"{gpu} ({platform.name})")
+        given_fits(choice, f"{gpu} ({platform.name}{', ' + choice.kind if choice.kind else ''})")
     lay = choice.best.layout
-    return choice, plan_graph(choice.best, graph.name), replica_platform(platform, gpu, lay.pipeline, platform.name)
+    return choice, plan_graph(choice.best, graph.name), replica_platform(where, gpu, lay.pipeline, platform.name)

@@ -52,7 +52,9 @@ class ClusterChoice:
     attention_flops: float = 0.0  # of the forward's FLOPs, those of attention (selective recomputation)
 
     seq: int = 1  # rows of the batch per sample (tokens per sequence)
-
+    kind: str = ""  # on a fleet: the node kind the layout runs on
+    others: tuple[tuple[str, float, bool], ...] = ()  # on a fleet: the other kinds' best (step, fits)
+    stage_layers: tuple[int, ...] = ()  # Transformer layers (blocks with attention) per pipeline rank
     @property
     def tokens_per_s(self) -> float:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
@@ -73,7 +75,12 @@ class ClusterChoice:
 
     def to_json(self) -> dict[str, Any]:
         b = self.best
+        lay = b.layout
+        stages = [{"kind": self.kind or None, "devices": lay.tensor * lay.data, "data": lay.data,
+                   "tensor": lay.tensor, "layers": layers, "share": 1.0 / lay.data}
+                  for layers in self.stage_layers]
         return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
+                "stages": stages, "kind": self.kind or None,
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
                 "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu(),
                 "mfu": self.tflops_per_gpu() / self.peak_tflops if self.peak_tflops else None,
@@ -90,6 +97,11 @@ class ClusterChoice:
                f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {self.tokens_per_s:.4g} tokens/s",
                f"parallel: peak memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
                + ("" if b.fits else ": does not fit")]
+        if self.kind:
+            out.append(f"parallel fleet: the layout runs on the {self.kind} nodes alone"
+                       + "".join(f"; {k}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
+                                 for k, step, fits in self.others)
+                       + " (layouts that mix node kinds are not planned)")
         others = [e for e in self.ranked[1:4]]
         if others:
             out.append("parallel: runners-up " + "; ".join(
@@ -145,7 +157,28 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
                  prepare: Callable[[TaskGraph], TaskGraph],
                  progress: Callable[[Progress], None] | None = None) -> ClusterChoice:
     """The best layout of ``graph``'s training step on ``platform`` (module docstring);
-    ``progress`` hears how far the search is about twice a second."""
+    ``progress`` hears how far the search is about twice a second. On a fleet, each node kind
+    is planned as a cluster of its own and the fastest layout that fits wins (layouts that
+    mix kinds are not planned: a kind's GPUs run alone or not at all)."""
+    if platform.fleet is not None:
+        choices = []
+        for k in platform.fleet.kinds:
+            try:
+                choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress), kind=k.kind))
+            except OptionsError:
+                if len(platform.fleet.kinds) == 1:
+                    raise
+        if not choices:
+            return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress)
+        best = min(choices, key=lambda c: (not c.best.fits, c.best.step if c.best.fits else c.best.peak))
+        return replace(best, others=tuple((c.kind, c.best.step, c.best.fits) for c in choices if c is not best))
+    return _plan_one(graph, platform, given, optimizer, prepare, progress)
+
+
+def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+              prepare: Callable[[TaskGraph], TaskGraph],
+              progress: Callable[[Progress], None] | None = None) -> ClusterChoice:
+    """:func:`plan_cluster` on one cluster (or machine) of one kind of node."""
     start = time.perf_counter()
     shown = start
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
@@ -200,7 +233,19 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
     flops = 3.0 * sum(t.flops for t in graph.tasks)
     attention = sum(t.flops for t in graph.tasks if t.op == "attention")
-    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), attention, seq)
+    layers = _stage_layers(graph, profile, ranked[0])
+    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), attention, seq,
+                         stage_layers=layers)
+
+
+def _stage_layers(graph: TaskGraph, profile: Profile, est: Estimate) -> tuple[int, ...]:
+    """Blocks holding an attention op (a Transformer layer's) on each pipeline rank."""
+    p = est.layout.pipeline
+    ends = [*est.chunks[1:], len(profile.blocks)]
+    out = [0] * p
+    for ci, (a, e) in enumerate(zip(est.chunks, ends)):
+        out[ci % p] += sum(1 for b in profile.blocks[a:e] if any(graph.tasks[t].op == "attention" for t in b.tasks))
+    return tuple(out)
 
 
 def _sequence(graph: TaskGraph) -> int:
