@@ -267,4 +267,4 @@ def given_fits(choice: ClusterChoice, gpu: str) -> None:
             + f" GiB), {over:,.0f} bytes over its {b.capacity / GIB:.4g} GiB", obj="--parallel")
 
 
-__all__ = ["ClusterChoice", "layouts", "plan_cluster", "given_fits", "replace"]
+__all__ = ["ClusterChoice", "given_fits", "layouts", "plan_cluster"]
