@@ -187,8 +187,8 @@ def compile_graph(
         def prepare_cluster(g: TaskGraph) -> TaskGraph:
             return fuse_for(g, plat) if fuse == "auto" else g
 
-        choice, graph, plat = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare_cluster,
-                                                                options.progress))
+        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare_cluster, options.progress))
+        choice, graph, plat = planned.choice, planned.graph, planned.platform
     elif plat.cluster is not None:  # mapped task by task: every node's devices
         plat = flat_platform(plat)
     if cluster_planner:

@@ -379,3 +379,17 @@ def test_bad_fleet_files(doc, needle):
     with pytest.raises(PlatformError) as err:
         parse_platform('name = "f"\n' + doc, "f.toml")
     assert needle in err.value.message or needle in str(err.value.obj)
+
+
+@pytest.mark.parametrize("stage", ["lower", "platform", "split", "cost", "map", "validate"])
+def test_every_dump_stage_with_the_cluster_planner(stage, capsys):
+    assert main(["compile", GPT, "--param", "LAYERS=2", "--param", "BATCH=16", "--platform", "selene", "--nodes",
+                 "2", "--train", "--parallel", "auto", "--dump-after", stage]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_run_refuses_a_cluster_layout(capsys):
+    assert main(["run", GPT, "--param", "LAYERS=2", "--param", "BATCH=8", "--param", "HIDDEN=64", "--param",
+                 "HEADS=4", "--param", "SEQ=16", "--param", "VOCAB=64", "--platform", "dgx-a100",
+                 "--parallel", "tensor=2"]) == 2
+    assert "mapper compile --train" in capsys.readouterr().err

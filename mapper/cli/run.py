@@ -111,13 +111,19 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(platform, str):
             platform = load_platform(platform)
         first_cpu(platform)
+    from mapper.cluster.layout import is_layout
+
+    if args.parallel != "none" and isinstance(platform, str):
+        from mapper.platform import load_platform
+
+        platform = load_platform(platform)
+    if is_layout(args.parallel) or (args.parallel != "none" and platform.cluster is not None):
+        raise OptionsError("a cluster layout is a model of a training step on many GPUs, not a graph this machine "
+                           "can run: see it with `mapper compile --train` (run takes --parallel with a mode, on a "
+                           "platform that is not a cluster)", obj="--parallel")
     compiled = compile_graph(
         graph, platform, mapper=args.mapper, options=map_options, fuse=args.fuse, parallel=args.parallel
     )
-    if compiled.parallel is not None and not hasattr(compiled.parallel, "split"):
-        raise OptionsError("the cluster planner's step is a model of many GPUs, not a graph this machine can run; "
-                           "see it with `mapper compile` (give --parallel a mode, on a platform that is not a "
-                           "cluster, to run a split graph)", obj="--parallel")
     result = compiled.result
     extra: CalibratedRun | None = None
     if args.calibrate:

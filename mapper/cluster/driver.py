@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from mapper.cluster.layout import is_layout, parse_layout
@@ -18,9 +19,19 @@ MODES = {"auto": {}, "data": {"tensor": 1, "pipeline": 1}, "tensor": {"pipeline"
          "pipeline": {"tensor": 1, "data": 1}}
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedStep:
+    """The split stage's product on a cluster: the layout kept, its pipeline graph, and the
+    platform of one pipeline replica that graph runs on."""
+
+    choice: ClusterChoice
+    graph: TaskGraph
+    platform: Platform
+
+
 def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | None,
               prepare: Callable[[TaskGraph], TaskGraph],
-              progress: Callable[[Progress], None] | None = None) -> tuple[ClusterChoice, TaskGraph, Platform]:
+              progress: Callable[[Progress], None] | None = None) -> PlannedStep:
     """The layout of ``graph``'s training step that ``parallel`` asks for on ``platform``, its
     pipeline graph and the platform of one pipeline replica. A given layout that does not fit
     exits 3 (:func:`mapper.cluster.search.given_fits`)."""
@@ -34,4 +45,5 @@ def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | 
     if is_layout(parallel) or not choice.best.fits:
         given_fits(choice, f"{gpu} ({platform.name}{', ' + choice.kind if choice.kind else ''})")
     lay = choice.best.layout
-    return choice, plan_graph(choice.best, graph.name), replica_platform(where, gpu, lay.pipeline, platform.name)
+    return PlannedStep(choice, plan_graph(choice.best, graph.name),
+                       replica_platform(where, gpu, lay.pipeline, platform.name))
