@@ -183,7 +183,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     shown = start
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
-        raise OptionsError(f"--parallel: platform {platform.name} has no GPUs to lay the model out on",
+        raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
                            obj="--parallel")
     gpu = gpus_here[0]
     nodes = platform.cluster.nodes if platform.cluster is not None else 1
@@ -192,7 +192,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     profile = Profile(graph, platform, gpu.name, prepare, optimizer)
     seq = _sequence(graph)
     if profile.batch % seq:
-        raise OptionsError(f"--parallel: the batch of {profile.batch} rows is not whole sequences of {seq}",
+        raise OptionsError(f"the batch of {profile.batch} rows is not whole sequences of {seq}",
                            obj="--parallel")
     samples = profile.batch // seq
     net = network(platform)
@@ -200,9 +200,9 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     model = PlanModel(profile, net, samples, optimizer, capacity)
     cands = layouts(gpus, per_node, samples, len(profile.blocks), given)
     if not cands:
-        raise OptionsError(f"--parallel: no layout of {gpus} GPUs fits the keys given "
+        raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
                            f"({', '.join(f'{k}={v}' for k, v in given.items()) or 'none'}) and a global batch "
-                           f"of {samples}", obj="--parallel")
+                           f"of {samples}: {_why_none(gpus, samples, len(profile.blocks), given)}", obj="--parallel")
     scored: list[Estimate] = []
     reasons: list[str] = []
     best = None
@@ -221,7 +221,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
             shown = now
             progress(Progress(now - start, best, None, f"cluster layouts {i + 1:,} of {len(cands):,}"))
     if not scored:
-        raise OptionsError("--parallel: no layout can cut this graph" + (f" ({reasons[0]})" if reasons else ""),
+        raise OptionsError("no layout can cut this graph" + (f" ({reasons[0]})" if reasons else ""),
                            obj="--parallel")
     fitting = sorted((e for e in scored if e.fits), key=lambda e: (e.step, e.peak))
     rest = sorted((e for e in scored if not e.fits), key=lambda e: (e.peak, e.step))
@@ -246,6 +246,23 @@ def _stage_layers(graph: TaskGraph, profile: Profile, est: Estimate) -> tuple[in
     for ci, (a, e) in enumerate(zip(est.chunks, ends)):
         out[ci % p] += sum(1 for b in profile.blocks[a:e] if any(graph.tasks[t].op == "attention" for t in b.tasks))
     return tuple(out)
+
+
+def _why_none(gpus: int, samples: int, units: int, given: dict[str, Any]) -> str:
+    """Why :func:`layouts` found nothing for the keys ``given``."""
+    t, p, d = given.get("tensor", 1), given.get("pipeline", 1), given.get("data")
+    if gpus % (t * p):
+        return f"tensor x pipeline = {t * p} does not divide the {gpus} GPUs"
+    if d is not None and t * p * d != gpus:
+        return f"tensor x pipeline x data = {t * p * d}, not the {gpus} GPUs (set --nodes to match)"
+    if p > units:
+        return f"pipeline {p} is more stages than the graph's {units} blocks"
+    d = d or gpus // (t * p)
+    if samples % d:
+        return f"the batch of {samples} does not split into {d} data-parallel replicas"
+    if samples % (d * given.get("micro_batch", 1)):
+        return f"a replica's {samples // d} samples do not split into micro-batches of {given['micro_batch']}"
+    return "interleaving needs a pipeline, and a number of micro-batches that is a multiple of its stages"
 
 
 def _sequence(graph: TaskGraph) -> int:
