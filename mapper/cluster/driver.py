@@ -8,7 +8,7 @@ from typing import Any
 
 from mapper.cluster.layout import is_layout, parse_layout
 from mapper.cluster.plan_graph import plan_graph, replica_platform
-from mapper.cluster.search import ClusterChoice, given_fits, plan_cluster
+from mapper.cluster.search import MIXED, ClusterChoice, given_fits, plan_cluster
 from mapper.devices import Platform
 from mapper.errors import OptionsError
 from mapper.graph import TaskGraph
@@ -40,10 +40,19 @@ def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | 
                            obj="--parallel")
     given: dict[str, Any] = parse_layout(parallel) if is_layout(parallel) else dict(MODES[parallel])
     choice = plan_cluster(graph, platform, given, train, prepare, progress)
-    where = platform.fleet.kind(choice.kind).platform if platform.fleet is not None and choice.kind else platform
+    lay = choice.best.layout
+    fleet = platform.fleet
+    if fleet is not None and choice.kind == MIXED:
+        kind = choice.best.kinds[choice.best.fullest]
+        gpu = next(d.name for d in fleet.kind(kind).platform.devices if d.kind == "gpu")
+        if is_layout(parallel) or not choice.best.fits:
+            given_fits(choice, f"{gpu} ({platform.name}, {kind})")
+        replica = replica_platform([fleet.kind(k).platform for k in choice.best.kinds], None, lay.pipeline,
+                                   platform.name)
+        return PlannedStep(choice, plan_graph(choice.best, graph.name), replica)
+    where = fleet.kind(choice.kind).platform if fleet is not None and choice.kind else platform
     gpu = next(d.name for d in where.devices if d.kind == "gpu")
     if is_layout(parallel) or not choice.best.fits:
         given_fits(choice, f"{gpu} ({platform.name}{', ' + choice.kind if choice.kind else ''})")
-    lay = choice.best.layout
     return PlannedStep(choice, plan_graph(choice.best, graph.name),
                        replica_platform(where, gpu, lay.pipeline, platform.name))

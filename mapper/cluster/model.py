@@ -75,6 +75,7 @@ class Estimate:
     memory: dict[str, float] = field(hash=False)  # bytes per GPU by part, on the fullest rank
     capacity: float = 0.0
     fullest: int = 0  # the pipeline rank whose GPUs hold the most
+    kinds: tuple[str, ...] = ()  # on a fleet, a mixed layout: each pipeline rank's node kind
 
     @property
     def peak(self) -> float:
@@ -88,6 +89,7 @@ class Estimate:
         return {"plan": {**self.layout.to_json(), "micro_batches": self.micro_batches, "schedule": self.schedule},
                 "label": self.layout.label(), "step_time": self.step, "pipeline_time": self.pipeline,
                 "sync_time": self.sync, "fits": self.fits, "peak_memory": {**self.memory, "total": self.peak},
+                **({"stage_kinds": list(self.kinds)} if self.kinds else {}),
                 "stage_blocks": list(self.chunks)}
 
 

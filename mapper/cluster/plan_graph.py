@@ -22,13 +22,19 @@ from mapper.devices import Platform
 from mapper.graph import Edge, Placement, Task, TaskGraph
 
 
-def replica_platform(node: Platform, gpu: str, ranks: int, name: str) -> Platform:
+def replica_platform(node: Platform | list[Platform], gpu: str | None, ranks: int, name: str) -> Platform:
     """``ranks`` copies of ``gpu`` (``stage0`` ..), one per pipeline rank, with no links: the
-    plan graph's edges carry their own (zero) times, the sends being inside the chunk times."""
-    dev = node.devices[node.device_index(gpu)]
-    devices = tuple(replace(dev, index=s, name=f"stage{s}") for s in range(ranks))
-    return Platform(name=f"{name} (one pipeline replica)", devices=devices, host=None, source=node.source,
-                    description=f"{ranks} pipeline ranks of {node.name}")
+    plan graph's edges carry their own (zero) times, the sends being inside the chunk times.
+    With a list of nodes (a fleet's mixed layout), rank ``s`` is the first GPU of ``node[s]``."""
+    nodes = node if isinstance(node, list) else [node] * ranks
+    devices = []
+    for s, n in enumerate(nodes):
+        dev = n.devices[n.device_index(gpu)] if gpu is not None and not isinstance(node, list) else next(
+            d for d in n.devices if d.kind == "gpu")
+        devices.append(replace(dev, index=s, name=f"stage{s}"))
+    first = nodes[0]
+    return Platform(name=f"{name} (one pipeline replica)", devices=tuple(devices), host=None, source=first.source,
+                    description=f"{ranks} pipeline ranks of {', '.join(dict.fromkeys(n.name for n in nodes))}")
 
 
 def plan_graph(est: Estimate, name: str) -> TaskGraph:

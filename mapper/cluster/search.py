@@ -76,9 +76,10 @@ class ClusterChoice:
     def to_json(self) -> dict[str, Any]:
         b = self.best
         lay = b.layout
-        stages = [{"kind": self.kind or None, "devices": lay.tensor * lay.data, "data": lay.data,
+        kinds = b.kinds or (self.kind or None,) * len(self.stage_layers)
+        stages = [{"kind": kind, "devices": lay.tensor * lay.data, "data": lay.data,
                    "tensor": lay.tensor, "layers": layers, "share": 1.0 / lay.data}
-                  for layers in self.stage_layers]
+                  for kind, layers in zip(kinds, self.stage_layers)]
         return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
@@ -97,11 +98,16 @@ class ClusterChoice:
                f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {self.tokens_per_s:.4g} tokens/s",
                f"parallel: peak memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
                + ("" if b.fits else ": does not fit")]
-        if self.kind:
+        if self.kind == MIXED:
+            out.append("parallel fleet: pipeline stages on " + ", ".join(
+                f"{k} x{b.kinds.count(k)}" for k in dict.fromkeys(b.kinds)) + " (layers per stage by speed: "
+                + ", ".join(str(n) for n in self.stage_layers) + ")"
+                + "".join(f"; {k} alone: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
+                          for k, step, fits in self.others))
+        elif self.kind:
             out.append(f"parallel fleet: the layout runs on the {self.kind} nodes alone"
                        + "".join(f"; {k}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
-                                 for k, step, fits in self.others)
-                       + " (layouts that mix node kinds are not planned)")
+                                 for k, step, fits in self.others))
         others = [e for e in self.ranked[1:4]]
         if others:
             out.append("parallel: runners-up " + "; ".join(
@@ -170,9 +176,79 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
                     raise
         if not choices:
             return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress)
+        mixed = _plan_mixed(graph, platform, given, optimizer, prepare) if len(platform.fleet.kinds) > 1 else None
+        if mixed is not None:
+            choices.append(mixed)
         best = min(choices, key=lambda c: (not c.best.fits, c.best.step if c.best.fits else c.best.peak))
         return replace(best, others=tuple((c.kind, c.best.step, c.best.fits) for c in choices if c is not best))
     return _plan_one(graph, platform, given, optimizer, prepare, progress)
+
+
+#: The ``kind`` of a choice whose pipeline stages sit on several node kinds.
+MIXED = "mixed"
+
+
+def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+                prepare: Callable[[TaskGraph], TaskGraph]) -> ClusterChoice | None:
+    """The best layout whose pipeline stages use every GPU of every kind
+    (:mod:`mapper.cluster.mixed`), or None when none matches ``given``."""
+    from mapper.cluster.mixed import KindModel, mixed_estimates
+
+    fleet = platform.fleet
+    assert fleet is not None
+    setups = [_setup(graph, k.platform, optimizer, prepare) for k in fleet.kinds]
+    kinds = [KindModel(k.kind, st.gpus, st.model) for k, st in zip(fleet.kinds, setups)]
+    per_node = min(st.per_node for st in setups)
+    try:
+        found = mixed_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, fleet.latency_us * 1e-6,
+                                per_node)
+    except SplitError:
+        return None
+    found = [e for e in found if all(getattr(e.layout, k) == v for k, v in given.items())]
+    if not found:
+        return None
+    fitting = sorted((e for e in found if e.fits), key=lambda e: e.step)
+    pool = fitting or sorted(found, key=lambda e: e.peak)
+    top = sorted((refine(e) for e in pool[:REFINED]), key=lambda e: (e.step, e.peak) if fitting else (e.peak, e.step))
+    first = setups[0]
+    best = top[0]
+    dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
+    peak = (first.gpu.tensor_peak(dtype) or first.gpu.peak(dtype) or 0.0) / 1e3
+    used = best.layout.tensor * best.layout.data * best.layout.pipeline
+    flops = 3.0 * sum(t.flops for t in graph.tasks)
+    attention = sum(t.flops for t in graph.tasks if t.op == "attention")
+    return ClusterChoice(best, tuple(top), used, first.samples, flops, peak, len(found), attention, first.seq,
+                         kind=MIXED, stage_layers=_stage_layers(graph, first.model.profile, best))
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """What planning on one kind of node starts from."""
+
+    model: PlanModel
+    gpu: Any  # the kind's GPU (a Device)
+    per_node: int
+    gpus: int
+    samples: int
+    seq: int
+
+
+def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
+           prepare: Callable[[TaskGraph], TaskGraph]) -> _Setup:
+    gpus_here = [d for d in platform.devices if d.kind == "gpu"]
+    if not gpus_here:
+        raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
+                           obj="--parallel")
+    gpu = gpus_here[0]
+    nodes = platform.cluster.nodes if platform.cluster is not None else 1
+    profile = Profile(graph, platform, gpu.name, prepare, optimizer)
+    seq = _sequence(graph)
+    if profile.batch % seq:
+        raise OptionsError(f"the batch of {profile.batch} rows is not whole sequences of {seq}",
+                           obj="--parallel")
+    samples = profile.batch // seq
+    model = PlanModel(profile, network(platform), samples, optimizer, (gpu.memory_gib or 0.0) * GIB)
+    return _Setup(model, gpu, len(gpus_here), len(gpus_here) * nodes, samples, seq)
 
 
 def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
@@ -181,23 +257,10 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node."""
     start = time.perf_counter()
     shown = start
-    gpus_here = [d for d in platform.devices if d.kind == "gpu"]
-    if not gpus_here:
-        raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
-                           obj="--parallel")
-    gpu = gpus_here[0]
-    nodes = platform.cluster.nodes if platform.cluster is not None else 1
-    per_node = len(gpus_here)
-    gpus = per_node * nodes
-    profile = Profile(graph, platform, gpu.name, prepare, optimizer)
-    seq = _sequence(graph)
-    if profile.batch % seq:
-        raise OptionsError(f"the batch of {profile.batch} rows is not whole sequences of {seq}",
-                           obj="--parallel")
-    samples = profile.batch // seq
-    net = network(platform)
-    capacity = (gpu.memory_gib or 0.0) * GIB
-    model = PlanModel(profile, net, samples, optimizer, capacity)
+    setup = _setup(graph, platform, optimizer, prepare)
+    model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
+                                                setup.seq)
+    profile = model.profile
     cands = layouts(gpus, per_node, samples, len(profile.blocks), given)
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "

@@ -1,0 +1,153 @@
+"""Pipelines across node kinds: a fleet's stages on groups of different GPUs (:mod:`mapper.cluster`).
+
+A mixed layout runs ``d`` replicas of a pipeline whose stages sit on groups of
+``t`` GPUs of one kind each: every GPU of every kind in use (``p_k = G_k / (d
+t)`` stages on kind ``k``, kinds in a given order), the layers split unevenly
+by each stage's speed and memory, as Metis (Um et al., USENIX ATC'24) and
+AMP (Li et al., NeurIPS 2022) place stages on heterogeneous groups. For one
+order of kinds the split is exact: the contiguous split of the blocks whose
+slowest stage is fastest, each stage priced on its own kind
+(:func:`mixed_partition`, bisection on the bottleneck with a greedy check,
+which is exact for stages in a fixed order; Bokhari, IEEE TC 1988). Sends
+between stages of different kinds cross the fleet's ``[between]`` fabric;
+each stage's gradients are synchronised among its ``d`` replicas, all of one
+kind. A replica group that spans kinds (data parallelism with batch shares
+by speed) is not planned.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from itertools import accumulate, permutations
+
+from mapper.cluster.comm import collective, send
+from mapper.cluster.layout import RECOMPUTE, Layout
+from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel
+from mapper.cluster.schedule import step_time
+from mapper.training import OPTIMIZERS
+
+
+@dataclass(frozen=True, slots=True)
+class KindModel:
+    """One node kind of a fleet: its name, GPUs in all, and the plan model priced on its GPU."""
+
+    kind: str
+    gpus: int
+    model: PlanModel
+
+
+def mixed_partition(weights: list[list[float]], order: list[int]) -> tuple[int, ...] | None:
+    """Start block of each stage (stage ``s`` priced by ``weights[order[s]]``) whose largest stage
+    time is least, by bisection with a greedy check (exact for a fixed stage order)."""
+    n, parts = len(weights[0]), len(order)
+    if parts > n:
+        return None
+    prefix = [[0.0, *accumulate(w)] for w in weights]
+
+    def greedy(limit: float) -> tuple[int, ...] | None:
+        starts, i = [], 0
+        for k, kind in enumerate(order):
+            starts.append(i)
+            left = parts - k - 1
+            pre = prefix[kind]
+            j = min(bisect.bisect_right(pre, pre[i] + limit, lo=i + 1) - 1, n - left)
+            if j <= i:
+                return None
+            i = j
+        return tuple(starts) if i == n else None
+
+    lo = 0.0
+    hi = max(p[-1] for p in prefix)
+    best = greedy(hi * (1 + 1e-9))
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        cut = greedy(mid)
+        if cut is not None:
+            best, hi = cut, mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-7 * hi:
+            break
+    return best
+
+
+def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float,
+                    between_latency: float, per_node: int) -> list[Estimate]:
+    """Every mixed layout of the fleet (module docstring), estimated like
+    :meth:`mapper.cluster.model.PlanModel.estimate`; ``Estimate.kinds`` names each stage's kind."""
+    out: list[Estimate] = []
+    smallest = min(k.gpus for k in kinds)
+    t = 1
+    while t <= per_node:
+        d = 1
+        while d * t <= smallest:
+            stages = [k.gpus // (d * t) for k in kinds]
+            if all(k.gpus % (d * t) == 0 for k in kinds) and samples % d == 0:
+                b = 1
+                while samples % (d * b) == 0 and b <= 8:
+                    for rc in RECOMPUTE:
+                        lay = Layout(t, sum(stages), d, b, 1, rc, 1 if d > 1 else 0, t > 1)
+                        for order in set(permutations(range(len(kinds)))):
+                            seq = [k for k in order for _ in range(stages[k])]
+                            est = _estimate(kinds, lay, seq, samples, optimizer, between_gbs, between_latency)
+                            if est is not None:
+                                out.append(est)
+                    b *= 2
+            d *= 2
+        t *= 2
+    return out
+
+
+def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int, optimizer: str,
+              between_gbs: float, between_latency: float) -> Estimate | None:
+    t, d, p = lay.tensor, lay.data, lay.pipeline
+    if p > len(kinds[0].model.profile.blocks):
+        return None
+    m = samples // (d * lay.micro_batch)
+    times = [km.model._block_times(lay) for km in kinds]
+    starts = mixed_partition([[f + b for f, b in zip(*tb)] for tb in times], seq)
+    if starts is None:
+        return None
+    ends = [*starts[1:], len(kinds[0].model.profile.blocks)]
+    blocks = kinds[0].model.profile.blocks
+    opt = OPTIMIZERS[optimizer]
+    rank_times, chunk_times, rank_sync = [], [], []
+    worst: tuple[float, dict[str, float], float, int] | None = None
+    for s, (a, e) in enumerate(zip(starts, ends)):
+        km = kinds[seq[s]]
+        fw, bw = times[seq[s]]
+        f, b = sum(fw[a:e]), sum(bw[a:e])
+        out = blocks[e - 1].out_bytes / samples * lay.micro_batch
+        if s + 1 < p and out > 0:
+            if seq[s + 1] != seq[s]:  # to another kind: one rank's share of the between fabric
+                hop = between_latency + out / (between_gbs * 1e9 / km.model.net.gpus_per_node)
+            else:
+                hop = send(km.model.net, out, t * d >= km.model.net.gpus_per_node)
+            f, b = f + hop, b + hop
+        chunk_times.append((f, b))
+        rank_times.append(f + b)
+        costs = km.model.block_costs(t, lay.micro_batch)
+        params = sum(costs[i].params for i in range(a, e))
+        pbytes = sum(costs[i].param_bytes for i in range(a, e))
+        update = sum(costs[i].update for i in range(a, e)) / (d if lay.zero else 1)
+        exposed = 0.0
+        if d > 1:
+            group = min(d, max(1, km.model.net.gpus_per_node // t))
+            total = collective(km.model.net, "allreduce", pbytes, d, group)[0]
+            exposed = max(total - b, total / max(1, math.ceil(pbytes / BUCKET)))
+        rank_sync.append(exposed + update)
+        kept, work = km.model._activations(lay, range(a, e))
+        master = 2 if pbytes < 4 * params else 0
+        memory = {"weights": pbytes, "gradients": pbytes,
+                  "optimizer": 4.0 * params * (opt.states + master) / (d if lay.zero else 1),
+                  "activations": kept * min(p - s, m) + work, "reserve": RESERVE}
+        over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
+        if worst is None or over > worst[0]:
+            worst = (over, memory, km.model.capacity, s)
+    assert worst is not None
+    pipe = step_time(rank_times, m, 1)
+    sync = max(rank_sync)
+    return Estimate(lay, "1f1b", m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_times), tuple(chunk_times),
+                    tuple(rank_sync), worst[1], worst[2], worst[3], tuple(kinds[k].kind for k in seq))
