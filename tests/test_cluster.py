@@ -355,7 +355,10 @@ def test_fleet_plans_each_kind_and_keeps_the_fastest(tmp_path):
     doc = json.loads(out.read_text())
     par = doc["parallel"]
     assert par["kind"] in ("a100", "v100", "mixed") and par["fits"]
-    assert sum(s["layers"] for s in par["stages"]) == 8
+    if any("data parallel over" in n for n in doc["notes"]):  # one stage, its replicas on both kinds
+        assert all(s["layers"] == 8 for s in par["stages"])
+    else:
+        assert sum(s["layers"] for s in par["stages"]) == 8
     assert {s["kind"] for s in par["stages"]} <= {"a100", "v100"}
     assert any("parallel fleet" in n for n in doc["notes"])
     assert main(["compile", GPT, "--param", "LAYERS=8", "--param", "BATCH=64", "--platform", "fleet-a100-v100",
@@ -434,3 +437,19 @@ def test_a_mixed_pipeline_beats_each_kind_alone_and_schedules_as_predicted(tmp_p
         ms = float(alone.split(f"{k} alone: best ")[1].split(" ms")[0])
         assert par["step_time"] * 1e3 < ms
     assert doc["makespan"] == pytest.approx(par["step_time"], rel=0.05)  # the validated schedule agrees
+
+
+def test_data_parallel_over_kinds_shares_the_batch_by_speed(tmp_path):
+    out = tmp_path / "o.json"
+    assert main(["compile", GPT, "--param", "LAYERS=24", "--param", "BATCH=256", "--platform", "fleet-a100-v100",
+                 "--nodes", "a100=2,v100=4", "--train", "--optimizer", "adam", "--parallel", "pipeline=1", "-q",
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    par = doc["parallel"]
+    assert par["kind"] == "mixed" and par["fits"]
+    shares = {s["kind"]: s for s in par["stages"]}
+    assert set(shares) == {"a100", "v100"}
+    assert sum(s["share"] * s["data"] for s in par["stages"]) == pytest.approx(1.0)
+    assert shares["a100"]["share"] > 1.5 * shares["v100"]["share"]  # the faster GPUs take more of the batch
+    assert any("data parallel over" in n for n in doc["notes"])
+    assert doc["makespan"] == pytest.approx(par["step_time"], rel=0.05)

@@ -151,3 +151,88 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
     sync = max(rank_sync)
     return Estimate(lay, "1f1b", m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_times), tuple(chunk_times),
                     tuple(rank_sync), worst[1], worst[2], worst[3], tuple(kinds[k].kind for k in seq))
+
+
+def _shares(rates: list[tuple[int, float]], micro_batches: int) -> tuple[list[int], list[int]]:
+    """Micro-batches of each kind's busiest replica, and of all its replicas together
+    (``rates``: replicas and seconds per micro-batch of each kind), so that the slowest replica
+    finishes first: each micro-batch to the replica that would end soonest with it (optimal
+    for unit jobs on uniform machines)."""
+    import heapq
+
+    count = [0] * len(rates)
+    heap = [(t, k) for k, (r, t) in enumerate(rates) for _ in range(r)]
+    heapq.heapify(heap)
+    given = [[0] * r for r, _ in rates]
+    slot = [0] * len(rates)
+    for _ in range(micro_batches):
+        end, k = heapq.heappop(heap)
+        i = slot[k] % rates[k][0]
+        slot[k] += 1
+        given[k][i] += 1
+        heapq.heappush(heap, (end + rates[k][1], k))
+    for k in range(len(rates)):
+        count[k] = max(given[k]) if given[k] else 0
+    return count, [sum(g) for g in given]
+
+
+def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float,
+                     per_node: int) -> list[Estimate]:
+    """Data parallelism over every GPU of every kind, no pipeline: each replica takes micro-batches
+    in proportion to its kind's speed (HetSeq, Ding et al., 2021), and one all-reduce over all
+    replicas crosses the fleet's ``[between]`` fabric. Each estimate's ``shares`` are
+    ``(kind, replicas, fraction of the batch per replica)``; its one pipeline rank is the slowest
+    replica."""
+    out = []
+    t = 1
+    while t <= per_node:
+        if all(k.gpus % t == 0 for k in kinds):
+            b = 1
+            while samples % b == 0 and b <= 8:
+                for rc in RECOMPUTE:
+                    est = _shared(kinds, samples, optimizer, between_gbs, t, b, rc)
+                    if est is not None:
+                        out.append(est)
+                b *= 2
+        t *= 2
+    return out
+
+
+def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float, t: int, b: int,
+            rc: str) -> Estimate | None:
+    replicas = [k.gpus // t for k in kinds]
+    d = sum(replicas)
+    lay = Layout(t, 1, d, b, 1, rc, 1 if d > 1 else 0, t > 1)
+    times = [k.model._block_times(lay) for k in kinds]
+    per_mb = [sum(f) + sum(bw) for f, bw in times]
+    counts, totals = _shares(list(zip(replicas, per_mb)), samples // b)
+    ends = [n * tm for n, tm in zip(counts, per_mb)]
+    slow = max(range(len(kinds)), key=lambda k: ends[k])
+    opt = OPTIMIZERS[optimizer]
+    costs = [k.model.block_costs(t, b) for k in kinds]
+    pbytes = sum(c.param_bytes for c in costs[0])
+    params = sum(c.params for c in costs[0])
+    # one ring over all replicas: each kind's NIC share, and the link between kinds
+    ring = max(collective(k.model.net, "allreduce", pbytes, d, min(d, max(1, k.model.net.gpus_per_node // t)))[0]
+               for k in kinds)
+    gpn = max(k.model.net.gpus_per_node for k in kinds)
+    ring = max(ring, 2 * (d - 1) / d * pbytes / (between_gbs * 1e9 * min(t, gpn) / gpn))
+    exposed = max(ring - sum(times[slow][1]), ring / max(1, math.ceil(pbytes / BUCKET)))
+    update = max(sum(c.update for c in cs) for cs in costs) / (d if lay.zero else 1)
+    worst: tuple[float, dict[str, float], float] | None = None
+    for km in kinds:
+        kept, work = km.model._activations(lay, range(len(km.model.profile.blocks)))
+        master = 2 if pbytes < 4 * params else 0
+        memory = {"weights": pbytes, "gradients": pbytes,
+                  "optimizer": 4.0 * params * (opt.states + master) / (d if lay.zero else 1),
+                  "activations": kept + work, "reserve": RESERVE}
+        over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
+        if worst is None or over > worst[0]:
+            worst = (over, memory, km.model.capacity)
+    assert worst is not None
+    f, bw = sum(times[slow][0]), sum(times[slow][1])
+    pipe = counts[slow] * (f + bw)
+    sync = exposed + update
+    shares = tuple((km.kind, r, n * b / samples / r) for km, r, n in zip(kinds, replicas, totals))
+    return Estimate(lay, "1f1b", counts[slow], pipe + sync, pipe, sync, (0,), (f + bw,), ((f, bw),), (sync,),
+                    worst[1], worst[2], 0, (kinds[slow].kind,), shares)

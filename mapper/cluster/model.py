@@ -76,6 +76,7 @@ class Estimate:
     capacity: float = 0.0
     fullest: int = 0  # the pipeline rank whose GPUs hold the most
     kinds: tuple[str, ...] = ()  # on a fleet, a mixed layout: each pipeline rank's node kind
+    shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
 
     @property
     def peak(self) -> float:

@@ -55,6 +55,7 @@ class ClusterChoice:
     kind: str = ""  # on a fleet: the node kind the layout runs on
     others: tuple[tuple[str, float, bool], ...] = ()  # on a fleet: the other kinds' best (step, fits)
     stage_layers: tuple[int, ...] = ()  # Transformer layers (blocks with attention) per pipeline rank
+    shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
     @property
     def tokens_per_s(self) -> float:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
@@ -80,6 +81,9 @@ class ClusterChoice:
         stages = [{"kind": kind, "devices": lay.tensor * lay.data, "data": lay.data,
                    "tensor": lay.tensor, "layers": layers, "share": 1.0 / lay.data}
                   for kind, layers in zip(kinds, self.stage_layers)]
+        if self.shares:  # one stage, its replicas on several kinds with their own batch shares
+            stages = [{"kind": kind, "devices": lay.tensor * r, "data": r, "tensor": lay.tensor,
+                       "layers": sum(self.stage_layers), "share": share} for kind, r, share in self.shares]
         return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
@@ -98,7 +102,12 @@ class ClusterChoice:
                f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {self.tokens_per_s:.4g} tokens/s",
                f"parallel: peak memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
                + ("" if b.fits else ": does not fit")]
-        if self.kind == MIXED:
+        if self.kind == MIXED and self.shares:
+            out.append("parallel fleet: data parallel over " + ", ".join(
+                f"{r} {k} replicas taking {share:.3%} of the batch each" for k, r, share in self.shares)
+                + "".join(f"; {k} alone: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
+                          for k, step, fits in self.others))
+        elif self.kind == MIXED:
             out.append("parallel fleet: pipeline stages on " + ", ".join(
                 f"{k} x{b.kinds.count(k)}" for k in dict.fromkeys(b.kinds)) + " (layers per stage by speed: "
                 + ", ".join(str(n) for n in self.stage_layers) + ")"
@@ -204,6 +213,9 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
                                 per_node)
     except SplitError:
         return None
+    from mapper.cluster.mixed import shared_estimates
+
+    found += shared_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, per_node)
     found = [e for e in found if all(getattr(e.layout, k) == v for k, v in given.items())]
     if not found:
         return None
@@ -217,8 +229,10 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
     used = best.layout.tensor * best.layout.data * best.layout.pipeline
     flops = 3.0 * sum(t.flops for t in graph.tasks)
     attention = sum(t.flops for t in graph.tasks if t.op == "attention")
+    if best.shares:
+        used = best.layout.tensor * best.layout.data
     return ClusterChoice(best, tuple(top), used, first.samples, flops, peak, len(found), attention, first.seq,
-                         kind=MIXED, stage_layers=_stage_layers(graph, first.model.profile, best))
+                         kind=MIXED, stage_layers=_stage_layers(graph, first.model.profile, best), shares=best.shares)
 
 
 @dataclass(frozen=True, slots=True)
