@@ -3,7 +3,7 @@
 A mixed layout runs ``d`` replicas of a pipeline whose stages sit on groups of
 ``t`` GPUs of one kind each: every GPU of every kind in use (``p_k = G_k / (d
 t)`` stages on kind ``k``, kinds in a given order), the layers split unevenly
-by each stage's speed and memory, as Metis (Um et al., USENIX ATC'24) and
+by each stage's speed (each stage's memory then checked against its own GPU), as Metis (Um et al., USENIX ATC'24) and
 AMP (Li et al., NeurIPS 2022) place stages on heterogeneous groups. For one
 order of kinds the split is exact: the contiguous split of the blocks whose
 slowest stage is fastest, each stage priced on its own kind
