@@ -111,6 +111,33 @@ def with_nodes(platform: Platform, nodes: int | dict[str, int] | None) -> Platfo
     return replace(platform, cluster=replace(platform.cluster, nodes=nodes))
 
 
+def without(platform: Platform, text: str) -> Platform:
+    """``platform`` less what ``--without`` names: a node kind (all its nodes), ``KIND=N`` (N of
+    its nodes) or ``N`` (N nodes of a one-kind cluster), comma-separated."""
+    if platform.cluster is None:
+        raise OptionsError(f"--without applies to cluster platforms; {platform.name} is one machine",
+                           obj="--without")
+    counts = {k.kind: k.platform.cluster.nodes for k in kinds_of(platform) if k.platform.cluster is not None}
+    for item in text.split(","):
+        name, sep, n = (x.strip() for x in item.partition("="))
+        if not sep and name.isdigit() and platform.fleet is None:
+            name, n = "", name
+        elif not sep:
+            n = str(counts.get(name, 0))
+        if name not in counts:
+            raise OptionsError(f"no node kind {name!r} to leave out; kinds: {', '.join(k for k in counts if k)}"
+                               if name else f"expected KIND or KIND=N, got {item!r}", obj="--without")
+        if not (n.isascii() and n.isdigit()) or len(n) > 9 or not 1 <= int(n) <= counts[name]:
+            raise OptionsError(f"{item.strip()!r}: expected from 1 to the {counts[name]} nodes there are",
+                               obj="--without")
+        counts[name] -= int(n)
+    if platform.fleet is None:
+        if counts[""] < 1:
+            raise OptionsError("--without leaves no node at all", obj="--without")
+        return with_nodes(platform, counts[""])
+    return with_nodes(platform, counts)
+
+
 def kinds_of(platform: Platform) -> tuple[FleetKind, ...]:
     """A fleet's node kinds, or the one cluster (or machine) a platform is."""
     return platform.fleet.kinds if platform.fleet is not None else (FleetKind("", platform),)

@@ -453,3 +453,24 @@ def test_data_parallel_over_kinds_shares_the_batch_by_speed(tmp_path):
     assert shares["a100"]["share"] > 1.5 * shares["v100"]["share"]  # the faster GPUs take more of the batch
     assert any("data parallel over" in n for n in doc["notes"])
     assert doc["makespan"] == pytest.approx(par["step_time"], rel=0.05)
+
+
+def test_without_replans_on_what_is_left_and_says_what_changed(tmp_path, capsys):
+    out = tmp_path / "o.json"
+    assert main(["compile", GPT, "--param", "LAYERS=24", "--param", "BATCH=256", "--platform", "fleet-a100-v100",
+                 "--nodes", "a100=2,v100=4", "--without", "v100", "--train", "--optimizer", "adam", "--parallel",
+                 "auto", "-q", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    par = doc["parallel"]
+    assert par["gpus"] == 16 and {s["kind"] for s in par["stages"]} == {"a100"}
+    assert par["previous"]["gpus"] == 48 and par["previous"]["step_time"] < par["step_time"]
+    assert any("re-planned without v100" in n and "over several node kinds" in n for n in doc["notes"])
+    assert main(["compile", GPT, "--param", "LAYERS=8", "--param", "BATCH=64", "--platform", "selene", "--nodes", "4",
+                 "--without", "2", "--train", "--parallel", "auto", "-q", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["parallel"]["gpus"] == 16
+    for argv, needle in ((["--platform", "selene", "--nodes", "2", "--without", "2"], "no node at all"),
+                         (["--platform", "fleet-a100-v100", "--without", "h100"], "no node kind 'h100'"),
+                         (["--platform", "fleet-a100-v100", "--without", "a100=99"], "from 1 to the 16"),
+                         (["--platform", "dgx-a100", "--without", "1"], "one machine")):
+        assert main(["compile", GPT, *argv, "--train", "--parallel", "auto"]) == 2
+        assert needle in capsys.readouterr().err

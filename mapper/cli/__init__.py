@@ -58,18 +58,28 @@ def add_platform_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", default=None, metavar="N|KIND=N,...",
                    help="a cluster platform: the number of nodes; a fleet: each kind's (0 leaves a kind out; "
                         "default: the file's)")
+    p.add_argument("--without", default=None, metavar="KIND|KIND=N|N,...",
+                   help="a cluster platform: leave out a node kind, or N nodes (of a kind); with --parallel, "
+                        "compile re-plans on what is left and says what changed")
 
 
 def platform_arg(args: argparse.Namespace) -> Any:
     """The platform a command runs on: the name as given, or with ``--nodes`` the loaded cluster
     platform with that many nodes (:func:`mapper.platform_cluster.with_nodes`)."""
-    if args.nodes is None:
-        return args.platform
-    from mapper.platform import load_platform
-    from mapper.platform_cluster import parse_nodes, with_nodes
+    return reduced_platform(args)[1]
 
-    nodes = parse_nodes(args.nodes)  # a bad count is refused before the platform is read
-    return with_nodes(load_platform(args.platform), nodes)
+
+def reduced_platform(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The platform with ``--nodes`` applied, and the same less ``--without`` (both the name as
+    given when neither option is)."""
+    if args.nodes is None and args.without is None:
+        return args.platform, args.platform
+    from mapper.platform import load_platform
+    from mapper.platform_cluster import parse_nodes, with_nodes, without
+
+    nodes = parse_nodes(args.nodes) if args.nodes is not None else None  # refused before the file is read
+    full = with_nodes(load_platform(args.platform), nodes)
+    return full, (without(full, args.without) if args.without is not None else full)
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from mapper.cli import (
     add_parallel_option,
     add_platform_options,
     add_train_options,
-    platform_arg,
+    reduced_platform,
     train_option,
 )
 from mapper.cli.model_options import add_model_options, source
@@ -212,10 +212,11 @@ def run(args: argparse.Namespace) -> int:
         stop=interrupt,
     )
     t0 = time.perf_counter()
+    full, reduced = reduced_platform(args)
     try:
         with interrupt:
             compiled = compile_graph(
-                source(args), platform_arg(args), mapper=args.mapper, options=options,
+                source(args), reduced, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
                 micro_batches=args.micro_batches, parallel=args.parallel,
@@ -227,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None and sys.stderr.isatty():
             sys.stderr.write("\r" + " " * LINE + "\r")
+    if args.without is not None and compiled.parallel is not None and hasattr(compiled.parallel, "kind"):
+        compiled = _replanned(args, compiled, full)
     result = compiled.result
     _write_reports(args, compiled)
     if not args.quiet:
@@ -241,6 +244,34 @@ def run(args: argparse.Namespace) -> int:
             out.append(f"stages: {stages}  (total {time.perf_counter() - t0:.2f} s)\n")
         sys.stdout.write("\n".join(out))
     return 0
+
+
+def _replanned(args: argparse.Namespace, compiled, full):
+    """``compiled`` with a note on what leaving out ``--without`` changed: the layout planned on
+    the whole platform beside the one on what is left (:mod:`mapper.cluster`)."""
+    from dataclasses import replace
+
+    from mapper.cluster.driver import MODES
+    from mapper.cluster.layout import is_layout, parse_layout
+    from mapper.cluster.search import plan_cluster
+    from mapper.fusion import fuse_for
+    from mapper.lower import load_graph
+
+    graph = load_graph(source(args))
+    given = parse_layout(args.parallel) if is_layout(args.parallel) else dict(MODES[args.parallel])
+
+    def prepare(g):
+        return fuse_for(g, full) if args.fuse == "auto" else g
+
+    before = plan_cluster(graph, full, given, train_option(args) or "sgd", prepare)
+    now = compiled.parallel
+    change = "the same layout" if before.best.layout == now.best.layout else f"was {before.best.layout.label()}"
+    where = {"": "", "mixed": " over several node kinds"}.get(before.kind, f" on the {before.kind} nodes")
+    note = (f"parallel: re-planned without {args.without}: {now.gpus} GPUs, step {now.best.step * 1e3:.4g} ms "
+            f"({change}{where}, step {before.best.step * 1e3:.4g} ms on {before.gpus} GPUs)")
+    choice = replace(now, previous=(before.best.layout.label(), before.best.step, before.gpus, before.kind))
+    result = replace(compiled.result, notes=(*compiled.result.notes, note))
+    return replace(compiled, result=result, parallel=choice)
 
 
 def _write_reports(args: argparse.Namespace, compiled) -> None:

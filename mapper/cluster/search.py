@@ -56,6 +56,7 @@ class ClusterChoice:
     others: tuple[tuple[str, float, bool], ...] = ()  # on a fleet: the other kinds' best (step, fits)
     stage_layers: tuple[int, ...] = ()  # Transformer layers (blocks with attention) per pipeline rank
     shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
+    previous: tuple[str, float, int, str] | None = None  # --without: (layout, step, GPUs, kind) before
     @property
     def tokens_per_s(self) -> float:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
@@ -90,6 +91,8 @@ class ClusterChoice:
                 "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu(),
                 "mfu": self.tflops_per_gpu() / self.peak_tflops if self.peak_tflops else None,
                 "plans_scored": self.scored,
+                **({"previous": {"label": self.previous[0], "step_time": self.previous[1], "gpus": self.previous[2],
+                                 "kind": self.previous[3] or None}} if self.previous else {}),
                 "candidates": [{**e.to_json(), "model_tflops_per_gpu": self.tflops_per_gpu(e)}
                                for e in self.ranked[1:RUNNERS_UP + 1]]}
 
