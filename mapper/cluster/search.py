@@ -228,7 +228,9 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
     first = setups[0]
     best = top[0]
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
-    peak = (first.gpu.tensor_peak(dtype) or first.gpu.peak(dtype) or 0.0) / 1e3
+    # MFU against the mean peak of the GPUs in use (every GPU of every kind)
+    peaks = [((st.gpu.tensor_peak(dtype) or st.gpu.peak(dtype) or 0.0) / 1e3, st.gpus) for st in setups]
+    peak = sum(pk * n for pk, n in peaks) / sum(n for _, n in peaks)
     used = best.layout.tensor * best.layout.data * best.layout.pipeline
     flops = 3.0 * sum(t.flops for t in graph.tasks)
     attention = sum(t.flops for t in graph.tasks if t.op == "attention")
