@@ -420,13 +420,15 @@ def test_mixed_partition_is_the_best_contiguous_split():
 
 
 def test_a_mixed_pipeline_beats_each_kind_alone_and_schedules_as_predicted(tmp_path):
-    out = tmp_path / "o.json"
+    out, html = tmp_path / "o.json", tmp_path / "o.html"
     assert main(["compile", GPT, "--param", "LAYERS=24", "--param", "BATCH=256", "--platform", "fleet-a100-v100",
                  "--nodes", "a100=2,v100=4", "--train", "--optimizer", "adam", "--parallel", "auto", "-q",
-                 "--json", str(out)]) == 0
+                 "--json", str(out), "--html", str(html)]) == 0
     doc = json.loads(out.read_text())
     par = doc["parallel"]
     assert par["kind"] == "mixed" and par["fits"] and par["gpus"] == 48
+    page = html.read_text()
+    assert "_v100" in page and "_a100" in page  # the Gantt's lanes name each stage's group
     kinds = [s["kind"] for s in par["stages"]]
     assert set(kinds) == {"a100", "v100"} and sum(s["layers"] for s in par["stages"]) == 24
     a100 = [s["layers"] for s in par["stages"] if s["kind"] == "a100"]

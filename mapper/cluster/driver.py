@@ -48,7 +48,7 @@ def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | 
         if is_layout(parallel) or not choice.best.fits:
             given_fits(choice, f"{gpu} ({platform.name}, {kind})")
         replica = replica_platform([fleet.kind(k).platform for k in choice.best.kinds], None, lay.pipeline,
-                                   platform.name)
+                                   platform.name, choice.best.kinds)
         return PlannedStep(choice, plan_graph(choice.best, graph.name), replica)
     where = fleet.kind(choice.kind).platform if fleet is not None and choice.kind else platform
     gpu = next(d.name for d in where.devices if d.kind == "gpu")

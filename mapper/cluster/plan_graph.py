@@ -22,7 +22,14 @@ from mapper.devices import Platform
 from mapper.graph import Edge, Placement, Task, TaskGraph
 
 
-def replica_platform(node: Platform | list[Platform], gpu: str | None, ranks: int, name: str) -> Platform:
+def stage_device(s: int, kinds: tuple[str, ...] = ()) -> str:
+    """The device of pipeline rank ``s`` in a plan graph: ``stage3``, or ``stage3_v100`` when the
+    ranks sit on several node kinds (the reports' lanes then show the groups)."""
+    return f"stage{s}_{kinds[s]}" if len(set(kinds)) > 1 else f"stage{s}"
+
+
+def replica_platform(node: Platform | list[Platform], gpu: str | None, ranks: int, name: str,
+                     kinds: tuple[str, ...] = ()) -> Platform:
     """``ranks`` copies of ``gpu`` (``stage0`` ..), one per pipeline rank, with no links: the
     plan graph's edges carry their own (zero) times, the sends being inside the chunk times.
     With a list of nodes (a fleet's mixed layout), rank ``s`` is the first GPU of ``node[s]``."""
@@ -31,7 +38,7 @@ def replica_platform(node: Platform | list[Platform], gpu: str | None, ranks: in
     for s, n in enumerate(nodes):
         dev = n.devices[n.device_index(gpu)] if gpu is not None and not isinstance(node, list) else next(
             d for d in n.devices if d.kind == "gpu")
-        devices.append(replace(dev, index=s, name=f"stage{s}"))
+        devices.append(replace(dev, index=s, name=stage_device(s, kinds)))
     first = nodes[0]
     return Platform(name=f"{name} (one pipeline replica)", devices=tuple(devices), host=None, source=first.source,
                     description=f"{ranks} pipeline ranks of {', '.join(dict.fromkeys(n.name for n in nodes))}")
@@ -47,7 +54,7 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
     edges: list[tuple[int, int]] = []
     seqs = orders(est.schedule, p, v, m)
     for s, seq in enumerate(seqs):
-        dev = f"stage{s}"
+        dev = stage_device(s, est.kinds)
         for op in seq:
             kind, c, mb = op
             f, b = est.chunk_times[c]
@@ -62,7 +69,7 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
         for op in seq:
             for d in deps(op, chunks):
                 edges.append((index[d], index[op]))
-        dev = f"stage{s}"
+        dev = stage_device(s, est.kinds)
         sync = len(tasks)
         tasks.append(Task(sync, f"sync.stage{s}", "task", placement=Placement(allow=(dev,)),
                           explicit_cost=((dev, est.rank_sync[s]),), backward=True))
