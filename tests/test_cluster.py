@@ -403,7 +403,7 @@ def test_mixed_partition_is_the_best_contiguous_split():
     """Against every contiguous split, for stages priced on different kinds in a fixed order."""
     import itertools
 
-    from mapper.cluster.mixed import mixed_partition
+    from mapper.cluster.model import stage_partition
 
     rng = __import__("random").Random(4)
     for _ in range(40):
@@ -414,7 +414,7 @@ def test_mixed_partition_is_the_best_contiguous_split():
         weights = [fast, slow]
         best = min(max(sum(weights[order[k]][a:b]) for k, (a, b) in enumerate(zip((0, *cuts), (*cuts, n))))
                    for cuts in itertools.combinations(range(1, n), len(order) - 1))
-        starts = mixed_partition(weights, order)
+        starts = stage_partition(weights, order)
         got = max(sum(weights[order[k]][a:b]) for k, (a, b) in enumerate(zip(starts, (*starts[1:], n))))
         assert got == pytest.approx(best, rel=1e-6)
 

@@ -1,30 +1,27 @@
-"""Pipelines across node kinds: a fleet's stages on groups of different GPUs (:mod:`mapper.cluster`).
+"""Layouts across node kinds: a fleet's GPUs of different kinds in one training step (:mod:`mapper.cluster`).
 
-A mixed layout runs ``d`` replicas of a pipeline whose stages sit on groups of
-``t`` GPUs of one kind each: every GPU of every kind in use (``p_k = G_k / (d
-t)`` stages on kind ``k``, kinds in a given order), the layers split unevenly
-by each stage's speed (each stage's memory then checked against its own GPU), as Metis (Um et al., USENIX ATC'24) and
-AMP (Li et al., NeurIPS 2022) place stages on heterogeneous groups. For one
-order of kinds the split is exact: the contiguous split of the blocks whose
-slowest stage is fastest, each stage priced on its own kind
-(:func:`mixed_partition`, bisection on the bottleneck with a greedy check,
-which is exact for stages in a fixed order; Bokhari, IEEE TC 1988). Sends
-between stages of different kinds cross the fleet's ``[between]`` fabric;
-each stage's gradients are synchronised among its ``d`` replicas, all of one
-kind. A replica group that spans kinds (data parallelism with batch shares
-by speed) is not planned.
-"""
+Pipelines (:func:`mixed_estimates`): ``d`` replicas of a pipeline whose stages
+sit on groups of ``t`` GPUs of one kind each, every GPU of every kind in use
+(``p_k = G_k / (d t)`` stages on kind ``k``, kinds in a given order), the
+layers split unevenly by each stage's speed (each stage's memory then checked
+against its own GPU), as Metis (Um et al., USENIX ATC'24) and AMP (Li et al.,
+NeurIPS 2022) place stages on heterogeneous groups. For one order of kinds the
+split is exact (:func:`mapper.cluster.model.stage_partition`). Sends between
+stages of different kinds cross the fleet's ``[between]`` fabric; each
+stage's gradients are synchronised among its ``d`` replicas, all of one kind.
+
+Data parallelism (:func:`shared_estimates`): replicas on every GPU of every
+kind, each taking micro-batches in proportion to its speed."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
-from itertools import accumulate, permutations
+from itertools import permutations
 
 from mapper.cluster.comm import collective, send
 from mapper.cluster.layout import RECOMPUTE, Layout
-from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel
+from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition
 from mapper.cluster.schedule import step_time
 from mapper.training import OPTIMIZERS
 
@@ -36,41 +33,6 @@ class KindModel:
     kind: str
     gpus: int
     model: PlanModel
-
-
-def mixed_partition(weights: list[list[float]], order: list[int]) -> tuple[int, ...] | None:
-    """Start block of each stage (stage ``s`` priced by ``weights[order[s]]``) whose largest stage
-    time is least, by bisection with a greedy check (exact for a fixed stage order)."""
-    n, parts = len(weights[0]), len(order)
-    if parts > n:
-        return None
-    prefix = [[0.0, *accumulate(w)] for w in weights]
-
-    def greedy(limit: float) -> tuple[int, ...] | None:
-        starts, i = [], 0
-        for k, kind in enumerate(order):
-            starts.append(i)
-            left = parts - k - 1
-            pre = prefix[kind]
-            j = min(bisect.bisect_right(pre, pre[i] + limit, lo=i + 1) - 1, n - left)
-            if j <= i:
-                return None
-            i = j
-        return tuple(starts) if i == n else None
-
-    lo = 0.0
-    hi = max(p[-1] for p in prefix)
-    best = greedy(hi * (1 + 1e-9))
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        cut = greedy(mid)
-        if cut is not None:
-            best, hi = cut, mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-7 * hi:
-            break
-    return best
 
 
 def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float,
@@ -107,7 +69,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
         return None
     m = samples // (d * lay.micro_batch)
     times = [km.model._block_times(lay) for km in kinds]
-    starts = mixed_partition([[f + b for f, b in zip(*tb)] for tb in times], seq)
+    starts = stage_partition([[f + b for f, b in zip(*tb)] for tb in times], seq)
     if starts is None:
         return None
     ends = [*starts[1:], len(kinds[0].model.profile.blocks)]

@@ -96,34 +96,43 @@ class Estimate:
 
 def partition(weights: list[float], parts: int) -> tuple[int, ...] | None:
     """Start indices of ``parts`` contiguous non-empty groups of ``weights`` whose largest sum is
-    least (bisection on the bottleneck with a greedy check; Bokhari, IEEE TC 1988)."""
-    n = len(weights)
+    least (:func:`stage_partition` with one kind of stage)."""
+    return stage_partition([weights], [0] * parts)
+
+
+def stage_partition(weights: list[list[float]], order: list[int]) -> tuple[int, ...] | None:
+    """Start block of each of ``len(order)`` contiguous non-empty stages, stage ``s`` weighing its
+    blocks by ``weights[order[s]]`` (a stage priced on its own kind of GPU), whose largest stage is
+    least: bisection on the bottleneck with a greedy check, which is exact for stages in a fixed
+    order (Bokhari, IEEE TC 1988). None when there are more stages than blocks."""
+    n, parts = len(weights[0]), len(order)
     if parts > n:
         return None
-    prefix = [0.0, *accumulate(weights)]
+    prefix = [[0.0, *accumulate(w)] for w in weights]
 
     def greedy(limit: float) -> tuple[int, ...] | None:
         starts, i = [], 0
-        for k in range(parts):
+        for k, kind in enumerate(order):
             starts.append(i)
-            left = parts - k - 1  # groups still to come need a block each
-            j = bisect.bisect_right(prefix, prefix[i] + limit, lo=i + 1) - 1
-            j = min(j, n - left)
+            left = parts - k - 1  # stages still to come need a block each
+            pre = prefix[kind]
+            j = min(bisect.bisect_right(pre, pre[i] + limit, lo=i + 1) - 1, n - left)
             if j <= i:
                 return None
             i = j
         return tuple(starts) if i == n else None
 
-    lo, hi = max(weights), prefix[-1]
+    lo = max(min(w[b] for w in weights) for b in range(n))  # some stage holds each block
+    hi = max(p[-1] for p in prefix)
     best = greedy(hi * (1 + 1e-9))
-    for _ in range(40):
+    for _ in range(50):
         mid = 0.5 * (lo + hi)
         cut = greedy(mid)
         if cut is not None:
             best, hi = cut, mid
         else:
             lo = mid
-        if hi - lo <= 1e-6 * hi:
+        if hi - lo <= 1e-7 * hi:
             break
     return best
 
