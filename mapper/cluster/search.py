@@ -176,19 +176,23 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
                  progress: Callable[[Progress], None] | None = None) -> ClusterChoice:
     """The best layout of ``graph``'s training step on ``platform`` (module docstring);
     ``progress`` hears how far the search is about twice a second. On a fleet, each node kind
-    is planned as a cluster of its own and the fastest layout that fits wins (layouts that
-    mix kinds are not planned: a kind's GPUs run alone or not at all)."""
+    is planned as a cluster of its own, and so are layouts over every kind
+    (:mod:`mapper.cluster.mixed`); the fastest that fits wins."""
     if platform.fleet is not None:
         choices = []
+        setups: list[_Setup] = []  # each kind's priced blocks, for its own plans and the mixed ones
         for k in platform.fleet.kinds:
             try:
-                choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress), kind=k.kind))
+                setups.append(_setup(graph, k.platform, optimizer, prepare))
+                choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress,
+                                                 setups[-1]), kind=k.kind))
             except OptionsError:
                 if len(platform.fleet.kinds) == 1:
                     raise
         if not choices:
             return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress)
-        mixed = _plan_mixed(graph, platform, given, optimizer, prepare) if len(platform.fleet.kinds) > 1 else None
+        whole = len(setups) == len(platform.fleet.kinds) > 1
+        mixed = _plan_mixed(graph, platform, given, optimizer, setups) if whole else None
         if mixed is not None:
             choices.append(mixed)
         best = min(choices, key=lambda c: (not c.best.fits, c.best.step if c.best.fits else c.best.peak))
@@ -201,14 +205,13 @@ MIXED = "mixed"
 
 
 def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
-                prepare: Callable[[TaskGraph], TaskGraph]) -> ClusterChoice | None:
-    """The best layout whose pipeline stages use every GPU of every kind
-    (:mod:`mapper.cluster.mixed`), or None when none matches ``given``."""
+                setups: list[_Setup]) -> ClusterChoice | None:
+    """The best layout that uses every GPU of every kind (:mod:`mapper.cluster.mixed`), from
+    each kind's ``setups``, or None when none matches ``given``."""
     from mapper.cluster.mixed import KindModel, mixed_estimates
 
     fleet = platform.fleet
     assert fleet is not None
-    setups = [_setup(graph, k.platform, optimizer, prepare) for k in fleet.kinds]
     kinds = [KindModel(k.kind, st.gpus, st.model) for k, st in zip(fleet.kinds, setups)]
     per_node = min(st.per_node for st in setups)
     try:
@@ -272,11 +275,12 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
 
 def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
-              progress: Callable[[Progress], None] | None = None) -> ClusterChoice:
-    """:func:`plan_cluster` on one cluster (or machine) of one kind of node."""
+              progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None) -> ClusterChoice:
+    """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
+    blocks priced already)."""
     start = time.perf_counter()
     shown = start
-    setup = _setup(graph, platform, optimizer, prepare)
+    setup = setup or _setup(graph, platform, optimizer, prepare)
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
     profile = model.profile
