@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from mapper.kernels._jit import jit, prange, readonly
+from mapper.kernels.norm import over_rows
 
 
 @jit(parallel=True)
@@ -26,12 +27,7 @@ def _rmsnorm_rows(x, out, eps):
 
 def rmsnorm(x: np.ndarray, *, eps: float) -> np.ndarray:
     """``x / sqrt(mean(x^2) + eps)`` over the last axis (no gain: the DSL's norms have no weights)."""
-    if x.size == 0:
-        return np.empty_like(x)
-    rows = readonly(x).reshape(-1, x.shape[-1])
-    out = np.empty(rows.shape, dtype=x.dtype)
-    _rmsnorm_rows(rows, out, eps)
-    return out.reshape(x.shape)
+    return over_rows(_rmsnorm_rows, x, eps)
 
 
 @jit(parallel=True)

@@ -89,13 +89,18 @@ def softmax(x: np.ndarray, *, axis: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(out.reshape(moved.shape), -1, axis))
 
 
-def layernorm(x: np.ndarray, *, eps: float) -> np.ndarray:
+def over_rows(kernel, x: np.ndarray, eps: float) -> np.ndarray:
+    """``kernel(rows, out, eps)`` over the rows of ``x``'s last axis (a row-wise norm)."""
     if x.size == 0:
         return np.empty_like(x)
     rows = readonly(x).reshape(-1, x.shape[-1])
     out = np.empty(rows.shape, dtype=x.dtype)
-    _layernorm_rows(rows, out, eps)
+    kernel(rows, out, eps)
     return out.reshape(x.shape)
+
+
+def layernorm(x: np.ndarray, *, eps: float) -> np.ndarray:
+    return over_rows(_layernorm_rows, x, eps)
 
 
 def batchnorm(x: np.ndarray, *, eps: float) -> np.ndarray:
