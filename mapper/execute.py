@@ -364,6 +364,12 @@ def refuse_kernel_less(graph: TaskGraph) -> None:
         raise InputError(
             f"graph {graph.name!r} has ops without a kernel ({listed}) and can't be run; "
             "map it with `mapper compile` instead", obj=graph.name)
+    cached = [t.name for t in leaf_tasks(graph) if t.op == "attention" and t.attr("cache", 0)]
+    if cached:
+        raise InputError(
+            f"graph {graph.name!r} has attention that reads a KV cache ({', '.join(cached[:3])}"
+            f"{' ...' if len(cached) > 3 else ''}: cache > 0), which a run does not hold; run the prefill "
+            "graph (cache 0), or price generation with `mapper compile --inference`", obj=graph.name)
     bad = [t.name for t in graph.tasks if t.op == "task"]
     if bad:
         listed = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")

@@ -82,10 +82,11 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           "x", _EPS),
     *(_spec(op, (2, 2), "elementwise", "1 * out.numel", dnn.binary, "a, b")
       for op in ("add", "mul", "sub", "div")),
-    _spec("attention", (1, 3), "attention", "4*B*S*S*D + 5*B*heads*S*S", dnn.attention,
+    # cache = C: each sequence's queries also attend to C earlier positions held in a KV cache
+    _spec("attention", (1, 3), "attention", "4*B*S*(C+S)*D + 5*B*heads*S*(C+S)", dnn.attention,
           "qkv[T, 3D] or q[T, D], k[T, D], v[T, D] (grouped-query: kv_heads)",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0),
-          ("kv_heads", "int", None), ("fused", "bool", 1)),
+          ("kv_heads", "int", None), ("fused", "bool", 1), ("cache", "int", 0)),
     # root-mean-square layer norm (Zhang and Sennrich, NeurIPS 2019)
     _spec("rmsnorm", (1, 1), "norm", "4 * numel", dnn.per_element(4, min_ndim=1, form="at least 1-D"),
           "x", _EPS),
@@ -126,7 +127,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
 _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "kv_heads": 1, "seq": 1, "steps": 1, "parts": 1,
-            "points": 1, "padding": 0, "index": 0,
+            "points": 1, "padding": 0, "index": 0, "cache": 0,
             "rank": 0}
 
 

@@ -73,15 +73,16 @@ def fits_cache(task: Task, device: Device) -> bool:
 def kernel_flops(task: Task) -> float:
     """FLOPs the kernel performs: the catalogue's count (``task.flops``),
     except for causal ``attention``, whose kernel visits only the keys up to
-    each query, ``(S + 1) / (2 S)`` of the score matrix the catalogue counts
+    each query, ``(S + 1) / (2 S)`` of the score matrix the catalogue counts (after ``C`` cached
+    positions, ``(C + (S + 1) / 2) / (C + S)``)
     (measured: 512-token causal attention takes 0.57 of the full one's time);
     unfused attention (``fused = 0``) computes the whole matrix and masks it."""
     flops = float(task.flops)
     attrs = dict(task.attrs)
     if task.op == "attention" and attrs.get("causal") and attrs.get("fused", 1):
-        seq = int(attrs.get("seq") or 0)
-        if seq > 0:
-            flops *= (seq + 1) / (2 * seq)
+        seq, cache = int(attrs.get("seq") or 0), int(attrs.get("cache") or 0)
+        if seq > 0:  # a query sees the cache and the new keys up to its own
+            flops *= (cache + (seq + 1) / 2) / (cache + seq)
     return flops
 
 
@@ -230,6 +231,19 @@ def gemm_pack_time(dims: tuple[int, int, int, int], pack_ns: tuple[float, float,
     return batch * (a * m * k + b * k * n + c * m * n) * 1e-9
 
 
+#: Rows of the smallest tensor-core tile: the m16n8k16 MMA of SM80 and later (NVIDIA, PTX ISA,
+#: "Matrix multiply-accumulate operation using mma instruction", shapes .m16n8k16).
+MMA_ROWS = 16
+
+
+def gemm_tile(tile: tuple[int, int, int], m: int) -> tuple[int, int, int]:
+    """The block tile a GEMM of ``m`` rows runs: the device's tile, with its rows cut to ``m``
+    rounded up to whole MMA rows (:data:`MMA_ROWS`) when ``m`` is smaller, as the libraries'
+    small-M kernels do (a decode step's GEMM of a few token rows does not pay for 128)."""
+    tm, tn, tk = tile
+    return min(tm, MMA_ROWS * max(1, math.ceil(m / MMA_ROWS))), tn, tk
+
+
 def _gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
                max_split: int) -> tuple[int, int, int, int]:
     """``(useful, blocks, split, waves)`` of a GEMM's grid (:func:`wave_efficiency`)."""
@@ -237,7 +251,7 @@ def _gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int
     if task.op == "conv2d":
         groups = int(dict(task.attrs).get("groups") or 1)
         batch, n = groups, n * (batch // max(groups, 1))
-    tm, tn, tk = tile
+    tm, tn, tk = gemm_tile(tile, m)
     blocks = batch * math.ceil(m / tm) * math.ceil(n / tn)
     split = max(1, min(max_split, units // blocks, math.ceil(k / tk))) if blocks else 1
     return batch * m * n, blocks, split, math.ceil(blocks * split / units)
@@ -253,12 +267,12 @@ def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int
     "Stream-K", PPoPP 2023, section 2). So a GEMM pays for whole tiles and
     whole waves (NVIDIA, "Matrix Multiplication Background User's Guide":
     tile and wave quantization): ``useful / (waves * units * tile area /
-    split)``. conv2d runs as an implicit GEMM whose rows are all images'
+    split)``; a GEMM of fewer rows than the tile runs a shorter one (:func:`gemm_tile`). conv2d runs as an implicit GEMM whose rows are all images'
     output pixels (Chetlur et al., "cuDNN", arXiv:1410.0759, 2014)."""
     useful, blocks, split, waves = _gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
         return 1.0
-    tm, tn, _ = tile
+    tm, tn, _ = gemm_tile(tile, dims[1])
     return useful / (waves * units * tm * tn / split)
 
 
@@ -277,7 +291,7 @@ def pipeline_fill_time(task: Task, dims: tuple[int, int, int, int], tile: tuple[
     _, blocks, split, _ = _gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
         return 0.0
-    tm, tn, tk = tile
+    tm, tn, tk = gemm_tile(tile, dims[1])
     item = float(DTYPE_BYTES.get(task.dtype, 4))
     depth = min(stages, math.ceil(math.ceil(dims[3] / split) / tk))
     return (depth * (tm + tn) * tk * item + tm * tn * item) / (bandwidth_gbs * 1e9 / units)

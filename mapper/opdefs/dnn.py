@@ -166,7 +166,10 @@ def attention(c: Call) -> OpInfo:
     """Multi-head scaled dot-product attention (Vaswani et al., NeurIPS 2017), no projections;
     grouped-query with ``kv_heads`` (Ainslie et al., EMNLP 2023). ``fused = 0``: the score
     matrix goes through memory, as unfused implementations run it (Megatron-LM's core attention:
-    scores, a softmax kernel, dropout, then the product with V): :data:`UNFUSED_SCORE_BYTES`."""
+    scores, a softmax kernel, dropout, then the product with V): :data:`UNFUSED_SCORE_BYTES`.
+    ``cache = C``: a generation step's queries also attend to ``C`` earlier positions per sequence
+    whose keys and values a KV cache holds (Pope et al., "Efficiently Scaling Transformer
+    Inference", MLSys 2023): they are read (``2 b kv C dh`` elements) and the new ones appended."""
     if len(c.args) == 2:
         raise c.fail("takes one operand qkv[T, 3D] or three q[T, D], k[T, D], v[T, D]; got 2", arg=1)
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
@@ -181,13 +184,18 @@ def attention(c: Call) -> OpInfo:
     if t % s:
         raise c.fail(f"seq = {s} must divide the token count T = {t} (T = batch * seq)", attr="seq")
     b = t // s
-    flops = 2 * b * h * s * s * dh + 5 * b * h * s * s + 2 * b * h * s * s * dh
+    cache = int(c.attrs.get("cache") or 0)
+    keys = cache + s  # keys per sequence: the cached positions and the new ones
+    flops = 2 * b * h * s * keys * dh + 5 * b * h * s * keys + 2 * b * h * s * keys * dh
     out = dense((t, d), c.args[0].dtype)
+    item = DTYPE_BYTES[c.args[0].dtype]
     read = sum(x.nbytes for x in c.args)
     written = out.nbytes
+    if cache:  # the cached keys and values read, the new ones appended
+        read += 2 * b * kv * cache * dh * item
+        written += 2 * b * kv * s * dh * item
     if not c.attrs.get("fused", 1):
-        item = DTYPE_BYTES[c.args[0].dtype]
-        scores = b * h * s * s * item
+        scores = b * h * s * keys * item
         read += UNFUSED_SCORE_BYTES[0] * scores
         written += UNFUSED_SCORE_BYTES[1] * scores
     return c.info(out, flops, read, written)
