@@ -267,7 +267,8 @@ def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int
     "Stream-K", PPoPP 2023, section 2). So a GEMM pays for whole tiles and
     whole waves (NVIDIA, "Matrix Multiplication Background User's Guide":
     tile and wave quantization): ``useful / (waves * units * tile area /
-    split)``; a GEMM of fewer rows than the tile runs a shorter one (:func:`gemm_tile`). conv2d runs as an implicit GEMM whose rows are all images'
+    split)``; a GEMM of fewer rows than the tile runs a shorter one
+    (:func:`gemm_tile`). conv2d runs as an implicit GEMM whose rows are all images'
     output pixels (Chetlur et al., "cuDNN", arXiv:1410.0759, 2014)."""
     useful, blocks, split, waves = _gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
