@@ -32,6 +32,8 @@ from mapper.validate import validate
 if TYPE_CHECKING:  # the split and the training step load only when asked for
     from mapper.cluster.search import ClusterChoice
     from mapper.parallel.search import Choice
+    from mapper.serving.driver import Serving
+    from mapper.serving.search import ServingChoice
 
 #: Stage names, in order; ``dump_after`` takes one of them.
 STAGES = ("parse", "lower", "platform", "fuse", "train", "split", "cost", "map", "validate")
@@ -48,6 +50,7 @@ class CompileResult:
     compare: tuple[MapResult, ...] = ()
     stage_times: tuple[tuple[str, float], ...] = ()
     parallel: Choice | ClusterChoice | None = None  # the split plan or cluster layout kept (--parallel)
+    serving: ServingChoice | None = None  # the serving layout and the request's figures (--inference)
 
     def __repr__(self) -> str:
         return f"CompileResult({self.result!r}, compared with {len(self.compare)} more)"
@@ -92,6 +95,7 @@ def compile_graph(
     train: str | None = None,
     micro_batches: int | None = None,
     parallel: str = "none",
+    serving: Serving | None = None,
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -116,6 +120,9 @@ def compile_graph(
         ``tensor`` or ``pipeline`` split it (:mod:`mapper.parallel`): the
         ``split`` stage chooses a plan and does the fusion and the training
         step of the split graph itself.
+    serving : price a generation request (``--inference``, :mod:`mapper.serving`): the split
+        stage lowers the model at the request's sizes, chooses a serving layout and maps the
+        request's task graph, whose makespan is the request's latency.
 
     Raises
     ------
@@ -144,6 +151,16 @@ def compile_graph(
                            "use --dump-after split", obj="--dump-after")
     if dump_after == "split" and parallel == "none":
         raise OptionsError("the split stage runs only with --parallel", obj="--dump-after")
+    if serving is not None:
+        if train is not None:
+            raise OptionsError("--inference prices generation; --train prices a training step: give one",
+                               obj="--inference")
+        if options.objective != "makespan":
+            raise OptionsError("--inference minimises the request's latency: --objective makespan only",
+                               obj="--objective")
+        if dump_after in ("fuse", "train"):
+            raise OptionsError(f"with --inference the {dump_after} stage runs inside the split stage; "
+                               "use --dump-after split", obj="--dump-after")
     times: list[tuple[str, float]] = []
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:
@@ -180,8 +197,17 @@ def compile_graph(
         # the max-load model has a memory knapsack per device: --memory is part of it
         options = replace(options, schedule=replace(options.schedule, memory=True))
     choice: Any = None
+    served: Any = None
     cluster_planner = parallel != "none" and (is_layout(parallel) or plat.cluster is not None)
-    if cluster_planner:
+    if serving is not None:
+        from mapper.serving.driver import plan_request
+
+        def prepare_serving(g: TaskGraph) -> TaskGraph:
+            return fuse_for(g, plat) if fuse == "auto" else g
+
+        requested = stage("split", lambda: plan_request(source, plat, parallel, serving, prepare_serving))
+        served, graph, plat = requested.choice, requested.graph, requested.platform
+    elif cluster_planner:
         from mapper.cluster.driver import plan_step
 
         def prepare_cluster(g: TaskGraph) -> TaskGraph:
@@ -191,7 +217,7 @@ def compile_graph(
         choice, graph, plat = planned.choice, planned.graph, planned.platform
     elif plat.cluster is not None:  # mapped task by task: every node's devices
         plat = flat_platform(plat)
-    if cluster_planner:
+    if cluster_planner or served is not None:
         pass
     elif parallel != "none":
         from mapper.parallel.search import choose_plan
@@ -224,5 +250,10 @@ def compile_graph(
 
     if choice is not None:
         results = tuple(replace(r, notes=(*r.notes, *choice.notes())) for r in results)
+    if served is not None:
+        from mapper.serving.driver import measured
+
+        served = measured(served, results[0])
+        results = tuple(replace(r, notes=(*r.notes, *served.notes())) for r in results)
     stage("validate", check)
-    return CompileResult(graph, plat, cost, results[0], results[1:], tuple(times), choice)
+    return CompileResult(graph, plat, cost, results[0], results[1:], tuple(times), choice, served)

@@ -79,6 +79,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_fuse_option(p)
     add_train_options(p)
     add_parallel_option(p)
+    p.add_argument("--inference", metavar="prefill=S_IN[,decode=S_OUT][,batch=B]",
+                   help="price a generation request of a model with params SEQ, BATCH and CACHE: the prefill, "
+                        "then S_OUT decode steps against a growing KV cache; --parallel chooses the serving "
+                        "layout (docs/inference.md)")
+    p.add_argument("--runtime", choices=("graph", "eager"), default="graph",
+                   help="with --inference: graph (CUDA graphs, TensorRT, C++ runtimes: launches only; default) or "
+                        "eager (PyTorch eager: a CPU dispatch per framework op)")
+    p.add_argument("--max-tpot", type=float, metavar="S",
+                   help="with --inference: seconds per output token at most; the layout of most tokens/s meets it")
+    p.add_argument("--max-ttft", type=float, metavar="S",
+                   help="with --inference: seconds to the first token at most")
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
     p.add_argument("--timings", action="store_true",
                    help="add solve times to the JSON and HTML reports (which then differ from run to run)")
@@ -196,6 +207,16 @@ def run(args: argparse.Namespace) -> int:
             raise OptionsError(f"{flag} applies only with --objective throughput", obj=flag)
     if args.makespan_bound is not None and args.objective != "energy":
         raise OptionsError("--makespan-bound applies only with --objective energy", obj="--makespan-bound")
+    serving = None
+    if args.inference is not None:
+        from mapper.serving.driver import Serving
+
+        serving = Serving.parse(args.inference, args.runtime, args.max_tpot, args.max_ttft)
+    else:
+        for flag, given in (("--runtime", args.runtime != "graph"), ("--max-tpot", args.max_tpot is not None),
+                            ("--max-ttft", args.max_ttft is not None)):
+            if given:
+                raise OptionsError(f"{flag} applies only with --inference", obj=flag)
     compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
     progress = None if args.quiet else _progress_printer(sys.stderr, args.verbose, args.time_limit, args.objective)
     interrupt = Interrupt()
@@ -219,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
                 source(args), reduced, mapper=args.mapper, options=options,
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
-                micro_batches=args.micro_batches, parallel=args.parallel,
+                micro_batches=args.micro_batches, parallel=args.parallel, serving=serving,
                 on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:
@@ -279,8 +300,11 @@ def _write_reports(args: argparse.Namespace, compiled) -> None:
     if args.json:
         from mapper.report.json_report import write_json
 
-        write_json(result, args.json, timings=args.timings,
-                   parallel=compiled.parallel.to_json() if compiled.parallel is not None else None)
+        parallel = compiled.parallel.to_json() if compiled.parallel is not None else None
+        inference = None
+        if compiled.serving is not None:
+            parallel, inference = compiled.serving.parallel_json(), compiled.serving.to_json()
+        write_json(result, args.json, timings=args.timings, parallel=parallel, inference=inference)
     if args.html:
         from mapper.report.html import write_html
 

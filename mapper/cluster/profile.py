@@ -10,6 +10,8 @@ training step with its tensor-parallel collectives
 of a rank run one after another, so a block's forward time is the sum of its
 forward kernels (and likewise backward and update). Collectives are kept as
 ``(kind, bytes)`` for the cluster's own pricing (:mod:`mapper.cluster.comm`).
+Without an optimizer the block is priced as inference prices it: its forward
+kernels in order (:mod:`mapper.serving`), no training step.
 
 Activation memory (what the backward pass keeps) is counted per op as
 Korthikanti et al. count it ("Reducing Activation Recomputation in Large
@@ -57,6 +59,10 @@ class BlockCost:
     stash: float  # activation bytes kept for the backward pass, attention scores included
     scores: float  # of which attention scores (selective recomputation drops them)
     input_bytes: float  # the block's input (what full recomputation keeps)
+    #: forward kernels in order: seconds, the ops fused in it, and for a collective its index in
+    #: ``collectives`` (its time is the cluster's to price; -1 for a kernel)
+    kernels: tuple[tuple[float, tuple[str, ...], int], ...] = ()
+    working: float = 0.0  # the largest forward kernel's activation operands and output (inference's peak)
 
 
 def _kept(task: Task) -> tuple[float, float]:
@@ -80,7 +86,7 @@ class Profile:
     """Prices of a forward graph's blocks on one node (module docstring)."""
 
     def __init__(self, graph: TaskGraph, node: Platform, gpu: str, prepare: Callable[[TaskGraph], TaskGraph],
-                 optimizer: str) -> None:
+                 optimizer: str | None) -> None:
         self.graph = graph
         self.node = node
         self.prepare = prepare
@@ -122,12 +128,17 @@ class Profile:
         node, mesh = self._platform(tensor)
         plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True)
         split = split_graph(sub, plan, node, first_chunk=True)
-        g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, node, self.optimizer)
+        if self.optimizer is None:  # inference: the forward kernels and their collectives only
+            g = self.prepare(split.graph)
+        else:
+            g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, node, self.optimizer)
         table = build_cost_table(g, node)
         rank0 = mesh[0]
         d = node.device_index(rank0)
         fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
         comms: list[tuple[str, float, bool]] = []
+        kernels: list[tuple[float, tuple[str, ...], int]] = []
+        working = 0.0
         seen: set[str] = set()
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
@@ -139,6 +150,8 @@ class Profile:
                 kind = "allreduce" if task.op == "allreduce" else "allgather"
                 nbytes = task.operands[0].type.nbytes * (1 if kind == "allreduce" else len(task.operands))
                 comms.append((kind, float(nbytes), task.backward))
+                if not task.backward:
+                    kernels.append((0.0, (task.op,), len(comms) - 1))
             elif task.backward and task.name.endswith(".update"):
                 upd += seconds
             elif task.backward:
@@ -146,6 +159,9 @@ class Profile:
             else:
                 fwd += seconds
                 parts = task.parts or (task,)
+                kernels.append((seconds, tuple(p.op for p in parts), -1))
+                held = sum(float(o.type.nbytes) for o in task.operands if o.kind != "weight")
+                working = max(working, held + (float(task.output.nbytes) if task.output is not None else 0.0))
                 if any(p.op == "attention" for p in parts):
                     att += seconds
                 elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):
@@ -160,4 +176,5 @@ class Profile:
                             params += o.type.numel
                             pbytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
-        return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs)
+        return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
+                         tuple(kernels), working)

@@ -19,13 +19,15 @@ from mapper.memory import peak_memory
 from mapper.report.common import device_stats, round_sig
 
 
-def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | None = None) -> dict:
+def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
+                 inference: dict | None = None) -> dict:
     """The report as plain JSON-ready Python objects (dicts keep key order).
 
     ``timings`` adds ``solve_time``, the mapper's wall time, which differs
     from run to run; without it the output depends only on the input.
     ``parallel`` (:meth:`mapper.parallel.search.Choice.to_json`) adds the split
-    plan kept and the plans scored, under ``parallel``.
+    plan kept and the plans scored, under ``parallel``; ``inference``
+    (:meth:`mapper.serving.search.ServingChoice.to_json`) the request's figures.
     """
     sched = result.schedule
     graph = sched.cost.graph
@@ -95,16 +97,30 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
         ],
         "notes": list(result.notes),
         **({"parallel": parallel} if parallel is not None else {}),
+        **({"inference": _rounded(inference)} if inference is not None else {}),
     }
 
 
-def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None = None) -> str:
+def _rounded(value):
+    """``value`` with every float rounded as the schedule's times are (the request's latency is
+    the makespan, to the digit)."""
+    if isinstance(value, float):
+        return round_sig(value)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
+            inference: dict | None = None) -> str:
     """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
-    return json.dumps(to_json_dict(result, timings=timings, parallel=parallel), indent=2, ensure_ascii=False,
-                      allow_nan=False) + "\n"
+    return json.dumps(to_json_dict(result, timings=timings, parallel=parallel, inference=inference), indent=2,
+                      ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False,
-               parallel: dict | None = None) -> None:
+               parallel: dict | None = None, inference: dict | None = None) -> None:
     """Write :func:`to_json` to ``path`` atomically."""
-    atomic_write(path, to_json(result, timings=timings, parallel=parallel))
+    atomic_write(path, to_json(result, timings=timings, parallel=parallel, inference=inference))

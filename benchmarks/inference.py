@@ -1,0 +1,170 @@
+"""Serving predictions against published latencies: FasterTransformer's GPT tables, and the
+eager-runtime dispatch cost fitted on one source and checked on another.
+
+    python benchmarks/inference.py [--quick]
+
+FasterTransformer (NVIDIA/FasterTransformer docs/gpt_guide.md, "Performance"): GPT models in
+FP16 on A100-80GB SXM nodes (NVSwitch inside, 8 x 200 Gb/s InfiniBand between), batch B,
+input length S_IN, output length L; latency of the whole request (context phase, then the
+generation loop). FasterTransformer's context phase yields the first output token, so L output
+tokens are ``--inference prefill=S_IN,decode=L-1,batch=B``. Each row is priced with its
+published layout (``--parallel tensor=T,pipeline=P``) on ``dgx-a100`` (one node) or
+``selene --nodes N``, runtime ``graph`` (a C++ runtime: kernel launches only), with
+examples/gpt.tg (learned positions, GELU MLP of 4h, vocabulary 51,200, fused attention).
+Nothing is fitted to these rows.
+
+Eager dispatch (mapper/serving/request.py, EAGER_DISPATCH_US): fitted on PyTorch's
+"Accelerating Generative AI with PyTorch II: GPT, Fast" (2023), Llama-2-7B on one A100, batch
+1, eager 25.5 tokens/s (the same run with CUDA graphs, 107 tokens/s, is printed beside it);
+checked on a second source: Llama 3.1 8B on one H100 SXM, a decode step of 8.4 ms eager and
+5.1 ms with CUDA graphs (the "CUDA Graphs + torch.compile: 1.65x LLM Decode Speedup" post).
+
+Predictions do not depend on the machine's load; the planning time printed last does (the load
+average is printed beside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mapper.mapping.base import MapOptions  # noqa: E402
+from mapper.pipeline import compile_graph  # noqa: E402
+from mapper.platform import load_platform  # noqa: E402
+from mapper.platform_cluster import with_nodes  # noqa: E402
+from mapper.serving.driver import Serving  # noqa: E402
+from mapper.sources import ModelFile  # noqa: E402
+
+GPT = str(ROOT / "examples" / "gpt.tg")
+LLAMA = str(ROOT / "examples" / "llama.tg")
+FT = "NVIDIA/FasterTransformer docs/gpt_guide.md, A100-80GB, FP16"
+#: name -> (layers, heads, head size)
+MODELS = {"GPT-6.7B": (32, 32, 128), "GPT-20B": (44, 48, 128), "GPT-89B": (48, 96, 128),
+          "GPT-175B": (96, 96, 128), "Megatron-530B": (105, 128, 160)}
+#: (model, tensor, pipeline, batch, input, output, published ms)
+ROWS = [
+    *(("GPT-6.7B", 1, 1, b, 128, 8, ms) for b, ms in ((1, 98.29), (8, 162.51), (64, 718.07))),
+    *(("GPT-6.7B", 1, 1, b, 512, 32, ms) for b, ms in ((1, 384.70), (8, 699.62), (64, 3306.41))),
+    *(("GPT-20B", t, 1, b, i, o, ms) for t, table in (
+        (1, ((1, 20, 8, 225), (16, 20, 8, 268), (128, 20, 8, 726), (1, 60, 20, 560), (16, 60, 20, 748),
+             (1, 128, 20, 566), (32, 128, 20, 1335), (1, 80, 200, 5609), (32, 200, 200, 8111))),
+        (2, ((1, 20, 8, 147), (16, 20, 8, 191), (128, 20, 8, 484), (1, 60, 20, 358), (16, 60, 20, 510),
+             (1, 128, 20, 362), (32, 128, 20, 862), (1, 80, 200, 3532), (32, 200, 200, 5488))),
+        (4, ((1, 20, 8, 102), (16, 20, 8, 133), (128, 20, 8, 318), (1, 60, 20, 248), (16, 60, 20, 345),
+             (1, 128, 20, 254), (32, 128, 20, 547), (1, 80, 200, 2438), (32, 200, 200, 3634))),
+        (8, ((1, 20, 8, 89), (16, 20, 8, 113), (128, 20, 8, 256), (1, 60, 20, 212), (16, 60, 20, 272),
+             (1, 128, 20, 217), (32, 128, 20, 418), (1, 80, 200, 2053), (32, 200, 200, 2811))))
+      for b, i, o, ms in table),
+    *(("GPT-89B", 8, 1, b, i, o, ms) for b, i, o, ms in (
+        (1, 128, 8, 279.44), (8, 128, 8, 377.50), (32, 128, 8, 786.57), (1, 512, 32, 887.52), (16, 512, 32, 1952.2))),
+    *(("GPT-175B", 8, 1, b, i, o, ms) for b, i, o, ms in (
+        (1, 128, 8, 488.86), (8, 128, 8, 749.86), (32, 128, 8, 1547.44), (1, 512, 32, 1719.96),
+        (16, 512, 32, 3706.23))),
+    *(("Megatron-530B", t, p, b, i, o, ms) for (t, p), table in (
+        ((16, 1), ((1, 20, 8, 565), (16, 20, 8, 730), (128, 20, 8, 1862), (1, 60, 20, 1379), (16, 60, 20, 1868),
+                   (1, 128, 8, 585), (16, 128, 8, 1377))),
+        ((32, 1), ((1, 20, 8, 431), (16, 20, 8, 575), (128, 20, 8, 1431), (1, 60, 20, 1037), (16, 60, 20, 1454),
+                   (1, 128, 8, 451), (16, 128, 8, 1074))),
+        ((8, 3), ((1, 20, 8, 842), (16, 20, 8, 1049), (128, 20, 8, 2124), (1, 60, 20, 2085), (16, 60, 20, 2753),
+                  (1, 128, 8, 866), (16, 128, 8, 2104))))
+      for b, i, o, ms in table),
+]
+
+
+def gpt_params(model: str) -> tuple[tuple[str, int], ...]:
+    layers, heads, size = MODELS[model]
+    return (("LAYERS", layers), ("HEADS", heads), ("HIDDEN", heads * size), ("VOCAB", 51200), ("FLASH", 1))
+
+
+def platform_for(gpus: int):
+    return load_platform("dgx-a100") if gpus <= 8 else with_nodes(load_platform("selene"), -(-gpus // 8))
+
+
+def predict(source: ModelFile, platform, parallel: str, request: str, runtime: str = "graph") -> dict:
+    compiled = compile_graph(source, platform, mapper="heft", options=MapOptions(), parallel=parallel,
+                             serving=Serving.parse(request, runtime))
+    assert compiled.serving is not None
+    return compiled.serving.to_json()
+
+
+def ft_rows(quick: bool) -> list[tuple[str, float]]:
+    """(row label, predicted / published) per FasterTransformer row, printed as it goes."""
+    out = []
+    rows = ROWS[::4] if quick else ROWS
+    print(f"FasterTransformer GPT ({FT}); runtime graph\n")
+    print(f"{'model':14} {'layout':>9} {'batch':>5} {'in':>4} {'out':>4} {'published':>10} {'predicted':>10} "
+          f"{'ratio':>6}")
+    for model, t, p, b, i, o, ms in rows:
+        parallel = f"tensor={t},pipeline={p}" if t * p > 1 else "none"
+        got = predict(ModelFile(GPT, params=gpt_params(model)), platform_for(t * p), parallel,
+                      f"prefill={i},decode={o - 1},batch={b}")
+        ratio = got["latency"] * 1e3 / ms
+        label = f"TP{t}" + (f"xPP{p}" if p > 1 else "")
+        out.append((f"{model} {label} b{b} {i}/{o}", ratio))
+        print(f"{model:14} {label:>9} {b:5d} {i:4d} {o:4d} {ms:10.1f} {got['latency'] * 1e3:10.1f} {ratio:6.2f}")
+    return out
+
+
+def ranking_530b(quick: bool) -> tuple[int, int]:
+    """Rows of the 530B table where the predicted order of TP16, TP32 and TP8 x PP3 is the published."""
+    if quick:
+        return 0, 0
+    groups: dict[tuple[int, int, int], dict[str, tuple[float, float]]] = {}
+    for model, t, p, b, i, o, ms in ROWS:
+        if model != "Megatron-530B":
+            continue
+        got = predict(ModelFile(GPT, params=gpt_params(model)), platform_for(t * p), f"tensor={t},pipeline={p}",
+                      f"prefill={i},decode={o - 1},batch={b}")
+        groups.setdefault((b, i, o), {})[f"{t}x{p}"] = (ms, got["latency"])
+    right = sum(1 for g in groups.values()
+                if sorted(g, key=lambda k: g[k][0]) == sorted(g, key=lambda k: g[k][1]))
+    return right, len(groups)
+
+
+def eager_check() -> None:
+    """The dispatch cost's fitting row and its check row, eager against graph."""
+    llama2 = ModelFile(LLAMA, params=(("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 32), ("FFN", 11008),
+                               ("VOCAB", 32000)))
+    llama3 = ModelFile(LLAMA, params=(("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 8), ("FFN", 14336),
+                               ("VOCAB", 128256)))
+    print("\neager dispatch: fitted on the first source, checked on the second")
+    for label, src, plat, request, published in (
+            ("fit: Llama-2-7B, A100, batch 1 (PyTorch gpt-fast blog)", llama2, "dgx-a100",
+             "prefill=16,decode=200,batch=1", {"eager": 1 / 25.5, "graph": 1 / 107.0}),
+            ("check: Llama 3.1 8B, H100, decode step at 2,048 context", llama3, "dgx-h100",
+             "prefill=2048,decode=1,batch=1", {"eager": 8.4e-3, "graph": 5.1e-3})):
+        for runtime in ("eager", "graph"):
+            got = predict(src, load_platform(plat), "none", request, runtime)
+            print(f"  {label:58} {runtime:5}  published {published[runtime] * 1e3:6.2f} ms per token, "
+                  f"predicted {got['tpot'] * 1e3:6.2f}  ratio {got['tpot'] / published[runtime]:.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="every fourth row, no ranking")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    ratios = ft_rows(args.quick)
+    values = [r for _, r in ratios]
+    inside = sum(1 for r in values if 0.8 <= r <= 1.25)
+    wide = sum(1 for r in values if 0.67 <= r <= 1.5)
+    print(f"\n{len(values)} rows: {inside} ({inside / len(values):.0%}) within 0.8-1.25x, {wide} "
+          f"({wide / len(values):.0%}) within 0.67-1.5x; geometric mean "
+          f"{statistics.geometric_mean(values):.3f}, min {min(values):.2f}, max {max(values):.2f}")
+    right, groups = ranking_530b(args.quick)
+    if groups:
+        print(f"Megatron-530B: the order of TP16, TP32 and TP8 x PP3 is right in {right} of {groups} rows")
+    eager_check()
+    print(f"\nplanning wall time {time.perf_counter() - start:.1f} s (load average {os.getloadavg()[0]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

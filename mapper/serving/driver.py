@@ -1,0 +1,114 @@
+"""``--inference`` through the compiler: lower the model at the request's sizes, choose a serving
+layout, build the request's task graph (:mod:`mapper.serving`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from mapper.cluster.comm import network
+from mapper.cluster.driver import MODES
+from mapper.cluster.layout import is_layout, parse_layout
+from mapper.cluster.plan_graph import replica_platform
+from mapper.devices import Platform
+from mapper.errors import OptionsError
+from mapper.graph import TaskGraph
+from mapper.mapping.base import MapResult
+from mapper.serving.model import ServingModel
+from mapper.serving.request import Request, check_runtime, parse_inference
+from mapper.serving.request_graph import request_graph
+from mapper.serving.search import Bounds, ServingChoice, choose
+from mapper.sources import ModelFile
+from mapper.syntax import ParamDecl
+
+#: The params ``--inference`` sets in the model (docs/inference.md).
+SIZES = ("SEQ", "BATCH", "CACHE")
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What ``--inference``, ``--runtime``, ``--max-tpot`` and ``--max-ttft`` ask for."""
+
+    request: Request
+    runtime: str = "graph"
+    bounds: Bounds = Bounds()
+
+    @classmethod
+    def parse(cls, inference: str, runtime: str = "graph", max_tpot: float | None = None,
+              max_ttft: float | None = None) -> Serving:
+        for flag, value in (("--max-tpot", max_tpot), ("--max-ttft", max_ttft)):
+            if value is not None and not (value > 0 and value < float("inf")):
+                raise OptionsError(f"{flag} must be a positive number of seconds, got {value!r}", obj=flag)
+        return cls(parse_inference(inference), check_runtime(runtime), Bounds(max_tpot, max_ttft))
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    choice: ServingChoice
+    graph: TaskGraph
+    platform: Platform
+
+
+def _lowerer(source: str | Path | ModelFile, decode: bool) -> Callable[[int, int, int], TaskGraph]:
+    """``(seq, batch, cache) -> graph``: the model lowered with those params."""
+    from mapper.lower import lower, read_program
+    from mapper.parse import parse
+
+    path = os.fspath(source)
+    if path.endswith(".onnx"):
+        raise OptionsError("--inference needs a DSL model with params SEQ, BATCH and CACHE (examples/gpt.tg, "
+                           "examples/llama.tg); an imported model is one fixed graph: compile it as it is",
+                           obj="--inference")
+    base = dict(source.params) if isinstance(source, ModelFile) else {}
+    text, blame = read_program(source)
+    with blame:
+        program = parse(text, path)
+    names = {b.name for item in program.items if isinstance(item, ParamDecl) for b in item.binds}
+    need = SIZES if decode else SIZES[:2]
+    missing = [n for n in need if n not in names]
+    if missing:
+        raise OptionsError(f"--inference sets the model's params {', '.join(need)}, and {path} has no top-level "
+                           f"{', '.join(missing)}: declare them (docs/inference.md)", obj="--inference")
+
+    def at(seq: int, batch: int, cache: int) -> TaskGraph:
+        sizes: dict[str, Any] = {"SEQ": seq, "BATCH": batch}
+        if decode:
+            sizes["CACHE"] = cache
+        with blame:
+            return lower(program, {**base, **sizes})
+
+    return at
+
+
+def plan_request(source: Any, platform: Platform, parallel: str, serving: Serving,
+                 prepare: Callable[[TaskGraph], TaskGraph]) -> PlannedRequest:
+    """The serving layout of ``serving``'s request on ``platform`` and its request graph."""
+    if isinstance(source, TaskGraph):
+        raise OptionsError("--inference lowers the model at the request's sizes: give a DSL file, "
+                           "not a lowered graph", obj="--inference")
+    if parallel == "none":
+        given: dict[str, Any] = {"tensor": 1, "pipeline": 1, "data": 1}
+    elif is_layout(parallel):
+        given = parse_layout(parallel)
+    else:
+        given = dict(MODES[parallel])
+        if parallel == "data":
+            given = {"tensor": 1, "pipeline": 1}
+    lower = _lowerer(source, serving.request.decode > 0)
+    net = network(platform)
+    model = ServingModel(lower, serving.request, platform, prepare, net, serving.runtime)
+    gpus = net.gpus_per_node * net.nodes
+    choice = choose(model, gpus, given, serving.bounds, serving.runtime)
+    graph = request_graph(choice.best, serving.request.decode, model.graphs["prefill"].name)
+    replica = replica_platform(platform, model.gpu.name, choice.best.layout.pipeline, platform.name)
+    return PlannedRequest(choice, graph, replica)
+
+
+def measured(choice: ServingChoice, result: MapResult) -> ServingChoice:
+    """``choice`` with the latency and first token of the scheduled request graph."""
+    graph = result.schedule.cost.graph
+    ttft = max(s.end for s in result.schedule.slots if graph.tasks[s.task].name.startswith("prefill."))
+    return replace(choice, latency=result.schedule.makespan, ttft=ttft)

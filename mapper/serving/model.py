@@ -1,0 +1,219 @@
+"""The serving model: a layout's time to first token, decode steps and memory per GPU.
+
+A request (:class:`~mapper.serving.request.Request`) runs three graphs of the
+same model, each lowered with its own sizes: the prefill (``SEQ = S_IN``), the
+first decode step (one token per sequence against ``S_IN`` cached positions)
+and the last (``S_IN + S_OUT - 1`` of them). Each is cut into blocks and each
+block priced per tensor degree and micro-batch by the cost model
+(:class:`mapper.cluster.profile.Profile`, forward only), exactly as training
+plans price theirs.
+
+A layout of ``t`` tensor ranks, ``p`` pipeline stages and ``m`` micro-batches:
+
+* a stage's time is its blocks' kernels, in order, with their tensor-parallel
+  all-reduces on the critical path (:func:`mapper.cluster.comm.collective`),
+  issued by the runtime (:func:`mapper.serving.request.stream_time`), plus the
+  send of its output to the next stage (each tensor rank sends ``1/t``);
+* the prefill of ``m`` micro-batches through ``p`` stages takes the sum of the
+  stages plus ``m - 1`` times the slowest (a pipeline's fill and drain);
+* a decode round gives every sequence one token: a micro-batch cannot start
+  its next token before its last one left the last stage, so a round takes the
+  longer of one pass through all stages and ``m`` passes through the slowest
+  (FasterTransformer's pipeline of micro-batches; Pope et al., MLSys 2023);
+* a decode step's time is affine in its context (only attention reads the
+  cache), so ``S_OUT`` steps take ``S_OUT`` times the mean of the first and
+  the last.
+
+Memory per GPU on the fullest stage: its weights, its layers' KV cache at the
+full context (``2 layers kv_heads/t dh context batch`` elements,
+:func:`cache_bytes`), the largest kernel's activations of one micro-batch and
+:data:`mapper.cluster.model.RESERVE`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mapper.cluster.comm import Network, collective, send
+from mapper.cluster.model import RESERVE, partition
+from mapper.cluster.profile import BlockCost, Profile
+from mapper.errors import OptionsError
+from mapper.graph import DTYPE_BYTES, TaskGraph
+from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
+
+
+@dataclass(frozen=True, slots=True)
+class ServingLayout:
+    """``tensor`` x ``pipeline`` GPUs per replica, ``micro_batches`` of the batch in flight;
+    ``replicas`` copies serve other requests at the same time."""
+
+    tensor: int = 1
+    pipeline: int = 1
+    micro_batches: int = 1
+    replicas: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.pipeline
+
+    def label(self) -> str:
+        return (f"tensor {self.tensor} x pipeline {self.pipeline}"
+                + (f", {self.micro_batches} micro-batches" if self.micro_batches > 1 else "")
+                + (f", {self.replicas} replicas" if self.replicas > 1 else ""))
+
+    def to_json(self) -> dict[str, int]:
+        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.replicas,
+                "micro_batches": self.micro_batches}
+
+
+@dataclass(frozen=True, slots=True)
+class ServingEstimate:
+    """A layout's predicted request (the closed forms above) and memory per GPU."""
+
+    layout: ServingLayout
+    stages: tuple[int, ...]  # first block of each stage
+    prefill: tuple[float, ...]  # seconds per stage and micro-batch, sends included
+    decode_first: tuple[float, ...]  # the first decode step, per stage and micro-batch
+    decode_last: tuple[float, ...]  # the last decode step
+    ttft: float
+    decode: float  # all decode steps
+    memory: dict[str, float] = field(hash=False)  # bytes per GPU by part, on the fullest stage
+    capacity: float = 0.0
+    max_batch: int = 0  # the largest batch whose memory fits (same layout and micro-batches)
+
+    @property
+    def latency(self) -> float:
+        return self.ttft + self.decode
+
+    @property
+    def peak(self) -> float:
+        return sum(self.memory.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+
+def cache_bytes(graph: TaskGraph, block_tasks: list[int], tensor: int, context: int) -> float:
+    """KV-cache bytes one tensor rank holds for the attention ops among ``block_tasks`` at
+    ``context`` positions of every sequence: ``2 kv_heads/t dh`` elements per position (a rank
+    keeps whole key-value heads; with fewer heads than ranks each rank keeps one)."""
+    total = 0.0
+    for i in block_tasks:
+        task = graph.tasks[i]
+        if task.op != "attention" or task.output is None:
+            continue
+        heads = int(task.attr("heads"))
+        kv = int(task.attr("kv_heads") or heads)
+        dh = task.output.shape[1] // heads
+        sequences = task.output.shape[0] // int(task.attr("seq"))
+        total += 2.0 * max(kv // tensor, 1) * dh * context * sequences * DTYPE_BYTES.get(task.output.dtype, 2)
+    return total
+
+
+class ServingModel:
+    """Block prices of a request's three graphs on one kind of GPU (module docstring)."""
+
+    def __init__(self, lower: Callable[[int, int, int], TaskGraph], request: Request, platform,
+                 prepare: Callable[[TaskGraph], TaskGraph], net: Network, runtime: str) -> None:
+        gpus = [d for d in platform.devices if d.kind == "gpu"]
+        if not gpus:
+            raise OptionsError(f"platform {platform.name} has no GPU to serve the model on", obj="--inference")
+        self.gpu = gpus[0]
+        self.request = request
+        self.net = net
+        self.dispatch = EAGER_DISPATCH_US * 1e-6 if runtime == "eager" else 0.0
+        r = request
+        self.graphs = {"prefill": lower(r.prefill, r.batch, 0)}
+        if r.decode:
+            self.graphs["first"] = lower(1, r.batch, r.prefill)
+            self.graphs["last"] = lower(1, r.batch, r.prefill + r.decode - 1)
+        self.profiles = {k: Profile(g, platform, self.gpu.name, prepare, None) for k, g in self.graphs.items()}
+        counts = {len(p.blocks) for p in self.profiles.values()}
+        if len(counts) > 1:
+            raise OptionsError("the prefill and decode graphs cut into different blocks: the model's structure "
+                               "must not depend on SEQ or CACHE", obj="--inference")
+        self.blocks = self.profiles["prefill"].blocks
+        self.capacity = (self.gpu.memory_gib or 0.0) * 2.0 ** 30
+
+    def block(self, phase: str, b: int, tensor: int, chunks: int) -> BlockCost:
+        prof = self.profiles[phase]
+        return prof.cost(prof.blocks[b].signature, tensor, chunks)
+
+    def _kernels(self, cost: BlockCost, tensor: int, decode: bool) -> list[tuple[float, int]]:
+        per_node = min(tensor, self.net.gpus_per_node)
+        out = []
+        for seconds, ops, ci in cost.kernels:
+            if ci >= 0:
+                kind, nbytes, _ = cost.collectives[ci]
+                seconds = collective(self.net, kind, nbytes, tensor, per_node)[0]
+                out.append((seconds, 1))
+            else:
+                out.append((seconds, framework_ops(ops, decode)))
+        return out
+
+    def stage_times(self, phase: str, lay: ServingLayout, starts: tuple[int, ...]) -> tuple[float, ...]:
+        """Seconds of each stage for one micro-batch in ``phase``, the send to the next included."""
+        t, m = lay.tensor, lay.micro_batches
+        ends = [*starts[1:], len(self.blocks)]
+        out = []
+        for s, (a, b) in enumerate(zip(starts, ends)):
+            kernels: list[tuple[float, int]] = []
+            for i in range(a, b):
+                kernels += self._kernels(self.block(phase, i, t, m), t, phase != "prefill")
+            seconds = stream_time(kernels, self.dispatch)
+            if s + 1 < len(starts):
+                nbytes = self.block(phase, b, t, m).input_bytes / t
+                edge = (s + 1) * t  # the next stage's first rank
+                across = (edge - 1) // self.net.gpus_per_node != edge // self.net.gpus_per_node
+                seconds += send(self.net, nbytes, across)
+            out.append(seconds)
+        return tuple(out)
+
+    def memory(self, lay: ServingLayout, starts: tuple[int, ...]) -> tuple[dict[str, float], int]:
+        """Bytes per GPU by part on the fullest stage, and the largest batch that fits."""
+        t, m = lay.tensor, lay.micro_batches
+        ends = [*starts[1:], len(self.blocks)]
+        graph = self.graphs["prefill"]
+        best: dict[str, float] = {}
+        per_seq_min = math.inf
+        room = math.inf
+        for a, b in zip(starts, ends):
+            weights = sum(self.block("prefill", i, t, m).param_bytes for i in range(a, b))
+            tasks = [k for i in range(a, b) for k in self.blocks[i].tasks]
+            kv = cache_bytes(graph, tasks, t, self.request.context)
+            act = max(max(self.block(ph, i, t, m).working for ph in self.profiles) for i in range(a, b))
+            parts = {"weights": weights, "kv_cache": kv, "activations": act, "reserve": RESERVE}
+            if sum(parts.values()) > sum(best.values()):
+                best = parts
+            per_seq = (kv + act * m) / self.request.batch  # activations: one micro-batch of b/m sequences
+            if per_seq > 0:
+                fit = (self.capacity - weights - RESERVE) / per_seq
+                if fit < room:
+                    room, per_seq_min = fit, per_seq
+        max_batch = int(room) if math.isfinite(room) and room > 0 else 0
+        return best, max(max_batch, 0) if per_seq_min < math.inf else 0
+
+    def estimate(self, lay: ServingLayout) -> ServingEstimate | None:
+        """The request under ``lay`` (None when the blocks cannot be cut into its stages)."""
+        p, m = lay.pipeline, lay.micro_batches
+        main = "first" if "first" in self.profiles else "prefill"
+        weights = [self.block(main, i, lay.tensor, m).forward + self.block("prefill", i, lay.tensor, m).forward
+                   / max(self.request.decode, 1) for i in range(len(self.blocks))]
+        starts = partition(weights, p)
+        if starts is None:
+            return None
+        pre = self.stage_times("prefill", lay, starts)
+        ttft = sum(pre) + (m - 1) * max(pre)
+        first: tuple[float, ...] = ()
+        last: tuple[float, ...] = ()
+        decode = 0.0
+        if self.request.decode:
+            first = self.stage_times("first", lay, starts)
+            last = self.stage_times("last", lay, starts)
+            rounds = [max(sum(x), m * max(x)) for x in (first, last)]
+            decode = self.request.decode * (rounds[0] + rounds[1]) / 2
+        memory, max_batch = self.memory(lay, starts)
+        return ServingEstimate(lay, starts, pre, first, last, ttft, decode, memory, self.capacity, max_batch)

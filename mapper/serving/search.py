@@ -1,0 +1,163 @@
+"""Choosing a serving layout (:mod:`mapper.serving`): every tensor degree, pipeline depth and
+micro-batch count the GPUs allow is scored by :class:`~mapper.serving.model.ServingModel`.
+
+Without bounds the layout of least request latency wins (fewer GPUs break ties). With
+``--max-tpot`` / ``--max-ttft`` the one of most output tokens per second over all the
+platform's GPUs (as many replicas as fit) among those that meet both bounds, as serving
+systems choose (Zhong et al., "DistServe", OSDI 2024: goodput under TTFT and TPOT targets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.serving.model import ServingEstimate, ServingLayout, ServingModel
+from mapper.serving.request import Request
+
+GIB = float(2**30)
+#: Layouts listed in reports besides the chosen one.
+RUNNERS_UP = 4
+#: Keys of a training layout that mean nothing when serving.
+TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence")
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """Latency targets per request (seconds; None: no bound)."""
+
+    tpot: float | None = None
+    ttft: float | None = None
+
+    def met(self, est: ServingEstimate, request: Request) -> bool:
+        tpot = est.decode / request.decode if request.decode else 0.0
+        return ((self.tpot is None or tpot <= self.tpot) and (self.ttft is None or est.ttft <= self.ttft))
+
+    @property
+    def any(self) -> bool:
+        return self.tpot is not None or self.ttft is not None
+
+
+def layouts(gpus: int, heads: int, blocks: int, batch: int, given: dict[str, Any]) -> list[ServingLayout]:
+    """Every layout of at most ``gpus`` GPUs that ``given`` allows: tensor degrees dividing the
+    heads (powers of two), pipelines of 1 .. ``blocks`` stages, micro-batch counts dividing the
+    batch (up to twice the stages: more only shrink the GEMMs)."""
+    bad = [k for k in TRAINING_ONLY if k in given]
+    if bad:
+        raise OptionsError(f"{', '.join(bad)} applies to training layouts, not to serving", obj="--parallel")
+    out = []
+    t = 1
+    while t <= gpus:
+        if heads % t == 0 and given.get("tensor", t) == t:
+            for p in range(1, min(blocks, gpus // t) + 1):
+                if given.get("pipeline", p) != p:
+                    continue
+                for m in range(1, min(batch, 2 * p) + 1):
+                    if batch % m or ("micro_batch" in given and given["micro_batch"] * m != batch):
+                        continue
+                    if p == 1 and m > 1:
+                        continue  # one stage: micro-batches only serialise the batch
+                    replicas = gpus // (t * p)
+                    if "data" in given:
+                        if given["data"] * t * p > gpus:
+                            continue
+                        replicas = given["data"]
+                    out.append(ServingLayout(t, p, m, replicas))
+        t *= 2
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ServingChoice:
+    """The layout kept and the runners-up, with what the request was."""
+
+    best: ServingEstimate
+    ranked: tuple[ServingEstimate, ...]
+    request: Request
+    runtime: str
+    gpus: int
+    bounds: Bounds
+    gpu_name: str
+    latency: float = 0.0  # the built request graph's makespan (set by the driver)
+    ttft: float = 0.0  # and its first token
+
+    @property
+    def tpot(self) -> float:
+        r = self.request
+        return (self.latency - self.ttft) / r.decode if r.decode else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens per second of all replicas."""
+        lat = self.latency or self.best.latency
+        return self.request.tokens * self.best.layout.replicas / lat if lat > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        b, lay = self.best, self.best.layout
+        used = lay.gpus * lay.replicas
+        return {"ttft": self.ttft, "tpot": self.tpot, "latency": self.latency, "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s / used if used else 0.0, "batch": self.request.batch,
+                "max_batch": b.max_batch, "kv_cache_bytes": b.memory.get("kv_cache", 0.0),
+                **self.request.to_json(), "runtime": self.runtime, "gpus": self.gpus,
+                "plan": lay.to_json(), "label": lay.label(), "fits": b.fits,
+                "peak_memory": {**b.memory, "total": b.peak},
+                "bounds": {"tpot": self.bounds.tpot, "ttft": self.bounds.ttft},
+                "predicted": {"ttft": b.ttft, "latency": b.latency},
+                "candidates": [{"label": e.layout.label(), "plan": e.layout.to_json(), "ttft": e.ttft,
+                                "latency": e.latency, "fits": e.fits} for e in self.ranked[1:RUNNERS_UP + 1]]}
+
+    def parallel_json(self) -> dict[str, Any]:
+        b = self.best
+        return {"mode": "serving", "plan": b.layout.to_json(), "label": b.layout.label(), "fits": b.fits,
+                "peak_memory": {**b.memory, "total": b.peak}, "gpus": self.gpus}
+
+    def notes(self) -> tuple[str, ...]:
+        b, r = self.best, self.request
+        parts = ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
+        out = [f"inference: prefill {r.prefill} tokens x {r.batch} sequences, then {r.decode} decode steps "
+               f"({self.runtime} runtime: "
+               + ("kernel launches only" if self.runtime == "graph" else "framework dispatch per op") + ")",
+               f"inference: {b.layout.label()} on {self.gpu_name}: first token {self.ttft * 1e3:.4g} ms, "
+               f"{self.tpot * 1e3:.4g} ms per output token, request {self.latency * 1e3:.4g} ms, "
+               f"{self.tokens_per_s:.4g} tokens/s",
+               f"inference: memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
+               + ("" if b.fits else ": does not fit") + f"; the largest batch that fits: {b.max_batch}"]
+        others = self.ranked[1:RUNNERS_UP]
+        if others:
+            out.append("inference: runners-up " + "; ".join(
+                f"{e.layout.label()} {e.latency * 1e3:.4g} ms" + ("" if e.fits else " (too big)") for e in others))
+        return tuple(out)
+
+
+def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds, runtime: str) -> ServingChoice:
+    """The layout :mod:`this module <mapper.serving.search>` prefers; exit 3 when none fits or
+    meets the bounds, naming the nearest."""
+    heads = next((int(t.attr("heads")) for t in model.graphs["prefill"].tasks if t.op == "attention"), 1)
+    cands = layouts(gpus, heads, len(model.blocks), model.request.batch, given)
+    if not cands:
+        raise OptionsError(f"no serving layout of {gpus} GPUs fits the keys given "
+                           f"({', '.join(f'{k}={v}' for k, v in given.items()) or 'none'}) with {heads} heads "
+                           f"and a batch of {model.request.batch}", obj="--parallel")
+    scored = [e for e in (model.estimate(lay) for lay in cands) if e is not None]
+    if not scored:
+        raise OptionsError("the model has fewer blocks than any layout's stages", obj="--parallel")
+    fitting = [e for e in scored if e.fits]
+    if not fitting:
+        least = min(scored, key=lambda e: e.peak)
+        raise InfeasibleError(
+            f"no layout fits in memory: the least needs {least.peak / GIB:.4g} GiB per GPU "
+            f"({least.layout.label()}) on {model.gpu.name} of {least.capacity / GIB:.4g} GiB", obj="--inference")
+    r = model.request
+    if bounds.any:
+        ok = [e for e in fitting if bounds.met(e, r)]
+        if not ok:
+            near = min(fitting, key=lambda e: e.latency)
+            tpot = near.decode / r.decode if r.decode else 0.0
+            raise InfeasibleError(
+                f"no layout meets the bounds: the fastest ({near.layout.label()}) has first token "
+                f"{near.ttft * 1e3:.4g} ms and {tpot * 1e3:.4g} ms per output token", obj="--max-tpot")
+        ranked = sorted(ok, key=lambda e: (-r.tokens * e.layout.replicas / e.latency, e.latency, e.layout.gpus))
+    else:
+        ranked = sorted(fitting, key=lambda e: (e.latency, e.layout.gpus, e.peak))
+    return ServingChoice(ranked[0], tuple(ranked), r, runtime, gpus, bounds, model.gpu.name)

@@ -1,0 +1,158 @@
+"""The serving planner (--inference): requests priced from the cost model, built as a task
+graph and validated; the KV cache in attention; eager dispatch; layouts, memory and bounds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mapper.cli import main
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.lower import graph_from_text
+from mapper.mapping.base import MapOptions
+from mapper.ops import infer
+from mapper.pipeline import compile_graph
+from mapper.serving.driver import Serving
+from mapper.serving.request import Request, framework_ops, parse_inference, stream_time
+from mapper.sources import ModelFile
+from mapper.validate import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT = str(ROOT / "examples" / "gpt.tg")
+LLAMA = str(ROOT / "examples" / "llama.tg")
+SMALL = (("LAYERS", 2), ("HIDDEN", 256), ("HEADS", 4), ("VOCAB", 1000))
+MID = (("LAYERS", 8), ("HIDDEN", 4096), ("HEADS", 32), ("VOCAB", 51200))
+
+
+def serve(params, request: str, platform: str = "dgx-a100", parallel: str = "none", runtime: str = "graph",
+          model: str = GPT, **bounds):
+    return compile_graph(ModelFile(model, params=params), platform, mapper="heft", options=MapOptions(),
+                         parallel=parallel, serving=Serving.parse(request, runtime, **bounds))
+
+
+def test_parse_inference():
+    assert parse_inference("prefill=128") == Request(128, 0, 1)
+    assert parse_inference("prefill=60, decode=19, batch=16") == Request(60, 19, 16)
+    assert Request(60, 19, 16).tokens == 16 * 20 and Request(60, 19, 16).context == 79
+    for bad, words in (("decode=3", "prefill=S_IN"), ("prefill=0", "from 1"), ("prefill=8,prefill=9", "twice"),
+                       ("prefill=x", "whole number"), ("prompt=3", "expected"), ("prefill=8,batch=-1", "from 1")):
+        with pytest.raises(OptionsError, match=words):
+            parse_inference(bad)
+
+
+def test_attention_with_a_cache_counts_the_cached_keys():
+    t = 2 * 1  # two sequences, one new token each
+    plain = infer("attention", [_ty(t, 3 * 64)], {"heads": 4, "seq": 1})
+    cached = infer("attention", [_ty(t, 3 * 64)], {"heads": 4, "seq": 1, "cache": 99})
+    assert cached.flops == pytest.approx(plain.flops * 100)
+    dh = 16
+    assert cached.bytes_read - plain.bytes_read == 2 * 2 * 4 * 99 * dh * 2  # k and v, 2 sequences, 4 heads, f16
+    gqa = infer("attention", [_ty(t, (4 + 2) * dh)], {"heads": 4, "kv_heads": 1, "seq": 1, "cache": 99})
+    assert gqa.bytes_read - infer("attention", [_ty(t, (4 + 2) * dh)], {"heads": 4, "kv_heads": 1, "seq": 1}).bytes_read \
+        == 2 * 2 * 1 * 99 * dh * 2
+
+
+def _ty(*shape):
+    from mapper.graph import TensorType
+
+    return TensorType("f16", shape)
+
+
+def test_a_run_refuses_a_cache():
+    from mapper.errors import InputError
+    from mapper.execute import refuse_kernel_less
+
+    text = "graph g {\n  input x : f32[2, 48]\n  a = attention(x, heads = 2, seq = 1, cache = 4)\n  output a\n}\n"
+    with pytest.raises(InputError, match="reads a KV cache"):
+        refuse_kernel_less(graph_from_text(text, "g.tg"))
+
+
+def test_a_request_is_built_validated_and_its_makespan_is_the_latency():
+    got = serve(SMALL, "prefill=32,decode=4,batch=2")
+    choice = got.serving
+    assert choice is not None and validate(got.result.schedule) == []
+    assert got.result.schedule.makespan == choice.latency
+    assert 0 < choice.ttft < choice.latency
+    assert choice.tpot == pytest.approx((choice.latency - choice.ttft) / 4)
+    assert choice.tokens_per_s == pytest.approx(2 * 5 / choice.latency * choice.best.layout.replicas)
+    # one stage, one micro-batch: the prefill and four steps; the closed form is exact then
+    assert len(got.graph.tasks) == 5
+    assert choice.latency == pytest.approx(choice.best.latency, rel=1e-9)
+    # the cache: 2 layers x k and v x 4 heads x 64 x (32 + 4) positions x 2 sequences x 2 bytes
+    assert choice.best.memory["kv_cache"] == 2 * 2 * 4 * 64 * 36 * 2 * 2
+
+
+def test_prefill_only_and_decode_steps_grow_with_the_context():
+    only = serve(SMALL, "prefill=32").serving
+    assert only is not None and only.latency == only.ttft and only.tpot == 0
+    long = serve(SMALL, "prefill=512,decode=64").serving
+    assert long is not None
+    assert long.best.decode_last[0] > long.best.decode_first[0]  # the cache read grows
+
+
+def test_eager_dispatch_slows_a_small_batch_and_is_reported():
+    graph = serve(MID, "prefill=16,decode=8").serving
+    eager = serve(MID, "prefill=16,decode=8", runtime="eager").serving
+    assert graph is not None and eager is not None
+    assert eager.tpot > 1.5 * graph.tpot
+    assert any("eager runtime" in n for n in eager.notes())
+    assert framework_ops(("rmsnorm",), False) == 8 and framework_ops(("matmul", "add"), False) == 1
+    assert framework_ops(("attention",), True) == framework_ops(("attention",), False) + 2
+
+
+def test_stream_time_is_bound_by_the_cpu_or_the_gpu():
+    assert stream_time([(10.0, 1)] * 4, 1.0) == pytest.approx(41.0)  # GPU-bound after the first issue
+    assert stream_time([(1.0, 1)] * 4, 10.0) == pytest.approx(41.0)  # CPU-bound: each waits for its issue
+    assert stream_time([(1.0, 5)], 0.0) == 1.0
+
+
+def test_auto_splits_a_large_model_by_tensor_and_each_layout_validates():
+    auto = serve(MID, "prefill=64,decode=8", parallel="auto")
+    assert auto.serving is not None and auto.serving.best.layout.tensor > 1
+    assert validate(auto.result.schedule) == []
+    given = serve(MID, "prefill=64,decode=3,batch=4", parallel="tensor=2,pipeline=2")
+    lay = given.serving.best.layout
+    assert (lay.tensor, lay.pipeline) == (2, 2)
+    assert len(given.graph.tasks) == 4 * 2 * lay.micro_batches
+    assert validate(given.result.schedule) == []
+    # a pipeline's request graph agrees with the closed form within a few per cent
+    assert given.serving.latency == pytest.approx(given.serving.best.latency, rel=0.05)
+
+
+def test_memory_and_bounds():
+    with pytest.raises(InfeasibleError, match="no layout fits in memory"):
+        serve((("LAYERS", 96), ("HIDDEN", 12288), ("HEADS", 96), ("VOCAB", 51200)), "prefill=128,decode=8")
+    with pytest.raises(InfeasibleError, match="no layout meets the bounds"):
+        serve(MID, "prefill=64,decode=8", parallel="auto", max_tpot=1e-6)
+    loose = serve(MID, "prefill=64,decode=8", parallel="auto", max_tpot=1.0)
+    assert loose.serving is not None and loose.serving.best.layout.replicas == 8  # most tokens/s: one GPU each
+    assert loose.serving.best.max_batch > 1
+
+
+def test_cli_json_contract_and_errors(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    args = ["compile", LLAMA, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=512",
+            "--param", "HEADS=8", "--param", "KV_HEADS=2", "--param", "FFN=1024", "--param", "VOCAB=1000",
+            "--inference", "prefill=16,decode=3,batch=2", "--parallel", "auto", "-q", "--json", str(out)]
+    assert main(args) == 0
+    first = out.read_text()
+    rep = json.loads(first)
+    inf = rep["inference"]
+    for key in ("ttft", "tpot", "latency", "tokens_per_s", "batch", "kv_cache_bytes"):
+        assert key in inf
+    assert rep["makespan"] == inf["latency"] and inf["batch"] == 2
+    assert rep["parallel"]["plan"]["tensor"] >= 1 and "fits" in rep["parallel"]
+    out.unlink()
+    assert main(args) == 0 and out.read_text() == first  # deterministic
+    capsys.readouterr()
+    for extra, words in ((["--inference", "prefill=0"], "from 1"),
+                         (["--runtime", "eager"], "only with --inference"),
+                         (["--inference", "prefill=8", "--train"], "give one")):
+        argv = ["compile", GPT, "--platform", "dgx-a100", "-q", *extra]
+        assert main(argv) == 2
+        assert words in capsys.readouterr().err
+    plain = ROOT / "examples" / "bert_base.tg"
+    assert main(["compile", str(plain), "--platform", "dgx-a100", "-q", "--inference", "prefill=8,decode=2"]) == 2
+    assert "has no top-level" in capsys.readouterr().err
