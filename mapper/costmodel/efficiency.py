@@ -34,6 +34,14 @@ EFF_COMPUTE: dict[str, dict[str, float]] = {
 #: kernels reach (STREAM / BabelStream / Shuhai), per device kind.
 EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90}
 
+#: Memory efficiency on a GPU (where the device declares none) of GEMMs with fewer rows than a tile
+#: and of matrix-vector products: the libraries' small-M kernels stream the weight through the
+#: tile pipeline, below a copy's rate. Fitted on one
+#: published row (benchmarks/inference.py prints it): Llama-2-7B decoding at batch 1 on an A100
+#: with CUDA graphs, 107 tokens/s (PyTorch, "Accelerating Generative AI with PyTorch II: GPT,
+#: Fast", 2023); checked on FasterTransformer's GPT tables (the same benchmark).
+EFF_MEMORY_GEMM: dict[str, float] = {"gpu": 0.78}
+
 #: Dtypes whose rate falls back to another dtype's when not declared:
 #: complex arithmetic is counted in real FLOPs of the component type on every
 #: kind; f16/bf16 on a CPU without native support run at the f32 rate.

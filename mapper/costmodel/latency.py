@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from mapper.costmodel.efficiency import (
     EFF_COMPUTE,
     EFF_MEMORY,
+    EFF_MEMORY_GEMM,
     fitted_keys,
     lookup,
     model_keys,
@@ -60,6 +61,17 @@ class Estimate:
     cached: bool = False  # the working set fits the cache: t_memory is at the cache's bandwidth
     t_overhead: float = 0.0  # the device's fixed time per call of this op (Hockney's t0), beyond launch
     t_copy: float = 0.0  # a GEMM's packing (gemm_pack_ns) and conv2d's im2col copy (im2col_gbs); 0 without
+
+
+def _streams_weight(task: Task, cls: str, dims: tuple[int, int, int, int] | None, device: Device) -> bool:
+    """A GEMM with fewer rows than the device's tile (or a matrix-vector product): the libraries'
+    small-M kernels stream its weight (:data:`~mapper.costmodel.efficiency.EFF_MEMORY_GEMM`)."""
+    out = task.output
+    if cls != "gemm" or task.op != "matmul" or out is None or len(out.shape) < 2:
+        return False
+    if dims is None:  # the device has no GEMM model, or a matrix-vector product
+        return math.prod(out.shape[:-1]) == 1 or out.shape[-1] == 1
+    return device.gemm_tile is not None and dims[1] < device.gemm_tile[0]
 
 
 def infeasible_estimate(reason: str) -> Estimate:
@@ -139,7 +151,10 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
             return infeasible_estimate("no mem_bandwidth_gbs for a task that moves bytes")
         e_m = lookup(device.memory_efficiency_ops, keys)
         if e_m is None:
-            e_m = device.memory_efficiency if device.memory_efficiency is not None else EFF_MEMORY[kind]
+            e_m = device.memory_efficiency
+        if e_m is None:
+            e_m = EFF_MEMORY_GEMM.get(kind, EFF_MEMORY[kind]) if _streams_weight(task, cls, dims, device) \
+                else EFF_MEMORY[kind]
         if cached and device.mem_bandwidth_gbs:  # weights and graph inputs from memory, the rest from the cache
             cold = cold_bytes(task)
             t_mem = ((in_cache_bytes(task) - cold) / bandwidth + cold / device.mem_bandwidth_gbs) / (e_m * 1e9)
