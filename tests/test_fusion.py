@@ -216,10 +216,13 @@ def test_wave_efficiency_counts_whole_tiles_and_whole_waves():
     g = graph_from_text(_mm("f16", 64))
     task = g.tasks[0]
     tile = (128, 128, 32)
-    # one 128x128 tile holds a 64x64 output: a quarter of it, on 1 of 4 units
-    assert wave_efficiency(task, (1, 64, 64, 64), tile, 4) == pytest.approx(0.25 / 4)
+    # 64 rows run a 64-row tile (whole 16-row MMA steps): a 64x128 tile holds a 64x64 output, half of it,
+    # on 1 of 4 units
+    assert wave_efficiency(task, (1, 64, 64, 64), tile, 4) == pytest.approx(0.5 / 4)
     # split-K: K = 64 gives 2 slices of 32 at most, on 2 of the 4 units
-    assert wave_efficiency(task, (1, 64, 64, 64), tile, 4, max_split=4) == pytest.approx(0.25 * 2 / 4)
+    assert wave_efficiency(task, (1, 64, 64, 64), tile, 4, max_split=4) == pytest.approx(0.5 * 2 / 4)
+    # 8 rows pay for 16: a 16x128 tile holds 8x64 of output
+    assert wave_efficiency(task, (1, 8, 64, 64), tile, 1) == pytest.approx(8 * 64 / (16 * 128))
     # 8 tiles on 10 units: one wave, 8 of 10 busy; 10 // 8 leaves no room to split
     assert wave_efficiency(task, (1, 256, 512, 128), tile, 10, max_split=4) == pytest.approx(8 / 10)
     # 9 tiles on 8 units: two waves, 9 of 16 slots busy
