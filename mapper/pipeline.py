@@ -149,7 +149,7 @@ def compile_graph(
     if parallel != "none" and dump_after in ("fuse", "train"):
         raise OptionsError(f"with --parallel the {dump_after} stage runs inside the split stage; "
                            "use --dump-after split", obj="--dump-after")
-    if dump_after == "split" and parallel == "none":
+    if dump_after == "split" and parallel == "none" and serving is None:
         raise OptionsError("the split stage runs only with --parallel", obj="--dump-after")
     if serving is not None:
         if train is not None:

@@ -156,3 +156,13 @@ def test_cli_json_contract_and_errors(tmp_path, capsys):
     plain = ROOT / "examples" / "bert_base.tg"
     assert main(["compile", str(plain), "--platform", "dgx-a100", "-q", "--inference", "prefill=8,decode=2"]) == 2
     assert "has no top-level" in capsys.readouterr().err
+
+
+def test_dump_after_split_and_a_request_too_long_to_build(capsys):
+    argv = ["compile", GPT, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=256",
+            "--param", "HEADS=4", "--param", "VOCAB=1000", "--inference", "prefill=8,decode=2"]
+    assert main([*argv, "--dump-after", "split"]) == 0
+    out = capsys.readouterr().out
+    assert "graph gpt.request" in out and "decode2.s0.mb0" in out
+    assert main([*argv[:-1], "prefill=8,decode=300000", "-q"]) == 2
+    assert "ask for fewer decode steps" in capsys.readouterr().err
