@@ -26,7 +26,8 @@ CORPUS = Path(__file__).resolve().parent / "data" / "onnx_corpus"
 MODELS = sorted(p.stem for p in CORPUS.glob("*.onnx"))
 FLOPS = json.loads((CORPUS / "flops.json").read_text())
 #: The legacy exporter's dynamic axes, and the sizes the models were traced at.
-DIMS = {"bert_legacy": {"batch": 2, "seq": 16}, "cnn_legacy": {"batch": 2}}
+DIMS = {"bert_legacy": {"batch": 2, "seq": 16}, "cnn_legacy": {"batch": 2}, "bart_legacy": {"batch": 2, "seq": 16},
+        "t5_legacy": {"batch": 2, "seq": 16}, "convnext_legacy": {"batch": 2}}
 #: LSTM: FlopCounterMode counts only the final Linear; the recurrence is 2 S B dirs gates H (I + H)
 #: (tests/data/onnx_corpus/make_corpus.py: S 16, B 2, I 32, H 48, 4 gates, one direction).
 LSTM_FLOPS = 2 * 16 * 2 * 1 * 4 * 48 * (32 + 48) + FLOPS["lstm"]

@@ -13,7 +13,8 @@ import warnings
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, ViTConfig, ViTModel
+from transformers import (BartConfig, BartModel, BertConfig, BertModel, ConvNextConfig, ConvNextModel, GPT2Config,
+                          GPT2Model, T5Config, T5EncoderModel, ViTConfig, ViTModel)
 
 warnings.filterwarnings("ignore")
 out = sys.argv[1]
@@ -87,6 +88,15 @@ def models():
     yield "mixer", Mixer().eval(), (torch.randn(B, 3, 16, 16),), None
     yield "lstm", RNN(nn.LSTM).eval(), (torch.randn(B, S, 32),), None
     yield "gru", RNN(nn.GRU).eval(), (torch.randn(B, S, 32),), None
+    bart = BartModel(BartConfig(vocab_size=256, d_model=32, encoder_layers=2, decoder_layers=1,
+                                encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                decoder_ffn_dim=64, max_position_embeddings=32)).get_encoder().eval()
+    yield "bart", HF(bart, "input_ids"), (ids,), {"input_ids": {0: "batch", 1: "seq"}}
+    t5 = T5EncoderModel(T5Config(vocab_size=256, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)).eval()
+    yield "t5", HF(t5, "input_ids"), (ids,), {"input_ids": {0: "batch", 1: "seq"}}
+    convnext = ConvNextModel(ConvNextConfig(num_channels=3, hidden_sizes=[16, 32], depths=[1, 1], num_stages=2,
+                                            image_size=32)).eval()
+    yield "convnext", HF(convnext, "pixel_values"), (torch.randn(B, 3, 32, 32),), {"pixel_values": {0: "batch"}}
 
 counts = {}
 for name, m, args, dyn in models():
@@ -95,7 +105,8 @@ for name, m, args, dyn in models():
         path = os.path.join(out, f"{name}_{exporter}.onnx")
         try:
             if exporter == "legacy":  # GPT-2's fails: aten::diff has no ONNX form in that exporter
-                names = ["x"] if name not in ("bert", "gpt2") else ["input_ids"]
+                names = {"bert": ["input_ids"], "gpt2": ["input_ids"], "bart": ["input_ids"], "t5": ["input_ids"],
+                         "convnext": ["pixel_values"]}.get(name, ["x"])
                 torch.onnx.export(m, args, path, dynamo=False, input_names=names, dynamic_axes=dyn)
             else:
                 torch.onnx.export(m, args, path, dynamo=True)
