@@ -125,6 +125,14 @@ os.makedirs(os.path.join(out, "weightless"), exist_ok=True)
 path = os.path.join(out, "weightless", "bert_large_4layers.onnx")
 torch.onnx.export(HF(large.eval().half(), "input_ids"), (torch.randint(0, 30522, (128, 384)),), path, dynamo=True)
 os.remove(path + ".data")
+# BART-large's encoder (Lewis et al., ACL 2020: d 1024, 16 heads, FFN 4096) alike, 4 of its 12 layers
+bart_large = BartModel(BartConfig(vocab_size=50265, d_model=1024, encoder_layers=4, decoder_layers=1,
+                                  encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                                  decoder_ffn_dim=4096, max_position_embeddings=512)).get_encoder()
+path = os.path.join(out, "weightless", "bart_large_4layers.onnx")
+torch.onnx.export(HF(bart_large.eval().half(), "input_ids"), (torch.randint(0, 50265, (128, 384)),), path,
+                  dynamo=True)
+os.remove(path + ".data")
 
 # one GPT-2 decode step (decode/): a new token per sequence against a KV cache of 15 positions per
 # layer (inputs k0, v0, k1, v1 [B, heads, 15, head_dim]); it returns the hidden state and the grown cache
