@@ -39,7 +39,8 @@ TYPED = {"Cast": 0.0, "CastLike": 0.0, "Expand": 0.0, "Slice": 0.0, "Tile": 0.0,
          "GatherElements": 0.0, "ScatterND": 0.0, "Trilu": 0.0, "ConstantOfShape": 0.0, "Range": 0.0,
          "Where": 1.0, "Equal": 1.0, "Less": 1.0, "LessOrEqual": 1.0, "Greater": 1.0, "GreaterOrEqual": 1.0,
          "And": 1.0, "Or": 1.0, "Not": 1.0, "Xor": 1.0, "IsNaN": 1.0, "IsInf": 1.0, "Max": 1.0, "Min": 1.0,
-         "Reciprocal": 1.0, "Erf": 1.0, "HardSigmoid": 3.0, "Pow": 1.0, "LSTM": 0.0, "GRU": 0.0, "RNN": 0.0}
+         "Reciprocal": 1.0, "Erf": 1.0, "HardSigmoid": 3.0, "Pow": 1.0, "LSTM": 0.0, "GRU": 0.0, "RNN": 0.0,
+         "ConvTranspose": 0.0, "Resize": 0.0, "Upsample": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +265,9 @@ class _Writer:
         Op types of :data:`TYPED` are priced by their rule; others are listed in the warning."""
         if n.op not in TYPED:
             self.unsupported[n.op] += 1
-        args = [self.operand(i) for i in n.inputs if i in self.ref or self.g.tensors[i].const]
+        # an empty constant (a Resize's unused roi) holds no data: it is no operand
+        args = [self.operand(i) for i in n.inputs
+                if i in self.ref or (self.g.tensors[i].const and math.prod(self.g.tensors[i].shape or (1,)) > 0)]
         if not args:
             return
         for k, o in enumerate(n.outputs):
@@ -273,6 +276,31 @@ class _Writer:
             work = per_element * math.prod(t.shape) if flops is None else flops[k]
             self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, flops = {dsl_number(work)}, "
                            f"kind = {dsl_string(n.op)}, dtype = \"{t.dtype}\")", o)
+
+    def op_ConvTranspose(self, n: OnnxNode, out: str) -> bool:
+        """A transposed convolution as a typed opaque task: each input element times each of its
+        ``C_out/groups x kernel`` weights, ``2 N C_in H_in W_in (C_out/groups) prod(kernel)``
+        FLOPs (Dumoulin and Visin, "A guide to convolution arithmetic", arXiv:1603.07285), and a
+        bias per output element."""
+        x, w, o = (self.g.tensors[i] for i in (n.inputs[0], n.inputs[1], out))
+        if len(w.shape) < 3 or not o.shape or math.prod(o.shape) == 0:
+            return False
+        total = 2.0 * math.prod(x.shape) * math.prod(w.shape[1:]) + (math.prod(o.shape) if len(n.inputs) > 2 else 0)
+        self.opaque(n, total / math.prod(o.shape))
+        return True
+
+    def op_Resize(self, n: OnnxNode, out: str) -> bool:
+        """Resizing as a typed opaque task: nearest copies (0 FLOPs), linear interpolation a
+        multiply-add per corner of the resized axes (``2^(k+1)`` per output element for ``k``
+        resized axes), cubic 4 taps per axis (``2 * 4^k``)."""
+        x, o = self.g.tensors[n.inputs[0]], self.g.tensors[out]
+        k = sum(1 for a, b in zip(x.shape, o.shape) if a != b)
+        mode = n.attrs.get("mode", "nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        self.opaque(n, 0.0 if mode == "nearest" else (2.0 ** (k + 1) if mode == "linear" else 2.0 * 4.0 ** k))
+        return True
+
+    op_Upsample = op_Resize
 
     def op_Gather(self, n: OnnxNode, out: str) -> bool:
         """Rows of a constant 2-D table by integer ids (an embedding); other gathers move data."""
