@@ -92,7 +92,7 @@ def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextMana
         from mapper.importers.onnx_dsl import import_onnx
 
         model = path if isinstance(path, ModelFile) else ModelFile(file)
-        imported = import_onnx(file, dict(model.dims), dict(model.input_shapes))
+        imported = import_onnx(file, dict(model.dims), dict(model.input_shapes), dict(model.input_values))
         warning = imported.warning()
         if warning:
             warnings.warn(warning, InputWarning, stacklevel=2)

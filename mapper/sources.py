@@ -31,6 +31,7 @@ class ModelFile:
     dims: tuple[tuple[str, int], ...] = ()  # named dimension -> size
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # input -> its whole shape
     params: tuple[tuple[str, int | float], ...] = ()  # top-level param -> the value that replaces the program's
+    input_values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # input -> the values that make it a constant
 
     def __fspath__(self) -> str:
         return self.path
@@ -74,6 +75,25 @@ def parse_input_shapes(items: Sequence[str]) -> tuple[tuple[str, tuple[int, ...]
     return tuple(shapes.items())
 
 
+def parse_input_values(items: Sequence[str]) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """``["sr=16000", ...]`` as ``(("sr", (16000.0,)), ...)``; OptionsError naming --input-value
+    otherwise."""
+    values: dict[str, tuple[float, ...]] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        numbers = []
+        for part in text.split(",") if sep else ():
+            try:
+                number = float(part.strip()) if part.strip().isascii() else float("nan")
+            except ValueError:
+                number = float("nan")
+            numbers.append(number)
+        if not sep or not name.strip() or not numbers or any(n != n or abs(n) == float("inf") for n in numbers):
+            raise OptionsError(f"expected NAME=V1,V2,... with finite numbers, got {item!r}", obj="--input-value")
+        values[name.strip()] = tuple(numbers)
+    return tuple(values.items())
+
+
 def parse_params(items: Sequence[str]) -> tuple[tuple[str, int | float], ...]:
     """``["LAYERS=96", "LR=0.5", ...]`` as ``(("LAYERS", 96), ("LR", 0.5), ...)``; OptionsError
     naming --param otherwise (an integer stays an integer, as the DSL's params)."""
@@ -99,17 +119,18 @@ def parse_params(items: Sequence[str]) -> tuple[tuple[str, int | float], ...]:
 
 
 def program_source(path: str, dims: Sequence[str] = (), input_shapes: Sequence[str] = (),
-                   params: Sequence[str] = ()) -> str | ModelFile:
-    """What a command given ``path`` and the --dim / --input-shape / --param options reads:
-    the path itself, or a :class:`ModelFile`; OptionsError for options that do not apply."""
-    given = parse_dims(dims), parse_input_shapes(input_shapes)
+                   params: Sequence[str] = (), input_values: Sequence[str] = ()) -> str | ModelFile:
+    """What a command given ``path`` and the --dim / --input-shape / --input-value / --param
+    options reads: the path itself, or a :class:`ModelFile`; OptionsError for options that do
+    not apply."""
+    given = parse_dims(dims), parse_input_shapes(input_shapes), parse_input_values(input_values)
     values = parse_params(params)
     if not is_model(path):
-        for flag, value in zip(("--dim", "--input-shape"), given):
+        for flag, value in zip(("--dim", "--input-shape", "--input-value"), given):
             if value:
                 raise OptionsError(f"{flag} applies to model files (.onnx) only", obj=flag)
         return ModelFile(path, params=values) if values else path
     if values:
         raise OptionsError("--param sets a DSL program's params; a model file's sizes are set with --dim",
                            obj="--param")
-    return ModelFile(path, *given)
+    return ModelFile(path, given[0], given[1], input_values=given[2])

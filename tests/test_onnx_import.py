@@ -306,3 +306,60 @@ def test_one_dimensional_convolutions_and_global_pools_are_ops_not_opaque(tmp_pa
     assert conv2d.output is not None and conv2d.output.shape == (n, k, 1, lo)
     assert g.tasks[-1].output is not None and g.tasks[-1].output.shape == (n, k, 1)
     assert any(t.op == "reduce" for t in g.tasks)
+
+
+def _mode_model(tmp_path) -> str:
+    """``y = relu(x)`` when input ``sr`` is 16000, else ``x @ w``: an ``If`` on a mode input, as
+    silero-vad branches on its sample rate."""
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 4])])
+    other = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 4])])
+    rate = helper.make_node("Constant", [], ["rate"], value=numpy_helper.from_array(np.array(16000, np.int64), "rate"))
+    nodes = [rate, helper.make_node("Equal", ["sr", "rate"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "mode", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                              helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(np.ones((4, 4), np.float32), "w")])
+    path = tmp_path / "mode.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_an_input_value_selects_the_branch_of_an_if(tmp_path, capsys):
+    path = _mode_model(tmp_path)
+    relu = graph_from_text(import_onnx(path, input_values={"sr": (16000.0,)}).text, "a.tg")
+    assert [t.op for t in relu.tasks] == ["relu"]
+    product = graph_from_text(import_onnx(path, input_values={"sr": (8000.0,)}).text, "b.tg")
+    assert [t.op for t in product.tasks] == ["matmul"]
+    assert main(["check", path, "--input-value", "sr=16000"]) == 0
+    capsys.readouterr()
+    for bad, words in (("rate=1", "no input of that name (it has: sr, x)"), ("sr=1,2", "holds 1 values"),
+                       ("sr=x", "finite numbers")):
+        assert main(["check", path, "--input-value", bad]) == 2
+        assert words in capsys.readouterr().err
+    dsl = str(Path(__file__).resolve().parent / "data" / "hostile" / "ok.tg")
+    assert main(["check", dsl, "--input-value", "sr=1"]) == 2
+    assert "applies to model files" in capsys.readouterr().err
+
+
+def test_empty_constants_transposed_convolutions_and_resizes(tmp_path):
+    """A Resize's empty roi is no operand; ConvTranspose counts 2 N C_in H W (C_out/g) k k FLOPs
+    and a bias per output; nearest Resize moves data (0 FLOPs): all typed, none unknown."""
+    w = numpy_helper.from_array(np.ones((8, 4, 2, 2), np.float32), "w")
+    b = numpy_helper.from_array(np.ones(4, np.float32), "b")
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["u"], strides=[2, 2]),
+             _const("roi", np.zeros(0, np.float32)), _const("scales", np.array([1, 1, 2, 2], np.float32)),
+             helper.make_node("Resize", ["u", "roi", "scales"], ["y"], mode="nearest")]
+    graph = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    path = tmp_path / "up.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    imported = import_onnx(str(path))
+    assert imported.unsupported == {}
+    g = graph_from_text(imported.text, "up.tg")
+    flops = {t.attr("kind"): t.flops for t in g.tasks if t.op == "opaque"}
+    assert flops["ConvTranspose"] == pytest.approx(2 * 8 * 25 * 4 * 4 + 4 * 10 * 10)
+    assert flops["Resize"] == 0
+    assert [t.output.shape for t in g.tasks if t.output is not None][-1] == (1, 4, 20, 20)

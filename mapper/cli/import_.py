@@ -23,7 +23,7 @@ from mapper.importers.dsl_writer import graph_to_dsl
 from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
 from mapper.lower import graph_from_text
 from mapper.platform import parse_platform
-from mapper.sources import parse_dims, parse_input_shapes
+from mapper.sources import parse_dims, parse_input_shapes, parse_input_values
 
 FORMATS = ("wfcommons", "onnx", "dnn-partitioning", "dot", "gxl")
 
@@ -93,7 +93,7 @@ def run(args) -> int:
 
 
 def _no_model_options(args) -> None:
-    for flag, given in (("--dim", args.dim), ("--input-shape", args.input_shape)):
+    for flag, given in (("--dim", args.dim), ("--input-shape", args.input_shape), ("--input-value", args.input_value)):
         if given:
             raise OptionsError(f"{flag} applies to onnx imports only", obj=flag)
 
@@ -149,7 +149,8 @@ def _run_weighted(args) -> int:
 def _run_onnx(args) -> int:
     from mapper.importers.onnx_dsl import import_onnx
 
-    imported = import_onnx(args.file, dict(parse_dims(args.dim)), dict(parse_input_shapes(args.input_shape)))
+    imported = import_onnx(args.file, dict(parse_dims(args.dim)), dict(parse_input_shapes(args.input_shape)),
+                           dict(parse_input_values(args.input_value)))
     with imported.blame():  # never write a program that check would refuse
         graph_from_text(imported.text, imported.file)
     warning = imported.warning()

@@ -1,4 +1,4 @@
-"""``--dim`` and ``--input-shape`` (the sizes of a model file's open dimensions,
+"""``--dim``, ``--input-shape`` and ``--input-value`` (the sizes and mode inputs of a model file's open dimensions,
 docs/importers.md) and ``--param`` (a DSL program's top-level params, docs/dsl.md), on every
 command that reads a program."""
 
@@ -10,11 +10,14 @@ from mapper.sources import ModelFile, program_source
 
 
 def add_model_options(p: argparse.ArgumentParser, params: bool = True) -> None:
-    """Add --dim and --input-shape (and --param, unless ``params`` is false) to a command's parser."""
+    """Add --dim, --input-shape and --input-value (and --param, unless ``params`` is false) to a command's parser."""
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                    help="a model file (.onnx): the size of a named dynamic dimension (repeat for several)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
                    help="a model file (.onnx): the whole shape of an input whose dimensions are unnamed or -1")
+    p.add_argument("--input-value", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="a model file (.onnx): the value of an input that selects a mode (a sample rate): it "
+                        "becomes a constant, and the branches that test it are taken")
     if params:
         p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                        help="a DSL program: the value of a top-level param, replacing the file's "
@@ -23,4 +26,4 @@ def add_model_options(p: argparse.ArgumentParser, params: bool = True) -> None:
 
 def source(args: argparse.Namespace) -> str | ModelFile:
     """What the command reads: ``args.file``, with the model options when it is a model file."""
-    return program_source(args.file, args.dim, args.input_shape, args.param)
+    return program_source(args.file, args.dim, args.input_shape, args.param, args.input_value)

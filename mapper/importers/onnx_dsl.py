@@ -65,6 +65,9 @@ class Imported:
             listed = ", ".join(f"{op} x{n}" for op, n in sorted(self.unsupported.items()))
             parts.append(f"imported as opaque tasks (no DSL op, or a form the DSL op does not take): {listed}; "
                          "their work comes from their shapes, and `mapper run` cannot run them")
+            if "If" in self.unsupported:
+                parts.append("an If whose condition an input decides is taken once that input is fixed "
+                             "with --input-value NAME=VALUE")
         return "; ".join(parts) or None
 
     @contextlib.contextmanager
@@ -82,9 +85,10 @@ class Imported:
 
 
 def import_onnx(path: str, dims: Mapping[str, int] | None = None,
-                input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Imported:
+                input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                input_values: Mapping[str, tuple[float, ...]] | None = None) -> Imported:
     """Read the ONNX model at ``path`` (see :func:`~mapper.importers.onnx_model.read_onnx`) as DSL text."""
-    return onnx_to_dsl(read_onnx(path, dims, input_shapes))
+    return onnx_to_dsl(read_onnx(path, dims, input_shapes, input_values))
 
 
 def onnx_to_dsl(g: OnnxGraph) -> Imported:

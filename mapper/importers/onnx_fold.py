@@ -29,7 +29,8 @@ from mapper.limits import memory_budget
 MAX_FOLDED_ELEMENTS = 2**22
 #: Rounds of folding and shape inference at most (each round folds what the previous one made known).
 MAX_ROUNDS = 8
-#: Ops never folded: their outputs are random, or they hold graphs of their own.
+#: Ops never folded: their outputs are random, or they hold graphs of their own (an ``If`` whose
+#: condition is known is replaced by the branch it takes instead: :func:`_branch`).
 NEVER = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                    "Bernoulli", "If", "Loop", "Scan", "SequenceMap"})
 
@@ -70,6 +71,7 @@ def _fold_once(onnx: Any, model: Any, values: dict[str, Any], types: frozenset[i
     outputs = {o.name for o in graph.output}
     opsets = list(model.opset_import)
     keep, made = [], []
+    made_if = False
     for node in graph.node:
         inputs = [i for i in node.input if i]
         value = None
@@ -82,6 +84,10 @@ def _fold_once(onnx: Any, model: Any, values: dict[str, Any], types: frozenset[i
                 attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
                 start, end = int(attrs.get("start", 0)), attrs.get("end")
                 value = [np.array(dims[start:None if end is None else int(end)], dtype=np.int64)]
+        elif standard and node.op_type == "If" and inputs and inputs[0] in values and values[inputs[0]].size == 1:
+            keep.extend(_branch(onnx, graph, node, bool(values[inputs[0]].reshape(()))))
+            made_if = True
+            continue
         elif standard and node.op_type not in NEVER and all(i in values for i in inputs) \
                 and not any(o in outputs for o in node.output) and _small(node, shapes):
             value = _evaluate(onnx, node, inputs, values, opsets)
@@ -92,9 +98,9 @@ def _fold_once(onnx: Any, model: Any, values: dict[str, Any], types: frozenset[i
             if name:
                 values[name] = np.asarray(v)
                 made.append(onnx.numpy_helper.from_array(np.asarray(v), name))
-    if not made:
+    if not made and not made_if:
         return 0
-    folded = len(graph.node) - len(keep)
+    folded = max(len(graph.node) - len(keep), 1)
     del graph.node[:]
     graph.node.extend(keep)
     graph.initializer.extend(made)
@@ -103,6 +109,20 @@ def _fold_once(onnx: Any, model: Any, values: dict[str, Any], types: frozenset[i
     del graph.value_info[:]
     graph.value_info.extend(kept_info)
     return folded
+
+
+def _branch(onnx: Any, graph: Any, node: Any, cond: bool) -> list[Any]:
+    """The nodes of the branch an ``If`` with a known condition takes, inlined: its nodes (their
+    outer-scope inputs are the graph's), its initializers added to the graph's, and an
+    ``Identity`` from each branch output to the ``If`` output it stands for."""
+    attrs = {a.name: a for a in node.attribute}
+    body = onnx.helper.get_attribute_value(attrs["then_branch" if cond else "else_branch"])
+    graph.initializer.extend(body.initializer)
+    nodes = list(body.node)
+    for inner, outer in zip(body.output, node.output):
+        if outer:
+            nodes.append(onnx.helper.make_node("Identity", [inner.name], [outer], name=f"{node.name}_{outer}"))
+    return nodes
 
 
 def _small(node: Any, shapes: dict[str, tuple[int, ...]]) -> bool:

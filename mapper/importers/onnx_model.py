@@ -13,6 +13,7 @@ Exchange", onnx.ai, IR and operator set specifications.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -103,9 +104,12 @@ def _onnx() -> Any:
 
 
 def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = None,
-              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxGraph:
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+              input_values: Mapping[str, tuple[float, ...]] | None = None) -> OnnxGraph:
     """Load, set ``dims`` (dynamic dimension name -> size) and ``input_shapes`` (input
-    name -> its whole shape), infer shapes; see the module docstring.
+    name -> its whole shape), make the inputs of ``input_values`` constants (a mode flag such
+    as a sample rate: branches on it are then taken, :mod:`.onnx_fold`), infer shapes; see the
+    module docstring.
 
     Raises
     ------
@@ -138,6 +142,9 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     _check_structure(graph, file)
     init_names = {t.name for t in graph.initializer}
     _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
+    if input_values:
+        _set_values(onnx, graph, init_names, dict(input_values), file)
+        init_names = {t.name for t in graph.initializer}
     loaders: dict[str, Callable[[], Any]] = {}
     shaping = _shaping(graph)
     initializers = {t.name: _initializer(onnx, t, file, loaders, shaping) for t in graph.initializer}
@@ -400,6 +407,35 @@ def _set_dims(graph: Any, init_names: set[str], dims: dict[str, int], shapes: di
         for vi in graph.output:
             if vi.type.HasField("tensor_type"):
                 vi.type.tensor_type.ClearField("shape")
+
+
+def _set_values(onnx: Any, graph: Any, init_names: set[str], values: dict[str, tuple[float, ...]],
+                file: str) -> None:
+    """Each input named in ``values`` becomes an initializer holding them (in its dtype and
+    declared shape; a single value fills a scalar) and stops being an input."""
+    import numpy as np
+
+    inputs = {vi.name: vi for vi in graph.input if vi.name not in init_names}
+    for name, given in values.items():
+        vi = inputs.get(name)
+        if vi is None:
+            raise InputError(f"--input-value {name}: the model has no input of that name (it has: "
+                             f"{', '.join(sorted(inputs)) or 'none'})", obj=file)
+        tt = vi.type.tensor_type
+        dtype = DTYPES.get(tt.elem_type)
+        if dtype is None or dtype in ("bf16", "c64", "c128"):
+            raise InputError(f"--input-value {name}: the input's element type {tt.elem_type} takes no value "
+                             "from the command line", obj=file)
+        shape = [int(d.dim_value) if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if any(d < 0 for d in shape):
+            raise InputError(f"--input-value {name}: give the input's shape first (--dim or --input-shape)",
+                             obj=file)
+        if math.prod(shape) != len(given):
+            raise InputError(f"--input-value {name}: the input holds {math.prod(shape)} values "
+                             f"(shape {shape}), {len(given)} given", obj=file)
+        array = np.array(given, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).reshape(shape)
+        graph.initializer.append(onnx.numpy_helper.from_array(array, name))
+        graph.input.remove(vi)
 
 
 def _value_info(vi: Any, file: str) -> tuple[str, tuple[int, ...]]:
