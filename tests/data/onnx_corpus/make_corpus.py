@@ -13,8 +13,20 @@ import warnings
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import (BartConfig, BartModel, BertConfig, BertModel, ConvNextConfig, ConvNextModel, GPT2Config,
-                          GPT2Model, T5Config, T5EncoderModel, ViTConfig, ViTModel)
+from transformers import (
+    BartConfig,
+    BartModel,
+    BertConfig,
+    BertModel,
+    ConvNextConfig,
+    ConvNextModel,
+    GPT2Config,
+    GPT2Model,
+    T5Config,
+    T5EncoderModel,
+    ViTConfig,
+    ViTModel,
+)
 
 warnings.filterwarnings("ignore")
 out = sys.argv[1]
