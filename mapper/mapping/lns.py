@@ -23,10 +23,11 @@ smaller sum is accepted, so work moves earlier and later windows can shorten
 the critical path. Windows slide by ``k // 2``; after
 every accepted window the windows are rebuilt (the critical path moved); when
 every window fails the width doubles (up to :data:`MAX_WINDOW`), and when
-those fail too, when :data:`STALL_WINDOWS` windows in a row (or at least
-:data:`STALL_MIN_WINDOWS` over :data:`STALL_SHARE` of its time) each gain less than
-:data:`MIN_GAIN` of the objective, or when less time is left than the last
-window took (model building included), the search ends.
+those fail too, when the search stalls (its recent gain per second, over
+the time left, would not reach :data:`MIN_GAIN` of the objective: judged after
+:data:`STALL_MIN_WINDOWS` windows and :data:`PROBE_SHARE` of its time), or
+when less time is left than the last window took (model building included),
+the search ends.
 
 :func:`map_large` is what :class:`~mapper.mapping.milp.MilpMapper` does above
 its exact-size limit: coarsen chains (:mod:`.coarsen`), start from the better
@@ -49,6 +50,7 @@ from mapper.mapping.exact.incumbent import (
     best_heuristic,
     checked,
     delay_options,
+    pinned,
     retime,
     schedule_order,
     value_of,
@@ -69,17 +71,17 @@ MAX_WINDOW = 16
 FLOW_WEIGHT = 1e-3
 #: Seconds at most per window solve.
 WINDOW_TIME = 2.0
-#: The search ends after this many windows in a row that each gained less than
-#: :data:`MIN_GAIN` of the objective: on large graphs, windows that stop paying would
-#: otherwise spend the whole time limit for a few thousandths of a per cent.
-STALL_WINDOWS = 64
+#: The search ends when its gain per second over the recent past (the last quarter of its
+#: run, and at least :data:`PROBE_SHARE` of its time), kept up for the time left, would gain
+#: less than this share of the objective: windows that stop paying would otherwise spend the
+#: whole time limit for a few thousandths of a per cent (on thousands of tasks a window, with
+#: its re-timing, takes a tenth of a second or more).
 MIN_GAIN = 1e-4
-#: ... or after :data:`STALL_SHARE` of the search's time without such a gain
-#: and at least :data:`STALL_MIN_WINDOWS` windows: on thousands of tasks a
-#: window (with its re-timing) takes a tenth of a second or more, and 64 of
-#: them would take most of a default time limit.
-STALL_SHARE = 0.25
-STALL_MIN_WINDOWS = 4
+#: The share of its time (and :data:`PROBE_MIN` seconds at least) the search runs before it
+#: may be judged stalled, with :data:`STALL_MIN_WINDOWS` windows solved at least.
+PROBE_SHARE = 0.05
+PROBE_MIN = 0.25
+STALL_MIN_WINDOWS = 2
 #: Seconds at least per window solve (when that much time is left).
 MIN_SLICE = 0.5
 #: The coarse pass (which re-runs every heuristic on the coarse graph) runs only
@@ -96,7 +98,7 @@ class LnsStats:
     passes: int
     start_value: float
     end_value: float
-    stalled: bool = False  # ended because windows stopped gaining MIN_GAIN (STALL_WINDOWS, or over STALL_SHARE)
+    stalled: bool = False  # ended because its recent gain per second could not reach MIN_GAIN in the time left
     last_window: float = 0.0  # seconds the last window took, model building included
 
 
@@ -124,21 +126,30 @@ def improve(
     opts = delay_options(options)
     bound = makespan_bound if objective != "makespan" else None
     timed = objective_needs_time(objective, bound)
-    current = retime(cost, schedule.device_of, schedule_order(schedule) if timed else None, opts)
+    if schedule.options == opts and schedule.cost is cost and (schedule.order or not timed):
+        current = schedule  # timed by these options already (re-timing it gives it back)
+    else:
+        current = retime(cost, schedule.device_of, schedule_order(schedule) if timed else None, opts)
     value = start_value = value_of(current, objective)
     flow = FLOW_WEIGHT / max(1, cost.n_tasks) if objective == "makespan" else 0.0
     key = _key(current, value, flow)
     n = cost.n_tasks
     k = max(1, min(window, n))
-    solved_count = accepted = passes = stall = 0
+    solved_count = accepted = passes = 0
     tried: set[tuple[int, ...]] = set()
     stopped = stop if stop is not None else (lambda: False)
-    last_gain = time.perf_counter()
+    began = time.perf_counter()
     last_window = window_time  # seconds the last window took (first: ``window_time``), model building included
-    quiet = STALL_SHARE * max(0.0, deadline - last_gain)
+    probe = max(PROBE_MIN, PROBE_SHARE * max(0.0, deadline - began))
+    history = [(began, start_value)]  # (time, value) after each accepted window
 
     def stalled() -> bool:
-        return stall >= STALL_WINDOWS or (stall >= STALL_MIN_WINDOWS and time.perf_counter() - last_gain >= quiet)
+        now = time.perf_counter()
+        if solved_count < STALL_MIN_WINDOWS or now - began < probe:
+            return False
+        horizon = max(probe, (now - began) / 4)
+        before = next((v for t, v in reversed(history) if t <= now - horizon), start_value)
+        return (before - value) / horizon * max(0.0, deadline - now) < MIN_GAIN * abs(value)
 
     out_of_time = False
     while n and not out_of_time and time.perf_counter() < deadline - 0.05 and not stopped() and not stalled():
@@ -179,7 +190,6 @@ def improve(
             res = solve(sub)
             last_window = time.perf_counter() - window_t0
             solved_count += 1
-            stall += 1
             if res.device is None or (res.objective is not None and res.objective >= to_beat):
                 continue  # nothing better than the start: no need to re-time it
             try:
@@ -191,10 +201,8 @@ def improve(
             cand_value = value_of(cand, objective)
             cand_key = _key(cand, cand_value, flow)
             if cand_key < key and not validate(cand):  # validated only when it would be taken
-                if value - cand_value >= MIN_GAIN * abs(value):
-                    stall = 0
-                    last_gain = time.perf_counter()
                 current, value, key = cand, cand_value, cand_key
+                history.append((time.perf_counter(), value))
                 accepted += 1
                 tried.clear()
                 if progress is not None:
@@ -293,19 +301,25 @@ def map_large(
     timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)
     notes = list(given_notes)
     report = progress_reporter(options, t0, "LNS")
-    coarse = coarsen(cost, sopts)
-    notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
     seeds: list[tuple[Schedule, str]] = []
     if best is not None:
         seeds.append((retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts)),
                       best.name))
-    estimate = heuristics_s * coarse.cost.n_tasks / max(1, cost.n_tasks)
-    worth = coarse.fused and (estimate <= COARSE_TIME_SHARE * (deadline - time.perf_counter()) or not seeds)
-    if coarse.fused and not worth:
+    if pinned(cost) and seeds:  # only the order is free: chains fused or not, LNS re-orders the same tasks
+        notes.append("graph too large for the exact MILP; every task has one device: LNS re-orders it")
+        coarse = None
+    else:
+        coarse = coarsen(cost, sopts)
+        notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
+    estimate = heuristics_s * coarse.cost.n_tasks / max(1, cost.n_tasks) if coarse is not None else 0.0
+    worth = coarse is not None and coarse.fused and (
+        estimate <= COARSE_TIME_SHARE * (deadline - time.perf_counter()) or not seeds)
+    if coarse is not None and coarse.fused and not worth:
         notes.append(f"coarse pass skipped: its heuristics would take about {estimate:.1f} s of the "
                      f"{max(0.0, deadline - time.perf_counter()):.1f} s left")
-    start, origin = _coarse_start(coarse, options, seeds[0][0] if seeds else None, best) if worth else (None, "")
-    if start is not None:
+    start, origin = (_coarse_start(coarse, options, seeds[0][0] if seeds else None, best)
+                     if worth and coarse is not None else (None, ""))
+    if start is not None and coarse is not None:
         now = time.perf_counter()
         improved, stats = improve(coarse.cost, start, objective, sopts, now + (deadline - now) / 2,
                                   seed=options.seed, makespan_bound=options.makespan_bound, progress=report,
@@ -319,12 +333,14 @@ def map_large(
         raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
     seed_sched, seed_name = min(seeds, key=lambda p: value_of(p[0], objective))
     # the coarse pass's last window, scaled by the task count (re-timing is linear in it), estimates the first here
-    first = stats.last_window * cost.n_tasks / max(1, coarse.cost.n_tasks) if start is not None else 0.0
+    first = stats.last_window * cost.n_tasks / max(1, coarse.cost.n_tasks) if start is not None and coarse else 0.0
     improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
                               makespan_bound=options.makespan_bound, window_time=first, progress=report,
                               stop=options.stop)
     notes.append(f"LNS from {seed_name}: {_stats(stats, objective)}")
-    final = checked(cost, improved.device_of, schedule_order(improved) if timed else None, sopts)
+    unchanged = stats.accepted == 0 and best is not None and seed_name == best.name
+    final = None if unchanged else checked(cost, improved.device_of, schedule_order(improved) if timed else None,
+                                           sopts)
     if final is not None and _within(final, options) and (
         best is None or value_of(final, objective) < best.value * (1 - REL_TOL)
     ):
@@ -372,8 +388,8 @@ def stall_note(stats: LnsStats) -> str:
     """``; stopped: ...`` when the search ended because windows stopped paying, else ``""``."""
     if not stats.stalled:
         return ""
-    return (f"; stopped: windows in a row gained less than {100 * MIN_GAIN:g} % each ({STALL_WINDOWS} of them, "
-            f"or {STALL_MIN_WINDOWS} or more over {100 * STALL_SHARE:g} % of its time)")
+    return (f"; stopped: its recent gain per second would not reach {100 * MIN_GAIN:g} % in the time left "
+            f"(judged after {100 * PROBE_SHARE:g} % of its time, {PROBE_MIN:g} s at least)")
 
 
 def describe_change(before: float, after: float, objective: str) -> str:

@@ -40,8 +40,22 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ortools.sat.python import cp_model
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:
+    class _Deferred:
+        """OR-Tools' ``cp_model``, imported at its first use: loading it (and pandas with it) takes
+        half a second, which a compile that never runs CP-SAT should not pay."""
+
+        def __getattr__(self, name: str) -> Any:
+            import ortools.sat.python.cp_model as module
+
+            globals()["cp_model"] = module
+            return getattr(module, name)
+
+    cp_model = _Deferred()
 
 from mapper.cost import INF, CostTable
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes

@@ -25,6 +25,15 @@ from mapper.validate import validate
 #: Heuristics whose best result seeds the exact engine, in tie-break order.
 HEURISTICS: tuple[type[Mapper], ...] = (HeftMapper, HeftSameDeviceMapper, CpopMapper, PeftMapper, GreedyMapper,
                                         SingleDeviceMapper)
+#: ... on a graph whose every task has one feasible device (a split plan pins each piece): the
+#: heuristics then differ only in the priority order of their list schedules, which the search
+#: after them (LNS windows, or the exact models) chooses anyway; HEFT's upward rank starts it.
+PINNED_HEURISTICS: tuple[type[Mapper], ...] = (HeftMapper,)
+
+
+def pinned(cost: CostTable) -> bool:
+    """Every task has exactly one device it can run on: only the order is left to choose."""
+    return all(len(cost.feasible_devices(t)) == 1 for t in range(cost.n_tasks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +50,14 @@ def value_of(schedule: Schedule, objective: str) -> float:
 
 
 def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | None, tuple[str, ...]]:
-    """Run every heuristic of :data:`HEURISTICS`; the best feasible result
+    """Run every heuristic of :data:`HEURISTICS` (:data:`PINNED_HEURISTICS` on a :func:`pinned`
+    graph); the best feasible result
     (ties by list order) and notes on those that failed. Schedules are
     validated best first, until one passes."""
     notes: list[str] = []
     bound = options.makespan_bound if options.objective != "makespan" else None
     found: list[Incumbent] = []
-    for cls in HEURISTICS:
+    for cls in PINNED_HEURISTICS if pinned(cost) else HEURISTICS:
         name = cls.name
         try:
             res = cls().map(cost, options)
