@@ -166,3 +166,26 @@ def test_dump_after_split_and_a_request_too_long_to_build(capsys):
     assert "graph gpt.request" in out and "decode2.s0.mb0" in out
     assert main([*argv[:-1], "prefill=8,decode=300000", "-q"]) == 2
     assert "ask for fewer decode steps" in capsys.readouterr().err
+
+
+def test_one_decode_step_per_gpu_is_built_validated_and_drawn(tmp_path):
+    got = serve(MID, "prefill=64,decode=4,batch=4", parallel="tensor=4,pipeline=2")
+    step = got.serving.step
+    assert step is not None and validate(step.schedule) == []
+    ops = {t.op for t in step.schedule.cost.graph.tasks}
+    assert "allreduce" in ops or any(t.explicit_cost for t in step.schedule.cost.graph.tasks)
+    assert len({s.device for s in step.schedule.slots}) == 8  # every rank of every stage works
+    # the step's schedule agrees with the request graph's decode round within a third
+    lay = got.serving.best
+    round_ = max(sum(lay.decode_first), lay.layout.micro_batches * max(lay.decode_first))
+    assert step.schedule.makespan == pytest.approx(round_, rel=0.35)
+    html = tmp_path / "r.html"
+    out = tmp_path / "r.json"
+    argv = ["compile", GPT, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=256",
+            "--param", "HEADS=4", "--param", "VOCAB=1000", "--inference", "prefill=8,decode=2",
+            "--parallel", "tensor=2", "-q", "--html", str(html), "--json", str(out)]
+    assert main(argv) == 0
+    assert "One decode step per GPU" in html.read_text()
+    assert json.loads(out.read_text())["inference"]["decode_step"]["gpus"] == 2
+    wide = serve(MID, "prefill=64,decode=4", platform="selene", parallel="tensor=16")
+    assert wide.serving.step is None and "span nodes" in wide.serving.step_note

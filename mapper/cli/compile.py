@@ -308,7 +308,11 @@ def _write_reports(args: argparse.Namespace, compiled) -> None:
     if args.html:
         from mapper.report.html import write_html
 
-        write_html(result, args.html, compare=compiled.compare, timings=args.timings)
+        served = compiled.serving
+        extra: tuple = ()
+        if served is not None and served.step is not None:
+            extra = ((f"One {'decode step' if served.request.decode else 'prefill'} per GPU", served.step),)
+        write_html(result, args.html, compare=compiled.compare, timings=args.timings, extra=extra)
     if args.trace:
         from mapper.report.chrome_trace import write_chrome_trace
 

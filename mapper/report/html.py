@@ -214,7 +214,8 @@ def _run_table(result: MapResult, rows: tuple[RunRow, ...]) -> str:
     return _table("run-table", header, out)
 
 
-def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False) -> str:
+def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False,
+                extra: Sequence[tuple[str, MapResult]] = ()) -> str:
     """The report page as a string (see :func:`write_html`)."""
     sched = result.schedule
     graph, plat = sched.cost.graph, sched.cost.platform
@@ -249,6 +250,12 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         f'<p class="note">{esc(gnote)} Dashed edges cross devices.</p>',
         f'<div class="scroll">{gsvg}</div></section>',
     ]
+    for k, (heading, other) in enumerate(extra):
+        other_path = critical_path(other.schedule)
+        parts.append(f'<section id="extra-{k}"><h2>{esc(heading)}</h2>'
+                     f'<p class="sub">makespan {esc(fmt_time(other.schedule.makespan))} \u00b7 '
+                     f'{len(other.schedule.slots):,} tasks on {esc(other.schedule.cost.platform.name)}</p>'
+                     f'<div class="scroll">{gantt_svg(other.schedule, other_path)}</div></section>')
     if compare:
         parts.append(f'<section id="compare"><h2>Mappers compared</h2>{_compare(result, compare, timings)}</section>')
     if run_rows:
@@ -258,7 +265,8 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
 
 
 def write_html(
-    result: MapResult, path: str | os.PathLike, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False
+    result: MapResult, path: str | os.PathLike, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False,
+    extra: Sequence[tuple[str, MapResult]] = (),
 ) -> None:
     """Write the self-contained HTML report of ``result`` to ``path`` atomically.
 
@@ -274,5 +282,7 @@ def write_html(
         Executed tasks, shown as predicted against measured/modelled times.
     timings : bool
         Show the mappers' solve times (wall-clock: the page then differs from run to run).
+    extra : sequence of (heading, MapResult)
+        Further schedules shown as Gantt charts of their own (a request's decode step per GPU).
     """
-    atomic_write(path, render_html(result, compare=compare, run=run, timings=timings))
+    atomic_write(path, render_html(result, compare=compare, run=run, timings=timings, extra=extra))

@@ -17,6 +17,7 @@ from mapper.devices import Platform
 from mapper.errors import OptionsError
 from mapper.graph import TaskGraph
 from mapper.mapping.base import MapResult
+from mapper.serving.decode_step import decode_step
 from mapper.serving.model import ServingModel
 from mapper.serving.request import Request, check_runtime, parse_inference
 from mapper.serving.request_graph import request_graph
@@ -102,6 +103,8 @@ def plan_request(source: Any, platform: Platform, parallel: str, serving: Servin
     model = ServingModel(lower, serving.request, platform, prepare, net, serving.runtime)
     gpus = net.gpus_per_node * net.nodes
     choice = choose(model, gpus, given, serving.bounds, serving.runtime)
+    step, why = decode_step(model, choice.best, platform, prepare)
+    choice = replace(choice, step=step, step_note=why)
     graph = request_graph(choice.best, serving.request.decode, model.graphs["prefill"].name)
     replica = replica_platform(platform, model.gpu.name, choice.best.layout.pipeline, platform.name)
     return PlannedRequest(choice, graph, replica)

@@ -81,6 +81,8 @@ class ServingChoice:
     gpu_name: str
     latency: float = 0.0  # the built request graph's makespan (set by the driver)
     ttft: float = 0.0  # and its first token
+    step: Any = None  # the MapResult of one decode step per GPU (mapper.serving.decode_step), or None
+    step_note: str = ""  # why there is none
 
     @property
     def tpot(self) -> float:
@@ -104,6 +106,9 @@ class ServingChoice:
                 "peak_memory": {**b.memory, "total": b.peak},
                 "bounds": {"tpot": self.bounds.tpot, "ttft": self.bounds.ttft},
                 "predicted": {"ttft": b.ttft, "latency": b.latency},
+                "decode_step": None if self.step is None else {
+                    "makespan": self.step.schedule.makespan, "tasks": len(self.step.schedule.slots),
+                    "gpus": b.layout.gpus},
                 "candidates": [{"label": e.layout.label(), "plan": e.layout.to_json(), "ttft": e.ttft,
                                 "latency": e.latency, "fits": e.fits} for e in self.ranked[1:RUNNERS_UP + 1]]}
 
@@ -123,6 +128,13 @@ class ServingChoice:
                f"{self.tokens_per_s:.4g} tokens/s",
                f"inference: memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
                + ("" if b.fits else ": does not fit") + f"; the largest batch that fits: {b.max_batch}"]
+        phase = "decode step" if r.decode else "prefill"
+        if self.step is not None:
+            out.append(f"inference: one {phase} built per GPU ({len(self.step.schedule.slots):,} tasks, tensor "
+                       f"all-reduces included) and validated: {self.step.schedule.makespan * 1e3:.4g} ms; "
+                       "the HTML report shows its Gantt")
+        elif self.step_note:
+            out.append(f"inference: one {phase} per GPU is not built: {self.step_note}")
         others = self.ranked[1:RUNNERS_UP]
         if others:
             out.append("inference: runners-up " + "; ".join(

@@ -1,0 +1,51 @@
+"""One decode step of the chosen serving layout, per GPU (:mod:`mapper.serving`).
+
+The first decode step's graph is split as the layout says (tensor ranks with
+their all-reduces, pipeline stages at the layout's block boundaries,
+micro-batches) by the same rewrite as ``--parallel`` splits
+(:func:`mapper.parallel.rewrite.split_graph`), fused, priced, list-scheduled
+with HEFT and validated. Its Gantt shows what the stage times of the request
+graph are made of; its makespan, a step of one micro-batch wave, is reported
+beside them. Built when the layout's GPUs fit on one node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mapper.cost import build_cost_table
+from mapper.devices import Platform
+from mapper.graph import TaskGraph
+from mapper.mapping import get_mapper
+from mapper.mapping.base import MapOptions, MapResult
+from mapper.parallel.plan import Plan
+from mapper.parallel.rewrite import split_graph
+from mapper.serving.model import ServingEstimate, ServingModel
+from mapper.validate import validate
+
+#: The most tasks a decode step's split graph may have to be built (beyond, the notes say so).
+MAX_STEP_TASKS = 40_000
+
+
+def decode_step(model: ServingModel, est: ServingEstimate, platform: Platform,
+                prepare: Callable[[TaskGraph], TaskGraph]) -> tuple[MapResult | None, str]:
+    """The validated schedule of one decode step (the prefill when there is no decode) under
+    ``est``'s layout, or None and why not."""
+    lay = est.layout
+    gpus = [d.name for d in platform.devices if d.kind == model.gpu.kind]
+    if lay.gpus > len(gpus):
+        return None, f"its {lay.gpus} GPUs span nodes"
+    phase = "first" if "first" in model.graphs else "prefill"
+    graph = model.graphs[phase]
+    if len(graph.tasks) * lay.tensor > MAX_STEP_TASKS:
+        return None, f"its split graph would hold some {len(graph.tasks) * lay.tensor:,} tasks"
+    blocks = model.profiles[phase].blocks
+    cuts = tuple(blocks[b].tasks[0] for b in est.stages[1:])
+    plan = Plan(data=1, tensor=lay.tensor, stages=lay.pipeline, micro_batches=lay.micro_batches,
+                devices=tuple(gpus[:lay.gpus]), cuts=cuts, vocab=True)
+    split = split_graph(graph, plan, platform)
+    cost = build_cost_table(prepare(split.graph), platform)
+    result = get_mapper("heft").map(cost, MapOptions())
+    if validate(result.schedule):
+        return None, "its schedule did not validate"
+    return result, ""
