@@ -189,3 +189,12 @@ def test_one_decode_step_per_gpu_is_built_validated_and_drawn(tmp_path):
     assert json.loads(out.read_text())["inference"]["decode_step"]["gpus"] == 2
     wide = serve(MID, "prefill=64,decode=4", platform="selene", parallel="tensor=16")
     assert wide.serving.step is None and "span nodes" in wide.serving.step_note
+
+
+def test_a_fleet_serves_on_its_best_kind_and_a_mixed_node_on_its_first_gpu_model():
+    small = (("LAYERS", 4), ("HIDDEN", 1024), ("HEADS", 16), ("VOCAB", 1000))
+    fleet = serve(small, "prefill=64,decode=4,batch=2", platform="fleet-a100-v100", parallel="auto")
+    assert fleet.serving.kind in ("a100", "v100") and validate(fleet.result.schedule) == []
+    assert any(f"({fleet.serving.kind} nodes of the fleet)" in n for n in fleet.result.notes)
+    mixed = serve(small, "prefill=64,decode=4,batch=2", platform="mixed-gpu", parallel="auto")
+    assert mixed.serving.best.layout.gpus * mixed.serving.best.layout.replicas <= mixed.serving.gpus

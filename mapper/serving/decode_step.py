@@ -32,7 +32,7 @@ def decode_step(model: ServingModel, est: ServingEstimate, platform: Platform,
     """The validated schedule of one decode step (the prefill when there is no decode) under
     ``est``'s layout, or None and why not."""
     lay = est.layout
-    gpus = [d.name for d in platform.devices if d.kind == model.gpu.kind]
+    gpus = model.peers
     if lay.gpus > len(gpus):
         return None, f"its {lay.gpus} GPUs span nodes"
     phase = "first" if "first" in model.graphs else "prefill"

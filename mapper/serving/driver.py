@@ -14,7 +14,7 @@ from mapper.cluster.driver import MODES
 from mapper.cluster.layout import is_layout, parse_layout
 from mapper.cluster.plan_graph import replica_platform
 from mapper.devices import Platform
-from mapper.errors import OptionsError
+from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import TaskGraph
 from mapper.mapping.base import MapResult
 from mapper.serving.decode_step import decode_step
@@ -99,15 +99,36 @@ def plan_request(source: Any, platform: Platform, parallel: str, serving: Servin
         if parallel == "data":
             given = {"tensor": 1, "pipeline": 1}
     lower = _lowerer(source, serving.request.decode > 0)
-    net = network(platform)
-    model = ServingModel(lower, serving.request, platform, prepare, net, serving.runtime)
-    gpus = net.gpus_per_node * net.nodes
-    choice = choose(model, gpus, given, serving.bounds, serving.runtime)
-    step, why = decode_step(model, choice.best, platform, prepare)
+    fleet = platform.fleet
+    kinds = [(k.kind, k.platform) for k in fleet.kinds] if fleet is not None else [("", platform)]
+    best: tuple[ServingChoice, ServingModel, Platform] | None = None
+    errors: list[Exception] = []
+    for kind, where in kinds:  # a fleet serves on the kind of node that does it best
+        net = network(where)
+        try:
+            model = ServingModel(lower, serving.request, where, prepare, net, serving.runtime)
+            choice = replace(choose(model, len(model.peers) * net.nodes, given, serving.bounds, serving.runtime),
+                             kind=kind)
+        except (OptionsError, InfeasibleError) as err:
+            errors.append(err)
+            continue
+        if best is None or _better(choice, best[0], serving):
+            best = (choice, model, where)
+    if best is None:
+        raise errors[0]
+    choice, model, where = best
+    step, why = decode_step(model, choice.best, where, prepare)
     choice = replace(choice, step=step, step_note=why)
     graph = request_graph(choice.best, serving.request.decode, model.graphs["prefill"].name)
-    replica = replica_platform(platform, model.gpu.name, choice.best.layout.pipeline, platform.name)
+    replica = replica_platform(where, model.gpu.name, choice.best.layout.pipeline, platform.name)
     return PlannedRequest(choice, graph, replica)
+
+
+def _better(a: ServingChoice, b: ServingChoice, serving: Serving) -> bool:
+    """``a`` beats ``b`` as :mod:`mapper.serving.search` ranks layouts (both fit)."""
+    if serving.bounds.any:
+        return a.tokens_per_s > b.tokens_per_s
+    return a.best.latency < b.best.latency
 
 
 def measured(choice: ServingChoice, result: MapResult) -> ServingChoice:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.model import RESERVE, partition
@@ -122,6 +122,9 @@ class ServingModel:
         if not gpus:
             raise OptionsError(f"platform {platform.name} has no GPU to serve the model on", obj="--inference")
         self.gpu = gpus[0]
+        #: the GPUs of a node that serve: those identical to the first (a node of several GPU models
+        #: serves on its first model's)
+        self.peers = tuple(d.name for d in gpus if replace(d, index=0, name="") == replace(gpus[0], index=0, name=""))
         self.request = request
         self.net = net
         self.dispatch = EAGER_DISPATCH_US * 1e-6 if runtime == "eager" else 0.0

@@ -81,6 +81,7 @@ class ServingChoice:
     gpu_name: str
     latency: float = 0.0  # the built request graph's makespan (set by the driver)
     ttft: float = 0.0  # and its first token
+    kind: str = ""  # on a fleet: the node kind that serves
     step: Any = None  # the MapResult of one decode step per GPU (mapper.serving.decode_step), or None
     step_note: str = ""  # why there is none
 
@@ -101,7 +102,7 @@ class ServingChoice:
         return {"ttft": self.ttft, "tpot": self.tpot, "latency": self.latency, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s / used if used else 0.0, "batch": self.request.batch,
                 "max_batch": b.max_batch, "kv_cache_bytes": b.memory.get("kv_cache", 0.0),
-                **self.request.to_json(), "runtime": self.runtime, "gpus": self.gpus,
+                **self.request.to_json(), "runtime": self.runtime, "gpus": self.gpus, "kind": self.kind or None,
                 "plan": lay.to_json(), "label": lay.label(), "fits": b.fits,
                 "peak_memory": {**b.memory, "total": b.peak},
                 "bounds": {"tpot": self.bounds.tpot, "ttft": self.bounds.ttft},
@@ -123,9 +124,10 @@ class ServingChoice:
         out = [f"inference: prefill {r.prefill} tokens x {r.batch} sequences, then {r.decode} decode steps "
                f"({self.runtime} runtime: "
                + ("kernel launches only" if self.runtime == "graph" else "framework dispatch per op") + ")",
-               f"inference: {b.layout.label()} on {self.gpu_name}: first token {self.ttft * 1e3:.4g} ms, "
-               f"{self.tpot * 1e3:.4g} ms per output token, request {self.latency * 1e3:.4g} ms, "
-               f"{self.tokens_per_s:.4g} tokens/s",
+               f"inference: {b.layout.label()} on {self.gpu_name}"
+               + (f" ({self.kind} nodes of the fleet)" if self.kind else "")
+               + f": first token {self.ttft * 1e3:.4g} ms, {self.tpot * 1e3:.4g} ms per output token, "
+               f"request {self.latency * 1e3:.4g} ms, {self.tokens_per_s:.4g} tokens/s",
                f"inference: memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
                + ("" if b.fits else ": does not fit") + f"; the largest batch that fits: {b.max_batch}"]
         phase = "decode step" if r.decode else "prefill"
