@@ -11,8 +11,9 @@ ship in their ``test_inputs/``; nothing of it is shipped here). Each graph is im
 time between two processors) onto N identical, fully connected processors (P|prec,c_ij|Cmax),
 and compiled with the default mapper under the time limit. The table gives, per size and
 processor count, the instances proven optimal and the gaps of the rest (makespan over the
-lower bound the mapper reports). Wall times depend on the machine's load (printed); schedule
-lengths do not.
+lower bound the mapper reports), and every instance with an optimum that other solvers of the
+set assert (:data:`KNOWN`) is checked against it. Wall times depend on the machine's load
+(printed); schedule lengths do not.
 """
 
 from __future__ import annotations
@@ -37,6 +38,30 @@ from mapper.platform import parse_platform  # noqa: E402
 from mapper.validate import validate  # noqa: E402
 
 SIZE = re.compile(r"_Nodes_(\d+)_")
+#: Optimal schedule lengths other solvers of the set assert in their test suites (graph, processors):
+#: length. Sources: the SearcherTests of a SOFTENG306 (University of Auckland, 2021) team's A*
+#: scheduler (two processors) and the IntegrationTest of another team's (2 to 8 processors).
+KNOWN = {
+    ("Fork_Join_Nodes_10_CCR_0.10_WeightType_Random", 2): 499, ("Independent_Nodes_21_WeightType_Random", 2): 66,
+    ("InTree-Balanced-MaxBf-3_Nodes_10_CCR_0.10_WeightType_Random", 2): 222,
+    ("Fork_Nodes_10_CCR_0.10_WeightType_Random", 2): 300,
+    ("InTree-Unbalanced-MaxBf-3_Nodes_10_CCR_0.10_WeightType_Random", 2): 344,
+    ("Pipeline_Nodes_21_CCR_0.10_WeightType_Random", 2): 904, ("Join_Nodes_10_CCR_0.10_WeightType_Random", 2): 292,
+    ("OutTree-Balanced-MaxBf-3_Nodes_21_CCR_1.05_WeightType_Random", 2): 71,
+    ("OutTree-Unbalanced-MaxBf-3_Nodes_21_CCR_0.99_WeightType_Random", 2): 72,
+    ("Random_Nodes_10_Density_4.50_CCR_10.00_WeightType_Random", 2): 66,
+    ("SeriesParallel-MaxBf-5_Nodes_10_CCR_9.97_WeightType_Random", 2): 59,
+    ("Stencil_Nodes_21_CCR_10.03_WeightType_Random", 2): 134,
+    ("InTree-Unbalanced-MaxBf-3_Nodes_10_CCR_10.00_WeightType_Random", 2): 56,
+    ("InTree-Unbalanced-MaxBf-3_Nodes_10_CCR_10.00_WeightType_Random", 4): 56,
+    ("Join_Nodes_10_CCR_10.07_WeightType_Random", 2): 54, ("Join_Nodes_10_CCR_10.07_WeightType_Random", 4): 52,
+    ("Random_Nodes_21_Density_5.14_CCR_0.10_WeightType_Random", 2): 3946,
+    ("Random_Nodes_21_Density_5.14_CCR_0.10_WeightType_Random", 4): 3837,
+    ("Fork_Nodes_10_CCR_10.00_WeightType_Random", 4): 47, ("Fork_Nodes_10_CCR_10.00_WeightType_Random", 8): 47,
+    ("Fork_Join_Nodes_10_CCR_10.01_WeightType_Random", 4): 69,
+    ("Fork_Join_Nodes_10_CCR_10.01_WeightType_Random", 8): 69,
+    ("Fork_Nodes_10_CCR_0.10_WeightType_Random", 4): 204, ("Fork_Nodes_10_CCR_0.10_WeightType_Random", 8): 167,
+}
 
 
 def instances(folder: Path, sizes: list[int], count: int | None, only: list[str]) -> list[Path]:
@@ -83,6 +108,14 @@ def main() -> int:
             rows.setdefault((size, procs), []).append((path.stem, value, bound, status, seconds))
             print(f"{path.stem[:62]:62} {procs:5d} {value:9.6g} {bound if bound is not None else float('nan'):9.6g} "
                   f"{status:>9} {seconds:6.1f}", flush=True)
+    checked = [(name, procs, value, status, KNOWN[(name, procs)]) for (_, procs), got in rows.items()
+               for name, value, _, status, _ in got if (name, procs) in KNOWN]
+    if checked:
+        agree = [c for c in checked if c[3] == "optimal" and abs(c[2] - c[4]) < 1e-6]
+        print(f"\nknown optima (other solvers' test suites): {len(agree)} of {len(checked)} proven and equal")
+        for name, procs, value, status, known in checked:
+            if (name, procs, value, status, known) not in agree:
+                print(f"      {name} on {procs}: {value:g} ({status}) against the known {known}")
     print(f"\nproven optimal within {args.time_limit:g} s (load average {os.getloadavg()[0]:.2f}):")
     for (size, procs), got in sorted(rows.items()):
         proven = [r for r in got if r[3] == "optimal"]
