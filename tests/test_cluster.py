@@ -476,3 +476,19 @@ def test_without_replans_on_what_is_left_and_says_what_changed(tmp_path, capsys)
                          (["--platform", "dgx-a100", "--without", "1"], "one machine")):
         assert main(["compile", GPT, *argv, "--train", "--parallel", "auto"]) == 2
         assert needle in capsys.readouterr().err
+
+
+def test_an_even_split_over_a_fleet_is_never_better_than_the_plan():
+    """The baseline of benchmarks/hetero.py: layers and data shares split as if every GPU were of the
+    first kind. On A100 + L4 (and three kinds) the planned layout is at least as fast."""
+    from mapper.cluster.search import plan_even_split
+
+    graph = load_graph(ModelFile(GPT, params=(("LAYERS", 8), ("BATCH", 64))))
+    for name, nodes in (("fleet-a100-l4", {"a100": 1, "l4": 1}),
+                        ("fleet-h100-a100-v100", {"h100": 1, "a100": 1, "v100": 1})):
+        fleet = with_nodes(load_platform(name), nodes)
+        planned = plan_cluster(graph, fleet, {}, "adam", lambda g, f=fleet: fuse_for(g, f))
+        even = plan_even_split(graph, fleet, "adam", lambda g, f=fleet: fuse_for(g, f))
+        assert planned.best.fits and even is not None
+        assert planned.best.step <= even.best.step * (1 + 1e-9) or not even.best.fits
+        assert planned.kind in {k.kind for k in fleet.fleet.kinds} | {"mixed"}

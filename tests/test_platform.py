@@ -18,7 +18,8 @@ from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform import list_platforms, load_platform, parse_platform
 
 SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-h100-superpod", "dgx-h100", "dgx1-v100",
-           "fleet-a100-v100", "heft3", "mixed-gpu", "selene", "workstation")
+           "fleet-a100-l4", "fleet-a100-v100", "fleet-h100-a100-v100", "heft3", "l4-node", "mixed-gpu", "selene",
+           "workstation")
 
 
 def _shipped_texts():

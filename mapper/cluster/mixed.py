@@ -36,9 +36,11 @@ class KindModel:
 
 
 def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float,
-                    between_latency: float, per_node: int) -> list[Estimate]:
+                    between_latency: float, per_node: int, even: bool = False) -> list[Estimate]:
     """Every mixed layout of the fleet (module docstring), estimated like
-    :meth:`mapper.cluster.model.PlanModel.estimate`; ``Estimate.kinds`` names each stage's kind."""
+    :meth:`mapper.cluster.model.PlanModel.estimate`; ``Estimate.kinds`` names each stage's kind.
+    ``even``: the layers split as if every stage were of the first kind (the even split of a
+    planner blind to the kinds' speeds, benchmarks/hetero.py's baseline)."""
     out: list[Estimate] = []
     smallest = min(k.gpus for k in kinds)
     t = 1
@@ -53,7 +55,8 @@ def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwee
                         lay = Layout(t, sum(stages), d, b, 1, rc, 1 if d > 1 else 0, t > 1)
                         for order in set(permutations(range(len(kinds)))):
                             seq = [k for k in order for _ in range(stages[k])]
-                            est = _estimate(kinds, lay, seq, samples, optimizer, between_gbs, between_latency)
+                            est = _estimate(kinds, lay, seq, samples, optimizer, between_gbs, between_latency,
+                                            even)
                             if est is not None:
                                 out.append(est)
                     b *= 2
@@ -63,13 +66,14 @@ def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwee
 
 
 def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int, optimizer: str,
-              between_gbs: float, between_latency: float) -> Estimate | None:
+              between_gbs: float, between_latency: float, even: bool = False) -> Estimate | None:
     t, d, p = lay.tensor, lay.data, lay.pipeline
     if p > len(kinds[0].model.profile.blocks):
         return None
     m = samples // (d * lay.micro_batch)
     times = [km.model._block_times(lay) for km in kinds]
-    starts = stage_partition([[f + b for f, b in zip(*tb)] for tb in times], seq)
+    weights = [[f + b for f, b in zip(*tb)] for tb in times]
+    starts = stage_partition([weights[0]] * len(kinds) if even else weights, seq)
     if starts is None:
         return None
     ends = [*starts[1:], len(kinds[0].model.profile.blocks)]
@@ -139,12 +143,12 @@ def _shares(rates: list[tuple[int, float]], micro_batches: int) -> tuple[list[in
 
 
 def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float,
-                     per_node: int) -> list[Estimate]:
+                     per_node: int, even: bool = False) -> list[Estimate]:
     """Data parallelism over every GPU of every kind, no pipeline: each replica takes micro-batches
     in proportion to its kind's speed (HetSeq, Ding et al., 2021), and one all-reduce over all
     replicas crosses the fleet's ``[between]`` fabric. Each estimate's ``shares`` are
     ``(kind, replicas, fraction of the batch per replica)``; its one pipeline rank is the slowest
-    replica."""
+    replica. ``even``: every replica takes the same share (the baseline of benchmarks/hetero.py)."""
     out = []
     t = 1
     while t <= per_node:
@@ -152,7 +156,7 @@ def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwe
             b = 1
             while samples % b == 0 and b <= 8:
                 for rc in RECOMPUTE:
-                    est = _shared(kinds, samples, optimizer, between_gbs, t, b, rc)
+                    est = _shared(kinds, samples, optimizer, between_gbs, t, b, rc, even)
                     if est is not None:
                         out.append(est)
                 b *= 2
@@ -161,13 +165,13 @@ def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwe
 
 
 def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float, t: int, b: int,
-            rc: str) -> Estimate | None:
+            rc: str, even: bool = False) -> Estimate | None:
     replicas = [k.gpus // t for k in kinds]
     d = sum(replicas)
     lay = Layout(t, 1, d, b, 1, rc, 1 if d > 1 else 0, t > 1)
     times = [k.model._block_times(lay) for k in kinds]
     per_mb = [sum(f) + sum(bw) for f, bw in times]
-    counts, totals = _shares(list(zip(replicas, per_mb)), samples // b)
+    counts, totals = _shares(list(zip(replicas, [1.0] * len(kinds) if even else per_mb)), samples // b)
     ends = [n * tm for n, tm in zip(counts, per_mb)]
     slow = max(range(len(kinds)), key=lambda k: ends[k])
     opt = OPTIMIZERS[optimizer]

@@ -204,10 +204,20 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
 MIXED = "mixed"
 
 
+def plan_even_split(graph: TaskGraph, platform: Platform, optimizer: str,
+                    prepare: Callable[[TaskGraph], TaskGraph]) -> ClusterChoice | None:
+    """The best layout over every GPU of a fleet when layers and data shares are split evenly,
+    blind to the kinds' speeds (the baseline of benchmarks/hetero.py), or None."""
+    assert platform.fleet is not None
+    setups = [_setup(graph, k.platform, optimizer, prepare) for k in platform.fleet.kinds]
+    return _plan_mixed(graph, platform, {}, optimizer, setups, even=True)
+
+
 def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
-                setups: list[_Setup]) -> ClusterChoice | None:
+                setups: list[_Setup], even: bool = False) -> ClusterChoice | None:
     """The best layout that uses every GPU of every kind (:mod:`mapper.cluster.mixed`), from
-    each kind's ``setups``, or None when none matches ``given``."""
+    each kind's ``setups``, or None when none matches ``given``; ``even``: layers and shares split
+    evenly."""
     from mapper.cluster.mixed import KindModel, mixed_estimates
 
     fleet = platform.fleet
@@ -216,12 +226,12 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
     per_node = min(st.per_node for st in setups)
     try:
         found = mixed_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, fleet.latency_us * 1e-6,
-                                per_node)
+                                per_node, even)
     except SplitError:
         return None
     from mapper.cluster.mixed import shared_estimates
 
-    found += shared_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, per_node)
+    found += shared_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, per_node, even)
     found = [e for e in found if all(getattr(e.layout, k) == v for k, v in given.items())]
     if not found:
         return None
