@@ -79,7 +79,7 @@ def compare(quick: bool) -> tuple[int, int]:
             if not choice.best.fits:
                 print(f"{label:20} {model:12} nothing fits")
                 continue
-            singles = [(k, s) for k, s, fits in choice.others if k != MIXED and fits]
+            singles = [(k, s) for k, s, fits in choice.others if k != MIXED and "+" not in k and fits]
             if choice.kind != MIXED:
                 singles.append((choice.kind, choice.best.step))
             kind, step = min(singles, key=lambda x: x[1]) if singles else ("-", float("inf"))
@@ -89,7 +89,8 @@ def compare(quick: bool) -> tuple[int, int]:
             single_tok = choice.samples * choice.seq / step
             total += 1
             worse += found < single_tok * (1 - 1e-9) or found < even_tok * (1 - 1e-9)
-            where = "mixed" if choice.kind == MIXED else choice.kind
+            where = ("+".join(choice.kinds_used) if choice.kinds_used else "mixed") if choice.kind == MIXED \
+                else choice.kind
             alone = f"{kind} {single_tok:.0f}" if single_tok else "none fits"
             x_kind = found / single_tok if single_tok else float("nan")
             x_even = found / even_tok if even_tok else float("nan")

@@ -492,3 +492,20 @@ def test_an_even_split_over_a_fleet_is_never_better_than_the_plan():
         assert planned.best.fits and even is not None
         assert planned.best.step <= even.best.step * (1 + 1e-9) or not even.best.fits
         assert planned.kind in {k.kind for k in fleet.fleet.kinds} | {"mixed"}
+
+
+def test_a_fleet_may_leave_a_slow_kind_idle():
+    """Every subset of two or more kinds is planned too: a kind that only slows the others down
+    stays idle, and the notes and JSON say which kinds the layout uses."""
+    import json as _json
+
+    graph = load_graph(ModelFile(GPT, params=(("LAYERS", 8), ("BATCH", 64))))
+    fleet = with_nodes(load_platform("fleet-h100-a100-v100"), {"h100": 1, "a100": 1, "v100": 1})
+    planned = plan_cluster(graph, fleet, {}, "adam", lambda g: fuse_for(g, fleet))
+    labels = {k for k, _, _ in planned.others}
+    assert {"h100+a100", "h100+v100", "a100+v100"} & (labels | {"+".join(planned.kinds_used)})
+    best_other = min(step for _, step, fits in planned.others if fits)
+    assert planned.best.step <= best_other * (1 + 1e-9)
+    if planned.kinds_used:
+        assert any("nodes only" in n for n in planned.notes())
+        assert _json.loads(_json.dumps(planned.to_json()))["kinds_used"] == list(planned.kinds_used)

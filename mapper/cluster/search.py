@@ -57,6 +57,7 @@ class ClusterChoice:
     stage_layers: tuple[int, ...] = ()  # Transformer layers (blocks with attention) per pipeline rank
     shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
     previous: tuple[str, float, int, str] | None = None  # --without: (layout, step, GPUs, kind) before
+    kinds_used: tuple[str, ...] = ()  # a mixed layout over some of a fleet's kinds: which (the rest idle)
     @property
     def tokens_per_s(self) -> float:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
@@ -87,6 +88,7 @@ class ClusterChoice:
                        "layers": sum(self.stage_layers), "share": share} for kind, r, share in self.shares]
         return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
+                **({"kinds_used": list(self.kinds_used)} if self.kinds_used else {}),
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
                 "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu(),
                 "mfu": self.tflops_per_gpu() / self.peak_tflops if self.peak_tflops else None,
@@ -105,20 +107,23 @@ class ClusterChoice:
                f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {self.tokens_per_s:.4g} tokens/s",
                f"parallel: peak memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
                + ("" if b.fits else ": does not fit")]
+        if self.kind == MIXED and self.kinds_used:
+            out.append(f"parallel fleet: the layout uses the {', '.join(self.kinds_used)} nodes only; "
+                       "the other kinds stay idle (they would slow it down)")
         if self.kind == MIXED and self.shares:
             out.append("parallel fleet: data parallel over " + ", ".join(
                 f"{r} {k} replicas taking {share:.3%} of the batch each" for k, r, share in self.shares)
-                + "".join(f"; {k} alone: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
+                + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
                           for k, step, fits in self.others))
         elif self.kind == MIXED:
             out.append("parallel fleet: pipeline stages on " + ", ".join(
                 f"{k} x{b.kinds.count(k)}" for k in dict.fromkeys(b.kinds)) + " (layers per stage by speed: "
                 + ", ".join(str(n) for n in self.stage_layers) + ")"
-                + "".join(f"; {k} alone: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
+                + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
                           for k, step, fits in self.others))
         elif self.kind:
             out.append(f"parallel fleet: the layout runs on the {self.kind} nodes alone"
-                       + "".join(f"; {k}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
+                       + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
                                  for k, step, fits in self.others))
         others = [e for e in self.ranked[1:4]]
         if others:
@@ -192,16 +197,41 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
         if not choices:
             return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress)
         whole = len(setups) == len(platform.fleet.kinds) > 1
-        mixed = _plan_mixed(graph, platform, given, optimizer, setups) if whole else None
-        if mixed is not None:
-            choices.append(mixed)
+        if whole:  # every kind, and every subset of two or more kinds (the slowest may only slow it down)
+            for subset in _subsets(len(setups)):
+                sub = replace(platform, fleet=replace(platform.fleet,
+                                                      kinds=tuple(platform.fleet.kinds[i] for i in subset)))
+                mixed = _plan_mixed(graph, sub, given, optimizer, [setups[i] for i in subset])
+                if mixed is not None:
+                    choices.append(replace(mixed, kinds_used=tuple(platform.fleet.kinds[i].kind for i in subset)))
         best = min(choices, key=lambda c: (not c.best.fits, c.best.step if c.best.fits else c.best.peak))
-        return replace(best, others=tuple((c.kind, c.best.step, c.best.fits) for c in choices if c is not best))
+        every = len(platform.fleet.kinds)
+
+        def label(c: ClusterChoice) -> str:
+            """A kind alone, ``mixed`` over every kind, or ``a100+v100`` over some of them."""
+            return "+".join(c.kinds_used) if c.kind == MIXED and 1 < len(c.kinds_used) < every else c.kind
+
+        return replace(best, others=tuple((label(c), c.best.step, c.best.fits) for c in choices if c is not best),
+                       kinds_used=best.kinds_used if len(best.kinds_used) < every else ())
     return _plan_one(graph, platform, given, optimizer, prepare, progress)
 
 
 #: The ``kind`` of a choice whose pipeline stages sit on several node kinds.
 MIXED = "mixed"
+
+
+def _named(label: str) -> str:
+    """How the notes name another choice of a fleet: a kind alone, every kind, or some of them."""
+    if label == MIXED:
+        return "every kind together"
+    return f"{label} together" if "+" in label else f"{label} alone"
+
+
+def _subsets(n: int) -> list[tuple[int, ...]]:
+    """Every subset of ``range(n)`` with two or more members, the whole first."""
+    from itertools import combinations
+
+    return [c for size in range(n, 1, -1) for c in combinations(range(n), size)]
 
 
 def plan_even_split(graph: TaskGraph, platform: Platform, optimizer: str,
