@@ -31,10 +31,11 @@ from mapper.errors import OptionsError
 MAX_TOKENS = 1 << 20
 
 #: CPU time PyTorch eager spends dispatching one op (Python, the C++ dispatcher, the caching
-#: allocator and cudaLaunchKernel). Fitted on one published row, checked on another
+#: allocator and cudaLaunchKernel). Fitted on one published row, checked on another source
 #: (benchmarks/inference.py prints both): PyTorch, "Accelerating Generative AI with PyTorch II:
-#: GPT, Fast" (2023): Llama-2-7B, batch 1, A100, eager 25.5 tokens/s; checked against an H100
-#: Llama 3.1 8B decode step of 8.4 ms eager, 5.1 ms with CUDA graphs.
+#: GPT, Fast" (2023): Llama-2-7B, batch 1, A100, eager 25.5 tokens/s; checked against
+#: Megatron-LM's eager latencies over FasterTransformer's (NVIDIA/FasterTransformer
+#: docs/gpt_guide.md, GPT-89B and GPT-175B on 8 A100s).
 EAGER_DISPATCH_US = 23.0
 
 #: Framework ops an eager implementation dispatches for one op of the graph (module docstring);
