@@ -364,3 +364,24 @@ def test_empty_constants_transposed_convolutions_and_resizes(tmp_path):
     assert flops["ConvTranspose"] == pytest.approx(2 * 8 * 25 * 4 * 4 + 4 * 10 * 10)
     assert flops["Resize"] == 0
     assert [t.output.shape for t in g.tasks if t.output is not None][-1] == (1, 4, 20, 20)
+
+
+def test_rms_norm_forms_become_one_op(tmp_path):
+    """Llama's x * (1 / sqrt(mean(x^2) + eps)) * g, written with Reciprocal, becomes one rmsnorm;
+    T5's exports (Div(1, sqrt)) alike: five of them in the corpus's T5 encoder."""
+    g = numpy_helper.from_array(np.ones(16, np.float32), "g")
+    nodes = [_const("two", 2.0), _const("eps", 1e-6),
+             helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["a"]), helper.make_node("Sqrt", ["a"], ["r"]),
+             helper.make_node("Reciprocal", ["r"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["n"]),
+             helper.make_node("Mul", ["n", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [g])
+    path = tmp_path / "rms.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    imported = import_onnx(str(path))
+    assert imported.fused == {"rmsnorm": 1}
+    assert [t.op for t in graph_from_text(imported.text, "rms.tg").tasks] == ["rmsnorm"]
+    corpus = Path(__file__).resolve().parent / "data" / "onnx_corpus" / "t5_legacy.onnx"
+    assert import_onnx(str(corpus), {"batch": 2, "seq": 16}).fused.get("rmsnorm") == 5

@@ -195,9 +195,9 @@ class _Writer:
         last = m.nodes[-1]
         if m.kind == "gelu":
             self.emit(last.name, f"gelu({self.operand(m.inputs[0])})", m.output)
-        elif m.kind == "layernorm":
+        elif m.kind in ("layernorm", "rmsnorm"):
             eps = dsl_number(m.attrs["eps"])
-            self.emit(last.name, f"layernorm({self.operand(m.inputs[0])}, eps = {eps})", m.output)
+            self.emit(last.name, f"{m.kind}({self.operand(m.inputs[0])}, eps = {eps})", m.output)
         else:  # attention on [B*S, D] views of the projections
             b, s, d = m.attrs["batch"], m.attrs["seq"], m.attrs["width"]
             flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {_ints((b * s, d))})")

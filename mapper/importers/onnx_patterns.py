@@ -25,7 +25,7 @@ from mapper.importers.onnx_model import OnnxGraph, OnnxNode
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """``kind`` (gelu, layernorm, attention) replaces ``nodes`` and produces ``output``
+    """``kind`` (gelu, layernorm, rmsnorm, attention) replaces ``nodes`` and produces ``output``
     from ``inputs``; ``attrs`` are the DSL op's attributes."""
 
     kind: str
@@ -71,7 +71,7 @@ class _Index:
 
 
 def find_patterns(g: OnnxGraph) -> list[Match]:
-    """Every non-overlapping GELU, layer-norm and attention subgraph, in node order."""
+    """Every non-overlapping GELU, layer-norm, RMS-norm and attention subgraph, in node order."""
     ix = _Index(g)
     found: list[Match] = []
     used: set[int] = set()
@@ -84,7 +84,7 @@ def find_patterns(g: OnnxGraph) -> list[Match]:
         elif n.op == "Tanh":
             m = _gelu_tanh(ix, n)
         elif n.op == "ReduceMean":
-            m = _layernorm(ix, n)
+            m = _layernorm(ix, n) or _rmsnorm(ix, n)
         elif n.op == "Softmax":
             m = _attention(ix, n)
         if m is not None and not any(id(x) in used for x in m.nodes):
@@ -205,6 +205,46 @@ def _layernorm(ix: _Index, mean: OnnxNode) -> Match | None:
         nodes.append(nxt)
         last = nxt
     return Match("layernorm", tuple(nodes), (x,), last.outputs[0], {"eps": eps})
+
+
+def _rmsnorm(ix: _Index, var: OnnxNode) -> Match | None:
+    """x / sqrt(mean(x**2) + eps) [* gamma] over the last axis (Zhang and Sennrich, NeurIPS 2019),
+    as exporters write Llama's and T5's: the inverse root as ``Reciprocal``, ``Div(1, .)`` or ``x / .``."""
+    square = ix.made_by(var.inputs[0], "Pow") or ix.made_by(var.inputs[0], "Mul")
+    if square is None or ix.only_consumer(square.outputs[0]) is not var or not _last_axis(var, ix):
+        return None
+    x = square.inputs[0]
+    if square.op == "Pow" and not _close(ix.const(square.inputs[1] if len(square.inputs) > 1 else ""), 2.0):
+        return None
+    if square.op == "Mul" and square.inputs != (x, x):
+        return None
+    add = ix.only_consumer(var.outputs[0])
+    if add is None or add.op != "Add":
+        return None
+    eps = ix.const(ix.other(add, var.outputs[0]) or "")
+    root = ix.only_consumer(add.outputs[0])
+    if eps is None or root is None or root.op != "Sqrt":
+        return None
+    inv = ix.only_consumer(root.outputs[0])
+    if inv is None:
+        return None
+    nodes: list[OnnxNode] = [square, var, add, root, inv]
+    if inv.op == "Div" and inv.inputs == (x, root.outputs[0]):
+        last = inv
+    else:
+        one = inv.op == "Reciprocal" or (inv.op == "Div" and inv.inputs[1] == root.outputs[0]
+                                         and _close(ix.const(inv.inputs[0]), 1.0))
+        mul = ix.only_consumer(inv.outputs[0]) if one else None
+        if mul is None or mul.op != "Mul" or ix.other(mul, inv.outputs[0]) != x:
+            return None
+        nodes.append(mul)
+        last = mul
+    nxt = ix.only_consumer(last.outputs[0])  # the gain, when it is constant
+    partner = ix.other(nxt, last.outputs[0]) if nxt is not None and nxt.op == "Mul" else None
+    if nxt is not None and partner is not None and ix.g.tensors[partner].const:
+        nodes.append(nxt)
+        last = nxt
+    return Match("rmsnorm", tuple(nodes), (x,), last.outputs[0], {"eps": eps})
 
 
 def _heads(ix: _Index, tensor: str, perm: tuple[int, ...]) -> tuple[str, int, int, int, list[OnnxNode]] | None:
