@@ -385,3 +385,42 @@ def test_rms_norm_forms_become_one_op(tmp_path):
     assert [t.op for t in graph_from_text(imported.text, "rms.tg").tasks] == ["rmsnorm"]
     corpus = Path(__file__).resolve().parent / "data" / "onnx_corpus" / "t5_legacy.onnx"
     assert import_onnx(str(corpus), {"batch": 2, "seq": 16}).fused.get("rmsnorm") == 5
+
+
+def test_an_if_that_the_inputs_decide_names_input_value(tmp_path, capsys):
+    """An If whose branches give outputs of different shapes cannot be sized until its
+    condition is known: the error says to fix the deciding input with --input-value."""
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 4])])
+    other = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])])
+    rate = helper.make_node("Constant", [], ["rate"], value=numpy_helper.from_array(np.array(16000, np.int64), "rate"))
+    nodes = [rate, helper.make_node("Equal", ["sr", "rate"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "mode", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                              helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones((4, 3), np.float32), "w")])
+    path = tmp_path / "mode2.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert main(["check", str(path)]) == 2
+    assert "--input-value NAME=VALUE" in capsys.readouterr().err
+    assert main(["check", str(path), "--input-value", "sr=8000"]) == 0
+
+
+def test_a_model_shipped_on_pypi_imports_with_every_op_known():
+    """silero-vad 6.2.3's 16 kHz model (weights moved out; tests/data/onnx_corpus/pypi): its
+    Ifs branch on shapes and fold, its 1-D convolutions become conv2d, and it maps split."""
+    path = Path(__file__).resolve().parent / "data" / "onnx_corpus" / "pypi" / "silero_vad_16k_op15.onnx"
+    imported = import_onnx(str(path), {"batch": 1, "sequence": 512})
+    assert imported.unsupported == {}
+    g = graph_from_text(imported.text, "silero.tg")
+    assert any(t.op == "conv2d" for t in g.tasks)
+    from mapper.pipeline import compile_graph
+    from mapper.sources import ModelFile
+
+    with pytest.warns(Warning, match="its weights were not needed"):
+        compiled = compile_graph(ModelFile(str(path), (("batch", 1), ("sequence", 512))), "dgx-a100",
+                                 mapper="heft", parallel="auto")
+    assert validate(compiled.result.schedule) == []

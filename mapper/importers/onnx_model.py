@@ -176,11 +176,20 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     infos = {vi.name: vi for vi in (*graph.input, *graph.value_info, *graph.output)}
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
 
+    branching = {o for n in graph.node if n.op_type == "If" for o in n.output}
+
     def shape_of(name: str, what: str) -> tuple[str, tuple[int, ...]]:
         if name not in shapes:
             if name not in infos:
                 raise InputError(f"ONNX shape inference gave no shape for '{name}' ({what})", obj=file)
-            shapes[name] = _value_info(infos[name], file)
+            try:
+                shapes[name] = _value_info(infos[name], file)
+            except InputError as err:
+                if name not in branching:
+                    raise
+                raise InputError(f"the shape of '{name}' is unknown: it comes out of an If whose condition "
+                                 "the inputs decide; fix the input that selects the branch with --input-value "
+                                 f"NAME=VALUE ({err.message})", obj=file) from None
         return shapes[name]
 
     graph_inputs: list[str] = []
