@@ -256,6 +256,25 @@ def test_with_retries_a_lost_worker_that_comes_back_finishes_the_run(cluster):
         np.testing.assert_array_equal(x, y)
 
 
+def _session_processes(sid: int) -> int:
+    """Processes of session ``sid`` (the run and the workers its embedded cluster started)."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        count += len(fields) > 3 and fields[3] == str(sid)
+    return count
+
+
+def _wait_for_workers(sid: int, workers: int, limit: float) -> None:
+    """Wait until the session has ``workers`` processes besides the run (bounded by ``limit`` s)."""
+    deadline = time.monotonic() + limit
+    while _session_processes(sid) < 1 + workers and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
 def test_ctrl_c_ends_a_dask_run_and_leaves_no_process_behind(tmp_path):
     src = tmp_path / "j.tg"
     src.write_text(JACOBI.replace("param N = 128, K = 3, R = 3", "param N = 1024, K = 200, R = 3"))
@@ -263,7 +282,10 @@ def test_ctrl_c_ends_a_dask_run_and_leaves_no_process_behind(tmp_path):
                              "--engine", "dask", "--repeats", "200"], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        time.sleep(8.0)  # the cluster is up and the run under way
+        # the cluster's three workers (one per device) are up, however long a loaded machine takes,
+        # and the run under way
+        _wait_for_workers(proc.pid, 3, 90.0)
+        time.sleep(6.0)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)
     finally:
