@@ -509,3 +509,24 @@ def test_a_fleet_may_leave_a_slow_kind_idle():
     if planned.kinds_used:
         assert any("nodes only" in n for n in planned.notes())
         assert _json.loads(_json.dumps(planned.to_json()))["kinds_used"] == list(planned.kinds_used)
+
+
+def test_the_plan_space_bound_is_a_bound_and_certifies_the_choice(tmp_path):
+    """model.lower_bound never exceeds a layout's simulated step (checked on every layout scored,
+    interleaved and GPipe ones included); the layout kept is proven when no other layout's bound
+    is lower, and the JSON says so."""
+    from mapper.cluster.model import lower_bound, refine
+
+    graph = load_graph(ModelFile(GPT, params=(("LAYERS", 8), ("BATCH", 64))))
+    plat = with_nodes(load_platform("selene"), 2)
+    choice = plan_cluster(graph, plat, {}, "adam", lambda g: fuse_for(g, plat))
+    assert choice.ranked and choice.bound is not None
+    for est in choice.ranked:
+        assert lower_bound(est) <= refine(est).step * (1 + 1e-9)
+    assert choice.bound <= choice.best.step * (1 + 1e-9)
+    doc = choice.to_json()
+    assert doc["proven"] == choice.proven and doc["bound"] == choice.bound
+    fleet = with_nodes(load_platform("fleet-a100-v100"), {"a100": 1, "v100": 1})
+    mixed = plan_cluster(graph, fleet, {}, "adam", lambda g: fuse_for(g, fleet))
+    assert mixed.bound is not None and mixed.bound <= mixed.best.step * (1 + 1e-9)
+    assert any("proven the fastest" in n or "not proven" in n for n in mixed.notes())

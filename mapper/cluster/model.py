@@ -305,3 +305,21 @@ def refine(est: Estimate) -> Estimate:
     pipe = simulate(orders(est.schedule, est.layout.pipeline, est.layout.interleave, est.micro_batches),
                     lambda op: times[op[1]][0 if op[0] == "F" else 1])
     return replace(est, pipeline=pipe, step=pipe + est.sync)
+
+
+def lower_bound(est: Estimate) -> float:
+    """A bound no schedule of ``est``'s chunks beats, under the model: some rank ``r`` works
+    ``m`` times its time per micro-batch; before its first op the first micro-batch's forward
+    passes every chunk before ``r``'s first (chunk ``r``), and after its last op (a backward)
+    that backward passes them again: ``max_r (sum_{c<r} (F_c + B_c) + m T_r)``, plus the
+    synchronisation after the pipeline. No schedule's simulated step is below it (the
+    interleaved closed form can be: it ranks, it does not bound), so the best simulated layout
+    is proven best when no other layout's bound is lower (:mod:`mapper.cluster.search`)."""
+    times = est.chunk_times
+    prefix = 0.0
+    best = 0.0
+    for r, rank in enumerate(est.rank_times):
+        best = max(best, prefix + est.micro_batches * rank)
+        if r < len(times):
+            prefix += times[r][0] + times[r][1]
+    return best + est.sync

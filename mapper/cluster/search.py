@@ -22,7 +22,7 @@ from typing import Any
 
 from mapper.cluster.comm import network
 from mapper.cluster.layout import RECOMPUTE, Layout
-from mapper.cluster.model import GIB, Estimate, PlanModel, refine
+from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile
 from mapper.devices import Platform
 from mapper.errors import OptionsError
@@ -58,6 +58,12 @@ class ClusterChoice:
     shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
     previous: tuple[str, float, int, str] | None = None  # --without: (layout, step, GPUs, kind) before
     kinds_used: tuple[str, ...] = ()  # a mixed layout over some of a fleet's kinds: which (the rest idle)
+    bound: float | None = None  # no layout of the plan space is faster under the model (model.lower_bound)
+
+    @property
+    def proven(self) -> bool:
+        """The layout kept is the fastest of the plan space under the model."""
+        return self.bound is not None and self.best.fits and self.best.step <= self.bound * (1 + 1e-9)
     @property
     def tokens_per_s(self) -> float:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
@@ -92,7 +98,7 @@ class ClusterChoice:
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
                 "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu(),
                 "mfu": self.tflops_per_gpu() / self.peak_tflops if self.peak_tflops else None,
-                "plans_scored": self.scored,
+                "plans_scored": self.scored, "proven": self.proven, "bound": self.bound,
                 **({"previous": {"label": self.previous[0], "step_time": self.previous[1], "gpus": self.previous[2],
                                  "kind": self.previous[3] or None}} if self.previous else {}),
                 "candidates": [{**e.to_json(), "model_tflops_per_gpu": self.tflops_per_gpu(e)}
@@ -125,6 +131,12 @@ class ClusterChoice:
             out.append(f"parallel fleet: the layout runs on the {self.kind} nodes alone"
                        + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
                                  for k, step, fits in self.others))
+        if self.proven:
+            out.append("parallel: proven the fastest layout of the plan space under the model (every other "
+                       "layout's simulated step or lower bound is no lower)")
+        elif self.bound is not None and b.fits and b.step > 0:
+            out.append(f"parallel: not proven the fastest: some layout's lower bound {self.bound * 1e3:.4g} ms is "
+                       f"{(b.step - self.bound) / b.step:.1%} below the step kept")
         others = [e for e in self.ranked[1:4]]
         if others:
             out.append("parallel: runners-up " + "; ".join(
@@ -211,8 +223,10 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
             """A kind alone, ``mixed`` over every kind, or ``a100+v100`` over some of them."""
             return "+".join(c.kinds_used) if c.kind == MIXED and 1 < len(c.kinds_used) < every else c.kind
 
+        bounds = [c.bound for c in choices if c.bound is not None]
         return replace(best, others=tuple((label(c), c.best.step, c.best.fits) for c in choices if c is not best),
-                       kinds_used=best.kinds_used if len(best.kinds_used) < every else ())
+                       kinds_used=best.kinds_used if len(best.kinds_used) < every else (),
+                       bound=min(bounds) if bounds else None)
     return _plan_one(graph, platform, given, optimizer, prepare, progress)
 
 
@@ -225,6 +239,14 @@ def _named(label: str) -> str:
     if label == MIXED:
         return "every kind together"
     return f"{label} together" if "+" in label else f"{label} alone"
+
+
+def _space_bound(simulated: list[Estimate], fitting: list[Estimate]) -> float | None:
+    """The least step any fitting layout can have under the model: the simulated ones' steps and
+    the others' :func:`~mapper.cluster.model.lower_bound` (``fitting`` sorted by closed-form step,
+    its first :data:`REFINED` the simulated ones)."""
+    steps = [e.step for e in simulated if e.fits] + [lower_bound(e) for e in fitting[REFINED:]]
+    return min(steps) if steps and fitting else None
 
 
 def _subsets(n: int) -> list[tuple[int, ...]]:
@@ -280,7 +302,8 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
     if best.shares:
         used = best.layout.tensor * best.layout.data
     return ClusterChoice(best, tuple(top), used, first.samples, flops, peak, len(found), attention, first.seq,
-                         kind=MIXED, stage_layers=_stage_layers(graph, first.model.profile, best), shares=best.shares)
+                         kind=MIXED, stage_layers=_stage_layers(graph, first.model.profile, best), shares=best.shares,
+                         bound=_space_bound(top, fitting))
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +384,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     attention = sum(t.flops for t in graph.tasks if t.op == "attention")
     layers = _stage_layers(graph, profile, ranked[0])
     return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), attention, seq,
-                         stage_layers=layers)
+                         stage_layers=layers, bound=_space_bound(top, fitting))
 
 
 def _stage_layers(graph: TaskGraph, profile: Profile, est: Estimate) -> tuple[int, ...]:
