@@ -152,6 +152,9 @@ def compile_graph(
     if dump_after == "split" and parallel == "none" and serving is None:
         raise OptionsError("the split stage runs only with --parallel", obj="--dump-after")
     if serving is not None:
+        from mapper.serving.driver import check_source
+
+        check_source(source)
         if train is not None:
             raise OptionsError("--inference prices generation; --train prices a training step: give one",
                                obj="--inference")
@@ -199,37 +202,32 @@ def compile_graph(
     choice: Any = None
     served: Any = None
     cluster_planner = parallel != "none" and (is_layout(parallel) or plat.cluster is not None)
+
+    def prepare(g: TaskGraph) -> TaskGraph:
+        """The fusion the split stages apply to the graphs they build."""
+        return fuse_for(g, plat) if fuse == "auto" else g
+
     if serving is not None:
         from mapper.serving.driver import plan_request
 
-        def prepare_serving(g: TaskGraph) -> TaskGraph:
-            return fuse_for(g, plat) if fuse == "auto" else g
-
-        requested = stage("split", lambda: plan_request(source, plat, parallel, serving, prepare_serving))
+        assert not isinstance(source, TaskGraph)  # check_source refused it
+        requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, prepare))
         served, graph, plat = requested.choice, requested.graph, requested.platform
     elif cluster_planner:
         from mapper.cluster.driver import plan_step
 
-        def prepare_cluster(g: TaskGraph) -> TaskGraph:
-            return fuse_for(g, plat) if fuse == "auto" else g
-
-        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare_cluster, options.progress))
+        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare, options.progress))
         choice, graph, plat = planned.choice, planned.graph, planned.platform
-    elif plat.cluster is not None:  # mapped task by task: every node's devices
-        plat = flat_platform(plat)
-    if cluster_planner or served is not None:
-        pass
-    elif parallel != "none":
+    elif parallel != "none":  # one machine (a cluster's layouts went to the cluster planner)
         from mapper.parallel.search import choose_plan
         from mapper.training import training_step
-
-        def prepare(g: TaskGraph) -> TaskGraph:
-            return fuse_for(g, plat) if fuse == "auto" else g
 
         choice = stage("split", lambda: choose_plan(graph, plat, parallel, prepare=prepare, train=train,
                                                     step=lambda g: training_step(g, train or "sgd")))
         graph = choice.graph
     else:
+        if plat.cluster is not None:  # mapped task by task: every node's devices
+            plat = flat_platform(plat)
         if fuse == "auto":
             graph = stage("fuse", lambda: fuse_for(graph, plat))
         if train is not None:

@@ -309,21 +309,25 @@ def test_one_dimensional_convolutions_and_global_pools_are_ops_not_opaque(tmp_pa
     assert any(t.op == "reduce" for t in g.tasks)
 
 
-def _mode_model(tmp_path) -> str:
-    """``y = relu(x)`` when input ``sr`` is 16000, else ``x @ w``: an ``If`` on a mode input, as
-    silero-vad branches on its sample rate."""
+def _mode_model(tmp_path, cols: int = 4) -> str:
+    """``y = relu(x)`` when input ``sr`` is 16000, else ``x @ w`` with ``w [4, cols]``: an ``If`` on
+    a mode input, as silero-vad branches on its sample rate. With ``cols != 4`` the branches give
+    different shapes, and a Relu reads ``y``: its shape is unknown until ``sr`` is."""
     then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 4])])
     other = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["e"])], "else", [],
-                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 4])])
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, cols])])
     rate = helper.make_node("Constant", [], ["rate"], value=numpy_helper.from_array(np.array(16000, np.int64), "rate"))
     nodes = [rate, helper.make_node("Equal", ["sr", "rate"], ["c"]),
              helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    if cols != 4:
+        nodes.append(helper.make_node("Relu", ["y"], ["z"]))
+        out = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
     graph = helper.make_graph(nodes, "mode", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
                                               helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-                              [numpy_helper.from_array(np.ones((4, 4), np.float32), "w")])
-    path = tmp_path / "mode.onnx"
+                              [out], [numpy_helper.from_array(np.ones((4, cols), np.float32), "w")])
+    path = tmp_path / f"mode{cols}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return str(path)
 
@@ -390,23 +394,10 @@ def test_rms_norm_forms_become_one_op(tmp_path):
 def test_an_if_that_the_inputs_decide_names_input_value(tmp_path, capsys):
     """An If whose branches give outputs of different shapes cannot be sized until its
     condition is known: the error says to fix the deciding input with --input-value."""
-    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
-                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 4])])
-    other = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["e"])], "else", [],
-                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])])
-    rate = helper.make_node("Constant", [], ["rate"], value=numpy_helper.from_array(np.array(16000, np.int64), "rate"))
-    nodes = [rate, helper.make_node("Equal", ["sr", "rate"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
-             helper.make_node("Relu", ["y"], ["z"])]
-    graph = helper.make_graph(nodes, "mode", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
-                                              helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(np.ones((4, 3), np.float32), "w")])
-    path = tmp_path / "mode2.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    assert main(["check", str(path)]) == 2
+    path = _mode_model(tmp_path, cols=3)
+    assert main(["check", path]) == 2
     assert "--input-value NAME=VALUE" in capsys.readouterr().err
-    assert main(["check", str(path), "--input-value", "sr=8000"]) == 0
+    assert main(["check", path, "--input-value", "sr=8000"]) == 0
 
 
 def test_a_model_shipped_on_pypi_imports_with_every_op_known():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,8 @@ from mapper.serving.model import ServingModel
 from mapper.serving.request import Request, check_runtime, parse_inference
 from mapper.serving.request_graph import request_graph
 from mapper.serving.search import Bounds, ServingChoice, choose
-from mapper.sources import ModelFile
-from mapper.syntax import ParamDecl
+from mapper.sources import ModelFile, is_model
+from mapper.syntax import ParamDecl, Program
 
 #: The params ``--inference`` sets in the model (docs/inference.md).
 SIZES = ("SEQ", "BATCH", "CACHE")
@@ -53,20 +54,24 @@ class PlannedRequest:
     platform: Platform
 
 
-def _lowerer(source: str | Path | ModelFile, decode: bool) -> Callable[[int, int, int], TaskGraph]:
-    """``(seq, batch, cache) -> graph``: the model lowered with those params."""
-    from mapper.lower import lower, read_program
-    from mapper.parse import parse
-
-    path = os.fspath(source)
-    if path.endswith(".onnx"):
+def check_source(source: Any) -> None:
+    """OptionsError unless ``source`` is a DSL file (``--inference`` lowers it at the request's sizes)."""
+    if isinstance(source, TaskGraph):
+        raise OptionsError("--inference lowers the model at the request's sizes: give a DSL file, "
+                           "not a lowered graph", obj="--inference")
+    if is_model(os.fspath(source)):
         raise OptionsError("--inference needs a DSL model with params SEQ, BATCH and CACHE (examples/gpt.tg, "
                            "examples/llama.tg); an imported model is one fixed graph: compile it as it is",
                            obj="--inference")
+
+
+def _lowerer(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
+             decode: bool) -> Callable[[int, int, int], TaskGraph]:
+    """``(seq, batch, cache) -> graph``: ``program`` (read from ``source``) lowered with those params."""
+    from mapper.lower import lower
+
+    path = os.fspath(source)
     base = dict(source.params) if isinstance(source, ModelFile) else {}
-    text, blame = read_program(source)
-    with blame:
-        program = parse(text, path)
     names = {b.name for item in program.items if isinstance(item, ParamDecl) for b in item.binds}
     need = SIZES if decode else SIZES[:2]
     missing = [n for n in need if n not in names]
@@ -84,12 +89,11 @@ def _lowerer(source: str | Path | ModelFile, decode: bool) -> Callable[[int, int
     return at
 
 
-def plan_request(source: Any, platform: Platform, parallel: str, serving: Serving,
+def plan_request(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
+                 platform: Platform, parallel: str, serving: Serving,
                  prepare: Callable[[TaskGraph], TaskGraph]) -> PlannedRequest:
-    """The serving layout of ``serving``'s request on ``platform`` and its request graph."""
-    if isinstance(source, TaskGraph):
-        raise OptionsError("--inference lowers the model at the request's sizes: give a DSL file, "
-                           "not a lowered graph", obj="--inference")
+    """The serving layout of ``serving``'s request on ``platform`` and its request graph; ``program``
+    is ``source`` parsed (``blame``: the context its errors are raised in)."""
     if parallel == "none":
         given: dict[str, Any] = {"tensor": 1, "pipeline": 1, "data": 1}
     elif is_layout(parallel):
@@ -98,7 +102,7 @@ def plan_request(source: Any, platform: Platform, parallel: str, serving: Servin
         given = dict(MODES[parallel])
         if parallel == "data":
             given = {"tensor": 1, "pipeline": 1}
-    lower = _lowerer(source, serving.request.decode > 0)
+    lower = _lowerer(program, blame, source, serving.request.decode > 0)
     fleet = platform.fleet
     kinds = [(k.kind, k.platform) for k in fleet.kinds] if fleet is not None else [("", platform)]
     best: tuple[ServingChoice, ServingModel, Platform] | None = None

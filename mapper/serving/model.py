@@ -181,7 +181,6 @@ class ServingModel:
         ends = [*starts[1:], len(self.blocks)]
         graph = self.graphs["prefill"]
         best: dict[str, float] = {}
-        per_seq_min = math.inf
         room = math.inf
         for a, b in zip(starts, ends):
             weights = sum(self.block("prefill", i, t, m).param_bytes for i in range(a, b))
@@ -194,10 +193,8 @@ class ServingModel:
             per_seq = (kv + act * m) / self.request.batch  # activations: one micro-batch of b/m sequences
             if per_seq > 0:
                 fit = (self.capacity - weights - RESERVE) / per_seq
-                if fit < room:
-                    room, per_seq_min = fit, per_seq
-        max_batch = int(room) if math.isfinite(room) and room > 0 else 0
-        return best, max(max_batch, 0) if per_seq_min < math.inf else 0
+                room = min(room, fit)
+        return best, int(room) if math.isfinite(room) and room > 0 else 0
 
     def estimate(self, lay: ServingLayout) -> ServingEstimate | None:
         """The request under ``lay`` (None when the blocks cannot be cut into its stages)."""
