@@ -399,21 +399,16 @@ def test_a_heuristic_that_meets_the_lower_bound_is_optimal_without_a_search():
 
 
 def test_lns_stops_when_its_gain_per_second_cannot_pay_for_the_time_left(monkeypatch):
-    # a minute for 40 tasks: once windows stop gaining, the recent gain per second over the
-    # time left stays under MIN_GAIN and the search ends long before its deadline
+    # a search asked for more than it can gain in the time left (1000 % of the objective) is
+    # judged stalled once its probe is over, whatever the machine's speed
     from mapper.mapping import lns
     from mapper.schedule import ScheduleOptions
 
     cost = random_instance(5, 40, shape="layered", n_devices=3)
     start = get_mapper("heft").map(cost).schedule
-    t0 = time.perf_counter()
-    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), t0 + 60)
-    assert time.perf_counter() - t0 < 30  # stalled, or every window of every width tried
-    # a search asked for more than it can gain in the time left stops once its probe is over
     monkeypatch.setattr(lns, "MIN_GAIN", 10.0)
-    t0 = time.perf_counter()
-    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), t0 + 5)
-    assert stats.stalled and time.perf_counter() - t0 < 2.5
+    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), time.perf_counter() + 5)
+    assert stats.stalled
     assert stats.windows >= lns.STALL_MIN_WINDOWS
     assert "recent gain per second would not reach 1000 %" in lns.stall_note(stats)
 
@@ -470,16 +465,15 @@ def test_the_portfolio_hands_cpsat_s_schedule_to_the_milp():
 
 def test_lns_is_judged_only_after_its_probe(monkeypatch):
     # no stall before PROBE_SHARE of the time (and STALL_MIN_WINDOWS windows): with the probe
-    # longer than the deadline, the search runs until its time is up
+    # longer than the deadline, the search is never judged stalled (it ends out of time or windows)
     from mapper.mapping import lns
     from mapper.schedule import ScheduleOptions
 
     monkeypatch.setattr(lns, "PROBE_MIN", 100.0)
     cost = random_instance(5, 40, shape="layered", n_devices=3)
     start = get_mapper("heft").map(cost).schedule
-    t0 = time.perf_counter()
-    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), t0 + 2)
-    assert not stats.stalled and time.perf_counter() - t0 >= 1.5
+    _, stats = lns.improve(cost, start, "makespan", ScheduleOptions(), time.perf_counter() + 2)
+    assert not stats.stalled
 
 
 def test_a_pinned_graph_runs_one_list_schedule_and_no_coarse_pass():
