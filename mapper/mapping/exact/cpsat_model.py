@@ -10,7 +10,11 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
 * an optional interval of length ``time[t][d]`` present iff ``p[t,d]``, and
   ``NoOverlap`` over each device's intervals;
 * per edge ``u -> v``: ``s[v] >= e[u]``, and ``s[v] >= e[u] + comm(e,a,b)``
-  enforced by ``p[u,a] and p[v,b]``; a pair without a route is forbidden;
+  enforced by ``p[u,a] and p[v,b]``, or one ``same`` literal where the
+  transfer costs the same between any two devices; a pair without a route
+  is forbidden; with the makespan objective, each device's idle time before
+  its first task and after its last
+  (:mod:`~mapper.mapping.exact.cpsat_transfers`);
 * ``memory``/``area``: ``sum_t footprint[t] p[t,d] <= capacity[d]``;
 * a class of interchangeable devices between which no edge costs a transfer
   (:func:`~mapper.mapping.orders.pooled_classes`: identical processors
@@ -58,6 +62,7 @@ else:
     cp_model = _Deferred()
 
 from mapper.cost import INF, CostTable
+from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes
 
 #: Model time units per upper bound (rounding loses at most 2n units on a path).
@@ -227,26 +232,9 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         # bounds that the per-device no-overlaps, one at a time, cannot
         m.add_cumulative(spans, [1] * n, nd)
     break_symmetry(m, p, apart, n)
-    pair: dict[tuple[int, int, int], cp_model.IntVar] = {}
-    for e in cost.graph.edges:
-        u, v = e.src, e.dst
-        if timed:
-            m.add(start[v] >= end[u])
-        for a in range(nd):
-            if (u, a) not in p:
-                continue
-            for b in range(nd):
-                if (v, b) not in p or a == b:
-                    continue
-                c = cost.comm(e.index, a, b)
-                if c == INF:
-                    m.add_bool_or([~p[u, a], ~p[v, b]])
-                elif ticks(c) > 0:
-                    if timed:
-                        m.add(start[v] >= end[u] + ticks(c)).only_enforce_if([p[u, a], p[v, b]])
-                    if objective == "throughput":
-                        z = pair[e.index, a, b] = m.new_bool_var(f"z{e.index}_{a}_{b}")
-                        m.add_bool_or([~p[u, a], ~p[v, b], z])
+    # throughput: a literal per edge and device pair that pays a transfer, for the loads below
+    same, pair = add_transfers(m, p, start if timed else None, end, cost, ticks, nd,
+                               pairs=objective == "throughput")
     for enabled, weight, capacity, fpga_only in (
             (memory, lambda t, d: cost.footprint[t], cost.memory_capacity, False),
             (area, lambda t, d: cost.area[t][d], cost.area_capacity, True)):
@@ -262,6 +250,9 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
     cmax = m.new_int_var(0, horizon, "cmax")
     if timed:
         m.add_max_equality(cmax, [end[t] for t in range(n) if not cost.graph.succs[t]])
+    if objective == "makespan" and nd > 1:
+        add_idle_times(m, p, start, end, cmax, lengths, same, cost, ticks,
+                       [d for d in range(nd) if d not in pool_size and any((t, d) in p for t in range(n))], horizon)
     if makespan_bound is not None:
         slack = 0 if k == 1.0 and horizon < SCALE else 2 * n + 1  # rounding slack; the re-timed schedule is checked
         m.add(cmax <= ticks(makespan_bound) + slack)
