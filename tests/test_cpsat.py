@@ -57,6 +57,63 @@ def test_identical_processors_with_whole_times_are_solved_exactly(seed):
     assert float(cp.objective_value).is_integer()
 
 
+def shaped(seed: int, shape: str, n: int, procs: int):
+    """A fork, join or fork-join of ``n`` tasks (P|prec,c_ij|Cmax, as in Sinnen's benchmark set):
+    whole task and transfer times on ``procs`` identical, fully connected processors."""
+    rng = random.Random(seed)
+    middle = range(1, n - 1) if shape == "forkjoin" else range(1, n)
+    edges = []
+    for t in middle:
+        if shape in ("fork", "forkjoin"):
+            edges.append((0, t, 0.0, float(rng.randint(1, 8))))
+        if shape in ("join", "forkjoin"):
+            edges.append((t, n - 1, 0.0, float(rng.randint(1, 8))) if shape == "forkjoin"
+                         else (t, 0, 0.0, float(rng.randint(1, 8))))
+    graph = make_graph(n, edges, name=f"{shape}{seed}")
+    times = [[float(rng.randint(2, 12))] * procs for _ in range(n)]
+    links = [(a, b, 1.0, 0.0) for a in range(procs) for b in range(a + 1, procs)]
+    return make_cost(graph, make_platform(["cpu"] * procs, links), times)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_transfers_and_idle_times_keep_the_brute_force_optimum(seed):
+    # one same-device literal per edge (its transfer is uniform) and each processor's idle time
+    # before its first task and after its last (cpsat_transfers) cut no schedule off: the
+    # proven optimum is brute force's, and the bound never passes it
+    from test_milp import _brute
+
+    shape = ("fork", "join", "forkjoin")[seed % 3]
+    cost = shaped(seed, shape, 6 if shape == "forkjoin" else 5, 2 + seed % 2)
+    built = cpsat_model._build(cost, "makespan", 1e3, memory=False, area=False, makespan_bound=None, hint=None,
+                               micro_batches=1)
+    assert built is not None and {"same" in v.name for v in _bool_vars(built.model)} == {True, False}
+    solved = solve_cpsat(cost, "makespan", 1e3, memory=False, area=False, makespan_bound=None, hint=None,
+                         time_limit=30, seed=seed)
+    best = _brute(cost, "makespan")
+    assert solved.status == "optimal" and solved.objective == pytest.approx(best)
+    result = get_mapper("cpsat").map(cost, MapOptions(time_limit=30, seed=seed))
+    assert result.status == "optimal" and result.objective_value == pytest.approx(best)
+    assert result.lower_bound is not None and result.lower_bound <= best + 1e-9
+    assert not validate(result.schedule)
+
+
+def test_heterogeneous_transfers_keep_a_literal_per_device_pair():
+    # an edge whose transfer differs between device pairs keeps its conditional rows: no same literal
+    cost = random_instance(3, 6, n_devices=3, ccr=2.0, explicit_comm=False)
+    mixed = [e.index for e in cost.graph.edges
+             if len({cost.comm(e.index, a, b) for a in range(3) for b in range(3) if a != b}) > 1]
+    built = cpsat_model._build(cost, "makespan", 1e3, memory=False, area=False, makespan_bound=None, hint=None,
+                               micro_batches=1)
+    names = {v.name for v in _bool_vars(built.model)} if built is not None else set()
+    assert mixed and not any(f"same{e}" in names for e in mixed)
+
+
+def _bool_vars(model):
+    """The model's variables with their names (OR-Tools' proto)."""
+    proto = model.proto
+    return [model.get_int_var_from_proto_index(i) for i in range(len(proto.variables))]
+
+
 def test_fractional_times_keep_the_scaled_model():
     cost = random_instance(4, 7, n_devices=3)
     assert not whole_times(cost)
