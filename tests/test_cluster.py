@@ -530,3 +530,58 @@ def test_the_plan_space_bound_is_a_bound_and_certifies_the_choice(tmp_path):
     mixed = plan_cluster(graph, fleet, {}, "adam", lambda g: fuse_for(g, fleet))
     assert mixed.bound is not None and mixed.bound <= mixed.best.step * (1 + 1e-9)
     assert any("proven the fastest" in n or "not proven" in n for n in mixed.notes())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_exact_split_against_every_split(seed):
+    """mapper.cluster.split.exact_split minimises (m - 1) max T + sum T over every contiguous split
+    (stages that do not fit cost inf), and its bound is below max(m max T, sum T) of every split."""
+    import itertools
+    import random
+
+    import numpy as np
+
+    from mapper.cluster.split import exact_split
+
+    rng = random.Random(seed)
+    n, p, m = rng.randint(2, 9), rng.randint(1, 4), rng.choice((1, 2, 3, 8, 64))
+    if p > n:
+        p = n
+    kinds = [[rng.uniform(0.5, 3.0) for _ in range(n)] for _ in range(2)]
+    order = [rng.randrange(2) for _ in range(p)]
+    cost = []
+    for s in range(p):
+        c = np.full((n + 1, n + 1), np.inf)
+        for a in range(n):
+            for e in range(a + 1, n + 1):
+                if rng.random() > 0.15:  # some stages do not fit
+                    c[a, e] = sum(kinds[order[s]][a:e]) + (rng.uniform(0, 0.5) if s + 1 < p else 0.0)
+        cost.append(c)
+    splits = [(0, *cuts) for cuts in itertools.combinations(range(1, n), p - 1)]
+    stages = [[float(cost[s][a, e]) for s, (a, e) in enumerate(zip(st, (*st[1:], n)))] for st in splits]
+    fitting = [t for t in stages if all(x < np.inf for x in t)]
+    got = exact_split(cost, m)
+    if not fitting:
+        assert got is None
+        return
+    assert got is not None
+    starts, bound = got
+    mine = [float(cost[s][a, e]) for s, (a, e) in enumerate(zip(starts, (*starts[1:], n)))]
+    best = min((m - 1) * max(t) + sum(t) for t in fitting)
+    assert (m - 1) * max(mine) + sum(mine) == pytest.approx(best, rel=1e-12)
+    assert bound <= min(max(m * max(t), sum(t)) for t in fitting) * (1 + 1e-12)
+
+
+def test_the_planner_equals_enumeration_of_its_space_on_a_small_fleet():
+    """Every contiguous layer split and every division of the batch among the kinds, enumerated
+    (mapper.cluster.search.mixed_space with exhaustive=True), finds no layout faster than the
+    planner's own space: the exact split and the greedy shares (the gradient sync, priced for
+    the chosen split, may differ by a hair)."""
+    from mapper.cluster.search import mixed_space
+
+    graph = load_graph(ModelFile(GPT, params=(("LAYERS", 2), ("BATCH", 32))))
+    fleet = with_nodes(load_platform("fleet-a100-v100"), {"a100": 1, "v100": 1})
+    planned = min(e.step for e in mixed_space(graph, fleet, "adam", lambda g: fuse_for(g, fleet)) if e.fits)
+    every = min(e.step for e in mixed_space(graph, fleet, "adam", lambda g: fuse_for(g, fleet), exhaustive=True)
+                if e.fits)
+    assert planned == pytest.approx(every, rel=1e-3) and planned >= every * (1 - 1e-9)

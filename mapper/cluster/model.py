@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Any
@@ -77,6 +78,7 @@ class Estimate:
     fullest: int = 0  # the pipeline rank whose GPUs hold the most
     kinds: tuple[str, ...] = ()  # on a fleet, a mixed layout: each pipeline rank's node kind
     shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
+    split_floor: float | None = None  # a mixed pipeline: a bound on the step of every split of its layers
 
     @property
     def peak(self) -> float:
@@ -100,15 +102,20 @@ def partition(weights: list[float], parts: int) -> tuple[int, ...] | None:
     return stage_partition([weights], [0] * parts)
 
 
-def stage_partition(weights: list[list[float]], order: list[int]) -> tuple[int, ...] | None:
+def stage_partition(weights: list[list[float]], order: list[int],
+                    extra: Sequence[Sequence[float]] | None = None) -> tuple[int, ...] | None:
     """Start block of each of ``len(order)`` contiguous non-empty stages, stage ``s`` weighing its
-    blocks by ``weights[order[s]]`` (a stage priced on its own kind of GPU), whose largest stage is
-    least: bisection on the bottleneck with a greedy check, which is exact for stages in a fixed
-    order (Bokhari, IEEE TC 1988). None when there are more stages than blocks."""
+    blocks by ``weights[order[s]]`` (a stage priced on its own kind of GPU) plus ``extra[s][end]``
+    (its send to the next stage, which depends on where it ends; at least 0), whose largest stage
+    is least: bisection on the bottleneck with a greedy check, which is exact for stages in a
+    fixed order (Bokhari, IEEE TC 1988; a stage that starts later never costs the stages after it
+    more, so the farthest end within the bottleneck is the greedy's choice). None when there are
+    more stages than blocks."""
     n, parts = len(weights[0]), len(order)
     if parts > n:
         return None
     prefix = [[0.0, *accumulate(w)] for w in weights]
+    sends = extra
 
     def greedy(limit: float) -> tuple[int, ...] | None:
         starts, i = [], 0
@@ -117,6 +124,10 @@ def stage_partition(weights: list[list[float]], order: list[int]) -> tuple[int, 
             left = parts - k - 1  # stages still to come need a block each
             pre = prefix[kind]
             j = min(bisect.bisect_right(pre, pre[i] + limit, lo=i + 1) - 1, n - left)
+            if sends is not None:
+                ex = sends[k]
+                while j > i and pre[j] - pre[i] + ex[j] > limit:
+                    j -= 1
             if j <= i:
                 return None
             i = j
@@ -124,6 +135,8 @@ def stage_partition(weights: list[list[float]], order: list[int]) -> tuple[int, 
 
     lo = max(min(w[b] for w in weights) for b in range(n))  # some stage holds each block
     hi = max(p[-1] for p in prefix)
+    if sends is not None:
+        hi += max(max(row) for row in sends)
     best = greedy(hi * (1 + 1e-9))
     for _ in range(50):
         mid = 0.5 * (lo + hi)
@@ -147,6 +160,7 @@ class PlanModel:
         self.optimizer = optimizer
         self.capacity = capacity
         self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float]]] = {}
+        self._times: dict[tuple, tuple[list[float], list[float]]] = {}
 
     def block_costs(self, t: int, b: int) -> list[BlockCost]:
         chunks = self.samples // b
@@ -159,8 +173,11 @@ class PlanModel:
 
     def _block_times(self, lay: Layout) -> tuple[list[float], list[float]]:
         """Forward and backward seconds per micro-batch of each block, collectives and
-        recomputation included."""
+        recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence)
+        if key in self._times:
+            return self._times[key]
         fw, bw = [], []
         for c in self.block_costs(t, lay.micro_batch):
             f = c.forward
@@ -172,6 +189,7 @@ class PlanModel:
             redo = {"none": 0.0, "selective": c.attention, "full": f + cf}[lay.recompute]
             fw.append(f + cf)
             bw.append(b + cb + redo)
+        self._times[key] = (fw, bw)
         return fw, bw
 
     def estimate(self, lay: Layout, schedule: str = "1f1b") -> Estimate | None:
@@ -314,7 +332,8 @@ def lower_bound(est: Estimate) -> float:
     that backward passes them again: ``max_r (sum_{c<r} (F_c + B_c) + m T_r)``, plus the
     synchronisation after the pipeline. No schedule's simulated step is below it (the
     interleaved closed form can be: it ranks, it does not bound), so the best simulated layout
-    is proven best when no other layout's bound is lower (:mod:`mapper.cluster.search`)."""
+    is proven best when no other layout's bound is lower (:mod:`mapper.cluster.search`). A mixed
+    pipeline's bound covers every split of its layers (:mod:`mapper.cluster.split`)."""
     times = est.chunk_times
     prefix = 0.0
     best = 0.0
@@ -322,4 +341,6 @@ def lower_bound(est: Estimate) -> float:
         best = max(best, prefix + est.micro_batches * rank)
         if r < len(times):
             prefix += times[r][0] + times[r][1]
+    if est.split_floor is not None:
+        return min(best + est.sync, est.split_floor)
     return best + est.sync

@@ -15,6 +15,7 @@ is reported as not fitting.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -213,7 +214,9 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
             for subset in _subsets(len(setups)):
                 sub = replace(platform, fleet=replace(platform.fleet,
                                                       kinds=tuple(platform.fleet.kinds[i] for i in subset)))
-                mixed = _plan_mixed(graph, sub, given, optimizer, [setups[i] for i in subset])
+                done = [c.best.step for c in choices if c.best.fits]
+                mixed = _plan_mixed(graph, sub, given, optimizer, [setups[i] for i in subset],
+                                    incumbent=min(done, default=math.inf))
                 if mixed is not None:
                     choices.append(replace(mixed, kinds_used=tuple(platform.fleet.kinds[i].kind for i in subset)))
         best = min(choices, key=lambda c: (not c.best.fits, c.best.step if c.best.fits else c.best.peak))
@@ -266,25 +269,13 @@ def plan_even_split(graph: TaskGraph, platform: Platform, optimizer: str,
 
 
 def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
-                setups: list[_Setup], even: bool = False) -> ClusterChoice | None:
+                setups: list[_Setup], even: bool = False, incumbent: float = math.inf) -> ClusterChoice | None:
     """The best layout that uses every GPU of every kind (:mod:`mapper.cluster.mixed`), from
     each kind's ``setups``, or None when none matches ``given``; ``even``: layers and shares split
-    evenly."""
-    from mapper.cluster.mixed import KindModel, mixed_estimates
-
-    fleet = platform.fleet
-    assert fleet is not None
-    kinds = [KindModel(k.kind, st.gpus, st.model) for k, st in zip(fleet.kinds, setups)]
-    per_node = min(st.per_node for st in setups)
-    try:
-        found = mixed_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, fleet.latency_us * 1e-6,
-                                per_node, even)
-    except SplitError:
-        return None
-    from mapper.cluster.mixed import shared_estimates
-
-    found += shared_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, per_node, even)
-    found = [e for e in found if all(getattr(e.layout, k) == v for k, v in given.items())]
+    evenly; ``incumbent``: the best step of the plans made so far (mixed layouts that cannot beat
+    it keep their bottleneck split)."""
+    found = [e for e in _mixed_found(platform, optimizer, setups, even, incumbent=incumbent, given=given)
+             if all(getattr(e.layout, k) == v for k, v in given.items())]
     if not found:
         return None
     fitting = sorted((e for e in found if e.fits), key=lambda e: e.step)
@@ -304,6 +295,41 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
     return ClusterChoice(best, tuple(top), used, first.samples, flops, peak, len(found), attention, first.seq,
                          kind=MIXED, stage_layers=_stage_layers(graph, first.model.profile, best), shares=best.shares,
                          bound=_space_bound(top, fitting))
+
+
+def mixed_space(graph: TaskGraph, platform: Platform, optimizer: str, prepare: Callable[[TaskGraph], TaskGraph],
+                exhaustive: bool = False) -> list[Estimate]:
+    """Every layout over all of a fleet's kinds in closed form (not simulated), as the planner
+    scores them before it simulates the best; with ``exhaustive``, each once per contiguous
+    layer split and per division of the batch among the kinds, so that enumeration of the same
+    space checks the planner's exact split and greedy shares on small instances
+    (benchmarks/hetero.py)."""
+    assert platform.fleet is not None
+    setups = [_setup(graph, k.platform, optimizer, prepare) for k in platform.fleet.kinds]
+    return _mixed_found(platform, optimizer, setups, False, exhaustive)
+
+
+def _mixed_found(platform: Platform, optimizer: str, setups: list[_Setup], even: bool,
+                 exhaustive: bool = False, incumbent: float = math.inf,
+                 given: dict[str, Any] | None = None) -> list[Estimate]:
+    """The closed-form estimates of :func:`mixed_space` from each kind's ``setups`` (the pipelines
+    among them only those matching ``given``)."""
+    from mapper.cluster.mixed import KindModel, Splits, mixed_estimates, shared_estimates
+
+    def keep(lay: Layout) -> bool:
+        return all(getattr(lay, k) == v for k, v in (given or {}).items())
+
+    fleet = platform.fleet
+    assert fleet is not None
+    kinds = [KindModel(k.kind, st.gpus, st.model) for k, st in zip(fleet.kinds, setups)]
+    per_node = min(st.per_node for st in setups)
+    try:
+        found = mixed_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, fleet.latency_us * 1e-6,
+                                per_node, Splits(even, exhaustive, incumbent, keep))
+    except SplitError:
+        return []
+    return found + shared_estimates(kinds, setups[0].samples, optimizer, fleet.bandwidth_gbs, per_node, even,
+                                    every_share=exhaustive)
 
 
 @dataclass(frozen=True, slots=True)
