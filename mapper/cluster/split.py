@@ -12,11 +12,11 @@ GPUs' memory, by dynamic programming over (stage, end block) at a bottleneck
 limit that falls from one optimal split's bottleneck to the next
 (parametric search: the least sum at a limit never falls as the limit falls,
 so the search stops once ``(m - 1) B* + S`` reaches the best found, ``B*``
-the least bottleneck of a fitting split). Every split's step is at least
-``m B*`` (some rank runs ``m`` micro-batches of ``B*`` or more) and at least
-the least ``sum T`` (the last rank's first micro-batch passes every stage
-before it, then it runs ``m``): the bound :func:`exact_split` returns
-(:func:`mapper.cluster.model.lower_bound`).
+the least bottleneck of a fitting split). The bound it returns covers every
+split: the least over splits of :func:`mapper.cluster.model.lower_bound`'s
+``max_r (sum_{c<r} T_c + m T_r)`` (rank ``r`` waits for the first
+micro-batch to pass the stages before it, then runs ``m``), by bisection on a
+limit with a dynamic program that keeps the least prefix.
 
 Stage costs come in as one matrix per stage, ``cost[s][a, e]`` the seconds of
 blocks ``a .. e-1`` as stage ``s`` (``inf`` where they do not fit); the
@@ -79,9 +79,8 @@ def exact_split(cost: list[np.ndarray], micro_batches: int, cap: float = INF) ->
     at_floor = _min_sum(cost, np.nextafter(floor_, INF))
     assert least is not None and at_floor is not None
     best, best_starts = min((value(least)[0], least[1]), (value(at_floor)[0], at_floor[1]))
-    bound = max(micro_batches * floor_, least[0])
     if weight == 0:
-        return best_starts, bound
+        return best_starts, _least_bound(cost, micro_batches, least[0], best_starts)
     # a better split has max T < (best - least sum) / (m - 1); its bottleneck falls from there
     below = (min(best, cap) - least[0]) / weight
     while below > floor_:
@@ -92,4 +91,33 @@ def exact_split(cost: list[np.ndarray], micro_batches: int, cap: float = INF) ->
         if v < best:
             best, best_starts = v, found[1]
         below = min(top, (min(best, cap) - least[0]) / weight)
-    return best_starts, bound
+    return best_starts, _least_bound(cost, micro_batches, micro_batches * floor_, best_starts)
+
+
+def _fits_under(cost: list[np.ndarray], m: int, limit: float) -> bool:
+    """Whether some split has ``sum_{c<r} T_c + m T_r <= limit`` for every stage ``r``: the least
+    prefix at each end block, stage by stage (a smaller prefix never hurts the stages after)."""
+    n = cost[0].shape[0] - 1
+    best = np.full(n + 1, INF)
+    best[0] = 0.0
+    for c in cost:
+        reach = best[:, None] + c
+        best = np.min(np.where(best[:, None] + m * c <= limit, reach, INF), axis=0)
+    return bool(best[n] < INF)
+
+
+def _least_bound(cost: list[np.ndarray], m: int, low: float, starts: tuple[int, ...]) -> float:
+    """A bound on :func:`mapper.cluster.model.lower_bound` over every split (its sync aside):
+    ``max_r (sum_{c<r} T_c + m T_r)`` is at least ``low`` for every split, and at most its value
+    for ``starts``; bisection to a millionth keeps the largest limit no split meets."""
+    n = cost[0].shape[0] - 1
+    times = [float(c[a, e]) for c, a, e in zip(cost, starts, (*starts[1:], n))]
+    high = max(sum(times[:r]) + m * t for r, t in enumerate(times))
+    low = min(low, high) * (1 - 1e-12)
+    while high - low > 1e-6 * high:
+        mid = 0.5 * (low + high)
+        if _fits_under(cost, m, mid):
+            high = mid
+        else:
+            low = mid
+    return low
