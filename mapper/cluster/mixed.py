@@ -3,10 +3,12 @@
 Pipelines (:func:`mixed_estimates`): ``d`` replicas of a pipeline whose stages
 sit on groups of ``t`` GPUs of one kind each, every GPU of every kind in use
 (``p_k = G_k / (d t)`` stages on kind ``k``, kinds in a given order), the
-layers split unevenly by each stage's speed (each stage's memory then checked
-against its own GPU), as Metis (Um et al., USENIX ATC'24) and AMP (Li et al.,
+layers split unevenly by each stage's speed, each stage's memory checked
+against its own GPU, as Metis (Um et al., USENIX ATC'24) and AMP (Li et al.,
 NeurIPS 2022) place stages on heterogeneous groups. For one order of kinds the
-split is exact (:func:`mapper.cluster.model.stage_partition`). Sends between
+split is exact under the model (:mod:`mapper.cluster.split`); a layout whose
+least bottleneck cannot beat the best step so far keeps the bottleneck split
+(:func:`mapper.cluster.model.stage_partition`) and a bound over every split. Sends between
 stages of different kinds cross the fleet's ``[between]`` fabric; each
 stage's gradients are synchronised among its ``d`` replicas, all of one kind.
 
