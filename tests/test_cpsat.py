@@ -80,13 +80,19 @@ def test_transfers_and_idle_times_keep_the_brute_force_optimum(seed):
     # one same-device literal per edge (its transfer is uniform) and each processor's idle time
     # before its first task and after its last (cpsat_transfers) cut no schedule off: the
     # proven optimum is brute force's, and the bound never passes it
-    from test_milp import _brute
-
     shape = ("fork", "join", "forkjoin")[seed % 3]
     cost = shaped(seed, shape, 6 if shape == "forkjoin" else 5, 2 + seed % 2)
     built = cpsat_model._build(cost, "makespan", 1e3, memory=False, area=False, makespan_bound=None, hint=None,
                                micro_batches=1)
     assert built is not None and {"same" in v.name for v in _bool_vars(built.model)} == {True, False}
+    proves_brute_force_optimum(cost, seed)
+
+
+def proves_brute_force_optimum(cost, seed: int) -> None:
+    """CP-SAT alone and the ``cpsat`` mapper both prove brute force's makespan, the
+    mapper's bound is below it and its schedule validates."""
+    from test_milp import _brute
+
     solved = solve_cpsat(cost, "makespan", 1e3, memory=False, area=False, makespan_bound=None, hint=None,
                          time_limit=30, seed=seed)
     best = _brute(cost, "makespan")

@@ -14,7 +14,9 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
   transfer costs the same between any two devices; a pair without a route
   is forbidden; with the makespan objective, each device's idle time before
   its first task and after its last
-  (:mod:`~mapper.mapping.exact.cpsat_transfers`);
+  (:mod:`~mapper.mapping.exact.cpsat_transfers`); on forks, joins and
+  fork-joins, a fixed order of the middle tasks on each device and the bound
+  it gives (:mod:`~mapper.mapping.exact.cpsat_orders`);
 * ``memory``/``area``: ``sum_t footprint[t] p[t,d] <= capacity[d]``;
 * a class of interchangeable devices between which no edge costs a transfer
   (:func:`~mapper.mapping.orders.pooled_classes`: identical processors
@@ -62,6 +64,7 @@ else:
     cp_model = _Deferred()
 
 from mapper.cost import INF, CostTable
+from mapper.mapping.exact.cpsat_orders import add_fixed_orders, precedence_order
 from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes
 
@@ -231,7 +234,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         # Le Pape and Nuijten, "Constraint-Based Scheduling", 2001, ch. 3) proves
         # bounds that the per-device no-overlaps, one at a time, cannot
         m.add_cumulative(spans, [1] * n, nd)
-    break_symmetry(m, p, apart, n)
+    break_symmetry(m, p, apart, precedence_order(cost))
     # throughput: a literal per edge and device pair that pays a transfer, for the loads below
     same, pair = add_transfers(m, p, start if timed else None, end, cost, ticks, nd,
                                pairs=objective == "throughput")
@@ -250,6 +253,8 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
     cmax = m.new_int_var(0, horizon, "cmax")
     if timed:
         m.add_max_equality(cmax, [end[t] for t in range(n) if not cost.graph.succs[t]])
+    if timed and nd > 1:
+        add_fixed_orders(m, p, start, end, cmax, lengths, cost, ticks, [d for d in range(nd) if d not in pool_size])
     if objective == "makespan" and nd > 1:
         add_idle_times(m, p, start, end, cmax, lengths, same, cost, ticks,
                        [d for d in range(nd) if d not in pool_size and any((t, d) in p for t in range(n))], horizon)
@@ -503,15 +508,16 @@ def assign_pools(device: Sequence[int], start: Sequence[int], lengths: dict[tupl
 
 
 def break_symmetry(m: cp_model.CpModel, p: dict[tuple[int, int], cp_model.IntVar], classes: tuple[tuple[int, ...], ...],
-                   n: int) -> None:
+                   order: Sequence[int]) -> None:
     """Value precedence over each class of interchangeable devices (Law and
     Lee, "Global constraints for integer and set value precedence", CP 2004):
-    in task order, a task may use the class's ``i+1``-th device only once some
-    earlier task uses its ``i``-th, which keeps one of every ``k!`` relabelled
-    copies of a schedule."""
+    in ``order`` (:func:`~mapper.mapping.exact.cpsat_orders.precedence_order`),
+    a task may use the class's ``i+1``-th device only once some earlier task
+    uses its ``i``-th, which keeps one of every ``k!`` relabelled copies of a
+    schedule."""
     for members in classes:
         used: list[cp_model.IntVar | None] = [None] * len(members)  # some earlier task is on members[i]
-        for t in range(n):
+        for t in order:
             for i in range(1, len(members)):
                 lit = p.get((t, members[i]))
                 if lit is None:
