@@ -112,6 +112,12 @@ def test_heterogeneous_transfers_keep_a_literal_per_device_pair():
                                micro_batches=1)
     names = {v.name for v in _bool_vars(built.model)} if built is not None else set()
     assert mixed and not any(f"same{e}" in names for e in mixed)
+    # nor idle-time rows, which lean on those literals; explicit (uniform) transfers get both
+    assert not any(n.startswith("first") for n in names)
+    uniform = cpsat_model._build(random_instance(3, 6, n_devices=3, ccr=2.0), "makespan", 1e3, memory=False,
+                                 area=False, makespan_bound=None, hint=None, micro_batches=1)
+    names = {v.name for v in _bool_vars(uniform.model)} if uniform is not None else set()
+    assert any(n.startswith("first") for n in names) and any(n.startswith("same") for n in names)
 
 
 def _bool_vars(model):

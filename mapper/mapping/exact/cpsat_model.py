@@ -12,8 +12,8 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
 * per edge ``u -> v``: ``s[v] >= e[u]``, and ``s[v] >= e[u] + comm(e,a,b)``
   enforced by ``p[u,a] and p[v,b]``, or one ``same`` literal where the
   transfer costs the same between any two devices; a pair without a route
-  is forbidden; with the makespan objective, each device's idle time before
-  its first task and after its last
+  is forbidden; with the makespan objective and every transfer uniform, each
+  device's idle time before its first task and after its last
   (:mod:`~mapper.mapping.exact.cpsat_transfers`); on forks, joins and
   fork-joins, a fixed order of the middle tasks on each device and the bound
   it gives (:mod:`~mapper.mapping.exact.cpsat_orders`);
@@ -65,7 +65,7 @@ else:
 
 from mapper.cost import INF, CostTable
 from mapper.mapping.exact.cpsat_orders import add_fixed_orders, precedence_order
-from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers
+from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers, every_transfer_uniform
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes
 
 #: Model time units per upper bound (rounding loses at most 2n units on a path).
@@ -255,7 +255,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         m.add_max_equality(cmax, [end[t] for t in range(n) if not cost.graph.succs[t]])
     if timed and nd > 1:
         add_fixed_orders(m, p, start, end, cmax, lengths, cost, ticks, [d for d in range(nd) if d not in pool_size])
-    if objective == "makespan" and nd > 1:
+    if objective == "makespan" and nd > 1 and every_transfer_uniform(cost, p, same, ticks):
         add_idle_times(m, p, start, end, cmax, lengths, same, cost, ticks,
                        [d for d in range(nd) if d not in pool_size and any((t, d) in p for t in range(n))], horizon)
     if makespan_bound is not None:
