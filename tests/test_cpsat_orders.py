@@ -1,4 +1,4 @@
-"""Fixed task orders and their bound rows on forks, joins and fork-joins (cpsat_orders)."""
+"""Fixed task orders and their bound rows on forks and joins, value precedence longest first (cpsat_orders)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,6 @@ from test_cpsat import proves_brute_force_optimum, shaped
 
 from mapper.mapping.exact import cpsat_model
 from mapper.mapping.exact.cpsat_orders import _blocks, fork_join_parts, precedence_order
-
-
-@pytest.fixture(autouse=True)
-def milp_only(monkeypatch):
-    """The milp mapper without its CP-SAT turn, so that the two engines check each other."""
-    monkeypatch.setattr("mapper.mapping.milp.CPSAT_SHARE", 0.0)
 
 
 def _cost(n: int, edges: list[tuple[int, int]], procs: int = 2):

@@ -14,9 +14,9 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
   transfer costs the same between any two devices; a pair without a route
   is forbidden; with the makespan objective and every transfer uniform, each
   device's idle time before its first task and after its last
-  (:mod:`~mapper.mapping.exact.cpsat_transfers`); on forks, joins and
-  fork-joins, a fixed order of the middle tasks on each device and the bound
-  it gives (:mod:`~mapper.mapping.exact.cpsat_orders`);
+  (:mod:`~mapper.mapping.exact.cpsat_transfers`); on forks and joins, a
+  fixed order of the tasks on each device and the bounds it gives
+  (:mod:`~mapper.mapping.exact.cpsat_orders`);
 * ``memory``/``area``: ``sum_t footprint[t] p[t,d] <= capacity[d]``;
 * a class of interchangeable devices between which no edge costs a transfer
   (:func:`~mapper.mapping.orders.pooled_classes`: identical processors

@@ -87,8 +87,10 @@ def add_fixed_orders(m: Any, p: dict[tuple[int, int], Any], start: Sequence[Any]
     if parts is None:
         return 0
     a, middle, b = parts
-    if a is not None and b is not None:
-        return 0  # a fork-join: measured, its rows cost the search more than they gave (module docstring)
+    if (a is None) == (b is None):
+        # a fork-join: measured, its rows cost the search more than they gave (module
+        # docstring); independent tasks: every order is as good, nothing to fix
+        return 0
     g = cost.graph
     nd = cost.n_devices
 
