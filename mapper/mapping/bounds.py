@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from mapper.cost import CostTable
+from mapper.mapping.bin_bound import bin_packing_bound
 from mapper.mapping.orders import allowed_devices
 from mapper.schedule import ScheduleOptions
 
@@ -222,7 +223,9 @@ def compute_lower_bound(cost: CostTable, objective: str, options: ScheduleOption
     """A lower bound on ``objective`` (see :mod:`mapper.mapping.objectives`).
 
     makespan: :func:`makespan_lower_bound`, rounded up when the times are
-    whole (:func:`integral_times`); with streaming on and streamable
+    whole (:func:`integral_times`), and then on identical processors raised
+    to where their task times fit in as many bins
+    (:func:`~mapper.mapping.bin_bound.bin_packing_bound`); with streaming on and streamable
     tasks in the graph, chains overlap, so only the largest single minimum
     time (a streamed chain lasts at least as long as its slowest stage). energy: the sum of each task's minimum
     energy. throughput (period): the larger of the largest minimum time and
@@ -238,7 +241,13 @@ def compute_lower_bound(cost: CostTable, objective: str, options: ScheduleOption
         if streams:
             return max(w)
         bound = makespan_lower_bound(cost, allowed, w)
-        return math.ceil(bound * (1 - 1e-12)) if integral_times(cost) else bound
+        if not integral_times(cost):
+            return bound
+        bound = math.ceil(bound * (1 - 1e-12))
+        nd = cost.n_devices
+        if all(len(devs) == nd for devs in allowed) and all(len(set(row)) == 1 for row in cost.time):
+            bound = bin_packing_bound(w, nd, bound)  # identical processors
+        return bound
     if objective == "energy":
         return float(sum(min(cost.energy[t][d] for d in devs) for t, devs in enumerate(allowed)))
     if objective == "throughput":
