@@ -68,3 +68,8 @@ def test_the_mapper_proves_it():
     skewed = make_cost(graph, make_platform(["cpu"] * procs),
                        [[float(x)] * (procs - 1) + [float(x) + 1] for x in SINNEN_30])
     assert compute_lower_bound(skewed, "makespan") == 12
+
+
+def test_tasks_of_no_time_fit_a_makespan_of_zero():
+    assert bins_needed([0, 0, 0], 0) == 1
+    assert bin_packing_bound([0.0, 0.0, 0.0], 1, 0.0) == 0.0

@@ -34,7 +34,7 @@ def bins_needed(sizes: Sequence[int], capacity: int) -> int:
     if order[-1] > capacity:
         return len(order) + 1
     if capacity <= 0:
-        return len(order)
+        return 1  # items of size 0 (any larger one does not fit, above) share one bin
     prefix = list(itertools.accumulate(order, initial=0))
     n = len(order)
     half = bisect.bisect_right(order, capacity // 2)  # items up to C/2 (whole sizes: 2s <= C)
@@ -62,5 +62,5 @@ def bin_packing_bound(times: Sequence[float], processors: int, known: float) -> 
     start = math.ceil(known)
     for c in range(start, start + MAX_STEPS):
         if bins_needed(sizes, c) <= processors:
-            return float(max(c, known))
+            return float(c)
     return known
