@@ -31,7 +31,7 @@ def test_the_parts_of_forks_joins_and_fork_joins():
         assert fork_join_parts(_cost(n, edges)) is None
     # value precedence takes the parent and child first, then the middle tasks longest first
     cost = shaped(3, "forkjoin", 6, 2)
-    order = precedence_order(cost)
+    order = precedence_order(cost, fork_join_parts(cost))
     assert order[:2] == [0, 5] and [cost.time[t][0] for t in order[2:]] == sorted(
         (cost.time[t][0] for t in range(1, 5)), reverse=True)
 

@@ -64,7 +64,7 @@ else:
     cp_model = _Deferred()
 
 from mapper.cost import INF, CostTable
-from mapper.mapping.exact.cpsat_orders import add_fixed_orders, precedence_order
+from mapper.mapping.exact.cpsat_orders import add_fixed_orders, fork_join_parts, precedence_order
 from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers, every_transfer_uniform
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes
 
@@ -234,7 +234,8 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         # Le Pape and Nuijten, "Constraint-Based Scheduling", 2001, ch. 3) proves
         # bounds that the per-device no-overlaps, one at a time, cannot
         m.add_cumulative(spans, [1] * n, nd)
-    break_symmetry(m, p, apart, precedence_order(cost))
+    parts = fork_join_parts(cost)
+    break_symmetry(m, p, apart, precedence_order(cost, parts))
     # throughput: a literal per edge and device pair that pays a transfer, for the loads below
     same, pair = add_transfers(m, p, start if timed else None, end, cost, ticks, nd,
                                pairs=objective == "throughput")
@@ -254,7 +255,8 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
     if timed:
         m.add_max_equality(cmax, [end[t] for t in range(n) if not cost.graph.succs[t]])
     if timed and nd > 1:
-        add_fixed_orders(m, p, start, end, cmax, lengths, cost, ticks, [d for d in range(nd) if d not in pool_size])
+        add_fixed_orders(m, p, start, end, cmax, lengths, cost, ticks, [d for d in range(nd) if d not in pool_size],
+                         parts)
     if objective == "makespan" and nd > 1 and every_transfer_uniform(cost, p, same, ticks):
         add_idle_times(m, p, start, end, cmax, lengths, same, cost, ticks,
                        [d for d in range(nd) if d not in pool_size and any((t, d) in p for t in range(n))], horizon)

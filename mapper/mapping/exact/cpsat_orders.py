@@ -40,8 +40,11 @@ from mapper.mapping.exact.cpsat_transfers import uniform_transfer
 #: valid as all of them, so a large graph keeps the rows of its first devices and cases.
 MAX_TERMS = 200_000
 
+#: ``(a, middle, b)`` of a fork, join, fork-join or set of independent tasks, or None.
+Parts = tuple[int | None, tuple[int, ...], int | None] | None
 
-def fork_join_parts(cost: CostTable) -> tuple[int | None, tuple[int, ...], int | None] | None:
+
+def fork_join_parts(cost: CostTable) -> Parts:
     """``(a, middle, b)`` when the graph is a fork (``b`` None), a join (``a`` None), a
     fork-join or a set of independent tasks (both None) with at least two middle tasks;
     else None. A direct edge ``a -> b`` is allowed."""
@@ -64,13 +67,12 @@ def fork_join_parts(cost: CostTable) -> tuple[int | None, tuple[int, ...], int |
     return None
 
 
-def precedence_order(cost: CostTable) -> list[int]:
+def precedence_order(cost: CostTable, parts: Parts) -> list[int]:
     """The task order for value precedence over interchangeable devices
     (:func:`~mapper.mapping.exact.cpsat_model.break_symmetry`): on a fork, join or
-    fork-join, the common parent and child first, then the middle tasks longest first,
-    as bin packing breaks the symmetry of its bins (largest item in the first bin);
-    other graphs in task order."""
-    parts = fork_join_parts(cost)
+    fork-join (``parts``, from :func:`fork_join_parts`), the common parent and child
+    first, then the middle tasks longest first, as bin packing breaks the symmetry of
+    its bins (largest item in the first bin); other graphs in task order."""
     if parts is None:
         return list(range(cost.n_tasks))
     a, middle, b = parts
@@ -80,10 +82,10 @@ def precedence_order(cost: CostTable) -> list[int]:
 
 def add_fixed_orders(m: Any, p: dict[tuple[int, int], Any], start: Sequence[Any], end: Sequence[Any], cmax: Any,
                      lengths: dict[tuple[int, int], int], cost: CostTable, ticks: Callable[[float], int],
-                     devices: Sequence[int]) -> int:
+                     devices: Sequence[int], parts: Parts) -> int:
     """The order rows and the bound rows (module docstring) on each of ``devices``
-    (devices of the model, not pools); returns how many rows were added."""
-    parts = fork_join_parts(cost)
+    (devices of the model, not pools) of the graph's ``parts`` (:func:`fork_join_parts`);
+    returns how many rows were added."""
     if parts is None:
         return 0
     a, middle, b = parts
