@@ -98,6 +98,9 @@ class Switch:
     latency_us: float = 0.0
     #: fraction of ``bandwidth_gbs`` a collective library's ring reaches through the switch
     collective_efficiency: float = 1.0
+    #: microseconds per step of the collective library's low-latency protocol through the switch
+    #: (NCCL's LL); None: only the bandwidth protocol is modelled (:mod:`mapper.parallel.collectives`)
+    step_latency_us: float | None = None
 
 
 #: Inter-node topologies a cluster platform may name (docs/platforms.md, Clusters).

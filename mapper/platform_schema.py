@@ -63,7 +63,7 @@ THROUGHPUT_MODELS = ("device-load", "max-load", "1f1b")
 MAX_DEVICES = 1024
 #: The most micro-batches an iteration may have.
 MAX_MICRO_BATCHES = 1_000_000
-_SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us", "collective_efficiency")
+_SWITCH_KEYS = ("name", "ports", "bandwidth_gbs", "latency_us", "collective_efficiency", "step_latency_us")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNIT_SUFFIXES = (
     "gbs", "gibs", "mbs", "tbs", "gib", "gb", "mib", "mb", "tb", "tib",
@@ -437,7 +437,9 @@ class Checker:
         lat = self.number(tab.get("latency_us", 0.0), f"{path}.latency_us", *_LINK_NUMBERS["latency_us"])
         eff = self.fraction(tab["collective_efficiency"], f"{path}.collective_efficiency") \
             if "collective_efficiency" in tab else 1.0
-        return Switch(name, tuple(ports), bw, lat, eff)
+        step = self.number(tab["step_latency_us"], f"{path}.step_latency_us", *_LINK_NUMBERS["latency_us"]) \
+            if "step_latency_us" in tab else None
+        return Switch(name, tuple(ports), bw, lat, eff, step)
 
 
 def model_key_ok(key: str) -> bool:

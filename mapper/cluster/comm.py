@@ -24,6 +24,11 @@ Rabenseifner and Gropp, IJHPCA 2005, section 4; Patarasuk and Yuan, JPDC 2009):
 All-gather and reduce-scatter take half an all-reduce's steps and bytes. A send
 between two ranks moves ``n`` at ``B_in`` inside a node and ``B_out`` across.
 ``alpha`` is the switch's latency inside a node and the fabric's across.
+Inside a node whose switch gives ``step_latency_us``, the library's
+low-latency ring is a fourth choice (:func:`mapper.parallel.collectives.low_latency`,
+NCCL's LL protocol); across nodes it is not modelled (NCCL's own model puts its
+LL tree over two A100 nodes at 27 us, no less than the tree above). Every
+collective pays its kernel's launch (the GPU's ``launch_us``).
 Bus bandwidth is nccl-tests' definition (``algbw x 2 (k-1)/k`` for all-reduce,
 ``algbw x (k-1)/k`` for all-gather and reduce-scatter).
 """
@@ -34,6 +39,7 @@ import math
 from dataclasses import dataclass
 
 from mapper.devices import Platform
+from mapper.parallel.collectives import launch_time, low_latency, step_latency
 
 GB = 1e9
 
@@ -48,6 +54,8 @@ class Network:
     node_gbs: float  # what a node's NICs carry per direction, efficiency applied
     inter_latency: float  # seconds per step across nodes
     nodes: int
+    intra_step: float | None = None  # seconds per low-latency step inside a node (None: not modelled)
+    launch: float = 0.0  # seconds to launch a collective's kernel
 
     @property
     def rank_gbs(self) -> float:
@@ -69,10 +77,11 @@ def network(platform: Platform, kind: str = "gpu") -> Network:
         bws = [(link.bandwidth_gbs, link.latency_us) for link in platform.links
                if link.src in gpus and link.dst in gpus]
         intra, lat = (min(bws)[0], max(b[1] for b in bws) * 1e-6) if bws else (1.0, 0.0)
+    step, launch = step_latency(platform, gpus), launch_time(platform, gpus)
     c = platform.cluster
     if c is None:
-        return Network(max(1, len(gpus)), intra, lat, intra * len(gpus), lat, 1)
-    return Network(max(1, len(gpus)), intra, lat, c.node_bandwidth_gbs, c.latency_us * 1e-6, c.nodes)
+        return Network(max(1, len(gpus)), intra, lat, intra * len(gpus), lat, 1, step, launch)
+    return Network(max(1, len(gpus)), intra, lat, c.node_bandwidth_gbs, c.latency_us * 1e-6, c.nodes, step, launch)
 
 
 def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int) -> tuple[float, str]:
@@ -87,14 +96,19 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     n = float(nbytes)
     b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
     if nodes == 1:
-        return f * (k - 1) / k * n / b_in + f * (k - 1) * net.intra_latency, "ring"
+        ring = f * (k - 1) / k * n / b_in + f * (k - 1) * net.intra_latency
+        ll = low_latency(kind, n, k, net.intra_step, 1.0 / b_in) if net.intra_step is not None else None
+        if ll is not None and ll < ring:
+            return net.launch + ll, "ring-ll"
+        return net.launch + ring, "ring"
     busbw = min(b_in, g * b_out)
     ring = f * (k - 1) / k * n / busbw + f * (k - 1) * net.inter_latency
     inside = f * (g - 1) / g * n / b_in + f * (g - 1) * net.intra_latency if g > 1 else 0.0
     across = f * (nodes - 1) / nodes * (n / g) / b_out + f * math.ceil(math.log2(nodes)) * net.inter_latency
     steps = math.ceil(math.log2(k))
     tree = steps * (net.inter_latency + n / b_out) if not half else steps * net.inter_latency + (k - 1) / k * n / b_out
-    return min((ring, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
+    seconds, algorithm = min((ring, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
+    return net.launch + seconds, algorithm
 
 
 def send(net: Network, nbytes: float, across_nodes: bool) -> float:

@@ -24,6 +24,16 @@ A ring step runs between neighbours, so the ring's ``alpha`` and ``beta``
 are the worst over consecutive devices in the given order; a tree pairs any
 two devices, so its are the worst over all pairs. The cheaper algorithm is
 chosen, as NCCL and MPI libraries choose by size.
+
+Where the devices share a switch that gives ``step_latency_us`` (``h``), the
+library's low-latency protocol is a third choice (NCCL's LL, :func:`low_latency`):
+a ring whose steps cost ``h`` each after a fixed start of :data:`LL_BASE_US`, at
+a quarter of the bandwidth for an all-reduce and a third for an all-gather or a
+reduce-scatter (8-byte lines of which 4 are flags, and the ring's own overheads),
+the constants of NCCL's tuning model (NVIDIA/nccl v2.12, src/graph/tuning.cc:
+``baseLat`` and ``hwLat`` of Ring/LL, the LL ``busBw`` factors). It wins for
+the small messages of tensor-parallel decoding. Every collective is a kernel
+and pays its launch like any other (:func:`launch_time`).
 """
 
 from __future__ import annotations
@@ -32,8 +42,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mapper.devices import Platform
+
 #: The collectives :func:`collective_time` prices.
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
+#: Fixed start of a low-latency ring collective (NCCL v2.12 src/graph/tuning.cc, ``baseLat`` Ring/LL).
+LL_BASE_US = 3.6
+#: Share of the link's bandwidth the low-latency protocol moves data at (same file: ``busBw * 1/4``
+#: for all-reduce, ``1/3`` for the others on one node).
+LL_BANDWIDTH = {"allreduce": 0.25, "allgather": 1.0 / 3.0, "reducescatter": 1.0 / 3.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +68,41 @@ def _worst(pairs: Sequence[tuple[int, int]], latency: Sequence[Sequence[float]],
     return alpha, beta
 
 
+def low_latency(kind: str, nbytes: float, ranks: int, step: float, sec_per_byte: float) -> float | None:
+    """Seconds of collective ``kind`` of ``nbytes`` over a ring of ``ranks`` by the low-latency
+    protocol with ``step`` seconds per step and ``sec_per_byte`` on each link (module docstring);
+    None for a collective it does not run (broadcast)."""
+    share = LL_BANDWIDTH.get(kind)
+    if share is None or ranks <= 1:
+        return None
+    f = 2.0 if kind == "allreduce" else 1.0
+    return LL_BASE_US * 1e-6 + f * (ranks - 1) * step + f * (ranks - 1) / ranks * nbytes * sec_per_byte / share
+
+
+def step_latency(platform: Platform, names: Sequence[str]) -> float | None:
+    """Seconds per low-latency step among devices ``names``: the ``step_latency_us`` of the fastest
+    switch that joins them all (None: none does, or it gives none)."""
+    best = None
+    for sw in platform.switches:
+        if sw.step_latency_us is not None and set(names) <= set(sw.ports) \
+                and (best is None or sw.bandwidth_gbs > best.bandwidth_gbs):
+            best = sw
+    return None if best is None or best.step_latency_us is None else best.step_latency_us * 1e-6
+
+
+def launch_time(platform: Platform, names: Sequence[str]) -> float:
+    """Seconds to launch a collective's kernel on devices ``names`` (the slowest launch)."""
+    return max((platform.devices[platform.device_index(n)].launch_us for n in names), default=0.0) * 1e-6
+
+
 def collective_time(kind: str, nbytes: float, devices: Sequence[int], latency: Sequence[Sequence[float]],
-                    sec_per_byte: Sequence[Sequence[float]]) -> Collective:
+                    sec_per_byte: Sequence[Sequence[float]], step: float | None = None) -> Collective:
     """Time of collective ``kind`` over ``devices`` (indices, in ring order) on ``nbytes``.
 
     ``latency[a][b]`` and ``sec_per_byte[a][b]`` are the route tables of
-    :func:`mapper.cost.route_tables`. One device: nothing moves (0 s).
+    :func:`mapper.cost.route_tables`; ``step`` the seconds per step of the
+    low-latency protocol (:func:`step_latency`; None: not modelled). One
+    device: nothing moves (0 s). The kernel's launch is the caller's.
     """
     if kind not in COLLECTIVES:
         raise ValueError(f"unknown collective {kind!r}")
@@ -78,4 +124,6 @@ def collective_time(kind: str, nbytes: float, devices: Sequence[int], latency: S
     else:
         ring = (steps + k - 1) * ra + 2 * (k - 1) / k * n * rb
         tree = steps * (ta + n * tb)
-    return Collective(ring, "ring") if ring <= tree else Collective(tree, "tree")
+    best = Collective(ring, "ring") if ring <= tree else Collective(tree, "tree")
+    ll = low_latency(kind, n, k, step, rb) if step is not None else None
+    return Collective(ll, "ring-ll") if ll is not None and ll < best.seconds else best

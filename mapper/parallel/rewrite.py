@@ -33,7 +33,7 @@ from mapper.devices import Platform
 from mapper.errors import OptionsError
 from mapper.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType
 from mapper.ops import infer
-from mapper.parallel.collectives import collective_time
+from mapper.parallel.collectives import collective_time, launch_time, step_latency
 from mapper.parallel.plan import Plan
 from mapper.parallel.roles import Region, batch_blocker, spans_batch, tensor_regions
 
@@ -85,6 +85,7 @@ class _Builder:
         self.index = {d.name: d.index for d in platform.devices}
         self.kinds = {d.name: d.kind for d in platform.devices}
         self.lat, self.spb, _ = route_tables(platform)
+        self.platform = platform
 
     def add(self, task: Task) -> int:
         self.tasks.append(replace(task, index=len(self.tasks)))
@@ -102,7 +103,12 @@ class _Builder:
         return TaskGraph(like.name, tuple(self.tasks), edges, like.inputs, like.outputs)
 
     def collective(self, kind: str, nbytes: float, devices: tuple[str, ...]) -> float:
-        return collective_time(kind, nbytes, [self.index[d] for d in devices], self.lat, self.spb).seconds
+        """Seconds of collective ``kind`` among ``devices``, its kernel's launch included."""
+        if len(devices) <= 1:
+            return 0.0
+        step = step_latency(self.platform, devices)
+        return (collective_time(kind, nbytes, [self.index[d] for d in devices], self.lat, self.spb, step).seconds
+                + launch_time(self.platform, devices))
 
     def operand(self, src: int) -> Operand:
         t = self.tasks[src]
