@@ -19,6 +19,8 @@ small-M GEMMs (mapper/costmodel/efficiency.py, EFF_MEMORY_GEMM) on its CUDA-grap
 tokens/s, and the eager dispatch per framework op (mapper/serving/request.py,
 EAGER_DISPATCH_US) on its eager run, 25.5 tokens/s. The first is checked on every
 FasterTransformer row; the second on Megatron-LM's eager latencies in the same tables.
+gpt-fast's own tensor-parallel table (its README, batch 1) checks the collectives' latency
+(NCCL's low-latency ring, whose constants come from NCCL's tuning model, not from any row).
 
 Predictions do not depend on the machine's load; the planning time printed last does (the load
 average is printed beside it).
@@ -164,6 +166,44 @@ def eager_check() -> None:
     print(f"  eager/graph, predicted over published: {min(ratios):.2f} to {max(ratios):.2f}")
 
 
+#: gpt-fast's tensor-parallel table (pytorch-labs/gpt-fast README, "Tensor Parallelism"): batch 1, a
+#: 5-token prompt, 8 x A100-80GB (power-limited to 330 W), torch.compile with CUDA graphs:
+#: (model, tensor ranks, tokens/s).
+GPT_FAST_TP = (("Llama-2-7B", 1, 104.9), ("Llama-2-7B", 2, 168.84), ("Llama-2-7B", 4, 254.02),
+               ("Llama-2-7B", 8, 328.43), ("Llama-2-70B", 2, 21.32), ("Llama-2-70B", 4, 38.01),
+               ("Llama-2-70B", 8, 62.50))
+LLAMA2 = {"Llama-2-7B": (("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 32), ("FFN", 11008),
+                         ("VOCAB", 32000)),
+          "Llama-2-70B": (("LAYERS", 80), ("HIDDEN", 8192), ("HEADS", 64), ("KV_HEADS", 8), ("FFN", 28672),
+                          ("VOCAB", 32000))}
+
+
+def tensor_parallel_check() -> list[float]:
+    """Checked, nothing fitted: gpt-fast's batch-1 decode rates over 1-8 tensor ranks. Its all-reduces
+    are a few kilobytes, so the rows test the collective's latency (NCCL's low-latency ring,
+    mapper/parallel/collectives.py) besides the memory-bound kernels. gpt-fast's machine joins its
+    GPUs in a hybrid cube mesh, priced here on dgx-a100's NVSwitch."""
+    print("\nchecked: gpt-fast tensor parallelism (pytorch-labs/gpt-fast README; batch 1, graph runtime, dgx-a100)")
+    ratios = []
+    for model, t, published in GPT_FAST_TP:
+        got = predict(ModelFile(LLAMA, params=LLAMA2[model]), load_platform("dgx-a100"),
+                      f"tensor={t},pipeline=1" if t > 1 else "none", "prefill=5,decode=200,batch=1")
+        ratio = got["tpot"] * published
+        ratios.append(ratio)
+        print(f"  {model:11} TP{t}: published {1e3 / published:6.2f} ms per token, predicted "
+              f"{got['tpot'] * 1e3:6.2f}, ratio {ratio:.2f}")
+    return ratios
+
+
+def by_tensor(ratios: list[tuple[str, float]]) -> None:
+    """FasterTransformer's ratios by tensor degree (the geometric mean of each)."""
+    groups: dict[str, list[float]] = {}
+    for label, r in ratios:
+        groups.setdefault(label.split()[1], []).append(r)
+    print("by layout: " + ", ".join(f"{k} {statistics.geometric_mean(v):.2f} ({len(v)})"
+                                     for k, v in sorted(groups.items(), key=lambda kv: (len(kv[0]), kv[0]))))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="every fourth row, no ranking")
@@ -176,10 +216,13 @@ def main() -> int:
     print(f"\n{len(values)} rows: {inside} ({inside / len(values):.0%}) within 0.8-1.25x, {wide} "
           f"({wide / len(values):.0%}) within 0.67-1.5x; geometric mean "
           f"{statistics.geometric_mean(values):.3f}, min {min(values):.2f}, max {max(values):.2f}")
+    by_tensor(ratios)
     right, groups = ranking_530b(args.quick)
     if groups:
         print(f"Megatron-530B: the order of TP16, TP32 and TP8 x PP3 is right in {right} of {groups} rows")
     eager_check()
+    tp = tensor_parallel_check()
+    print(f"  gpt-fast rows within {min(tp):.2f}-{max(tp):.2f}x")
     print(f"\nplanning wall time {time.perf_counter() - start:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return 0
 
