@@ -131,6 +131,33 @@ def ranking_530b(quick: bool) -> tuple[int, int]:
     return right, len(groups)
 
 
+def auto_check(quick: bool) -> tuple[int, int]:
+    """``--parallel auto`` on the nodes of each published run (one DGX A100, or selene nodes), for
+    the batch-1 and the largest-batch row of every (model, layout) group: (rows where auto's
+    predicted latency is no more than the published layout's, rows)."""
+    firsts: dict[tuple[str, int, int, int], tuple] = {}
+    for row in ROWS:
+        model, t, p, b = row[:4]
+        key = (model, t, p, b)
+        if key not in firsts and (b == 1 or b == max(r[3] for r in ROWS if r[:3] == row[:3])):
+            firsts[key] = row
+    rows = list(firsts.values())[::3] if quick else list(firsts.values())
+    print(f"\n--parallel auto on the published run's nodes ({len(rows)} rows)")
+    good = 0
+    for model, t, p, b, i, o, _ in rows:
+        source, platform = ModelFile(GPT, params=gpt_params(model)), platform_for(t * p)
+        request = f"prefill={i},decode={o - 1},batch={b}"
+        given = predict(source, platform, f"tensor={t},pipeline={p}" if t * p > 1 else "none", request)
+        auto = predict(source, platform, "auto", request)
+        plan = auto["plan"]
+        ok = auto["latency"] <= given["latency"] * (1 + 1e-9)
+        good += ok
+        print(f"  {model:14} b{b:<3} {i}/{o}: published TP{t}xPP{p} {given['latency'] * 1e3:8.1f} ms, auto "
+              f"TP{plan['tensor']}xPP{plan['pipeline']} (m {plan['micro_batches']}) {auto['latency'] * 1e3:8.1f} ms"
+              f"{'' if ok else '  SLOWER'}")
+    return good, len(rows)
+
+
 #: Megatron-LM's own (PyTorch eager) latencies beside FasterTransformer's in the same tables, TP 8:
 #: (model, batch, input, output, Megatron ms, FasterTransformer ms).
 MEGATRON = (("GPT-89B", 1, 128, 8, 342.86, 279.44), ("GPT-89B", 2, 128, 8, 369.43, 280.24),
@@ -220,6 +247,8 @@ def main() -> int:
     right, groups = ranking_530b(args.quick)
     if groups:
         print(f"Megatron-530B: the order of TP16, TP32 and TP8 x PP3 is right in {right} of {groups} rows")
+    good, rows = auto_check(args.quick)
+    print(f"auto no slower than the published layout (its own prediction): {good} of {rows}")
     eager_check()
     tp = tensor_parallel_check()
     print(f"  gpt-fast rows within {min(tp):.2f}-{max(tp):.2f}x")
