@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mapper.costmodel.efficiency import EFF_MEMORY_GEMM  # noqa: E402
+from mapper.errors import InfeasibleError  # noqa: E402
 from mapper.mapping.base import MapOptions  # noqa: E402
 from mapper.pipeline import compile_graph  # noqa: E402
 from mapper.platform import load_platform  # noqa: E402
@@ -175,7 +177,7 @@ def eager_check() -> None:
     llama2 = ModelFile(LLAMA, params=(("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 32),
                                       ("FFN", 11008), ("VOCAB", 32000)))
     print("\nfitted on one row each (PyTorch gpt-fast blog, Llama-2-7B, A100, batch 1, 200 tokens):")
-    for runtime, published, what in (("graph", 1 / 107.0, "small-M GEMM memory efficiency 0.78"),
+    for runtime, published, what in (("graph", 1 / 107.0, f"small-M GEMM memory efficiency {EFF_MEMORY_GEMM['gpu']}"),
                                      ("eager", 1 / 25.5, "eager dispatch 23 us per framework op")):
         got = predict(llama2, load_platform("dgx-a100"), "none", "prefill=16,decode=200,batch=1", runtime)
         print(f"  {runtime:5} published {published * 1e3:6.2f} ms per token, predicted {got['tpot'] * 1e3:6.2f}, "
@@ -222,6 +224,56 @@ def tensor_parallel_check() -> list[float]:
     return ratios
 
 
+#: TensorRT-LLM's A100 (FP16) tables (NVIDIA/TensorRT-LLM docs/source/performance.md, v0.6.1 page):
+#: first-token latency at batch 1 (v0.5): (model, tensor ranks, input, ms), and peak throughput
+#: (static batches, v0.6.1): (model, batch, tensor ranks, input, output, output tokens/s; per GPU
+#: where TP > 1, as the page's H100 table of the same update labels it).
+TRT_TTFT = (("GPT-J 6B", 1, 128, 12), ("GPT-J 6B", 1, 2048, 129), ("LLaMA 7B", 1, 128, 16),
+            ("LLaMA 7B", 1, 2048, 133), ("LLaMA 70B", 4, 128, 47), ("LLaMA 70B", 4, 2048, 377))
+TRT_THROUGHPUT = (("GPT-J 6B", 512, 1, 128, 128, 6374), ("GPT-J 6B", 120, 2, 128, 2048, 2192),
+                  ("GPT-J 6B", 60, 1, 2048, 128, 670), ("GPT-J 6B", 64, 2, 2048, 2048, 903),
+                  ("LLaMA 7B", 384, 1, 128, 128, 5586), ("LLaMA 7B", 60, 1, 128, 2048, 1928),
+                  ("LLaMA 7B", 52, 1, 2048, 128, 591), ("LLaMA 7B", 64, 2, 2048, 2048, 782),
+                  ("LLaMA 70B", 1280, 4, 128, 128, 670), ("LLaMA 70B", 240, 4, 128, 2048, 525),
+                  ("LLaMA 70B", 120, 4, 2048, 128, 79))
+#: GPT-J 6B (Wang and Komatsuzaki, 2021: 28 layers, 4,096 wide, 16 heads, vocabulary 50,400) as
+#: examples/gpt.tg prices it (its rotary embedding and parallel attention and MLP cost the same).
+GPTJ = (("LAYERS", 28), ("HEADS", 16), ("HIDDEN", 4096), ("VOCAB", 50400), ("FLASH", 1))
+
+
+def _trt_model(name: str) -> ModelFile:
+    if name == "GPT-J 6B":
+        return ModelFile(GPT, params=GPTJ)
+    return ModelFile(LLAMA, params=LLAMA2["Llama-2-7B" if name == "LLaMA 7B" else "Llama-2-70B"])
+
+
+def tensorrt_check(quick: bool) -> list[float]:
+    """Checked, nothing fitted: TensorRT-LLM's first-token latencies and static-batch throughputs
+    on A100s (graph runtime); a request the model says does not fit counts as a miss (ratio 0)."""
+    print("\nchecked: TensorRT-LLM on A100-80GB, FP16 (NVIDIA/TensorRT-LLM docs/source/performance.md)")
+    ratios = []
+    for name, t, i, ms in TRT_TTFT[::3] if quick else TRT_TTFT:
+        got = predict(_trt_model(name), load_platform("dgx-a100"), f"tensor={t},pipeline=1" if t > 1 else "none",
+                      f"prefill={i},batch=1")
+        ratios.append(got["ttft"] * 1e3 / ms)
+        print(f"  first token  {name:9} TP{t} input {i:5}: published {ms:6.1f} ms, predicted "
+              f"{got['ttft'] * 1e3:6.1f}, ratio {ratios[-1]:.2f}")
+    for name, b, t, i, o, tps in TRT_THROUGHPUT[::3] if quick else TRT_THROUGHPUT:
+        try:
+            got = predict(_trt_model(name), load_platform("dgx-a100"), f"tensor={t},pipeline=1" if t > 1 else "none",
+                          f"prefill={i},decode={o - 1},batch={b}")
+        except InfeasibleError as err:
+            ratios.append(0.0)
+            print(f"  throughput   {name:9} TP{t} b{b:<4} {i}/{o}: published {tps:6}, predicted: does not fit "
+                  f"({err.message})")
+            continue
+        per_gpu = b * o / got["latency"] / t
+        ratios.append(per_gpu / tps)
+        print(f"  throughput   {name:9} TP{t} b{b:<4} {i}/{o}: published {tps:6} tokens/s per GPU, predicted "
+              f"{per_gpu:6.0f}, ratio {ratios[-1]:.2f}")
+    return ratios
+
+
 def by_tensor(ratios: list[tuple[str, float]]) -> None:
     """FasterTransformer's ratios by tensor degree (the geometric mean of each)."""
     groups: dict[str, list[float]] = {}
@@ -252,6 +304,10 @@ def main() -> int:
     eager_check()
     tp = tensor_parallel_check()
     print(f"  gpt-fast rows within {min(tp):.2f}-{max(tp):.2f}x")
+    trt = tensorrt_check(args.quick)
+    ok = [r for r in trt if r > 0]
+    print(f"  TensorRT-LLM rows: {sum(1 for r in trt if 0.8 <= r <= 1.25)} of {len(trt)} within 0.8-1.25x "
+          f"(range {min(ok):.2f}-{max(ok):.2f}; {len(trt) - len(ok)} the model says do not fit)")
     print(f"\nplanning wall time {time.perf_counter() - start:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return 0
 

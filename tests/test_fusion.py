@@ -273,6 +273,34 @@ def test_attention_pays_for_whole_waves_of_query_blocks():
     # 128 x 12 x 3 = 4608 blocks: 43 waves, nearly full
     assert attention_wave_efficiency(att(128, 384, 12), 128, 108) == pytest.approx(4608 / (43 * 108))
     assert attention_wave_efficiency(graph_from_text(_mm("f16", 64)).tasks[0], 128, 108) == 1.0
+    # a decode step (one query per sequence) runs blocks of one 16-row MMA step, not 128 rows:
+    # 384 sequences x 32 heads = 12288 blocks, 114 waves, each block 1/16 busy
+    assert attention_wave_efficiency(att(384, 1, 32), 128, 108) == pytest.approx(12288 / 16 / (114 * 108))
+    # 40 queries (a chunk of speculative or chunked decoding) take 48 rows: 3 MMA steps; 32 blocks
+    # cannot fill 108 units, but without a cache there is one chunk of keys to split them by
+    assert attention_wave_efficiency(att(4, 40, 8), 128, 108) == pytest.approx(4 * 8 * 40 / 48 / 108)
+
+
+def test_decode_attention_splits_the_keys_to_fill_the_units():
+    from mapper.costmodel.work import attention_wave_efficiency
+
+    def step(batch: int, heads: int, cache: int):
+        text = (f"graph a {{\n  input q : f16[{batch}, {3 * 128 * heads}]\n"
+                f"  o = attention(q, heads = {heads}, seq = 1, cache = {cache})\n  output o\n}}\n")
+        return graph_from_text(text).tasks[0]
+
+    # 1 x 32 blocks: 2049 keys allow 17 chunks, 108 // 32 = 3 are taken: 96 blocks in one wave
+    assert attention_wave_efficiency(step(1, 32, 2048), 128, 108) == pytest.approx(32 / 16 * 3 / 108)
+    # 64 keys: one chunk, nothing to split
+    assert attention_wave_efficiency(step(1, 32, 63), 128, 108) == pytest.approx(32 / 16 / 108)
+    # 8 x 32 = 256 blocks fill the units already
+    assert attention_wave_efficiency(step(8, 32, 2048), 128, 108) == pytest.approx(256 / 16 / (3 * 108))
+    # grouped-query: the 4 query heads of each of 8 key-value heads share a block's rows (2 x 8 blocks
+    # of 4 useful rows of 16), split 6 ways to fill 96 of the 108 units
+    text = ("graph a {\n  input q : f16[2, 6144]\n"
+            "  o = attention(q, heads = 32, kv_heads = 8, seq = 1, cache = 2048)\n  output o\n}\n")
+    gqa = graph_from_text(text).tasks[0]
+    assert attention_wave_efficiency(gqa, 128, 108) == pytest.approx(2 * 8 * 4 / 16 * 6 / 108)
 
 
 def test_overlap_exponent_blends_compute_and_memory_time():

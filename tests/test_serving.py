@@ -54,6 +54,24 @@ def test_attention_with_a_cache_counts_the_cached_keys():
         == 2 * 2 * 1 * 99 * dh * 2
 
 
+def test_decode_attention_reads_the_cache_near_the_bandwidth():
+    """A decode step's attention (one query per sequence) is bound by reading the KV cache: between the
+    bandwidth bound and 1.2 times it, however many heads and sequences (its MMA blocks run 16 rows)."""
+    from mapper.cost import build_cost_table
+    from mapper.platform import load_platform
+
+    dgx = load_platform("dgx-a100")
+    gpu = dgx.devices[dgx.device_index("gpu0")]
+    for batch, heads, kv, cache in ((384, 32, 32, 128), (1, 32, 32, 2048), (64, 64, 8, 1000)):
+        dh = 128
+        text = (f"graph a {{\n  input q : f16[{batch}, {(heads + 2 * kv) * dh}]\n"
+                f"  o = attention(q, heads = {heads}, kv_heads = {kv}, seq = 1, cache = {cache})\n  output o\n}}\n")
+        g = graph_from_text(text)
+        seconds = build_cost_table(g, dgx).time[0][dgx.device_index("gpu0")]
+        bound = g.tasks[0].bytes / (gpu.mem_bandwidth_gbs * 1e9)
+        assert bound < seconds <= 1.2 * bound / 0.9 + gpu.launch_us * 1e-6
+
+
 def _ty(*shape):
     from mapper.graph import TensorType
 

@@ -40,7 +40,7 @@ EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90}
 #: published row (benchmarks/inference.py prints it): Llama-2-7B decoding at batch 1 on an A100
 #: with CUDA graphs, 107 tokens/s (PyTorch, "Accelerating Generative AI with PyTorch II: GPT,
 #: Fast", 2023); checked on FasterTransformer's GPT tables (the same benchmark).
-EFF_MEMORY_GEMM: dict[str, float] = {"gpu": 0.78}
+EFF_MEMORY_GEMM: dict[str, float] = {"gpu": 0.77}
 
 #: Dtypes whose rate falls back to another dtype's when not declared:
 #: complex arithmetic is counted in real FLOPs of the component type on every

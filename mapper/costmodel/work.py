@@ -302,13 +302,30 @@ def attention_wave_efficiency(task: Task, tile_rows: int, units: int) -> float:
     """The share of a GPU's units a fused attention kernel keeps busy: one
     block per (sequence, head, ``tile_rows`` queries), in whole waves of
     ``units`` blocks (the grid of FlashAttention, Dao et al., NeurIPS 2022,
-    algorithm 1, and of TensorRT's fused multi-head attention). 1 for other
-    tasks and undeclared shapes."""
+    algorithm 1, and of TensorRT's fused multi-head attention). With fewer
+    queries per sequence than the tile (a decode step's one), a block holds
+    the queries of every head that shares a key-value head (FlashAttention-2
+    packs a grouped-query group into the rows when decoding,
+    ``seqlenq_ngroups_swapped`` in its ``flash_api.cpp``), runs as few rows as
+    whole MMA steps hold (:func:`gemm_tile`), and where the blocks cannot
+    fill the units the keys are split into chunks of at least ``tile_rows``
+    run side by side (Dao, Haziza, Massa, Sizov, "Flash-Decoding for
+    long-context inference", 2023; FlashAttention's ``num_splits``), as
+    split-K splits a GEMM. 1 for other tasks and undeclared shapes."""
     attrs = dict(task.attrs)
     seq, heads, out = int(attrs.get("seq") or 0), int(attrs.get("heads") or 0), task.output
     if task.op != "attention" or seq <= 0 or heads <= 0 or out is None or not out.shape:
         return 1.0
     batch = max(out.shape[0] // seq, 1)
-    blocks = batch * heads * math.ceil(seq / tile_rows)
-    waves = math.ceil(blocks / units)
-    return (batch * heads * seq / tile_rows) / (waves * units)
+    groups, per_block, split = heads, seq, 1  # blocks per sequence, and query rows each
+    if seq < tile_rows:
+        kv = int(attrs.get("kv_heads") or heads)
+        if kv > 0 and heads % kv == 0:
+            groups, per_block = kv, seq * (heads // kv)
+    rows = gemm_tile((tile_rows, 1, 1), per_block)[0]
+    blocks = batch * groups * math.ceil(per_block / rows)
+    if seq < tile_rows:
+        keys = seq + int(attrs.get("cache") or 0)
+        split = max(1, min(units // blocks, math.ceil(keys / tile_rows)))
+    waves = math.ceil(blocks * split / units)
+    return (batch * groups * per_block / rows) * split / (waves * units)
