@@ -9,12 +9,17 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
+from mapper.cluster.comm import network
+from mapper.cost import build_cost_table
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.lower import graph_from_text
+from mapper.lower import graph_from_text, lower
 from mapper.mapping.base import MapOptions
 from mapper.ops import infer
+from mapper.parse import parse
 from mapper.pipeline import compile_graph
+from mapper.platform import load_platform
 from mapper.serving.driver import Serving
+from mapper.serving.model import ServingLayout, ServingModel
 from mapper.serving.request import Request, framework_ops, parse_inference, stream_time
 from mapper.sources import ModelFile
 from mapper.validate import validate
@@ -57,9 +62,6 @@ def test_attention_with_a_cache_counts_the_cached_keys():
 def test_decode_attention_reads_the_cache_near_the_bandwidth():
     """A decode step's attention (one query per sequence) is bound by reading the KV cache: between the
     bandwidth bound and 1.2 times it, however many heads and sequences (its MMA blocks run 16 rows)."""
-    from mapper.cost import build_cost_table
-    from mapper.platform import load_platform
-
     dgx = load_platform("dgx-a100")
     gpu = dgx.devices[dgx.device_index("gpu0")]
     for batch, heads, kv, cache in ((384, 32, 32, 128), (1, 32, 32, 2048), (64, 64, 8, 1000)):
@@ -137,6 +139,31 @@ def test_auto_splits_a_large_model_by_tensor_and_each_layout_validates():
     assert validate(given.result.schedule) == []
     # a pipeline's request graph agrees with the closed form within a few per cent
     assert given.serving.latency == pytest.approx(given.serving.best.latency, rel=0.05)
+
+
+def test_the_prefill_keeps_only_each_sequences_last_logits():
+    """The LM head of the prefill runs on one token per sequence: its time and activations are those
+    of the decode step's head, not of every prompt token (vLLM, TensorRT-LLM keep the last logits)."""
+    big_vocab = (("LAYERS", 2), ("HIDDEN", 256), ("HEADS", 4), ("VOCAB", 50000))
+    batch, prompt = 4, 2048
+    for request in (f"prefill={prompt},batch={batch}", f"prefill={prompt},decode=4,batch={batch}"):
+        got = serve(big_vocab, request)
+        every_token_logits = batch * prompt * 50000 * 2
+        assert got.serving.best.memory["activations"] < every_token_logits / 10
+        assert validate(got.result.schedule) == []
+    program = parse((ROOT / "examples" / "gpt.tg").read_text(), "gpt.tg")
+
+    def at(seq, b, cache):
+        return lower(program, {**dict(big_vocab), "SEQ": seq, "BATCH": b, "CACHE": cache})
+
+    dgx = load_platform("dgx-a100")
+    model = ServingModel(at, Request(prompt, 4, batch), dgx, lambda g: g, network(dgx), "graph")
+    last = len(model.blocks) - 1
+    assert model.head == (last, "first")  # the final norm and the LM head, priced as the decode step's
+    assert model.block("prefill", last, 1, 1) == model.block("first", last, 1, 1)
+    every = model.block("prefill", last, 1, 1, pruned=False)
+    assert every.forward > 20 * model.block("prefill", last, 1, 1).forward
+    assert model.estimate(ServingLayout()) is not None
 
 
 def test_memory_and_bounds():

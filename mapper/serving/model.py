@@ -22,7 +22,13 @@ A layout of ``t`` tensor ranks, ``p`` pipeline stages and ``m`` micro-batches:
   (FasterTransformer's pipeline of micro-batches; Pope et al., MLSys 2023);
 * a decode step's time is affine in its context (only attention reads the
   cache), so ``S_OUT`` steps take ``S_OUT`` times the mean of the first and
-  the last.
+  the last;
+* the prefill's last block, where it holds no attention (the final norm and
+  the LM head), runs on each sequence's last token only, as serving runtimes
+  keep only the logits they sample from (vLLM's logits processor prunes the
+  hidden states to the last tokens; TensorRT-LLM's ``gather_last_token_logits``):
+  it is priced, and its activations counted, from a graph of one token per
+  sequence.
 
 Memory per GPU on the fullest stage: its weights, its layers' KV cache at the
 full context (``2 layers kv_heads/t dh context batch`` elements,
@@ -133,15 +139,27 @@ class ServingModel:
         if r.decode:
             self.graphs["first"] = lower(1, r.batch, r.prefill)
             self.graphs["last"] = lower(1, r.batch, r.prefill + r.decode - 1)
+        elif r.prefill > 1:
+            self.graphs["token"] = lower(1, r.batch, 0)  # the prefill's last block on one token per sequence
         self.profiles = {k: Profile(g, platform, self.gpu.name, prepare, None) for k, g in self.graphs.items()}
         counts = {len(p.blocks) for p in self.profiles.values()}
         if len(counts) > 1:
             raise OptionsError("the prefill and decode graphs cut into different blocks: the model's structure "
                                "must not depend on SEQ or CACHE", obj="--inference")
         self.blocks = self.profiles["prefill"].blocks
+        graph = self.graphs["prefill"]
+        last = len(self.blocks) - 1
+        one = "first" if r.decode else "token"
+        #: the prefill's last block priced on one token per sequence (module docstring), or None
+        self.head = (last, one) if one in self.graphs and not any(
+            graph.tasks[i].op == "attention" for i in self.blocks[last].tasks) else None
         self.capacity = (self.gpu.memory_gib or 0.0) * 2.0 ** 30
 
-    def block(self, phase: str, b: int, tensor: int, chunks: int) -> BlockCost:
+    def block(self, phase: str, b: int, tensor: int, chunks: int, pruned: bool = True) -> BlockCost:
+        """Block ``b`` of ``phase``'s graph on a rank; the prefill's last block on its last tokens
+        only unless not ``pruned``."""
+        if pruned and phase == "prefill" and self.head is not None and b == self.head[0]:
+            phase = self.head[1]
         prof = self.profiles[phase]
         return prof.cost(prof.blocks[b].signature, tensor, chunks)
 
@@ -168,7 +186,7 @@ class ServingModel:
                 kernels += self._kernels(self.block(phase, i, t, m), t, phase != "prefill")
             seconds = stream_time(kernels, self.dispatch)
             if s + 1 < len(starts):
-                nbytes = self.block(phase, b, t, m).input_bytes / t
+                nbytes = self.block(phase, b, t, m, pruned=False).input_bytes / t  # every token's state
                 edge = (s + 1) * t  # the next stage's first rank
                 across = (edge - 1) // self.net.gpus_per_node != edge // self.net.gpus_per_node
                 seconds += send(self.net, nbytes, across)
@@ -186,7 +204,8 @@ class ServingModel:
             weights = sum(self.block("prefill", i, t, m).param_bytes for i in range(a, b))
             tasks = [k for i in range(a, b) for k in self.blocks[i].tasks]
             kv = cache_bytes(graph, tasks, t, self.request.context)
-            act = max(max(self.block(ph, i, t, m).working for ph in self.profiles) for i in range(a, b))
+            act = max(max(self.block(ph, i, t, m).working for ph in self.profiles if ph != "token")
+                      for i in range(a, b))
             parts = {"weights": weights, "kv_cache": kv, "activations": act, "reserve": RESERVE}
             if sum(parts.values()) > sum(best.values()):
                 best = parts
