@@ -305,9 +305,9 @@ def main() -> int:
     tp = tensor_parallel_check()
     print(f"  gpt-fast rows within {min(tp):.2f}-{max(tp):.2f}x")
     trt = tensorrt_check(args.quick)
-    ok = [r for r in trt if r > 0]
+    ok = [r for r in trt if r > 0] or [0.0]
     print(f"  TensorRT-LLM rows: {sum(1 for r in trt if 0.8 <= r <= 1.25)} of {len(trt)} within 0.8-1.25x "
-          f"(range {min(ok):.2f}-{max(ok):.2f}; {len(trt) - len(ok)} the model says do not fit)")
+          f"(range {min(ok):.2f}-{max(ok):.2f}; {sum(1 for r in trt if r == 0)} the model says do not fit)")
     print(f"\nplanning wall time {time.perf_counter() - start:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return 0
 
