@@ -24,11 +24,12 @@ Rabenseifner and Gropp, IJHPCA 2005, section 4; Patarasuk and Yuan, JPDC 2009):
 All-gather and reduce-scatter take half an all-reduce's steps and bytes. A send
 between two ranks moves ``n`` at ``B_in`` inside a node and ``B_out`` across.
 ``alpha`` is the switch's latency inside a node and the fabric's across.
-Inside a node whose switch gives ``step_latency_us``, the library's
-low-latency ring is a fourth choice (:func:`mapper.parallel.collectives.low_latency`,
-NCCL's LL protocol); across nodes it is not modelled (NCCL's own model puts its
-LL tree over two A100 nodes at 27 us, no less than the tree above). Every
-collective pays its kernel's launch (the GPU's ``launch_us``).
+Inside a node the ring is the bandwidth protocol's; where the node's switch
+gives ``step_latency_us`` the library's low-latency ring is the other choice
+(:func:`mapper.parallel.collectives.low_latency`, NCCL's LL protocol). Across
+nodes it is not modelled (NCCL's own model puts its LL tree over two A100
+nodes at 27 us, no less than the tree above). Every collective pays its
+kernel's launch (the GPU's ``launch_us``).
 Bus bandwidth is nccl-tests' definition (``algbw x 2 (k-1)/k`` for all-reduce,
 ``algbw x (k-1)/k`` for all-gather and reduce-scatter).
 """

@@ -82,12 +82,9 @@ def low_latency(kind: str, nbytes: float, ranks: int, step: float, sec_per_byte:
 def step_latency(platform: Platform, names: Sequence[str]) -> float | None:
     """Seconds per low-latency step among devices ``names``: the ``step_latency_us`` of the fastest
     switch that joins them all (None: none does, or it gives none)."""
-    best = None
-    for sw in platform.switches:
-        if sw.step_latency_us is not None and set(names) <= set(sw.ports) \
-                and (best is None or sw.bandwidth_gbs > best.bandwidth_gbs):
-            best = sw
-    return None if best is None or best.step_latency_us is None else best.step_latency_us * 1e-6
+    joining = [(sw.bandwidth_gbs, sw.step_latency_us) for sw in platform.switches
+               if sw.step_latency_us is not None and set(names) <= set(sw.ports)]
+    return max(joining)[1] * 1e-6 if joining else None
 
 
 def launch_time(platform: Platform, names: Sequence[str]) -> float:
