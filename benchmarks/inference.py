@@ -1,5 +1,6 @@
-"""Serving predictions against published latencies: FasterTransformer's GPT tables, and the
-eager-runtime dispatch cost fitted on one source and checked on another.
+"""Serving predictions against published latencies: FasterTransformer's GPT tables, gpt-fast's
+tensor-parallel decode rates and TensorRT-LLM's first-token latencies and throughputs, with the
+two fitted parameters printed on their fitting rows.
 
     python benchmarks/inference.py [--quick]
 
@@ -20,7 +21,10 @@ tokens/s, and the eager dispatch per framework op (mapper/serving/request.py,
 EAGER_DISPATCH_US) on its eager run, 25.5 tokens/s. The first is checked on every
 FasterTransformer row; the second on Megatron-LM's eager latencies in the same tables.
 gpt-fast's own tensor-parallel table (its README, batch 1) checks the collectives' latency
-(NCCL's low-latency ring, whose constants come from NCCL's tuning model, not from any row).
+(NCCL's low-latency ring, whose constants come from NCCL's tuning model, not from any row), and
+TensorRT-LLM's A100 tables (docs/source/performance.md) check first tokens of 128 and 2,048
+prompt tokens and static-batch throughputs up to batch 1,280. Then ``--parallel auto`` is run on
+each FasterTransformer layout's nodes and must be no slower than the published layout.
 
 Predictions do not depend on the machine's load; the planning time printed last does (the load
 average is printed beside it).
