@@ -65,8 +65,12 @@ class Estimate:
 
 def _streams_weight(task: Task, cls: str, dims: tuple[int, int, int, int] | None, device: Device) -> bool:
     """A GEMM with fewer rows than the device's tile (or a matrix-vector product): the libraries'
-    small-M kernels stream its weight (:data:`~mapper.costmodel.efficiency.EFF_MEMORY_GEMM`)."""
+    small-M kernels stream its weight (:data:`~mapper.costmodel.efficiency.EFF_MEMORY_GEMM`).
+    Unfused attention in a decode step (fewer queries than the tile) is two such batched GEMMs,
+    streaming the cached keys and then the values."""
     out = task.output
+    if task.op == "attention" and not task.attr("fused", 1) and device.gemm_tile is not None:
+        return 0 < int(task.attr("seq") or 0) < device.gemm_tile[0]
     if cls != "gemm" or task.op != "matmul" or out is None or len(out.shape) < 2:
         return False
     if dims is None:  # the device has no GEMM model, or a matrix-vector product
