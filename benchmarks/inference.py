@@ -57,6 +57,11 @@ FT = "NVIDIA/FasterTransformer docs/gpt_guide.md, A100-80GB, FP16"
 #: name -> (layers, heads, head size)
 MODELS = {"GPT-6.7B": (32, 32, 128), "GPT-20B": (44, 48, 128), "GPT-89B": (48, 96, 128),
           "GPT-175B": (96, 96, 128), "Megatron-530B": (105, 128, 160)}
+#: Llama 2 (Touvron et al., arXiv 2307.09288, Table 1 and the released configs) as examples/llama.tg prices it.
+LLAMA2 = {"Llama-2-7B": (("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 32), ("FFN", 11008),
+                         ("VOCAB", 32000)),
+          "Llama-2-70B": (("LAYERS", 80), ("HIDDEN", 8192), ("HEADS", 64), ("KV_HEADS", 8), ("FFN", 28672),
+                          ("VOCAB", 32000))}
 #: (model, tensor, pipeline, batch, input, output, published ms)
 ROWS = [
     *(("GPT-6.7B", 1, 1, b, 128, 8, ms) for b, ms in ((1, 98.29), (8, 162.51), (64, 718.07))),
@@ -178,8 +183,7 @@ def eager_check() -> None:
     runtime) in the same tables, batches 1 and 2 (beyond them Megatron's latency grows with the
     batch far faster than any kernel's cost: its generation loop, not dispatch, dominates there).
     The ratio eager / graph is compared, as both runs share the model's tensor-parallel error."""
-    llama2 = ModelFile(LLAMA, params=(("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 32),
-                                      ("FFN", 11008), ("VOCAB", 32000)))
+    llama2 = ModelFile(LLAMA, params=LLAMA2["Llama-2-7B"])
     print("\nfitted on one row each (PyTorch gpt-fast blog, Llama-2-7B, A100, batch 1, 200 tokens):")
     for runtime, published, what in (("graph", 1 / 107.0, f"small-M GEMM memory efficiency {EFF_MEMORY_GEMM['gpu']}"),
                                      ("eager", 1 / 25.5, "eager dispatch 23 us per framework op")):
@@ -205,10 +209,6 @@ def eager_check() -> None:
 GPT_FAST_TP = (("Llama-2-7B", 1, 104.9), ("Llama-2-7B", 2, 168.84), ("Llama-2-7B", 4, 254.02),
                ("Llama-2-7B", 8, 328.43), ("Llama-2-70B", 2, 21.32), ("Llama-2-70B", 4, 38.01),
                ("Llama-2-70B", 8, 62.50))
-LLAMA2 = {"Llama-2-7B": (("LAYERS", 32), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 32), ("FFN", 11008),
-                         ("VOCAB", 32000)),
-          "Llama-2-70B": (("LAYERS", 80), ("HIDDEN", 8192), ("HEADS", 64), ("KV_HEADS", 8), ("FFN", 28672),
-                          ("VOCAB", 32000))}
 
 
 def tensor_parallel_check() -> list[float]:
@@ -256,13 +256,13 @@ def tensorrt_check(quick: bool) -> list[float]:
     on A100s (graph runtime); a request the model says does not fit counts as a miss (ratio 0)."""
     print("\nchecked: TensorRT-LLM on A100-80GB, FP16 (NVIDIA/TensorRT-LLM docs/source/performance.md)")
     ratios = []
-    for name, t, i, ms in TRT_TTFT[::3] if quick else TRT_TTFT:
+    for name, t, i, ms in (TRT_TTFT[::3] if quick else TRT_TTFT):
         got = predict(_trt_model(name), load_platform("dgx-a100"), f"tensor={t},pipeline=1" if t > 1 else "none",
                       f"prefill={i},batch=1")
         ratios.append(got["ttft"] * 1e3 / ms)
         print(f"  first token  {name:9} TP{t} input {i:5}: published {ms:6.1f} ms, predicted "
               f"{got['ttft'] * 1e3:6.1f}, ratio {ratios[-1]:.2f}")
-    for name, b, t, i, o, tps in TRT_THROUGHPUT[::3] if quick else TRT_THROUGHPUT:
+    for name, b, t, i, o, tps in (TRT_THROUGHPUT[::3] if quick else TRT_THROUGHPUT):
         try:
             got = predict(_trt_model(name), load_platform("dgx-a100"), f"tensor={t},pipeline=1" if t > 1 else "none",
                           f"prefill={i},decode={o - 1},batch={b}")
