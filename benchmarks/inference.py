@@ -33,6 +33,7 @@ average is printed beside it).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -101,7 +102,10 @@ def platform_for(gpus: int):
     return load_platform("dgx-a100") if gpus <= 8 else with_nodes(load_platform("selene"), -(-gpus // 8))
 
 
+@functools.cache
 def predict(source: ModelFile, platform, parallel: str, request: str, runtime: str = "graph") -> dict:
+    """The request's ``inference`` JSON; each (model, platform, layout, request, runtime) is priced once
+    (the ranking and ``--parallel auto`` checks reuse the table's rows)."""
     compiled = compile_graph(source, platform, mapper="heft", options=MapOptions(), parallel=parallel,
                              serving=Serving.parse(request, runtime))
     assert compiled.serving is not None
