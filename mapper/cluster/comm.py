@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass
 
 from mapper.devices import Platform
-from mapper.parallel.collectives import launch_time, low_latency, step_latency
+from mapper.parallel.collectives import Collective, cheapest, launch_time, step_latency
 
 GB = 1e9
 
@@ -97,11 +97,9 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     n = float(nbytes)
     b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
     if nodes == 1:
-        ring = f * (k - 1) / k * n / b_in + f * (k - 1) * net.intra_latency
-        ll = low_latency(kind, n, k, net.intra_step, 1.0 / b_in) if net.intra_step is not None else None
-        if ll is not None and ll < ring:
-            return net.launch + ll, "ring-ll"
-        return net.launch + ring, "ring"
+        inside_ring = Collective(f * (k - 1) / k * n / b_in + f * (k - 1) * net.intra_latency, "ring")
+        best = cheapest(kind, n, k, net.intra_step, 1.0 / b_in, inside_ring)
+        return net.launch + best.seconds, best.algorithm
     busbw = min(b_in, g * b_out)
     ring = f * (k - 1) / k * n / busbw + f * (k - 1) * net.inter_latency
     inside = f * (g - 1) / g * n / b_in + f * (g - 1) * net.intra_latency if g > 1 else 0.0

@@ -79,6 +79,13 @@ def low_latency(kind: str, nbytes: float, ranks: int, step: float, sec_per_byte:
     return LL_BASE_US * 1e-6 + f * (ranks - 1) * step + f * (ranks - 1) / ranks * nbytes * sec_per_byte / share
 
 
+def cheapest(kind: str, nbytes: float, ranks: int, step: float | None, sec_per_byte: float,
+             best: Collective) -> Collective:
+    """``best`` or, where a low-latency step is known (``step``) and its ring is cheaper, that ring."""
+    ll = low_latency(kind, nbytes, ranks, step, sec_per_byte) if step is not None else None
+    return Collective(ll, "ring-ll") if ll is not None and ll < best.seconds else best
+
+
 def step_latency(platform: Platform, names: Sequence[str]) -> float | None:
     """Seconds per low-latency step among devices ``names``: the ``step_latency_us`` of the fastest
     switch that joins them all (None: none does, or it gives none)."""
@@ -121,6 +128,4 @@ def collective_time(kind: str, nbytes: float, devices: Sequence[int], latency: S
     else:
         ring = (steps + k - 1) * ra + 2 * (k - 1) / k * n * rb
         tree = steps * (ta + n * tb)
-    best = Collective(ring, "ring") if ring <= tree else Collective(tree, "tree")
-    ll = low_latency(kind, n, k, step, rb) if step is not None else None
-    return Collective(ll, "ring-ll") if ll is not None and ll < best.seconds else best
+    return cheapest(kind, n, k, step, rb, Collective(ring, "ring") if ring <= tree else Collective(tree, "tree"))
