@@ -148,10 +148,27 @@ def test_auto_splits_a_large_model_by_tensor_and_each_layout_validates():
     assert given.serving.latency == pytest.approx(given.serving.best.latency, rel=0.05)
 
 
+def test_unfused_attention_scores_count_in_memory_and_a_kernel_too_big_rules_its_layout_out():
+    """Unfused attention holds every score of the prompt (batch x heads x S x S); the plan counts the
+    cost table's footprint, so a layout whose attention kernel exceeds the GPU does not fit (it used
+    to be priced at an infinite time and end in an error about a task of the request graph)."""
+    params = (("LAYERS", 2), ("HIDDEN", 2304), ("HEADS", 24), ("VOCAB", 51200))
+    request = "prefill=2048,decode=4,batch=64"
+    scores = 64 * 24 * 2048 * 2048 * 2  # f16 scores of one attention, one GPU
+    with pytest.raises(InfeasibleError, match="no layout fits in memory"):
+        serve(params, request, parallel="tensor=1,pipeline=1")
+    got = serve(params, request, parallel="tensor=8,pipeline=1")
+    assert got.serving.best.memory["activations"] > scores / 8
+    assert validate(got.result.schedule) == []
+    fused = serve((*params, ("FLASH", 1)), request, parallel="tensor=1,pipeline=1")
+    assert fused.serving.best.memory["activations"] < scores / 3  # the MLP's 4h activations lead
+    assert validate(fused.result.schedule) == []
+
+
 def test_the_prefill_keeps_only_each_sequences_last_logits():
     """The LM head of the prefill runs on one token per sequence: its time and activations are those
     of the decode step's head, not of every prompt token (vLLM, TensorRT-LLM keep the last logits)."""
-    big_vocab = (("LAYERS", 2), ("HIDDEN", 256), ("HEADS", 4), ("VOCAB", 50000))
+    big_vocab = (("LAYERS", 2), ("HIDDEN", 256), ("HEADS", 4), ("VOCAB", 50000), ("FLASH", 1))
     batch, prompt = 4, 2048
     for request in (f"prefill={prompt},batch={batch}", f"prefill={prompt},decode=4,batch={batch}"):
         got = serve(big_vocab, request)

@@ -62,7 +62,20 @@ class BlockCost:
     #: forward kernels in order: seconds, the ops fused in it, and for a collective its index in
     #: ``collectives`` (its time is the cluster's to price; -1 for a kernel)
     kernels: tuple[tuple[float, tuple[str, ...], int], ...] = ()
-    working: float = 0.0  # the largest forward kernel's activation operands and output (inference's peak)
+    working: float = 0.0  # the largest forward kernel's footprint less its weights (inference's peak)
+
+
+def kv_bytes(task: Task, positions: int, tensor: int = 1) -> float:
+    """Bytes of the keys and values attention ``task`` keeps for ``positions`` of every sequence on
+    one of ``tensor`` ranks: ``2 kv_heads/t head_dim`` elements a position (a rank keeps whole
+    key-value heads; with fewer heads than ranks each rank keeps one)."""
+    if task.op != "attention" or task.output is None:
+        return 0.0
+    heads = int(task.attr("heads"))
+    kv = int(task.attr("kv_heads") or heads)
+    dh = task.output.shape[1] // heads
+    sequences = task.output.shape[0] // int(task.attr("seq"))
+    return 2.0 * max(kv // tensor, 1) * dh * positions * sequences * DTYPE_BYTES.get(task.output.dtype, 2)
 
 
 def _kept(task: Task) -> tuple[float, float]:
@@ -160,8 +173,12 @@ class Profile:
                 fwd += seconds
                 parts = task.parts or (task,)
                 kernels.append((seconds, tuple(p.op for p in parts), -1))
-                held = sum(float(o.type.nbytes) for o in task.operands if o.kind != "weight")
-                working = max(working, held + (float(task.output.nbytes) if task.output is not None else 0.0))
+                # what the cost table holds resident for it (unfused attention's scores included), its
+                # weights and KV cache apart (counted on their own): one footprint decides both the
+                # kernel's feasibility and the plan's memory
+                held = sum(float(o.type.nbytes) for o in task.operands if o.kind == "weight")
+                held += sum(kv_bytes(p, int(p.attr("cache") or 0)) for p in parts)
+                working = max(working, table.footprint[task.index] - held)
                 if any(p.op == "attention" for p in parts):
                     att += seconds
                 elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):

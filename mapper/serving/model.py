@@ -44,9 +44,9 @@ from dataclasses import dataclass, field, replace
 
 from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.model import RESERVE, partition
-from mapper.cluster.profile import BlockCost, Profile
+from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.errors import OptionsError
-from mapper.graph import DTYPE_BYTES, TaskGraph
+from mapper.graph import TaskGraph
 from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
 
 
@@ -99,24 +99,14 @@ class ServingEstimate:
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.capacity
+        """Its memory fits and every kernel has a finite time (one whose footprint exceeds the GPU has none)."""
+        return self.peak <= self.capacity and math.isfinite(self.latency)
 
 
 def cache_bytes(graph: TaskGraph, block_tasks: list[int], tensor: int, context: int) -> float:
     """KV-cache bytes one tensor rank holds for the attention ops among ``block_tasks`` at
-    ``context`` positions of every sequence: ``2 kv_heads/t dh`` elements per position (a rank
-    keeps whole key-value heads; with fewer heads than ranks each rank keeps one)."""
-    total = 0.0
-    for i in block_tasks:
-        task = graph.tasks[i]
-        if task.op != "attention" or task.output is None:
-            continue
-        heads = int(task.attr("heads"))
-        kv = int(task.attr("kv_heads") or heads)
-        dh = task.output.shape[1] // heads
-        sequences = task.output.shape[0] // int(task.attr("seq"))
-        total += 2.0 * max(kv // tensor, 1) * dh * context * sequences * DTYPE_BYTES.get(task.output.dtype, 2)
-    return total
+    ``context`` positions of every sequence (:func:`mapper.cluster.profile.kv_bytes`)."""
+    return sum(kv_bytes(graph.tasks[i], context, tensor) for i in block_tasks)
 
 
 class ServingModel:
