@@ -127,6 +127,11 @@ def test_eager_dispatch_slows_a_small_batch_and_is_reported():
     assert any("eager runtime" in n for n in eager.notes())
     assert framework_ops(("rmsnorm",), False) == 8 and framework_ops(("matmul", "add"), False) == 1
     assert framework_ops(("attention",), True) == framework_ops(("attention",), False) + 2
+    # the decode step built per GPU is host-bound too: its makespan is the closed form's step
+    for runtime, got in (("graph", graph), ("eager", eager)):
+        assert got.step is not None and validate(got.step.schedule) == []
+        assert got.step.schedule.makespan == pytest.approx(got.best.decode_first[0], rel=0.01), runtime
+    assert any(b == "launch" for row in eager.step.schedule.cost.bound for b in row)
 
 
 def test_stream_time_is_bound_by_the_cpu_or_the_gpu():

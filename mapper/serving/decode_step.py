@@ -6,14 +6,18 @@ micro-batches) by the same rewrite as ``--parallel`` splits
 (:func:`mapper.parallel.rewrite.split_graph`), fused, priced, list-scheduled
 with HEFT and validated. Its Gantt shows what the stage times of the request
 graph are made of; its makespan, a step of one micro-batch wave, is reported
-beside them. Built when the layout's GPUs fit on one node.
+beside them. Built when the layout's GPUs fit on one node. With the eager
+runtime each kernel lasts, on its GPU, as long as it holds back the rank's
+stream of kernels issued by the CPU (:func:`mapper.serving.request.stream_finishes`),
+so the step is host-bound where the closed form is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
-from mapper.cost import build_cost_table
+from mapper.cost import CostTable, build_cost_table
 from mapper.devices import Platform
 from mapper.graph import TaskGraph
 from mapper.mapping import get_mapper
@@ -21,6 +25,7 @@ from mapper.mapping.base import MapOptions, MapResult
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
 from mapper.serving.model import ServingEstimate, ServingModel
+from mapper.serving.request import framework_ops, stream_finishes
 from mapper.validate import validate
 
 #: The most tasks a decode step's split graph may have to be built (beyond, the notes say so).
@@ -45,7 +50,32 @@ def decode_step(model: ServingModel, est: ServingEstimate, platform: Platform,
                 devices=tuple(gpus[:lay.gpus]), cuts=cuts, vocab=True)
     split = split_graph(graph, plan, platform)
     cost = build_cost_table(prepare(split.graph), platform)
+    if model.dispatch > 0:
+        cost = with_dispatch(cost, model.dispatch, decode=phase != "prefill")
     result = get_mapper("heft").map(cost, MapOptions())
     if validate(result.schedule):
         return None, "its schedule did not validate"
     return result, ""
+
+
+def with_dispatch(cost: CostTable, dispatch: float, decode: bool) -> CostTable:
+    """``cost`` with each task pinned to a GPU lasting, there, as long as it holds back its rank's
+    stream of kernels (index order) issued by a CPU thread at ``dispatch`` seconds per framework op;
+    a collective is one op. The kernels' times are never shortened."""
+    time = [list(row) for row in cost.time]
+    bound = [list(row) for row in cost.bound]
+    chains: dict[int, list[int]] = {}
+    for task in cost.graph.tasks:
+        allow = task.placement.allow
+        if len(allow) == 1:
+            chains.setdefault(cost.platform.device_index(allow[0]), []).append(task.index)
+    for d, tasks in chains.items():
+        kernels = [(cost.time[t][d], 1 if cost.graph.tasks[t].explicit_cost else
+                    framework_ops(tuple(p.op for p in (cost.graph.tasks[t].parts or (cost.graph.tasks[t],))), decode))
+                   for t in tasks]
+        before = 0.0
+        for t, end in zip(tasks, stream_finishes(kernels, dispatch)):
+            if end - before > time[t][d]:
+                time[t][d], bound[t][d] = end - before, "launch"
+            before = end
+    return replace(cost, time=tuple(map(tuple, time)), bound=tuple(map(tuple, bound)))

@@ -108,12 +108,20 @@ def framework_ops(ops: tuple[str, ...], decode: bool) -> int:
     return n
 
 
-def stream_time(kernels: list[tuple[float, int]], dispatch: float) -> float:
-    """Seconds for the GPU to run ``kernels`` (seconds, framework ops) issued by one CPU thread that
+def stream_finishes(kernels: list[tuple[float, int]], dispatch: float) -> list[float]:
+    """When each of ``kernels`` (seconds, framework ops) ends on a GPU fed by one CPU thread that
     spends ``dispatch`` seconds per framework op: the GPU starts a kernel when it is free and the
     CPU has issued it (the CPU runs ahead asynchronously; a sync-free stream)."""
     cpu = gpu = 0.0
+    out = []
     for seconds, ops in kernels:
         cpu += ops * dispatch
         gpu = max(gpu, cpu) + seconds
-    return gpu
+        out.append(gpu)
+    return out
+
+
+def stream_time(kernels: list[tuple[float, int]], dispatch: float) -> float:
+    """Seconds the stream of :func:`stream_finishes` takes."""
+    ends = stream_finishes(kernels, dispatch)
+    return ends[-1] if ends else 0.0
