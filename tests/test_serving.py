@@ -232,7 +232,7 @@ def test_cli_json_contract_and_errors(tmp_path, capsys):
     assert "has no top-level" in capsys.readouterr().err
 
 
-def test_dump_after_split_and_a_request_too_long_to_build(capsys):
+def test_dump_after_split_and_a_request_too_long_to_build(capsys, monkeypatch):
     argv = ["compile", GPT, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=256",
             "--param", "HEADS=4", "--param", "VOCAB=1000", "--inference", "prefill=8,decode=2"]
     assert main([*argv, "--dump-after", "split"]) == 0
@@ -240,6 +240,13 @@ def test_dump_after_split_and_a_request_too_long_to_build(capsys):
     assert "graph gpt.request" in out and "decode2.s0.mb0" in out
     assert main([*argv[:-1], "prefill=8,decode=300000", "-q"]) == 2
     assert "ask for fewer decode steps" in capsys.readouterr().err
+    # auto keeps to the layouts whose request graph can be built, and says how many it left
+    monkeypatch.setattr("mapper.serving.search.MAX_TASKS", 2000)  # small graphs, the same rule
+    got = serve(SMALL, "prefill=8,decode=300,batch=8", parallel="auto")
+    lay = got.serving.best.layout
+    assert (1 + 300) * lay.pipeline * lay.micro_batches <= 2000 and got.serving.unbuilt > 0
+    assert any("not scored" in n for n in got.serving.notes())
+    assert validate(got.result.schedule) == []
 
 
 def test_one_decode_step_per_gpu_is_built_validated_and_drawn(tmp_path):

@@ -14,22 +14,25 @@ token: the closed forms only rank layouts.
 from __future__ import annotations
 
 from mapper.cluster.plan_graph import stage_device
-from mapper.errors import OptionsError
 from mapper.graph import Edge, Placement, Task, TaskGraph
-from mapper.serving.model import ServingEstimate
+from mapper.serving.model import ServingEstimate, ServingLayout
 
 #: The most tasks a request graph may have (steps x stages x micro-batches).
 MAX_TASKS = 200_000
 
 
+def request_tasks(layout: ServingLayout, decode: int) -> int:
+    """Tasks of the request graph of ``decode`` steps under ``layout`` (the search skips layouts
+    past :data:`MAX_TASKS`)."""
+    return (1 + decode) * layout.pipeline * layout.micro_batches
+
+
 def request_graph(est: ServingEstimate, decode: int, name: str) -> TaskGraph:
-    """The task graph of one request under ``est`` (module docstring)."""
+    """The task graph of one request under ``est`` (module docstring; at most :data:`MAX_TASKS`
+    tasks, as :func:`mapper.serving.search.choose` keeps its layouts)."""
     p, m = est.layout.pipeline, est.layout.micro_batches
     steps = 1 + decode
-    if steps * p * m > MAX_TASKS:
-        raise OptionsError(f"a request of {decode} decode steps on {p} stages and {m} micro-batches is "
-                           f"{steps * p * m:,} tasks, more than {MAX_TASKS:,}: ask for fewer decode steps",
-                           obj="--inference")
+    assert request_tasks(est.layout, decode) <= MAX_TASKS, "choose() keeps layouts whose graph can be built"
     tasks: list[Task] = []
     edges: set[tuple[int, int]] = set()
     index: dict[tuple[int, int, int], int] = {}

@@ -15,6 +15,7 @@ from typing import Any
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.serving.model import ServingEstimate, ServingLayout, ServingModel
 from mapper.serving.request import Request
+from mapper.serving.request_graph import MAX_TASKS, request_tasks
 
 GIB = float(2**30)
 #: Layouts listed in reports besides the chosen one.
@@ -84,6 +85,7 @@ class ServingChoice:
     kind: str = ""  # on a fleet: the node kind that serves
     step: Any = None  # the MapResult of one decode step per GPU (mapper.serving.decode_step), or None
     step_note: str = ""  # why there is none
+    unbuilt: int = 0  # layouts left unscored: their request graph would pass MAX_TASKS tasks
 
     @property
     def tpot(self) -> float:
@@ -137,6 +139,9 @@ class ServingChoice:
                        "the HTML report shows its Gantt")
         elif self.step_note:
             out.append(f"inference: one {phase} per GPU is not built: {self.step_note}")
+        if self.unbuilt:
+            out.append(f"inference: {self.unbuilt} layouts not scored: their request graphs would pass "
+                       f"{MAX_TASKS:,} tasks (stages x micro-batches x steps)")
         others = self.ranked[1:RUNNERS_UP]
         if others:
             out.append("inference: runners-up " + "; ".join(
@@ -153,7 +158,14 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         raise OptionsError(f"no serving layout of {gpus} GPUs fits the keys given "
                            f"({', '.join(f'{k}={v}' for k, v in given.items()) or 'none'}) with {heads} heads "
                            f"and a batch of {model.request.batch}", obj="--parallel")
-    scored = [e for e in (model.estimate(lay) for lay in cands) if e is not None]
+    r = model.request
+    buildable = [lay for lay in cands if request_tasks(lay, r.decode) <= MAX_TASKS]
+    if not buildable:
+        small = min(cands, key=lambda lay: request_tasks(lay, r.decode))
+        raise OptionsError(f"a request of {r.decode} decode steps on {small.pipeline} stages and "
+                           f"{small.micro_batches} micro-batches is {request_tasks(small, r.decode):,} tasks, "
+                           f"more than {MAX_TASKS:,}: ask for fewer decode steps", obj="--inference")
+    scored = [e for e in (model.estimate(lay) for lay in buildable) if e is not None]
     if not scored:
         raise OptionsError("the model has fewer blocks than any layout's stages", obj="--parallel")
     fitting = [e for e in scored if e.fits]
@@ -162,7 +174,6 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         raise InfeasibleError(
             f"no layout fits in memory: the least needs {least.peak / GIB:.4g} GiB per GPU "
             f"({least.layout.label()}) on {model.gpu.name} of {least.capacity / GIB:.4g} GiB", obj="--inference")
-    r = model.request
     if bounds.any:
         ok = [e for e in fitting if bounds.met(e, r)]
         if not ok:
@@ -174,4 +185,5 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         ranked = sorted(ok, key=lambda e: (-r.tokens * e.layout.replicas / e.latency, e.latency, e.layout.gpus))
     else:
         ranked = sorted(fitting, key=lambda e: (e.latency, e.layout.gpus, e.peak))
-    return ServingChoice(ranked[0], tuple(ranked), r, runtime, gpus, bounds, model.gpu.name)
+    return ServingChoice(ranked[0], tuple(ranked), r, runtime, gpus, bounds, model.gpu.name,
+                         unbuilt=len(cands) - len(buildable))
