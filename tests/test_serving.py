@@ -43,7 +43,8 @@ def test_parse_inference():
     assert parse_inference("prefill=60, decode=19, batch=16") == Request(60, 19, 16)
     assert Request(60, 19, 16).tokens == 16 * 20 and Request(60, 19, 16).context == 79
     for bad, words in (("decode=3", "prefill=S_IN"), ("prefill=0", "from 1"), ("prefill=8,prefill=9", "twice"),
-                       ("prefill=x", "whole number"), ("prompt=3", "expected"), ("prefill=8,batch=-1", "from 1")):
+                       ("prefill=x", "whole number"), ("prefill=\uff18", "whole number"),
+                       ("prefill=1_000", "whole number"), ("prefill=9999999999", "whole number"), ("prompt=3", "expected"), ("prefill=8,batch=-1", "from 1")):
         with pytest.raises(OptionsError, match=words):
             parse_inference(bad)
 

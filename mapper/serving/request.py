@@ -79,10 +79,11 @@ def parse_inference(text: str) -> Request:
             raise OptionsError(f"expected prefill=S_IN[,decode=S_OUT][,batch=B], got {item!r}", obj="--inference")
         if key in values:
             raise OptionsError(f"{key} is given twice", obj="--inference")
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise OptionsError(f"{key} must be a whole number, got {value.strip()!r}", obj="--inference") from None
+        digits = value.strip()
+        bare = digits.removeprefix("-")
+        if not (bare.isascii() and bare.isdigit()) or len(bare) > 9:  # ASCII digits, as layouts read them
+            raise OptionsError(f"{key} must be a whole number, got {digits!r}", obj="--inference")
+        number = int(digits)
         low = 0 if key == "decode" else 1
         if not low <= number <= MAX_TOKENS:
             raise OptionsError(f"{key} must be from {low} to {MAX_TOKENS}, got {number}", obj="--inference")
