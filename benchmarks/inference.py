@@ -20,8 +20,10 @@ small-M GEMMs (mapper/costmodel/efficiency.py, EFF_MEMORY_GEMM) on its CUDA-grap
 tokens/s, and the eager dispatch per framework op (mapper/serving/request.py,
 EAGER_DISPATCH_US) on its eager run, 25.5 tokens/s. The first is checked on every
 FasterTransformer row; the second on Megatron-LM's eager latencies in the same tables.
-gpt-fast's own tensor-parallel table (its README, batch 1) checks the collectives' latency
-(NCCL's low-latency ring, whose constants come from NCCL's tuning model, not from any row), and
+gpt-fast's own tensor-parallel table (its README, batch 1) checks the collectives' latency: the
+model prices NCCL's low-latency ring with the constants of NCCL's tuning model (not from any
+row); gpt-fast runs PyTorch's intra-node all-reduce (ENABLE_INTRA_NODE_COMM=1) on a hybrid
+cube mesh, so the rows say the model's all-reduce costs what a latency-minded one does, and
 TensorRT-LLM's A100 tables (docs/source/performance.md) check first tokens of 128 and 2,048
 prompt tokens and static-batch throughputs up to batch 1,280. Then ``--parallel auto`` is run on
 each FasterTransformer layout's nodes and must be no slower than the published layout.
@@ -208,8 +210,8 @@ def eager_check() -> None:
 
 
 #: gpt-fast's tensor-parallel table (pytorch-labs/gpt-fast README, "Tensor Parallelism"): batch 1, a
-#: 5-token prompt, 8 x A100-80GB (power-limited to 330 W), torch.compile with CUDA graphs:
-#: (model, tensor ranks, tokens/s).
+#: 5-token prompt, 8 x A100-80GB (power-limited to 330 W, hybrid cube mesh), torch.compile with CUDA
+#: graphs, PyTorch's intra-node all-reduce: (model, tensor ranks, tokens/s).
 GPT_FAST_TP = (("Llama-2-7B", 1, 104.9), ("Llama-2-7B", 2, 168.84), ("Llama-2-7B", 4, 254.02),
                ("Llama-2-7B", 8, 328.43), ("Llama-2-70B", 2, 21.32), ("Llama-2-70B", 4, 38.01),
                ("Llama-2-70B", 8, 62.50))
@@ -217,10 +219,13 @@ GPT_FAST_TP = (("Llama-2-7B", 1, 104.9), ("Llama-2-7B", 2, 168.84), ("Llama-2-7B
 
 def tensor_parallel_check() -> list[float]:
     """Checked, nothing fitted: gpt-fast's batch-1 decode rates over 1-8 tensor ranks. Its all-reduces
-    are a few kilobytes, so the rows test the collective's latency (NCCL's low-latency ring,
-    mapper/parallel/collectives.py) besides the memory-bound kernels. gpt-fast's machine joins its
-    GPUs in a hybrid cube mesh, priced here on dgx-a100's NVSwitch."""
-    print("\nchecked: gpt-fast tensor parallelism (pytorch-labs/gpt-fast README; batch 1, graph runtime, dgx-a100)")
+    are a few kilobytes, so the rows test the collective's latency besides the memory-bound kernels.
+    gpt-fast reduces with PyTorch's intra-node all-reduce (its README runs tensor parallelism with
+    ENABLE_INTRA_NODE_COMM=1) on a machine that joins its GPUs in a hybrid cube mesh; the model
+    prices NCCL's low-latency ring (mapper/parallel/collectives.py) on dgx-a100's NVSwitch. The
+    rows thus check the latency of a latency-minded all-reduce, not of NCCL as measured."""
+    print("\nchecked: gpt-fast tensor parallelism (pytorch-labs/gpt-fast README; batch 1, PyTorch's intra-node "
+          "all-reduce on a hybrid cube mesh; priced: graph runtime, NCCL's LL ring on dgx-a100)")
     ratios = []
     for model, t, published in GPT_FAST_TP:
         got = predict(ModelFile(LLAMA, params=LLAMA2[model]), load_platform("dgx-a100"),
