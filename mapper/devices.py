@@ -5,7 +5,7 @@ them from files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 DEVICE_KINDS = ("cpu", "gpu", "fpga")
 
@@ -173,6 +173,14 @@ class Platform:
     #: a fleet of several node kinds: ``devices`` and ``cluster`` are its first kind's
     #: (:mod:`mapper.platform_cluster`)
     fleet: Fleet | None = None
+    #: (source, destination) -> the first link between them (what :meth:`link_between` answers)
+    _pairs: dict[tuple[str, str], int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        pairs: dict[tuple[str, str], int] = {}
+        for link in self.links:
+            pairs.setdefault((link.src, link.dst), link.index)
+        object.__setattr__(self, "_pairs", pairs)
 
     def resources(self, link: int) -> tuple[int, ...]:
         """What a transfer on ``link`` holds under contention: the link itself
@@ -189,11 +197,7 @@ class Platform:
 
     def link_between(self, a: int, b: int) -> int | None:
         """Index of the direct link from device ``a`` to device ``b``, if declared."""
-        src, dst = self.devices[a].name, self.devices[b].name
-        for link in self.links:
-            if link.src == src and link.dst == dst:
-                return link.index
-        return None
+        return self._pairs.get((self.devices[a].name, self.devices[b].name))
 
     def route(self, a: int, b: int) -> tuple[int, ...] | None:
         """Link indices from device ``a`` to device ``b``; ``()`` when ``a == b``.

@@ -211,7 +211,8 @@ def compile_graph(
         from mapper.serving.driver import plan_request
 
         assert not isinstance(source, TaskGraph)  # check_source refused it
-        requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, prepare))
+        requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, prepare,
+                                                              options.progress))
         served, graph, plat = requested.choice, requested.graph, requested.platform
     elif cluster_planner:
         from mapper.cluster.driver import plan_step

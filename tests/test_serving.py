@@ -206,6 +206,37 @@ def test_memory_and_bounds():
     assert loose.serving.best.max_batch > 1
 
 
+def test_batch_auto_finds_the_batch_of_most_tokens_per_second_under_the_bounds(tmp_path):
+    one = serve(MID, "prefill=64,decode=8").serving
+    bound = 2 * one.tpot
+    got = serve(MID, "prefill=64,decode=8,batch=auto", max_tpot=bound)
+    c = got.serving
+    b = c.request.batch
+    assert c.request.auto_batch and b > 1 and c.tpot <= bound and c.best.fits
+    assert c.tokens_per_s > one.tokens_per_s and "chosen" in c.batch_note
+    assert validate(got.result.schedule) == []
+    # the batch found is the largest under the bound: one more sequence breaks it
+    with pytest.raises(InfeasibleError, match="meets the bounds"):
+        serve(MID, f"prefill=64,decode=8,batch={b + 1}", max_tpot=bound)
+    assert serve(MID, f"prefill=64,decode=8,batch={b}", max_tpot=bound).serving.tokens_per_s == pytest.approx(
+        c.tokens_per_s)
+    # no bounds: memory ends the search; the batch chosen fits and beats half of it
+    free = serve(MID, "prefill=64,decode=8,batch=auto").serving
+    assert free.best.fits and free.request.batch > b
+    assert free.tokens_per_s >= serve(MID, f"prefill=64,decode=8,batch={free.request.batch // 2}").serving.tokens_per_s
+    with pytest.raises(OptionsError, match="batch=auto"):
+        serve(MID, "prefill=64,decode=8,batch=auto", parallel="tensor=1,pipeline=1,micro_batch=2")
+    with pytest.raises(OptionsError, match="twice"):
+        parse_inference("prefill=8,batch=auto,batch=2")
+    out = tmp_path / "r.json"
+    argv = ["compile", GPT, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=256",
+            "--param", "HEADS=4", "--param", "VOCAB=1000", "--inference", "prefill=8,decode=2,batch=auto",
+            "--max-tpot", "0.001", "-q", "--json", str(out)]
+    assert main(argv) == 0
+    inf = json.loads(out.read_text())["inference"]
+    assert inf["batch_auto"] is True and inf["batch"] > 1 and inf["tpot"] <= 0.001
+
+
 def test_cli_json_contract_and_errors(tmp_path, capsys):
     out = tmp_path / "r.json"
     args = ["compile", LLAMA, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=512",

@@ -79,10 +79,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_fuse_option(p)
     add_train_options(p)
     add_parallel_option(p)
-    p.add_argument("--inference", metavar="prefill=S_IN[,decode=S_OUT][,batch=B]",
+    p.add_argument("--inference", metavar="prefill=S_IN[,decode=S_OUT][,batch=B|auto]",
                    help="price a generation request of a model with params SEQ, BATCH and CACHE: the prefill, "
                         "then S_OUT decode steps against a growing KV cache; --parallel chooses the serving "
-                        "layout (docs/inference.md)")
+                        "layout; batch=auto the batch of most tokens/s that fits and meets the bounds "
+                        "(docs/inference.md)")
     p.add_argument("--runtime", choices=("graph", "eager"), default="graph",
                    help="with --inference: graph (CUDA graphs, TensorRT, C++ runtimes: launches only; default) or "
                         "eager (PyTorch eager: a CPU dispatch per framework op)")

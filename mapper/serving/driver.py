@@ -10,16 +10,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mapper.cluster.comm import network
+from mapper.cluster.comm import Network, network
 from mapper.cluster.driver import MODES
 from mapper.cluster.layout import is_layout, parse_layout
 from mapper.cluster.plan_graph import replica_platform
+from mapper.cluster.profile import BlockCost
 from mapper.devices import Platform
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.graph import TaskGraph
-from mapper.mapping.base import MapResult
+from mapper.mapping.base import MapResult, Progress
+from mapper.serving.batch import search_batch
 from mapper.serving.decode_step import decode_step
-from mapper.serving.model import ServingModel
+from mapper.serving.model import ServingLayout, ServingModel
 from mapper.serving.request import Request, check_runtime, parse_inference
 from mapper.serving.request_graph import request_graph
 from mapper.serving.search import Bounds, ServingChoice, choose
@@ -91,9 +93,11 @@ def _lowerer(program: Program, blame: AbstractContextManager[None], source: str 
 
 def plan_request(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
                  platform: Platform, parallel: str, serving: Serving,
-                 prepare: Callable[[TaskGraph], TaskGraph]) -> PlannedRequest:
+                 prepare: Callable[[TaskGraph], TaskGraph],
+                 progress: Callable[[Progress], None] | None = None) -> PlannedRequest:
     """The serving layout of ``serving``'s request on ``platform`` and its request graph; ``program``
-    is ``source`` parsed (``blame``: the context its errors are raised in)."""
+    is ``source`` parsed (``blame``: the context its errors are raised in); ``progress`` hears how
+    a ``batch=auto`` search goes."""
     if parallel == "none":
         given: dict[str, Any] = {"tensor": 1, "pipeline": 1, "data": 1}
     elif is_layout(parallel):
@@ -102,6 +106,9 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
         given = dict(MODES[parallel])
         if parallel == "data":
             given = {"tensor": 1, "pipeline": 1}
+    if serving.request.auto_batch and "micro_batch" in given:
+        raise OptionsError("micro_batch fixes the sequences of a micro-batch; with batch=auto the batch is "
+                           "searched: give batch=B instead", obj="--parallel")
     lower = _lowerer(program, blame, source, serving.request.decode > 0)
     fleet = platform.fleet
     kinds = [(k.kind, k.platform) for k in fleet.kinds] if fleet is not None else [("", platform)]
@@ -109,10 +116,24 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
     errors: list[Exception] = []
     for kind, where in kinds:  # a fleet serves on the kind of node that does it best
         net = network(where)
+        prices: dict[tuple[str, int, int, int], BlockCost] = {}  # shared by the batches of a batch=auto search
+
+        def make(batch: int, where: Platform = where, net: Network = net,
+                 prices: dict[tuple[str, int, int, int], BlockCost] = prices) -> ServingModel:
+            return ServingModel(lower, replace(serving.request, batch=batch), where, prepare, net, serving.runtime,
+                                prices)
+
+        def pick(model: ServingModel, keys: dict[str, int], skip: Callable[[ServingLayout], bool] | None = None,
+                 kind: str = kind, net: Network = net) -> ServingChoice:
+            return replace(choose(model, len(model.peers) * net.nodes, {**given, **keys}, serving.bounds,
+                                  serving.runtime, skip), kind=kind)
+
         try:
-            model = ServingModel(lower, serving.request, where, prepare, net, serving.runtime)
-            choice = replace(choose(model, len(model.peers) * net.nodes, given, serving.bounds, serving.runtime),
-                             kind=kind)
+            if serving.request.auto_batch:
+                choice, model = search_batch(make, pick, progress)
+            else:
+                model = make(serving.request.batch)
+                choice = pick(model, {})
         except (OptionsError, InfeasibleError) as err:
             errors.append(err)
             continue
@@ -130,7 +151,7 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
 
 def _better(a: ServingChoice, b: ServingChoice, serving: Serving) -> bool:
     """``a`` beats ``b`` as :mod:`mapper.serving.search` ranks layouts (both fit)."""
-    if serving.bounds.any:
+    if serving.bounds.any or serving.request.auto_batch:
         return a.tokens_per_s > b.tokens_per_s
     return a.best.latency < b.best.latency
 

@@ -113,7 +113,14 @@ class ServingModel:
     """Block prices of a request's three graphs on one kind of GPU (module docstring)."""
 
     def __init__(self, lower: Callable[[int, int, int], TaskGraph], request: Request, platform,
-                 prepare: Callable[[TaskGraph], TaskGraph], net: Network, runtime: str) -> None:
+                 prepare: Callable[[TaskGraph], TaskGraph], net: Network, runtime: str,
+                 shared: dict[tuple[str, int, int, int], BlockCost] | None = None) -> None:
+        """``shared``: block prices kept across the models of one model file at other batches,
+        by phase, signature, tensor degree and sequences per micro-batch (a block cut in ``m``
+        micro-batches of a batch ``b`` costs what it costs at batch ``b/m`` in one)."""
+        self.shared = shared
+        #: each block's kernels as its rank's stream sees them, by phase, block, tensor degree, micro-batches
+        self._streams: dict[tuple[str, int, int, int], list[tuple[float, int]]] = {}
         gpus = [d for d in platform.devices if d.kind == "gpu"]
         if not gpus:
             raise OptionsError(f"platform {platform.name} has no GPU to serve the model on", obj="--inference")
@@ -151,7 +158,14 @@ class ServingModel:
         if pruned and phase == "prefill" and self.head is not None and b == self.head[0]:
             phase = self.head[1]
         prof = self.profiles[phase]
-        return prof.cost(prof.blocks[b].signature, tensor, chunks)
+        sig = prof.blocks[b].signature
+        if self.shared is None or self.request.batch % chunks:
+            return prof.cost(sig, tensor, chunks)
+        key = (phase, sig, tensor, self.request.batch // chunks)
+        got = self.shared.get(key)
+        if got is None:
+            got = self.shared[key] = prof.cost(sig, tensor, chunks)
+        return got
 
     def _kernels(self, cost: BlockCost, tensor: int, decode: bool) -> list[tuple[float, int]]:
         per_node = min(tensor, self.net.gpus_per_node)
@@ -173,7 +187,11 @@ class ServingModel:
         for s, (a, b) in enumerate(zip(starts, ends)):
             kernels: list[tuple[float, int]] = []
             for i in range(a, b):
-                kernels += self._kernels(self.block(phase, i, t, m), t, phase != "prefill")
+                key = (phase, i, t, m)
+                got = self._streams.get(key)
+                if got is None:
+                    got = self._streams[key] = self._kernels(self.block(phase, i, t, m), t, phase != "prefill")
+                kernels += got
             seconds = stream_time(kernels, self.dispatch)
             if s + 1 < len(starts):
                 nbytes = self.block(phase, b, t, m, pruned=False).input_bytes / t  # every token's state

@@ -1,11 +1,11 @@
 """What ``--inference`` asks and what ``--runtime`` assumes (:mod:`mapper.serving`).
 
-``--inference prefill=S_IN[,decode=S_OUT][,batch=B]``: ``B`` sequences of ``S_IN``
+``--inference prefill=S_IN[,decode=S_OUT][,batch=B|auto]``: ``B`` sequences of ``S_IN``
 prompt tokens each are prefilled at once (which yields each sequence's first
 output token), then ``S_OUT`` decode steps each add one token per sequence
 against a KV cache that grows from ``S_IN`` to ``S_IN + S_OUT - 1`` positions.
 A request thus returns ``B (1 + S_OUT)`` tokens; ``decode=0`` prices the
-prefill alone.
+prefill alone. ``batch=auto`` searches the batch (:mod:`mapper.serving.batch`).
 
 ``--runtime`` says how ops reach the GPU. ``graph`` (CUDA graphs, TensorRT,
 FasterTransformer's C++ runtime): each kernel pays only its launch, which the
@@ -54,6 +54,7 @@ class Request:
     prefill: int
     decode: int = 0
     batch: int = 1
+    auto_batch: bool = False  # ``batch=auto``: the batch is searched (:mod:`mapper.serving.batch`)
 
     @property
     def tokens(self) -> int:
@@ -65,21 +66,26 @@ class Request:
         """KV-cache positions per sequence at the end of the request."""
         return self.prefill + self.decode
 
-    def to_json(self) -> dict[str, int]:
-        return {"prefill": self.prefill, "decode": self.decode, "batch": self.batch}
+    def to_json(self) -> dict[str, int | bool]:
+        return {"prefill": self.prefill, "decode": self.decode, "batch": self.batch, "batch_auto": self.auto_batch}
 
 
 def parse_inference(text: str) -> Request:
-    """The :class:`Request` of ``--inference prefill=S_IN[,decode=S_OUT][,batch=B]``."""
+    """The :class:`Request` of ``--inference prefill=S_IN[,decode=S_OUT][,batch=B|auto]``."""
     values: dict[str, int] = {}
+    auto = False
     for item in (p.strip() for p in text.split(",")):
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in ("prefill", "decode", "batch"):
-            raise OptionsError(f"expected prefill=S_IN[,decode=S_OUT][,batch=B], got {item!r}", obj="--inference")
-        if key in values:
+            raise OptionsError(f"expected prefill=S_IN[,decode=S_OUT][,batch=B|auto], got {item!r}",
+                               obj="--inference")
+        if key in values or (key == "batch" and auto):
             raise OptionsError(f"{key} is given twice", obj="--inference")
         digits = value.strip()
+        if key == "batch" and digits == "auto":
+            auto = True
+            continue
         bare = digits.removeprefix("-")
         if not (bare.isascii() and bare.isdigit()) or len(bare) > 9:  # ASCII digits, as layouts read them
             raise OptionsError(f"{key} must be a whole number, got {digits!r}", obj="--inference")
@@ -90,7 +96,7 @@ def parse_inference(text: str) -> Request:
         values[key] = number
     if "prefill" not in values:
         raise OptionsError("give the prompt length: prefill=S_IN", obj="--inference")
-    return Request(values["prefill"], values.get("decode", 0), values.get("batch", 1))
+    return Request(values["prefill"], values.get("decode", 0), values.get("batch", 1), auto)
 
 
 def check_runtime(runtime: str) -> str:

@@ -2,13 +2,15 @@
 micro-batch count the GPUs allow is scored by :class:`~mapper.serving.model.ServingModel`.
 
 Without bounds the layout of least request latency wins (fewer GPUs break ties). With
-``--max-tpot`` / ``--max-ttft`` the one of most output tokens per second over all the
-platform's GPUs (as many replicas as fit) among those that meet both bounds, as serving
-systems choose (Zhong et al., "DistServe", OSDI 2024: goodput under TTFT and TPOT targets).
+``--max-tpot`` / ``--max-ttft`` (or ``batch=auto``) the one of most output tokens per second
+over all the platform's GPUs (as many replicas as fit) among those that meet both bounds, as
+serving systems choose (Zhong et al., "DistServe", OSDI 2024: goodput under TTFT and TPOT
+targets).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +88,8 @@ class ServingChoice:
     step: Any = None  # the MapResult of one decode step per GPU (mapper.serving.decode_step), or None
     step_note: str = ""  # why there is none
     unbuilt: int = 0  # layouts left unscored: their request graph would pass MAX_TASKS tasks
+    batch_note: str = ""  # with batch=auto, how the batch was chosen (mapper.serving.batch)
+    failed: tuple[ServingLayout, ...] = ()  # layouts scored that do not fit or meet the bounds
 
     @property
     def tpot(self) -> float:
@@ -139,6 +143,8 @@ class ServingChoice:
                        "the HTML report shows its Gantt")
         elif self.step_note:
             out.append(f"inference: one {phase} per GPU is not built: {self.step_note}")
+        if self.batch_note:
+            out.append(f"inference: {self.batch_note}")
         if self.unbuilt:
             out.append(f"inference: {self.unbuilt} layouts not scored: their request graphs would pass "
                        f"{MAX_TASKS:,} tasks (stages x micro-batches x steps)")
@@ -149,9 +155,10 @@ class ServingChoice:
         return tuple(out)
 
 
-def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds, runtime: str) -> ServingChoice:
+def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds, runtime: str,
+           skip: Callable[[ServingLayout], bool] | None = None) -> ServingChoice:
     """The layout :mod:`this module <mapper.serving.search>` prefers; exit 3 when none fits or
-    meets the bounds, naming the nearest."""
+    meets the bounds, naming the nearest. ``skip``: layouts known to fail (a batch search's)."""
     heads = next((int(t.attr("heads")) for t in model.graphs["prefill"].tasks if t.op == "attention"), 1)
     cands = layouts(gpus, heads, len(model.blocks), model.request.batch, given)
     if not cands:
@@ -165,6 +172,10 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         raise OptionsError(f"a request of {r.decode} decode steps on {small.pipeline} stages and "
                            f"{small.micro_batches} micro-batches is {request_tasks(small, r.decode):,} tasks, "
                            f"more than {MAX_TASKS:,}: ask for fewer decode steps", obj="--inference")
+    if skip is not None:
+        buildable = [lay for lay in buildable if not skip(lay)]
+        if not buildable:
+            raise InfeasibleError("no layout fits and meets the bounds at this batch", obj="--inference")
     scored = [e for e in (model.estimate(lay) for lay in buildable) if e is not None]
     if not scored:
         raise OptionsError("the model has fewer blocks than any layout's stages", obj="--parallel")
@@ -174,7 +185,7 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         raise InfeasibleError(
             f"no layout fits in memory: the least needs {least.peak / GIB:.4g} GiB per GPU "
             f"({least.layout.label()}) on {model.gpu.name} of {least.capacity / GIB:.4g} GiB", obj="--inference")
-    if bounds.any:
+    if bounds.any or r.auto_batch:
         ok = [e for e in fitting if bounds.met(e, r)]
         if not ok:
             near = min(fitting, key=lambda e: e.latency)
@@ -185,5 +196,7 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         ranked = sorted(ok, key=lambda e: (-r.tokens * e.layout.replicas / e.latency, e.latency, e.layout.gpus))
     else:
         ranked = sorted(fitting, key=lambda e: (e.latency, e.layout.gpus, e.peak))
+    kept = {e.layout for e in ranked}
     return ServingChoice(ranked[0], tuple(ranked), r, runtime, gpus, bounds, model.gpu.name,
-                         unbuilt=len(cands) - len(buildable))
+                         unbuilt=sum(1 for lay in cands if request_tasks(lay, r.decode) > MAX_TASKS),
+                         failed=tuple(e.layout for e in scored if e.layout not in kept))
