@@ -300,8 +300,13 @@ def test_one_decode_step_per_gpu_is_built_validated_and_drawn(tmp_path):
     assert main(argv) == 0
     assert "One decode step per GPU" in html.read_text()
     assert json.loads(out.read_text())["inference"]["decode_step"]["gpus"] == 2
-    wide = serve(MID, "prefill=64,decode=4", platform="selene", parallel="tensor=16")
-    assert wide.serving.step is None and "span nodes" in wide.serving.step_note
+    # a layout over two nodes is built on their devices, the tensor all-reduces crossing the fabric
+    wide = serve(MID, "prefill=64,decode=4", platform="selene", parallel="tensor=16,pipeline=1")
+    step = wide.serving.step
+    assert step is not None and validate(step.schedule) == []
+    names = {step.schedule.cost.platform.devices[s.device].name for s in step.schedule.slots}
+    assert {n.split("_")[0] for n in names} == {"n0", "n1"} and len(names) == 16
+    assert step.schedule.makespan == pytest.approx(wide.serving.best.decode_first[0], rel=0.05)
 
 
 def test_a_fleet_serves_on_its_best_kind_and_a_mixed_node_on_its_first_gpu_model():

@@ -6,7 +6,9 @@ micro-batches) by the same rewrite as ``--parallel`` splits
 (:func:`mapper.parallel.rewrite.split_graph`), fused, priced, list-scheduled
 with HEFT and validated. Its Gantt shows what the stage times of the request
 graph are made of; its makespan, a step of one micro-batch wave, is reported
-beside them. Built when the layout's GPUs fit on one node. With the eager
+beside them. A layout over several nodes is built on those nodes' devices joined
+by the fabric (:func:`mapper.platform_cluster.flat_platform`), up to
+:data:`~mapper.platform_cluster.MAX_FLAT_NODES` nodes. With the eager
 runtime each kernel lasts, on its GPU, as long as it holds back the rank's
 stream of kernels issued by the CPU (:func:`mapper.serving.request.stream_finishes`),
 so the step is host-bound where the closed form is.
@@ -24,6 +26,7 @@ from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
+from mapper.platform_cluster import MAX_FLAT_NODES, flat_platform, with_nodes
 from mapper.serving.model import ServingEstimate, ServingModel
 from mapper.serving.request import framework_ops, stream_finishes
 from mapper.validate import validate
@@ -38,8 +41,12 @@ def decode_step(model: ServingModel, est: ServingEstimate, platform: Platform,
     ``est``'s layout, or None and why not."""
     lay = est.layout
     gpus = model.peers
-    if lay.gpus > len(gpus):
-        return None, f"its {lay.gpus} GPUs span nodes"
+    if lay.gpus > len(gpus):  # the nodes the layout spans, each device named after its node
+        nodes = -(-lay.gpus // len(gpus))
+        if platform.cluster is None or nodes > min(platform.cluster.nodes, MAX_FLAT_NODES):
+            return None, f"its {lay.gpus} GPUs span more than {MAX_FLAT_NODES} nodes"
+        platform = flat_platform(with_nodes(platform, nodes))
+        gpus = tuple(f"n{n}_{g}" for n in range(nodes) for g in model.peers)
     phase = "first" if "first" in model.graphs else "prefill"
     graph = model.graphs[phase]
     if len(graph.tasks) * lay.tensor > MAX_STEP_TASKS:
