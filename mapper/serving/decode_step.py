@@ -3,11 +3,16 @@
 The first decode step's graph is split as the layout says (tensor ranks with
 their all-reduces, pipeline stages at the layout's block boundaries,
 micro-batches) by the same rewrite as ``--parallel`` splits
-(:func:`mapper.parallel.rewrite.split_graph`), fused, priced, list-scheduled
-with HEFT and validated. Its Gantt shows what the stage times of the request
-graph are made of; its makespan, a step of one micro-batch wave, is reported
-beside them. A layout over several nodes is built on those nodes' devices joined
-by the fabric (:func:`mapper.platform_cluster.flat_platform`), up to
+(:func:`mapper.parallel.rewrite.split_graph`), fused, priced, scheduled and
+validated. Every task is pinned to its GPU, and each GPU runs its tasks in the
+order a pipeline runtime issues them, micro-batch after micro-batch (the greedy
+list scheduler in index order: the split numbers the tasks micro-batch by
+micro-batch; HEFT's upward ranks would run a layer of every micro-batch before
+the next layer and hold the next stage back). Its Gantt shows what the stage
+times of the request graph are made of; its makespan, a step of one micro-batch
+wave (the stages' sum plus ``m - 1`` times the slowest), is reported beside
+them. A layout over several nodes is built on those nodes' devices joined by
+the fabric (:func:`mapper.platform_cluster.flat_platform`), up to
 :data:`~mapper.platform_cluster.MAX_FLAT_NODES` nodes. With the eager
 runtime each kernel lasts, on its GPU, as long as it holds back the rank's
 stream of kernels issued by the CPU (:func:`mapper.serving.request.stream_finishes`),
@@ -59,7 +64,7 @@ def decode_step(model: ServingModel, est: ServingEstimate, platform: Platform,
     cost = build_cost_table(prepare(split.graph), platform)
     if model.dispatch > 0:
         cost = with_dispatch(cost, model.dispatch, decode=phase != "prefill")
-    result = get_mapper("heft").map(cost, MapOptions())
+    result = get_mapper("greedy").map(cost, MapOptions())
     if validate(result.schedule):
         return None, "its schedule did not validate"
     return result, ""
