@@ -25,7 +25,8 @@ model prices NCCL's low-latency ring with the constants of NCCL's tuning model (
 row); gpt-fast runs PyTorch's intra-node all-reduce (ENABLE_INTRA_NODE_COMM=1) on a hybrid
 cube mesh, so the rows say the model's all-reduce costs what a latency-minded one does, and
 TensorRT-LLM's A100 tables (docs/source/performance.md) check first tokens of 128 and 2,048
-prompt tokens and static-batch throughputs up to batch 1,280. Then ``--parallel auto`` is run on
+prompt tokens and static-batch throughputs up to batch 1,280, and its v0.5 post's A100 row a
+batch of 64 (throughput and first token). Then ``--parallel auto`` is run on
 each FasterTransformer layout's nodes and must be no slower than the published layout.
 
 Predictions do not depend on the machine's load; the planning time printed last does (the load
@@ -249,6 +250,10 @@ TRT_THROUGHPUT = (("GPT-J 6B", 512, 1, 128, 128, 6374), ("GPT-J 6B", 120, 2, 128
                   ("LLaMA 7B", 52, 1, 2048, 128, 591), ("LLaMA 7B", 64, 2, 2048, 2048, 782),
                   ("LLaMA 70B", 1280, 4, 128, 128, 670), ("LLaMA 70B", 240, 4, 128, 2048, 525),
                   ("LLaMA 70B", 120, 4, 2048, 128, 79))
+#: TensorRT-LLM v0.5's A100 row of its H100-against-A100 post (NVIDIA/TensorRT-LLM
+#: docs/source/blogs/H100vsA100.md; FP16, TP 1, the largest batch of a sweep of 1-64): (model, batch,
+#: input, output, output tokens/s, first-token latency in ms at that batch).
+TRT_BLOG = ("GPT-J 6B", 64, 128, 128, 3679, 481)
 #: GPT-J 6B (Wang and Komatsuzaki, 2021: 28 layers, 4,096 wide, 16 heads, vocabulary 50,400) as
 #: examples/gpt.tg prices it (its rotary embedding and parallel attention and MLP cost the same).
 GPTJ = (("LAYERS", 28), ("HEADS", 16), ("HIDDEN", 4096), ("VOCAB", 50400), ("FLASH", 1))
@@ -284,6 +289,12 @@ def tensorrt_check(quick: bool) -> list[float]:
         ratios.append(per_gpu / tps)
         print(f"  throughput   {name:9} TP{t} b{b:<4} {i}/{o}: published {tps:6} tokens/s per GPU, predicted "
               f"{per_gpu:6.0f}, ratio {ratios[-1]:.2f}")
+    name, b, i, o, tps, ms = TRT_BLOG
+    got = predict(_trt_model(name), load_platform("dgx-a100"), "none", f"prefill={i},decode={o - 1},batch={b}")
+    ratios += [b * o / got["latency"] / tps, got["ttft"] * 1e3 / ms]
+    print(f"  v0.5 blog    {name:9} TP1 b{b:<4} {i}/{o}: published {tps:6} tokens/s, predicted "
+          f"{b * o / got['latency']:6.0f}, ratio {ratios[-2]:.2f}; first token published {ms} ms, predicted "
+          f"{got['ttft'] * 1e3:.0f}, ratio {ratios[-1]:.2f}")
     return ratios
 
 
