@@ -254,6 +254,7 @@ def test_cli_json_contract_and_errors(tmp_path, capsys):
     assert main(args) == 0 and out.read_text() == first  # deterministic
     capsys.readouterr()
     for extra, words in ((["--inference", "prefill=0"], "from 1"),
+                         (["--inference", "prefill=8", "--param", "BATCH=7"], "sets SEQ, BATCH, CACHE itself"),
                          (["--runtime", "eager"], "only with --inference"),
                          (["--inference", "prefill=8", "--train"], "give one")):
         argv = ["compile", GPT, "--platform", "dgx-a100", "-q", *extra]

@@ -74,6 +74,10 @@ def _lowerer(program: Program, blame: AbstractContextManager[None], source: str 
 
     path = os.fspath(source)
     base = dict(source.params) if isinstance(source, ModelFile) else {}
+    clash = [n for n in SIZES if n in base]
+    if clash:
+        raise OptionsError(f"--param {', '.join(clash)}: --inference sets {', '.join(SIZES)} itself; give the "
+                           "sizes as prefill=S_IN,decode=S_OUT,batch=B", obj="--param")
     names = {b.name for item in program.items if isinstance(item, ParamDecl) for b in item.binds}
     need = SIZES if decode else SIZES[:2]
     missing = [n for n in need if n not in names]
