@@ -237,6 +237,27 @@ def test_batch_auto_finds_the_batch_of_most_tokens_per_second_under_the_bounds(t
     assert inf["batch_auto"] is True and inf["batch"] > 1 and inf["tpot"] <= 0.001
 
 
+def test_a_block_in_m_micro_batches_costs_what_it_costs_at_a_batch_m_times_smaller():
+    """What lets batch=auto share block prices across batches (mapper.serving.batch)."""
+    from contextlib import nullcontext
+
+    from mapper.fusion import fuse_for
+    from mapper.serving.driver import _lowerer
+
+    plat = load_platform("dgx-a100")
+    program = parse((ROOT / "examples" / "llama.tg").read_text(), "llama.tg")
+    lower_at = _lowerer(program, nullcontext(), ModelFile(LLAMA, params=(("LAYERS", 2),)), True)
+
+    def model(batch):
+        return ServingModel(lower_at, Request(64, 8, batch), plat, lambda g: fuse_for(g, plat), network(plat), "graph")
+
+    eight, two = model(8), model(2)
+    for phase in ("prefill", "first", "last"):
+        for b in range(len(eight.blocks)):
+            for t in (1, 8):
+                assert eight.block(phase, b, t, 4, pruned=False) == two.block(phase, b, t, 1, pruned=False)
+
+
 def test_cli_json_contract_and_errors(tmp_path, capsys):
     out = tmp_path / "r.json"
     args = ["compile", LLAMA, "--platform", "dgx-a100", "--param", "LAYERS=2", "--param", "HIDDEN=512",
