@@ -143,6 +143,16 @@ def kinds_of(platform: Platform) -> tuple[FleetKind, ...]:
     return platform.fleet.kinds if platform.fleet is not None else (FleetKind("", platform),)
 
 
+def node_prefix(kind: str, node: int) -> str:
+    """What :func:`flat_platform` puts before the names of node ``node`` of ``kind`` (``n0``, ``a1000``)."""
+    return f"{kind or 'n'}{node}"
+
+
+def flat_name(kind: str, node: int, name: str) -> str:
+    """The name device ``name`` of node ``node`` of ``kind`` has on :func:`flat_platform`'s platform."""
+    return f"{node_prefix(kind, node)}_{name}"
+
+
 def flat_platform(platform: Platform) -> Platform:
     """Every node's devices and switches, the nodes' GPUs joined through the fabric (one switch
     port per GPU of the node's NIC share; in a fleet, a further switch for the fabric between
@@ -168,7 +178,7 @@ def flat_platform(platform: Platform) -> Platform:
         node, cluster = k.platform, k.platform.cluster
         assert cluster is not None
         gpus = [d.name for d in node.devices if d.kind == "gpu"] or [d.name for d in node.devices]
-        names = [f"{k.kind or 'n'}{n}" for n in range(cluster.nodes)]
+        names = [node_prefix(k.kind, n) for n in range(cluster.nodes)]
         for prefix in names:
             for d in node.devices:
                 devices.append(replace(d, index=len(devices), name=f"{prefix}_{d.name}"))
@@ -187,7 +197,7 @@ def flat_platform(platform: Platform) -> Platform:
     if platform.fleet is not None and len(kinds) > 1:
         switches.append(Switch("between", tuple(everyone), share_between, platform.fleet.latency_us))
     first = kinds[0].platform
-    host = f"{kinds[0].kind or 'n'}0_{first.host}" if first.host is not None else None
+    host = flat_name(kinds[0].kind, 0, first.host) if first.host is not None else None
     return replace(platform, devices=tuple(devices), links=switch_links(tuple(links), tuple(switches)),
                    switches=tuple(switches), host=host, cluster=None, fleet=None,
                    description=f"{platform.description} ({total} nodes)")

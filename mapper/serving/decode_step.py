@@ -31,7 +31,7 @@ from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
-from mapper.platform_cluster import MAX_FLAT_NODES, flat_platform, with_nodes
+from mapper.platform_cluster import MAX_FLAT_NODES, flat_name, flat_platform, with_nodes
 from mapper.serving.model import ServingEstimate, ServingModel
 from mapper.serving.request import framework_ops, stream_finishes
 from mapper.validate import validate
@@ -51,7 +51,7 @@ def decode_step(model: ServingModel, est: ServingEstimate, platform: Platform,
         if platform.cluster is None or nodes > min(platform.cluster.nodes, MAX_FLAT_NODES):
             return None, f"its {lay.gpus} GPUs span more than {MAX_FLAT_NODES} nodes"
         platform = flat_platform(with_nodes(platform, nodes))
-        gpus = tuple(f"n{n}_{g}" for n in range(nodes) for g in model.peers)
+        gpus = tuple(flat_name("", n, g) for n in range(nodes) for g in model.peers)
     phase = "first" if "first" in model.graphs else "prefill"
     graph = model.graphs[phase]
     if len(graph.tasks) * lay.tensor > MAX_STEP_TASKS:

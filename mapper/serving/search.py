@@ -172,6 +172,7 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         raise OptionsError(f"a request of {r.decode} decode steps on {small.pipeline} stages and "
                            f"{small.micro_batches} micro-batches is {request_tasks(small, r.decode):,} tasks, "
                            f"more than {MAX_TASKS:,}: ask for fewer decode steps", obj="--inference")
+    unbuilt = len(cands) - len(buildable)
     if skip is not None:
         buildable = [lay for lay in buildable if not skip(lay)]
         if not buildable:
@@ -198,5 +199,5 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
         ranked = sorted(fitting, key=lambda e: (e.latency, e.layout.gpus, e.peak))
     kept = {e.layout for e in ranked}
     return ServingChoice(ranked[0], tuple(ranked), r, runtime, gpus, bounds, model.gpu.name,
-                         unbuilt=sum(1 for lay in cands if request_tasks(lay, r.decode) > MAX_TASKS),
+                         unbuilt=unbuilt,
                          failed=tuple(e.layout for e in scored if e.layout not in kept))
