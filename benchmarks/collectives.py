@@ -19,8 +19,8 @@ Model predictions do not depend on the machine's load.
 from __future__ import annotations
 
 from mapper.cluster.comm import bus_bandwidth, collective, network
-from mapper.platform import load_platform
-from mapper.platform_cluster import with_nodes
+from mapper.platform.cluster import with_nodes
+from mapper.platform.loader import load_platform
 
 ROWS = [  # (label, nodes, ranks, ranks per node, published bus GB/s)
     ("8x A100, one DGX A100 (NVSwitch)", 1, 8, 8, 230.0),

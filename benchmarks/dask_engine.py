@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from randdag import round_robin  # noqa: E402
 
-from mapper.dask_engine import execute_dask  # noqa: E402
-from mapper.execute import execute  # noqa: E402
-from mapper.lower import graph_from_text  # noqa: E402
+from mapper.frontend.load import graph_from_text  # noqa: E402
 from mapper.mapping.base import MapResult  # noqa: E402
 from mapper.pipeline import compile_graph  # noqa: E402
+from mapper.run.dask_engine import execute_dask  # noqa: E402
+from mapper.run.execute import execute  # noqa: E402
 
 SMALL = {
     "cg": ("param n = 1024, N = n*n", "param n = 512, N = n*n"),

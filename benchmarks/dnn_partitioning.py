@@ -43,13 +43,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from mapper.cost import build_cost_table
-from mapper.importers.dnn_partitioning import instance_platform, read_instance, read_split
+from mapper.costing.cost import build_cost_table
+from mapper.engine.schedule import ScheduleOptions
+from mapper.frontend.importers.dnn_partitioning import instance_platform, read_instance, read_split
 from mapper.mapping.base import MapOptions
 from mapper.mapping.objectives import loads
 from mapper.pipeline import compile_graph
-from mapper.platform import parse_platform
-from mapper.schedule import ScheduleOptions
+from mapper.platform.loader import parse_platform
 
 PRECISION = "cerr.precision(17); cout.precision(17);"
 

@@ -32,13 +32,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from randdag import random_instance  # noqa: E402
 
-from mapper.cost import build_cost_table  # noqa: E402
-from mapper.fusion import fuse_for  # noqa: E402
-from mapper.lower import load_graph  # noqa: E402
+from mapper.costing.cost import build_cost_table  # noqa: E402
+from mapper.costing.fusion import fuse_for  # noqa: E402
+from mapper.engine.validate import validate  # noqa: E402
+from mapper.frontend.load import load_graph  # noqa: E402
 from mapper.mapping import get_mapper  # noqa: E402
 from mapper.mapping.base import MapOptions  # noqa: E402
-from mapper.platform import load_platform  # noqa: E402
-from mapper.validate import validate  # noqa: E402
+from mapper.platform.loader import load_platform  # noqa: E402
 
 SHAPES = ("layered", "forkjoin", "random")
 BACKENDS = ("highs", "cpsat", "milp")

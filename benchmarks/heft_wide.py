@@ -1,5 +1,5 @@
 """HEFT on wide graphs: independent tasks on 4 devices, with the indexed gap search
-(mapper.timeline) and, for comparison, with the walk over the placed tasks it replaced.
+(mapper.engine.timeline) and, for comparison, with the walk over the placed tasks it replaced.
 
 Prints the wall time of the heft mapper per size, the ratio of the walk to the index,
 and the 100,000-task time against its 30 s target, with the load average.
@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from randdag import make_cost, make_graph
 
+from mapper.engine.timeline import Timeline
 from mapper.mapping import get_mapper
-from mapper.platform import Device, Platform
-from mapper.timeline import Timeline
+from mapper.platform.loader import Device, Platform
 
 TARGET_S = 30.0
 

@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mapper.cluster.search import MIXED, mixed_space, plan_cluster, plan_even_split  # noqa: E402
-from mapper.fusion import fuse_for  # noqa: E402
-from mapper.lower import load_graph  # noqa: E402
-from mapper.platform import load_platform  # noqa: E402
-from mapper.platform_cluster import with_nodes  # noqa: E402
-from mapper.sources import ModelFile  # noqa: E402
+from mapper.costing.fusion import fuse_for  # noqa: E402
+from mapper.frontend.load import load_graph  # noqa: E402
+from mapper.frontend.sources import ModelFile  # noqa: E402
+from mapper.platform.cluster import with_nodes  # noqa: E402
+from mapper.platform.loader import load_platform  # noqa: E402
 
 GPT = str(ROOT / "examples" / "gpt.tg")
 LLAMA = str(ROOT / "examples" / "llama.tg")

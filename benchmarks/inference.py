@@ -16,7 +16,7 @@ Nothing is fitted to these rows.
 
 Two parameters are fitted, each on one row of PyTorch's "Accelerating Generative AI with
 PyTorch II: GPT, Fast" (2023), Llama-2-7B on one A100 at batch 1: the memory efficiency of
-small-M GEMMs (mapper/costmodel/efficiency.py, EFF_MEMORY_GEMM) on its CUDA-graph run, 107
+small-M GEMMs (mapper/costing/efficiency.py, EFF_MEMORY_GEMM) on its CUDA-graph run, 107
 tokens/s, and the eager dispatch per framework op (mapper/serving/request.py,
 EAGER_DISPATCH_US) on its eager run, 25.5 tokens/s. The first is checked on every
 FasterTransformer row; the second on Megatron-LM's eager latencies in the same tables.
@@ -46,14 +46,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mapper.costmodel.efficiency import EFF_MEMORY_GEMM  # noqa: E402
+from mapper.costing.efficiency import EFF_MEMORY_GEMM  # noqa: E402
 from mapper.errors import InfeasibleError  # noqa: E402
+from mapper.frontend.sources import ModelFile  # noqa: E402
 from mapper.mapping.base import MapOptions  # noqa: E402
 from mapper.pipeline import compile_graph  # noqa: E402
-from mapper.platform import load_platform  # noqa: E402
-from mapper.platform_cluster import with_nodes  # noqa: E402
+from mapper.platform.cluster import with_nodes  # noqa: E402
+from mapper.platform.loader import load_platform  # noqa: E402
 from mapper.serving.driver import Serving  # noqa: E402
-from mapper.sources import ModelFile  # noqa: E402
 
 GPT = str(ROOT / "examples" / "gpt.tg")
 LLAMA = str(ROOT / "examples" / "llama.tg")

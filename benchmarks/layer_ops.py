@@ -30,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mapper.cluster.comm import collective, network
-from mapper.cost import build_cost_table
-from mapper.lower import graph_from_text
-from mapper.platform import load_platform
+from mapper.costing.cost import build_cost_table
+from mapper.frontend.load import graph_from_text
+from mapper.platform.loader import load_platform
 from mapper.serving.request import EAGER_DISPATCH_US
 
 SOURCE = "LLMCompass (ISCA 2024) ae/figure5/ijkl/real_hardware, A100-80GB, FP16"

@@ -14,8 +14,8 @@ import cProfile
 import pstats
 import time
 
-from mapper.lower import graph_from_text
-from mapper.parse import parse
+from mapper.frontend.load import graph_from_text
+from mapper.frontend.parse import parse
 
 PROGRAM = """\
 param B = 32, D = 256, N = {n}

@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from randdag import random_instance
 
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
-from mapper.validate import validate
 
 SHAPES = ("layered", "forkjoin", "random")
 BASELINES = ("heft", "cpop", "peft")

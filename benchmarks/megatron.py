@@ -29,11 +29,11 @@ import statistics
 import time
 
 from mapper.cluster.search import plan_cluster
-from mapper.fusion import fuse_for
-from mapper.lower import load_graph
-from mapper.platform import load_platform
-from mapper.platform_cluster import with_nodes
-from mapper.sources import ModelFile
+from mapper.costing.fusion import fuse_for
+from mapper.frontend.load import load_graph
+from mapper.frontend.sources import ModelFile
+from mapper.platform.cluster import with_nodes
+from mapper.platform.loader import load_platform
 
 SEQ, VOCAB = 2048, 51200
 # (params in billions, heads, hidden, layers, tensor, pipeline, GPUs, batch, published TFLOP/s per GPU)

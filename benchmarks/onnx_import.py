@@ -18,8 +18,8 @@ from pathlib import Path
 
 import onnx
 
-from mapper.importers.onnx_dsl import import_onnx
-from mapper.lower import graph_from_text
+from mapper.frontend.importers.onnx_dsl import import_onnx
+from mapper.frontend.load import graph_from_text
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 TARGET_S = 1.0

@@ -32,15 +32,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mapper.cost import build_cost_table  # noqa: E402
-from mapper.fusion import fuse_for  # noqa: E402
-from mapper.lower import lower  # noqa: E402
+from mapper.costing.cost import build_cost_table  # noqa: E402
+from mapper.costing.fusion import fuse_for  # noqa: E402
+from mapper.costing.training import training_step  # noqa: E402
+from mapper.frontend.lowering.program import lower  # noqa: E402
+from mapper.frontend.parse import parse  # noqa: E402
 from mapper.parallel.plan import Plan  # noqa: E402
 from mapper.parallel.rewrite import SplitError  # noqa: E402
 from mapper.parallel.search import build, choose_plan, score  # noqa: E402
-from mapper.parse import parse  # noqa: E402
-from mapper.platform import load_platform  # noqa: E402
-from mapper.training import training_step  # noqa: E402
+from mapper.platform.loader import load_platform  # noqa: E402
 
 GIB = float(2**30)
 

@@ -1,4 +1,4 @@
-"""Parse and lower large explicit-cost graphs: the fast path (mapper.fastparse) against Lark.
+"""Parse and lower large explicit-cost graphs: the fast path (mapper.frontend.fastparse) against Lark.
 
 Random layered graphs with one ``task NAME cost { ... }`` line per task (one entry per
 device) and two ``a -> b comm T`` edges per task, the shape of profiled graphs and of
@@ -18,9 +18,9 @@ import random
 import statistics
 import time
 
-from mapper import lark_parse as L
-from mapper import parse as P
-from mapper.lower import lower
+from mapper.frontend import lark_parse as L
+from mapper.frontend import parse as P
+from mapper.frontend.lowering.program import lower
 
 TARGET_S = 3.0
 
@@ -38,7 +38,7 @@ def program(tasks: int, devices: int, seed: int = 3) -> str:
 
 
 def lark_parse(text: str):
-    """Lark's tree and transformer, under the same collector setting as mapper.parse."""
+    """Lark's tree and transformer, under the same collector setting as mapper.frontend.parse."""
     gc.disable()
     try:
         return L._ToAst("big.tg", text).transform(L._parser().parse(text))

@@ -4,7 +4,7 @@ Calibrates the CPU (``mapper calibrate``), runs each example all on the CPU
 with the Numba kernels and prints the distribution of the relative
 prediction error ``(predicted - measured) / measured`` over CPU tasks longer
 than 1 ms, per example and per op class, where ``measured`` is a task's
-median over timed passes of its whole graph (``mapper.execute.Execution``)
+median over timed passes of its whole graph (``mapper.run.execute.Execution``)
 and ``predicted`` the calibrated model's time for the task. Target: within
 15 % of the measured medians.
 
@@ -45,17 +45,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from mapper.calibrate import calibrate
-from mapper.calibration.records import Settings
-from mapper.calibration.writer import calibrated_platform, platform_toml
-from mapper.cost import build_cost_table
-from mapper.costmodel.efficiency import op_class
-from mapper.execute import Execution, one_compute_pool
-from mapper.heap import steady_heap
-from mapper.lower import graph_from_text
+from mapper.costing.cost import build_cost_table
+from mapper.costing.efficiency import op_class
+from mapper.frontend.load import graph_from_text
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform
-from mapper.trace import ERROR_MIN_SECONDS
+from mapper.platform.loader import load_platform
+from mapper.run.calibrate import calibrate
+from mapper.run.calibration.records import Settings
+from mapper.run.calibration.writer import calibrated_platform, platform_toml
+from mapper.run.execute import Execution, one_compute_pool
+from mapper.run.heap import steady_heap
+from mapper.run.trace import ERROR_MIN_SECONDS
 
 #: Thread-pool sizes set by ``--threads``.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")

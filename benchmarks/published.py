@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mapper.cost import build_cost_table  # noqa: E402
-from mapper.fusion import fuse_for  # noqa: E402
-from mapper.graph import TaskGraph  # noqa: E402
-from mapper.lower import graph_from_text  # noqa: E402
-from mapper.platform import load_platform  # noqa: E402
+from mapper.core.graph import TaskGraph  # noqa: E402
+from mapper.costing.cost import build_cost_table  # noqa: E402
+from mapper.costing.fusion import fuse_for  # noqa: E402
+from mapper.frontend.load import graph_from_text  # noqa: E402
+from mapper.platform.loader import load_platform  # noqa: E402
 
 TRT_BERT = "NVIDIA/TensorRT demo/BERT/README.md, 'Inference performance: NVIDIA A100 (40GB)', FP16 average latency"
 XLA_GEMM = ("openxla/xla (tensorflow/tensorflow third_party/xla) xla/service/gpu/model/matmul_interpolator_data.h, "

@@ -29,13 +29,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mapper.cost import build_cost_table  # noqa: E402
-from mapper.importers.task_formats import procs_platform, read_weighted, weighted_dsl  # noqa: E402
-from mapper.lower import graph_from_text  # noqa: E402
+from mapper.costing.cost import build_cost_table  # noqa: E402
+from mapper.engine.validate import validate  # noqa: E402
+from mapper.frontend.importers.task_formats import procs_platform, read_weighted, weighted_dsl  # noqa: E402
+from mapper.frontend.load import graph_from_text  # noqa: E402
 from mapper.mapping import get_mapper  # noqa: E402
 from mapper.mapping.base import MapOptions  # noqa: E402
-from mapper.platform import parse_platform  # noqa: E402
-from mapper.validate import validate  # noqa: E402
+from mapper.platform.loader import parse_platform  # noqa: E402
 
 SIZE = re.compile(r"_Nodes_(\d+)_")
 #: Optimal schedule lengths other solvers of the set assert in their test suites (graph, processors):

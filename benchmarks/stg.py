@@ -36,12 +36,12 @@ import sys
 import time
 from pathlib import Path
 
-from mapper.cost import build_cost_table
-from mapper.graph import Edge, Task, TaskGraph
+from mapper.core.graph import Edge, Task, TaskGraph
+from mapper.costing.cost import build_cost_table
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
-from mapper.platform import parse_platform
-from mapper.validate import validate
+from mapper.platform.loader import parse_platform
 
 
 def read_stg(path: Path) -> TaskGraph:

@@ -5,7 +5,7 @@ arXiv:2403.07120; PyPI ``anrg-saga``, a bench dependency: ``pip install -e
 .[bench]``) schedules related machines: node speeds, link strengths, task
 costs, data sizes; a task takes ``cost / speed``, a transfer ``size /
 strength``. Part 1 builds each instance once as a SAGA task graph and network
-and the identical instance in mapper (:func:`mapper.importers.related_instance`:
+and the identical instance in mapper (:func:`mapper.frontend.importers.related_instance`:
 explicit per-device costs, links of bandwidth ``strength``), runs SAGA's HEFT
 and CPoP and ours (HEFT, CPOP, PEFT; SAGA 2.0.2 has no PEFT) in this one
 process, and prints makespans and wall times with ratios ours/SAGA. SAGA's
@@ -63,18 +63,18 @@ from saga.schedulers import CpopScheduler, HeftScheduler  # noqa: E402
 from saga.schedulers import cpop as saga_cpop  # noqa: E402
 from saga.schedulers.heft import heft_rank_sort  # noqa: E402
 
-from mapper.cost import build_cost_table  # noqa: E402
+from mapper.costing.cost import build_cost_table  # noqa: E402
+from mapper.engine.schedule import Assignment, build_schedule  # noqa: E402
+from mapper.engine.validate import validate  # noqa: E402
 from mapper.errors import MapperError  # noqa: E402
-from mapper.importers import RelatedNetwork, related_instance  # noqa: E402
-from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph  # noqa: E402
+from mapper.frontend.importers import RelatedNetwork, related_instance  # noqa: E402
+from mapper.frontend.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph  # noqa: E402
 from mapper.mapping import get_mapper  # noqa: E402
 from mapper.mapping.base import MapOptions  # noqa: E402
 from mapper.mapping.cpop import critical_path  # noqa: E402
 from mapper.mapping.placer import Placer  # noqa: E402
 from mapper.mapping.ranks import downward_rank, mean_comm, mean_times, priority_order, upward_rank  # noqa: E402
-from mapper.platform import load_platform  # noqa: E402
-from mapper.schedule import Assignment, build_schedule  # noqa: E402
-from mapper.validate import validate  # noqa: E402
+from mapper.platform.loader import load_platform  # noqa: E402
 
 DATA = HERE.parent / "tests" / "data" / "wfcommons"
 OURS = ("heft", "heft-samedev", "cpop", "peft")
@@ -132,7 +132,7 @@ def heft_paper() -> Instance:
     """The HEFT paper's DAG (Topcuoglu et al. 2002, Fig. 2) with each task's mean
     cost over P1-P3 and the paper's edge weights as sizes, on 3 related nodes of
     speeds 1, 1.5, 2 with unit strength (SAGA cannot state the paper's unrelated costs)."""
-    from mapper.lower import load_graph
+    from mapper.frontend.load import load_graph
 
     g = load_graph(HERE.parent / "examples" / "heft_paper.tg")
     tasks = tuple((t.name, sum(c for _, c in t.explicit_cost) / len(t.explicit_cost)) for t in g.tasks)
@@ -406,8 +406,8 @@ def part2(workflows: list[tuple[Instance, Path]], milp_time: float) -> None:
     hetero_table(f"Part 2: WfCommons on cpu-gpu-fpga (roofline/Amdahl costs, parallel fraction "
                  f"{ref.default_parallel})", [(i.name, workflow_graph(read_wfformat(p), ref)) for i, p in workflows],
                  milp_time)
-    from mapper.fusion import fuse
-    from mapper.lower import load_graph
+    from mapper.costing.fusion import fuse
+    from mapper.frontend.load import load_graph
 
     hetero_table("Part 3: the DSL examples on cpu-gpu-fpga (per-op costs, fused as `mapper compile` fuses them)",
                  [(nm, fuse(load_graph(HERE.parent / "examples" / f"{nm}.tg"))) for nm in EXAMPLES], milp_time)
@@ -472,7 +472,7 @@ def part4(n: int, nodes: int, repeats: int) -> None:
     seed 7): :func:`saga_process.whole_processes`."""
     from saga_process import whole_processes
 
-    from mapper.importers.dsl_writer import graph_to_dsl
+    from mapper.frontend.importers.dsl_writer import graph_to_dsl
 
     inst = random_dag(n, 1.0, seed=7, nodes=nodes)
     tmp = Path(tempfile.mkdtemp(prefix="vs_saga_large_"))

@@ -99,7 +99,7 @@ def _distinct_columns(rows: np.ndarray, per_row: np.ndarray, indptr: np.ndarray,
 
 
 def random_operand(ty, rng: np.random.Generator, *, vocab: int | None = None) -> np.ndarray | Csr:
-    """A random value for a :class:`mapper.graph.TensorType`-like ``ty`` (``dtype``,
+    """A random value for a :class:`mapper.core.graph.TensorType`-like ``ty`` (``dtype``,
     ``shape``, ``layout``, ``nnz``): a CSR matrix, embedding ids (when ``vocab``
     is given), or a dense tensor."""
     if getattr(ty, "layout", "dense") == "csr":

@@ -2,7 +2,7 @@
 
 The Python API mirrors the CLI; every name below is imported on first use,
 so ``import mapper`` stays cheap (no solver, no Numba). Names that would
-clash with a submodule (``mapper.parse``, ``mapper.validate``, ...) are
+clash with a submodule (``mapper.frontend.parse``, ``mapper.engine.validate``, ...) are
 exported under longer names (``parse_program``, ``validate_schedule``, ``run``)::
 
     import mapper
@@ -23,25 +23,25 @@ __version__ = "0.1.0"
 
 #: public name -> "module:attribute"
 _API: dict[str, str] = {
-    "parse_program": "mapper.parse:parse",
-    "lower_program": "mapper.lower:lower",
-    "graph_from_text": "mapper.lower:graph_from_text",
-    "load_graph": "mapper.lower:load_graph",
-    "load_platform": "mapper.platform:load_platform",
-    "list_platforms": "mapper.platform:list_platforms",
-    "build_cost_table": "mapper.cost:build_cost_table",
+    "parse_program": "mapper.frontend.parse:parse",
+    "lower_program": "mapper.frontend.lowering.program:lower",
+    "graph_from_text": "mapper.frontend.load:graph_from_text",
+    "load_graph": "mapper.frontend.load:load_graph",
+    "load_platform": "mapper.platform.loader:load_platform",
+    "list_platforms": "mapper.platform.loader:list_platforms",
+    "build_cost_table": "mapper.costing.cost:build_cost_table",
     "get_mapper": "mapper.mapping:get_mapper",
     "available_mappers": "mapper.mapping:available_mappers",
     "MapOptions": "mapper.mapping.base:MapOptions",
     "MapResult": "mapper.mapping.base:MapResult",
-    "ScheduleOptions": "mapper.schedule:ScheduleOptions",
-    "Assignment": "mapper.schedule:Assignment",
-    "build_schedule": "mapper.schedule:build_schedule",
-    "validate_schedule": "mapper.validate:validate",
+    "ScheduleOptions": "mapper.engine.schedule:ScheduleOptions",
+    "Assignment": "mapper.engine.schedule:Assignment",
+    "build_schedule": "mapper.engine.schedule:build_schedule",
+    "validate_schedule": "mapper.engine.validate:validate",
     "compile_graph": "mapper.pipeline:compile_graph",
-    "run": "mapper.execute:execute",
+    "run": "mapper.run.execute:execute",
     "write_report": "mapper.report:write_report",
-    "TaskGraph": "mapper.graph:TaskGraph",
+    "TaskGraph": "mapper.core.graph:TaskGraph",
     "MapperError": "mapper.errors:MapperError",
     "format_error": "mapper.errors:format_error",
 }

@@ -1,4 +1,4 @@
-"""A deterministic textual dump of a :class:`~mapper.graph.TaskGraph` (for golden tests).
+"""A deterministic textual dump of a :class:`~mapper.core.graph.TaskGraph` (for golden tests).
 
 One line per input, task, edge and output, in index order (the task's line
 is wrapped here)::
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapper.graph import Operand, Task, TaskGraph
+from mapper.core.graph import Operand, Task, TaskGraph
 
 __all__ = ["dump_graph"]
 

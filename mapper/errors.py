@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.terminal import escape_controls
+from mapper.core.terminal import escape_controls
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,19 +15,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mapper.cluster.layout import is_layout
-from mapper.cost import CostTable, build_cost_table
-from mapper.errors import MapperError, OptionsError
-from mapper.fusion import check_fuse, fuse_for
-from mapper.graph import TaskGraph
+from mapper.core.graph import TaskGraph
+from mapper.costing.cost import CostTable, build_cost_table
+from mapper.costing.fusion import check_fuse, fuse_for
+from mapper.engine.validate import require_valid
+from mapper.errors import OptionsError
+from mapper.frontend.sources import ModelFile, is_model
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
+from mapper.parallel.layout import is_layout
 from mapper.parallel.plan import check_parallel
-from mapper.platform import Platform, load_platform
-from mapper.platform_cluster import flat_platform
-from mapper.platform_schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
-from mapper.sources import ModelFile, is_model
-from mapper.validate import validate
+from mapper.platform.cluster import flat_platform
+from mapper.platform.loader import Platform, load_platform
+from mapper.platform.schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
     from mapper.cluster.search import ClusterChoice
@@ -65,22 +65,6 @@ class StoppedAfter(Exception):
         self.product = product
 
 
-def require_valid(result: MapResult) -> MapResult:
-    """Check ``result``'s schedule with the independent validator; raise if broken.
-
-    An invalid schedule is a bug in a mapper, so this is an internal error (exit 1).
-    """
-    violations = validate(result.schedule)
-    if violations:
-        listed = "; ".join(v.message for v in violations[:5])
-        raise MapperError(
-            f"mapper {result.mapper!r} produced an invalid schedule "
-            f"({len(violations)} violations): {listed}",
-            obj=result.mapper,
-        )
-    return result
-
-
 def compile_graph(
     source: str | Path | ModelFile | TaskGraph,
     platform: str | Path | Platform,
@@ -101,21 +85,21 @@ def compile_graph(
 
     Parameters
     ----------
-    source : a DSL or model file path (a :class:`~mapper.sources.ModelFile` with the sizes of a
+    source : a DSL or model file path (a :class:`~mapper.frontend.sources.ModelFile` with the sizes of a
         model's open dimensions), or an already lowered TaskGraph.
     platform : a shipped platform name, a TOML path, or a Platform.
     mapper : the mapper whose schedule is the result.
     compare : further mappers to run on the same cost table, for comparison.
     dump_after : stop after this stage and raise :class:`StoppedAfter` with its product.
     on_stage : called with (stage name, seconds) after each stage.
-    fuse : ``auto`` fuses ops (:mod:`mapper.fusion`) when a device of the
+    fuse : ``auto`` fuses ops (:mod:`mapper.costing.fusion`) when a device of the
         platform runs fused kernels (GPUs by default); ``none`` never does.
     throughput_model : how ``--objective throughput`` prices a period
         (:mod:`mapper.mapping.objectives`); None keeps the platform's.
     micro_batches : micro-batches per iteration under the ``1f1b`` throughput
         model; None keeps the platform's.
     train : an optimizer name (``sgd``, ``adam``): map the training step of the
-        (fused) forward graph (:mod:`mapper.training`); None maps it as it is.
+        (fused) forward graph (:mod:`mapper.costing.training`); None maps it as it is.
     parallel : ``none`` maps the graph as written; ``auto``, ``data``,
         ``tensor`` or ``pipeline`` split it (:mod:`mapper.parallel`): the
         ``split`` stage chooses a plan and does the fusion and the training
@@ -180,8 +164,9 @@ def compile_graph(
     if isinstance(source, TaskGraph):
         graph = source
     else:
-        from mapper.lower import lower, read_program, without_spans
-        from mapper.parse import parse
+        from mapper.frontend.load import read_program, without_spans
+        from mapper.frontend.lowering.program import lower
+        from mapper.frontend.parse import parse
 
         path = os.fspath(source)
         text, blame = read_program(source)
@@ -220,8 +205,8 @@ def compile_graph(
         planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare, options.progress))
         choice, graph, plat = planned.choice, planned.graph, planned.platform
     elif parallel != "none":  # one machine (a cluster's layouts went to the cluster planner)
+        from mapper.costing.training import training_step
         from mapper.parallel.search import choose_plan
-        from mapper.training import training_step
 
         choice = stage("split", lambda: choose_plan(graph, plat, parallel, prepare=prepare, train=train,
                                                     step=lambda g: training_step(g, train or "sgd")))
@@ -232,7 +217,7 @@ def compile_graph(
         if fuse == "auto":
             graph = stage("fuse", lambda: fuse_for(graph, plat))
         if train is not None:
-            from mapper.training import training_step
+            from mapper.costing.training import training_step
 
             graph = stage("train", lambda: training_step(graph, train))
     cost = stage("cost", lambda: build_cost_table(graph, plat))

@@ -1,6 +1,6 @@
 """Random task graphs, platforms and cost tables for tests (and the HEFT paper's example).
 
-Builds :class:`~mapper.cost.CostTable` objects directly, without the cost
+Builds :class:`~mapper.costing.cost.CostTable` objects directly, without the cost
 model: times, energies and either explicit per-edge ``comm`` or bytes timed
 by route tables derived from the platform's links (a direct link, else
 through the host). Everything is a pure function of its arguments and seed.
@@ -12,11 +12,11 @@ import math
 import random
 from collections.abc import Sequence
 
-from mapper.cost import CostTable
-from mapper.graph import Edge, Placement, Task, TaskGraph
+from mapper.core.graph import Edge, Placement, Task, TaskGraph
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Assignment, build_schedule
 from mapper.mapping.base import MapResult
-from mapper.platform import Device, Link, Platform
-from mapper.schedule import Assignment, build_schedule
+from mapper.platform.loader import Device, Link, Platform
 
 INF = math.inf
 SHAPES = ("layered", "forkjoin", "chain", "random")
@@ -244,7 +244,7 @@ def slow_to_prove_dsl(seed: int = 0, n: int = 50) -> str:
     does not prove it within 20 s (for tests that interrupt a long search a
     few seconds in). With ``n=100`` the search is far from a proof after
     its first report on any machine (tests/mapping_signals.py)."""
-    from mapper.importers.dsl_writer import graph_to_dsl
+    from mapper.frontend.importers.dsl_writer import graph_to_dsl
 
     rng = random.Random(seed)
     pairs = sorted(random_edges(rng, n, "layered"), key=lambda e: (e[1], e[0]))

@@ -17,15 +17,15 @@ MAX_LINES = 600
 LIBRARIES = {
     "pulp": "mapper.mapping.exact.solver",
     "ortools": "mapper.mapping.exact.cpsat_model",
-    "lark": "mapper.lark_parse",
-    "networkx": "mapper.graph",
+    "lark": "mapper.frontend.lark_parse",
+    "networkx": "mapper.core.graph",
     "threadpoolctl": "mapper.kernels.blas",
     "matplotlib": "mapper.report.png",
     "numba": "mapper.kernels._jit",
-    "tomllib": "mapper.platform",
-    "onnx": "mapper.importers.onnx_model",
-    "dask": "mapper.dask_engine",
-    "distributed": "mapper.dask_engine",
+    "tomllib": "mapper.platform.loader",
+    "onnx": "mapper.frontend.importers.onnx_model",
+    "dask": "mapper.run.dask_engine",
+    "distributed": "mapper.run.dask_engine",
 }
 
 
@@ -112,8 +112,46 @@ def test_each_library_sits_behind_one_module():
 
 def test_the_checker_sees_a_cycle_and_a_deferred_import(tmp_path):
     # the rules above would pass vacuously if imports inside functions were missed
-    tree = ast.parse("def f():\n    from mapper.cost import CostTable\n\nif TYPE_CHECKING:\n    import pulp\n")
+    tree = ast.parse("def f():\n    from mapper.costing.cost import CostTable\n\nif TYPE_CHECKING:\n    import pulp\n")
     names = [n for node in _runtime_imports(tree) for n in _imported("mapper.x", tmp_path / "x.py", node)]
-    assert "mapper.cost.CostTable" in names and not any(n.startswith("pulp") for n in names)
+    assert "mapper.costing.cost.CostTable" in names and not any(n.startswith("pulp") for n in names)
     graph, _ = _graph()
     assert graph.has_edge("mapper.mapping.milp", "mapper.mapping.lns")
+
+
+#: stage folders in pipeline order (docs/architecture.md); a folder may import its own and lower ones only
+STAGES = ("core", "platform", "frontend", "costing", "engine", "mapping", "run", "parallel", "cluster",
+          "serving", "report", "cli")
+#: modules of mapper/ itself: errors sits below every stage; the entry modules above every stage but cli
+BELOW_ALL = {"mapper.errors"}  # with the core (it escapes through core.terminal)
+ENTRIES = {"mapper.pipeline", "mapper.dump"}
+
+
+def _rank(module: str) -> float | None:
+    if module in BELOW_ALL:
+        return 0
+    if module in ENTRIES:
+        return len(STAGES) - 1.5
+    if module.startswith("mapper.kernels"):
+        return STAGES.index("run") - 0.5  # Numba kernels: used by the runners and the planners' checks
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in STAGES:
+        return STAGES.index(parts[1])
+    return None  # mapper/__init__ (lazy names) and __main__
+
+
+def test_mapper_holds_few_modules_of_its_own():
+    own = sorted(p.name for p in (ROOT / "mapper").glob("*.py"))
+    folders = sorted(p.name for p in (ROOT / "mapper").iterdir() if (p / "__init__.py").exists())
+    assert len(own) <= 8, own
+    assert set(folders) == set(STAGES), folders
+
+
+def test_a_lower_stage_never_imports_a_higher_one():
+    graph, _ = _graph()
+    wrong = []
+    for a, b in graph.edges:
+        ra, rb = _rank(a), _rank(b)
+        if ra is not None and rb is not None and rb > ra:
+            wrong.append(f"{a} -> {b}")
+    assert not wrong, "imports against the stage order: " + "; ".join(sorted(wrong))

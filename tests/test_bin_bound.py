@@ -9,11 +9,11 @@ import random
 import pytest
 from randdag import make_cost, make_graph, make_platform
 
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.bin_bound import bin_packing_bound, bins_needed
 from mapper.mapping.bounds import compute_lower_bound
-from mapper.validate import validate
 
 #: 30 independent tasks of Sinnen's set (Independent_Nodes_30): 183 units on 16 processors
 #: is 11.4 each, yet four 10s and four 9s leave no room for what 12 would need.

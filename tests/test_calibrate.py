@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mapper.calibrate import calibrate
-from mapper.calibration.fits import class_efficiency
-from mapper.calibration.machine import best_time, cache_level, stream_mib
-from mapper.calibration.records import Calibration, Probe, Rate, Settings
-from mapper.calibration.writer import calibrated_platform, platform_toml
 from mapper.cli import main
-from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
+from mapper.costing.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.errors import OptionsError
-from mapper.platform import load_platform, parse_platform
+from mapper.platform.loader import load_platform, parse_platform
+from mapper.run.calibrate import calibrate
+from mapper.run.calibration.fits import class_efficiency
+from mapper.run.calibration.machine import best_time, cache_level, stream_mib
+from mapper.run.calibration.records import Calibration, Probe, Rate, Settings
+from mapper.run.calibration.writer import calibrated_platform, platform_toml
 
 
 def fake() -> Calibration:
@@ -92,8 +92,8 @@ def test_calibration_api_reports_measured_and_stored_rates():
 def test_class_efficiency_makes_the_model_reproduce_a_slow_probe():
     from dataclasses import replace
 
-    from mapper.cost import build_cost_table
-    from mapper.lower import graph_from_text
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import graph_from_text
 
     graph = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  y = gelu(x)\n  output y\n}\n")
     task = graph.tasks[0]
@@ -158,7 +158,7 @@ def test_class_efficiency_is_the_geometric_mean_over_a_class_s_probes():
 def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     # stored bandwidth 20 GB/s (no cache level), launch 1 ms: 10 MB in 1 + 1 ms -> 10 GB/s = 0.5;
     # 2.5 MB in 1 + 1 ms -> 0.125; an f64 add keyed by its dtype: 16 MB in 1 + 1 ms -> 0.8
@@ -176,8 +176,8 @@ def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
     assert dict(dev.memory_efficiency_ops) == pytest.approx(
         {"norm": 0.25, "layernorm": 0.5, "batchnorm": 0.125, "elementwise:f64": 0.8})
     # the model: a layernorm's time follows its bytes at 0.5 of 20 GB/s; an f64 sub at 0.8
-    from mapper.cost import build_cost_table
-    from mapper.lower import graph_from_text
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import graph_from_text
 
     g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  input a : f64[1024, 1024]\n"
                         "  y = layernorm(x)\n  d = sub(a, a)\n  output y, d\n}\n")
@@ -190,7 +190,7 @@ def test_streaming_classes_get_a_fraction_of_the_bandwidth_per_op():
 def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     from dataclasses import replace
 
-    from mapper.calibration.fits import hockney_fit, model_entries
+    from mapper.run.calibration.fits import hockney_fit, model_entries
 
     # t = t0 + w / e with t0 = 0.5 ms, e = 0.25: exact points give both back
     pts = [(w, 5e-4 + w / 0.25) for w in (1e-4, 1e-3, 4e-3)]
@@ -220,8 +220,8 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
     dev = parse_platform(text, "h.toml").devices[0]
     assert dict(dev.overhead_us) == {"attention": 2500.0}
     # the model: launch 12.5 us + t0 2.5 ms + the roofline with e = 0.5
-    from mapper.cost import build_cost_table
-    from mapper.lower import graph_from_text
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import graph_from_text
 
     g = graph_from_text("graph g {\n  input x : f32[1024, 1024]\n  input q : f32[512, 2304]\n"
                         "  y = attention(q, heads = 12, seq = 128)\n"
@@ -239,7 +239,7 @@ def test_hockney_fit_recovers_a_fixed_time_and_a_rate():
 def test_a_fixed_time_within_the_noise_is_not_fitted():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     # two attention probes whose rates differ by 10 %: the rate alone is within FIT_NOISE, so no t0
     base = fake()
@@ -258,7 +258,7 @@ def test_a_fixed_time_within_the_noise_is_not_fitted():
 def test_an_op_named_as_its_class_gets_the_class_key():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     # fft at two sizes and ifft once: "fft" is fft's own fit (e = 0.1 of 100 GFLOP/s, w = F / peak), ifft its own
     probes = (Probe("fft", "fft -> [1]", 1e-3 + 1e-3, 1e-4, "compute", 1e7, 1e6, 1e-3, "f32"),
@@ -271,7 +271,7 @@ def test_an_op_named_as_its_class_gets_the_class_key():
 def test_a_fixed_time_in_proportion_to_the_working_set():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     # one kernel at 1 and 8 units of work on working sets of 4 and 25 MiB: a fixed 0.1 ms per MiB
     # plus the work at e = 0.5 (w per unit 0.05 and 0.3125 ms); no constant t0 fits
@@ -292,7 +292,7 @@ def test_a_fixed_time_in_proportion_to_the_working_set():
 def test_a_half_performance_length_is_fitted_over_vector_lengths():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     # conv probes with 64, 128 and 256 output channels at r = e n / (n + 128), e = 0.8 (w = F / peak)
     probes = tuple(Probe("conv", f"conv2d -> [{n}]", 1e-3 + w / 0.8 * (1 + 128 / n), 1e-3, "compute", w * 1e11,
@@ -313,7 +313,7 @@ def test_a_half_performance_length_is_fitted_over_vector_lengths():
 def test_a_fixed_time_and_a_half_length_together_from_four_probes():
     from dataclasses import replace
 
-    from mapper.calibration.fits import hockney_fit_both, model_entries
+    from mapper.run.calibration.fits import hockney_fit_both, model_entries
 
     # attention probes at t = 0.4 ms + w / 0.6 (1 + 100 / n): exact points give all three back
     work = ((64, 5e-4), (64, 1e-3), (128, 2e-3), (256, 2e-3), (512, 8e-3))
@@ -337,9 +337,9 @@ def test_a_fixed_time_and_a_half_length_together_from_four_probes():
 def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
     from dataclasses import replace
 
-    from mapper.calibration.fits import gemm_fit, model_entries
-    from mapper.calibration.probes import GEMM_PROBE_SHAPES
-    from mapper.costmodel.work import gemm_shape_factor
+    from mapper.costing.work import gemm_shape_factor
+    from mapper.run.calibration.fits import gemm_fit, model_entries
+    from mapper.run.calibration.probes import GEMM_PROBE_SHAPES
 
     # matmul probes timed exactly by the model: stored f32 peak 100 GFLOP/s, e = 0.8,
     # n_1/2 = (64, 32, 16) for (M, N, K), launch 1 ms
@@ -374,9 +374,9 @@ def test_gemm_fit_recovers_half_lengths_and_the_im2col_rate():
 def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
     from dataclasses import replace
 
-    from mapper.calibration.fits import gemm_fit, nonneg_least_squares
-    from mapper.calibration.probes import GEMM_PROBE_SHAPES
-    from mapper.costmodel.work import gemm_pack_time
+    from mapper.costing.work import gemm_pack_time
+    from mapper.run.calibration.fits import gemm_fit, nonneg_least_squares
+    from mapper.run.calibration.probes import GEMM_PROBE_SHAPES
 
     # probes timed by t = launch + F / (0.9 x 100 GFLOP/s) + (a MK + b KN + 0.4 MN) ns, with a, b =
     # 0.5, 0.8 for an operand in cache and 0.9, 1.3 for one read from memory (a weight): each shape
@@ -406,9 +406,9 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
     assert dev.gemm_pack_ns == pytest.approx(pack, rel=1e-2) and dev.gemm_half_lengths is None
     assert dev.gemm_pack_cold_ns == pytest.approx(cold_ns, rel=1e-2)
     # the model prices a matmul with it: its weight (B) packs at the cold rate, its input (A) at the hot one
-    from mapper.cost import build_cost_table
-    from mapper.costmodel.work import gemm_cold
-    from mapper.lower import graph_from_text
+    from mapper.costing.cost import build_cost_table
+    from mapper.costing.work import gemm_cold
+    from mapper.frontend.load import graph_from_text
 
     g = graph_from_text("graph g {\n  input a : f32[200, 300]\n  y = matmul(a, weight f32[300, 50])\n  output y\n}\n")
     assert gemm_cold(g.tasks[-1]) == (False, True)
@@ -423,7 +423,7 @@ def test_gemm_fit_prefers_the_packing_form_when_it_explains_the_probes():
 def test_a_streaming_kernel_gets_hockney_s_fixed_time_beside_its_bandwidth():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     # stencil probes (no cache level: the stored 20 GB/s) at 1 and 8 sweeps of a 2 MB grid
     # (4 and 32 MB counted) measured launch 1 ms + 0.3 ms + bytes at 1.5 x 20 GB/s (a stencil's
@@ -439,7 +439,7 @@ def test_a_streaming_kernel_gets_hockney_s_fixed_time_beside_its_bandwidth():
 def test_an_op_named_as_its_streaming_class_counts_each_probe_once():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
+    from mapper.run.calibration.fits import model_entries
 
     probes = tuple(Probe("stencil", f"stencil -> [{i}]", 2e-3, 1e-3, "memory", 1e6, 1e7, 1e-3, "f64")
                    for i in range(3))
@@ -450,10 +450,10 @@ def test_an_op_named_as_its_streaming_class_counts_each_probe_once():
 def test_relu_streams_and_keeps_gelu_s_compute_rate_away():
     from dataclasses import replace
 
-    from mapper.calibration.fits import model_entries
-    from mapper.calibration.probes import PROBES
-    from mapper.cost import build_cost_table
-    from mapper.lower import graph_from_text
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import graph_from_text
+    from mapper.run.calibration.fits import model_entries
+    from mapper.run.calibration.probes import PROBES
 
     assert any(key == "relu" for key, _ in PROBES)
     # gelu: 1e8 flops at 100 GFLOP/s stored = 1 ms of work in 1 s net of launch -> 0.001 of the peak;

@@ -9,18 +9,18 @@ import pytest
 
 from mapper.cli import main
 from mapper.cluster.comm import bus_bandwidth, collective, network, send
-from mapper.cluster.layout import Layout, parse_layout
 from mapper.cluster.model import partition
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.cluster.search import plan_cluster
+from mapper.costing.fusion import fuse_for
 from mapper.errors import InfeasibleError, OptionsError, PlatformError
-from mapper.fusion import fuse_for
-from mapper.lower import load_graph
+from mapper.frontend.load import load_graph
+from mapper.frontend.sources import ModelFile
+from mapper.parallel.layout import Layout, parse_layout
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform, parse_platform
-from mapper.platform_cluster import flat_platform, with_nodes
-from mapper.sources import ModelFile
+from mapper.platform.cluster import flat_platform, with_nodes
+from mapper.platform.loader import load_platform, parse_platform
 
 GPT = "examples/gpt.tg"
 
@@ -349,7 +349,7 @@ def test_small_messages_over_many_nodes_take_the_tree():
 # -- fleets ------------------------------------------------------------------------------------
 
 def test_fleet_platform_and_node_counts():
-    from mapper.platform_cluster import parse_nodes
+    from mapper.platform.cluster import parse_nodes
 
     fleet = load_platform("fleet-a100-v100")
     assert [k.kind for k in fleet.fleet.kinds] == ["a100", "v100"]

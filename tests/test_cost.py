@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mapper.cost import INF, build_cost_table, stream_chain_times
+from mapper.core.graph import Edge, Placement, Task, TaskGraph, TensorType
+from mapper.costing.cost import INF, build_cost_table, stream_chain_times
 from mapper.errors import InfeasibleError, InputError, OptionsError
-from mapper.graph import Edge, Placement, Task, TaskGraph, TensorType
-from mapper.platform import load_platform, parse_platform
+from mapper.platform.loader import load_platform, parse_platform
 
 # Round numbers so every expectation below can be checked by hand.
 # Efficiencies used (docs/cost_model.md): cpu gemm 0.90, stencil 0.50, memory 0.80;
@@ -423,7 +423,7 @@ def test_cache_roofline_uses_the_cache_bandwidth_for_working_sets_that_fit():
 
 
 def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
-    from mapper.costmodel.latency import estimate
+    from mapper.costing.latency import estimate
 
     dev = parse_platform(_cpu0_with(
         'cache_mib = 64\ncache_bandwidth_gbs = 40.0'), "cache.toml").devices[CPU]
@@ -435,9 +435,9 @@ def test_cache_roofline_keeps_compute_bound_tasks_compute_bound():
 
 
 def test_working_set_counts_distinct_tensors_not_iterated_traffic():
-    from mapper.costmodel.latency import estimate
-    from mapper.costmodel.work import working_set
-    from mapper.lower import graph_from_text
+    from mapper.costing.latency import estimate
+    from mapper.costing.work import working_set
+    from mapper.frontend.load import graph_from_text
 
     graph = graph_from_text(
         "graph g {\n  input u : f64[1024, 1024]\n  s = stencil(u, points = 5, steps = 9)\n"
@@ -467,8 +467,8 @@ def test_an_op_s_own_efficiency_wins_over_its_class_s():
 
 
 def test_overhead_and_variant_entries_by_hand():
-    from mapper.costmodel.latency import estimate
-    from mapper.lower import graph_from_text
+    from mapper.costing.latency import estimate
+    from mapper.frontend.load import graph_from_text
 
     text = _cpu0_with(
         'efficiency = { reduction = 0.5, "reduce.max" = 0.05 }\n'
@@ -494,9 +494,9 @@ def test_overhead_and_variant_entries_by_hand():
 
 
 def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
-    from mapper.costmodel.latency import estimate
-    from mapper.costmodel.work import kernel_flops
-    from mapper.lower import graph_from_text
+    from mapper.costing.latency import estimate
+    from mapper.costing.work import kernel_flops
+    from mapper.frontend.load import graph_from_text
 
     graph = graph_from_text(
         "graph g {\n  input x : f32[1024, 2304]\n  a = attention(x, heads = 12, seq = 1024)\n"
@@ -511,9 +511,9 @@ def test_causal_attention_costs_the_kernel_s_half_of_the_scores():
 
 
 def test_causal_attention_has_its_own_variant_key():
-    from mapper.costmodel.efficiency import model_keys
-    from mapper.costmodel.latency import estimate
-    from mapper.lower import graph_from_text
+    from mapper.costing.efficiency import model_keys
+    from mapper.costing.latency import estimate
+    from mapper.frontend.load import graph_from_text
 
     graph = graph_from_text(
         "graph g {\n  input x : f32[512, 2304]\n  a = attention(x, heads = 12, seq = 512)\n"
@@ -528,9 +528,9 @@ def test_causal_attention_has_its_own_variant_key():
 
 
 def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
-    from mapper.costmodel.efficiency import model_keys
-    from mapper.costmodel.latency import estimate
-    from mapper.lower import graph_from_text
+    from mapper.costing.efficiency import model_keys
+    from mapper.costing.latency import estimate
+    from mapper.frontend.load import graph_from_text
 
     text = _cpu0_with(
         'efficiency = { elementwise = 0.001, "elementwise:f64" = 0.004, '
@@ -550,9 +550,9 @@ def test_dtype_keys_win_over_plain_ones_for_their_dtype_only():
 
 
 def test_overhead_per_mib_scales_with_the_working_set():
-    from mapper.costmodel.latency import estimate
-    from mapper.costmodel.work import working_set
-    from mapper.lower import graph_from_text
+    from mapper.costing.latency import estimate
+    from mapper.costing.work import working_set
+    from mapper.frontend.load import graph_from_text
 
     text = _cpu0_with(
         'overhead_us_per_mib = { stencil = 200.0 }')
@@ -568,9 +568,9 @@ def test_overhead_per_mib_scales_with_the_working_set():
 
 
 def test_half_length_scales_the_efficiency_by_the_vector_length():
-    from mapper.costmodel.latency import estimate
-    from mapper.costmodel.work import vector_length
-    from mapper.lower import graph_from_text
+    from mapper.costing.latency import estimate
+    from mapper.costing.work import vector_length
+    from mapper.frontend.load import graph_from_text
 
     text = _cpu0_with(
         'efficiency = { conv = 0.8 }\nhalf_length = { conv = 64.0 }')
@@ -588,9 +588,9 @@ def test_half_length_scales_the_efficiency_by_the_vector_length():
 
 
 def test_a_pool_s_vector_length_is_its_output_row():
-    from mapper.costmodel.latency import estimate
-    from mapper.costmodel.work import vector_length
-    from mapper.lower import graph_from_text
+    from mapper.costing.latency import estimate
+    from mapper.costing.work import vector_length
+    from mapper.frontend.load import graph_from_text
 
     dev = parse_platform(_cpu0_with('efficiency = { pool = 0.5 }\nhalf_length = { pool = 10.0 }'),
                          "p.toml").devices[CPU]
@@ -608,9 +608,9 @@ def test_a_pool_s_vector_length_is_its_output_row():
 def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     from dataclasses import replace
 
-    from mapper.costmodel.work import IM2COL_MIN, gemm_dims, gemm_shape_factor, im2col_bytes
+    from mapper.costing.work import IM2COL_MIN, gemm_dims, gemm_shape_factor, im2col_bytes
+    from mapper.frontend.load import graph_from_text
     from mapper.kernels.conv import IM2COL_MIN as KERNEL_IM2COL_MIN
-    from mapper.lower import graph_from_text
 
     assert IM2COL_MIN == KERNEL_IM2COL_MIN  # the model follows the kernel's choice of path
     g = graph_from_text(
@@ -630,7 +630,7 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
     assert im2col_bytes(c3) == 2 * 56 * 56 * 64 * 9 * 4 * (1 + 1)  # the matrix written, the input read
     assert im2col_bytes(c1s) == 2 * 28 * 28 * 64 * 4 * (1 + 2)  # a strided copy reads at stride 2
     assert gemm_dims(dw) is None  # depthwise: the direct loop, priced by the class model
-    from mapper.costmodel.work import gemm_cold
+    from mapper.costing.work import gemm_cold
 
     # A, B from memory? matmul: the weight B; conv2d: the filter A, and B only for a 1x1 filter
     # without im2col whose input is a weight (here inputs and task outputs count as in cache)
@@ -656,8 +656,8 @@ def test_gemm_shape_model_prices_matmul_and_the_im2col_conv():
 def test_a_broadcast_operand_costs_a_full_one_in_cache():
     from dataclasses import replace
 
-    from mapper.costmodel.work import in_cache_bytes
-    from mapper.lower import graph_from_text
+    from mapper.costing.work import in_cache_bytes
+    from mapper.frontend.load import graph_from_text
 
     g = graph_from_text("graph g {\n  input x0 : f32[1024, 768]\n  input y0 : f32[1024, 768]\n"
                         "  x = relu(x0)\n  y = relu(y0)\n"  # task outputs: in the cache, as the model counts them
@@ -678,7 +678,7 @@ def test_a_broadcast_operand_costs_a_full_one_in_cache():
 def test_a_fixed_time_goes_with_the_rate_it_was_fitted_with():
     from dataclasses import replace
 
-    from mapper.lower import graph_from_text
+    from mapper.frontend.load import graph_from_text
 
     g = graph_from_text("graph g {\n  input x : c64[64, 1024]\n  f = fft(x)\n  i = ifft(x)\n  output f, i\n}\n")
     base = load_platform("dev-vm")
@@ -697,8 +697,8 @@ def test_a_fixed_time_goes_with_the_rate_it_was_fitted_with():
 def test_weights_and_inputs_come_from_memory_and_a_matrix_vector_product_is_not_packed():
     from dataclasses import replace
 
-    from mapper.costmodel.work import cold_bytes, gemm_dims
-    from mapper.lower import graph_from_text
+    from mapper.costing.work import cold_bytes, gemm_dims
+    from mapper.frontend.load import graph_from_text
 
     g = graph_from_text("graph g {\n  input v : f32[1, 2048]\n  input a : f32[64, 2048]\n  input ids : i32[128]\n"
                         "  y = matmul(v, weight f32[2048, 1000])\n  z = matmul(a, weight f32[2048, 1000])\n"

@@ -11,15 +11,15 @@ import pytest
 from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_edges, random_instance
 
 from mapper.cli import main
-from mapper.graph import Placement
+from mapper.core.graph import Placement
+from mapper.engine.schedule import ScheduleOptions
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.cpsat import search
 from mapper.mapping.exact import cpsat_model
 from mapper.mapping.exact.cpsat_model import solve_cpsat, whole_times
 from mapper.mapping.orders import canonical_devices, identical_device_classes, pooled_classes
-from mapper.schedule import ScheduleOptions
-from mapper.validate import validate
 
 HEFT = str(Path(__file__).resolve().parent.parent / "examples" / "heft_paper.tg")
 

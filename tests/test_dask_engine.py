@@ -1,4 +1,4 @@
-"""Running mapped schedules on Dask distributed (mapper.dask_engine)."""
+"""Running mapped schedules on Dask distributed (mapper.run.dask_engine)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ pytest.importorskip("distributed")
 from randdag import round_robin
 
 from mapper.cli import main
-from mapper.dask_engine import execute_dask
 from mapper.errors import OptionsError
-from mapper.execute import ExecutionError, execute
-from mapper.lower import graph_from_text
+from mapper.frontend.load import graph_from_text
 from mapper.mapping.base import MapResult
 from mapper.pipeline import compile_graph
+from mapper.run.dask_engine import execute_dask
+from mapper.run.execute import ExecutionError, execute
 
 ROOT = Path(__file__).resolve().parents[1]
 JACOBI = (ROOT / "examples" / "jacobi2d.tg").read_text().replace("param N = 4096, K = 10, R = 10",
@@ -122,7 +122,7 @@ class Peer:
                                            (b"\xff" * 64 + b"HTTP/1.1 200 OK\r\n\r\n" * 8, "does not answer as"),
                                            (b"\x01" + b"\x00" * 7 + b"\xff" * 8, "does not answer as")])
 def test_a_peer_that_is_not_a_scheduler_is_refused_within_the_bound(reply, needle, capsys):
-    from mapper.dask_engine import PROBE_TIMEOUT, probe_scheduler
+    from mapper.run.dask_engine import PROBE_TIMEOUT, probe_scheduler
 
     peer = Peer(reply)
     try:
@@ -136,7 +136,7 @@ def test_a_peer_that_is_not_a_scheduler_is_refused_within_the_bound(reply, needl
 
 
 def test_nothing_listening_is_bad_input_at_once():
-    from mapper.dask_engine import probe_scheduler
+    from mapper.run.dask_engine import probe_scheduler
 
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]  # free once closed
@@ -216,7 +216,7 @@ def test_cli_against_a_cluster_of_named_worker_processes(cluster, tmp_path, caps
 
 
 def test_a_device_without_a_worker_is_an_error_naming_it(cluster, tmp_path, capsys, monkeypatch):
-    import mapper.dask_engine as engine
+    import mapper.run.dask_engine as engine
 
     monkeypatch.setattr(engine, "WORKER_WAIT", 2.0)
     cluster.worker("cpu0")

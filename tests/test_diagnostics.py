@@ -11,7 +11,8 @@ import pytest
 
 from mapper.cli import main
 from mapper.errors import DslError, format_error
-from mapper.lower import MAX_TASKS, graph_from_text
+from mapper.frontend.load import graph_from_text
+from mapper.frontend.lowering.program import MAX_TASKS
 
 
 def err_of(text: str, file: str = "e.tg") -> DslError:

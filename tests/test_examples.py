@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mapper.graph import TaskGraph
-from mapper.lower import graph_from_text
+from mapper.core.graph import TaskGraph
+from mapper.frontend.load import graph_from_text
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

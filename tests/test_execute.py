@@ -12,14 +12,14 @@ import pytest
 from randdag import round_robin
 
 from mapper.cli import main
+from mapper.costing.fusion import fuse
 from mapper.errors import InputError, OptionsError
-from mapper.execute import Execution, ExecutionError, execute, make_plan, retime
-from mapper.fusion import fuse
+from mapper.frontend.load import graph_from_text
 from mapper.kernels import registry
-from mapper.lower import graph_from_text
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform
-from mapper.trace import ErrorSummary, TaskRecord, format_trace
+from mapper.platform.loader import load_platform
+from mapper.run.execute import Execution, ExecutionError, execute, make_plan, retime
+from mapper.run.trace import ErrorSummary, TaskRecord, format_trace
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -247,7 +247,7 @@ def test_the_first_lane_runs_on_the_calling_thread(monkeypatch):
     assert len(plan.lanes) == 3
     seen: dict[int, set[int]] = {}
     lane_of = {t: w for w, lane in enumerate(plan.lanes) for t in lane}
-    import mapper.execute as ex
+    import mapper.run.execute as ex
 
     run_task = ex._Pass.run_task
 
@@ -368,7 +368,7 @@ def test_log_sqrt_inputs_are_positive_and_infinities_compare_equal():
 
 
 def test_matmul_and_conv_weights_are_scaled_by_a_power_of_two_near_one_over_sqrt_fan_in():
-    from mapper.execute import TensorStore
+    from mapper.run.execute import TensorStore
 
     src = """graph g {
   input x : f32[8, 64]
@@ -420,7 +420,7 @@ def test_cli_run_on_every_small_example(name, tmp_path, capsys):
 
 def test_blas_pool_is_limited_while_tasks_run():
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    from mapper.execute import BLAS_THREADS, one_compute_pool
+    from mapper.run.execute import BLAS_THREADS, one_compute_pool
 
     with one_compute_pool() as blas:
         pools = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]

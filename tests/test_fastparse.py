@@ -8,10 +8,10 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mapper import lark_parse as L
-from mapper import parse as P
 from mapper.errors import DslError
-from mapper.fastparse import MIN_LINES, _Reader, fast_parse
+from mapper.frontend import lark_parse as L
+from mapper.frontend import parse as P
+from mapper.frontend.fastparse import MIN_LINES, _Reader, fast_parse
 
 
 def lark(text: str, file: str = "big.tg"):
@@ -77,7 +77,7 @@ def test_errors_read_the_same_either_way():
     messages = []
     for prog in (P.parse(text, "big.tg"), lark(text)):
         try:
-            from mapper.lower import lower
+            from mapper.frontend.lowering.program import lower
 
             lower(prog)
         except DslError as err:
@@ -99,7 +99,7 @@ def test_one_line_readers_agree_with_the_token_path():
 
 def P_tokens(line: str):
     """The tokenizer of the token path."""
-    from mapper.fastparse import _tokens
+    from mapper.frontend.fastparse import _tokens
 
     return _tokens(line)
 
@@ -138,7 +138,7 @@ def test_a_large_explicit_cost_compile_does_not_import_lark(tmp_path):
     (tmp_path / "big.tg").write_text("graph big {\n" + "\n".join(lines) + "\n}\n")
     code = ("import sys; from mapper.pipeline import compile_graph; "
             f"compile_graph({str(tmp_path / 'big.tg')!r}, 'heft3', mapper='heft'); "
-            "print(sorted(m for m in ('lark', 'mapper.lark_parse', 'mapper.parallel.search', 'mapper.training') "
+            "print(sorted(m for m in ('lark', 'mapper.frontend.lark_parse', 'mapper.parallel.search', 'mapper.costing.training') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Reading users' files with limits and writing outputs without harming inputs (mapper.files)."""
+"""Reading users' files with limits and writing outputs without harming inputs (mapper.core.files)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from mapper import files
+from mapper.core import files
 from mapper.errors import OptionsError
 
 

@@ -1,4 +1,4 @@
-"""Operator fusion (mapper.fusion), tensor-core rates, the GEMM wave model and switch ports."""
+"""Operator fusion (mapper.costing.fusion), tensor-core rates, the GEMM wave model and switch ports."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import pytest
 from randdag import make_cost, make_graph
 
 from mapper.cli import main
-from mapper.cost import build_cost_table
-from mapper.costmodel.work import wave_efficiency
+from mapper.costing.cost import build_cost_table
+from mapper.costing.fusion import fuse, fusion_groups, leaf_tasks
+from mapper.costing.work import wave_efficiency
+from mapper.engine.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.engine.validate import validate
 from mapper.errors import OptionsError, PlatformError
-from mapper.fusion import fuse, fusion_groups, leaf_tasks
-from mapper.lower import graph_from_text
+from mapper.frontend.load import graph_from_text
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform, parse_platform
-from mapper.schedule import Assignment, ScheduleOptions, build_schedule
-from mapper.validate import validate
+from mapper.platform.loader import load_platform, parse_platform
 
 BLOCK = """
 param N = 2
@@ -144,9 +144,9 @@ def test_dump_after_fuse_shows_the_fused_graph(tmp_path, capsys):
 
 
 def test_every_shipped_platform_compiles_resnet50_and_bert_with_fusion():
-    from mapper.lower import load_graph
-    from mapper.platform import list_platforms, load_platform
-    from mapper.platform_cluster import with_nodes
+    from mapper.frontend.load import load_graph
+    from mapper.platform.cluster import with_nodes
+    from mapper.platform.loader import list_platforms, load_platform
 
     for name in ("resnet50", "bert_base"):
         g = load_graph(f"examples/{name}.tg")
@@ -231,7 +231,7 @@ def test_wave_efficiency_counts_whole_tiles_and_whole_waves():
 
 
 def test_a_gemm_waits_for_its_pipeline_to_fill_and_its_output_to_drain():
-    from mapper.costmodel.work import pipeline_fill_time
+    from mapper.costing.work import pipeline_fill_time
 
     tile = (128, 128, 32)
     f16, f32 = (graph_from_text(_mm(dt, 64)).tasks[0] for dt in ("f16", "f32"))
@@ -253,7 +253,7 @@ def test_a_gemm_waits_for_its_pipeline_to_fill_and_its_output_to_drain():
     staged = build_cost_table(graph_from_text(_mm("f16", 2048)), parse_platform(base + "gemm_stages = 3\n"))
     fill = pipeline_fill_time(f16, (1, 2048, 2048, 2048), tile, 4, 1, 3, 1000.0)
     assert staged.time[0][0] - plain.time[0][0] == pytest.approx(fill)
-    from mapper.costmodel.latency import estimate
+    from mapper.costing.latency import estimate
 
     task = graph_from_text(_mm("f16", 2048)).tasks[0]
     assert estimate(task, "gemm", parse_platform(base + "gemm_stages = 3\n").devices[0]).t_overhead == \
@@ -261,7 +261,7 @@ def test_a_gemm_waits_for_its_pipeline_to_fill_and_its_output_to_drain():
 
 
 def test_attention_pays_for_whole_waves_of_query_blocks():
-    from mapper.costmodel.work import attention_wave_efficiency
+    from mapper.costing.work import attention_wave_efficiency
 
     def att(batch: int, seq: int, heads: int):
         text = (f"graph a {{\n  input q : f16[{batch * seq}, {3 * 64 * heads}]\n"
@@ -282,7 +282,7 @@ def test_attention_pays_for_whole_waves_of_query_blocks():
 
 
 def test_decode_attention_splits_the_keys_to_fill_the_units():
-    from mapper.costmodel.work import attention_wave_efficiency
+    from mapper.costing.work import attention_wave_efficiency
 
     def step(batch: int, heads: int, cache: int):
         text = (f"graph a {{\n  input q : f16[{batch}, {3 * 128 * heads}]\n"

@@ -16,10 +16,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mapper.core.graph import TaskGraph
+from mapper.core.ops import OPS
 from mapper.errors import DslError, MapperError
-from mapper.graph import TaskGraph
-from mapper.lower import graph_from_text
-from mapper.ops import OPS
+from mapper.frontend.load import graph_from_text
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 SEEDS = [p.read_text() for p in sorted(GOLDEN.glob("*.tg"))] + [

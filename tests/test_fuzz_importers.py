@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from mapper.core.graph import Task, TaskGraph  # noqa: E402
 from mapper.errors import MapperError  # noqa: E402
-from mapper.graph import Task, TaskGraph  # noqa: E402
-from mapper.importers.dnn_partitioning import instance_dsl, instance_platform, parse_instance  # noqa: E402
-from mapper.importers.dsl_writer import graph_to_dsl  # noqa: E402
-from mapper.importers.onnx_dsl import import_onnx  # noqa: E402
-from mapper.lower import graph_from_text, load_graph  # noqa: E402
-from mapper.platform import parse_platform  # noqa: E402
+from mapper.frontend.importers.dnn_partitioning import instance_dsl, instance_platform, parse_instance  # noqa: E402
+from mapper.frontend.importers.dsl_writer import graph_to_dsl  # noqa: E402
+from mapper.frontend.importers.onnx_dsl import import_onnx  # noqa: E402
+from mapper.frontend.load import graph_from_text, load_graph  # noqa: E402
+from mapper.platform.loader import parse_platform  # noqa: E402
 
 HOSTILE = Path(__file__).resolve().parent / "data" / "hostile"
 SEEDS = sorted(p.read_bytes() for p in HOSTILE.glob("onnx_*.onnx") if p.stat().st_size)

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mapper.cli import main
-from mapper.cost import build_cost_table
+from mapper.costing.cost import build_cost_table
 from mapper.errors import MapperError
-from mapper.lower import graph_from_text
+from mapper.frontend.load import graph_from_text
 from mapper.mapping import get_mapper
-from mapper.platform import Platform, parse_platform
+from mapper.platform.loader import Platform, parse_platform
 
 SHIPPED = {p.name: p.read_text(encoding="utf-8") for p in resources.files("mapper.platforms").iterdir()
            if p.name.endswith(".toml")}

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mapper.errors import MapperError
-from mapper.importers.task_formats import parse_dot, parse_gxl, weighted_dsl
-from mapper.lower import graph_from_text
+from mapper.frontend.importers.task_formats import parse_dot, parse_gxl, weighted_dsl
+from mapper.frontend.load import graph_from_text
 
 DATA = Path(__file__).resolve().parent / "data" / "weighted"
 SOURCES = {"dot": (DATA / "Nodes_7_OutTree.dot").read_text(), "gxl": (DATA / "Nodes_7_OutTree.gxl").read_text()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mapper.dump import dump_graph
-from mapper.lower import load_graph
+from mapper.frontend.load import load_graph
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.tg"))

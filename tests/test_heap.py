@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper import heap
+from mapper.run import heap
 
 
 def test_steady_heap_sets_and_restores_glibc_thresholds(monkeypatch):

@@ -8,8 +8,10 @@ import pytest
 from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
 from mapper.cli import main
+from mapper.core.graph import Placement
+from mapper.engine.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.graph import Placement
 from mapper.mapping import MAPPERS, available_mappers, get_mapper
 from mapper.mapping.base import MapOptions, Mapper
 from mapper.mapping.bounds import (
@@ -22,8 +24,6 @@ from mapper.mapping.bounds import (
 from mapper.mapping.cpop import critical_path
 from mapper.mapping.objectives import device_loads, objective_value
 from mapper.mapping.ranks import downward_rank, mean_comm, mean_times, upward_rank
-from mapper.schedule import Assignment, ScheduleOptions, build_schedule
-from mapper.validate import validate
 
 INF = math.inf
 HEURISTICS = ("heft", "heft-samedev", "cpop", "peft", "greedy", "single", "cpu")

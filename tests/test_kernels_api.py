@@ -39,7 +39,7 @@ def _ops_in_catalogue() -> set[str]:
 
 
 def test_every_catalogue_op_has_a_kernel_and_a_reference():
-    from mapper.ops import KERNEL_LESS
+    from mapper.core.ops import KERNEL_LESS
 
     ops = _ops_in_catalogue()
     assert len(ops) >= 25
@@ -251,7 +251,7 @@ def test_first_call_in_a_process_may_nest_kernel_launches():
 
 
 def test_random_operand_follows_the_tensor_type():
-    from mapper.graph import TensorType
+    from mapper.core.graph import TensorType
     from mapper.kernels.registry import random_operand
 
     r = np.random.default_rng(6)

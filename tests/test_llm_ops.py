@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from mapper.cli import main
-from mapper.graph import TensorType
+from mapper.core.graph import TensorType
+from mapper.core.ops import infer
+from mapper.costing.training import training_step
+from mapper.frontend.load import graph_from_text, load_graph
+from mapper.frontend.sources import ModelFile
 from mapper.kernels.registry import reference, run_kernel
-from mapper.lower import graph_from_text, load_graph
-from mapper.ops import infer
 from mapper.parallel.roles import tensor_regions
-from mapper.sources import ModelFile
-from mapper.training import training_step
 
 RNG = np.random.default_rng(7)
 TINY = ["--param", "LAYERS=2", "--param", "HIDDEN=64", "--param", "HEADS=8", "--param", "KV_HEADS=2",

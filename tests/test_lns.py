@@ -7,14 +7,14 @@ import time
 import pytest
 from randdag import make_cost, make_graph, make_platform, random_instance
 
+from mapper.engine.schedule import ScheduleOptions
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.coarsen import chains, coarsen, expand, project
 from mapper.mapping.exact.incumbent import retime, schedule_order
 from mapper.mapping.lns import critical_tasks, improve
 from mapper.mapping.milp import MilpMapper
-from mapper.schedule import ScheduleOptions
-from mapper.validate import validate
 
 HEURISTICS = ("heft", "cpop", "peft", "greedy", "single")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from mapper.core.graph import TensorType
 from mapper.dump import dump_graph
 from mapper.errors import InputError
-from mapper.graph import TensorType
-from mapper.lower import graph_from_text, load_graph, read_source
+from mapper.frontend.load import graph_from_text, load_graph, read_source
 
 BERT = """
 param B = 2, S = 8, H = 16, L = 3

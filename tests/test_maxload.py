@@ -11,22 +11,22 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
-from mapper.cost import build_cost_table
-from mapper.importers.dnn_partitioning import (
+from mapper.costing.cost import build_cost_table
+from mapper.engine.schedule import ScheduleOptions
+from mapper.engine.validate import validate
+from mapper.frontend.importers.dnn_partitioning import (
     instance_dsl,
     instance_platform,
     parse_instance,
     read_instance,
     read_split,
 )
-from mapper.lower import graph_from_text
+from mapper.frontend.load import graph_from_text
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.maxload import non_contiguous, split_dp, task_groups
 from mapper.mapping.objectives import loads
-from mapper.platform import parse_platform
-from mapper.schedule import ScheduleOptions
-from mapper.validate import validate
+from mapper.platform.loader import parse_platform
 
 DATA = Path(__file__).resolve().parent / "data" / "dnn_partitioning"
 BERT24 = DATA / "bert24_training.json"
@@ -178,7 +178,7 @@ def test_the_validator_flags_a_split_colocation_class():
       task a cost { cpu: 1, fpga: 1 } colocate k
       task b cost { cpu: 1, fpga: 1 } colocate k
     }""")
-    from mapper.schedule import Assignment, build_schedule
+    from mapper.engine.schedule import Assignment, build_schedule
 
     bad = build_schedule(cost, Assignment((1, 2), None))
     assert [v.kind for v in validate(bad)] == ["colocation"]

@@ -11,8 +11,10 @@ import time
 import pytest
 from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
+from mapper.core.graph import Placement
+from mapper.engine.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.graph import Placement
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.exact.incumbent import retime
@@ -21,8 +23,6 @@ from mapper.mapping.exact.subproblem import Subproblem
 from mapper.mapping.milp import MilpMapper
 from mapper.mapping.objectives import objective_value
 from mapper.mapping.orders import canonical_devices, identical_device_classes
-from mapper.schedule import Assignment, ScheduleOptions, build_schedule
-from mapper.validate import validate
 
 
 @pytest.fixture
@@ -346,7 +346,7 @@ def test_time_units_do_not_change_the_optimum(milp_only, scale):
     # the HEFT example in microseconds and in hours: same optimum, still proven
     from randdag import HEFT_EDGES, HEFT_TIMES
 
-    from mapper.platform import Device, Platform
+    from mapper.platform.loader import Device, Platform
 
     platform = Platform(name="heft3", devices=tuple(Device(index=i, name=f"p{i + 1}", kind="cpu") for i in range(3)))
     graph = make_graph(10, [(s - 1, d - 1, 0.0, c * scale) for s, d, c in HEFT_EDGES], name="heft_scaled")
@@ -371,10 +371,10 @@ def test_cbc_takes_a_warm_start_a_rounding_step_outside_its_bounds(monkeypatch, 
     # CBC rejects such a start, so the glue clamps it (HiGHS accepts it as it is)
     from pathlib import Path
 
-    from mapper.cost import build_cost_table
-    from mapper.lower import load_graph
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import load_graph
     from mapper.mapping.exact import solver
-    from mapper.platform import load_platform
+    from mapper.platform.loader import load_platform
 
     root = Path(__file__).resolve().parents[1]
     cost = build_cost_table(load_graph(root / "examples" / "jacobi2d.tg"), load_platform("cpu-gpu-fpga"))
@@ -385,9 +385,9 @@ def test_cbc_takes_a_warm_start_a_rounding_step_outside_its_bounds(monkeypatch, 
 
 
 def test_a_heuristic_that_meets_the_lower_bound_is_optimal_without_a_search():
-    from mapper.cost import build_cost_table
-    from mapper.lower import graph_from_text
-    from mapper.platform import load_platform
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import graph_from_text
+    from mapper.platform.loader import load_platform
 
     # a chain whose fastest device takes both tasks: HEFT's schedule is the critical-path bound
     g = graph_from_text("graph c {\n task a cost { p1: 2, p2: 3, p3: 4 }\n task b cost { p1: 5, p2: 6, p3: 7 }\n"
@@ -401,8 +401,8 @@ def test_a_heuristic_that_meets_the_lower_bound_is_optimal_without_a_search():
 def test_lns_stops_when_its_gain_per_second_cannot_pay_for_the_time_left(monkeypatch):
     # a search asked for more than it can gain in the time left (1000 % of the objective) is
     # judged stalled once its probe is over, whatever the machine's speed
+    from mapper.engine.schedule import ScheduleOptions
     from mapper.mapping import lns
-    from mapper.schedule import ScheduleOptions
 
     cost = random_instance(5, 40, shape="layered", n_devices=3)
     start = get_mapper("heft").map(cost).schedule
@@ -466,8 +466,8 @@ def test_the_portfolio_hands_cpsat_s_schedule_to_the_milp():
 def test_lns_is_judged_only_after_its_probe(monkeypatch):
     # no stall before PROBE_SHARE of the time (and STALL_MIN_WINDOWS windows): with the probe
     # longer than the deadline, the search is never judged stalled (it ends out of time or windows)
+    from mapper.engine.schedule import ScheduleOptions
     from mapper.mapping import lns
-    from mapper.schedule import ScheduleOptions
 
     monkeypatch.setattr(lns, "PROBE_MIN", 100.0)
     cost = random_instance(5, 40, shape="layered", n_devices=3)

@@ -15,12 +15,12 @@ import pytest
 pytest.importorskip("onnx")
 
 from mapper.cli import main
-from mapper.graph import TaskGraph
-from mapper.importers.onnx_dsl import import_onnx
-from mapper.lower import graph_from_text, load_graph
+from mapper.core.graph import TaskGraph
+from mapper.engine.validate import validate
+from mapper.frontend.importers.onnx_dsl import import_onnx
+from mapper.frontend.load import graph_from_text, load_graph
+from mapper.frontend.sources import ModelFile
 from mapper.pipeline import compile_graph
-from mapper.sources import ModelFile
-from mapper.validate import validate
 
 CORPUS = Path(__file__).resolve().parent / "data" / "onnx_corpus"
 MODELS = sorted(p.stem for p in CORPUS.glob("*.onnx"))

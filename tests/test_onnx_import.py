@@ -17,16 +17,16 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from mapper.cli import main  # noqa: E402
-from mapper.cost import build_cost_table  # noqa: E402
+from mapper.costing.cost import build_cost_table  # noqa: E402
 from mapper.dump import dump_graph  # noqa: E402
+from mapper.engine.validate import validate  # noqa: E402
 from mapper.errors import InputError  # noqa: E402
-from mapper.importers.dsl_writer import dsl_name  # noqa: E402
-from mapper.importers.onnx_dsl import import_onnx  # noqa: E402
-from mapper.importers.onnx_model import read_onnx  # noqa: E402
-from mapper.lower import graph_from_text, load_graph  # noqa: E402
+from mapper.frontend.importers.dsl_writer import dsl_name  # noqa: E402
+from mapper.frontend.importers.onnx_dsl import import_onnx  # noqa: E402
+from mapper.frontend.importers.onnx_model import read_onnx  # noqa: E402
+from mapper.frontend.load import graph_from_text, load_graph  # noqa: E402
 from mapper.mapping import get_mapper  # noqa: E402
-from mapper.platform import list_platforms, load_platform  # noqa: E402
-from mapper.validate import validate  # noqa: E402
+from mapper.platform.loader import list_platforms, load_platform  # noqa: E402
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 MODELS = sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("light_*.onnx"))
@@ -408,8 +408,8 @@ def test_a_model_shipped_on_pypi_imports_with_every_op_known():
     assert imported.unsupported == {}
     g = graph_from_text(imported.text, "silero.tg")
     assert any(t.op == "conv2d" for t in g.tasks)
+    from mapper.frontend.sources import ModelFile
     from mapper.pipeline import compile_graph
-    from mapper.sources import ModelFile
 
     with pytest.warns(Warning, match="its weights were not needed"):
         compiled = compile_graph(ModelFile(str(path), (("batch", 1), ("sequence", 512))), "dgx-a100",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from mapper.core.graph import TensorType
+from mapper.core.ops import OP_CLASSES, OPS, REQUIRED, OpError, OpInfo, infer
 from mapper.errors import DslError
-from mapper.graph import TensorType
-from mapper.ops import OP_CLASSES, OPS, REQUIRED, OpError, OpInfo, infer
 
 
 def T(dtype: str, *shape: int) -> TensorType:

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from mapper.cost import route_tables
-from mapper.execute import execute
-from mapper.fusion import fuse_for
-from mapper.lower import lower
+from mapper.costing.cost import route_tables
+from mapper.costing.fusion import fuse_for
+from mapper.costing.training import training_step
+from mapper.engine.validate import validate
+from mapper.frontend.lowering.program import lower
+from mapper.frontend.parse import parse
 from mapper.parallel.check import compare_outputs
 from mapper.parallel.collectives import collective_time, launch_time, low_latency, step_latency
 from mapper.parallel.gradients import synchronise
@@ -22,11 +24,9 @@ from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import SplitError, split_graph
 from mapper.parallel.roles import batch_blocker, tensor_regions
 from mapper.parallel.search import balanced_cuts, choose_plan
-from mapper.parse import parse
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform, parse_platform
-from mapper.training import training_step
-from mapper.validate import validate
+from mapper.platform.loader import load_platform, parse_platform
+from mapper.run.execute import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUS = tuple(f"gpu{i}" for i in range(8))
@@ -204,7 +204,7 @@ def test_a_resnet_stage_split_by_channels_computes_the_unsplit_outputs(dgx):
 def test_a_wrong_piece_is_caught(dgx):
     g, split, trace = _run_split(BLOCK, Plan(tensor=2, devices=GPUS[:2]), dgx)
     broken = tuple((name, value * 1.01) for name, value in trace.outputs)
-    from mapper.execute import ExecutionError
+    from mapper.run.execute import ExecutionError
     with pytest.raises(ExecutionError, match="differs from the unsplit graph"):
         compare_outputs(g, broken, seed=0)
 
@@ -254,8 +254,8 @@ def test_tensor_parallel_input_gradients_are_all_reduced(dgx):
 
 @pytest.mark.parametrize("mode", ["data", "tensor", "pipeline", "auto"])
 def test_every_split_schedule_validates_with_memory(dgx, mode):
+    from mapper.engine.schedule import ScheduleOptions
     from mapper.mapping.base import MapOptions
-    from mapper.schedule import ScheduleOptions
 
     options = MapOptions(schedule=ScheduleOptions(memory=True))
     for mapper in ("heft", "greedy"):

@@ -8,8 +8,8 @@ import pytest
 
 from mapper.cli import main
 from mapper.errors import OptionsError
-from mapper.lower import graph_from_text
-from mapper.sources import ModelFile, parse_params, program_source
+from mapper.frontend.load import graph_from_text
+from mapper.frontend.sources import ModelFile, parse_params, program_source
 
 PROGRAM = """
 param B = 4, H = 64, T = B * 2

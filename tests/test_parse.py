@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from mapper import syntax as S
 from mapper.errors import DslError, format_error
-from mapper.parse import KEYWORDS, parse
+from mapper.frontend import syntax as S
+from mapper.frontend.parse import KEYWORDS, parse
 
 
 def graph_body(text: str) -> tuple:
@@ -176,7 +176,7 @@ def test_parse_is_deterministic_and_ast_is_frozen():
 
 
 def test_keywords_match_the_grammar():
-    from mapper.lark_parse import _parser
+    from mapper.frontend.lark_parse import _parser
 
     words = {t.pattern.value for t in _parser().terminals
              if t.pattern.type == "str" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.pattern.value)}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
-from mapper.costmodel.efficiency import EFF_COMPUTE, EFF_MEMORY
-from mapper.platform import list_platforms, load_platform, parse_platform
+from mapper.costing.efficiency import EFF_COMPUTE, EFF_MEMORY
+from mapper.platform.loader import list_platforms, load_platform, parse_platform
 
 SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-h100-superpod", "dgx-h100", "dgx1-v100",
            "fleet-a100-l4", "fleet-a100-v100", "fleet-h100-a100-v100", "heft3", "l4-node", "mixed-gpu", "selene",

@@ -15,7 +15,7 @@ import pytest
 
 from mapper.cli import main
 from mapper.errors import PlatformError, format_error
-from mapper.platform import load_platform
+from mapper.platform.loader import load_platform
 
 BAD = Path(__file__).parent / "data" / "platforms_bad"
 FILES = sorted(BAD.glob("*.toml"))

@@ -9,12 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from randdag import SHAPES, random_instance
 
+from mapper.engine.schedule import ScheduleOptions, build_schedule
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
 from mapper.mapping.bounds import lower_bound
-from mapper.schedule import ScheduleOptions, build_schedule
-from mapper.validate import validate
 
 HEURISTICS = ("heft", "cpop", "peft", "greedy", "single", "cpu")
 

@@ -7,14 +7,14 @@ from functools import cache
 
 import pytest
 
-from mapper.cost import build_cost_table
+from mapper.costing.cost import build_cost_table
+from mapper.engine.validate import validate
 from mapper.errors import OptionsError
-from mapper.execute import Execution
-from mapper.lower import graph_from_text
+from mapper.frontend.load import graph_from_text
 from mapper.pipeline import compile_graph
-from mapper.platform import Device, load_platform, parse_platform
-from mapper.recost import KEPT_FIELDS, MODEL_FIELDS, device_order, first_cpu, reprice, with_cpu_model
-from mapper.validate import validate
+from mapper.platform.loader import Device, load_platform, parse_platform
+from mapper.run.execute import Execution
+from mapper.run.recost import KEPT_FIELDS, MODEL_FIELDS, device_order, first_cpu, reprice, with_cpu_model
 
 #: A calibration-like platform: one CPU with distinctive model numbers.
 CALIBRATED = """

@@ -44,11 +44,11 @@ def chromium(args: list[str], user_dir, timeout: float = 60.0) -> str:
 
 def bert_with_script_name():
     """BERT-base, HEFT, cpu-gpu-fpga; task 5 renamed to a script tag."""
-    from mapper.cost import build_cost_table
-    from mapper.graph import TaskGraph
-    from mapper.lower import load_graph
+    from mapper.core.graph import TaskGraph
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import load_graph
     from mapper.mapping import get_mapper
-    from mapper.platform import load_platform
+    from mapper.platform.loader import load_platform
 
     here = os.path.dirname(os.path.abspath(__file__))
     graph = load_graph(os.path.join(here, "..", "examples", "bert_base.tg"))

@@ -129,10 +129,10 @@ def test_concurrent_transfers_on_one_link_get_their_own_threads():
     # Jacobi on the DGX: several halo transfers share a link at once
     from pathlib import Path
 
-    from mapper.cost import build_cost_table
-    from mapper.lower import load_graph
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import load_graph
     from mapper.mapping import get_mapper
-    from mapper.platform import load_platform
+    from mapper.platform.loader import load_platform
 
     root = Path(__file__).resolve().parents[1]
     cost = build_cost_table(load_graph(root / "examples" / "jacobi2d.tg"), load_platform("dgx-a100"))

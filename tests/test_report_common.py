@@ -9,14 +9,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from mapper import units
-from mapper.cost import CostTable
+from mapper.core import units
+from mapper.core.graph import Edge, Task, TaskGraph
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Schedule, ScheduleOptions, TaskSlot, Transfer
 from mapper.errors import OptionsError
-from mapper.graph import Edge, Task, TaskGraph
 from mapper.mapping.base import MapResult
-from mapper.platform import Device, Link, Platform
+from mapper.platform.loader import Device, Link, Platform
 from mapper.report import common
-from mapper.schedule import Schedule, ScheduleOptions, TaskSlot, Transfer
 
 INF = math.inf
 XSS = "<script>window.__xss=1;alert(1)</script>"
@@ -237,7 +237,7 @@ def test_resolve_run_by_name_and_index():
         common.resolve_run(s, [object()])
 
 
-# -- properties on schedules built by mapper.schedule ---------------------------------
+# -- properties on schedules built by mapper.engine.schedule ---------------------------------
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -290,10 +290,10 @@ def test_critical_path_of_the_heft_paper_schedule_follows_its_transfers():
     # timed by another transfer's end, and the path went through n3 instead)
     from pathlib import Path
 
-    from mapper.cost import build_cost_table
-    from mapper.lower import load_graph
+    from mapper.costing.cost import build_cost_table
+    from mapper.frontend.load import load_graph
     from mapper.mapping import get_mapper
-    from mapper.platform import load_platform
+    from mapper.platform.loader import load_platform
 
     root = Path(__file__).resolve().parents[1]
     cost = build_cost_table(load_graph(root / "examples" / "heft_paper.tg"), load_platform("heft3"))

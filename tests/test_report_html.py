@@ -234,7 +234,7 @@ def test_failure_mid_render_leaves_nothing(tmp_path, monkeypatch):
 def test_run_accepts_execution_trace_records():
     """The execution engine's TaskRecord satisfies the RunRecord protocol."""
     from mapper.report.common import RunRecord
-    from mapper.trace import TaskRecord
+    from mapper.run.trace import TaskRecord
 
     res = small_result()
     g, devs = res.schedule.cost.graph, res.schedule.cost.platform.devices

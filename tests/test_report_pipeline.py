@@ -11,18 +11,18 @@ from test_report_chrome_trace import check_schema
 from test_report_dot import parse as parse_dot
 from test_report_html import Dom
 
-from mapper.cost import build_cost_table
-from mapper.lower import load_graph
+from mapper.costing.cost import build_cost_table
+from mapper.engine.schedule import ScheduleOptions
+from mapper.frontend.load import load_graph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
-from mapper.platform import load_platform
+from mapper.platform.loader import load_platform
 from mapper.report.chrome_trace import to_chrome_trace_json
 from mapper.report.common import critical_path
 from mapper.report.dot import to_dot
 from mapper.report.html import render_html
 from mapper.report.json_report import to_json, to_json_dict
 from mapper.report.text import schedule_table, summary_table
-from mapper.schedule import ScheduleOptions
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 

@@ -6,9 +6,9 @@ import json
 
 from test_report_common import random_result, small_result
 
+from mapper.engine.schedule import ScheduleOptions
 from mapper.report.json_report import to_json, to_json_dict, write_json
 from mapper.report.text import schedule_table, summary_table
-from mapper.schedule import ScheduleOptions
 
 
 def test_summary_table_contents():

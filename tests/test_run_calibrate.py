@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from mapper.calibrated_run import MIN_ROUNDS, calibrated_run, calibration_settings
-from mapper.calibration.records import Settings
 from mapper.cli import main
-from mapper.cost import build_cost_table
-from mapper.lower import graph_from_text
+from mapper.costing.cost import build_cost_table
+from mapper.frontend.load import graph_from_text
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform
-from mapper.recost import with_cpu_model
+from mapper.platform.loader import load_platform
+from mapper.run.calibrated_run import MIN_ROUNDS, calibrated_run, calibration_settings
+from mapper.run.calibration.records import Settings
+from mapper.run.recost import with_cpu_model
 
 TINY = """
 graph tiny {

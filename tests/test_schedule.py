@@ -7,12 +7,12 @@ import math
 import pytest
 from randdag import heft_paper_example, make_cost, make_graph, make_platform, random_instance
 
-from mapper.cost import stream_chain_times
+from mapper.core.graph import Placement
+from mapper.costing.cost import stream_chain_times
+from mapper.engine.schedule import Assignment, ScheduleOptions, build_schedule, list_schedule
+from mapper.engine.timeline import Timeline
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, MapperError, OptionsError
-from mapper.graph import Placement
-from mapper.schedule import Assignment, ScheduleOptions, build_schedule, list_schedule
-from mapper.timeline import Timeline
-from mapper.validate import validate
 
 INF = math.inf
 
@@ -67,8 +67,7 @@ def test_timeline_gap_index_answers_as_the_walk_does(seed, monkeypatch):
     # for half the seeds, so that blocks split and empty out
     import random
 
-    from mapper import timeline as tl
-
+    from mapper.engine import timeline as tl
     if seed % 2:
         monkeypatch.setattr(tl, "BLOCK", 4)
     rng = random.Random(seed)
@@ -89,7 +88,7 @@ def test_timeline_gap_index_answers_as_the_walk_does(seed, monkeypatch):
 
 def test_wide_graphs_list_schedule_in_near_linear_time_of_the_gaps():
     # 3,000 independent tasks: no gap ever fits, and the index says so without walking the tasks
-    from mapper.timeline import Timeline as Line
+    from mapper.engine.timeline import Timeline as Line
 
     line = Line(1)
     for t in range(3000):

@@ -10,20 +10,21 @@ import pytest
 
 from mapper.cli import main
 from mapper.cluster.comm import network
-from mapper.cost import build_cost_table
-from mapper.costmodel.efficiency import EFF_MEMORY_GEMM
+from mapper.core.ops import infer
+from mapper.costing.cost import build_cost_table
+from mapper.costing.efficiency import EFF_MEMORY_GEMM
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.lower import graph_from_text, lower
+from mapper.frontend.load import graph_from_text
+from mapper.frontend.lowering.program import lower
+from mapper.frontend.parse import parse
+from mapper.frontend.sources import ModelFile
 from mapper.mapping.base import MapOptions
-from mapper.ops import infer
-from mapper.parse import parse
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform
+from mapper.platform.loader import load_platform
 from mapper.serving.driver import Serving
 from mapper.serving.model import ServingLayout, ServingModel
 from mapper.serving.request import Request, framework_ops, parse_inference, stream_time
-from mapper.sources import ModelFile
-from mapper.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = str(ROOT / "examples" / "gpt.tg")
@@ -83,14 +84,14 @@ def test_decode_attention_reads_the_cache_near_the_bandwidth():
 
 
 def _ty(*shape):
-    from mapper.graph import TensorType
+    from mapper.core.graph import TensorType
 
     return TensorType("f16", shape)
 
 
 def test_a_run_refuses_a_cache():
     from mapper.errors import InputError
-    from mapper.execute import refuse_kernel_less
+    from mapper.run.execute import refuse_kernel_less
 
     text = "graph g {\n  input x : f32[2, 48]\n  a = attention(x, heads = 2, seq = 1, cache = 4)\n  output a\n}\n"
     with pytest.raises(InputError, match="reads a KV cache"):
@@ -241,7 +242,7 @@ def test_a_block_in_m_micro_batches_costs_what_it_costs_at_a_batch_m_times_small
     """What lets batch=auto share block prices across batches (mapper.serving.batch)."""
     from contextlib import nullcontext
 
-    from mapper.fusion import fuse_for
+    from mapper.costing.fusion import fuse_for
     from mapper.serving.driver import _lowerer
 
     plat = load_platform("dgx-a100")

@@ -9,7 +9,7 @@ import pytest
 
 from mapper.cli import main
 from mapper.errors import InputError
-from mapper.importers.task_formats import parse_dot, parse_gxl, weighted_dsl
+from mapper.frontend.importers.task_formats import parse_dot, parse_gxl, weighted_dsl
 
 DATA = Path(__file__).parent / "data" / "weighted"
 #: Nodes_7_OutTree of the set: optimal makespans 28 on 2 and 22 on 4 processors, as independent
@@ -109,7 +109,7 @@ def test_identical_cpus_without_links_share_memory(tmp_path, capsys):
     """A plain edge between two of N identical processors costs nothing (P|prec|Cmax); an explicit
     comm still counts; a GPU or a CPU unlike the others keeps needing a route."""
     from mapper.pipeline import compile_graph
-    from mapper.platform import parse_platform
+    from mapper.platform.loader import parse_platform
 
     plat = parse_platform('name = "p"\n[[device]]\nname = "p"\ncount = 2\nkind = "cpu"\n'
                           'peak_gflops = { f64 = 10.0 }\n')

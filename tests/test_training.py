@@ -1,4 +1,4 @@
-"""Training steps (mapper.training) and memory over time (mapper.memory)."""
+"""Training steps (mapper.costing.training) and memory over time (mapper.engine.memory)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import onnx
 import pytest
 
 from mapper.cli import main
-from mapper.cost import build_cost_table
-from mapper.costmodel.efficiency import op_class
+from mapper.costing.cost import build_cost_table
+from mapper.costing.efficiency import op_class
+from mapper.costing.fusion import fuse_for
+from mapper.costing.training import training_step
+from mapper.engine.memory import peak_memory
+from mapper.engine.schedule import Assignment, ScheduleOptions, build_schedule
+from mapper.engine.validate import validate
 from mapper.errors import OptionsError
-from mapper.fusion import fuse_for
-from mapper.lower import graph_from_text, load_graph
+from mapper.frontend.load import graph_from_text, load_graph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
-from mapper.memory import peak_memory
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform, parse_platform
-from mapper.schedule import Assignment, ScheduleOptions, build_schedule
-from mapper.training import training_step
-from mapper.validate import validate
+from mapper.platform.loader import load_platform, parse_platform
 
 ROOT = Path(__file__).resolve().parent.parent
 RESNET = str(ROOT / "examples" / "resnet50.tg")

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 from randdag import heft_paper_example, make_cost, make_graph, make_platform
 
-from mapper.graph import Placement
-from mapper.schedule import Assignment, ScheduleOptions, TaskSlot, Transfer, build_schedule
-from mapper.validate import Violation, validate
+from mapper.core.graph import Placement
+from mapper.engine.schedule import Assignment, ScheduleOptions, TaskSlot, Transfer, build_schedule
+from mapper.engine.validate import Violation, validate
 
 INF = math.inf
 HEFT_DEVICE = (2, 0, 2, 1, 2, 1, 2, 0, 1, 1)

@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
-from mapper.cost import build_cost_table
-from mapper.costmodel.efficiency import EFF_MEMORY
+from mapper.costing.cost import build_cost_table
+from mapper.costing.efficiency import EFF_MEMORY
+from mapper.engine.validate import validate
 from mapper.errors import InputError, OptionsError
-from mapper.importers import RelatedNetwork, graph_to_dsl, import_wfcommons, related_instance
-from mapper.importers.dsl_writer import KEYWORDS, dsl_names, is_name
-from mapper.importers.wfcommons import ReferenceMachine, parse_wfformat, read_wfformat, workflow_graph
-from mapper.lower import graph_from_text, load_graph
+from mapper.frontend.importers import RelatedNetwork, graph_to_dsl, import_wfcommons, related_instance
+from mapper.frontend.importers.dsl_writer import KEYWORDS, dsl_names, is_name
+from mapper.frontend.importers.wfcommons import ReferenceMachine, parse_wfformat, read_wfformat, workflow_graph
+from mapper.frontend.load import graph_from_text, load_graph
 from mapper.mapping import MAPPERS
 from mapper.mapping.base import MapOptions
 from mapper.pipeline import compile_graph
-from mapper.platform import load_platform
-from mapper.validate import validate
+from mapper.platform.loader import load_platform
 
 DATA = Path(__file__).parent / "data" / "wfcommons"
 FILES = sorted(DATA.glob("*.json"))

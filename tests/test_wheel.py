@@ -47,7 +47,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_contains_grammar_and_platforms(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "mapper/grammar/mapper.lark" in names
-    assert "mapper/parse.py" in names and "mapper/lower.py" in names
+    assert "mapper/frontend/parse.py" in names and "mapper/frontend/lowering/program.py" in names
     tomls = sorted(p.name for p in (ROOT / "platforms").glob("*.toml"))
     assert tomls, "no platform files in platforms/"
     for name in tomls:
@@ -69,8 +69,8 @@ def test_installed_wheel_finds_its_grammar(wheel, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     probe = textwrap.dedent("""
         import importlib.resources, sys
-        import mapper, mapper.parse, mapper.pipeline
-        from mapper.lower import graph_from_text
+        import mapper, mapper.frontend.parse, mapper.pipeline
+        from mapper.frontend.load import graph_from_text
         assert mapper.__file__.startswith(sys.argv[1]), mapper.__file__
         g = graph_from_text("param N = 4\\ngraph g {\\n  input x : f32[N, N]\\n  y = relu(matmul(x, x))\\n}\\n")
         tomls = sorted(p.name for p in importlib.resources.files("mapper.platforms").iterdir()

@@ -7,6 +7,8 @@ import time
 import pytest
 from randdag import random_instance
 
+from mapper.engine.schedule import ScheduleOptions
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.exact import solve as solve_module
 from mapper.mapping.exact.formulation import Formulation
@@ -14,8 +16,6 @@ from mapper.mapping.exact.incumbent import delay_options, retime, schedule_order
 from mapper.mapping.exact.subproblem import Subproblem
 from mapper.mapping.exact.window_model import WindowFormulation, is_window
 from mapper.mapping.lns import _windows, improve
-from mapper.schedule import ScheduleOptions
-from mapper.validate import validate
 
 
 def _current(cost):

@@ -17,9 +17,9 @@ import warnings
 from typing import Any
 
 from mapper import __version__
+from mapper.core.terminal import EscapingStream
+from mapper.costing.fusion import FUSE_MODES
 from mapper.errors import InputWarning, MapperError, format_error
-from mapper.fusion import FUSE_MODES
-from mapper.terminal import EscapingStream
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
 COMMANDS: tuple[str, ...] = ("compile", "mappers", "cost", "platforms", "check", "run", "calibrate", "import_")
@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def add_fuse_option(p: argparse.ArgumentParser) -> None:
-    """``--fuse auto|none``, as ``compile``, ``run`` and ``cost`` take it (mapper.fusion)."""
+    """``--fuse auto|none``, as ``compile``, ``run`` and ``cost`` take it (mapper.costing.fusion)."""
     p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
                    help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
                         "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
@@ -65,7 +65,7 @@ def add_platform_options(p: argparse.ArgumentParser) -> None:
 
 def platform_arg(args: argparse.Namespace) -> Any:
     """The platform a command runs on: the name as given, or with ``--nodes`` the loaded cluster
-    platform with that many nodes (:func:`mapper.platform_cluster.with_nodes`)."""
+    platform with that many nodes (:func:`mapper.platform.cluster.with_nodes`)."""
     return reduced_platform(args)[1]
 
 
@@ -74,8 +74,8 @@ def reduced_platform(args: argparse.Namespace) -> tuple[Any, Any]:
     given when neither option is)."""
     if args.nodes is None and args.without is None:
         return args.platform, args.platform
-    from mapper.platform import load_platform
-    from mapper.platform_cluster import parse_nodes, with_nodes, without
+    from mapper.platform.cluster import parse_nodes, with_nodes, without
+    from mapper.platform.loader import load_platform
 
     nodes = parse_nodes(args.nodes) if args.nodes is not None else None  # refused before the file is read
     full = with_nodes(load_platform(args.platform), nodes)
@@ -83,7 +83,7 @@ def reduced_platform(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
-    """``--train`` and ``--optimizer``, as ``compile`` and ``cost`` take them (mapper.training)."""
+    """``--train`` and ``--optimizer``, as ``compile`` and ``cost`` take them (mapper.costing.training)."""
     p.add_argument("--train", action="store_true",
                    help="map a training step: backward tasks per op, optimizer updates, activations kept "
                         "for the backward pass (docs/ops.md, Training)")

@@ -23,10 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mapper.calibrate import calibrate
-    from mapper.calibration.records import Settings
-    from mapper.calibration.writer import calibrated_platform, platform_toml
-    from mapper.files import atomic_write, check_outputs
+    from mapper.core.files import atomic_write, check_outputs
+    from mapper.run.calibrate import calibrate
+    from mapper.run.calibration.records import Settings
+    from mapper.run.calibration.writer import calibrated_platform, platform_toml
 
     check_outputs({"--output": args.output})
 

@@ -12,11 +12,11 @@ import sys
 from collections import Counter
 
 from mapper.cli.model_options import add_model_options, source
+from mapper.core.graph import TaskGraph
+from mapper.core.units import fmt_bytes
+from mapper.costing.fusion import FUSE_MODES, fuse
 from mapper.dump import dump_graph
-from mapper.fusion import FUSE_MODES, fuse
-from mapper.graph import TaskGraph
-from mapper.lower import load_graph
-from mapper.units import fmt_bytes
+from mapper.frontend.load import load_graph
 
 
 def register(subparsers) -> None:
@@ -61,7 +61,7 @@ def critical_path_flops(g: TaskGraph) -> tuple[tuple[int, ...], float]:
 def summary(g: TaskGraph, fused: bool = True) -> dict:
     """The ``check`` summary as a JSON-ready dict (keys in a fixed order);
     with ``fused``, ``fused`` lists the fused tasks a device that fuses runs
-    (:mod:`mapper.fusion`: name, ops, tasks) and ``fused_tasks`` their count
+    (:mod:`mapper.costing.fusion`: name, ops, tasks) and ``fused_tasks`` their count
     with the unfused tasks."""
     hist = Counter(t.op for t in g.tasks)
     path, flops = critical_path_flops(g)

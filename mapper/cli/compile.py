@@ -22,13 +22,13 @@ from mapper.cli import (
     train_option,
 )
 from mapper.cli.model_options import add_model_options, source
+from mapper.core.files import check_outputs, existing
+from mapper.core.units import fmt_objective, fmt_pct
+from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import OptionsError
-from mapper.files import check_outputs, existing
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
-from mapper.platform_schema import THROUGHPUT_MODELS
-from mapper.schedule import ScheduleOptions
-from mapper.units import fmt_objective, fmt_pct
+from mapper.platform.schema import THROUGHPUT_MODELS
 
 EXAMPLES = """\
 examples:
@@ -274,10 +274,10 @@ def _replanned(args: argparse.Namespace, compiled, full):
     from dataclasses import replace
 
     from mapper.cluster.driver import MODES
-    from mapper.cluster.layout import is_layout, parse_layout
     from mapper.cluster.search import plan_cluster
-    from mapper.fusion import fuse_for
-    from mapper.lower import load_graph
+    from mapper.costing.fusion import fuse_for
+    from mapper.frontend.load import load_graph
+    from mapper.parallel.layout import is_layout, parse_layout
 
     graph = load_graph(source(args))
     given = parse_layout(args.parallel) if is_layout(args.parallel) else dict(MODES[args.parallel])

@@ -13,12 +13,12 @@ import sys
 
 from mapper.cli import add_fuse_option, add_platform_options, add_train_options, platform_arg, train_option
 from mapper.cli.model_options import add_model_options, source
-from mapper.cost import CostTable, build_cost_table
-from mapper.fusion import fuse_for
-from mapper.platform import load_platform
-from mapper.platform_cluster import flat_platform
-from mapper.training import training_step
-from mapper.units import fmt_bytes, fmt_time
+from mapper.core.units import fmt_bytes, fmt_time
+from mapper.costing.cost import CostTable, build_cost_table
+from mapper.costing.fusion import fuse_for
+from mapper.costing.training import training_step
+from mapper.platform.cluster import flat_platform
+from mapper.platform.loader import load_platform
 
 #: One-letter marker per bound.
 MARKS = {"compute": "C", "memory": "M", "launch": "L", "serial": "S", "explicit": "E", "infeasible": "-"}
@@ -46,7 +46,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from mapper.lower import load_graph
+    from mapper.frontend.load import load_graph
 
     plat = platform_arg(args)
     platform = flat_platform(load_platform(plat) if isinstance(plat, str) else plat)

@@ -7,7 +7,7 @@ dynamic dimension such as the batch). ``dnn-partitioning``: an input of
 Tarnawski et al.'s msr-fiddle/dnn-partitioning as explicit-cost tasks, plus
 its devices as a platform file (``--platform-out``). ``dot``, ``gxl``: a task
 graph with node and edge weights as optimal-scheduling benchmarks write it
-(:mod:`mapper.importers.task_formats`), plus ``--procs N`` identical, fully
+(:mod:`mapper.frontend.importers.task_formats`), plus ``--procs N`` identical, fully
 connected processors as a platform file (``--platform-out``).
 """
 
@@ -17,13 +17,13 @@ import os
 import sys
 
 from mapper.cli.model_options import add_model_options
+from mapper.core.files import STDOUT, atomic_write, check_outputs, existing
 from mapper.errors import InputError, OptionsError
-from mapper.files import STDOUT, atomic_write, check_outputs, existing
-from mapper.importers.dsl_writer import graph_to_dsl
-from mapper.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
-from mapper.lower import graph_from_text
-from mapper.platform import parse_platform
-from mapper.sources import parse_dims, parse_input_shapes, parse_input_values
+from mapper.frontend.importers.dsl_writer import graph_to_dsl
+from mapper.frontend.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
+from mapper.frontend.load import graph_from_text
+from mapper.frontend.sources import parse_dims, parse_input_shapes, parse_input_values
+from mapper.platform.loader import parse_platform
 
 FORMATS = ("wfcommons", "onnx", "dnn-partitioning", "dot", "gxl")
 
@@ -99,7 +99,7 @@ def _no_model_options(args) -> None:
 
 
 def _run_dnn_partitioning(args) -> int:
-    from mapper.importers.dnn_partitioning import instance_dsl, instance_platform, read_instance
+    from mapper.frontend.importers.dnn_partitioning import instance_dsl, instance_platform, read_instance
 
     _no_model_options(args)
     inst = read_instance(args.file)
@@ -121,7 +121,7 @@ def _run_dnn_partitioning(args) -> int:
 
 
 def _run_weighted(args) -> int:
-    from mapper.importers.task_formats import MAX_PROCS, procs_platform, read_weighted, weighted_dsl
+    from mapper.frontend.importers.task_formats import MAX_PROCS, procs_platform, read_weighted, weighted_dsl
 
     _no_model_options(args)
     if (args.procs is None) != (args.platform_out is None):
@@ -147,7 +147,7 @@ def _run_weighted(args) -> int:
 
 
 def _run_onnx(args) -> int:
-    from mapper.importers.onnx_dsl import import_onnx
+    from mapper.frontend.importers.onnx_dsl import import_onnx
 
     imported = import_onnx(args.file, dict(parse_dims(args.dim)), dict(parse_input_shapes(args.input_shape)),
                            dict(parse_input_values(args.input_value)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mapper.sources import ModelFile, program_source
+from mapper.frontend.sources import ModelFile, program_source
 
 
 def add_model_options(p: argparse.ArgumentParser, params: bool = True) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from mapper.platform import list_platforms, load_platform
+from mapper.platform.loader import list_platforms, load_platform
 
 
 def register(subparsers) -> None:

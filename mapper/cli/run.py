@@ -2,7 +2,7 @@
 print predicted against measured (CPU) or modelled (accelerator) times.
 
 With ``--calibrate`` the CPU is calibrated during the run
-(:func:`mapper.calibrated_run.calibrated_run`).
+(:func:`mapper.run.calibrated_run.calibrated_run`).
 """
 
 from __future__ import annotations
@@ -79,20 +79,20 @@ def _check_engine_options(args: argparse.Namespace) -> None:
     if args.scheduler is not None and not args.scheduler.strip():
         raise OptionsError("--scheduler needs an address such as tcp://127.0.0.1:8786", obj="--scheduler")
     if args.scheduler is not None:  # before anything is compiled
-        from mapper.dask_engine import check_address
+        from mapper.run.dask_engine import check_address
 
         check_address(args.scheduler)
 
 
 def run(args: argparse.Namespace) -> int:
-    from mapper.calibrated_run import CalibratedRun, calibrated_run, calibration_settings
-    from mapper.execute import check_options, execute, refuse_kernel_less
-    from mapper.files import atomic_write, check_outputs, existing
-    from mapper.lower import load_graph
+    from mapper.core.files import atomic_write, check_outputs, existing
+    from mapper.frontend.load import load_graph
     from mapper.mapping.base import MapOptions
     from mapper.mapping.base import check_options as check_map_options
     from mapper.pipeline import compile_graph
-    from mapper.trace import format_trace
+    from mapper.run.calibrated_run import CalibratedRun, calibrated_run, calibration_settings
+    from mapper.run.execute import check_options, execute, refuse_kernel_less
+    from mapper.run.trace import format_trace
 
     check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace,
                    "--calibration-out": args.calibration_out}, existing(args.file, args.platform))
@@ -105,16 +105,16 @@ def run(args: argparse.Namespace) -> int:
     refuse_kernel_less(graph)  # before mapping: such a graph can't be run at all
     platform: Any = platform_arg(args)
     if args.calibrate:  # refuse a platform without a CPU before mapping and running
-        from mapper.platform import load_platform
-        from mapper.recost import first_cpu
+        from mapper.platform.loader import load_platform
+        from mapper.run.recost import first_cpu
 
         if isinstance(platform, str):
             platform = load_platform(platform)
         first_cpu(platform)
-    from mapper.cluster.layout import is_layout
+    from mapper.parallel.layout import is_layout
 
     if args.parallel != "none" and isinstance(platform, str):
-        from mapper.platform import load_platform
+        from mapper.platform.loader import load_platform
 
         platform = load_platform(platform)
     if is_layout(args.parallel) or (args.parallel != "none" and platform.cluster is not None):
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         )
         trace, result = extra.trace, extra.result
     elif args.engine == "dask":
-        from mapper.dask_engine import execute_dask
+        from mapper.run.dask_engine import execute_dask
 
         trace = execute_dask(compiled.result, seed=args.seed, repeats=args.repeats, check=not args.no_check,
                              scheduler=args.scheduler, retries=args.retries)
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
         write_chrome_trace(result, args.trace, run=trace.report_records())
     if extra is not None and args.calibration_out:
-        from mapper.calibration.writer import platform_toml
+        from mapper.run.calibration.writer import platform_toml
 
         atomic_write(args.calibration_out, platform_toml(extra.calibration))
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.graph import Edge, Operand, Task, TaskGraph
+from mapper.core.graph import Edge, Operand, Task, TaskGraph
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 A group of ``k`` ranks with ``g`` on each of ``k / g`` nodes moves ``n`` bytes.
 Inside a node every rank has its switch port (``B_in`` per direction, times the
 switch's ``collective_efficiency``); across nodes a node's NICs
-(:attr:`mapper.devices.Cluster.node_bandwidth_gbs`) are shared by its GPUs, all
+(:attr:`mapper.platform.devices.Cluster.node_bandwidth_gbs`) are shared by its GPUs, all
 of which communicate at once in a training step (every data-parallel group at
 the same time), so a rank's share is ``B_out = node bandwidth / GPUs per node``.
 Three algorithms, the cheapest chosen as NCCL chooses by size (Thakur,
@@ -39,8 +39,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mapper.devices import Platform
 from mapper.parallel.collectives import Collective, cheapest, launch_time, step_latency
+from mapper.platform.devices import Platform
 
 GB = 1e9
 

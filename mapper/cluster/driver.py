@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mapper.cluster.layout import is_layout, parse_layout
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.search import MIXED, ClusterChoice, given_fits, plan_cluster
-from mapper.devices import Platform
+from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
-from mapper.graph import TaskGraph
 from mapper.mapping.base import Progress
+from mapper.parallel.layout import is_layout, parse_layout
+from mapper.platform.devices import Platform
 
 #: What a mode name fixes when the cluster planner runs it.
 MODES = {"auto": {}, "data": {"tensor": 1, "pipeline": 1}, "tensor": {"pipeline": 1, "data": 1},

@@ -25,11 +25,11 @@ from itertools import combinations, permutations
 import numpy as np
 
 from mapper.cluster.comm import collective, send
-from mapper.cluster.layout import RECOMPUTE, Layout
 from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
-from mapper.training import OPTIMIZERS
+from mapper.costing.training import OPTIMIZERS
+from mapper.parallel.layout import RECOMPUTE, Layout
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The layer-level plan model: a layout's step time and memory per GPU from block prices
 (:mod:`mapper.cluster.profile`) and collectives (:mod:`mapper.cluster.comm`).
 
-For a :class:`~mapper.cluster.layout.Layout` on ``N = t p d`` GPUs (tensor ranks
+For a :class:`~mapper.parallel.layout.Layout` on ``N = t p d`` GPUs (tensor ranks
 innermost, then data, then pipeline, as Megatron-LM orders them) and a global
 batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
 
@@ -45,10 +45,10 @@ from itertools import accumulate
 from typing import Any
 
 from mapper.cluster.comm import Network, collective, send
-from mapper.cluster.layout import Layout
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.schedule import orders, simulate, step_time
-from mapper.training import OPTIMIZERS, OTHER_BACKWARD
+from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
+from mapper.parallel.layout import Layout
 
 GIB = float(2**30)
 #: Bytes per GPU that no tensor of the model holds: the CUDA context and kernels (about 0.5 GiB on

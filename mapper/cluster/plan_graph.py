@@ -18,8 +18,8 @@ from dataclasses import replace
 
 from mapper.cluster.model import Estimate
 from mapper.cluster.schedule import Op, deps, orders
-from mapper.devices import Platform
-from mapper.graph import Edge, Placement, Task, TaskGraph
+from mapper.core.graph import Edge, Placement, Task, TaskGraph
+from mapper.platform.devices import Platform
 
 
 def stage_device(s: int, kinds: tuple[str, ...] = ()) -> str:

@@ -6,7 +6,7 @@ the single-node planner does, on one node of the platform: the block is split
 (:func:`mapper.parallel.rewrite.split_graph`, one chunk), fused, turned into a
 training step with its tensor-parallel collectives
 (:func:`mapper.parallel.gradients.synchronise`) and priced by
-:func:`mapper.cost.build_cost_table`; rank 0's times are summed. The kernels
+:func:`mapper.costing.cost.build_cost_table`; rank 0's times are summed. The kernels
 of a rank run one after another, so a block's forward time is the sum of its
 forward kernels (and likewise backward and update). Collectives are kept as
 ``(kind, bytes)`` for the cluster's own pricing (:mod:`mapper.cluster.comm`).
@@ -28,15 +28,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mapper.cluster.blocks import Block, block_graph, cut_blocks
-from mapper.cost import build_cost_table
-from mapper.costmodel.efficiency import op_class
-from mapper.devices import Platform, Switch
-from mapper.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.costing.cost import build_cost_table
+from mapper.costing.efficiency import op_class
+from mapper.costing.training import training_step
 from mapper.parallel.gradients import synchronise
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
-from mapper.platform_schema import switch_links
-from mapper.training import training_step
+from mapper.platform.devices import Platform, Switch
+from mapper.platform.schema import switch_links
 
 #: Bytes kept per head and query-key pair by attention: scores and softmax output (16-bit, 2 + 2)
 #: and the dropout output (a 1-byte mask and 16-bit values would be 3; Korthikanti et al. count

@@ -22,14 +22,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.cluster.comm import network
-from mapper.cluster.layout import RECOMPUTE, Layout
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile
-from mapper.devices import Platform
+from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
-from mapper.graph import TaskGraph
 from mapper.mapping.base import Progress
+from mapper.parallel.layout import RECOMPUTE, Layout
 from mapper.parallel.rewrite import SplitError
+from mapper.platform.devices import Platform
 
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 8

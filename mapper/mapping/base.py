@@ -7,9 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Schedule, ScheduleOptions
 from mapper.errors import OptionsError
-from mapper.schedule import Schedule, ScheduleOptions
 
 OBJECTIVES = ("makespan", "energy", "throughput")
 #: The defaults of every entry point (``mapper compile``, ``mapper run``, :class:`MapOptions`).

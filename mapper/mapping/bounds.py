@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import ScheduleOptions
 from mapper.mapping.bin_bound import bin_packing_bound
 from mapper.mapping.orders import allowed_devices
-from mapper.schedule import ScheduleOptions
 
 INF = math.inf
 #: Edges per vectorised step of :func:`path_bound` (each takes ``D x D`` floats).

@@ -22,7 +22,7 @@ the best heuristic on the original graph and keeps the better one.
 
 Expanding a coarse mapping (:func:`expand`) gives each member its chain's
 device and splices the chain into that device's order; re-timing the fine
-graph with :func:`mapper.schedule.build_schedule` then reproduces the coarse
+graph with :func:`mapper.engine.schedule.build_schedule` then reproduces the coarse
 makespan exactly under the delay model.
 """
 
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.cost import INF, CostTable
-from mapper.graph import Edge, Task, TaskGraph
-from mapper.schedule import ScheduleOptions
+from mapper.core.graph import Edge, Task, TaskGraph
+from mapper.costing.cost import INF, CostTable
+from mapper.engine.schedule import ScheduleOptions
 
 
 @dataclass(frozen=True, slots=True)

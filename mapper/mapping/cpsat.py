@@ -7,7 +7,7 @@ without a search; otherwise CP-SAT searches from it (a solution hint) for
 the time limit, with a fixed seed (two one-worker searches side by side
 where there are two cores; the answer does not depend on which proves
 first). Its answer is re-timed with the exact times by
-:func:`mapper.schedule.build_schedule` (each device's order by CP-SAT
+:func:`mapper.engine.schedule.build_schedule` (each device's order by CP-SAT
 start) and validated; the result is ``optimal``
 when CP-SAT proves its (rounded-down, so relaxed) model optimal and the
 re-timed value is within the rounding of that bound. The max-load
@@ -19,7 +19,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from mapper.cost import CostTable
+from mapper.core.units import fmt_objective
+from mapper.costing.cost import CostTable
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact.cpsat_model import SCALE, solve_cpsat
@@ -29,8 +31,6 @@ from mapper.mapping.exact.result import lower_bound_for, make_result, progress_r
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.orders import order_from_starts
-from mapper.units import fmt_objective
-from mapper.validate import validate
 
 NAME = "cpsat"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
 

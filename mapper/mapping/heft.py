@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
 from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_rank

@@ -15,7 +15,7 @@ the tasks overlapping its slab only, so its size follows the window, not
 the graph. The window subproblem (:func:`mapper.mapping.exact.solve.solve`) is
 solved exactly or up to its time slice, warm-started from the current
 mapping. A window result is
-accepted only when its re-timed schedule (:func:`mapper.schedule.build_schedule`)
+accepted only when its re-timed schedule (:func:`mapper.engine.schedule.build_schedule`)
 validates and improves the objective (a window whose solver found nothing
 better than its start is not re-timed); for makespan, a window also minimises
 a small multiple of the sum of finish times, and an equal makespan with a
@@ -41,7 +41,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from mapper.cost import CostTable
+from mapper.core.units import fmt_objective
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Schedule, ScheduleOptions
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.coarsen import Coarsening, coarsen, expand, project
@@ -59,9 +62,6 @@ from mapper.mapping.exact.result import lower_bound_for, make_result, progress_r
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.orders import chain_arcs, order_from_starts, topo_arcs
-from mapper.schedule import Schedule, ScheduleOptions
-from mapper.units import fmt_objective
-from mapper.validate import validate
 
 #: Tasks freed per window.
 WINDOW = 8

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
 from mapper.mapping.orders import allowed_devices, identical_device_classes
 
 INF = math.inf

@@ -17,7 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from mapper.cost import CostTable
+from mapper.core.units import fmt_objective
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Schedule
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.exact.incumbent import Incumbent, checked
@@ -26,8 +28,6 @@ from mapper.mapping.exact.result import make_result, progress_reporter
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload import non_contiguous, split_dp, task_groups, uniform_transfers
 from mapper.mapping.objectives import objective_value
-from mapper.schedule import Schedule
-from mapper.units import fmt_objective
 
 
 def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: Sequence[str],

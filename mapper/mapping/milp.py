@@ -11,7 +11,7 @@ MILP (:mod:`.exact.formulation`, solved by :mod:`.exact.solve`) from the
 better schedule. HiGHS runs with one thread, a fixed seed, the warm start
 (checked: the solver reports it as its first incumbent) and the rest of the
 time limit; PuLP's bundled CBC only when HiGHS is unavailable. The solution
-is re-timed by :func:`mapper.schedule.build_schedule` with each device's
+is re-timed by :func:`mapper.engine.schedule.build_schedule` with each device's
 order sorted by MILP start time, and validated. Status ``optimal`` when a
 solver proves it (and the options are ones the models cover: contention and
 streaming are applied only when re-timing), else ``feasible``; ``heuristic``
@@ -31,7 +31,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from mapper.cost import CostTable
+from mapper.core.units import fmt_objective
+from mapper.costing.cost import CostTable
+from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping import cpsat
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
@@ -53,8 +55,6 @@ from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs
 from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, near_enough, stall_note
 from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.orders import count_order_pairs
-from mapper.units import fmt_objective
-from mapper.validate import validate
 
 #: Above this many tasks the exact model is not attempted (LNS instead).
 EXACT_MAX_TASKS = 60

@@ -60,9 +60,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Schedule
 from mapper.errors import OptionsError
-from mapper.schedule import Schedule
 
 OBJECTIVE_NAMES = ("makespan", "energy", "throughput")
 

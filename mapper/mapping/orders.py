@@ -1,6 +1,6 @@
 """Orders, reachability and device symmetry for exact and window mapping.
 
-Pure functions over a :class:`~mapper.cost.CostTable` and arc sets that the
+Pure functions over a :class:`~mapper.costing.cost.CostTable` and arc sets that the
 MILP (:mod:`.milp`) and LNS (:mod:`.lns`) share: topological orders (Kahn,
 "Topological sorting of large networks", CACM 1962), transitive closure as
 bitsets, longest-path heads and tails (the critical-path method), per-device
@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from mapper.cost import INF, CostTable
+from mapper.costing.cost import INF, CostTable
 
 
 def topo_arcs(n: int, arcs) -> tuple[list[int], list[list[int]], list[list[int]]]:

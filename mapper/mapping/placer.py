@@ -7,15 +7,15 @@ import math
 import time as _time
 from collections.abc import Sequence
 
-from mapper.cost import CostTable
+from mapper.core.units import fmt_time
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations, ready_time
+from mapper.engine.timeline import Timeline
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.bounds import lower_bound
 from mapper.mapping.objectives import objective_value, pipeline_notes
 from mapper.mapping.ranks import rank_key
-from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations, ready_time
-from mapper.timeline import Timeline
-from mapper.units import fmt_time
 
 INF = math.inf
 
@@ -28,7 +28,7 @@ class Placer:
     budget the task would overflow is not a candidate. With ``contention``
     on, input arrivals are estimated by booking each transfer's hops on its
     route's links after the transfers booked before it (placement order, a
-    stand-in for the FIFO order :func:`~mapper.schedule.build_schedule`
+    stand-in for the FIFO order :func:`~mapper.engine.schedule.build_schedule`
     applies when it times the final order). The first task of a
     ``colocate`` class pins the class to its device (and, with ``memory``
     on, reserves the whole class's footprint there).
@@ -134,7 +134,7 @@ class Placer:
         return best[1]
 
     def schedule(self) -> Schedule:
-        """The placed tasks' order, timed by :func:`~mapper.schedule.build_schedule`."""
+        """The placed tasks' order, timed by :func:`~mapper.engine.schedule.build_schedule`."""
         return build_schedule(self.cost, Assignment(tuple(self.device), self.timeline.order()), self.options)
 
 

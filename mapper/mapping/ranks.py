@@ -12,7 +12,7 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
 
 INF = math.inf
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Assignment, Schedule, ScheduleOptions, build_schedule
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import heuristic_result
 from mapper.mapping.ranks import rank_key
-from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule
 
 
 def on_one_device(cost: CostTable, d: int, options: ScheduleOptions) -> Schedule:

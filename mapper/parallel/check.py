@@ -3,7 +3,7 @@
 :func:`compare_outputs` runs the unsplit forward graph once, task by task in
 topological order with the same kernels and the same seeded inputs and
 weights (a shard's value is the slice of its source's,
-:func:`mapper.synthetic.make_value`), and compares every graph output of the
+:func:`mapper.run.synthetic.make_value`), and compares every graph output of the
 split run with it, within the output dtype's tolerance
 (:func:`mapper.kernels.registry.tolerance`): the split's pieces must really
 have combined into the whole.
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from mapper.execute import ExecutionError, TensorStore, run_kernels
-from mapper.graph import TaskGraph
+from mapper.core.graph import TaskGraph
+from mapper.run.execute import ExecutionError, TensorStore, run_kernels
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ def compare_outputs(graph: TaskGraph, split: tuple[tuple[str, Any], ...], seed: 
                     backend: str = "numba") -> OutputCheck:
     """Compare ``split`` (a run's outputs, by task name) with ``graph``'s, run whole.
 
-    Raises :class:`~mapper.execute.ExecutionError` naming the first output
+    Raises :class:`~mapper.run.execute.ExecutionError` naming the first output
     that differs beyond its tolerance.
     """
     from mapper.kernels import registry as kernels

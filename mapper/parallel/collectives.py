@@ -3,7 +3,7 @@
 A collective among ``k`` devices moves ``n`` bytes (the whole tensor) in
 steps; a step between two devices costs ``alpha + m beta`` for ``m`` bytes,
 with ``alpha`` the route's latency and ``beta`` its seconds per byte
-(:func:`mapper.cost.route_tables`; a switch port's bandwidth is per
+(:func:`mapper.costing.cost.route_tables`; a switch port's bandwidth is per
 direction, so the ring's simultaneous sends do not share a port). The
 formulas are those of Thakur, Rabenseifner and Gropp, "Optimization of
 Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, section 4,
@@ -42,7 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mapper.devices import Platform
+from mapper.platform.devices import Platform
 
 #: The collectives :func:`collective_time` prices.
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
@@ -104,7 +104,7 @@ def collective_time(kind: str, nbytes: float, devices: Sequence[int], latency: S
     """Time of collective ``kind`` over ``devices`` (indices, in ring order) on ``nbytes``.
 
     ``latency[a][b]`` and ``sec_per_byte[a][b]`` are the route tables of
-    :func:`mapper.cost.route_tables`; ``step`` the seconds per step of the
+    :func:`mapper.costing.cost.route_tables`; ``step`` the seconds per step of the
     low-latency protocol (:func:`step_latency`; None: not modelled). One
     device: nothing moves (0 s). The kernel's launch is the caller's.
     """

@@ -1,6 +1,6 @@
 """The collectives of a split training step (:mod:`mapper.parallel`).
 
-:func:`synchronise` takes the training step (:func:`mapper.training.training_step`)
+:func:`synchronise` takes the training step (:func:`mapper.costing.training.training_step`)
 of a split forward graph and adds what the split makes necessary:
 
 * **gradient accumulation**: the micro-batches of a pipeline stage update
@@ -15,7 +15,7 @@ of a split forward graph and adds what the split makes necessary:
 * **tensor-parallel input gradients**: a column-split GEMM's input gradient
   is partial on every rank; an all-reduce sums it (Megatron-LM's ``f``
   operator, Shoeybi et al., arXiv:1909.08053, section 3; the ``g``
-  operator's backward is the identity, :func:`mapper.training._gradient_sources`).
+  operator's backward is the identity, :func:`mapper.costing.training._gradient_sources`).
 
 Each collective is one ``allreduce`` task per participant, pinned to it,
 with the collective's time (:mod:`mapper.parallel.collectives`) as its cost.
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mapper.devices import Platform
-from mapper.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph
-from mapper.ops import infer
+from mapper.core.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph
+from mapper.core.ops import infer
+from mapper.costing.training import flat_type
 from mapper.parallel.rewrite import Split, _Builder
-from mapper.training import flat_type
+from mapper.platform.devices import Platform
 
 MIB = float(2**20)
 
@@ -67,7 +67,7 @@ def _merge_updates(graph: TaskGraph) -> tuple[TaskGraph, list[list[int]]]:
         old = edges.get(key)
         edges[key] = (max(e.bytes, old[0]) if old else e.bytes, e.comm, e.tensor)
     # updates follow every forward task, so only backward tasks move; their
-    # operands name forward producers (mapper.training), which keep their indices
+    # operands name forward producers (mapper.costing.training), which keep their indices
     tasks = [t if t.index == i else replace(t, index=i) for i, t in enumerate(tasks)]
     order = sorted(edges, key=lambda p: (p[1], p[0]))
     out = TaskGraph(graph.name, tuple(tasks), tuple(Edge(i, s, d, *edges[(s, d)]) for i, (s, d) in enumerate(order)),

@@ -14,8 +14,8 @@ PARALLEL_MODES = ("none", "auto", "data", "tensor", "pipeline")
 
 def check_parallel(mode: str) -> str:
     """``mode`` when ``--parallel`` accepts it (a mode, or a cluster layout's keys:
-    :func:`mapper.cluster.layout.parse_layout`), else an :class:`OptionsError`."""
-    from mapper.cluster.layout import is_layout, parse_layout
+    :func:`mapper.parallel.layout.parse_layout`), else an :class:`OptionsError`."""
+    from mapper.parallel.layout import is_layout, parse_layout
 
     if isinstance(mode, str) and is_layout(mode):
         parse_layout(mode)

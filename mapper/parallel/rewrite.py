@@ -5,7 +5,7 @@ task becomes one piece per batch chunk (``NAME.bB``) and tensor rank
 (``NAME.tR``), pinned to its device of the mesh:
 
 * a piece reads its slice of the batch: graph inputs through a
-  :class:`~mapper.graph.Shard` of their leading axis, activations from the
+  :class:`~mapper.core.graph.Shard` of their leading axis, activations from the
   pieces of the same chunk;
 * in a tensor-parallel region (:func:`mapper.parallel.roles.tensor_regions`)
   a piece reads its shard of the weights (columns, rows, heads, output
@@ -18,7 +18,7 @@ task becomes one piece per batch chunk (``NAME.bB``) and tensor rank
 * each graph output is the ``concat`` of its chunks, on the device of the
   output's stage, replica 0, rank 0, under the output's own name.
 
-Work and data are recomputed by the op catalogue (:func:`mapper.ops.infer`)
+Work and data are recomputed by the op catalogue (:func:`mapper.core.ops.infer`)
 on the pieces' operand types, so a piece's FLOPs and bytes are exact, and the
 pieces of a split op add up to the op (plus what a tensor split repeats).
 """
@@ -28,14 +28,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mapper.cost import route_tables
-from mapper.devices import Platform
+from mapper.core.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType
+from mapper.core.ops import infer
+from mapper.costing.cost import route_tables
 from mapper.errors import OptionsError
-from mapper.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType
-from mapper.ops import infer
 from mapper.parallel.collectives import collective_time, launch_time, step_latency
 from mapper.parallel.plan import Plan
 from mapper.parallel.roles import Region, batch_blocker, spans_batch, tensor_regions
+from mapper.platform.devices import Platform
 
 
 class SplitError(OptionsError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.graph import Operand, Task, TaskGraph
+from mapper.core.graph import Operand, Task, TaskGraph
 
 #: Ops whose output element depends only on the same input element.
 POINTWISE = frozenset({"relu", "gelu", "elementwise", "add", "sub", "mul", "div", "allreduce"})

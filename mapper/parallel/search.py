@@ -7,7 +7,7 @@ Aiken, "Beyond Data and Model Parallelism for Deep Neural Networks", MLSys
 fused, turned into a training step when asked (with its gradient collectives,
 :mod:`mapper.parallel.gradients`), priced, and list-scheduled with HEFT; its
 makespan is the plan's step time and its peak memory per device
-(:func:`mapper.memory.peak_memory`) must fit. The plans:
+(:func:`mapper.engine.memory.peak_memory`) must fit. The plans:
 
 * meshes of the ``m`` fastest devices (ranked by the unsplit graph's time on
   each), ``m`` from 1 (the best single device) through the powers of two to
@@ -35,15 +35,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mapper.cost import CostTable, build_cost_table
-from mapper.devices import Platform
+from mapper.core.graph import TaskGraph
+from mapper.costing.cost import CostTable, build_cost_table
+from mapper.engine.memory import peak_memory
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.graph import TaskGraph
-from mapper.memory import peak_memory
 from mapper.parallel.gradients import synchronise
 from mapper.parallel.plan import Plan, check_parallel
 from mapper.parallel.rewrite import Split, SplitError, split_graph
 from mapper.parallel.roles import tensor_regions
+from mapper.platform.devices import Platform
 
 GIB = float(2**30)
 #: Candidates listed in reports besides the chosen one.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 
-from mapper.files import atomic_write
+from mapper.core.files import atomic_write
 from mapper.mapping.base import MapResult
 from mapper.report.common import PathStep, TransferPiece, critical_path, link_tracks, resolve_run, round_sig
 

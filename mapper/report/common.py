@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from mapper.engine.schedule import Schedule
 from mapper.errors import OptionsError
 from mapper.mapping.base import MapResult
-from mapper.schedule import Schedule
 
 
 # -- the execution-trace protocol ---------------------------------------------

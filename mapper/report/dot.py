@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 
-from mapper.files import atomic_write
-from mapper.graph import TaskGraph
+from mapper.core.files import atomic_write
+from mapper.core.graph import TaskGraph
+from mapper.core.units import fmt_bytes, fmt_count, fmt_time
+from mapper.engine.schedule import Schedule
 from mapper.mapping.base import MapResult
 from mapper.report.common import critical_path, device_colours, text_colour
-from mapper.schedule import Schedule
-from mapper.units import fmt_bytes, fmt_count, fmt_time
 
 
 def dot_quote(text: object) -> str:

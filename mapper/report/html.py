@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from mapper.files import atomic_write
+from mapper.core.files import atomic_write
+from mapper.core.units import fmt_bytes, fmt_count, fmt_pct, fmt_time
+from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
-from mapper.memory import peak_memory
 from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
 from mapper.report.svg_gantt import esc, gantt_svg, op_legend
 from mapper.report.svg_graph import graph_svg
-from mapper.units import fmt_bytes, fmt_count, fmt_pct, fmt_time
 
 PATH_OPEN_LIMIT = 30  # longer critical paths are listed collapsed
 

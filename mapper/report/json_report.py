@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 
-from mapper.files import atomic_write
+from mapper.core.files import atomic_write
+from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
-from mapper.memory import peak_memory
 from mapper.report.common import device_stats, round_sig
 
 

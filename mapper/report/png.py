@@ -10,11 +10,11 @@ from __future__ import annotations
 import io
 import os
 
+from mapper.core.files import atomic_write
+from mapper.core.units import time_unit
 from mapper.errors import OptionsError
-from mapper.files import atomic_write
 from mapper.mapping.base import MapResult
 from mapper.report.common import PathStep, critical_path, link_tracks, op_colour, text_colour
-from mapper.units import time_unit
 
 
 def _matplotlib():

@@ -13,9 +13,9 @@ import html
 import math
 from dataclasses import dataclass, field
 
+from mapper.core.units import fmt_bytes, fmt_count, fmt_time, time_unit
+from mapper.engine.schedule import Schedule
 from mapper.report.common import PathStep, clip_text, link_tracks, nice_step, op_colour, text_colour
-from mapper.schedule import Schedule
-from mapper.units import fmt_bytes, fmt_count, fmt_time, time_unit
 
 LABEL_W = 150  # lane label column, px
 PAD_R = 20

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mapper.engine.schedule import Schedule
 from mapper.report.common import PathStep, clip_text, device_colours, task_levels, text_colour
 from mapper.report.svg_gantt import CHAR_W, esc
-from mapper.schedule import Schedule
 
 FULL_LIMIT = 300  # draw every task up to this many
 MAX_COLUMNS = 60  # condensed view: at most this many columns

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from mapper.files import atomic_write
+from mapper.core.files import atomic_write
+from mapper.core.units import fmt_bytes, fmt_pct, fmt_time
+from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
-from mapper.memory import peak_memory
 from mapper.report.common import device_stats
-from mapper.units import fmt_bytes, fmt_pct, fmt_time
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
@@ -27,7 +27,7 @@ def summary_table(result: MapResult) -> str:
     """Per-device load, then the quality of the mapping, as plain text.
 
     Columns: device, kind, tasks, busy time, utilisation (busy / makespan),
-    peak memory (:func:`mapper.memory.peak_memory`).
+    peak memory (:func:`mapper.engine.memory.peak_memory`).
     Then makespan, lower bound, gap, status, mapper, objective, solve time,
     the schedule options that were on, and the mapper's notes.
     """

@@ -12,8 +12,8 @@ the next layer and hold the next stage back). Its Gantt shows what the stage
 times of the request graph are made of; its makespan, a step of one micro-batch
 wave (the stages' sum plus ``m - 1`` times the slowest), is reported beside
 them. A layout over several nodes is built on those nodes' devices joined by
-the fabric (:func:`mapper.platform_cluster.flat_platform`), up to
-:data:`~mapper.platform_cluster.MAX_FLAT_NODES` nodes. With the eager
+the fabric (:func:`mapper.platform.cluster.flat_platform`), up to
+:data:`~mapper.platform.cluster.MAX_FLAT_NODES` nodes. With the eager
 runtime each kernel lasts, on its GPU, as long as it holds back the rank's
 stream of kernels issued by the CPU (:func:`mapper.serving.request.stream_finishes`),
 so the step is host-bound where the closed form is.
@@ -24,17 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from mapper.cost import CostTable, build_cost_table
-from mapper.devices import Platform
-from mapper.graph import TaskGraph
+from mapper.core.graph import TaskGraph
+from mapper.costing.cost import CostTable, build_cost_table
+from mapper.engine.validate import validate
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
-from mapper.platform_cluster import MAX_FLAT_NODES, flat_name, flat_platform, with_nodes
+from mapper.platform.cluster import MAX_FLAT_NODES, flat_name, flat_platform, with_nodes
+from mapper.platform.devices import Platform
 from mapper.serving.model import ServingEstimate, ServingModel
 from mapper.serving.request import framework_ops, stream_finishes
-from mapper.validate import validate
 
 #: The most tasks a decode step's split graph may have to be built (beyond, the notes say so).
 MAX_STEP_TASKS = 40_000

@@ -12,21 +12,21 @@ from typing import Any
 
 from mapper.cluster.comm import Network, network
 from mapper.cluster.driver import MODES
-from mapper.cluster.layout import is_layout, parse_layout
 from mapper.cluster.plan_graph import replica_platform
 from mapper.cluster.profile import BlockCost
-from mapper.devices import Platform
+from mapper.core.graph import TaskGraph
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.graph import TaskGraph
+from mapper.frontend.sources import ModelFile, is_model
+from mapper.frontend.syntax import ParamDecl, Program
 from mapper.mapping.base import MapResult, Progress
+from mapper.parallel.layout import is_layout, parse_layout
+from mapper.platform.devices import Platform
 from mapper.serving.batch import search_batch
 from mapper.serving.decode_step import decode_step
 from mapper.serving.model import ServingLayout, ServingModel
 from mapper.serving.request import Request, check_runtime, parse_inference
 from mapper.serving.request_graph import request_graph
 from mapper.serving.search import Bounds, ServingChoice, choose
-from mapper.sources import ModelFile, is_model
-from mapper.syntax import ParamDecl, Program
 
 #: The params ``--inference`` sets in the model (docs/inference.md).
 SIZES = ("SEQ", "BATCH", "CACHE")
@@ -70,7 +70,7 @@ def check_source(source: Any) -> None:
 def _lowerer(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
              decode: bool) -> Callable[[int, int, int], TaskGraph]:
     """``(seq, batch, cache) -> graph``: ``program`` (read from ``source``) lowered with those params."""
-    from mapper.lower import lower
+    from mapper.frontend.lowering.program import lower
 
     path = os.fspath(source)
     base = dict(source.params) if isinstance(source, ModelFile) else {}

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field, replace
 from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.model import RESERVE, partition
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
+from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
-from mapper.graph import TaskGraph
 from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
 
 

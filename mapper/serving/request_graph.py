@@ -14,7 +14,7 @@ token: the closed forms only rank layouts.
 from __future__ import annotations
 
 from mapper.cluster.plan_graph import stage_device
-from mapper.graph import Edge, Placement, Task, TaskGraph
+from mapper.core.graph import Edge, Placement, Task, TaskGraph
 from mapper.serving.model import ServingEstimate, ServingLayout
 
 #: The most tasks a request graph may have (steps x stages x micro-batches).

@@ -63,7 +63,7 @@ else:
 
     cp_model = _Deferred()
 
-from mapper.cost import INF, CostTable
+from mapper.costing.cost import INF, CostTable
 from mapper.mapping.exact.cpsat_orders import add_fixed_orders, fork_join_parts, precedence_order
 from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers, every_transfer_uniform
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes

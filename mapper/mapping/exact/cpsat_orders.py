@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mapper.cost import INF, CostTable
+from mapper.costing.cost import INF, CostTable
 from mapper.mapping.exact.cpsat_transfers import uniform_transfer
 
 #: At most this many literal terms in all the rows together; any subset of the rows is as

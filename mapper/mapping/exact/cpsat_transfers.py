@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mapper.cost import INF, CostTable
+from mapper.costing.cost import INF, CostTable
 
 
 def uniform_transfer(cost: CostTable, e: int, fu: Sequence[int], fv: Sequence[int]) -> float | None:

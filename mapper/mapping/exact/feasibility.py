@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import InfeasibleError
 from mapper.mapping.exact.formulation import is_fpga
 from mapper.mapping.orders import allowed_devices
-from mapper.schedule import ScheduleOptions
 
 
 def check_feasible(cost: CostTable, options: ScheduleOptions) -> None:

@@ -66,7 +66,7 @@ one stays their reference in the tests.
 
 from __future__ import annotations
 
-from mapper.cost import INF, CostTable
+from mapper.costing.cost import INF, CostTable
 from mapper.mapping.exact.solver import Problem, Var, level, value
 from mapper.mapping.exact.subproblem import REL_TOL, TIME_SCALE, Solved, Subproblem, objective_needs_time
 from mapper.mapping.objectives import loads

@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mapper.cost import INF, CostTable
+from mapper.core.units import fmt_time
+from mapper.costing.cost import INF, CostTable
+from mapper.engine.schedule import Assignment, Schedule, ScheduleOptions, build_schedule
+from mapper.engine.validate import validate
 from mapper.errors import MapperError
 from mapper.mapping.base import MapOptions, Mapper
 from mapper.mapping.cpop import CpopMapper
@@ -18,9 +21,6 @@ from mapper.mapping.objectives import objective_value
 from mapper.mapping.orders import allowed_devices, order_from_starts
 from mapper.mapping.peft import PeftMapper
 from mapper.mapping.single import SingleDeviceMapper
-from mapper.schedule import Assignment, Schedule, ScheduleOptions, build_schedule
-from mapper.units import fmt_time
-from mapper.validate import validate
 
 #: Heuristics whose best result seeds the exact engine, in tie-break order.
 HEURISTICS: tuple[type[Mapper], ...] = (HeftMapper, HeftSameDeviceMapper, CpopMapper, PeftMapper, GreedyMapper,

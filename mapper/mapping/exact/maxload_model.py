@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mapper.cost import INF, CostTable
+from mapper.costing.cost import INF, CostTable
 from mapper.mapping.exact import solver
 from mapper.mapping.exact.solver import Problem, Var, level
 from mapper.mapping.exact.subproblem import TIME_SCALE

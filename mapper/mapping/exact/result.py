@@ -6,14 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from mapper.cost import CostTable
+from mapper.core.units import fmt_objective
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Schedule, ScheduleOptions
 from mapper.mapping.base import MapOptions, MapResult, Progress
 from mapper.mapping.bounds import lower_bound
 from mapper.mapping.exact.incumbent import Incumbent
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.objectives import pipeline_notes
-from mapper.schedule import Schedule, ScheduleOptions
-from mapper.units import fmt_objective
 
 #: The name results of the exact engine carry (``mapper compile --mapper milp``).
 NAME = "milp"

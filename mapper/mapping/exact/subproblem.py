@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
 
 #: The makespan bound maps to this many model time units (see
 #: :class:`~mapper.mapping.exact.formulation.Formulation`).

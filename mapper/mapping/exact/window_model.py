@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapper.cost import CostTable
+from mapper.costing.cost import CostTable
 from mapper.mapping.exact.formulation import Formulation, _add
 from mapper.mapping.exact.solver import level, value
 from mapper.mapping.exact.subproblem import REL_TOL, Solved, Subproblem, objective_needs_time

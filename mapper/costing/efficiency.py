@@ -1,0 +1,124 @@
+"""How fast a device runs an op: efficiency factors per op class and device
+kind (sources in docs/cost_model.md), the dtype whose rate applies, and the
+keys (op variant, op, op class) under which a device's own tables override
+them."""
+
+from __future__ import annotations
+
+from mapper.core.graph import Task
+from mapper.core.ops import OPS
+from mapper.errors import InputError, SourceSpan
+from mapper.platform.loader import DEVICE_KINDS, Device
+
+#: Compute efficiency: the fraction of a device's peak FLOP rate that an op
+#: class reaches, per device kind. Sources in docs/cost_model.md.
+EFF_COMPUTE: dict[str, dict[str, float]] = {
+    "cpu": {
+        "gemm": 0.90, "conv": 0.70, "attention": 0.50, "elementwise": 0.50, "activation": 0.50,
+        "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.50, "sparse": 0.50,
+        "fft": 0.30, "shape": 0.50, "embedding": 0.50, "task": 1.00,
+    },
+    "gpu": {
+        "gemm": 0.78, "conv": 0.75, "attention": 0.60, "elementwise": 0.50, "activation": 0.50,
+        "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.50, "sparse": 0.50,
+        "fft": 0.30, "shape": 0.50, "embedding": 0.50, "task": 1.00,
+    },
+    "fpga": {
+        "gemm": 0.30, "conv": 0.30, "attention": 0.50, "elementwise": 0.50, "activation": 0.50,
+        "norm": 0.50, "pool": 0.50, "reduction": 0.50, "stencil": 0.70,
+        "fft": 0.50, "shape": 0.50, "task": 1.00,
+    },
+}
+
+#: Memory efficiency: the fraction of the declared bandwidth that streaming
+#: kernels reach (STREAM / BabelStream / Shuhai), per device kind.
+EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90}
+
+#: Memory efficiency on a GPU (where the device declares none) of GEMMs with fewer rows than a tile
+#: and of matrix-vector products: the libraries' small-M kernels stream the weight through the
+#: tile pipeline, below a copy's rate. Fitted on one
+#: published row (benchmarks/inference.py prints it): Llama-2-7B decoding at batch 1 on an A100
+#: with CUDA graphs, 107 tokens/s (PyTorch, "Accelerating Generative AI with PyTorch II: GPT,
+#: Fast", 2023); checked on FasterTransformer's GPT tables (the same benchmark).
+EFF_MEMORY_GEMM: dict[str, float] = {"gpu": 0.77}
+
+#: Dtypes whose rate falls back to another dtype's when not declared:
+#: complex arithmetic is counted in real FLOPs of the component type on every
+#: kind; f16/bf16 on a CPU without native support run at the f32 rate.
+_RATE_FALLBACK: dict[tuple[str, str], str] = {
+    ("cpu", "f16"): "f32",
+    ("cpu", "bf16"): "f32",
+    **{(k, "c64"): "f32" for k in DEVICE_KINDS},
+    **{(k, "c128"): "f64" for k in DEVICE_KINDS},
+    # masks, comparisons and index arithmetic run on the integer ALUs at about the f32 rate
+    # (NVIDIA A100 whitepaper, 2020, table 1: INT32 19.5 TOPS = FP32 19.5 TFLOPS; x86 SIMD units
+    # are as wide for 32-bit integers as for f32)
+    **{(k, d): "f32" for k in DEVICE_KINDS for d in ("bool", "i8", "i32", "i64")},
+}
+
+
+def op_class(op: str, span: SourceSpan | None = None) -> str:
+    """The op class of ``op`` from the catalogue; ``"task"`` for kernel-less tasks."""
+    if op == "task":
+        return "task"
+    spec = OPS.get(op)
+    if spec is None:
+        raise InputError(f"unknown op {op!r}: it is not in the op catalogue", span=span)
+    return spec.op_class
+
+
+def rate_dtype(device: Device, dtype: str) -> str | None:
+    """The dtype whose declared rate ``device`` uses for ``dtype`` work, if any."""
+    if device.peak(dtype) is not None:
+        return dtype
+    fallback = _RATE_FALLBACK.get((device.kind, dtype))
+    if fallback is not None and device.peak(fallback) is not None:
+        return fallback
+    return None
+
+
+def model_keys(task: Task, cls: str) -> tuple[str, ...]:
+    """Keys of a device's ``efficiency`` and ``overhead_us`` tables that apply
+    to ``task``, most specific first: its op variants (``reduce.max``: the op
+    and the value of each of its string attributes with fixed choices;
+    ``attention.causal``: the op and each of its flags in
+    :data:`mapper.core.ops.FLAG_VARIANTS` that is set), its op, its op class;
+    each first for the task's dtype (``reduce.max:f64``), since a kernel's
+    rate need not scale between dtypes as the peaks do."""
+    from mapper.core.ops import FLAG_VARIANTS, OPS
+
+    spec = OPS.get(task.op)
+    attrs = dict(task.attrs)
+    variants = []
+    if spec is not None:
+        for attr, _ in spec.choices:
+            value = attrs.get(attr, spec.default(attr))
+            if isinstance(value, str):
+                variants.append(f"{task.op}.{value}")
+    variants += [f"{task.op}.{flag}" for flag in FLAG_VARIANTS.get(task.op, ()) if attrs.get(flag)]
+    return tuple(k for key in (*variants, task.op, cls) for k in (f"{key}:{task.dtype}", key))
+
+
+def fitted_keys(device: Device, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys whose ``efficiency``, ``overhead_us``, ``overhead_us_per_mib``
+    and ``half_length`` entries go with the rate the task gets: ``keys`` up to
+    the first one the device's ``efficiency`` or per-op ``memory_efficiency``
+    table has (a rate and its fixed time are fitted together: an ``ifft``
+    with its own rate must not take the ``fft`` class's fixed time, and a
+    ``relu`` with its own fraction of the bandwidth must not take the
+    activation class's compute efficiency, fitted to ``gelu``'s tanh), all of
+    them when neither table has any."""
+    rated = {k for k, _ in device.efficiency} | {k for k, _ in device.memory_efficiency_ops}
+    for i, key in enumerate(keys):
+        if key in rated:
+            return keys[:i + 1]
+    return keys
+
+
+def lookup(table: tuple[tuple[str, float], ...], keys: tuple[str, ...]) -> float | None:
+    """The entry of ``table`` under the first of ``keys`` it has, else None."""
+    own = dict(table)
+    for key in keys:
+        if key in own:
+            return own[key]
+    return None

@@ -1,0 +1,386 @@
+"""Weighted task graphs as the optimal-scheduling literature exchanges them: DOT and GXL.
+
+The benchmark set of optimal task scheduling with communication delays
+(Sinnen's group, University of Auckland; e.g. Orr and Sinnen, "Optimal task
+scheduling for partially heterogeneous systems", Parallel Computing 2021, and
+the ILPs of Venugopalan and Sinnen, IEEE TPDS 2015) gives each graph as a
+Graphviz DOT digraph or a GXL document whose nodes carry a ``Weight`` (the
+task's time) and whose edges carry a ``Weight`` (the transfer's time when the
+two tasks run on different processors, 0 on the same one), for ``N``
+identical, fully connected processors (the P|prec,c_ij|Cmax problem):
+
+    digraph "Nodes_7_OutTree" {          <gxl><graph id="g" edgemode="directed">
+        a   [Weight=5];                    <node id="a"><attr name="Weight"><int>5</int></attr></node>
+        a -> b  [Weight=15];               <edge from="a" to="b"><attr name="Weight"><int>15</int></attr></edge>
+    }                                    </graph></gxl>
+
+:func:`read_weighted` reads either into a :class:`WeightedGraph`; every error
+names the line and column in the file. :func:`weighted_dsl` writes the DSL
+(kernel-less tasks with a cost for kind ``cpu``, edges with ``comm``) and
+:func:`procs_platform` the platform of ``N`` identical processors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mapper.core.files import Unreadable, read_text
+from mapper.core.graph import Edge, Task, TaskGraph
+from mapper.errors import InputError, SourceSpan
+from mapper.frontend.importers.dsl_writer import comment_text, dsl_name, dsl_names, graph_to_dsl
+from mapper.frontend.lowering.program import MAX_TASKS
+from mapper.frontend.lowering.values import MAX_SECONDS
+
+#: The formats :func:`read_weighted` reads.
+WEIGHTED_FORMATS = ("dot", "gxl")
+#: The most processors ``--procs`` may ask for (a platform holds at most that many devices).
+MAX_PROCS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedGraph:
+    """Nodes with weights and edges with weights, in file order."""
+
+    file: str
+    name: str
+    nodes: tuple[tuple[str, float], ...]
+    edges: tuple[tuple[str, str, float], ...]
+
+
+def _fail(file: str, line: int, col: int, message: str) -> InputError:
+    return InputError(message, span=SourceSpan(file, line, col), obj=file)
+
+
+def _weight(file: str, line: int, col: int, raw: str, what: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _fail(file, line, col, f"{what}: expected a number as its Weight, got {raw[:40]!r}") from None
+    if not math.isfinite(value) or value < 0 or value > MAX_SECONDS:
+        raise _fail(file, line, col, f"{what}: a Weight is a time from 0 to {MAX_SECONDS:g}, got {raw[:40]!r}")
+    return value
+
+
+class _Collector:
+    """Nodes and edges as a reader finds them, checked as they come."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.nodes: dict[str, float | None] = {}
+        self.where: dict[str, tuple[int, int]] = {}
+        self.edges: dict[tuple[str, str], float | None] = {}
+        self.edge_at: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def node(self, name: str, weight: float | None, line: int, col: int) -> None:
+        if name in self.nodes and weight is not None and self.nodes[name] is not None:
+            first = self.where[name]
+            raise _fail(self.file, line, col, f"node {name!r} is given twice (first at line {first[0]})")
+        if len(self.nodes) >= MAX_TASKS:
+            raise _fail(self.file, line, col, f"more than {MAX_TASKS:,} nodes")
+        if weight is not None or name not in self.nodes:
+            self.nodes[name] = weight
+            self.where.setdefault(name, (line, col))
+
+    def edge(self, a: str, b: str, weight: float | None, line: int, col: int) -> None:
+        if a == b:
+            raise _fail(self.file, line, col, f"edge {a!r} -> {b!r} joins a node to itself")
+        if (a, b) in self.edges:
+            raise _fail(self.file, line, col, f"edge {a!r} -> {b!r} is given twice "
+                                              f"(first at line {self.edge_at[(a, b)][0]})")
+        for n in (a, b):
+            if n not in self.nodes:
+                self.node(n, None, line, col)
+        self.edges[(a, b)] = weight
+        self.edge_at[(a, b)] = (line, col)
+
+    def result(self, name: str) -> WeightedGraph:
+        if not self.nodes:
+            raise _fail(self.file, 1, 1, "the graph has no nodes")
+        for n, w in self.nodes.items():
+            if w is None:
+                raise _fail(self.file, *self.where[n], f"node {n!r} has no Weight (its time)")
+        for (a, b), w in self.edges.items():
+            if w is None:
+                raise _fail(self.file, *self.edge_at[(a, b)], f"edge {a!r} -> {b!r} has no Weight (its transfer time)")
+        _acyclic(self)
+        return WeightedGraph(self.file, name, tuple((n, float(w or 0.0)) for n, w in self.nodes.items()),
+                             tuple((a, b, float(w or 0.0)) for (a, b), w in self.edges.items()))
+
+
+def _acyclic(c: _Collector) -> None:
+    succ: dict[str, list[str]] = {n: [] for n in c.nodes}
+    indeg = {n: 0 for n in c.nodes}
+    for a, b in c.edges:
+        succ[a].append(b)
+        indeg[b] += 1
+    ready = [n for n, d in indeg.items() if d == 0]
+    seen = 0
+    while ready:
+        n = ready.pop()
+        seen += 1
+        for m in succ[n]:
+            indeg[m] -= 1
+            if indeg[m] == 0:
+                ready.append(m)
+    if seen < len(c.nodes):
+        n = next(n for n, d in indeg.items() if d > 0)
+        raise _fail(c.file, *c.where[n], f"the edges form a cycle through node {n!r}: a task graph is acyclic")
+
+
+# -- DOT -----------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r'''
+    (?P<ws>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/|^\#[^\n]*)
+  | (?P<arrow>->|--) | (?P<punct>[\[\]{};,=:])
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<id>[A-Za-z_\x80-\U0010ffff][A-Za-z_0-9\x80-\U0010ffff]*|-?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)
+  | (?P<bad>.)''', re.X | re.S | re.M)
+
+
+def _tokens(text: str, file: str) -> Iterator[tuple[str, str, int, int]]:
+    line, start = 1, 0
+    for m in _TOKEN.finditer(text):
+        kind, value = m.lastgroup or "bad", m.group()
+        col = m.start() - start + 1
+        if kind == "bad":
+            if value == '"':
+                raise _fail(file, line, col, "a string is not closed")
+            shown = repr(value) if value.isprintable() else f"U+{ord(value):04X}"
+            raise _fail(file, line, col, f"unexpected character {shown}")
+        if kind not in ("ws", "comment"):
+            if kind == "string":
+                value = re.sub(r'\\(.)', lambda s: s.group(1) if s.group(1) == '"' else s.group(), value[1:-1])
+            yield kind, value, line, col
+        newlines = value.count("\n") if kind in ("ws", "comment") else m.group().count("\n")
+        if newlines:
+            line += newlines
+            start = m.start() + m.group().rindex("\n") + 1
+
+
+class _DotParser:
+    def __init__(self, text: str, file: str) -> None:
+        self.toks = list(_tokens(text, file))
+        self.i = 0
+        self.file = file
+
+    def peek(self) -> tuple[str, str, int, int]:
+        return self.toks[self.i] if self.i < len(self.toks) else ("eof", "", *self._end())
+
+    def _end(self) -> tuple[int, int]:
+        return (self.toks[-1][2], self.toks[-1][3] + len(self.toks[-1][1])) if self.toks else (1, 1)
+
+    def take(self, kind: str, value: str | None = None, what: str = "") -> tuple[str, str, int, int]:
+        tok = self.peek()
+        if tok[0] != kind or (value is not None and tok[1] != value):
+            want = what or (repr(value) if value else kind)
+            got = "the end of the file" if tok[0] == "eof" else repr(tok[1][:40])
+            raise _fail(self.file, tok[2], tok[3], f"expected {want}, got {got}")
+        self.i += 1
+        return tok
+
+    def word(self, what: str) -> tuple[str, int, int]:
+        tok = self.peek()
+        if tok[0] not in ("id", "string"):
+            self.take("id", what=what)
+        self.i += 1
+        return tok[1], tok[2], tok[3]
+
+    def attrs(self) -> dict[str, tuple[str, int, int]]:
+        out: dict[str, tuple[str, int, int]] = {}
+        while self.peek()[1] == "[":
+            self.take("punct", "[")
+            while self.peek()[1] != "]":
+                key, _, _ = self.word("an attribute name")
+                self.take("punct", "=")
+                value, line, col = self.word("an attribute value")
+                out[key.lower()] = (value, line, col)
+                if self.peek()[1] in (",", ";"):
+                    self.i += 1
+            self.take("punct", "]")
+        return out
+
+    def parse(self) -> WeightedGraph:
+        c = _Collector(self.file)
+        tok = self.peek()
+        if tok[0] == "id" and tok[1].lower() == "strict":
+            self.i += 1
+            tok = self.peek()
+        if tok[0] == "id" and tok[1].lower() == "graph":
+            raise _fail(self.file, tok[2], tok[3], "an undirected graph: a task graph is a digraph")
+        self.take("id", "digraph", "'digraph'")
+        name = os.path.splitext(os.path.basename(self.file))[0]
+        if self.peek()[0] in ("id", "string"):
+            name = self.word("a graph name")[0]
+        self.take("punct", "{")
+        while self.peek()[1] != "}":
+            kind, value, line, col = self.peek()
+            if kind == "eof":
+                self.take("punct", "}")
+            if kind == "punct" and value == ";":
+                self.i += 1
+                continue
+            if kind == "id" and value.lower() in ("graph", "node", "edge"):
+                self.i += 1
+                self.attrs()  # defaults: no weights are taken from them
+                continue
+            if kind == "id" and value.lower() == "subgraph" or value == "{":
+                raise _fail(self.file, line, col, "subgraphs are not supported in a weighted task graph")
+            first, line, col = self.word("a node name")
+            if self.peek()[1] == "=":  # a graph attribute
+                self.i += 1
+                self.word("a value")
+                continue
+            chain = [(first, line, col)]
+            while self.peek()[0] == "arrow":
+                arrow = self.take("arrow")
+                if arrow[1] == "--":
+                    raise _fail(self.file, arrow[2], arrow[3], "an undirected edge '--': a task graph is a digraph")
+                chain.append(self.word("a node name"))
+            at = self.attrs()
+            w = at.get("weight")
+            if len(chain) == 1:
+                c.node(first, None if w is None else _weight(self.file, w[1], w[2], w[0], f"node {first!r}"),
+                       line, col)
+            else:
+                for (a, la, ca), (b, _, _) in zip(chain, chain[1:]):
+                    c.edge(a, b, None if w is None else _weight(self.file, w[1], w[2], w[0], f"edge {a!r} -> {b!r}"),
+                           la, ca)
+        self.take("punct", "}")
+        if self.peek()[0] != "eof":
+            tok = self.peek()
+            raise _fail(self.file, tok[2], tok[3], "text after the graph's closing '}'")
+        return c.result(name)
+
+
+def parse_dot(text: str, file: str = "<string>") -> WeightedGraph:
+    """A DOT digraph with ``Weight`` on nodes and edges (module docstring)."""
+    return _DotParser(text, file).parse()
+
+
+# -- GXL -----------------------------------------------------------------------------------------
+
+def parse_gxl(text: str, file: str = "<string>") -> WeightedGraph:
+    """A GXL document whose nodes and edges have a ``Weight`` attribute (module docstring).
+    Entity declarations are refused (no document may expand itself); nothing is fetched."""
+    import xml.parsers.expat
+
+    m = re.search(r"<!ENTITY", text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        raise _fail(file, line, m.start() - text.rfind("\n", 0, m.start()), "entity declarations are not allowed")
+    c = _Collector(file)
+    p = xml.parsers.expat.ParserCreate("utf-8")  # the text is decoded already: its declaration is not followed
+    stack: list[str] = []
+    state: dict = {"name": os.path.splitext(os.path.basename(file))[0], "owner": None, "attr": None, "text": ""}
+
+    def where() -> tuple[int, int]:
+        return p.CurrentLineNumber, p.CurrentColumnNumber + 1
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        stack.append(tag)
+        line, col = where()
+        if tag == "graph":
+            state["name"] = attrs.get("id", state["name"])
+            if attrs.get("edgemode", "directed") not in ("directed", "defaultdirected"):
+                raise _fail(file, line, col, f"edgemode {attrs.get('edgemode')!r}: a task graph is directed")
+        elif tag == "node":
+            if "id" not in attrs:
+                raise _fail(file, line, col, "a node without an id")
+            state["owner"] = ("node", attrs["id"], line, col, [None])
+        elif tag == "edge":
+            if "from" not in attrs or "to" not in attrs:
+                raise _fail(file, line, col, "an edge without from and to")
+            state["owner"] = ("edge", (attrs["from"], attrs["to"]), line, col, [None])
+        elif tag == "attr" and state["owner"] is not None and len(stack) >= 2 and stack[-2] in ("node", "edge"):
+            state["attr"] = attrs.get("name", "").lower()
+            state["text"] = ""
+        elif tag in ("rel", "relend", "hypergraph") or tag == "graph" and len(stack) > 2:
+            raise _fail(file, line, col, f"<{tag}> is not supported in a weighted task graph")
+
+    def data(chunk: str) -> None:
+        if state["attr"] == "weight":
+            state["text"] += chunk
+
+    def end(tag: str) -> None:
+        stack.pop()
+        owner = state["owner"]
+        if tag == "attr" and state["attr"] is not None and stack and stack[-1] in ("node", "edge"):
+            if state["attr"] == "weight" and owner is not None:
+                line, col = where()
+                what = f"node {owner[1]!r}" if owner[0] == "node" else f"edge {owner[1][0]!r} -> {owner[1][1]!r}"
+                owner[4][0] = _weight(file, line, col, state["text"].strip(), what)
+            state["attr"] = None
+        elif tag in ("node", "edge") and owner is not None:
+            kind, key, line, col, w = owner
+            if kind == "node":
+                c.node(key, w[0], line, col)
+            else:
+                c.edge(key[0], key[1], w[0], line, col)
+            state["owner"] = None
+
+    p.StartElementHandler = start
+    p.EndElementHandler = end
+    p.CharacterDataHandler = data
+    p.EntityDeclHandler = lambda *a: (_ for _ in ()).throw(_fail(file, *where(), "entity declarations are not allowed"))
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        line, col = text.count("\n", 0, err.start) + 1, err.start - text.rfind("\n", 0, err.start)
+        raise _fail(file, line, col, "not valid text (a lone surrogate)") from None
+    try:
+        p.Parse(raw, True)
+    except xml.parsers.expat.ExpatError as err:
+        why = xml.parsers.expat.errors.messages.get(err.code, "error")
+        raise _fail(file, err.lineno, err.offset + 1, f"not well-formed XML: {why}") from None
+    return c.result(state["name"])
+
+
+def read_weighted(path: str | os.PathLike[str], fmt: str) -> WeightedGraph:
+    """Read a ``dot`` or ``gxl`` file; InputError naming the place at fault."""
+    file = os.fspath(path)
+    try:
+        text = read_text(file)
+    except Unreadable as err:
+        raise InputError(f"cannot read the {fmt.upper()} file: {err.why}", obj=file) from None
+    return parse_dot(text, file) if fmt == "dot" else parse_gxl(text, file)
+
+
+# -- writers -------------------------------------------------------------------------------------
+
+def weighted_dsl(g: WeightedGraph) -> str:
+    """The DSL: one kernel-less task per node with its time on any CPU (``cost { cpu: W }``), one
+    edge per edge with its transfer time (``comm W``)."""
+    names = dsl_names([n for n, _ in g.nodes])
+    index = {n: k for k, (n, _) in enumerate(g.nodes)}
+    tasks = tuple(Task(k, names[k], "task", explicit_cost=(("cpu", w),)) for k, (_, w) in enumerate(g.nodes))
+    edges = tuple(Edge(i, index[a], index[b], 0.0, w) for i, (a, b, w) in enumerate(g.edges))
+    graph = TaskGraph(dsl_name(g.name) or "graph", tasks, edges, (), ())
+    header = [f"{os.path.basename(g.file)}: {g.name}, {len(g.nodes)} tasks and {len(g.edges)} edges",
+              "imported by `mapper import`: a task's Weight is its time on any processor (cost { cpu: W }), an "
+              "edge's Weight its transfer time between two processors (comm W; 0 on one processor)"]
+    renamed = [(n, names[k]) for k, (n, _) in enumerate(g.nodes) if n != names[k]][:20]
+    if renamed:
+        header.append("renamed to DSL names: " + ", ".join(f"{a!r} -> {b}" for a, b in renamed))
+    return graph_to_dsl(graph, header)
+
+
+def procs_platform(n: int, name: str) -> str:
+    """A platform of ``n`` identical processors, fully connected: kind ``cpu``, no rates, no links
+    (the edges give their own transfer times)."""
+    return "\n".join([
+        f"# {comment_text(name)}: {n} identical, fully connected processors for explicit-cost task graphs",
+        "# (the P|prec,c_ij|Cmax model of optimal scheduling with communication delays: tasks give their times,",
+        "# edges their transfer times between two processors; no rates, no links)",
+        f'name = "procs{n}"',
+        f'description = "{n} identical processors, fully connected (explicit-cost graphs only)"',
+        "",
+        "[[device]]",
+        'name = "p"',
+        f"count = {n}",
+        'kind = "cpu"',
+        "",
+    ])

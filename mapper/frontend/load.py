@@ -1,0 +1,77 @@
+"""Reading a program: a DSL file or an imported model, parsed and lowered to a task graph.
+
+The entry points every command uses (:func:`load_graph`, :func:`read_program`);
+:func:`mapper.frontend.lowering.program.lower` does the lowering itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import warnings
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+
+from mapper.core.graph import TaskGraph
+from mapper.errors import InputWarning
+from mapper.frontend.lowering.program import lower, read_dsl_file
+from mapper.frontend.parse import parse
+from mapper.frontend.sources import ModelFile, is_model
+
+__all__ = ["graph_from_text", "load_graph", "read_program", "read_source", "without_spans"]
+
+
+def graph_from_text(text: str, file: str = "<string>", params: Mapping[str, int | float] | None = None) -> TaskGraph:
+    """Parse and lower DSL ``text``; ``file`` names it in errors and anchors includes; ``params``
+    replace the values of top-level params (:func:`lower`)."""
+    return lower(parse(text, file), params)
+
+
+def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
+    """Read, parse and lower the program at ``path``: a DSL file, or a model file
+    (a path, or a :class:`~mapper.frontend.sources.ModelFile` with the sizes of its open dimensions).
+
+    Raises
+    ------
+    InputError
+        When the file cannot be read (naming the file), or an error in an
+        imported model (naming its node).
+    DslError
+        On any error in the program.
+    """
+    file = os.fspath(path)
+    text, blame = read_program(path)
+    with blame:
+        graph = graph_from_text(text, file, dict(path.params) if isinstance(path, ModelFile) else None)
+    return without_spans(graph) if is_model(file) else graph
+
+
+def without_spans(graph: TaskGraph) -> TaskGraph:
+    """``graph`` with no source positions: an imported model's tasks have none the user could
+    read (the DSL was generated), so later errors name the task, which is named after its node."""
+    return dataclasses.replace(graph, tasks=tuple(dataclasses.replace(t, span=None) for t in graph.tasks))
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The DSL text of the program at ``path``: a ``.tg`` file as it is, an ``.onnx``
+    model as :mod:`mapper.frontend.importers.onnx_dsl` writes it; InputError naming the file
+    if unreadable."""
+    return read_program(path)[0]
+
+
+def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextManager[None]]:
+    """:func:`read_source`, and a context for parsing and lowering that text: for an
+    imported model, errors in it become errors naming the model's node
+    (:meth:`mapper.frontend.importers.onnx_dsl.Imported.blame`)."""
+    file = os.fspath(path)
+    if is_model(file):
+        from mapper.frontend.importers.onnx_dsl import import_onnx
+
+        model = path if isinstance(path, ModelFile) else ModelFile(file)
+        imported = import_onnx(file, dict(model.dims), dict(model.input_shapes), dict(model.input_values))
+        warning = imported.warning()
+        if warning:
+            warnings.warn(warning, InputWarning, stacklevel=2)
+        return imported.text, imported.blame()
+    return read_dsl_file(file, None, None), contextlib.nullcontext()

@@ -1,6 +1,0 @@
-"""The parts of lowering (:mod:`mapper.lower` drives them).
-
-- :mod:`.values`: expressions, attribute values, units, indexed names and tensor types;
-- :mod:`.annotations`: placement, work, cost, parallel and streamable annotations;
-- :mod:`.edges`: data and explicit edges, with duplicate and cycle checks.
-"""
