@@ -6,8 +6,8 @@ and work through :mod:`mapper.core.ops`, applies annotations, and builds the edg
 Every user error becomes a :class:`~mapper.errors.DslError` with the span of
 the construct at fault. docs/dsl.md is the reference for the semantics.
 
-Public API: :func:`graph_from_text`, :func:`load_graph`, :func:`lower`,
-:func:`read_source`.
+Public API: :func:`lower`; reading a file and lowering it is
+:mod:`mapper.frontend.load`'s (:func:`~mapper.frontend.load.load_graph`).
 """
 
 from __future__ import annotations
