@@ -478,6 +478,7 @@ def test_data_parallel_over_kinds_shares_the_batch_by_speed(tmp_path):
     assert doc["makespan"] == pytest.approx(par["step_time"], rel=0.05)
 
 
+@pytest.mark.slow
 def test_without_replans_on_what_is_left_and_says_what_changed(tmp_path, capsys):
     out = tmp_path / "o.json"
     assert main(["compile", GPT, "--param", "LAYERS=24", "--param", "BATCH=256", "--platform", "fleet-a100-v100",
@@ -499,6 +500,7 @@ def test_without_replans_on_what_is_left_and_says_what_changed(tmp_path, capsys)
         assert needle in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_even_split_over_a_fleet_is_never_better_than_the_plan():
     """The baseline of benchmarks/hetero.py: layers and data shares split as if every GPU were of the
     first kind. On A100 + L4 (and three kinds) the planned layout is at least as fast."""
@@ -515,6 +517,7 @@ def test_an_even_split_over_a_fleet_is_never_better_than_the_plan():
         assert planned.kind in {k.kind for k in fleet.fleet.kinds} | {"mixed"}
 
 
+@pytest.mark.slow
 def test_a_fleet_may_leave_a_slow_kind_idle():
     """Every subset of two or more kinds is planned too: a kind that only slows the others down
     stays idle, and the notes and JSON say which kinds the layout uses."""

@@ -63,6 +63,7 @@ def test_block_rows_give_the_best_order_on_one_device(seed):
     assert latest(order) == blocks == min(latest(s) for s in itertools.permutations(tasks))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(9))
 def test_fixed_orders_keep_the_brute_force_optimum(seed):
     # orders fixed per device and placement of the common parent (or child), the block rows

@@ -225,6 +225,7 @@ def test_a_device_without_a_worker_is_an_error_naming_it(cluster, tmp_path, caps
         engine.execute_dask(res, repeats=1, scheduler=cluster.address)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_ends_the_run_naming_it(cluster, tmp_path):
     for name in ("cpu0", "gpu0", "fpga0"):
         cluster.worker(name)
@@ -236,6 +237,7 @@ def test_a_worker_killed_mid_run_ends_the_run_naming_it(cluster, tmp_path):
     assert time.monotonic() - t0 < 120
 
 
+@pytest.mark.slow
 def test_with_retries_a_lost_worker_that_comes_back_finishes_the_run(cluster):
     for name in ("cpu0", "gpu0", "fpga0"):
         cluster.worker(name)
@@ -275,6 +277,7 @@ def _wait_for_workers(sid: int, workers: int, limit: float) -> None:
         time.sleep(0.25)
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_dask_run_and_leaves_no_process_behind(tmp_path):
     src = tmp_path / "j.tg"
     src.write_text(JACOBI.replace("param N = 128, K = 3, R = 3", "param N = 1024, K = 200, R = 3"))

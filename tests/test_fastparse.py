@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -113,6 +114,7 @@ MUTATIONS = ["", "task", "->", "{", "}", ",", ":", "1", "-1", "1e", "ms", "comm"
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 5), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 200), st.sampled_from(MUTATIONS)),
                                    min_size=1, max_size=3))
+@pytest.mark.slow
 def test_the_fast_path_never_accepts_what_lark_rejects(seed, edits):
     lines = program(seed).split("\n")
     for where, col, text in edits:

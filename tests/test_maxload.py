@@ -208,6 +208,7 @@ def test_the_expert_split_scores_what_their_code_scores(bert24):
     assert max(loads(cost, device)) * 1e3 == pytest.approx(EXPERT_MS, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_the_dp_reaches_their_optimum_and_the_milp_does_no_worse(bert24):
     inst, cost = bert24
     device, value = split_dp(cost, task_groups(cost), memory=True)
@@ -218,6 +219,7 @@ def test_the_dp_reaches_their_optimum_and_the_milp_does_no_worse(bert24):
     assert not validate(result.schedule)
 
 
+@pytest.mark.slow
 def test_import_then_compile_writes_the_max_load(tmp_path, capsys):
     tg, toml, out = tmp_path / "b.tg", tmp_path / "b.toml", tmp_path / "r.json"
     assert main(["import", "dnn-partitioning", str(BERT24), "-o", str(tg), "--platform-out", str(toml)]) == 0

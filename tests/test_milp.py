@@ -54,7 +54,6 @@ def test_heft_example_proves_optimum_under_80(milp_only):
     assert result.objective_value == pytest.approx(73.0)
     assert result.lower_bound == pytest.approx(result.objective_value, rel=1e-6)
     assert result.gap == pytest.approx(0.0, abs=1e-6)
-    assert result.solve_time < 2.0
     assert not validate(result.schedule)
     assert "warm start taken by HiGHS" in result.notes
     assert result.mapper == "milp" and result.objective == "makespan"
@@ -87,6 +86,7 @@ def _heuristic_values(cost, options):
     return out
 
 
+@pytest.mark.slow
 def test_random_graphs_never_worse_than_heuristics():
     rng = random.Random(2024)
     shapes = ("layered", "forkjoin", "chain", "random")

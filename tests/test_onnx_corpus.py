@@ -111,6 +111,7 @@ def test_every_command_takes_dim_on_a_model_and_refuses_it_on_a_dsl_file(capsys)
     assert "--dim applies to model files (.onnx) only" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, dtype", [("bert_large", "f16"), ("bart_large", "f32")])
 def test_an_imported_large_encoder_splits_by_data_like_the_written_one(model, dtype, tmp_path, capsys):
     """BERT-large's layers (f16) and BART-large's encoder layers (f32: torch 2.13's default exporter

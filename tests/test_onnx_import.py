@@ -117,6 +117,7 @@ def test_constants_fold_and_unsupported_ops_are_listed(imported):
     assert 'kind = "LRN"' in zfnet.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_light_models_map_on_every_platform_with_every_heuristic(model, imported):
     graph = graph_from_text(imported[model].text, f"{model}.tg")
@@ -133,12 +134,14 @@ def test_light_models_map_on_every_platform_with_every_heuristic(model, imported
             assert validate(result.schedule) == [], (model, name, mapper)
 
 
+@pytest.mark.slow
 def test_every_light_model_compiles_from_the_onnx_file(tmp_path, capsys):
     for model in MODELS:
         assert main(["compile", _path(model), "--platform", "cpu-gpu-fpga", "--mapper", "heft", "-q",
                      "--json", str(tmp_path / f"{model}.json")]) == 0, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_import_then_check_is_checking_the_onnx_file(tmp_path, capsys):
     out = tmp_path / "r50.tg"
     assert main(["import", "onnx", _path("resnet50"), "-o", str(out)]) == 0
@@ -146,6 +149,7 @@ def test_import_then_check_is_checking_the_onnx_file(tmp_path, capsys):
     assert dump_graph(load_graph(out)) == dump_graph(load_graph(_path("resnet50")))
 
 
+@pytest.mark.slow
 def test_run_executes_the_imported_resnet50(capsys):
     assert main(["run", _path("resnet50"), "--platform", "cpu-gpu-fpga", "--mapper", "heft", "--repeats", "1",
                  "--top", "0"]) == 0

@@ -37,6 +37,7 @@ def tiny(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_cli_calibrates_during_the_run_and_prices_with_it(tiny, tmp_path, capsys):
     out, cal = tmp_path / "run.json", tmp_path / "cal.toml"
     code = main(["run", str(tiny), "--platform", "dev-vm", "--calibrate", "--quick-calibration", "--top", "0",

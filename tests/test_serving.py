@@ -207,6 +207,7 @@ def test_memory_and_bounds():
     assert loose.serving.best.max_batch > 1
 
 
+@pytest.mark.slow
 def test_batch_auto_finds_the_batch_of_most_tokens_per_second_under_the_bounds(tmp_path):
     one = serve(MID, "prefill=64,decode=8").serving
     bound = 2 * one.tpot

@@ -101,6 +101,7 @@ def test_resnet50_training_step_costs_three_times_inference_and_its_memory_is_ch
     assert max(d["peak_memory"] for d in runs[False]["devices"]) < max(d["peak_memory"] for d in runs[True]["devices"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [BERT, ONNX_RESNET])
 def test_dsl_programs_and_onnx_imports_train_with_both_optimizers(source):
     for optimizer in ("sgd", "adam"):
