@@ -23,7 +23,7 @@ from mapper.errors import OptionsError
 from mapper.frontend.sources import ModelFile, is_model
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
-from mapper.mapping.fit import fitting
+from mapper.mapping.fit import fitting, oversized
 from mapper.mapping.shared_bound import share_bounds
 from mapper.parallel.layout import is_layout
 from mapper.parallel.plan import check_parallel
@@ -234,7 +234,7 @@ def compile_graph(
         mappers = (get_mapper(mapper), *(get_mapper(m, "--compare") for m in others))
         # a result is declared only when its devices hold it (mapper.mapping.fit); compared
         # results share the best bound any of them knows (mapper.mapping.shared_bound)
-        return share_bounds(tuple(fitting(m.map(cost, options), m, cost, options) for m in mappers))
+        return share_bounds(tuple(oversized(fitting(m.map(cost, options), m, cost, options)) for m in mappers))
 
     results = stage("map", map_all)
 

@@ -57,6 +57,24 @@ def test_a_training_step_no_plan_fits_exits_3_naming_the_device_and_bytes(capsys
     assert "Traceback" not in err
 
 
+def test_tasks_too_big_for_the_gpus_are_said_to_be_so(capsys):
+    assert main(["compile", LLAMA, "--param", "LAYERS=2", "--platform", "dgx-a100", "--mapper", "heft"]) == 0
+    text = capsys.readouterr().out
+    note = next(line for line in text.splitlines() if "too big for" in line)
+    assert "the 8 devices gpu0 .. gpu7" in note and "memory 80 GiB) ran on cpu0" in note
+
+
+def test_a_mapping_whose_static_footprints_overflow_but_whose_peak_fits_is_repaired():
+    """HEFT's delay-model mapping of this step holds 80.98 GiB on an 80 GiB GPU, and no mapping's
+    summed static footprints fit: the repair keeps tasks off the full GPU until the peak fits."""
+    got = compile_graph(ModelFile(LLAMA, params=(("LAYERS", 2),)), "dgx-a100", mapper="heft")
+    sched = got.result.schedule
+    assert all(p.bytes <= c for p, c in zip(peak_memory(sched), sched.cost.memory_capacity))
+    assert validate(sched) == [] and sched.cost is got.cost
+    assert any("kept off full devices" in n for n in got.result.notes)
+    assert got.result.lower_bound is not None and got.result.lower_bound <= got.result.objective_value
+
+
 @pytest.mark.parametrize("mapper", ["heft", "milp"])
 def test_a_mapping_the_devices_cannot_hold_is_remapped_or_exits_3(mapper, tmp_path, capsys):
     (tmp_path / "two.toml").write_text(TWO)

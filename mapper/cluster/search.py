@@ -487,9 +487,7 @@ def given_fits(choice: ClusterChoice, gpu: str) -> None:
         over = b.peak - b.capacity
         raise InfeasibleError(
             f"layout {b.layout.label()} does not fit: {gpu} of pipeline rank {b.fullest} would hold "
-            f"{b.peak:,.0f} bytes ({b.peak / GIB:.4g} GiB: "
-            + ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
-            + f" GiB), {over:,.0f} bytes over its {b.capacity / GIB:.4g} GiB", obj="--parallel")
+            f"{b.peak:,.0f} bytes ({memory_parts(b.memory, b.capacity)}), {over:,.0f} bytes over", obj="--parallel")
 
 
 __all__ = ["ClusterChoice", "given_fits", "layouts", "plan_cluster"]
