@@ -29,6 +29,8 @@ SLACK = 1e-9
 def overflow(schedule: Schedule) -> tuple[int, float] | None:
     """The device whose peak exceeds its memory by the most (its index and peak bytes); None when all fit."""
     cap = schedule.cost.memory_capacity
+    if all(c == float("inf") for c in cap):  # no device declares its memory: nothing to check
+        return None
     worst: tuple[float, int, float] | None = None
     for d, peak in enumerate(peak_memory(schedule)):
         if peak.bytes > cap[d] * (1 + SLACK):
