@@ -23,6 +23,8 @@ from mapper.errors import OptionsError
 from mapper.frontend.sources import ModelFile, is_model
 from mapper.mapping import get_mapper
 from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
+from mapper.mapping.fit import fitting, oversized
+from mapper.mapping.shared_bound import share_bounds
 from mapper.parallel.layout import is_layout
 from mapper.parallel.plan import check_parallel
 from mapper.platform.cluster import flat_platform
@@ -54,6 +56,11 @@ class CompileResult:
 
     def __repr__(self) -> str:
         return f"CompileResult({self.result!r}, compared with {len(self.compare)} more)"
+
+    def plan_facts(self) -> tuple[tuple[str, str], ...]:
+        """The plan kept (layout, stages, groups, batch) as the reports' plan section shows it; () for none."""
+        chosen: Any = self.serving if self.serving is not None else self.parallel
+        return chosen.plan_facts() if chosen is not None else ()
 
 
 class StoppedAfter(Exception):
@@ -225,7 +232,9 @@ def compile_graph(
     def map_all() -> tuple[MapResult, ...]:
         others = tuple(m for m in dict.fromkeys(compare) if m != mapper)
         mappers = (get_mapper(mapper), *(get_mapper(m, "--compare") for m in others))
-        return tuple(m.map(cost, options) for m in mappers)
+        # a result is declared only when its devices hold it (mapper.mapping.fit); compared
+        # results share the best bound any of them knows (mapper.mapping.shared_bound)
+        return share_bounds(tuple(oversized(fitting(m.map(cost, options), m, cost, options)) for m in mappers))
 
     results = stage("map", map_all)
 

@@ -187,7 +187,7 @@ def test_device_stats_union_and_utilisation():
     st = common.device_stats(res.schedule)
     assert [(d.name, d.tasks) for d in st] == [("cpu0", 2), ("gpu0", 1), ("fpga0", 0)]
     assert st[0].busy == 2.0 and st[1].utilisation == 1.0 and st[2].utilisation == 0.0
-    assert common._union_length([(0, 2), (1, 3), (5, 6)]) == 4
+    assert common.union_length([(0, 2), (1, 3), (5, 6)]) == 4
 
 
 def test_fmt_time_units():
@@ -197,7 +197,8 @@ def test_fmt_time_units():
     assert units.fmt_time(2e-9) == "2 ns"
     assert units.fmt_time(0.0) == "0 s"
     assert units.fmt_time(None) == "-"
-    assert units.fmt_time(9999.0) == "9999 s"  # 10,000 s and more in minutes, hours, days, years
+    assert units.fmt_time(3599.0) == "3599 s"  # an hour and more in hours, days, years
+    assert units.fmt_time(5674.0) == "1.576 h"  # a column never mixes 5674 s with 3.436 h
     assert units.fmt_time(10_000.0) == "2.778 h" and units.fmt_time(600_000.0) == "6.944 days"
     assert units.fmt_time(1e12) == "31,688 years"
     assert common.round_sig(0.1 + 0.2) == 0.3

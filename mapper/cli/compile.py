@@ -23,7 +23,7 @@ from mapper.cli import (
 )
 from mapper.cli.model_options import add_model_options, source
 from mapper.core.files import check_outputs, existing
-from mapper.core.units import fmt_objective, fmt_pct
+from mapper.core.units import fmt_objective, fmt_pct, fmt_time
 from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import OptionsError
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         from mapper.report.text import compare_table, schedule_table, summary_table
 
-        out = [summary_table(result)]
+        out = [summary_table(result, compiled.plan_facts())]
         if compiled.compare:
             out.append(compare_table((result, *compiled.compare)))
         if args.verbose:
@@ -289,8 +289,8 @@ def _replanned(args: argparse.Namespace, compiled, full):
     now = compiled.parallel
     change = "the same layout" if before.best.layout == now.best.layout else f"was {before.best.layout.label()}"
     where = {"": "", "mixed": " over several node kinds"}.get(before.kind, f" on the {before.kind} nodes")
-    note = (f"parallel: re-planned without {args.without}: {now.gpus} GPUs, step {now.best.step * 1e3:.4g} ms "
-            f"({change}{where}, step {before.best.step * 1e3:.4g} ms on {before.gpus} GPUs)")
+    note = (f"parallel: re-planned without {args.without}: {now.gpus} GPUs, step {fmt_time(now.best.step)} "
+            f"({change}{where}, step {fmt_time(before.best.step)} on {before.gpus} GPUs)")
     choice = replace(now, previous=(before.best.layout.label(), before.best.step, before.gpus, before.kind))
     result = replace(compiled.result, notes=(*compiled.result.notes, note))
     return replace(compiled, result=result, parallel=choice)
@@ -313,7 +313,8 @@ def _write_reports(args: argparse.Namespace, compiled) -> None:
         extra: tuple = ()
         if served is not None and served.step is not None:
             extra = ((f"One {'decode step' if served.request.decode else 'prefill'} per GPU", served.step),)
-        write_html(result, args.html, compare=compiled.compare, timings=args.timings, extra=extra)
+        write_html(result, args.html, compare=compiled.compare, timings=args.timings, extra=extra,
+                   plan=compiled.plan_facts())
     if args.trace:
         from mapper.report.chrome_trace import write_chrome_trace
 

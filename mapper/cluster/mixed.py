@@ -182,6 +182,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
     opt = OPTIMIZERS[optimizer]
     rank_times, chunk_times, rank_sync = [], [], []
     worst: tuple[float, dict[str, float], float, int] | None = None
+    held: list[float] = []  # each rank's bytes per GPU
     for s, (a, e) in enumerate(zip(starts, ends)):
         km = kinds[seq[s]]
         fw, bw = times[seq[s]]
@@ -203,6 +204,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
         memory = {"weights": pbytes, "gradients": pbytes,
                   "optimizer": 4.0 * params * (opt.states + master) / (d if lay.zero else 1),
                   "activations": kept * min(p - s, m) + work, "reserve": RESERVE}
+        held.append(sum(memory.values()))
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
         if worst is None or over > worst[0]:
             worst = (over, memory, km.model.capacity, s)
@@ -211,7 +213,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
     sync = max(rank_sync)
     return Estimate(lay, "1f1b", m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_times), tuple(chunk_times),
                     tuple(rank_sync), worst[1], worst[2], worst[3], tuple(kinds[k].kind for k in seq),
-                    split_floor=floor)
+                    split_floor=floor, rank_memory=tuple(held))
 
 
 def _stage_costs(kinds: list[KindModel], lay: Layout, seq: list[int], weights: list[list[float]],

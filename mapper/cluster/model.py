@@ -79,6 +79,7 @@ class Estimate:
     kinds: tuple[str, ...] = ()  # on a fleet, a mixed layout: each pipeline rank's node kind
     shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
     split_floor: float | None = None  # a mixed pipeline: a bound on the step of every split of its layers
+    rank_memory: tuple[float, ...] = ()  # bytes per GPU of each pipeline rank (the fullest's is ``peak``)
 
     @property
     def peak(self) -> float:
@@ -266,10 +267,10 @@ class PlanModel:
             upd = updates[s] / (d if lay.zero >= 1 else 1)
             sync = max(sync, exposed + upd)
             rank_sync.append(exposed + upd)
-        fullest, memory = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states,
-                                       schedule == "gpipe")
+        fullest, memory, ranks = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states,
+                                              schedule == "gpipe")
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
-                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest)
+                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks)
 
     def _activations(self, lay: Layout, indices: range) -> tuple[float, float]:
         """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass, and
@@ -289,11 +290,12 @@ class PlanModel:
         return total, 0.0
 
     def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], work: list[float],
-                m: int, states: int, gpipe: bool = False) -> tuple[int, dict[str, float]]:
-        """The pipeline rank whose GPUs hold the most, and what they hold by part."""
+                m: int, states: int, gpipe: bool = False) -> tuple[int, dict[str, float], tuple[float, ...]]:
+        """The pipeline rank whose GPUs hold the most, what they hold by part, and each rank's bytes."""
         p, d, v = lay.pipeline, lay.data, lay.interleave
         best: dict[str, float] = {}
         fullest = 0
+        ranks: list[float] = []
         for s in range(p):
             if gpipe:  # every micro-batch's forward before the first backward
                 flight = float(m)
@@ -310,9 +312,10 @@ class PlanModel:
                 "activations": act[s] * flight + work[s],
                 "reserve": RESERVE,
             }
+            ranks.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best, fullest = parts, s
-        return fullest, best
+        return fullest, best, tuple(ranks)
 
 
 def refine(est: Estimate) -> Estimate:

@@ -9,7 +9,8 @@ back) and chained per rank in the schedule's order
 (:func:`mapper.cluster.schedule.orders`); after a rank's last backward, its
 gradient synchronisation and optimizer step. Scheduled and validated by the
 ordinary engine, it shows the 1F1B pattern in every report, and its makespan
-checks the closed-form step time.
+checks the closed-form step time. Each rank's synchronisation task carries the bytes the
+plan model puts on that rank's GPUs (``memory``), so the reports' peak memory is the plan's.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
     tasks: list[Task] = []
     edges: list[tuple[int, int]] = []
     seqs = orders(est.schedule, p, v, m)
+    # what each rank's GPUs hold (the plan model's figure): resident on its device for the whole step,
+    # carried by the rank's last task, so every report's peak memory is the plan's
+    held = est.rank_memory or tuple(est.peak if s == est.fullest else 0.0 for s in range(p))
     for s, seq in enumerate(seqs):
         dev = stage_device(s, est.kinds)
         for op in seq:
@@ -72,7 +76,7 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
         dev = stage_device(s, est.kinds)
         sync = len(tasks)
         tasks.append(Task(sync, f"sync.stage{s}", "task", placement=Placement(allow=(dev,)),
-                          explicit_cost=((dev, est.rank_sync[s]),), backward=True))
+                          explicit_cost=((dev, est.rank_sync[s]),), backward=True, memory=held[s]))
         edges.append((index[seq[-1]], sync))
     unique = sorted(set(edges), key=lambda e: (e[1], e[0]))
     return TaskGraph(f"{name}.pipeline", tuple(tasks),

@@ -25,6 +25,7 @@ from mapper.cluster.comm import network
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile
 from mapper.core.graph import TaskGraph
+from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
 from mapper.parallel.layout import RECOMPUTE, Layout
@@ -107,42 +108,74 @@ class ClusterChoice:
 
     def notes(self) -> tuple[str, ...]:
         b = self.best
-        parts = ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
-        out = [f"parallel cluster: {b.layout.label()} on {self.gpus} GPUs ({b.micro_batches} micro-batches, "
-               f"{b.schedule}{' interleaved' if b.layout.interleave > 1 else ''}): step {b.step * 1e3:.4g} ms "
+        out = [f"parallel cluster: {describe(b)} on {self.gpus} GPUs ({fmt_n(b.micro_batches, 'micro-batch')}, "
+               f"{b.schedule}{' interleaved' if b.layout.interleave > 1 else ''}): step {fmt_time(b.step)} "
                f"predicted by the layer-level model, {self.tflops_per_gpu():.4g} model TFLOP/s per GPU "
-               f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {self.tokens_per_s:.4g} tokens/s",
-               f"parallel: peak memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
-               + ("" if b.fits else ": does not fit")]
+               f"(MFU {self.tflops_per_gpu() / self.peak_tflops:.1%}), {fmt_rate(self.tokens_per_s, 'tokens/s')}",
+               f"parallel: peak memory {memory_parts(b.memory, b.capacity)}" + ("" if b.fits else ": does not fit")]
+        others = "".join(f"; {_named(k)}: best {fmt_time(step)}" + ("" if fits else " (does not fit)")
+                         for k, step, fits in self.others)
         if self.kind == MIXED and self.kinds_used:
             out.append(f"parallel fleet: the layout uses the {', '.join(self.kinds_used)} nodes only; "
                        "the other kinds stay idle (they would slow it down)")
         if self.kind == MIXED and self.shares:
             out.append("parallel fleet: data parallel over " + ", ".join(
-                f"{r} {k} replicas taking {share:.3%} of the batch each" for k, r, share in self.shares)
-                + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
-                          for k, step, fits in self.others))
+                f"{r} {k} replicas taking {share:.3%} of the batch each" for k, r, share in self.shares) + others)
         elif self.kind == MIXED:
             out.append("parallel fleet: pipeline stages on " + ", ".join(
                 f"{k} x{b.kinds.count(k)}" for k in dict.fromkeys(b.kinds)) + " (layers per stage by speed: "
-                + ", ".join(str(n) for n in self.stage_layers) + ")"
-                + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
-                          for k, step, fits in self.others))
+                + ", ".join(str(n) for n in self.stage_layers) + ")" + others)
         elif self.kind:
-            out.append(f"parallel fleet: the layout runs on the {self.kind} nodes alone"
-                       + "".join(f"; {_named(k)}: best {step * 1e3:.4g} ms" + ("" if fits else " (does not fit)")
-                                 for k, step, fits in self.others))
+            out.append(f"parallel fleet: the layout runs on the {self.kind} nodes alone" + others)
         if self.proven:
             out.append("parallel: proven the fastest layout of the plan space under the model (every other "
                        "layout's simulated step or lower bound is no lower)")
         elif self.bound is not None and b.fits and b.step > 0:
-            out.append(f"parallel: not proven the fastest: some layout's lower bound {self.bound * 1e3:.4g} ms is "
+            out.append(f"parallel: not proven the fastest: some layout's lower bound {fmt_time(self.bound)} is "
                        f"{(b.step - self.bound) / b.step:.1%} below the step kept")
-        others = [e for e in self.ranked[1:4]]
-        if others:
+        others_ = [e for e in self.ranked[1:4]]
+        if others_:
             out.append("parallel: runners-up " + "; ".join(
-                f"{e.layout.label()} {e.step * 1e3:.4g} ms" + ("" if e.fits else " (too big)") for e in others))
+                f"{describe(e)} {fmt_time(e.step)}" + ("" if e.fits else " (too big)") for e in others_))
         return tuple(out)
+
+    def plan_facts(self) -> tuple[tuple[str, str], ...]:
+        """The plan section of the reports: the layout, its stages and groups, the batch, step and memory."""
+        b = self.best
+        lay = b.layout
+        rows = [("layout", describe(b)),
+                ("GPUs", f"{self.gpus:,}: {fmt_n(lay.data, 'data-parallel replica')} x "
+                         f"{fmt_n(lay.pipeline, 'pipeline stage')} x {fmt_n(lay.tensor, 'tensor-parallel GPU')}"
+                         + (f" ({self.kind} nodes)" if self.kind and self.kind != MIXED else ""))]
+        held = b.rank_memory or (b.peak,)
+        kinds = b.kinds or (self.kind if self.kind != MIXED else "",) * len(self.stage_layers)
+        for s, layers in enumerate(self.stage_layers):
+            kind = f"{kinds[s]} GPUs, " if s < len(kinds) and kinds[s] else ""
+            mem = f", {fmt_bytes(held[s])} per GPU" if s < len(held) else ""
+            rows.append((f"stage {s}", f"{kind}{layers} layers{mem}"))
+        for kind, r, share in self.shares:
+            rows.append((f"{kind} replicas", f"{r} taking {share:.3%} of the batch each"))
+        rows += [("batch", f"{self.samples:,} sequences ({self.samples * self.seq:,} tokens) per step, "
+                           f"{fmt_n(b.micro_batches, 'micro-batch')} of {lay.micro_batch} per replica, {b.schedule}"
+                           + (f" interleaved over {lay.interleave} chunks per stage" if lay.interleave > 1 else "")),
+                 ("step", f"{fmt_time(b.step)} ({fmt_rate(self.tokens_per_s, 'tokens/s')}, "
+                          f"MFU {self.tflops_per_gpu() / self.peak_tflops:.1%})" if self.peak_tflops else
+                          fmt_time(b.step)),
+                 ("work", f"{fmt_count(self.model_flops, 'FLOP')} per step (the model's, without recomputation)"),
+                 ("memory", memory_parts(b.memory, b.capacity) + ("" if b.fits else ": does not fit"))]
+        return tuple(rows)
+
+
+def describe(e: Estimate) -> str:
+    """A layout as the reports name it: its keys, and on a fleet the kind of each pipeline stage
+    (two layouts with the same keys differ there)."""
+    return e.layout.label() + (f", stages on {', '.join(e.kinds)}" if len(set(e.kinds)) > 1 else "")
+
+
+def memory_parts(memory: dict[str, float], capacity: float) -> str:
+    """``23.1 GiB per GPU of 32 GiB (weights 4.71 GiB, ...)``: one unit, the digits that tell them apart."""
+    held, has = fmt_bytes_pair(sum(memory.values()), capacity)
+    return f"{held} per GPU of {has} (" + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in memory.items()) + ")"
 
 
 def _pow2(limit: int) -> list[int]:
@@ -454,9 +487,7 @@ def given_fits(choice: ClusterChoice, gpu: str) -> None:
         over = b.peak - b.capacity
         raise InfeasibleError(
             f"layout {b.layout.label()} does not fit: {gpu} of pipeline rank {b.fullest} would hold "
-            f"{b.peak:,.0f} bytes ({b.peak / GIB:.4g} GiB: "
-            + ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
-            + f" GiB), {over:,.0f} bytes over its {b.capacity / GIB:.4g} GiB", obj="--parallel")
+            f"{b.peak:,.0f} bytes ({memory_parts(b.memory, b.capacity)}), {over:,.0f} bytes over", obj="--parallel")
 
 
 __all__ = ["ClusterChoice", "given_fits", "layouts", "plan_cluster"]

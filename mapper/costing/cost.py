@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mapper.core.graph import Placement, Task, TaskGraph
+from mapper.core.units import fmt_bytes_pair
 from mapper.costing.efficiency import op_class
 from mapper.costing.latency import NO_RATES, Estimate, estimate, infeasible_estimate
 from mapper.errors import InfeasibleError, InputError, OptionsError
@@ -254,9 +255,8 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
             else:
                 est = estimate(task, cls, dev)
             if est.time < INF and footprint[task.index] > capacity[dev.index]:
-                est = infeasible_estimate(
-                    f"footprint {footprint[task.index] / GIB:.3g} GiB exceeds memory {dev.memory_gib:.3g} GiB"
-                )
+                need, has = fmt_bytes_pair(footprint[task.index], capacity[dev.index])
+                est = infeasible_estimate(f"footprint {need} exceeds memory {has}")
             if est.time == INF:
                 reasons.append((task.index, dev.index, est.reason))
             row_t.append(est.time)

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mapper.core.units import fmt_bytes, fmt_time
 from mapper.costing.cost import CostTable
 from mapper.engine.schedule import Schedule
 from mapper.errors import OptionsError
@@ -139,9 +140,9 @@ def pipeline_notes(schedule: Schedule, objective: str) -> tuple[str, ...]:
     stash = pipeline_stash(schedule)
     iteration = sum(load) + (m - 1) * max(load, default=0.0)
     names = cost.platform.devices
-    stages = ", ".join(f"{names[d].name} ({k} in flight, {b / 2**20:.4g} MiB stashed)" for d, k, b in stash)
+    stages = ", ".join(f"{names[d].name} ({k} in flight, {fmt_bytes(b)} stashed)" for d, k, b in stash)
     bubble = 1 - m * max(load, default=0.0) / iteration if iteration > 0 else 0.0
-    return (f"1F1B pipeline of {len(stash)} stages, {m} micro-batches: iteration {iteration:.6g} s, "
+    return (f"1F1B pipeline of {len(stash)} stages, {m} micro-batches: iteration {fmt_time(iteration)}, "
             f"bubble {bubble:.1%}; stages {stages}",)
 
 

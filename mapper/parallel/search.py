@@ -23,7 +23,8 @@ makespan is the plan's step time and its peak memory per device
   greedy check, at positions no tensor-parallel region spans.
 
 ``data``, ``tensor`` and ``pipeline`` keep the plans of that kind only; the
-best plan that fits wins, else the one that needs the least memory. The
+best plan that fits wins; when none fits, :class:`~mapper.errors.InfeasibleError`
+(exit 3) names the plan that needs least memory, its fullest device and the bytes. The
 single device is scored first, then the largest meshes; a plan on ``m``
 devices is skipped when the single device's time over ``m`` (its time with
 perfect scaling) is no better than the best plan found so far.
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mapper.core.graph import TaskGraph
+from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_n, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
 from mapper.engine.memory import peak_memory
 from mapper.errors import InfeasibleError, OptionsError
@@ -45,7 +47,6 @@ from mapper.parallel.rewrite import Split, SplitError, split_graph
 from mapper.parallel.roles import tensor_regions
 from mapper.platform.devices import Platform
 
-GIB = float(2**30)
 #: Candidates listed in reports besides the chosen one.
 RUNNERS_UP = 8
 
@@ -94,19 +95,40 @@ class Choice:
         """What the reports say about the plan (text, JSON ``notes``, HTML)."""
         b = self.best
         out = [f"parallel {self.mode}: {b.plan.label()} on {', '.join(b.plan.devices)}: step "
-               f"{b.step_time * 1e3:.4g} ms scored with heft, peak memory {b.max_peak / GIB:.3g} GiB per device"
-               + ("" if b.fits else " (does not fit: no plan fits)")]
+               f"{fmt_time(b.step_time)} scored with heft, peak memory {fmt_bytes(b.max_peak)} per device"]
         if self.single is not None and b.step_time > 0:
             out.append(f"parallel: best single device {self.single.plan.devices[0]} "
-                       f"{self.single.step_time * 1e3:.4g} ms, speedup {self.single.step_time / b.step_time:.3g}x")
+                       f"{fmt_time(self.single.step_time)}, speedup {self.single.step_time / b.step_time:.3g}x")
         others = [c for c in self.candidates if c is not b][:3]
         if others:
             out.append("parallel: runners-up " + "; ".join(
-                f"{c.plan.label()} {c.step_time * 1e3:.4g} ms" + ("" if c.fits else " (too big)") for c in others))
+                f"{c.plan.label()} on {', '.join(c.plan.devices)} {fmt_time(c.step_time)}"
+                + ("" if c.fits else " (too big)") for c in others))
         if not self.split.exact:
             out.append("parallel: batch norm statistics are per replica (as data-parallel training without "
                        "synchronised batch norm), so the outputs differ from the unsplit graph's")
         return tuple(out)
+
+    def plan_facts(self) -> tuple[tuple[str, str], ...]:
+        """The plan section of the reports: the plan, its devices, stages and the step it was scored at."""
+        b = self.best
+        p = b.plan
+        rows = [("layout", p.label()),
+                ("devices", f"{len(p.devices)}: {', '.join(p.devices)}"),
+                ("groups", f"{fmt_n(p.data, 'data-parallel replica')} x {fmt_n(p.tensor, 'tensor-parallel device')}"
+                           f" x {fmt_n(p.stages, 'pipeline stage')}")]
+        per = p.data * p.tensor
+        starts = (0, *p.cuts)
+        for s in range(p.stages if p.stages > 1 else 0):
+            rows.append((f"stage {s}", f"{', '.join(p.devices[s * per:(s + 1) * per])}: forward tasks from "
+                                       f"position {starts[s]} of the topological order"))
+        if p.micro_batches > 1:
+            rows.append(("batch", f"{p.micro_batches} micro-batches per replica"))
+        rows += [("step", f"{fmt_time(b.step_time)} (scored with heft)"
+                  + (f", speedup {self.single.step_time / b.step_time:.3g}x over {self.single.plan.devices[0]} alone"
+                     if self.single is not None and b.step_time > 0 else "")),
+                 ("memory", f"{fmt_bytes(b.max_peak)} on the fullest device")]
+        return tuple(rows)
 
 
 def build(graph: TaskGraph, plan: Plan, platform: Platform, prepare: Callable[[TaskGraph], TaskGraph],
@@ -217,6 +239,27 @@ def plans(graph: TaskGraph, mode: str, devices: list[str], weights: list[float])
     return out
 
 
+def _none_fits(mode: str, graph: TaskGraph, base: CostTable, least: Candidate, tried: int) -> InfeasibleError:
+    """Exit 3 when no plan fits: the plan that needs least memory, its fullest device and the bytes,
+    and why the devices left out of every mesh could not take the graph unsplit."""
+    capacity = {d.name: base.memory_capacity[d.index] for d in base.platform.devices}
+    device, held = max(least.peak, key=lambda p: p[1] - capacity[p[0]])
+    need, has = fmt_bytes_pair(held, capacity[device])
+    left_out = [d for d in base.platform.devices if d.name not in least.plan.devices
+                and any(base.time[t][d.index] == float("inf") for t in range(base.n_tasks))]
+    why = ""
+    if left_out:
+        dev = left_out[0]
+        t = next(t for t in range(base.n_tasks) if base.time[t][dev.index] == float("inf"))
+        why = (f"; {', '.join(d.name for d in left_out)} cannot run the unsplit graph "
+               f"({dev.name}: task {base.graph.tasks[t].name}: {base.reason(t, dev.index)})")
+    return InfeasibleError(
+        f"--parallel {mode}: no plan of {graph.name} fits the devices' memory ({tried} scored): the smallest, "
+        f"{least.plan.label()} on {', '.join(least.plan.devices)}, needs {need} on {device}, which has {has}{why}",
+        obj="--parallel",
+        hint="a cluster platform (--platform selene --nodes N), or smaller sizes (--param BATCH=...)")
+
+
 def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Callable[[TaskGraph], TaskGraph],
                 train: str | None, step: Callable[[TaskGraph], TaskGraph]) -> Choice:
     """The best plan of ``mode`` for ``graph`` on ``platform`` (module docstring)."""
@@ -264,10 +307,10 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
         why = why or "the platform has one device that runs the graph"
         raise SplitError(f"--parallel {mode}: no plan splits graph {graph.name} ({why})", obj="--parallel")
     fitting = [s for s in pool if s[0].fits]
-    if fitting:
-        best = min(fitting, key=lambda s: (s[0].step_time, len(s[0].plan.devices)))
-    else:
-        best = min(pool, key=lambda s: (s[0].max_peak, s[0].step_time))
+    if not fitting:
+        raise _none_fits(mode, graph, base, min((s[0] for s in pool), key=lambda c: (c.max_peak, c.step_time)),
+                         len(scored))
+    best = min(fitting, key=lambda s: (s[0].step_time, len(s[0].plan.devices)))
     singles = [s[0] for s in scored if len(s[0].plan.devices) == 1]
     ranked = tuple(sorted((s[0] for s in scored), key=lambda c: (c.step_time, len(c.plan.devices))))
     return Choice(mode, best[1], best[2], best[0], ranked, min(singles, key=lambda c: c.step_time) if singles else None,

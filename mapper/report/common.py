@@ -137,7 +137,7 @@ class DeviceStats:
     utilisation: float  # busy / makespan, 0 when the makespan is 0
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
+def union_length(intervals: list[tuple[float, float]]) -> float:
     total = 0.0
     cur_s = 0.0
     cur_e: float | None = None
@@ -160,7 +160,7 @@ def device_stats(schedule: Schedule) -> tuple[DeviceStats, ...]:
         per[s.device].append((s.start, s.end))
     out = []
     for d, dev in enumerate(schedule.cost.platform.devices):
-        busy = _union_length(per[d])
+        busy = union_length(per[d])
         util = busy / schedule.makespan if schedule.makespan > 0 else 0.0
         out.append(DeviceStats(d, dev.name, dev.kind, len(per[d]), busy, util))
     return tuple(out)

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page (inline CSS, JS and SVG).
 
-Sections: summary, Gantt chart with the critical path, device utilisation,
+Sections: summary, the plan kept (``plan``), Gantt chart with the critical path, device utilisation,
 critical path, task graph, mapper comparison (``compare``) and predicted
 against measured times (``run``). Nothing is fetched from the network, and
 every user-provided string is HTML-escaped. See docs/reports.md.
@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 
 from mapper.core.files import atomic_write
-from mapper.core.units import fmt_bytes, fmt_count, fmt_pct, fmt_time
+from mapper.core.units import fmt_bytes, fmt_count, fmt_objective, fmt_pct, fmt_time
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
@@ -83,18 +83,19 @@ def _facts(result: MapResult, timings: bool) -> str:
     sched = result.schedule
     graph, plat = sched.cost.graph, sched.cost.platform
     objective = result.objective
-    if result.objective == "energy":
-        objective += f" = {result.objective_value:.6g} J"
-    elif result.objective != "makespan" or result.objective_value != sched.makespan:
-        objective += f" = {fmt_time(result.objective_value)}"
+    if result.objective != "makespan" or result.objective_value != sched.makespan:
+        objective += f" = {fmt_objective(result.objective_value, result.objective)}"
+    # a graph of explicit costs (a plan's pipeline or request graph) has no counted work to show:
+    # the plan section gives the model's
+    work = (f", {fmt_count(graph.total_flops, 'FLOP')}, {fmt_bytes(graph.total_bytes)}"
+            if graph.total_flops or graph.total_bytes else ", explicit task times (no counted work)")
     rows = [
-        ("graph", f"{graph.name}: {len(graph.tasks)} tasks, {len(graph.edges)} edges, "
-                  f"{fmt_count(graph.total_flops, 'FLOP')}, {fmt_bytes(graph.total_bytes)}"),
+        ("graph", f"{graph.name}: {len(graph.tasks)} tasks, {len(graph.edges)} edges{work}"),
         ("platform", f"{plat.name}: " + ", ".join(f"{d.name} ({d.kind})" for d in plat.devices)),
         ("mapper", result.mapper),
         ("objective", objective),
         ("makespan", fmt_time(sched.makespan)),
-        ("lower bound", fmt_time(result.lower_bound)),
+        ("lower bound", fmt_objective(result.lower_bound, result.objective)),
         ("gap", fmt_pct(result.gap)),
         ("options", ", ".join(sched.options.enabled) or "none (delay model)"),
     ]
@@ -179,7 +180,8 @@ def _compare(result: MapResult, compare: Sequence[MapResult], timings: bool) -> 
         status = f'<span class="status {esc(r.status)}">{esc(r.status)}</span>'
         cells = [
             (esc(r.mapper), False), (status, False), (esc(r.objective), False), (esc(fmt_time(ms)), True),
-            (f"{ms / best:.3f}\u00d7" if best > 0 else "-", True), (esc(fmt_time(r.lower_bound)), True),
+            (f"{ms / best:.3f}\u00d7" if best > 0 else "-", True),
+            (esc(fmt_objective(r.lower_bound, r.objective)), True),
             (esc(fmt_pct(r.gap)), True),
         ] + ([(esc(fmt_time(r.solve_time)), True)] if timings else [])
         rows.append(_tr(cls, {"mapper": r.mapper}, cells))
@@ -214,8 +216,14 @@ def _run_table(result: MapResult, rows: tuple[RunRow, ...]) -> str:
     return _table("run-table", header, out)
 
 
+def _plan(plan: Sequence[tuple[str, str]]) -> str:
+    """The plan kept (layout, stages, groups, batch) as a table of its own."""
+    cells = [f'<tr data-key="{esc(k)}"><td>{esc(k)}</td><td>{esc(v)}</td></tr>' for k, v in plan]
+    return '<table class="facts" id="plan-table">' + "".join(cells) + "</table>"
+
+
 def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False,
-                extra: Sequence[tuple[str, MapResult]] = ()) -> str:
+                extra: Sequence[tuple[str, MapResult]] = (), plan: Sequence[tuple[str, str]] = ()) -> str:
     """The report page as a string (see :func:`write_html`)."""
     sched = result.schedule
     graph, plat = sched.cost.graph, sched.cost.platform
@@ -250,6 +258,9 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         f'<p class="note">{esc(gnote)} Dashed edges cross devices.</p>',
         f'<div class="scroll">{gsvg}</div></section>',
     ]
+    if plan:  # after the summary
+        parts.insert(parts.index(next(x for x in parts if x.startswith('<section id="summary">'))) + 1,
+                     f'<section id="plan"><h2>Plan</h2>{_plan(plan)}</section>')
     for k, (heading, other) in enumerate(extra):
         other_path = critical_path(other.schedule)
         parts.append(f'<section id="extra-{k}"><h2>{esc(heading)}</h2>'
@@ -266,7 +277,7 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
 
 def write_html(
     result: MapResult, path: str | os.PathLike, *, compare: Sequence[MapResult] = (), run=None, timings: bool = False,
-    extra: Sequence[tuple[str, MapResult]] = (),
+    extra: Sequence[tuple[str, MapResult]] = (), plan: Sequence[tuple[str, str]] = (),
 ) -> None:
     """Write the self-contained HTML report of ``result`` to ``path`` atomically.
 
@@ -284,5 +295,8 @@ def write_html(
         Show the mappers' solve times (wall-clock: the page then differs from run to run).
     extra : sequence of (heading, MapResult)
         Further schedules shown as Gantt charts of their own (a request's decode step per GPU).
+    plan : sequence of (key, value)
+        The plan a ``--parallel`` or ``--inference`` search kept (layout, stages, groups, batch),
+        shown in a section of its own.
     """
-    atomic_write(path, render_html(result, compare=compare, run=run, timings=timings, extra=extra))
+    atomic_write(path, render_html(result, compare=compare, run=run, timings=timings, extra=extra, plan=plan))

@@ -3,7 +3,8 @@
 One lane per device, then one lane per link that carries a transfer (a
 transfer is drawn on every link of its route; a transfer without links, such
 as an explicit ``comm`` edge on a platform with no links, gets a lane for its
-device pair). Overlapping items in a lane are packed into sub-rows. Every
+device pair). Link lanes that are nearly empty fold into one lane when
+there are several. Overlapping items in a lane are packed into sub-rows. Every
 name is HTML-escaped.
 """
 
@@ -15,7 +16,15 @@ from dataclasses import dataclass, field
 
 from mapper.core.units import fmt_bytes, fmt_count, fmt_time, time_unit
 from mapper.engine.schedule import Schedule
-from mapper.report.common import PathStep, clip_text, link_tracks, nice_step, op_colour, text_colour
+from mapper.report.common import (
+    PathStep,
+    clip_text,
+    link_tracks,
+    nice_step,
+    op_colour,
+    text_colour,
+    union_length,
+)
 
 LABEL_W = 150  # lane label column, px
 PAD_R = 20
@@ -24,6 +33,8 @@ ROW_H = 22
 LINK_ROW_H = 12  # link lanes: thinner rows, no labels
 LANE_PAD = 4
 MAX_ROWS = 6  # deeper overlaps wrap around and overdraw
+FOLD_BELOW = 0.05  # link lanes busy less than this share of the schedule fold into one ...
+FOLD_MIN = 3  # ... when there are more than this many
 CHAR_W = 6.4  # average glyph width of the 11 px label font
 
 
@@ -118,8 +129,23 @@ def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
         cls = "transfer critical" if PathStep("transfer", pc.edge) in crit else "transfer"
         attrs = {"data-edge": pc.edge, "data-link": tracks[pc.track].key}
         link_lanes[pc.track].items.append(_Item(pc.start, pc.end, (1, pc.edge), (cls, attrs, "#8a8f98", "", title)))
-    lanes += link_lanes
+    lanes += _fold(link_lanes, sched.makespan)
     return lanes
+
+
+def _fold(links: list[_Lane], span: float) -> list[_Lane]:
+    """The link lanes, with those busy less than :data:`FOLD_BELOW` of the schedule folded into
+    one lane (``N quiet links``) when there are more than :data:`FOLD_MIN` of them: a decode step's
+    dozens of nearly empty all-reduce links then take one lane, not most of the chart's height.
+    Each transfer keeps its link in ``data-link`` and its title."""
+    quiet = [lane for lane in links
+             if union_length([(it.start, it.end) for it in lane.items]) < FOLD_BELOW * span]
+    if len(quiet) <= FOLD_MIN:
+        return links
+    folded = _Lane("link", "quiet-links", f"{len(quiet)} quiet links")
+    for lane in quiet:
+        folded.items += lane.items
+    return [lane for lane in links if lane not in quiet] + [folded]
 
 
 def _attrs(attrs: dict) -> str:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 
 from mapper.core.files import atomic_write
-from mapper.core.units import fmt_bytes, fmt_pct, fmt_time
+from mapper.core.units import fmt_bytes, fmt_objective, fmt_pct, fmt_time
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import device_stats
@@ -23,13 +23,15 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tupl
     return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
-def summary_table(result: MapResult) -> str:
+def summary_table(result: MapResult, plan: Sequence[tuple[str, str]] = ()) -> str:
     """Per-device load, then the quality of the mapping, as plain text.
 
     Columns: device, kind, tasks, busy time, utilisation (busy / makespan),
     peak memory (:func:`mapper.engine.memory.peak_memory`).
     Then makespan, lower bound, gap, status, mapper, objective, solve time,
-    the schedule options that were on, and the mapper's notes.
+    the schedule options that were on, the plan kept (``plan``: its layout, stages,
+    groups and batch, when a ``--parallel`` or ``--inference`` search chose one),
+    and the mapper's notes.
     """
     sched = result.schedule
     rows = [
@@ -40,12 +42,11 @@ def summary_table(result: MapResult) -> str:
                    (False, False, True, True, True, True))
     objective = result.objective
     if result.objective != "makespan" or result.objective_value != sched.makespan:
-        value = fmt_time(result.objective_value) if result.objective != "energy" else f"{result.objective_value:.6g} J"
-        objective = f"{result.objective} = {value}"
+        objective = f"{result.objective} = {fmt_objective(result.objective_value, result.objective)}"
     options = ", ".join(sched.options.enabled) or "none (delay model)"
     facts = [
         ("makespan", fmt_time(sched.makespan)),
-        ("lower bound", fmt_time(result.lower_bound)),
+        ("lower bound", fmt_objective(result.lower_bound, result.objective)),
         ("gap", fmt_pct(result.gap)),
         ("status", result.status),
         ("mapper", result.mapper),
@@ -55,9 +56,12 @@ def summary_table(result: MapResult) -> str:
         ("graph", f"{sched.cost.graph.name} ({len(sched.slots)} tasks, {len(sched.transfers)} transfers)"),
         ("platform", sched.cost.platform.name),
     ]
-    width = max(len(k) for k, _ in facts)
+    width = max(len(k) for k, _ in [*facts, *((f"  {k}", v) for k, v in plan)])
     lines.append("")
     lines += [f"{k.ljust(width)}  {v}" for k, v in facts]
+    if plan:
+        lines.append("plan")
+        lines += [f"{('  ' + k).ljust(width)}  {v}" for k, v in plan]
     for note in result.notes:
         lines.append(f"{'note'.ljust(width)}  {note}")
     return "\n".join(lines) + "\n"
@@ -80,16 +84,17 @@ def schedule_table(result: MapResult) -> str:
 
 def compare_table(results) -> str:
     """One row per mapping of the same graph: mapper, status, makespan, ratio to
-    the best makespan, objective value, lower bound, gap, solve time."""
+    the best makespan, objective value, lower bound, gap, solve time. The pipeline gives
+    every row the best bound known across the rows (:mod:`mapper.mapping.shared_bound`)."""
     best = min(r.schedule.makespan for r in results)
     rows = []
     for r in results:
         ms = r.schedule.makespan
-        value = f"{r.objective_value:.6g} J" if r.objective == "energy" else fmt_time(r.objective_value)
         rows.append(
             (
                 r.mapper, r.status, fmt_time(ms), f"{ms / best:.3f}x" if best > 0 else "-",
-                f"{r.objective} {value}", fmt_time(r.lower_bound), fmt_pct(r.gap), fmt_time(r.solve_time),
+                f"{r.objective} {fmt_objective(r.objective_value, r.objective)}",
+                fmt_objective(r.lower_bound, r.objective), fmt_pct(r.gap), fmt_time(r.solve_time),
             )
         )  # fmt: skip
     header = ("mapper", "status", "makespan", "vs best", "objective", "lower bound", "gap", "solve time")

@@ -86,7 +86,7 @@ def search_batch(make: Callable[[int], ServingModel],
         largest({"tensor": lay.tensor, "pipeline": lay.pipeline, "data": lay.replicas}, best.request.batch)
         found = [c for c in priced.values() if c is not None]
         best = max(found, key=lambda c: (c.tokens_per_s, -c.request.batch))
-    why = "the largest that fits and meets the bounds" if best.request.batch == top else (
-        f"more tokens/s than {top:,}, the largest that fits and meets the bounds")
+    why = "the largest batch any layout fits and meets the bounds with" if best.request.batch == top else (
+        f"more tokens/s than batch {top:,}, the largest any layout fits and meets the bounds with")
     note = f"batch {best.request.batch:,} chosen ({why}; {len(models)} batches priced)"
     return replace(best, batch_note=note), models[best.request.batch]

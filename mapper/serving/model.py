@@ -88,6 +88,7 @@ class ServingEstimate:
     memory: dict[str, float] = field(hash=False)  # bytes per GPU by part, on the fullest stage
     capacity: float = 0.0
     max_batch: int = 0  # the largest batch whose memory fits (same layout and micro-batches)
+    stage_memory: tuple[float, ...] = ()  # bytes per GPU of each stage (the fullest's is ``peak``)
 
     @property
     def latency(self) -> float:
@@ -201,13 +202,14 @@ class ServingModel:
             out.append(seconds)
         return tuple(out)
 
-    def memory(self, lay: ServingLayout, starts: tuple[int, ...]) -> tuple[dict[str, float], int]:
-        """Bytes per GPU by part on the fullest stage, and the largest batch that fits."""
+    def memory(self, lay: ServingLayout, starts: tuple[int, ...]) -> tuple[dict[str, float], int, tuple[float, ...]]:
+        """Bytes per GPU by part on the fullest stage, the largest batch that fits, each stage's bytes."""
         t, m = lay.tensor, lay.micro_batches
         ends = [*starts[1:], len(self.blocks)]
         graph = self.graphs["prefill"]
         best: dict[str, float] = {}
         room = math.inf
+        held: list[float] = []
         for a, b in zip(starts, ends):
             weights = sum(self.block("prefill", i, t, m).param_bytes for i in range(a, b))
             tasks = [k for i in range(a, b) for k in self.blocks[i].tasks]
@@ -215,13 +217,14 @@ class ServingModel:
             act = max(max(self.block(ph, i, t, m).working for ph in self.profiles if ph != "token")
                       for i in range(a, b))
             parts = {"weights": weights, "kv_cache": kv, "activations": act, "reserve": RESERVE}
+            held.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best = parts
             per_seq = (kv + act * m) / self.request.batch  # activations: one micro-batch of b/m sequences
             if per_seq > 0:
                 fit = (self.capacity - weights - RESERVE) / per_seq
                 room = min(room, fit)
-        return best, int(room) if math.isfinite(room) and room > 0 else 0
+        return best, int(room) if math.isfinite(room) and room > 0 else 0, tuple(held)
 
     def estimate(self, lay: ServingLayout) -> ServingEstimate | None:
         """The request under ``lay`` (None when the blocks cannot be cut into its stages)."""
@@ -242,5 +245,5 @@ class ServingModel:
             last = self.stage_times("last", lay, starts)
             rounds = [max(sum(x), m * max(x)) for x in (first, last)]
             decode = self.request.decode * (rounds[0] + rounds[1]) / 2
-        memory, max_batch = self.memory(lay, starts)
-        return ServingEstimate(lay, starts, pre, first, last, ttft, decode, memory, self.capacity, max_batch)
+        memory, max_batch, held = self.memory(lay, starts)
+        return ServingEstimate(lay, starts, pre, first, last, ttft, decode, memory, self.capacity, max_batch, held)

@@ -8,7 +8,8 @@ grows). A micro-batch passes the stages in order, its next decode step starts
 after its last one left the last stage, and each stage runs its tasks in
 arrival order. Scheduled and validated by the ordinary engine, its makespan is
 the request's latency and the end of the last prefill task its time to first
-token: the closed forms only rank layouts.
+token: the closed forms only rank layouts. A stage's first task carries the bytes the
+serving model puts on that stage's GPUs (``memory``), so every report's peak memory is the layout's.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def request_graph(est: ServingEstimate, decode: int, name: str) -> TaskGraph:
                     seconds, label = (1 - w) * est.decode_first[s] + w * est.decode_last[s], f"decode{i}"
                 dev = stage_device(s)
                 k = len(tasks)
+                first = i == 0 and j == 0 and s < len(est.stage_memory)
                 tasks.append(Task(k, f"{label}.s{s}.mb{j}", "task", placement=Placement(allow=(dev,)),
-                                  explicit_cost=((dev, seconds),)))
+                                  explicit_cost=((dev, seconds),), memory=est.stage_memory[s] if first else None))
                 index[(i, j, s)] = k
                 if s > 0:
                     edges.add((index[(i, j, s - 1)], k))

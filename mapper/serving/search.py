@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mapper.cluster.search import memory_parts
+from mapper.core.units import fmt_bytes, fmt_n, fmt_rate, fmt_time
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.serving.model import ServingEstimate, ServingLayout, ServingModel
 from mapper.serving.request import Request
 from mapper.serving.request_graph import MAX_TASKS, request_tasks
 
-GIB = float(2**30)
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 4
 #: Keys of a training layout that mean nothing when serving.
@@ -124,22 +125,26 @@ class ServingChoice:
         return {"mode": "serving", "plan": b.layout.to_json(), "label": b.layout.label(), "fits": b.fits,
                 "peak_memory": {**b.memory, "total": b.peak}, "gpus": self.gpus}
 
+    def where(self) -> str:
+        """``8 of 8 GPUs (dgx-a100)``: how many GPUs the layout uses, replicas included."""
+        used = self.best.layout.gpus * self.best.layout.replicas
+        return (f"{used} of {fmt_n(self.gpus, 'GPU')}"
+                + (f" ({self.kind} nodes of the fleet)" if self.kind else ""))
+
     def notes(self) -> tuple[str, ...]:
         b, r = self.best, self.request
-        parts = ", ".join(f"{k} {v / GIB:.3g}" for k, v in b.memory.items())
         out = [f"inference: prefill {r.prefill} tokens x {r.batch} sequences, then {r.decode} decode steps "
                f"({self.runtime} runtime: "
                + ("kernel launches only" if self.runtime == "graph" else "framework dispatch per op") + ")",
-               f"inference: {b.layout.label()} on {self.gpu_name}"
-               + (f" ({self.kind} nodes of the fleet)" if self.kind else "")
-               + f": first token {self.ttft * 1e3:.4g} ms, {self.tpot * 1e3:.4g} ms per output token, "
-               f"request {self.latency * 1e3:.4g} ms, {self.tokens_per_s:.4g} tokens/s",
-               f"inference: memory {b.peak / GIB:.3g} GiB per GPU of {b.capacity / GIB:.3g} ({parts} GiB)"
-               + ("" if b.fits else ": does not fit") + f"; the largest batch that fits: {b.max_batch}"]
+               f"inference: {b.layout.label()} on {self.where()}: first token {fmt_time(self.ttft)}, "
+               f"{fmt_time(self.tpot)} per output token, request {fmt_time(self.latency)}, "
+               f"{fmt_rate(self.tokens_per_s, 'tokens/s')}",
+               f"inference: memory {memory_parts(b.memory, b.capacity)}" + ("" if b.fits else ": does not fit")
+               + f"; this layout holds at most {b.max_batch:,} sequences per replica"]
         phase = "decode step" if r.decode else "prefill"
         if self.step is not None:
             out.append(f"inference: one {phase} built per GPU ({len(self.step.schedule.slots):,} tasks, tensor "
-                       f"all-reduces included) and validated: {self.step.schedule.makespan * 1e3:.4g} ms; "
+                       f"all-reduces included) and validated: {fmt_time(self.step.schedule.makespan)}; "
                        "the HTML report shows its Gantt")
         elif self.step_note:
             out.append(f"inference: one {phase} per GPU is not built: {self.step_note}")
@@ -151,8 +156,30 @@ class ServingChoice:
         others = self.ranked[1:RUNNERS_UP]
         if others:
             out.append("inference: runners-up " + "; ".join(
-                f"{e.layout.label()} {e.latency * 1e3:.4g} ms" + ("" if e.fits else " (too big)") for e in others))
+                f"{e.layout.label()} {fmt_time(e.latency)}" + ("" if e.fits else " (too big)") for e in others))
         return tuple(out)
+
+    def plan_facts(self) -> tuple[tuple[str, str], ...]:
+        """The plan section of the reports: layout, GPUs, stages, batch, latency and memory."""
+        b, r = self.best, self.request
+        lay = b.layout
+        rows = [("layout", lay.label()),
+                ("GPUs", f"{self.where()}: {fmt_n(lay.replicas, 'replica')} x "
+                         f"{fmt_n(lay.pipeline, 'pipeline stage')} x {fmt_n(lay.tensor, 'tensor-parallel GPU')}")]
+        ends = [*b.stages[1:], None]
+        for s, (a, e) in enumerate(zip(b.stages, ends)):
+            blocks = f"blocks {a}-{e - 1}" if e is not None else f"blocks from {a}"
+            blocks = blocks if len(b.stages) > 1 else "every block"
+            mem = f", {fmt_bytes(b.stage_memory[s])} per GPU" if s < len(b.stage_memory) else ""
+            rows.append((f"stage {s}", blocks + mem))
+        rows += [("batch", f"{r.batch:,} sequences per replica" + (f" in {lay.micro_batches} micro-batches"
+                                                                    if lay.micro_batches > 1 else "")
+                  + (f" (batch=auto; this layout holds at most {b.max_batch:,})" if r.auto_batch
+                     else f" (this layout holds at most {b.max_batch:,})")),
+                 ("request", f"first token {fmt_time(self.ttft)}, {fmt_time(self.tpot)} per output token, "
+                             f"{fmt_time(self.latency)} in all, {fmt_rate(self.tokens_per_s, 'tokens/s')}"),
+                 ("memory", memory_parts(b.memory, b.capacity) + ("" if b.fits else ": does not fit"))]
+        return tuple(rows)
 
 
 def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds, runtime: str,
@@ -184,8 +211,8 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
     if not fitting:
         least = min(scored, key=lambda e: e.peak)
         raise InfeasibleError(
-            f"no layout fits in memory: the least needs {least.peak / GIB:.4g} GiB per GPU "
-            f"({least.layout.label()}) on {model.gpu.name} of {least.capacity / GIB:.4g} GiB", obj="--inference")
+            f"no layout fits in memory: the least needs {memory_parts(least.memory, least.capacity)} "
+            f"({least.layout.label()}) on {model.gpu.name}", obj="--inference")
     if bounds.any or r.auto_batch:
         ok = [e for e in fitting if bounds.met(e, r)]
         if not ok:
@@ -193,7 +220,7 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
             tpot = near.decode / r.decode if r.decode else 0.0
             raise InfeasibleError(
                 f"no layout meets the bounds: the fastest ({near.layout.label()}) has first token "
-                f"{near.ttft * 1e3:.4g} ms and {tpot * 1e3:.4g} ms per output token", obj="--max-tpot")
+                f"{fmt_time(near.ttft)} and {fmt_time(tpot)} per output token", obj="--max-tpot")
         ranked = sorted(ok, key=lambda e: (-r.tokens * e.layout.replicas / e.latency, e.latency, e.layout.gpus))
     else:
         ranked = sorted(fitting, key=lambda e: (e.latency, e.layout.gpus, e.peak))
