@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from mapper.core.graph import TaskGraph
 from mapper.costing.cost import CostTable, build_cost_table
 from mapper.costing.fusion import check_fuse, fuse_for
+from mapper.costing.precision import check_precision, require_format, with_precision
 from mapper.engine.validate import require_valid
 from mapper.errors import OptionsError
 from mapper.frontend.sources import ModelFile, is_model
@@ -87,6 +88,7 @@ def compile_graph(
     micro_batches: int | None = None,
     parallel: str = "none",
     serving: Serving | None = None,
+    precision: str | None = None,
 ) -> CompileResult:
     """Compile ``source`` for ``platform`` with ``mapper``.
 
@@ -114,6 +116,8 @@ def compile_graph(
     serving : price a generation request (``--inference``, :mod:`mapper.serving`): the split
         stage lowers the model at the request's sizes, chooses a serving layout and maps the
         request's task graph, whose makespan is the request's latency.
+    precision : ``--precision``: the format the linear layers' GEMMs run in
+        (:mod:`mapper.costing.precision`); None keeps the graph's dtypes.
 
     Raises
     ------
@@ -137,6 +141,10 @@ def compile_graph(
     if dump_after == "train" and train is None:
         raise OptionsError("the train stage runs only with --train", obj="--dump-after")
     check_parallel(parallel)
+    check_precision(precision)
+    if precision is not None and serving is not None:
+        raise OptionsError("--precision applies to training steps and graphs; --inference keeps the model's "
+                           "16-bit GEMMs", obj="--precision")
     if parallel != "none" and dump_after in ("fuse", "train"):
         raise OptionsError(f"with --parallel the {dump_after} stage runs inside the split stage; "
                            "use --dump-after split", obj="--dump-after")
@@ -184,6 +192,9 @@ def compile_graph(
         if is_model(path):
             graph = without_spans(graph)
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
+    if precision is not None:
+        require_format(plat, precision)
+        graph = with_precision(graph, precision)
     if throughput_model is not None:
         plat = replace(plat, throughput_model=throughput_model)
     if micro_batches is not None:
@@ -209,7 +220,8 @@ def compile_graph(
     elif cluster_planner:
         from mapper.cluster.driver import plan_step
 
-        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare, options.progress))
+        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare, options.progress,
+                                                   precision))
         choice, graph, plat = planned.choice, planned.graph, planned.platform
     elif parallel != "none":  # one machine (a cluster's layouts went to the cluster planner)
         from mapper.costing.training import training_step

@@ -89,6 +89,10 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                         "for the backward pass (docs/ops.md, Training)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
                    help="with --train: the optimizer step (default sgd, with momentum)")
+    p.add_argument("--precision", default=None, metavar="FORMAT",
+                   help="the format the linear layers' GEMMs run in: bf16, fp8, mxfp8 or nvfp4 (attention, "
+                        "norms, router, embeddings, LM head, master weights and optimizer states stay in "
+                        "16/32-bit; a GPU without the format exits 2; docs/parallel.md, Precision)")
 
 
 def train_option(args: argparse.Namespace) -> str | None:

@@ -242,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
                 compare=compare, dump_after=args.dump_after, fuse=args.fuse,
                 throughput_model=args.throughput_model, train=train_option(args),
                 micro_batches=args.micro_batches, parallel=args.parallel, serving=serving,
+                precision=args.precision,
                 on_stage=_stage_printer(sys.stderr) if args.verbose else None,
             )
     except StoppedAfter as stop:
@@ -285,7 +286,10 @@ def _replanned(args: argparse.Namespace, compiled, full):
     def prepare(g):
         return fuse_for(g, full) if args.fuse == "auto" else g
 
-    before = plan_cluster(graph, full, given, train_option(args) or "sgd", prepare)
+    from mapper.costing.precision import with_precision
+
+    graph = with_precision(graph, args.precision)
+    before = plan_cluster(graph, full, given, train_option(args) or "sgd", prepare, precision=args.precision)
     now = compiled.parallel
     change = "the same layout" if before.best.layout == now.best.layout else f"was {before.best.layout.label()}"
     where = {"": "", "mixed": " over several node kinds"}.get(before.kind, f" on the {before.kind} nodes")

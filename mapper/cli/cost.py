@@ -16,6 +16,7 @@ from mapper.cli.model_options import add_model_options, source
 from mapper.core.units import fmt_bytes, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
 from mapper.costing.fusion import fuse_for
+from mapper.costing.precision import check_precision, require_format, with_precision
 from mapper.costing.training import training_step
 from mapper.platform.cluster import flat_platform
 from mapper.platform.loader import load_platform
@@ -51,6 +52,9 @@ def run(args) -> int:
     plat = platform_arg(args)
     platform = flat_platform(load_platform(plat) if isinstance(plat, str) else plat)
     graph = load_graph(source(args))
+    if check_precision(args.precision) is not None:
+        require_format(platform, args.precision)
+        graph = with_precision(graph, args.precision)
     graph = fuse_for(graph, platform, args.fuse)
     optimizer = train_option(args)
     if optimizer is not None:

@@ -31,15 +31,16 @@ class PlannedStep:
 
 def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | None,
               prepare: Callable[[TaskGraph], TaskGraph],
-              progress: Callable[[Progress], None] | None = None) -> PlannedStep:
+              progress: Callable[[Progress], None] | None = None, precision: str | None = None) -> PlannedStep:
     """The layout of ``graph``'s training step that ``parallel`` asks for on ``platform``, its
     pipeline graph and the platform of one pipeline replica. A given layout that does not fit
-    exits 3 (:func:`mapper.cluster.search.given_fits`)."""
+    exits 3 (:func:`mapper.cluster.search.given_fits`). ``precision``: the format ``graph``'s
+    GEMMs were marked with (:func:`mapper.cluster.search.plan_cluster`)."""
     if train is None:
         raise OptionsError("the cluster planner lays out a training step: add --train (and --optimizer)",
                            obj="--parallel")
     given: dict[str, Any] = parse_layout(parallel) if is_layout(parallel) else dict(MODES[parallel])
-    choice = plan_cluster(graph, platform, given, train, prepare, progress)
+    choice = plan_cluster(graph, platform, given, train, prepare, progress, precision)
     lay = choice.best.layout
     fleet = platform.fleet
     if fleet is not None and choice.kind == MIXED:

@@ -25,7 +25,7 @@ from itertools import combinations, permutations
 import numpy as np
 
 from mapper.cluster.comm import collective, send
-from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition
+from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition, state_bytes
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
 from mapper.costing.training import OPTIMIZERS
@@ -200,9 +200,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
             exposed = max(total - b, total / max(1, math.ceil(pbytes / BUCKET)))
         rank_sync.append(exposed + update)
         kept, work = km.model._activations(lay, range(a, e))
-        master = 2 if pbytes < 4 * params else 0
-        memory = {"weights": pbytes, "gradients": pbytes,
-                  "optimizer": 4.0 * params * (opt.states + master) / (d if lay.zero else 1),
+        memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d),
                   "activations": kept * min(p - s, m) + work, "reserve": RESERVE}
         held.append(sum(memory.values()))
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
@@ -240,8 +238,7 @@ def _stage_costs(kinds: list[KindModel], lay: Layout, seq: list[int], weights: l
         work = np.zeros((n + 1, n + 1))
         for a in range(n):
             work[a, a + 1:] = np.maximum.accumulate([w for _, w in acts[a:]])
-        master = np.where(pbytes < 4 * params, 2.0, 0.0)
-        fixed = 2 * pbytes + 4.0 * params * (opt.states + master) / (d if lay.zero else 1) + work + RESERVE
+        fixed = sum(state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d).values()) + work + RESERVE
         per_kind[k] = (span(weights[k]), fixed, span([kept for kept, _ in acts]), km.model.capacity)
     out = []
     for s, k in enumerate(seq):
@@ -345,9 +342,7 @@ def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: f
     worst: tuple[float, dict[str, float], float] | None = None
     for km in kinds:
         kept, work = km.model._activations(lay, range(len(km.model.profile.blocks)))
-        master = 2 if pbytes < 4 * params else 0
-        memory = {"weights": pbytes, "gradients": pbytes,
-                  "optimizer": 4.0 * params * (opt.states + master) / (d if lay.zero else 1),
+        memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d),
                   "activations": kept + work, "reserve": RESERVE}
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
         if worst is None or over > worst[0]:

@@ -24,11 +24,9 @@ batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
   practice, but Narayanan et al. measure ZeRO-3 well behind PTD-P at scale
   (SC'21, 5.4), and a model that hid it all would prefer it everywhere.
 
-Memory per GPU: 16-bit weights and gradients, optimizer states in f32 with f32
-master weights and f32 main gradients, Megatron-LM's mixed-precision optimizer
-(``2 + 2 + 16`` bytes per parameter for Adam: 20, or ``4 + 16/d`` with its
-distributed optimizer, README "Distributed Optimizer"), divided by ``d`` as the
-ZeRO stage says; the activations of the micro-batches
+Memory per GPU: weights, gradients and optimizer state in the bytes
+Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
+says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the micro-batches
 in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
 count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
 parallelism dividing them by ``t``; and :data:`RESERVE` for the CUDA context,
@@ -55,6 +53,31 @@ GIB = float(2**30)
 #: A100/H100), cuBLAS and cuDNN workspaces, NCCL's buffers (NCCL_BUFFSIZE, 4 MiB per channel and
 #: peer) and the caching allocator's fragmentation; PyTorch reports some 1-3 GiB of it.
 RESERVE = 2.0 * GIB
+#: Bytes per element of the gradient buffer by its format (``grad=``; "" the weights' own).
+GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}
+
+
+def state_bytes(params: Any, pbytes: Any, states: int, grad: str, zero: int, d: int) -> dict[str, Any]:
+    """Bytes per GPU of ``params`` parameters held in ``pbytes`` bytes: weights, gradients and
+    the optimizer (``states`` f32 values per parameter), as Megatron-Core keeps them (its
+    "Distributed Optimizer" guide, bytes per parameter without / with the distributed optimizer:
+    f16 or bf16 weights with 16-bit gradients 20 / ``4 + 16/d``, bf16 weights with f32
+    gradients 18 / ``6 + 12/d``, f32 16 / ``8 + 8/d``). The gradient buffer is ``grad``
+    (``fp32``: its f32 main gradients are the buffer, Megatron-Core's default with bf16, which
+    sets ``accumulate_allreduce_grads_in_fp32``; ``bf16``: ``--grad-reduce-in-bf16``; "": the
+    weights' own format, as Megatron-LM ran fp16, where the optimizer keeps an f32 copy of the
+    gradients beside the f32 master weights). ZeRO 1 (the distributed optimizer) shards the
+    master weights, states and copies over the ``d`` replicas, ZeRO 2 the gradients too, ZeRO 3
+    the weights. Works elementwise on arrays."""
+    half = pbytes < 4 * params  # 16-bit weights keep f32 master weights
+    per = GRAD_BYTES.get(grad)
+    grads = pbytes if per is None else per * params
+    copy = (grads < 4 * params) * half  # 16-bit gradients: the optimizer's f32 copy of them
+    return {"weights": pbytes / (d if zero >= 3 else 1),
+            "gradients": grads / (d if zero >= 2 else 1),
+            "optimizer": 4.0 * params * (states + half + copy) / (d if zero >= 1 else 1)}
+
+
 #: Gradient bucket of the data-parallel all-reduce (PyTorch DDP's bucket_cap_mb, Li et al., VLDB 2020).
 BUCKET = 25.0 * 2**20
 
@@ -154,8 +177,10 @@ def stage_partition(weights: list[list[float]], order: list[int],
 class PlanModel:
     """Step time and memory of layouts of one graph on one cluster (module docstring)."""
 
-    def __init__(self, profile: Profile, net: Network, samples: int, optimizer: str, capacity: float) -> None:
+    def __init__(self, profile: Profile, net: Network, samples: int, optimizer: str, capacity: float,
+                 grad: str = "") -> None:
         self.profile = profile
+        self.grad = grad  # the gradient buffer's format (state_bytes)
         self.net = net
         self.samples = samples
         self.optimizer = optimizer
@@ -238,9 +263,10 @@ class PlanModel:
             rank_work[s] = max(rank_work[s], work)
             if lay.zero == 3 and d > 1:  # weights gathered for forward and backward, gradients scattered
                 pb = sum(costs[i].param_bytes for i in range(a, e))
+                gb = self._grad_bytes(sum(costs[i].params for i in range(a, e)), pb)
                 per_node = min(d, max(1, self.net.gpus_per_node // t))
                 z3 = (2 * collective(self.net, "allgather", pb, d, per_node)[0]
-                      + collective(self.net, "reducescatter", pb, d, per_node)[0])
+                      + collective(self.net, "reducescatter", gb, d, per_node)[0])
                 rank_z3[s] += z3
                 chunk_times[-1] = (f + z3 / 3, b + 2 * z3 / 3)
         rank_time = [x + z for x, z in zip(rank_time, rank_z3)]
@@ -253,11 +279,11 @@ class PlanModel:
         for ci, (a, e) in enumerate(zip(starts, ends)):
             updates[ci % p] += sum(costs[i].update for i in range(a, e))
         for s in range(p):
-            grads = rank_pbytes[s]
+            grads = self._grad_bytes(rank_params[s], rank_pbytes[s])  # the buffer reduced
             if d > 1 and lay.zero < 3:
-                if lay.zero == 2:
+                if lay.zero >= 1:  # the distributed optimizer: gradients scattered, new weights gathered
                     total = (collective(self.net, "reducescatter", grads, d, per_node)[0]
-                             + collective(self.net, "allgather", grads, d, per_node)[0])
+                             + collective(self.net, "allgather", rank_pbytes[s], d, per_node)[0])
                 else:
                     total = collective(self.net, "allreduce", grads, d, per_node)[0]
                 buckets = max(1, math.ceil(grads / BUCKET))
@@ -271,6 +297,11 @@ class PlanModel:
                                               schedule == "gpipe")
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks)
+
+    def _grad_bytes(self, params: float, pbytes: float) -> float:
+        """Bytes of the gradient buffer of ``params`` parameters held in ``pbytes`` (:func:`state_bytes`)."""
+        per = GRAD_BYTES.get(self.grad)
+        return pbytes if per is None else per * params
 
     def _activations(self, lay: Layout, indices: range) -> tuple[float, float]:
         """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass, and
@@ -303,15 +334,8 @@ class PlanModel:
                 flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
             else:
                 flight = min(p - s, m)
-            # 16-bit weights keep f32 master weights and f32 main gradients beside the states
-            master = 2 if pbytes[s] < 4 * params[s] else 0
-            parts = {
-                "weights": pbytes[s] / (d if lay.zero >= 3 else 1),
-                "gradients": pbytes[s] / (d if lay.zero >= 2 else 1),
-                "optimizer": 4.0 * params[s] * (states + master) / (d if lay.zero >= 1 else 1),
-                "activations": act[s] * flight + work[s],
-                "reserve": RESERVE,
-            }
+            parts = {**state_bytes(params[s], pbytes[s], states, self.grad, lay.zero, d),
+                     "activations": act[s] * flight + work[s], "reserve": RESERVE}
             ranks.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best, fullest = parts, s

@@ -16,10 +16,15 @@ kernels in order (:mod:`mapper.serving`), no training step.
 Activation memory (what the backward pass keeps) is counted per op as
 Korthikanti et al. count it ("Reducing Activation Recomputation in Large
 Transformer Models", MLSys 2023, section 4.1): the activation inputs of
-every op but additions, and for attention its scores, softmax output and the
-dropout of it (``5 a s^2 b`` bytes in 16-bit per layer: :data:`SCORE_BYTES`
-per head and query-key pair). The graph has no dropout ops, so their masks
-(``2 s b h`` bytes of the paper's ``34 s b h``) are not counted.
+every op but additions and rotary embeddings (:data:`LINEAR_OPS`), and for unfused attention its scores, softmax output
+and the dropout of it (``5 a s^2 b`` bytes in 16-bit per layer: :data:`SCORE_BYTES`
+per head and query-key pair). Fused attention (FlashAttention, Dao et al.,
+NeurIPS 2022, algorithm 2) keeps no scores: its backward pass recomputes them
+from Q, K, V, its output and the log-sum-exp of each query row and head, one
+f32 each (:data:`LSE_BYTES`; ``softmax_lse`` of ``flash_attn``'s forward), so
+a fused layer keeps ``34 s b h`` less the dropout masks plus ``4 a s b``. The
+graph has no dropout ops, so their masks (``2 s b h`` bytes of the paper's
+``34 s b h``) are not counted.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ from mapper.platform.schema import switch_links
 #: and the dropout output (a 1-byte mask and 16-bit values would be 3; Korthikanti et al. count
 #: 5 a s^2 b in all: softmax output 2, dropout mask 1, dropout output 2).
 SCORE_BYTES = 5.0
+#: Ops whose gradient needs none of their inputs: sums, and the rotary embedding (its gradient is
+#: the inverse rotation; Megatron-Core's fused RoPE saves only the angles).
+LINEAR_OPS = frozenset({"add", "sub", "allreduce", "concat", "rotary"})
+#: Bytes fused attention keeps per head and query row: the f32 log-sum-exp of its softmax
+#: (FlashAttention's ``softmax_lse``, Dao et al., NeurIPS 2022, algorithm 2 line 13).
+LSE_BYTES = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +94,16 @@ def _kept(task: Task) -> tuple[float, float]:
     parts = task.parts or (task,)
     kept = scores = 0.0
     for p in parts:
-        if p.op in ("add", "sub", "allreduce", "concat") or op_class(p.op, None) == "movement":
+        if p.op in LINEAR_OPS or op_class(p.op, None) == "movement":
             continue
         kept += sum(float(o.type.nbytes) for o in p.operands if o.kind != "weight")
         if p.op == "attention" and p.output is not None:
-            seq = int(p.attr("seq"))
-            tokens = p.output.shape[0]
-            s = SCORE_BYTES * int(p.attr("heads")) * seq * tokens * DTYPE_BYTES.get(p.output.dtype, 2) / 2
+            tokens, heads = p.output.shape[0], int(p.attr("heads"))
+            if p.attr("fused", 1):  # the log-sum-exp rows only
+                kept += LSE_BYTES * heads * tokens
+                continue
+            keys = int(p.attr("seq")) + int(p.attr("cache") or 0)
+            s = SCORE_BYTES * heads * keys * tokens * DTYPE_BYTES.get(p.output.dtype, 2) / 2
             kept += s
             scores += s
     return kept, scores

@@ -61,6 +61,8 @@ class ClusterChoice:
     previous: tuple[str, float, int, str] | None = None  # --without: (layout, step, GPUs, kind) before
     kinds_used: tuple[str, ...] = ()  # a mixed layout over some of a fleet's kinds: which (the rest idle)
     bound: float | None = None  # no layout of the plan space is faster under the model (model.lower_bound)
+    precision: str = ""  # the GEMMs' format (--precision, else the graph's own: fp16)
+    grad: str = ""  # the gradient buffer's format (fp32, bf16, or the weights' own)
 
     @property
     def proven(self) -> bool:
@@ -94,7 +96,9 @@ class ClusterChoice:
         if self.shares:  # one stage, its replicas on several kinds with their own batch shares
             stages = [{"kind": kind, "devices": lay.tensor * r, "data": r, "tensor": lay.tensor,
                        "layers": sum(self.stage_layers), "share": share} for kind, r, share in self.shares]
-        return {"mode": "cluster", **b.to_json(), "gpus": self.gpus, "global_batch": self.samples,
+        est = b.to_json()
+        est["plan"] = {**est["plan"], "grad": self.grad, "precision": self.precision}
+        return {"mode": "cluster", **est, "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 **({"kinds_used": list(self.kinds_used)} if self.kinds_used else {}),
                 "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu(),
@@ -224,24 +228,44 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: dict[str,
 
 def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
                  prepare: Callable[[TaskGraph], TaskGraph],
-                 progress: Callable[[Progress], None] | None = None) -> ClusterChoice:
+                 progress: Callable[[Progress], None] | None = None, precision: str | None = None) -> ClusterChoice:
     """The best layout of ``graph``'s training step on ``platform`` (module docstring);
     ``progress`` hears how far the search is about twice a second. On a fleet, each node kind
     is planned as a cluster of its own, and so are layouts over every kind
-    (:mod:`mapper.cluster.mixed`); the fastest that fits wins."""
+    (:mod:`mapper.cluster.mixed`); the fastest that fits wins. ``precision``: the
+    ``--precision`` the graph's GEMMs were marked with (:mod:`mapper.costing.precision`); with
+    one, the gradient buffer is f32 unless ``given`` says ``grad`` (Megatron-Core's default for
+    bf16 and the FP8 recipes, which keep bf16 weights); without, the weights' own 16-bit format
+    (Megatron-LM's fp16 training, as SC'21 ran it)."""
+    given = dict(given)
+    grad = given.pop("grad", None) or ("fp32" if precision else "")
+    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad)
+    own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
+    return replace(choice, precision=precision or own, grad=grad or own)
+
+
+#: How reports name the graph's own GEMM and gradient formats.
+FORMAT_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
+
+
+def _plan_kinds(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+                prepare: Callable[[TaskGraph], TaskGraph], progress: Callable[[Progress], None] | None,
+                grad: str) -> ClusterChoice:
+    """:func:`plan_cluster` with the gradient buffer's format resolved."""
     if platform.fleet is not None:
         choices = []
         setups: list[_Setup] = []  # each kind's priced blocks, for its own plans and the mixed ones
         for k in platform.fleet.kinds:
             try:
-                setups.append(_setup(graph, k.platform, optimizer, prepare))
+                setups.append(_setup(graph, k.platform, optimizer, prepare, grad))
                 choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress,
                                                  setups[-1]), kind=k.kind))
             except OptionsError:
                 if len(platform.fleet.kinds) == 1:
                     raise
         if not choices:
-            return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress)
+            return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress,
+                             grad=grad)
         whole = len(setups) == len(platform.fleet.kinds) > 1
         if whole:  # every kind, and every subset of two or more kinds (the slowest may only slow it down)
             for subset in _subsets(len(setups)):
@@ -263,7 +287,7 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
         return replace(best, others=tuple((label(c), c.best.step, c.best.fits) for c in choices if c is not best),
                        kinds_used=best.kinds_used if len(best.kinds_used) < every else (),
                        bound=min(bounds) if bounds else None)
-    return _plan_one(graph, platform, given, optimizer, prepare, progress)
+    return _plan_one(graph, platform, given, optimizer, prepare, progress, grad=grad)
 
 
 #: The ``kind`` of a choice whose pipeline stages sit on several node kinds.
@@ -378,7 +402,7 @@ class _Setup:
 
 
 def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
-           prepare: Callable[[TaskGraph], TaskGraph]) -> _Setup:
+           prepare: Callable[[TaskGraph], TaskGraph], grad: str = "") -> _Setup:
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
         raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
@@ -391,18 +415,19 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
         raise OptionsError(f"the batch of {profile.batch} rows is not whole sequences of {seq}",
                            obj="--parallel")
     samples = profile.batch // seq
-    model = PlanModel(profile, network(platform), samples, optimizer, (gpu.memory_gib or 0.0) * GIB)
+    model = PlanModel(profile, network(platform), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad)
     return _Setup(model, gpu, len(gpus_here), len(gpus_here) * nodes, samples, seq)
 
 
 def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
-              progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None) -> ClusterChoice:
+              progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None,
+              grad: str = "") -> ClusterChoice:
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
     blocks priced already)."""
     start = time.perf_counter()
     shown = start
-    setup = setup or _setup(graph, platform, optimizer, prepare)
+    setup = setup or _setup(graph, platform, optimizer, prepare, grad)
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
     profile = model.profile

@@ -135,6 +135,7 @@ class Task:
     memory: float | None = None  # bytes resident on its device (``memory`` annotation); None: its data
     colocate: str = ""  # colocation class: every task of the class runs on one device
     backward: bool = False  # part of a training step's backward pass
+    precision: str = ""  # a GEMM's input format when it runs below its dtype (--precision: fp8 ...); "" its dtype
 
     @property
     def dtype(self) -> str:

@@ -22,6 +22,7 @@ from mapper.costing.efficiency import (
     model_keys,
     rate_dtype,
 )
+from mapper.costing.precision import gemm_bytes
 from mapper.costing.work import (
     attention_wave_efficiency,
     cold_bytes,
@@ -134,12 +135,14 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
             e_c *= n / (n + half)
         if task.op == "attention" and device.gemm_tile is not None and device.compute_units is not None:
             e_c *= attention_wave_efficiency(task, device.gemm_tile[0], device.compute_units)
-    flops, nbytes = kernel_flops(task), float(task.bytes)
+    flops, nbytes = kernel_flops(task), gemm_bytes(task)
     if (flops > 0 or nbytes > 0) and not device.has_rates:
         return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
     if flops > 0:
-        tensor = device.tensor_peak(task.dtype) if cls in MATRIX_CLASSES else None
+        tensor = device.tensor_peak(task.precision or task.dtype) if cls in MATRIX_CLASSES else None
+        if task.precision and tensor is None and task.precision != "bf16":
+            return infeasible_estimate(f"no {task.precision} rate in tensor_gflops")
         rd = rate_dtype(device, task.dtype)
         if rd is None and tensor is None:
             return infeasible_estimate(f"no {task.dtype} rate in peak_gflops")

@@ -1,8 +1,11 @@
 """A training layout on a cluster and the ``--parallel`` text that gives one (:mod:`mapper.cluster`).
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
-[,recompute=none|selective|full][,zero=0|1|2|3][,sequence=on|off]``: keys left
-out are chosen by the planner (:mod:`mapper.cluster.search`).
+[,recompute=none|selective|full][,zero=0|1|2|3][,sequence=on|off][,grad=fp32|bf16]``:
+keys left out are chosen by the planner (:mod:`mapper.cluster.search`); ``grad`` is
+the gradient buffer's format (Megatron-Core's ``--grad-reduce-in-bf16`` against its
+f32 default), left out: the training precision's default
+(:func:`mapper.cluster.model.state_bytes`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from typing import Any
 from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
-KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence")
+KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "grad")
 RECOMPUTE = ("none", "selective", "full")
+#: Formats of the gradient buffer (``grad=``).
+GRADS = ("fp32", "bf16")
 #: The largest degree a layout may give.
 MAX_DEGREE = 1 << 20
 
@@ -25,7 +30,8 @@ class Layout:
     """Tensor ``tensor`` x pipeline ``pipeline`` x data ``data`` ranks; ``micro_batch`` sequences
     (samples) per micro-batch; ``interleave`` virtual stages per pipeline rank (Narayanan et al.,
     SC'21, 2.2.2); activation ``recompute``; ZeRO stage ``zero`` (Rajbhandari et al., SC'20;
-    3 = FSDP); ``sequence`` parallelism (Korthikanti et al., 2023)."""
+    3 = FSDP); ``sequence`` parallelism (Korthikanti et al., 2023). (``grad`` is the plan
+    model's, the same for every layout: :class:`mapper.cluster.model.PlanModel`.)"""
 
     tensor: int = 1
     pipeline: int = 1
@@ -86,6 +92,10 @@ def _value(key: str, value: str) -> Any:
         if value not in ("on", "off"):
             raise OptionsError(f"sequence={value!r}: choose on or off", obj="--parallel")
         return value == "on"
+    if key == "grad":
+        if value not in GRADS:
+            raise OptionsError(f"grad={value!r}: choose one of {', '.join(GRADS)}", obj="--parallel")
+        return value
     if not (value.isascii() and value.isdigit()) or len(value) > 8:
         raise OptionsError(f"{key}={value!r}: expected a positive integer", obj="--parallel")
     n = int(value)

@@ -41,8 +41,9 @@ MAX_STREAM_FRACTION = 4.0
 #: Keys that come only together: (key, its partner).
 _PAIRED = (("cache_mib", "cache_bandwidth_gbs"), ("cache_bandwidth_gbs", "cache_mib"))
 _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
-#: Dtypes of a ``tensor_gflops`` table: the DSL's and TF32, the tensor-core format f32 GEMMs may run in.
-TENSOR_DTYPES = (*DTYPE_BYTES, "tf32")
+#: Dtypes of a ``tensor_gflops`` table: the DSL's, TF32 (the tensor-core format f32 GEMMs may run in)
+#: and the low-precision GEMM formats ``--precision`` selects (mapper.costing.precision).
+TENSOR_DTYPES = (*DTYPE_BYTES, "tf32", "fp8", "mxfp8", "nvfp4")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
                 "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
                 "overlap_exponent",

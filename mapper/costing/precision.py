@@ -1,0 +1,107 @@
+"""``--precision``: the number format a training step's GEMMs run in, and what it costs.
+
+Low-precision training as Transformer Engine and Megatron-Core run it (NVIDIA
+Transformer Engine user guide, "Using FP8 with Transformer Engine"; Micikevicius
+et al., "FP8 Formats for Deep Learning", arXiv:2209.05433): the GEMMs of the
+linear layers (QKV, attention output, MLP, expert MLPs) take their inputs
+quantised to the format and run at the platform's tensor rate for it; the rest
+stays in 16-bit or f32: attention (FlashAttention in bf16), norms, activations,
+the router (Megatron-Core computes its logits in f32), the embedding and the LM
+head (Megatron-Core keeps the first and last layers in bf16 by default), the
+master weights and the optimizer states. :func:`with_precision` marks the GEMMs
+that change (``Task.precision``), and the cost model prices a marked GEMM at
+``tensor_gflops[format]`` (:mod:`mapper.costing.latency`).
+
+Scaling overhead (:func:`gemm_bytes`): every quantised activation is cast by a
+kernel that reads it in 16-bit and writes it in the format, computing its scale
+on the way (Transformer Engine computes the amax in the cast kernel, one f32
+scale per tensor for FP8; per 32-element block, an E8M0 byte, for MXFP8, OCP
+"Microscaling Formats (MX) Specification" v1.0, 2023; per 16-element block, an
+E4M3 byte plus an f32 per tensor, for NVFP4, NVIDIA "Introducing NVFP4",
+2025), and the GEMM then reads the quantised copy: ``2 + 2 e`` bytes per
+activation element where 16-bit reads 2 (``e`` = :data:`ELEMENT_BYTES`).
+Weights are cast once per step and cached across micro-batches (Transformer
+Engine's ``is_first_microbatch``), so a GEMM reads ``e`` bytes per weight. The
+backward GEMMs keep the 16-bit traffic the training step gives them: casting
+the output gradient (read 2 bytes, write ``e``) and the two GEMMs reading it
+(``e`` each) move about what the 16-bit reads counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.costing.efficiency import op_class
+from mapper.errors import OptionsError
+from mapper.platform.devices import Platform
+
+#: The formats ``--precision`` takes, in order of bytes.
+FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: Bytes per element, block scales included (module docstring).
+ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+#: Ops whose reading of a GEMM's output marks it as a router (kept in f32/bf16).
+ROUTER_READERS = frozenset({"router", "topk", "softmax", "sigmoid"})
+
+
+def check_precision(text: str | None) -> str | None:
+    """``--precision``'s value, checked (an OptionsError, exit 2, otherwise)."""
+    if text is None or text in FORMATS:
+        return text
+    raise OptionsError(f"unknown precision {text!r}; choose one of {', '.join(FORMATS)}", obj="--precision")
+
+
+def require_format(platform: Platform, fmt: str) -> None:
+    """Exit 2 naming the GPU and the format when ``platform``'s GPUs have no tensor rate for ``fmt``
+    (every GPU of a fleet's kinds is checked)."""
+    kinds = platform.fleet.kinds if platform.fleet is not None else ()
+    platforms = [k.platform for k in kinds] or [platform]
+    for plat in platforms:
+        for dev in plat.devices:
+            if dev.kind != "gpu":
+                continue
+            if dev.tensor_peak(fmt) is None and not (fmt == "bf16" and dev.peak("bf16") is not None):
+                have = ", ".join(k for k, _ in dev.tensor_gflops) or "none"
+                raise OptionsError(f"device {dev.name} of platform {plat.name} has no {fmt} tensor rate "
+                                   f"(its tensor_gflops formats: {have}): it cannot run {fmt} GEMMs",
+                                   obj="--precision")
+
+
+def _is_low(fmt: str) -> bool:
+    return fmt in FORMATS and fmt != "bf16"
+
+
+def with_precision(graph: TaskGraph, fmt: str | None) -> TaskGraph:
+    """``graph`` with the GEMMs of its linear layers marked to run in ``fmt`` (module docstring);
+    unchanged for None and bf16 (the graph's 16-bit GEMMs already run at the 16-bit rate). A GEMM
+    is a linear layer's when it multiplies by a weight, and it is not the LM head (its output is a
+    graph output) nor a router (a router, top-k, softmax or sigmoid reads its output, or its name
+    says router)."""
+    if fmt is None or not _is_low(fmt):
+        return graph
+    readers: dict[int, set[str]] = {}
+    for e in graph.edges:
+        readers.setdefault(e.src, set()).add(graph.tasks[e.dst].op)
+    outputs = set(graph.outputs)
+    tasks = []
+    for t in graph.tasks:
+        if (op_class(t.op, None) == "gemm" and any(o.kind == "weight" for o in t.operands)
+                and t.name not in outputs and "router" not in t.name
+                and not readers.get(t.index, set()) & ROUTER_READERS):
+            t = replace(t, precision=fmt)
+        tasks.append(t)
+    return replace(graph, tasks=tuple(tasks))
+
+
+def gemm_bytes(task: Task) -> float:
+    """Bytes a forward GEMM marked by :func:`with_precision` moves, its casts included (module
+    docstring); ``task.bytes`` for every other task."""
+    fmt = task.precision
+    if not fmt or task.backward or fmt not in ELEMENT_BYTES:
+        return float(task.bytes)
+    main = task.parts[0] if task.parts else task
+    e = ELEMENT_BYTES[fmt]
+    item = DTYPE_BYTES.get(main.operands[0].type.dtype, 2) if main.operands else 2
+    acts = float(sum(o.type.numel for o in main.operands if o.kind != "weight"))
+    weights = float(sum(o.type.numel for o in main.operands if o.kind == "weight"))
+    return float(task.bytes) - (acts + weights) * item + acts * (item + 2 * e) + weights * e

@@ -1,0 +1,150 @@
+"""Memory as training frameworks lay it out, and --precision (issue: today's LLM training)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mapper.cli import main
+from mapper.cluster.model import state_bytes
+from mapper.cluster.profile import Profile
+from mapper.cluster.search import plan_cluster
+from mapper.costing.cost import build_cost_table
+from mapper.costing.fusion import fuse_for
+from mapper.costing.precision import ELEMENT_BYTES, gemm_bytes, with_precision
+from mapper.errors import OptionsError
+from mapper.frontend.load import load_graph
+from mapper.frontend.sources import ModelFile
+from mapper.parallel.layout import parse_layout
+from mapper.platform.cluster import with_nodes
+from mapper.platform.loader import load_platform
+
+S, H, A, B = 1024, 1024, 16, 2  # sequence, hidden, heads, sequences per micro-batch
+
+
+def _layer_stash(model: str, flash: int, extra=()) -> tuple[float, float]:
+    """Activation bytes one micro-batch of ``B`` sequences leaves in one Transformer layer (its
+    attention and MLP blocks), and of those the attention scores."""
+    params = (("LAYERS", 2), ("HIDDEN", H), ("HEADS", A), ("SEQ", S), ("VOCAB", 4096), ("BATCH", 2 * B),
+              ("FLASH", flash), *extra)
+    g = load_graph(ModelFile(model, params=params))
+    plat = load_platform("dgx-a100")
+    prof = Profile(g, plat, "gpu0", lambda x: fuse_for(x, plat), "adam")
+    layer = [b for b in prof.blocks if any(g.tasks[t].op in ("attention", "gelu", "swiglu") for t in b.tasks)][:2]
+    costs = [prof.cost(b.signature, 1, 2) for b in layer]  # the batch in 2 micro-batches of B
+    return sum(c.stash for c in costs), sum(c.scores for c in costs)
+
+
+def test_fused_attention_layer_keeps_korthikanti_less_the_scores():
+    """Korthikanti et al. (MLSys 2023, eq. 1): 34 s b h + 5 a s^2 b bytes per layer in 16-bit. The
+    graph has no dropout, so its two masks (2 s b h) are not kept; FlashAttention keeps no
+    scores, only an f32 log-sum-exp per head and query row (4 a s b)."""
+    fused, scores = _layer_stash("examples/gpt.tg", 1)
+    assert scores == 0.0
+    assert fused == pytest.approx((34 - 2) * S * B * H + 4 * A * S * B, rel=1e-9)
+    unfused, scores = _layer_stash("examples/gpt.tg", 0)
+    assert scores == pytest.approx(5 * A * S * S * B, rel=1e-9)
+    assert unfused == pytest.approx((34 - 2) * S * B * H + 5 * A * S * S * B, rel=1e-9)
+
+
+def test_fused_llama_layer_counts_its_swiglu_inputs():
+    """A Llama layer without scores: two RMSNorm inputs (2 sbh each), the QKV GEMM's input (2 sbh),
+    Q, K and V (2 sbh (1 + 2 g/a)), the output projection's input (2 sbh), the MLP's first GEMM
+    input (2 sbh), SwiGLU's input (4 sbF) and the last GEMM's input (2 sbF), plus the log-sum-exp."""
+    f, g = 2816, 4
+    kept, scores = _layer_stash("examples/llama.tg", 1, (("FFN", f), ("KV_HEADS", g)))
+    assert scores == 0.0
+    want = 2 * S * B * (H + H + H * (1 + 2 * g / A) + H + H + H) + 6 * S * B * f + 4 * A * S * B
+    assert kept == pytest.approx(want, rel=1e-9)
+
+
+def test_13b_at_2048_tokens_fits_with_flash_attention():
+    """The layout-sweep case: Llama 13B, 2,048 tokens, TP 1, PP 4, micro-batch 1 ran in 80 GB; with
+    the scores charged it was called out of memory at 46 GiB of activations."""
+    params = (("LAYERS", 40), ("HIDDEN", 5120), ("HEADS", 40), ("KV_HEADS", 40), ("FFN", 13824), ("SEQ", 2048),
+              ("VOCAB", 32000), ("BATCH", 256))
+    g = load_graph(ModelFile("examples/llama.tg", params=params))
+    plat = with_nodes(load_platform("selene"), 8)
+    lay = {"tensor": 1, "pipeline": 4, "micro_batch": 1, "recompute": "none", "zero": 1, "interleave": 1}
+    est = plan_cluster(g, plat, lay, "adam", lambda x: fuse_for(x, plat), precision="bf16").best
+    assert est.fits
+    assert est.memory["activations"] < 16 * 2**30
+
+
+@pytest.mark.parametrize("grad, zero, per_param", [
+    ("", 0, 20.0), ("", 1, 4 + 16 / 8), ("fp32", 0, 18.0), ("fp32", 1, 6 + 12 / 8), ("bf16", 1, 4 + 16 / 8),
+    ("fp32", 2, 2 + 16 / 8), ("fp32", 3, 18 / 8)])
+def test_state_bytes_are_megatron_cores(grad, zero, per_param):
+    """Megatron-Core's distributed optimizer guide: bytes per parameter with Adam, d = 8."""
+    n = 1e9
+    parts = state_bytes(n, 2 * n, 2, grad, zero, 8)
+    assert sum(parts.values()) == pytest.approx(per_param * n)
+
+
+def test_f32_weights_keep_no_master_copy():
+    assert sum(state_bytes(1.0, 4.0, 2, "fp32", 0, 1).values()) == pytest.approx(16.0)
+
+
+def test_grad_key_parses_and_rejects():
+    assert parse_layout("tensor=2,grad=bf16") == {"tensor": 2, "grad": "bf16"}
+    with pytest.raises(OptionsError):
+        parse_layout("grad=fp16")
+
+
+# -- precision -----------------------------------------------------------------------------------
+
+def _llama(layers=2, batch=8):
+    return load_graph(ModelFile("examples/llama.tg", params=(("LAYERS", layers), ("BATCH", batch),
+                                                              ("SEQ", 1024))))
+
+
+def test_fp8_marks_the_linear_layers_only():
+    g = with_precision(_llama(), "fp8")
+    marked = {t.name for t in g.tasks if t.precision}
+    assert marked and all(g.tasks[[t.name for t in g.tasks].index(n)].op == "matmul" for n in marked)
+    assert "logits" not in marked  # the LM head stays in 16-bit
+    assert not any(t.precision for t in g.tasks if t.op in ("attention", "embedding", "rmsnorm"))
+    assert with_precision(_llama(), "bf16") == _llama()
+
+
+def test_fp8_gemm_runs_at_the_fp8_rate_with_its_casts():
+    plat = load_platform("dgx-h100")
+    g16 = fuse_for(_llama(), plat)
+    g8 = fuse_for(with_precision(_llama(), "fp8"), plat)
+    t16, t8 = build_cost_table(g16, plat), build_cost_table(g8, plat)
+    d = plat.device_index("gpu0")
+    i = next(t.index for t in g8.tasks if t.name == "h1.mlp.matmul")
+    assert t8.time[i][d] < 0.7 * t16.time[i][d]  # about twice the rate, less the casts
+    task = g8.tasks[i]
+    acts = sum(o.type.numel for o in task.operands if o.kind != "weight")
+    weights = sum(o.type.numel for o in task.operands if o.kind == "weight")
+    assert gemm_bytes(task) == pytest.approx(task.bytes - 2 * (acts + weights) + acts * (2 + 2 * ELEMENT_BYTES["fp8"])
+                                             + weights * ELEMENT_BYTES["fp8"])
+    j = next(t.index for t in g8.tasks if t.op == "attention")
+    assert t8.time[j][d] == t16.time[j][d]
+
+
+def test_a_gpu_without_the_format_exits_2(capsys):
+    rc = main(["compile", "examples/llama.tg", "--param", "LAYERS=2", "--param", "BATCH=8", "--platform",
+               "selene", "--nodes", "1", "--train", "--optimizer", "adam", "--parallel", "tensor=1",
+               "--precision", "fp8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "gpu0" in err and "fp8" in err and "Traceback" not in err
+    rc = main(["compile", "examples/llama.tg", "--platform", "selene", "--precision", "fp4"])
+    assert rc == 2 and "unknown precision" in capsys.readouterr().err
+
+
+def test_plan_reports_precision_and_grad(tmp_path):
+    out = tmp_path / "r.json"
+    rc = main(["compile", "examples/llama.tg", "--param", "LAYERS=2", "--param", "BATCH=16", "--platform",
+               "selene", "--nodes", "2", "--train", "--optimizer", "adam", "--parallel",
+               "tensor=1,pipeline=1,zero=1", "--precision", "bf16", "--json", str(out)])
+    assert rc == 0
+    par = json.loads(out.read_text())["parallel"]
+    assert par["plan"]["precision"] == "bf16" and par["plan"]["grad"] == "fp32"
+    rc = main(["compile", "examples/llama.tg", "--param", "LAYERS=2", "--param", "BATCH=16", "--platform",
+               "selene", "--nodes", "2", "--train", "--optimizer", "adam", "--parallel",
+               "tensor=1,pipeline=1,zero=1", "--json", str(out)])
+    plan = json.loads(out.read_text())["parallel"]["plan"]
+    assert plan["precision"] == "fp16" and plan["grad"] == "fp16"
