@@ -148,3 +148,64 @@ def test_plan_reports_precision_and_grad(tmp_path):
                "tensor=1,pipeline=1,zero=1", "--json", str(out)])
     plan = json.loads(out.read_text())["parallel"]["plan"]
     assert plan["precision"] == "fp16" and plan["grad"] == "fp16"
+
+
+# -- reports -------------------------------------------------------------------------------------
+
+def test_model_flops_are_nvidias_formula():
+    """dgxc-benchmarking's per-sequence count: s [12 L h^2 (1 + g/a + s/h) + 18 L F h k + 6 V h]."""
+    from mapper.cluster.flops import model_flops
+
+    L, h, a, g, f, v, s, b = 3, 1024, 16, 4, 2816, 8000, 512, 4
+    graph = load_graph(ModelFile("examples/llama.tg", params=(
+        ("LAYERS", L), ("HIDDEN", h), ("HEADS", a), ("KV_HEADS", g), ("FFN", f), ("VOCAB", v), ("SEQ", s),
+        ("BATCH", b))))
+    want = b * s * (12 * L * h * h * (1 + g / a + s / h) + 18 * L * f * h + 6 * v * h)
+    assert model_flops(graph) == pytest.approx(want, rel=1e-12)
+
+
+def test_tokens_per_s_is_the_whole_jobs(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["compile", "examples/llama.tg", "--param", "LAYERS=2", "--param", "BATCH=32", "--param", "SEQ=1024",
+                 "--platform", "selene", "--nodes", "2", "--train", "--optimizer", "adam", "--parallel",
+                 "tensor=2,pipeline=2", "--json", str(out)]) == 0
+    par = json.loads(out.read_text())["parallel"]
+    assert par["tokens_per_s"] == pytest.approx(32 * 1024 / par["step_time"])
+    assert par["gpus"] == 16
+
+
+# -- platforms -----------------------------------------------------------------------------------
+
+def test_nvl72_is_one_nvlink_domain_of_18_trays():
+    from mapper.cluster.comm import network
+    from mapper.platform.cluster import domain_view, flat_platform
+
+    plat = with_nodes(load_platform("gb200-nvl72"), 36)
+    assert plat.cluster.nodes == 36 and sum(d.kind == "gpu" for d in plat.devices) == 4
+    net = network(domain_view(plat))
+    assert net.gpus_per_node == 72 and net.nodes == 2
+    assert net.intra_gbs == pytest.approx(900 * 0.824)  # NVLink across the trays of a rack
+    assert net.node_gbs == pytest.approx(18 * 4 * 50 * 0.96)  # the rack's NICs
+    small = flat_platform(with_nodes(load_platform("gb200-nvl72"), 2))
+    domain = next(sw for sw in small.switches if sw.name == "domain0")
+    assert len(domain.ports) == 8 and domain.bandwidth_gbs == 900.0
+    with pytest.raises(OptionsError, match="multiple of 18"):
+        with_nodes(load_platform("gb200-nvl72"), 20)
+
+
+def test_new_platforms_and_their_formats():
+    from mapper.costing.precision import require_format
+
+    for name, memory, formats in [("dgx-h200", 140, ("fp8",)), ("dgx-b200", 179, ("fp8", "mxfp8", "nvfp4")),
+                                  ("gb200-tray", 173, ("fp8", "mxfp8", "nvfp4")), ("dgx-h100", 80, ("fp8",))]:
+        plat = load_platform(name)
+        gpu = next(d for d in plat.devices if d.kind == "gpu")
+        assert gpu.memory_gib == memory
+        for fmt in formats:
+            require_format(plat, fmt)
+    for fmt in ("mxfp8", "nvfp4"):  # Hopper has no MX or NVFP4 tensor-core formats
+        with pytest.raises(OptionsError, match=fmt):
+            require_format(load_platform("dgx-h200"), fmt)
+    assert with_nodes(load_platform("dgx-h100-superpod"), 1024).cluster.nodes == 1024
+    for name in ("dgx-h200-superpod", "dgx-b200-superpod"):
+        assert load_platform(name).cluster is not None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.cluster.comm import network
+from mapper.cluster.flops import attention_flops, model_flops
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile
 from mapper.core.graph import TaskGraph
@@ -30,6 +31,7 @@ from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
 from mapper.parallel.layout import RECOMPUTE, Layout
 from mapper.parallel.rewrite import SplitError
+from mapper.platform.cluster import domain_view
 from mapper.platform.devices import Platform
 
 #: Layouts listed in reports besides the chosen one.
@@ -48,7 +50,7 @@ class ClusterChoice:
     ranked: tuple[Estimate, ...]  # by step time, fitting first
     gpus: int
     samples: int
-    model_flops: float  # FLOPs of one training step of the model: 3x the forward's (no recomputation)
+    model_flops: float  # FLOPs of one training step as NVIDIA counts them (mapper.cluster.flops)
     peak_tflops: float  # a GPU's 16-bit tensor peak
     scored: int
     attention_flops: float = 0.0  # of the forward's FLOPs, those of attention (selective recomputation)
@@ -73,9 +75,10 @@ class ClusterChoice:
         return self.samples * self.seq / self.best.step if self.best.step > 0 else 0.0
 
     def tflops_per_gpu(self, est: Estimate | None = None) -> float:
-        """Model FLOP/s per GPU in TFLOP/s: the step's FLOPs without recomputation (3x the forward's;
-        for a GPT, Megatron-LM's 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Narayanan et al., SC'21,
-        appendix) over the step time and GPUs."""
+        """Model FLOP/s per GPU in TFLOP/s: the step's FLOPs as NVIDIA's performance tables count them
+        (:mod:`mapper.cluster.flops`: for a Llama, per sequence s [12 L h^2 (1 + g/a + s/h) + 18 L F h k
+        + 6 V h]; for a GPT, Megatron-LM's 72 B s l h^2 (1 + s/(6h) + V/(12 l h))) over the step time
+        and GPUs."""
         e = est or self.best
         return self.model_flops / e.step / self.gpus / 1e12 if e.step > 0 else 0.0
 
@@ -345,8 +348,8 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], opt
     peaks = [((st.gpu.tensor_peak(dtype) or st.gpu.peak(dtype) or 0.0) / 1e3, st.gpus) for st in setups]
     peak = sum(pk * n for pk, n in peaks) / sum(n for _, n in peaks)
     used = best.layout.tensor * best.layout.data * best.layout.pipeline
-    flops = 3.0 * sum(t.flops for t in graph.tasks)
-    attention = sum(t.flops for t in graph.tasks if t.op == "attention")
+    flops = model_flops(graph)
+    attention = attention_flops(graph)
     if best.shares:
         used = best.layout.tensor * best.layout.data
     return ClusterChoice(best, tuple(top), used, first.samples, flops, peak, len(found), attention, first.seq,
@@ -415,8 +418,11 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
         raise OptionsError(f"the batch of {profile.batch} rows is not whole sequences of {seq}",
                            obj="--parallel")
     samples = profile.batch // seq
-    model = PlanModel(profile, network(platform), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad)
-    return _Setup(model, gpu, len(gpus_here), len(gpus_here) * nodes, samples, seq)
+    # collectives see a scale-up domain larger than a node (NVL72) as one node of its GPUs
+    view = domain_view(platform)
+    model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad)
+    per_node = sum(1 for d in view.devices if d.kind == "gpu")
+    return _Setup(model, gpu, per_node, len(gpus_here) * nodes, samples, seq)
 
 
 def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
@@ -464,8 +470,8 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     ranked = tuple(top + (fitting[REFINED:] if fitting else []) + (rest if fitting else rest[REFINED:]))
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
-    flops = 3.0 * sum(t.flops for t in graph.tasks)
-    attention = sum(t.flops for t in graph.tasks if t.op == "attention")
+    flops = model_flops(graph)
+    attention = attention_flops(graph)
     layers = _stage_layers(graph, profile, ranked[0])
     return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), attention, seq,
                          stage_layers=layers, bound=_space_bound(top, fitting))

@@ -5,7 +5,10 @@ switches) and how many such nodes a network joins: NICs per node, bandwidth per
 NIC and direction, latency, topology. :func:`read_cluster` reads that table;
 :func:`with_nodes` applies ``--nodes``; :func:`flat_platform` builds every
 node's devices when a graph is mapped task by task (small clusters only: the
-cluster planner, :mod:`mapper.cluster`, never needs them).
+cluster planner, :mod:`mapper.cluster`, never needs them). ``domain_nodes``: a
+scale-up switch larger than a node (GB200 NVL72: 18 trays of 4 GPUs on one NVLink
+domain); :func:`domain_view` is the cluster as its collectives see it, one node
+per domain.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ MAX_NODES = 1_000_000
 #: The most nodes mapped task by task (every device pair gets a route in the cost table).
 MAX_FLAT_NODES = 16
 _KEYS = ("nodes", "nics_per_node", "nic_bandwidth_gbs", "latency_us", "topology", "bisection",
-         "collective_efficiency")
+         "collective_efficiency", "domain_nodes")
 
 
 def read_cluster(checker: Any, raw: Any, path: str = "cluster") -> Cluster:
@@ -30,8 +33,8 @@ def read_cluster(checker: Any, raw: Any, path: str = "cluster") -> Cluster:
     tab = checker.table(raw, path)
     checker.keys(tab, path, _KEYS, ("nodes", "nics_per_node", "nic_bandwidth_gbs"))
     ints = {}
-    for key in ("nodes", "nics_per_node"):
-        v = tab[key]
+    for key in ("nodes", "nics_per_node", "domain_nodes"):
+        v = tab.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_NODES:
             raise checker.fail(f"{path}.{key}", f"expected an integer from 1 to {MAX_NODES:,}, got {v!r}")
         ints[key] = v
@@ -46,6 +49,7 @@ def read_cluster(checker: Any, raw: Any, path: str = "cluster") -> Cluster:
         bisection=checker.fraction(tab.get("bisection", 1.0), f"{path}.bisection"),
         collective_efficiency=checker.fraction(tab.get("collective_efficiency", 1.0),
                                                f"{path}.collective_efficiency"),
+        domain_nodes=ints["domain_nodes"],
     )
 
 
@@ -108,7 +112,39 @@ def with_nodes(platform: Platform, nodes: int | dict[str, int] | None) -> Platfo
         raise OptionsError(f"{platform.name} has one kind of node: give --nodes N", obj="--nodes")
     if not 1 <= nodes <= MAX_NODES:
         raise OptionsError(f"expected a node count from 1 to {MAX_NODES:,}, got {nodes}", obj="--nodes")
+    k = platform.cluster.domain_nodes
+    if nodes > k and nodes % k:
+        raise OptionsError(f"{platform.name} joins {k} nodes in one NVLink domain: give up to {k} nodes, or a "
+                           f"multiple of {k} (whole domains), not {nodes}", obj="--nodes")
     return replace(platform, cluster=replace(platform.cluster, nodes=nodes))
+
+
+def domain_view(platform: Platform) -> Platform:
+    """``platform`` as collectives see it when a scale-up switch joins several nodes (a cluster whose
+    ``domain_nodes`` > 1: GB200 NVL72's 18 trays of 4 GPUs on one NVLink switch system): one node
+    per domain, holding the domain's GPUs on the node's fastest GPU switch (every GPU keeps its
+    port's bandwidth across the domain: NVLink switch trays give each GPU its full NVLink bandwidth
+    to any other of the 72), with the domain's NICs, and ``nodes / domain_nodes`` such nodes on the
+    fabric. Any other platform is returned as it is."""
+    c = platform.cluster
+    if c is None or c.domain_nodes <= 1 or platform.fleet is not None:
+        return platform
+    k = min(c.domain_nodes, c.nodes)
+    gpus = [d for d in platform.devices if d.kind == "gpu"]
+    names = {d.name for d in gpus}
+    fast = max((sw for sw in platform.switches if names <= set(sw.ports)), key=lambda sw: sw.bandwidth_gbs,
+               default=None)
+    if fast is None:
+        raise PlatformError(f"platform {platform.name}: an NVLink domain (domain_nodes) needs a switch that "
+                            "joins every GPU of its node", obj="cluster.domain_nodes")
+    devices = tuple(replace(d, index=i * len(gpus) + j, name=flat_name("", i, d.name))
+                    for i in range(k) for j, d in enumerate(gpus))
+    switch = replace(fast, ports=tuple(d.name for d in devices))
+    from mapper.platform.schema import switch_links
+
+    cluster = replace(c, nodes=c.nodes // k, nics=c.nics * k, domain_nodes=1)
+    return replace(platform, devices=devices, switches=(switch,), links=switch_links((), (switch,)), host=None,
+                   cluster=cluster, description=f"{platform.description} (one NVLink domain of {k} nodes per node)")
 
 
 def without(platform: Platform, text: str) -> Platform:
@@ -188,6 +224,14 @@ def flat_platform(platform: Platform) -> Platform:
                 links.append(replace(link, index=len(links), src=f"{prefix}_{link.src}", dst=f"{prefix}_{link.dst}"))
         ports = tuple(f"{prefix}_{g}" for prefix in names for g in gpus)
         everyone += ports
+        fast = max((sw for sw in node.switches if set(gpus) <= set(sw.ports)), key=lambda sw: sw.bandwidth_gbs,
+                   default=None)
+        span = cluster.domain_nodes  # nodes on one scale-up switch: a switch per domain joins their GPUs
+        for start in range(0, cluster.nodes, span) if span > 1 else ():
+            members = tuple(f"{prefix}_{g}" for prefix in names[start:start + span] for g in gpus)
+            if fast is not None:
+                switches.append(replace(fast, name=f"{k.kind + '_' if k.kind else ''}domain{start // span}",
+                                        ports=members))
         if cluster.nodes > 1:
             share = cluster.nics * cluster.nic_bandwidth_gbs * cluster.bisection / len(gpus)
             switches.append(Switch(f"{k.kind or 'fabric'}_fabric" if k.kind else "fabric", ports, share,

@@ -120,6 +120,8 @@ class Cluster:
     topology: str = "fat-tree"
     bisection: float = 1.0
     collective_efficiency: float = 1.0  # fraction of the NICs' bandwidth a collective reaches
+    #: nodes one scale-up switch joins beyond a node (GB200 NVL72: 18 trays on one NVLink domain); 1: none
+    domain_nodes: int = 1
 
     @property
     def node_bandwidth_gbs(self) -> float:
