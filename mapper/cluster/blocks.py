@@ -28,7 +28,7 @@ class Block:
 def _task_key(task: Task, local: dict[int, int]) -> tuple:
     ops = tuple((o.kind, local.get(o.producer, -1) if o.producer is not None else -1, o.type.dtype,
                  tuple(o.type.shape)) for o in task.operands)
-    return (task.op, ops, task.attrs, task.output.shape if task.output else None)
+    return (task.op, ops, task.attrs, task.output.shape if task.output else None, task.precision)
 
 
 def cut_blocks(graph: TaskGraph) -> tuple[Block, ...]:
@@ -78,7 +78,7 @@ def block_graph(graph: TaskGraph, block: Block) -> TaskGraph:
             else:
                 ops.append(o)
         tasks.append(Task(local[t], task.name, task.op, tuple(ops), task.attrs, task.output, task.flops,
-                          task.bytes_read, task.bytes_written, placement=task.placement))
+                          task.bytes_read, task.bytes_written, placement=task.placement, precision=task.precision))
     edges: list[Edge] = []
     for e in graph.edges:
         if e.src in local and e.dst in local:

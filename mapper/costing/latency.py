@@ -140,9 +140,10 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
     if flops > 0:
-        tensor = device.tensor_peak(task.precision or task.dtype) if cls in MATRIX_CLASSES else None
-        if task.precision and tensor is None and task.precision != "bf16":
-            return infeasible_estimate(f"no {task.precision} rate in tensor_gflops")
+        fmt = task.precision if cls in MATRIX_CLASSES else ""  # a GEMM's epilogue gradient keeps 16-bit
+        tensor = device.tensor_peak(fmt or task.dtype) if cls in MATRIX_CLASSES else None
+        if fmt and tensor is None and fmt != "bf16":
+            return infeasible_estimate(f"no {fmt} rate in tensor_gflops")
         rd = rate_dtype(device, task.dtype)
         if rd is None and tensor is None:
             return infeasible_estimate(f"no {task.dtype} rate in peak_gflops")
