@@ -24,7 +24,10 @@ from Q, K, V, its output and the log-sum-exp of each query row and head, one
 f32 each (:data:`LSE_BYTES`; ``softmax_lse`` of ``flash_attn``'s forward), so
 a fused layer keeps ``34 s b h`` less the dropout masks plus ``4 a s b``. The
 graph has no dropout ops, so their masks (``2 s b h`` bytes of the paper's
-``34 s b h``) are not counted.
+``34 s b h``) are not counted. A GEMM run in a low-precision format
+(``--precision``) keeps its input as it cast it, ``e`` bytes an element
+(Transformer Engine's linear layers save the quantised input for the weight
+gradient; :data:`mapper.costing.precision.ELEMENT_BYTES`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from mapper.cluster.blocks import Block, block_graph, cut_blocks
 from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.costing.cost import build_cost_table
 from mapper.costing.efficiency import op_class
+from mapper.costing.precision import ELEMENT_BYTES
 from mapper.costing.training import training_step
 from mapper.parallel.gradients import synchronise
 from mapper.parallel.plan import Plan
@@ -96,7 +100,10 @@ def _kept(task: Task) -> tuple[float, float]:
     for p in parts:
         if p.op in LINEAR_OPS or op_class(p.op, None) == "movement":
             continue
-        kept += sum(float(o.type.nbytes) for o in p.operands if o.kind != "weight")
+        if p.precision in ELEMENT_BYTES:  # a quantised GEMM keeps its input as it cast it
+            kept += sum(o.type.numel * ELEMENT_BYTES[p.precision] for o in p.operands if o.kind != "weight")
+        else:
+            kept += sum(float(o.type.nbytes) for o in p.operands if o.kind != "weight")
         if p.op == "attention" and p.output is not None:
             tokens, heads = p.output.shape[0], int(p.attr("heads"))
             if p.attr("fused", 1):  # the log-sum-exp rows only

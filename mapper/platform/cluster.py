@@ -112,10 +112,6 @@ def with_nodes(platform: Platform, nodes: int | dict[str, int] | None) -> Platfo
         raise OptionsError(f"{platform.name} has one kind of node: give --nodes N", obj="--nodes")
     if not 1 <= nodes <= MAX_NODES:
         raise OptionsError(f"expected a node count from 1 to {MAX_NODES:,}, got {nodes}", obj="--nodes")
-    k = platform.cluster.domain_nodes
-    if nodes > k and nodes % k:
-        raise OptionsError(f"{platform.name} joins {k} nodes in one NVLink domain: give up to {k} nodes, or a "
-                           f"multiple of {k} (whole domains), not {nodes}", obj="--nodes")
     return replace(platform, cluster=replace(platform.cluster, nodes=nodes))
 
 
@@ -124,8 +120,9 @@ def domain_view(platform: Platform) -> Platform:
     ``domain_nodes`` > 1: GB200 NVL72's 18 trays of 4 GPUs on one NVLink switch system): one node
     per domain, holding the domain's GPUs on the node's fastest GPU switch (every GPU keeps its
     port's bandwidth across the domain: NVLink switch trays give each GPU its full NVLink bandwidth
-    to any other of the 72), with the domain's NICs, and ``nodes / domain_nodes`` such nodes on the
-    fabric. Any other platform is returned as it is."""
+    to any other of the 72), with the domain's NICs, and ``ceil(nodes / domain_nodes)`` such nodes on
+    the fabric (domains filled in order, the last with the nodes left: a collective's cost depends on
+    the GPUs per node, not on how many nodes there are). Any other platform is returned as it is."""
     c = platform.cluster
     if c is None or c.domain_nodes <= 1 or platform.fleet is not None:
         return platform
@@ -142,7 +139,7 @@ def domain_view(platform: Platform) -> Platform:
     switch = replace(fast, ports=tuple(d.name for d in devices))
     from mapper.platform.schema import switch_links
 
-    cluster = replace(c, nodes=c.nodes // k, nics=c.nics * k, domain_nodes=1)
+    cluster = replace(c, nodes=-(-c.nodes // k), nics=c.nics * k, domain_nodes=1)
     return replace(platform, devices=devices, switches=(switch,), links=switch_links((), (switch,)), host=None,
                    cluster=cluster, description=f"{platform.description} (one NVLink domain of {k} nodes per node)")
 
