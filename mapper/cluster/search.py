@@ -244,7 +244,11 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
     grad = given.pop("grad", None) or ("fp32" if precision else "")
     choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad)
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
-    return replace(choice, precision=precision or own, grad=grad or own)
+    choice = replace(choice, precision=precision or own, grad=grad or own)
+    gpu = next((d for d in platform.devices if d.kind == "gpu"), None)
+    if precision is not None and platform.fleet is None and gpu is not None and gpu.tensor_peak(precision):
+        choice = replace(choice, peak_tflops=gpu.tensor_peak(precision) / 1e3)  # MFU against the format's peak
+    return choice
 
 
 #: How reports name the graph's own GEMM and gradient formats.
