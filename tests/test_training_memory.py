@@ -224,3 +224,20 @@ def test_the_cluster_planner_prices_fp8_blocks_at_the_fp8_rate():
         steps[fmt] = ch.best.step
         assert ch.to_json()["plan"]["precision"] == fmt
     assert steps["fp8"] < 0.8 * steps["bf16"]  # the layers 1.6x faster; LM head, attention and sync not
+
+
+def test_cost_takes_precision(capsys):
+    args = ["cost", "examples/llama.tg", "--param", "LAYERS=1", "--param", "BATCH=2", "--param", "SEQ=4096",
+            "--platform", "dgx-b200", "--json"]
+    assert main(args) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main([*args, "--precision", "nvfp4"]) == 0
+    low = json.loads(capsys.readouterr().out)
+
+    def gemm_time(doc):
+        row = next(t for t in doc["tasks"] if t["name"] == "h1.mlp.matmul")
+        return min(x for x in row["time"] if x is not None)
+
+    assert gemm_time(low) < 0.5 * gemm_time(base)
+    assert main(["cost", "examples/llama.tg", "--platform", "dgx-h100", "--precision", "nvfp4"]) == 2
+    assert "nvfp4" in capsys.readouterr().err
