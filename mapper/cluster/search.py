@@ -246,8 +246,9 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
     choice = replace(choice, precision=precision or own, grad=grad or own)
     gpu = next((d for d in platform.devices if d.kind == "gpu"), None)
-    if precision is not None and platform.fleet is None and gpu is not None and gpu.tensor_peak(precision):
-        choice = replace(choice, peak_tflops=gpu.tensor_peak(precision) / 1e3)  # MFU against the format's peak
+    peak = gpu.tensor_peak(precision) if precision is not None and gpu is not None else None
+    if peak and platform.fleet is None:
+        choice = replace(choice, peak_tflops=peak / 1e3)  # MFU against the format's peak
     return choice
 
 
