@@ -62,9 +62,9 @@ def require_format(platform: Platform, fmt: str) -> None:
                 continue
             if dev.tensor_peak(fmt) is None and not (fmt == "bf16" and dev.peak("bf16") is not None):
                 have = ", ".join(k for k, _ in dev.tensor_gflops) or "none"
-                raise OptionsError(f"device {dev.name} of platform {plat.name} has no {fmt} tensor rate "
-                                   f"(its tensor_gflops formats: {have}): it cannot run {fmt} GEMMs",
-                                   obj="--precision")
+                raise OptionsError(f"device {dev.name} of platform {plat.name} ({plat.description or plat.name}) "
+                                   f"has no {fmt} tensor rate (its tensor_gflops formats: {have}): it cannot run "
+                                   f"{fmt} GEMMs", obj="--precision")
 
 
 def _is_low(fmt: str) -> bool:
