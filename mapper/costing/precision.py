@@ -24,7 +24,11 @@ Weights are cast once per step and cached across micro-batches (Transformer
 Engine's ``is_first_microbatch``), so a GEMM reads ``e`` bytes per weight. The
 backward GEMMs keep the 16-bit traffic the training step gives them: casting
 the output gradient (read 2 bytes, write ``e``) and the two GEMMs reading it
-(``e`` each) move about what the 16-bit reads counted.
+(``e`` each) move about what the 16-bit reads counted. Memory
+(:mod:`mapper.cluster.profile`): a quantised GEMM keeps its input for the
+backward pass as it cast it, ``e`` bytes an element; weights stay at their 16
+bits (Megatron-Core's ``--fp8-param-gather`` holds FP8 weights and a transposed
+copy, about the same bytes).
 """
 
 from __future__ import annotations
