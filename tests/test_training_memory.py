@@ -241,3 +241,12 @@ def test_cost_takes_precision(capsys):
     assert gemm_time(low) < 0.5 * gemm_time(base)
     assert main(["cost", "examples/llama.tg", "--platform", "dgx-h100", "--precision", "nvfp4"]) == 2
     assert "nvfp4" in capsys.readouterr().err
+
+
+def test_a_router_stays_in_16_bit(tmp_path):
+    src = tmp_path / "r.tg"
+    src.write_text("graph r {\n  input x : f16[64, 128]\n  score = matmul(x, weight f16[128, 8])\n"
+                   "  gate = softmax(score)\n  up = matmul(x, weight f16[128, 128])\n"
+                   "  y = matmul(up, weight f16[128, 8])\n  out = add(y, gate)\n  output out\n}\n")
+    g = with_precision(load_graph(ModelFile(str(src))), "mxfp8")
+    assert {t.name: t.precision for t in g.tasks if t.op == "matmul"} == {"score": "", "up": "mxfp8", "y": "mxfp8"}

@@ -44,8 +44,9 @@ from mapper.platform.devices import Platform
 FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: Bytes per element, block scales included (module docstring).
 ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
-#: Ops whose reading of a GEMM's output marks it as a router (kept in f32/bf16).
-ROUTER_READERS = frozenset({"router", "topk", "softmax", "sigmoid"})
+#: Ops whose reading of a GEMM's output marks it as a router (kept in f32/bf16): these, and any op
+#: whose name says router or top-k.
+ROUTER_READERS = frozenset({"softmax", "sigmoid"})
 
 
 def check_precision(text: str | None) -> str | None:
@@ -91,10 +92,15 @@ def with_precision(graph: TaskGraph, fmt: str | None) -> TaskGraph:
     for t in graph.tasks:
         if (op_class(t.op, None) == "gemm" and any(o.kind == "weight" for o in t.operands)
                 and t.name not in outputs and "router" not in t.name
-                and not readers.get(t.index, set()) & ROUTER_READERS):
+                and not any(_routes(op) for op in readers.get(t.index, ()))):
             t = replace(t, precision=fmt)
         tasks.append(t)
     return replace(graph, tasks=tuple(tasks))
+
+
+def _routes(op: str) -> bool:
+    """Whether op ``op`` reading a GEMM's output makes that GEMM a router."""
+    return op in ROUTER_READERS or "router" in op or "topk" in op or "top_k" in op
 
 
 def gemm_bytes(task: Task) -> float:
