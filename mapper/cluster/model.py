@@ -14,8 +14,9 @@ batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
   to the next chunk (across nodes each tensor rank sends ``1/t`` of it and the
   ranks all-gather it over NVSwitch: SC'21, 4.1);
 * the pipeline takes :func:`mapper.cluster.schedule.step_time`; then each rank
-  synchronises its gradients over its ``d`` replicas (all-reduce; ZeRO 2-3:
-  reduce-scatter and all-gather), overlapped with the last micro-batch's
+  synchronises its gradient buffer over its ``d`` replicas (all-reduce; ZeRO
+  1-2, the distributed optimizer: reduce-scatter of the gradients and
+  all-gather of the updated 16-bit weights), overlapped with the last micro-batch's
   backward pass except the last bucket (Li et al., VLDB 2020), and steps its
   optimizer (on ``1/d`` of the weights from ZeRO 1 on). ZeRO 3 all-gathers the
   weights for every micro-batch's forward and backward and reduce-scatters the
