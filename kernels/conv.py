@@ -1,5 +1,6 @@
 """2-D convolution (cross-correlation, as in DNN frameworks) with stride,
-zero padding and groups: a direct Numba loop nest, and im2col (Numba) + GEMM.
+zero padding and groups: a direct Numba loop nest, and im2col (Numba) + GEMM;
+and its transpose (:func:`conv_transpose2d`), a GEMM + col2im (Numba).
 
 The direct kernel runs in parallel over (image, block of four output
 channels of one group, output row); each input element loaded updates the
@@ -162,4 +163,52 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tu
                 _im2col(x, n0, g * cg, r, s, stride[0], stride[1], padding[0], padding[1], ho, wo, col[:nb])
             wg = w[g * kg:(g + 1) * kg].reshape(kg, cg * r * s)
             np.matmul(wg, col[:nb], out=out[n0:n0 + nb, g * kg:(g + 1) * kg].reshape(nb, kg, ho * wo))
+    return out
+
+
+@jit(parallel=True)
+def _col2im(col, out, n0, k0, kg, rr, ss, h, wd, sh, sw, ph, pw):
+    """``out[n0 + b, k0 + k]`` += each column entry ``col[b, (k, r, s), (i, j)]`` at
+    ``(i sh - ph + r, j sw - pw + s)`` where that lies inside the output; one
+    worker per output plane, so no two workers add into the same element."""
+    ho, wo = out.shape[2], out.shape[3]
+    for t in prange(col.shape[0] * kg):
+        b = t // kg
+        k = t % kg
+        for r in range(rr):
+            for s in range(ss):
+                row = (k * rr + r) * ss + s
+                for i in range(h):
+                    oh = i * sh - ph + r
+                    if oh < 0 or oh >= ho:
+                        continue
+                    for j in range(wd):
+                        ow = j * sw - pw + s
+                        if 0 <= ow < wo:
+                            out[n0 + b, k0 + k, oh, ow] += col[b, row, i * wd + j]
+
+
+def conv_transpose2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tuple[int, int],
+                     output_padding: tuple[int, int], groups: int) -> np.ndarray:
+    """``x[N, C, H, W]`` through the transposed convolution of ``w[C, K/groups, R, S]``: per
+    image and group the GEMM ``col = w_g^T x_g`` (BLAS through NumPy), then col2im adds each
+    column into the output (Caffe's deconvolution layer: Jia et al., "Caffe", ACM MM 2014)."""
+    x = readonly(x)
+    w = readonly(w)
+    n, c, h, wd = x.shape
+    _, kg, r, s = w.shape
+    cg = c // groups
+    ho = (h - 1) * stride[0] - 2 * padding[0] + r + output_padding[0]
+    wo = (wd - 1) * stride[1] - 2 * padding[1] + s + output_padding[1]
+    out = np.zeros((n, kg * groups, ho, wo), dtype=x.dtype)
+    if out.size == 0 or x.size == 0:
+        return out
+    batch = max(1, min(n, COL_MAX_ELEMENTS // max(1, kg * r * s * h * wd)))
+    col = np.empty((batch, kg * r * s, h * wd), dtype=x.dtype)
+    for n0 in range(0, n, batch):
+        nb = min(batch, n - n0)
+        for g in range(groups):
+            wg = w[g * cg:(g + 1) * cg].reshape(cg, kg * r * s)
+            np.matmul(wg.T, x[n0:n0 + nb, g * cg:(g + 1) * cg].reshape(nb, cg, h * wd), out=col[:nb])
+            _col2im(col[:nb], out, n0, g * kg, kg, r, s, h, wd, stride[0], stride[1], padding[0], padding[1])
     return out

@@ -1,5 +1,5 @@
 """Per-element functions: relu, gelu (tanh approximation) and ``elementwise``
-(exp, log, sqrt, tanh, neg, abs, square, sigmoid, scale), as one parallel
+(exp, log, sqrt, tanh, neg, abs, square, sigmoid, scale, hardswish), as one parallel
 Numba loop over the flattened tensor. Complex tensors have no order, so no
 relu or gelu; ``abs`` of a complex tensor keeps the complex dtype. float32
 tanh (and so gelu) and exp have no libm call per element
@@ -15,7 +15,7 @@ from mapper.kernels.approx import exp32_into, tanh32
 from mapper.kernels.reference import GELU_C, GELU_K
 
 FNS = {"relu": 0, "gelu": 1, "exp": 2, "log": 3, "sqrt": 4, "tanh": 5, "neg": 6, "abs": 7,
-       "square": 8, "sigmoid": 9, "scale": 10}
+       "square": 8, "sigmoid": 9, "scale": 10, "hardswish": 11}
 
 
 @jit()
@@ -62,6 +62,13 @@ def _real(fn, v, zero, one, half, a, gc, gk):
     if fn == 9:
         e = np.exp(-abs(v))
         return one / (one + e) if v >= zero else e / (one + e)
+    if fn == 11:  # x * min(max(x + 3, 0), 6) / 6
+        three = one + one + one
+        six = three + three
+        t = v + three
+        t = zero if t < zero else t
+        t = six if t > six else t
+        return v * t / six
     return _common(fn, v, a)
 
 

@@ -1,4 +1,4 @@
-"""Row and channel normalisations: softmax, layernorm, batchnorm (Numba,
+"""Row and channel normalisations: softmax, layernorm, instancenorm, batchnorm (Numba,
 parallel over rows or channels; statistics accumulated in float64).
 layernorm's and batchnorm's sums may be reassociated (``REASSOC``), so that
 LLVM vectorises them: in order, each add waited on the one before, and both
@@ -101,6 +101,14 @@ def over_rows(kernel, x: np.ndarray, eps: float) -> np.ndarray:
 
 def layernorm(x: np.ndarray, *, eps: float) -> np.ndarray:
     return over_rows(_layernorm_rows, x, eps)
+
+
+def instancenorm(x: np.ndarray, *, eps: float) -> np.ndarray:
+    """Each ``(n, c)`` plane of ``x[N, C, ...]`` normalised over its own elements: layernorm's
+    row kernel over the planes as rows (identity affine, as layernorm's)."""
+    if x.size == 0:
+        return np.empty_like(x)
+    return over_rows(_layernorm_rows, readonly(x).reshape(x.shape[0] * x.shape[1], -1), eps).reshape(x.shape)
 
 
 def batchnorm(x: np.ndarray, *, eps: float) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Reductions: sum, max, mean over one axis or all (Numba).
+"""Reductions: sum, max, mean over one axis or all, and running sums (Numba).
 
 The tensor is viewed, without copying, as ``[outer, n, inner]`` with the
 ``n`` reduced elements in the middle. With ``inner == 1`` (reducing the last
@@ -175,3 +175,31 @@ def reduce(x: np.ndarray, *, kind: str, axis: int | None) -> np.ndarray:
     if kind == "mean":
         total = total // n if x.dtype.kind in "iu" else total / x.dtype.type(n)
     return np.asarray(total).astype(x.dtype).reshape(shape)
+
+
+@jit(parallel=True)
+def _scan_rows(x, out, exclusive, reverse):
+    """Running sums of each row of ``x[rows, n]`` (from the end with ``reverse``; each
+    element's own value left out with ``exclusive``), one row per worker."""
+    n = x.shape[1]
+    for r in prange(x.shape[0]):
+        acc = out.dtype.type(0)
+        for t in range(n):
+            j = n - 1 - t if reverse else t
+            if exclusive:
+                out[r, j] = acc
+                acc += x[r, j]
+            else:
+                acc += x[r, j]
+                out[r, j] = acc
+
+
+def cumsum(x: np.ndarray, *, axis: int, exclusive: int, reverse: int) -> np.ndarray:
+    """Running sum along ``axis`` in ``x``'s dtype (the axis moved last, rows scanned in parallel)."""
+    if x.size == 0:
+        return np.empty_like(x)
+    moved = np.ascontiguousarray(np.moveaxis(readonly(x), axis, -1))
+    rows = moved.reshape(-1, moved.shape[-1])
+    out = np.empty(rows.shape, dtype=x.dtype)
+    _scan_rows(rows, out, bool(exclusive), bool(reverse))
+    return np.ascontiguousarray(np.moveaxis(out.reshape(moved.shape), -1, axis))

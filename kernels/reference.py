@@ -43,6 +43,24 @@ def conv2d(x, w, *, stride, padding, groups):
     return np.ascontiguousarray(np.concatenate(outs, axis=1), dtype=x.dtype)
 
 
+def conv_transpose2d(x, w, *, stride, padding, output_padding, groups):
+    """Each input pixel's contribution ``x[n, c, i, j] * w[c, k]`` added at ``(i sh + r, j sw + s)``
+    of the unpadded output, which is then cropped by ``padding``."""
+    n, c, h, wd = x.shape
+    _, kg, r, s = w.shape
+    (sh, sw), (ph, pw), (oh, ow) = stride, padding, output_padding
+    full = np.zeros((n, kg * groups, (h - 1) * sh + r + oh, (wd - 1) * sw + s + ow), dtype=np.float64)
+    cg = c // groups
+    for g in range(groups):
+        xg, wg = x[:, g * cg:(g + 1) * cg].astype(np.float64), w[g * cg:(g + 1) * cg].astype(np.float64)
+        for i in range(r):
+            for j in range(s):
+                full[:, g * kg:(g + 1) * kg, i:i + (h - 1) * sh + 1:sh, j:j + (wd - 1) * sw + 1:sw] += \
+                    np.einsum("nchw,ck->nkhw", xg, wg[:, :, i, j])
+    ho, wo = full.shape[2] - 2 * ph, full.shape[3] - 2 * pw
+    return np.ascontiguousarray(full[:, :, ph:ph + ho, pw:pw + wo], dtype=x.dtype)
+
+
 def maxpool(x, *, kernel, stride, padding):
     (ph, pw) = padding
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
@@ -84,6 +102,14 @@ def layernorm(x, *, eps):
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=-1, keepdims=True)
     var = ((x64 - mean) ** 2).mean(axis=-1, keepdims=True)
+    return ((x64 - mean) / np.sqrt(var + eps)).astype(x.dtype)
+
+
+def instancenorm(x, *, eps):
+    axes = tuple(range(2, x.ndim))
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=axes, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
     return ((x64 - mean) / np.sqrt(var + eps)).astype(x.dtype)
 
 
@@ -180,6 +206,31 @@ def embedding(ids, table):
     return table[ids]
 
 
+def gather_nd(data, indices, *, batch_dims):
+    k = indices.shape[-1]
+    lead, picked = data.shape[:batch_dims], data.shape[batch_dims:batch_dims + k]
+    nb = int(np.prod(lead, dtype=np.int64))
+    d = data.reshape((nb,) + picked + data.shape[batch_dims + k:])
+    idx = indices.reshape(nb, -1, k).astype(np.int64) % np.asarray(picked, dtype=np.int64)
+    out = d[(np.arange(nb)[:, None], *(idx[..., j] for j in range(k)))]
+    return np.ascontiguousarray(out.reshape(indices.shape[:-1] + data.shape[batch_dims + k:]))
+
+
+def scatter_elements(data, indices, updates, *, axis, reduction):
+    out = np.array(data, copy=True)
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = indices.astype(np.int64) % data.shape[axis]
+    at = tuple(np.broadcast_arrays(*where))
+    if reduction == "none":  # repeated positions: the last update in row-major order wins
+        flat = np.ravel_multi_index(tuple(a.reshape(-1) for a in at), data.shape)
+        keep = len(flat) - 1 - np.unique(flat[::-1], return_index=True)[1]
+        out.reshape(-1)[flat[keep]] = updates.reshape(-1)[keep]
+    else:
+        ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduction]
+        ufunc.at(out, at, updates)
+    return out
+
+
 def allreduce(*xs):
     out = xs[0]
     for x in xs[1:]:
@@ -269,6 +320,15 @@ def reduce(x, *, kind, axis):
     return np.asarray(total // count).astype(x.dtype)
 
 
+def cumsum(x, *, axis, exclusive, reverse):
+    y = np.flip(x, axis) if reverse else x
+    out = np.cumsum(y, axis=axis, dtype=x.dtype)
+    if exclusive:
+        out = np.concatenate([np.zeros_like(np.take(out, [0], axis=axis)),
+                              np.take(out, range(out.shape[axis] - 1), axis=axis)], axis=axis)
+    return np.ascontiguousarray(np.flip(out, axis) if reverse else out)
+
+
 def elementwise(x, *, fn, alpha):
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if fn == "sigmoid":
@@ -278,6 +338,8 @@ def elementwise(x, *, fn, alpha):
             return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
         if fn == "abs":
             return np.abs(x).astype(x.dtype)
+        if fn == "hardswish":
+            return (x * np.clip(x + 3, 0, 6) / 6).astype(x.dtype)
         if fn == "square":
             return x * x
         if fn == "neg":

@@ -24,19 +24,20 @@ from mapper.kernels import reference as ref
 from mapper.kernels._jit import threads_for
 from mapper.kernels.attention import attention
 from mapper.kernels.binary import binary
-from mapper.kernels.conv import conv2d
+from mapper.kernels.conv import conv2d, conv_transpose2d
 from mapper.kernels.csr import Csr
 from mapper.kernels.dtypes import numpy_dtype, round_bf16, tolerance
 from mapper.kernels.elementwise import elementwise, gelu, relu
 from mapper.kernels.embedding import embedding
 from mapper.kernels.fft import fft, ifft
+from mapper.kernels.indexed import gather_nd, scatter_elements
 from mapper.kernels.layout import concat, reshape, split, transpose
 from mapper.kernels.linalg import axpy, dot, matmul
 from mapper.kernels.llm import rmsnorm, rotary, swiglu
-from mapper.kernels.norm import batchnorm, layernorm, softmax
+from mapper.kernels.norm import batchnorm, instancenorm, layernorm, softmax
 from mapper.kernels.operands import make_csr, make_ids, make_tensor, random_operand
 from mapper.kernels.pool import avgpool, maxpool
-from mapper.kernels.reduce import reduce
+from mapper.kernels.reduce import cumsum, reduce
 from mapper.kernels.sparse import spmv
 from mapper.kernels.spec import INEXACT, SPECS, prepare
 from mapper.kernels.stencil import stencil
@@ -71,6 +72,8 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
                                  "i-k-j loop for integers and tiny products"),
     "conv2d": (conv2d, "conv", "numba im2col + BLAS GEMM through numpy when Cg*R*S and K/groups >= 16 (1x1 "
                                "unpadded: the GEMM runs on the input, no im2col), else numba direct"),
+    "conv_transpose2d": (conv_transpose2d, "conv", "BLAS GEMM through numpy per image and group, then a numba "
+                                                   "col2im adding the columns into the output"),
     "maxpool": (maxpool, "pool", "numba direct"),
     "avgpool": (avgpool, "pool", "numba direct (divides by the count of valid elements)"),
     "batchnorm": (batchnorm, "norm", "numba direct (batch statistics, identity affine)"),
@@ -78,6 +81,8 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "gelu": (gelu, "elementwise", "numba direct (tanh approximation)"),
     "softmax": (softmax, "norm", "numba direct (rows; numpy moves a non-last axis)"),
     "layernorm": (layernorm, "norm", "numba direct"),
+    "instancenorm": (instancenorm, "norm", "numba direct (layernorm's rows: one per (image, channel) plane, "
+                                           "identity affine)"),
     "add": (_binary("add"), "binary", "numba strided broadcast loop"),
     "sub": (_binary("sub"), "binary", "numba strided broadcast loop"),
     "mul": (_binary("mul"), "binary", "numba strided broadcast loop"),
@@ -86,6 +91,9 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
                                        "softmax of the scores, groups on parallel threads; numba direct for small "
                                        "units"),
     "embedding": (embedding, "embedding", "numba gather"),
+    "gather_nd": (gather_nd, "indexed", "numba gather, parallel over the index tuples"),
+    "scatter_elements": (scatter_elements, "indexed", "numpy copy, then a numba loop over the updates in order "
+                                                     "(one thread: repeated indices combine as the reference's)"),
     "rmsnorm": (rmsnorm, "norm", "numba direct"),
     "swiglu": (swiglu, "elementwise", "numba direct"),
     "rotary": (rotary, "elementwise", "numba direct (angles per row and pair)"),
@@ -102,6 +110,7 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "dot": (dot, "linalg", "numba blocked parallel reduction"),
     "axpy": (axpy, "linalg", "numba direct"),
     "reduce": (reduce, "reduce", "numba blocked parallel reduction"),
+    "cumsum": (cumsum, "reduce", "numba running sum, parallel over rows (the axis moved last)"),
     "elementwise": (elementwise, "elementwise", "numba direct"),
 }
 

@@ -32,7 +32,11 @@ _DTYPE_NAMES = {"float16": "f16", "float32": "f32", "float64": "f64", "complex64
                 "complex128": "c128", "int8": "i8", "int32": "i32", "int64": "i64", "bool": "bool"}
 
 #: Functions of ``elementwise``.
-ELEMENTWISE_FNS = ("exp", "log", "sqrt", "tanh", "neg", "abs", "square", "sigmoid", "scale")
+ELEMENTWISE_FNS = ("exp", "log", "sqrt", "tanh", "neg", "abs", "square", "sigmoid", "scale", "hardswish")
+
+
+#: The operand of each op that holds integer indices (i32 or i64).
+INDEX_OPERAND = {"embedding": 0, "gather_nd": 1, "scatter_elements": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +112,17 @@ def _matmul(op, xs, at):
     return {}
 
 
-def _conv2d(op, xs, at):
+def _conv_common(op, xs, at):
+    """A convolution's 4-D ``x`` and ``w``, its groups, stride and padding."""
     x, w = xs
     _ndim(op, x, "x", (4,))
     _ndim(op, w, "w", (4,))
     g = _int(op, "groups", at["groups"], 1)
-    st, pad = _pair(op, "stride", at["stride"], 1), _pair(op, "padding", at["padding"], 0)
+    return x, w, g, _pair(op, "stride", at["stride"], 1), _pair(op, "padding", at["padding"], 0)
+
+
+def _conv2d(op, xs, at):
+    x, w, g, st, pad = _conv_common(op, xs, at)
     n, c, h, wd = x.shape
     k, cg, r, s = w.shape
     if c % g or k % g or cg * g != c:
@@ -122,6 +131,33 @@ def _conv2d(op, xs, at):
     if h + 2 * pad[0] < r or wd + 2 * pad[1] < s:
         raise fail(op, f"filter {r}x{s} is larger than the padded input {_shape(x)}")
     return {"stride": st, "padding": pad, "groups": g}
+
+
+def _conv_transpose2d(op, xs, at):
+    x, w, g, st, pad = _conv_common(op, xs, at)
+    opad = _pair(op, "output_padding", at["output_padding"], 0)
+    n, c, h, wd = x.shape
+    cw, kg, r, s = w.shape
+    if c % g or cw != c:
+        raise fail(op, f"x {_shape(x)} and w {_shape(w)} do not fit groups = {g} "
+                       "(need C % groups == 0 and w.shape[0] == C)")
+    if opad[0] >= st[0] or opad[1] >= st[1]:
+        raise fail(op, f"output_padding {opad} must be smaller than the stride {st}")
+    if (h - 1) * st[0] - 2 * pad[0] + r + opad[0] < 1 or (wd - 1) * st[1] - 2 * pad[1] + s + opad[1] < 1:
+        raise fail(op, f"padding {pad} leaves no output of x {_shape(x)} and the {r}x{s} filter")
+    return {"stride": st, "padding": pad, "output_padding": opad, "groups": g}
+
+
+def _cumsum(op, xs, at):
+    (x,) = xs
+    if x.ndim < 1:
+        raise fail(op, f"x must be at least 1-D, got {_shape(x)}")
+    flags = {}
+    for key in ("exclusive", "reverse"):
+        flags[key] = _int(op, key, at[key], 0)
+        if flags[key] > 1:
+            raise fail(op, f"{key} must be 0 or 1, got {flags[key]}")
+    return {"axis": _axis(op, "axis", at["axis"], x.ndim), **flags}
 
 
 def _pool(op, xs, at):
@@ -235,6 +271,48 @@ def _embedding(op, xs, at):
     if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
         raise fail(op, f"ids must lie in [0, {table.shape[0]}), got [{ids.min()}, {ids.max()}]")
     return {}
+
+
+def _index_range(op, idx, dims, what):
+    """Indices ``idx[..., j]`` in ``[-dims[j], dims[j])`` (a negative one counts from the end)."""
+    if idx.size == 0:
+        return
+    low, high = idx.min(axis=tuple(range(idx.ndim - 1))), idx.max(axis=tuple(range(idx.ndim - 1)))
+    for j, d in enumerate(dims):
+        if low[j] < -d or high[j] >= d:
+            raise fail(op, f"{what} must lie in [{-d}, {d}), got [{low[j]}, {high[j]}]")
+
+
+def _gather_nd(op, xs, at):
+    data, idx = xs
+    b = _int(op, "batch_dims", at["batch_dims"], 0)
+    if idx.ndim < 1 or b >= min(data.ndim, idx.ndim) or data.shape[:b] != idx.shape[:b]:
+        raise fail(op, f"batch_dims = {b} must count leading axes data {_shape(data)} and indices "
+                       f"{_shape(idx)} share, before indices' last axis")
+    k = idx.shape[-1]
+    if not 1 <= k <= data.ndim - b:
+        raise fail(op, f"indices' last axis ({k}) must be 1 .. {data.ndim - b}")
+    _index_range(op, idx, data.shape[b:b + k], "indices")
+    return {"batch_dims": b}
+
+
+def _scatter_elements(op, xs, at):
+    data, idx, upd = xs
+    if data.ndim < 1 or idx.shape != upd.shape or idx.ndim != data.ndim:
+        raise fail(op, f"indices {_shape(idx)} and updates {_shape(upd)} must have one shape, of data "
+                       f"{_shape(data)}'s rank")
+    if any(i > d for i, d in zip(idx.shape, data.shape)):
+        raise fail(op, f"indices {_shape(idx)} must be no larger than data {_shape(data)} along any axis")
+    axis = _axis(op, "axis", at["axis"], data.ndim)
+    reduction = at["reduction"]
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise fail(op, f"reduction must be \"none\", \"add\", \"mul\", \"max\" or \"min\", got {reduction!r}")
+    if reduction != "none" and data.dtype == np.bool_:
+        raise fail(op, f"reduction {reduction!r} needs numbers, got a bool tensor")
+    if reduction in ("max", "min") and data.dtype.kind == "c":
+        raise fail(op, f"{reduction} has no order on complex numbers")
+    _index_range(op, idx[..., None], (data.shape[axis],), "indices")
+    return {"axis": axis, "reduction": reduction}
 
 
 def _concat(op, xs, at):
@@ -366,6 +444,8 @@ def _elementwise(op, xs, at):
         raise fail(op, "missing attribute fn")
     if fn not in ELEMENTWISE_FNS:
         raise fail(op, f"unknown fn {fn!r}", hint="one of " + ", ".join(ELEMENTWISE_FNS))
+    if fn == "hardswish" and xs[0].dtype.kind == "c":
+        raise fail(op, "hardswish compares, and complex numbers have no order")
     if fn != "scale" and at["alpha"] is not None:
         raise fail(op, f'alpha is only for fn = "scale", not fn = "{fn}"')
     alpha = 1.0 if at["alpha"] is None else _float(op, "alpha", at["alpha"])
@@ -386,6 +466,8 @@ _POOL = (("kernel", REQUIRED), ("stride", None), ("padding", 0))
 SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("matmul", (2, 2), NUMERIC, _matmul),
     _spec("conv2d", (2, 2), FLOAT, _conv2d, ("stride", 1), ("padding", 0), ("groups", 1)),
+    _spec("conv_transpose2d", (2, 2), FLOAT, _conv_transpose2d, ("stride", 1), ("padding", 0),
+          ("output_padding", 0), ("groups", 1)),
     _spec("maxpool", (1, 1), FLOAT + INT, _pool, *_POOL),
     _spec("avgpool", (1, 1), FLOAT, _pool, *_POOL),
     _spec("batchnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 2), ("eps", 1e-5)),
@@ -393,6 +475,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("gelu", (1, 1), FLOAT, _none),
     _spec("softmax", (1, 1), FLOAT, _softmax, ("axis", -1)),
     _spec("layernorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5)),
+    _spec("instancenorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 3), ("eps", 1e-5)),
     *(_spec(b, (2, 2), NUMERIC, _binary) for b in ("add", "mul", "sub", "div")),
     _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0),
           ("kv_heads", None), ("fused", 1), ("cache", 0)),
@@ -406,6 +489,8 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("split", (1, 1), ANY, _split, ("parts", REQUIRED), ("index", REQUIRED), ("axis", 0)),
     _spec("reshape", (1, 1), ANY, _reshape, ("shape", REQUIRED)),
     _spec("transpose", (1, 1), ANY, _transpose, ("perm", None)),
+    _spec("gather_nd", (2, 2), ANY, _gather_nd, ("batch_dims", 0)),
+    _spec("scatter_elements", (3, 3), ANY, _scatter_elements, ("axis", 0), ("reduction", "none")),
     _spec("stencil", (1, 1), FLOAT, _stencil, ("points", REQUIRED), ("steps", 1)),
     _spec("spmv", (2, 2), INEXACT, _spmv),
     _spec("fft", (1, 1), COMPLEX, _fft),
@@ -413,6 +498,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("dot", (2, 2), NUMERIC, _dot),
     _spec("axpy", (2, 3), NUMERIC, _axpy, ("alpha", None)),
     _spec("reduce", (1, 1), NUMERIC, _reduce, ("kind", "sum"), ("axis", None)),
+    _spec("cumsum", (1, 1), NUMERIC, _cumsum, ("axis", 0), ("exclusive", 0), ("reverse", 0)),
     _spec("elementwise", (1, 1), INEXACT, _elementwise, ("fn", REQUIRED), ("alpha", None)),
 )}
 
@@ -451,13 +537,13 @@ def prepare(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[l
             raise fail(op, f"operand {i + 1} is a csr matrix; {op} takes dense tensors")
         arr = np.asarray(v)
         name = _dtype_name(arr.dtype)
-        ok = spec.dtypes if not (op == "embedding" and i == 0) else INT
+        ok = spec.dtypes if INDEX_OPERAND.get(op) != i else ("i32", "i64")
         if op == "embedding" and i == 1:
             ok = INEXACT
         if name not in ok:
             raise fail(op, f"operand {i + 1} has dtype {name}", hint="allowed: " + ", ".join(ok))
         xs.append(arr)
-    dense = [x for x in xs if isinstance(x, np.ndarray)]
+    dense = [x for i, x in enumerate(xs) if isinstance(x, np.ndarray) and INDEX_OPERAND.get(op) != i]
     if op not in ("embedding", "spmv") and len({x.dtype for x in dense}) > 1:
         raise fail(op, "operand dtypes differ: " + ", ".join(_dtype_name(x.dtype) for x in dense),
                    hint="convert one operand first")

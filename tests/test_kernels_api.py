@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _ops_in_catalogue() -> set[str]:
     ops: set[str] = set()
     for line in (ROOT / "docs" / "ops.md").read_text().splitlines():
-        m = re.match(r"\|\s*([a-z0-9, ]+?)\s*\|", line)
+        m = re.match(r"\|\s*([a-z0-9_, ]+?)\s*\|", line)
         if m and m.group(1) not in ("op",):
             ops.update(w.strip() for w in m.group(1).split(","))
     return ops

@@ -114,6 +114,23 @@ CASES = [
     ("elementwise", [T("f32", 10, 10)], {"fn": "sigmoid"}, (10, 10), 400, 400, 400),
     ("elementwise", [T("c64", 7)], {"fn": "scale", "alpha": 0.5}, (7,), 7, 56, 56),
     ("opaque", [T("f32", 2, 8), T("f16", 4)], {"shape": [4, 4], "flops": 16.0, "kind": "LRN"}, (4, 4), 16, 72, 64),
+    # conv_transpose2d: 2*N*C*H*W*(K/g)*R*S; a U-Net's 2x2/2 upsampling 16x16 -> 32x32
+    ("conv_transpose2d", [T("f32", 2, 128, 16, 16), T("f32", 128, 64, 2, 2)], {"stride": 2}, (2, 64, 32, 32),
+     2 * 2 * 128 * 256 * 64 * 4, 4 * (2 * 128 * 256 + 128 * 64 * 4), 4 * 2 * 64 * 1024),
+    # Ho = (H - 1) sh - 2 ph + R + oph: (5 - 1) 2 - 2 + 3 + 1 = 10; groups 2: K = 2 * 3
+    ("conv_transpose2d", [T("f32", 1, 4, 5, 6), T("f32", 4, 3, 3, 3)],
+     {"stride": 2, "padding": 1, "output_padding": [1, 0], "groups": 2}, (1, 6, 10, 11),
+     2 * 4 * 30 * 3 * 9, 4 * (120 + 108), 4 * 660),
+    ("instancenorm", [T("f32", 2, 8, 5, 5)], {}, (2, 8, 5, 5), 8 * 400, 1600, 1600),
+    ("cumsum", [T("i64", 4, 6)], {"axis": 1, "exclusive": 1, "reverse": 1}, (4, 6), 24, 192, 192),
+    ("elementwise", [T("f32", 10, 10)], {"fn": "hardswish"}, (10, 10), 500, 400, 400),
+    # gather_nd reads the indices and the slices it picks: 6 pairs of a [3, 4, 5] table -> [6, 5]
+    ("gather_nd", [T("f32", 3, 4, 5), T("i64", 6, 2)], {}, (6, 5), 0, 8 * 12 + 4 * 30, 4 * 30),
+    ("gather_nd", [T("f16", 2, 3, 4), T("i32", 2, 5, 1)], {"batch_dims": 1}, (2, 5, 4), 0, 4 * 10 + 2 * 40, 80),
+    ("scatter_elements", [T("f32", 8, 16), T("i64", 8, 4), T("f32", 8, 4)], {"axis": 1}, (8, 16), 0,
+     4 * 128 + 8 * 32 + 4 * 32, 4 * 128),
+    ("scatter_elements", [T("f32", 8, 16), T("i64", 8, 4), T("f32", 8, 4)], {"axis": 1, "reduction": "add"},
+     (8, 16), 32, 4 * 128 + 8 * 32 + 4 * 32, 4 * 128),
     # a typed opaque op (an imported Equal): bool out of f32 operands
     ("opaque", [T("f32", 2, 8), T("f32", 8)], {"shape": [2, 8], "flops": 16.0, "kind": "Equal", "dtype": "bool"},
      (2, 8), 16, 96, 16),
@@ -298,6 +315,22 @@ ERRORS = [
     ("opaque", [T("f32", 3)], {"shape": [3, 0]}, "shape = [3, 0] must hold positive sizes", None, "shape"),
     ("opaque", [T("f32", 3)], {"shape": [3], "flops": -1.0}, "flops = -1.0 must be between 0 and 1e30", None, "flops"),
     ("opaque", [T("f32", 3)], {"shape": [3], "dtype": "f8"}, "dtype = 'f8' is not a dtype", None, "dtype"),
+    ("conv_transpose2d", [T("f32", 1, 4, 5, 5), T("f32", 3, 2, 3, 3)], {}, "channels differ", 1, None),
+    ("conv_transpose2d", [T("f32", 1, 4, 5, 5), T("f32", 4, 2, 3, 3)], {"groups": 3}, "groups = 3 must divide",
+     None, "groups"),
+    ("conv_transpose2d", [T("f32", 1, 4, 5, 5), T("f32", 4, 2, 3, 3)], {"stride": 2, "output_padding": 2},
+     "output_padding = 2 must be smaller than the stride", None, "output_padding"),
+    ("conv_transpose2d", [T("f32", 1, 4, 1, 1), T("f32", 4, 2, 1, 1)], {"padding": 1}, "leaves no output", None,
+     "padding"),
+    ("instancenorm", [T("f32", 4, 8)], {}, "x must be at least 3-D [N, C, ...]", 0, None),
+    ("cumsum", [T("f32", 4, 8)], {"axis": 2}, "axis = 2 is out of range", None, "axis"),
+    ("gather_nd", [T("f32", 3, 4), T("f32", 2, 1)], {}, "indices must be an integer tensor", 1, None),
+    ("gather_nd", [T("f32", 3, 4), T("i64", 2, 3)], {}, "the index tuples' length 3", 1, None),
+    ("gather_nd", [T("f32", 3, 4), T("i64", 2, 1)], {"batch_dims": 1}, "batch_dims = 1 must count leading axes",
+     None, "batch_dims"),
+    ("scatter_elements", [T("f32", 3, 4), T("i64", 3, 4), T("f32", 3, 2)], {}, "must have one shape", 2, None),
+    ("scatter_elements", [T("bool", 3, 4), T("i64", 3, 4), T("bool", 3, 4)], {"reduction": "add"},
+     "data must be a numeric tensor", 0, None),
 ]
 
 

@@ -65,6 +65,9 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("conv2d", (2, 2), "conv", "2*N*K*Ho*Wo*(C/groups)*R*S", dnn.conv2d,
           "x[N, C, H, W], w[K, C/groups, R, S]",
           ("stride", "int2", 1), ("padding", "int2", 0), ("groups", "int", 1)),
+    _spec("conv_transpose2d", (2, 2), "conv", "2*N*C*H*W*(K/groups)*R*S", dnn.conv_transpose2d,
+          "x[N, C, H, W], w[C, K/groups, R, S]",
+          ("stride", "int2", 1), ("padding", "int2", 0), ("output_padding", "int2", 0), ("groups", "int", 1)),
     _spec("maxpool", (1, 1), "pool", "kh*kw * out.numel", dnn.pool, "x[N, C, H, W]", *_POOL_ATTRS),
     _spec("avgpool", (1, 1), "pool", "kh*kw * out.numel", dnn.pool, "x[N, C, H, W]", *_POOL_ATTRS),
     # batch norm (Ioffe and Szegedy, ICML 2015), inference form folded to scale + shift
@@ -80,6 +83,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     # layer norm (Ba, Kiros and Hinton, arXiv:1607.06450), two-pass
     _spec("layernorm", (1, 1), "norm", "8 * numel", dnn.per_element(8, min_ndim=1, form="at least 1-D"),
           "x", _EPS),
+    _spec("instancenorm", (1, 1), "norm", "8 * numel", dnn.instancenorm, "x[N, C, ...]", _EPS),
     *(_spec(op, (2, 2), "elementwise", "1 * out.numel", dnn.binary, "a, b")
       for op in ("add", "mul", "sub", "div")),
     # cache = C: each sequence's queries also attend to C earlier positions held in a KV cache
@@ -109,6 +113,12 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     # an op with no rule or kernel here (an imported ONNX op): shape and work as given
     _spec("opaque", (1, None), "elementwise", "flops", movement.opaque, "x1, x2, ...",
           ("shape", "ints", REQUIRED), ("flops", "float", 0.0), ("kind", "str", ""), ("dtype", "str", None)),
+    # ONNX GatherND and ScatterElements (Open Neural Network Exchange, Operators.md)
+    _spec("gather_nd", (2, 2), "embedding", "0", movement.gather_nd, "data, indices[..., k]",
+          ("batch_dims", "int", 0)),
+    _spec("scatter_elements", (3, 3), "embedding", "0 (updates.numel with a reduction)", movement.scatter_elements,
+          "data, indices, updates", ("axis", "int", 0), ("reduction", "str", "none"),
+          choices=(("reduction", movement.SCATTER_REDUCTIONS),)),
     _spec("stencil", (1, 1), "stencil", "steps * points * interior", scientific.stencil,
           "x[H, W] or x[D, H, W]", ("points", "int", REQUIRED), ("steps", "int", 1)),
     _spec("spmv", (2, 2), "sparse", "2 * nnz", scientific.spmv, "A[M, N] csr, x[N]"),
@@ -120,6 +130,8 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("reduce", (1, 1), "reduction", "numel (+ out.numel for mean)", scientific.reduce, "x",
           ("kind", "str", "sum"), ("axis", "int", None),
           choices=(("kind", ("sum", "max", "mean")),)),
+    _spec("cumsum", (1, 1), "reduction", "numel", scientific.cumsum, "x",
+          ("axis", "int", 0), ("exclusive", "bool", 0), ("reverse", "bool", 0)),
     _spec("elementwise", (1, 1), "elementwise", "ELEMENTWISE_FLOPS[fn] * numel", scientific.elementwise, "x",
           ("fn", "str", REQUIRED), ("alpha", "float", None),
           choices=(("fn", tuple(ELEMENTWISE_FLOPS)),)),
@@ -127,7 +139,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
 _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "kv_heads": 1, "seq": 1, "steps": 1, "parts": 1,
-            "points": 1, "padding": 0, "index": 0, "cache": 0,
+            "points": 1, "padding": 0, "output_padding": 0, "index": 0, "cache": 0, "batch_dims": 0,
             "rank": 0}
 
 

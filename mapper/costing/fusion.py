@@ -4,7 +4,7 @@ that follow it into one task, as deployment compilers do.
 Two patterns, each grown greedily along single-consumer chains in
 topological order:
 
-- **GEMM epilogues**: a ``matmul`` or ``conv2d`` followed by elementwise
+- **GEMM epilogues**: a ``matmul`` or a convolution followed by elementwise
   ops, activations and batch norm (conv + batchnorm (+ add) + relu,
   GEMM + bias + GELU). The epilogue runs on the GEMM's output tile while it
   is still on chip (cuDNN's and CUTLASS's fused epilogues; TensorRT's
@@ -43,7 +43,7 @@ from mapper.platform.devices import Platform
 #: What ``--fuse`` accepts.
 FUSE_MODES = ("none", "auto")
 #: Ops that start a GEMM-epilogue group.
-GEMM_ANCHORS = frozenset({"matmul", "conv2d"})
+GEMM_ANCHORS = frozenset({"matmul", "conv2d", "conv_transpose2d"})
 #: Ops a GEMM epilogue or an elementwise chain may hold.
 POINTWISE = frozenset({"add", "sub", "mul", "div", "relu", "gelu", "elementwise", "batchnorm"})
 #: Row-wise norms that may end an elementwise chain (not a GEMM epilogue: a

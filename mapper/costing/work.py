@@ -107,6 +107,9 @@ def vector_length(task: Task) -> int | None:
         w = task.operands[1].type.shape
         if len(w) == 4:
             return int(min(w[0], w[1] * w[2] * w[3], out.shape[2] * out.shape[3])) or None
+    if task.op == "conv_transpose2d":
+        dims = gemm_dims(task)
+        return None if dims is None else int(min(dims[1:])) or None
     if task.op == "attention":
         seq = dict(task.attrs).get("seq")
         return int(seq) if seq else None
@@ -137,7 +140,10 @@ def gemm_dims(task: Task) -> tuple[int, int, int, int] | None:
     ``A`` (one GEMM); with batched right operands it is a batch of GEMMs.
     ``conv2d`` is an im2col GEMM per image and group: ``M`` the group's
     output channels, ``N`` the output pixels, ``K = Cg R S``
-    (Chellapilla et al., IWFHR 2006).
+    (Chellapilla et al., IWFHR 2006). ``conv_transpose2d`` is the GEMM of
+    that product's transpose per image and group, ``col = w_g^T x_g``: ``M =
+    (K/groups) R S``, ``N`` the input pixels, ``K = C/groups``, whose columns
+    col2im adds into the output (:func:`im2col_bytes`).
     """
     out = task.output
     if out is None or task.dtype not in GEMM_DTYPES or len(task.operands) < 2:
@@ -156,6 +162,9 @@ def gemm_dims(task: Task) -> tuple[int, int, int, int] | None:
         if crs < IM2COL_MIN or kg < IM2COL_MIN or out.shape[2] * out.shape[3] == 1:
             return None
         return (a[0] * groups, kg, out.shape[2] * out.shape[3], crs)
+    if task.op == "conv_transpose2d" and len(a) == 4 and len(b) == 4 and a[2] * a[3] > 1:
+        groups = int(dict(task.attrs).get("groups") or 1)
+        return (a[0] * groups, b[1] * b[2] * b[3], a[2] * a[3], b[0] // groups)
     return None
 
 
@@ -166,7 +175,12 @@ def im2col_bytes(task: Task) -> float:
     ``(1 + s)`` times the matrix's bytes (a stride-2 stem gathered at 0.4 GB/s
     where stride-1 3x3 layers ran at 11 GB/s counted by the matrix alone).
     0 for a 1x1 filter with stride 1 and no padding (the input is the matrix)
-    and for tasks that are not im2col GEMMs."""
+    and for tasks that are not im2col GEMMs. ``conv_transpose2d``'s col2im
+    reads the column matrix its GEMM wrote and adds it into the output: twice
+    the matrix's bytes."""
+    if task.op == "conv_transpose2d":  # col2im reads the GEMM's columns and adds them into the output
+        dims = gemm_dims(task)
+        return 0.0 if dims is None else float(2 * dims[0] * dims[1] * dims[2] * DTYPE_BYTES[task.dtype])
     dims = gemm_dims(task) if task.op == "conv2d" else None
     if dims is None:
         return 0.0
@@ -209,6 +223,8 @@ def gemm_cold(task: Task) -> tuple[bool, bool]:
     ops = task.operands
     if task.op == "conv2d" and len(ops) >= 2:
         return (ops[1].kind == "weight", im2col_bytes(task) == 0 and ops[0].kind == "weight")
+    if task.op == "conv_transpose2d" and len(ops) >= 2:  # A: the filter, transposed; B: the input
+        return (ops[1].kind == "weight", ops[0].kind == "weight")
     if len(ops) >= 2:
         return (ops[0].kind == "weight", ops[1].kind == "weight")
     return (False, False)
@@ -248,7 +264,7 @@ def _gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int
                max_split: int) -> tuple[int, int, int, int]:
     """``(useful, blocks, split, waves)`` of a GEMM's grid (:func:`wave_efficiency`)."""
     batch, m, n, k = dims
-    if task.op == "conv2d":
+    if task.op in ("conv2d", "conv_transpose2d"):
         groups = int(dict(task.attrs).get("groups") or 1)
         batch, n = groups, n * (batch // max(groups, 1))
     tm, tn, tk = gemm_tile(tile, m)

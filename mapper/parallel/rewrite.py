@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.core.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType
-from mapper.core.ops import infer
+from mapper.core.ops import OpError, infer
 from mapper.costing.cost import route_tables
 from mapper.errors import OptionsError
 from mapper.parallel.collectives import collective_time, launch_time, step_latency
@@ -241,7 +241,11 @@ def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Re
         attrs["shape"] = (attrs["shape"][0] // n, *attrs["shape"][1:])
         if task.op == "opaque":  # its given work, shared by the rows
             attrs["flops"] = attrs["flops"] / n
-    info = infer(task.op, [o.type for o in operands], attrs)
+    try:
+        info = infer(task.op, [o.type for o in operands], attrs)
+    except OpError as err:  # a piece the op cannot take: the plan cannot cut this task
+        raise SplitError(f"cannot split task {task.name} ({task.op}) as plan {b_.plan.label()} cuts it: "
+                         f"{err.message}", span=task.span, obj=task.name) from None
     assert task.output is not None
     want = task.output.shape
     if n > 1:

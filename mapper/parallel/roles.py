@@ -64,10 +64,14 @@ def batch_blocker(task: Task, parts: int) -> str | None:
                 return f"weight {o.name} ({o.type}) spans the batch axis"
         return None
     if op == "matmul":
-        if task.operands[1].kind == "weight" or len(task.operands[1].type.shape) >= 3:
+        w = task.operands[1]
+        if w.kind == "weight" and len(w.type.shape) == nd and nd >= 3 and w.type.shape[0] != 1:
+            return (f"weight {w.name} ({w.type}) spans the batch axis: each of its {w.type.shape[0]} "
+                    "matrices multiplies its own batch row")
+        if w.kind == "weight" or len(w.type.shape) >= 3:
             return None
         return "its second operand is an activation whose leading axis is not the batch"
-    if op in ("conv2d", "maxpool", "avgpool", "batchnorm", "embedding"):
+    if op in ("conv2d", "conv_transpose2d", "maxpool", "avgpool", "batchnorm", "instancenorm", "embedding"):
         return None
     if op in ("layernorm", "rmsnorm", "swiglu", "fft", "ifft"):
         return None if nd >= 2 else "it works along the only axis"
@@ -92,6 +96,21 @@ def batch_blocker(task: Task, parts: int) -> str | None:
             if o.kind == "weight" and len(o.type.shape) == nd and o.type.shape[0] != 1 and not spans_batch(task, o):
                 return f"weight {o.name} ({o.type}) spans the batch axis"
         return None  # every operand leads with the batch: rows are cut with the activations
+    if op == "gather_nd":  # a table's rows picked by a batch of indices, or each batch row's own
+        data, idx = task.operands
+        if data.kind == "weight":
+            return None if task.attr("batch_dims", 0) == 0 and len(idx.type.shape) >= 2 else \
+                "its indices' leading axis is not the batch"
+        return None if task.attr("batch_dims", 0) >= 1 else "its indices pick across the batch axis"
+    if op == "scatter_elements":
+        if _axis(task.attr("axis", 0), nd) == 0:
+            return "it writes along the batch axis"
+        for o in task.operands:
+            if o.kind == "weight" or o.type.shape[0] != out.shape[0]:
+                return f"operand {o.name} ({o.type}) does not lead with the output's batch axis"
+        return None
+    if op == "cumsum":
+        return None if _axis(task.attr("axis", 0), nd) != 0 else "it sums along the batch axis"
     if op == "reduce":
         axis = task.attr("axis")
         return None if axis is not None and _axis(axis, len(acts[0].type.shape)) != 0 else \

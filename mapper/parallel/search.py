@@ -32,6 +32,7 @@ perfect scaling) is no better than the best plan found so far.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,11 +81,13 @@ class Choice:
     candidates: tuple[Candidate, ...]  # by step time
     single: Candidate | None  # the best single device
     skipped: int = 0  # plans not built: their ideal time could not beat the best found
+    dropped: tuple[str, ...] = ()  # plans that cannot cut the graph: "label: why", naming the task
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, **self.best.to_json(), "exact": self.split.exact,
                                "candidates": [c.to_json() for c in self.candidates[:RUNNERS_UP + 1]],
-                               "plans_scored": len(self.candidates), "plans_skipped": self.skipped}
+                               "plans_scored": len(self.candidates), "plans_skipped": self.skipped,
+                "plans_dropped": list(self.dropped)}
         if self.single is not None:
             out["single_device"] = self.single.to_json()
             out["speedup"] = self.single.step_time / self.best.step_time if self.best.step_time > 0 else None
@@ -104,6 +107,14 @@ class Choice:
             out.append("parallel: runners-up " + "; ".join(
                 f"{c.plan.label()} on {', '.join(c.plan.devices)} {fmt_time(c.step_time)}"
                 + ("" if c.fits else " (too big)") for c in others))
+        if self.dropped:
+            kinds: dict[str, str] = {}  # one layout per kind of reason (the reason without its sizes)
+            for why in self.dropped:
+                kinds.setdefault(re.sub(r"\d+", "#", why.split(": ", 1)[-1]), why)
+            shown = list(kinds.values())[:3]
+            more = len(self.dropped) - len(shown)
+            out.append(f"parallel: {len(self.dropped)} layout{'s' if len(self.dropped) > 1 else ''} dropped, a task "
+                       f"cannot be split as they cut it: {'; '.join(shown)}" + (f" (and {more} more)" if more else ""))
         if not self.split.exact:
             out.append("parallel: batch norm statistics are per replica (as data-parallel training without "
                        "synchronised batch norm), so the outputs differ from the unsplit graph's")
@@ -276,6 +287,7 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
     reasons: list[str] = []
     single = best_time = float("inf")
     skipped = 0
+    dropped: list[str] = []
     # the single device first, then the largest meshes: a mesh of m devices whose
     # ideal time (the best single device's over m) cannot beat the best plan found is skipped
     for plan in sorted(plans(graph, mode, devices, weights), key=lambda p: (len(p.devices) > 1, -len(p.devices))):
@@ -287,6 +299,7 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
             split, g = build(graph, plan, platform, prepare, train, step)
         except SplitError as err:
             reasons.append(f"{plan.label()}: {err.message}")
+            dropped.append(reasons[-1])
             continue
         try:
             cand = score(plan, build_cost_table(g, platform))
@@ -314,4 +327,4 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
     singles = [s[0] for s in scored if len(s[0].plan.devices) == 1]
     ranked = tuple(sorted((s[0] for s in scored), key=lambda c: (c.step_time, len(c.plan.devices))))
     return Choice(mode, best[1], best[2], best[0], ranked, min(singles, key=lambda c: c.step_time) if singles else None,
-                  skipped)
+                  skipped, tuple(dropped))

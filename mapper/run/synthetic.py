@@ -38,14 +38,25 @@ def positive_operands(graph: TaskGraph) -> frozenset[tuple[str, Any]]:
 
 
 def vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
-    """For integer tensors used as embedding ids: the smallest table's row count."""
+    """For integer tensors used as indices: the smallest size they index (an embedding table's
+    rows; the axes a ``gather_nd`` picks from; a ``scatter_elements``'s axis)."""
     vocab: dict[tuple[str, Any], int] = {}
     for t in leaf_tasks(graph):
-        if t.op == "embedding" and len(t.operands) >= 2 and t.operands[1].type.shape:
-            k = source_key(t.operands[0])
-            table = t.operands[1]
+        if len(t.operands) < 2:
+            continue
+        if t.op == "embedding" and t.operands[1].type.shape:
+            k, table = source_key(t.operands[0]), t.operands[1]
             rows = (table.shard.full if table.shard is not None else table.type).shape[0]
-            vocab[k] = min(vocab.get(k, rows), rows)
+        elif t.op in ("gather_nd", "scatter_elements") and t.operands[1].kind != "task":
+            k, data = source_key(t.operands[1]), t.operands[0].type.shape
+            if t.op == "gather_nd":
+                b = int(t.attr("batch_dims") or 0)
+                rows = min(data[b:b + t.operands[1].type.shape[-1]], default=1)
+            else:
+                rows = data[int(t.attr("axis") or 0)]
+        else:
+            continue
+        vocab[k] = min(vocab.get(k, rows), rows)
     return vocab
 
 
@@ -59,6 +70,8 @@ def _fan_in(task: Task) -> int | None:
         return shape[-2]
     if task.op == "conv2d" and len(shape) == 4:
         return shape[1] * shape[2] * shape[3]
+    if task.op == "conv_transpose2d" and len(shape) == 4:  # w[C, K/groups, R, S]
+        return shape[0] // int(task.attr("groups") or 1) * shape[2] * shape[3]
     return None
 
 

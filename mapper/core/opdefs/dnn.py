@@ -50,15 +50,17 @@ def _window(c: Call, hw: Sequence[int], kern: tuple[int, int], what: str, at: di
     return (hw[0] + 2 * ph - kh) // sh + 1, (hw[1] + 2 * pw - kw) // sw + 1
 
 
-def conv2d(c: Call) -> OpInfo:
-    """Direct 2-D convolution (NCHW, grouped): 2 flops per MAC of each window."""
-    x, w = c.args
+def _conv_args(c: Call, w_form: str) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The shapes of a convolution's ``x[N, C, H, W]`` and 4-D filter ``w_form`` (real float), and its groups."""
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
     c.ndim(0, (4,), "4-D [N, C, H, W]")
-    c.ndim(1, (4,), "4-D [K, C/groups, R, S]")
-    n, ch, h, wd = x.shape
-    k, cg, r, s = w.shape
-    g = c.attrs["groups"]
+    c.ndim(1, (4,), w_form)
+    return c.args[0].shape, c.args[1].shape, c.attrs["groups"]
+
+
+def conv2d(c: Call) -> OpInfo:
+    """Direct 2-D convolution (NCHW, grouped): 2 flops per MAC of each window."""
+    (n, ch, h, wd), (k, cg, r, s), g = _conv_args(c, "4-D [K, C/groups, R, S]")
     if ch % g or k % g:
         raise c.fail(f"groups = {g} must divide the input channels ({ch}) and the filters ({k})",
                      attr="groups")
@@ -66,7 +68,30 @@ def conv2d(c: Call) -> OpInfo:
         raise c.fail(f"channels differ: {c.desc(0)}, {c.desc(1)} ({ch // g} != {cg}; "
                      f"w must be [K, C/groups, R, S] with C = {ch}, groups = {g})", arg=1)
     ho, wo = _window(c, (h, wd), (r, s), "filter", {"arg": 1})
-    return c.info(dense((n, k, ho, wo), x.dtype), 2 * n * k * ho * wo * cg * r * s)
+    return c.info(dense((n, k, ho, wo), c.args[0].dtype), 2 * n * k * ho * wo * cg * r * s)
+
+
+def conv_transpose2d(c: Call) -> OpInfo:
+    """Transposed 2-D convolution (NCHW, grouped), the gradient of :func:`conv2d` with respect
+    to its input: each input element times each of its ``K/groups x R x S`` weights,
+    ``Ho = (H - 1) sh - 2 ph + R + oph`` (Dumoulin and Visin, "A guide to convolution
+    arithmetic for deep learning", arXiv:1603.07285, section 4)."""
+    (n, ch, h, wd), (cw, kg, r, s), g = _conv_args(c, "4-D [C, K/groups, R, S]")
+    if ch % g:
+        raise c.fail(f"groups = {g} must divide the input channels ({ch})", attr="groups")
+    if cw != ch:
+        raise c.fail(f"channels differ: {c.desc(0)}, {c.desc(1)} ({ch} != {cw}; "
+                     f"w must be [C, K/groups, R, S] with C = {ch})", arg=1)
+    (sh, sw), (ph, pw) = _pair(c.attrs["stride"]), _pair(c.attrs["padding"])
+    oph, opw = _pair(c.attrs["output_padding"])
+    if oph >= sh or opw >= sw:
+        raise c.fail(f"output_padding = {c.attrs['output_padding']} must be smaller than the stride "
+                     f"({c.attrs['stride']})", attr="output_padding")
+    ho, wo = (h - 1) * sh - 2 * ph + r + oph, (wd - 1) * sw - 2 * pw + s + opw
+    if ho < 1 or wo < 1:
+        raise c.fail(f"padding = {c.attrs['padding']} leaves no output of {c.desc(0)} and the {r}x{s} filter",
+                     attr="padding")
+    return c.info(dense((n, kg * g, ho, wo), c.args[0].dtype), 2 * n * ch * h * wd * kg * r * s)
 
 
 def pool(c: Call) -> OpInfo:
@@ -103,6 +128,16 @@ def per_element(flops_per_element: int, dtypes: Sequence[str] = FLOAT_DTYPES,
         return c.info(dense(x.shape, x.dtype), flops_per_element * x.numel)
 
     return fn
+
+
+def instancenorm(c: Call) -> OpInfo:
+    """Instance normalisation (Ulyanov, Vedaldi and Lempitsky, arXiv:1607.08022): each
+    ``(n, c)`` plane of ``x[N, C, ...]`` normalised over its own elements, 8 flops per
+    element as :func:`layernorm` counts them."""
+    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    c.min_ndim(0, 3, "at least 3-D [N, C, ...]")
+    x = c.args[0]
+    return c.info(dense(x.shape, x.dtype), 8 * x.numel)
 
 
 def binary(c: Call) -> OpInfo:

@@ -1,11 +1,15 @@
-"""Shape rules of the data-movement ops: concat, split, reshape and
-transpose (no FLOPs; docs/ops.md)."""
+"""Shape rules of the data-movement ops: concat, split, reshape, transpose,
+and the gathers and scatters by index (no FLOPs but a scatter's reduction;
+docs/ops.md)."""
 
 from __future__ import annotations
 
 from math import prod
 
-from mapper.core.opdefs.call import ANY_DTYPES, Call, OpInfo, dense, fmt
+from mapper.core.opdefs.call import ANY_DTYPES, NUMERIC_DTYPES, Call, OpInfo, dense, fmt
+
+#: Index operands' dtypes.
+INDEX_DTYPES = ("i32", "i64")
 
 
 def concat(c: Call) -> OpInfo:
@@ -96,3 +100,44 @@ def opaque(c: Call) -> OpInfo:
     if flops < 0 or flops > 1e30:
         raise c.fail(f"flops = {flops!r} must be between 0 and 1e30", attr="flops")
     return c.info(dense(shape, dtype or c.args[0].dtype), flops)
+
+
+def gather_nd(c: Call) -> OpInfo:
+    """ONNX GatherND: each ``k``-tuple in the last axis of ``indices`` picks a slice of ``data``
+    after its ``batch_dims`` leading axes. No FLOPs; reads the indices and the slices it picks."""
+    data, idx = c.args
+    c.dtypes(ANY_DTYPES, "a tensor", (0,))
+    c.dtypes(INDEX_DTYPES, "an integer tensor (i32 or i64)", (1,))
+    b = c.attrs["batch_dims"]
+    c.min_ndim(1, 1, "at least 1-D [..., k]")
+    k = idx.shape[-1]
+    if b >= min(len(data.shape), len(idx.shape)) or data.shape[:b] != idx.shape[:b]:
+        raise c.fail(f"batch_dims = {b} must count leading axes that data and indices share: "
+                     f"{c.desc(0)}, {c.desc(1)}", attr="batch_dims")
+    if not 1 <= k <= len(data.shape) - b:
+        raise c.fail(f"the index tuples' length {k} (indices' last axis) must be 1 .. {len(data.shape) - b}, "
+                     f"the axes of data after batch_dims = {b}: {c.desc(0)}", arg=1)
+    out = dense(idx.shape[:-1] + data.shape[b + k:], data.dtype)
+    return c.info(out, 0, idx.nbytes + out.nbytes)
+
+
+#: ``scatter_elements`` reductions.
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def scatter_elements(c: Call) -> OpInfo:
+    """ONNX ScatterElements: a copy of ``data`` with each ``updates`` element written (or, with a
+    ``reduction``, combined: one FLOP each) at its position with the ``axis`` coordinate
+    ``indices`` gives."""
+    data, idx, upd = c.args
+    c.dtypes(ANY_DTYPES if c.attrs["reduction"] == "none" else NUMERIC_DTYPES,
+             "a tensor" if c.attrs["reduction"] == "none" else "a numeric tensor", (0, 2))
+    c.dtypes(INDEX_DTYPES, "an integer tensor (i32 or i64)", (1,))
+    c.min_ndim(0, 1, "at least 1-D")
+    c.axis("axis", len(data.shape))
+    if idx.shape != upd.shape or len(idx.shape) != len(data.shape):
+        raise c.fail(f"indices and updates must have one shape, of data's rank: {c.desc(0)}, {c.desc(1)}, "
+                     f"{c.desc(2)}", arg=2)
+    if any(i > d for i, d in zip(idx.shape, data.shape)):
+        raise c.fail(f"indices must be no larger than data along any axis: {c.desc(0)}, {c.desc(1)}", arg=1)
+    return c.info(dense(data.shape, data.dtype), 0 if c.attrs["reduction"] == "none" else upd.numel)

@@ -109,10 +109,22 @@ def reduce(c: Call) -> OpInfo:
     return c.info(out, x.numel + (out.numel if kind == "mean" else 0))
 
 
+def cumsum(c: Call) -> OpInfo:
+    """Running sum along ``axis`` (inclusive, or ``exclusive``; from the end with ``reverse``):
+    one add per element, as :func:`reduce` counts a sum."""
+    (x,) = c.args
+    c.dtypes(NUMERIC_DTYPES, "a numeric tensor")
+    c.min_ndim(0, 1, "at least 1-D")
+    c.axis("axis", len(x.shape))
+    return c.info(dense(x.shape, x.dtype), x.numel)
+
+
 #: FLOPs per element of each ``elementwise`` function.
 ELEMENTWISE_FLOPS: dict[str, int] = {
     "exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "neg": 1, "abs": 1, "square": 1, "scale": 1,
     "sigmoid": 4,
+    # x * min(max(x + 3, 0), 6) / 6 (Howard et al., "Searching for MobileNetV3", ICCV 2019)
+    "hardswish": 5,
 }
 
 
@@ -125,5 +137,8 @@ def elementwise(c: Call) -> OpInfo:
             c.attrs["alpha"] = 1.0
     elif c.attrs["alpha"] is not None:
         raise c.fail(f'alpha is only for fn = "scale", not fn = "{fn}"', attr="alpha")
-    c.dtypes(INEXACT_DTYPES, "a floating-point tensor")
+    if fn == "hardswish":
+        c.dtypes(FLOAT_DTYPES, "a real floating-point tensor (hardswish compares)")
+    else:
+        c.dtypes(INEXACT_DTYPES, "a floating-point tensor")
     return c.info(dense(x.shape, x.dtype), ELEMENTWISE_FLOPS[fn] * x.numel)

@@ -17,11 +17,12 @@ import contextlib
 import math
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from mapper.errors import DslError, InputError
-from mapper.frontend.importers.dsl_writer import comment_text, dsl_name, dsl_number, dsl_string
+from mapper.frontend.importers.dsl_writer import comment_text, dsl_name, dsl_number
+from mapper.frontend.importers.onnx_emit import TYPED, Emitter, ints
 from mapper.frontend.importers.onnx_fold import MAX_FOLDED_ELEMENTS
 from mapper.frontend.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
 from mapper.frontend.importers.onnx_patterns import Match, find_patterns
@@ -33,14 +34,6 @@ BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 ALIASES = ("Identity", "Dropout")
 REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
-#: Ops imported as ``opaque`` tasks of the dtype ONNX infers, priced by rule (FLOPs per output
-#: element): conversions and data movement are free, masks and comparisons one per element.
-TYPED = {"Cast": 0.0, "CastLike": 0.0, "Expand": 0.0, "Slice": 0.0, "Tile": 0.0, "Pad": 0.0, "Gather": 0.0,
-         "GatherElements": 0.0, "ScatterND": 0.0, "Trilu": 0.0, "ConstantOfShape": 0.0, "Range": 0.0,
-         "Where": 1.0, "Equal": 1.0, "Less": 1.0, "LessOrEqual": 1.0, "Greater": 1.0, "GreaterOrEqual": 1.0,
-         "And": 1.0, "Or": 1.0, "Not": 1.0, "Xor": 1.0, "IsNaN": 1.0, "IsInf": 1.0, "Max": 1.0, "Min": 1.0,
-         "Reciprocal": 1.0, "Erf": 1.0, "HardSigmoid": 3.0, "Pow": 1.0, "LSTM": 0.0, "GRU": 0.0, "RNN": 0.0,
-         "ConvTranspose": 0.0, "Resize": 0.0, "Upsample": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,51 +97,7 @@ def _describe(n: OnnxNode) -> str:
     return f"node {n.name!r} ({n.op})"
 
 
-def _ints(values: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(v)) for v in values) + "]"
-
-
-class _Writer:
-    def __init__(self, g: OnnxGraph) -> None:
-        self.g = g
-        self.taken: set[str] = set()
-        self.ref: dict[str, str] = {}  # ONNX tensor -> DSL tensor name
-        self.weights: list[tuple[str, str | None]] = []  # (line, the node it comes from)
-        self.body: list[tuple[str, str | None]] = []
-        self.origin: str | None = None  # the node being written
-        self.tasks = 0
-        self.unsupported: Counter[str] = Counter()
-
-    # -- names ------------------------------------------------------------------------------
-    def fresh(self, raw: str) -> str:
-        base = dsl_name(raw)
-        name, k = base, 2
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
-
-    def operand(self, tensor: str, dtype: str | None = None) -> str:
-        """The DSL name of ``tensor``: a task's output, an input, or a weight declared on first use."""
-        if tensor in self.ref:
-            return self.ref[tensor]
-        t = self.g.tensors[tensor]
-        if not t.const:
-            raise KeyError(tensor)
-        name = self.fresh(tensor)
-        shape = t.shape or (1,)
-        self.weights.append((f"  weight {name} : {dtype or t.dtype}{_ints(shape)}", self.origin))
-        self.ref[tensor] = name
-        return name
-
-    def emit(self, raw: str, call: str, output: str | None = None) -> str:
-        name = self.fresh(raw)
-        self.body.append((f"  {name} = {call}", self.origin))
-        self.tasks += 1
-        if output is not None:
-            self.ref[output] = name
-        return name
-
+class _Writer(Emitter):
     # -- the program --------------------------------------------------------------------------
     def run(self) -> Imported:
         g = self.g
@@ -157,7 +106,7 @@ class _Writer:
             t = g.tensors[i]
             name = self.fresh(i)
             self.ref[i] = name
-            inputs.append(f"  input {name} : {t.dtype}{_ints(t.shape)}")
+            inputs.append(f"  input {name} : {t.dtype}{ints(t.shape)}")
         matches = find_patterns(g)
         replaced = {id(n): m for m in matches for n in m.nodes}
         done: set[int] = set()
@@ -200,12 +149,12 @@ class _Writer:
             self.emit(last.name, f"{m.kind}({self.operand(m.inputs[0])}, eps = {eps})", m.output)
         else:  # attention on [B*S, D] views of the projections
             b, s, d = m.attrs["batch"], m.attrs["seq"], m.attrs["width"]
-            flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {_ints((b * s, d))})")
+            flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {ints((b * s, d))})")
                     for part, x in zip("qkv", m.inputs)]
             causal = ", causal = 1" if m.attrs.get("causal") else ""
             att = self.emit(f"{last.name}_attention",
                             f"attention({', '.join(flat)}, heads = {m.attrs['heads']}, seq = {s}{causal})")
-            self.emit(last.name, f"reshape({att}, shape = {_ints(self.g.tensors[m.output].shape)})", m.output)
+            self.emit(last.name, f"reshape({att}, shape = {ints(self.g.tensors[m.output].shape)})", m.output)
 
     # -- one node ---------------------------------------------------------------------------------
     def node(self, n: OnnxNode) -> None:
@@ -218,7 +167,7 @@ class _Writer:
             self.ref[out] = self.operand(x)
             return
         if op in VIEWS and x is not None:
-            self.emit(n.name, f"reshape({self.operand(x)}, shape = {_ints(g.tensors[out].shape)})", out)
+            self.emit(n.name, f"reshape({self.operand(x)}, shape = {ints(g.tensors[out].shape)})", out)
             return
         handler = getattr(self, f"op_{op}", None)
         if handler is not None and handler(n, out):
@@ -259,99 +208,9 @@ class _Writer:
         key = f"{tensor}\0broadcast"  # not an ONNX name: the full-size declaration keeps its own
         if key not in self.ref:
             name = self.fresh(tensor)
-            self.weights.append((f"  weight {name} : {dtype}{_ints((1, *t.shape[1:]))}", self.origin))
+            self.weights.append((f"  weight {name} : {dtype}{ints((1, *t.shape[1:]))}", self.origin))
             self.ref[key] = name
         return self.ref[key]
-
-    def opaque(self, n: OnnxNode, per_element: float = 1.0, flops: Sequence[float] | None = None) -> None:
-        """Each output as an ``opaque`` task of the dtype and shape ONNX infers: ``per_element``
-        FLOPs per output element (one for ops mapper knows nothing of), or ``flops`` per output.
-        Op types of :data:`TYPED` are priced by their rule; others are listed in the warning."""
-        if n.op not in TYPED:
-            self.unsupported[n.op] += 1
-        # an empty constant (a Resize's unused roi) holds no data: it is no operand
-        args = [self.operand(i) for i in n.inputs
-                if i in self.ref or (self.g.tensors[i].const and math.prod(self.g.tensors[i].shape or (1,)) > 0)]
-        if not args:
-            return
-        for k, o in enumerate(n.outputs):
-            t = self.g.tensors[o]
-            raw = n.name if k == 0 else f"{n.name}_{k}"
-            work = per_element * math.prod(t.shape) if flops is None else flops[k]
-            self.emit(raw, f"opaque({', '.join(args)}, shape = {_ints(t.shape or (1,))}, flops = {dsl_number(work)}, "
-                           f"kind = {dsl_string(n.op)}, dtype = \"{t.dtype}\")", o)
-
-    def op_ConvTranspose(self, n: OnnxNode, out: str) -> bool:
-        """A transposed convolution as a typed opaque task: each input element times each of its
-        ``C_out/groups x kernel`` weights, ``2 N C_in H_in W_in (C_out/groups) prod(kernel)``
-        FLOPs (Dumoulin and Visin, "A guide to convolution arithmetic", arXiv:1603.07285), and a
-        bias per output element."""
-        x, w, o = (self.g.tensors[i] for i in (n.inputs[0], n.inputs[1], out))
-        if len(w.shape) < 3 or not o.shape or math.prod(o.shape) == 0:
-            return False
-        total = 2.0 * math.prod(x.shape) * math.prod(w.shape[1:]) + (math.prod(o.shape) if len(n.inputs) > 2 else 0)
-        self.opaque(n, total / math.prod(o.shape))
-        return True
-
-    def op_Resize(self, n: OnnxNode, out: str) -> bool:
-        """Resizing as a typed opaque task: nearest copies (0 FLOPs), linear interpolation a
-        multiply-add per corner of the resized axes (``2^(k+1)`` per output element for ``k``
-        resized axes), cubic 4 taps per axis (``2 * 4^k``)."""
-        x, o = self.g.tensors[n.inputs[0]], self.g.tensors[out]
-        k = sum(1 for a, b in zip(x.shape, o.shape) if a != b)
-        mode = n.attrs.get("mode", "nearest")
-        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
-        self.opaque(n, 0.0 if mode == "nearest" else (2.0 ** (k + 1) if mode == "linear" else 2.0 * 4.0 ** k))
-        return True
-
-    op_Upsample = op_Resize
-
-    def op_Gather(self, n: OnnxNode, out: str) -> bool:
-        """Rows of a constant 2-D table by integer ids (an embedding); other gathers move data."""
-        g = self.g
-        table, ids = g.tensors[n.inputs[0]], g.tensors[n.inputs[1]]
-        if table.const and not ids.const and len(table.shape) == 2 and int(n.attrs.get("axis", 0)) % 2 == 0 \
-                and ids.dtype in ("i32", "i64") and table.dtype not in ("bool", "i8", "i32", "i64"):
-            self.emit(n.name, f"embedding({self.operand(n.inputs[1])}, {self.operand(n.inputs[0])})", out)
-            return True
-        return False
-
-    def op_Pow(self, n: OnnxNode, out: str) -> bool:
-        """x ** 2 as a square, x ** 0.5 as a square root; other exponents priced as one multiply per
-        extra power (an integer exponent) or as exp and log (any other)."""
-        e = self.g.tensors[n.inputs[1]]
-        if e.value is None or e.value.size != 1 or self.g.tensors[out].dtype in ("i8", "i32", "i64"):
-            return False
-        k = float(e.value.reshape(-1)[0])
-        fn = {2.0: "square", 0.5: "sqrt"}.get(k)
-        if fn is not None and self.g.tensors[n.inputs[0]].shape == self.g.tensors[out].shape:
-            self.emit(n.name, f'elementwise({self.operand(n.inputs[0])}, fn = "{fn}")', out)
-            return True
-        self.opaque(n, abs(k) - 1 if k.is_integer() and k != 0 else 3.0)
-        return True
-
-    def recurrent(self, n: OnnxNode, out: str, gates: int) -> bool:
-        """LSTM (4 gates), GRU (3), RNN (1): 2 * S * B * dirs * gates * H * (I + H) FLOPs, the
-        products of the input and recurrent weights at every step, on the output Y."""
-        x = self.g.tensors[n.inputs[0]].shape
-        if len(x) != 3:
-            return False
-        layout = int(n.attrs.get("layout", 0))
-        seq, batch, width = (x[1], x[0], x[2]) if layout else x
-        hidden = int(n.attrs["hidden_size"])
-        dirs = 2 if n.attrs.get("direction", b"forward") in (b"bidirectional", "bidirectional") else 1
-        work = 2.0 * seq * batch * dirs * gates * hidden * (width + hidden)
-        self.opaque(n, flops=[work if k == 0 else 0.0 for k in range(len(n.outputs))])
-        return True
-
-    def op_LSTM(self, n: OnnxNode, out: str) -> bool:
-        return self.recurrent(n, out, 4)
-
-    def op_GRU(self, n: OnnxNode, out: str) -> bool:
-        return self.recurrent(n, out, 3)
-
-    def op_RNN(self, n: OnnxNode, out: str) -> bool:
-        return self.recurrent(n, out, 1)
 
     # -- ops with attributes ------------------------------------------------------------------------
     def op_Conv(self, n: OnnxNode, out: str) -> bool:
@@ -375,19 +234,19 @@ class _Writer:
         src, weight = self.operand(x), self.operand(w)
         if flat:
             n_, c, length = g.tensors[x].shape
-            src = self.emit(f"{n.name}_rows", f"reshape({src}, shape = {_ints((n_, c, 1, length))})")
+            src = self.emit(f"{n.name}_rows", f"reshape({src}, shape = {ints((n_, c, 1, length))})")
             weight = self.fresh(w)
             self.weights.append((f"  weight {weight} : {g.tensors[w].dtype}"
-                                 f"{_ints((k, g.tensors[w].shape[1], 1, g.tensors[w].shape[2]))}", self.origin))
-        call = (f"conv2d({src}, {weight}, stride = {_ints(strides)}, padding = {_ints(pads[:2])}, "
+                                 f"{ints((k, g.tensors[w].shape[1], 1, g.tensors[w].shape[2]))}", self.origin))
+        call = (f"conv2d({src}, {weight}, stride = {ints(strides)}, padding = {ints(pads[:2])}, "
                 f"groups = {int(a.get('group', 1))})")
         last = self.emit(f"{n.name}_conv", call) if len(n.inputs) > 2 or flat else None
         if len(n.inputs) > 2:
             bias = self.fresh(f"{n.inputs[2]}")
-            self.weights.append((f"  weight {bias} : {g.tensors[out].dtype}{_ints((1, k, 1, 1))}", self.origin))
+            self.weights.append((f"  weight {bias} : {g.tensors[out].dtype}{ints((1, k, 1, 1))}", self.origin))
             last = self.emit(f"{n.name}_bias" if flat else n.name, f"add({last}, {bias})", None if flat else out)
         if flat:
-            self.emit(n.name, f"reshape({last}, shape = {_ints(g.tensors[out].shape)})", out)
+            self.emit(n.name, f"reshape({last}, shape = {ints(g.tensors[out].shape)})", out)
         elif last is None:
             self.emit(n.name, call, out)
         return True
@@ -402,7 +261,7 @@ class _Writer:
         if g.tensors[B].const:  # a weight: declare it as the product needs it
             kk, nn = g.tensors[B].shape[::-1] if tb else g.tensors[B].shape
             rhs = self.fresh(B)
-            self.weights.append((f"  weight {rhs} : {g.tensors[out].dtype}{_ints((kk, nn))}", self.origin))
+            self.weights.append((f"  weight {rhs} : {g.tensors[out].dtype}{ints((kk, nn))}", self.origin))
         else:
             rhs = self.operand(B)
             if tb:
@@ -471,7 +330,7 @@ class _Writer:
     def op_Transpose(self, n: OnnxNode, out: str) -> bool:
         rank = len(self.g.tensors[out].shape)
         perm = n.attrs.get("perm", list(range(rank))[::-1])
-        self.emit(n.name, f"transpose({self.operand(n.inputs[0])}, perm = {_ints(perm)})", out)
+        self.emit(n.name, f"transpose({self.operand(n.inputs[0])}, perm = {ints(perm)})", out)
         return True
 
     def op_Softmax(self, n: OnnxNode, out: str) -> bool:
@@ -500,8 +359,8 @@ class _Writer:
             return False
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
             return False
-        self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {_ints(kern)}, "
-                          f"stride = {_ints(a.get('strides', [1, 1]))}, padding = {_ints(pads[:2])})", out)
+        self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {ints(kern)}, "
+                          f"stride = {ints(a.get('strides', [1, 1]))}, padding = {ints(pads[:2])})", out)
         return True
 
     def op_MaxPool(self, n: OnnxNode, out: str) -> bool:
@@ -516,11 +375,11 @@ class _Writer:
         if len(shape) == 3:
             red = self.emit(f"{n.name}_reduce", f'reduce({self.operand(n.inputs[0])}, '
                                                 f'kind = "{"mean" if kind == "avgpool" else "max"}", axis = 2)')
-            self.emit(n.name, f"reshape({red}, shape = {_ints(self.g.tensors[out].shape)})", out)
+            self.emit(n.name, f"reshape({red}, shape = {ints(self.g.tensors[out].shape)})", out)
             return True
         if len(shape) != 4:
             return False
-        self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {_ints(shape[2:])})", out)
+        self.emit(n.name, f"{kind}({self.operand(n.inputs[0])}, kernel = {ints(shape[2:])})", out)
         return True
 
     def op_GlobalAveragePool(self, n: OnnxNode, out: str) -> bool:
@@ -541,12 +400,12 @@ class _Writer:
         spatial = sorted(int(a) % len(src.shape) for a in axes) == [2, 3] and len(src.shape) == 4
         if spatial and n.op in ("ReduceMean", "ReduceMax"):  # global pooling over H and W
             pool = "avgpool" if n.op == "ReduceMean" else "maxpool"
-            call = f"{pool}({self.operand(n.inputs[0])}, kernel = {_ints(src.shape[2:])})"
+            call = f"{pool}({self.operand(n.inputs[0])}, kernel = {ints(src.shape[2:])})"
             if int(n.attrs.get("keepdims", 1)):
                 self.emit(n.name, call, out)
             else:
                 pooled = self.emit(f"{n.name}_pool", call)
-                self.emit(n.name, f"reshape({pooled}, shape = {_ints(self.g.tensors[out].shape)})", out)
+                self.emit(n.name, f"reshape({pooled}, shape = {ints(self.g.tensors[out].shape)})", out)
             return True
         if len(axes) != 1:
             return False
@@ -554,7 +413,7 @@ class _Writer:
         kind = REDUCE[n.op]
         if int(n.attrs.get("keepdims", 1)):
             red = self.emit(f"{n.name}_reduce", f'reduce({self.operand(n.inputs[0])}, kind = "{kind}", axis = {axis})')
-            self.emit(n.name, f"reshape({red}, shape = {_ints(self.g.tensors[out].shape)})", out)
+            self.emit(n.name, f"reshape({red}, shape = {ints(self.g.tensors[out].shape)})", out)
         else:
             self.emit(n.name, f'reduce({self.operand(n.inputs[0])}, kind = "{kind}", axis = {axis})', out)
         return True
