@@ -645,3 +645,90 @@ def test_float32_exp_is_within_two_units_in_the_last_place():
     assert np.all(got[x < -87.34] == 0.0) and np.all(np.isinf(got[x > 88.73]))
     special = elementwise(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], dtype=np.float32), fn="exp", alpha=1.0)
     assert np.isnan(special[0]) and special[1] == np.inf and special[2] == 0.0 and special[3] == special[4] == 1.0
+
+
+# -- ops of exported models: transposed convolution, instance norm, running sums, hard-swish,
+# -- gathers and scatters by index ----------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+@pytest.mark.parametrize("xs,ws,stride,pad,opad,groups", [
+    ((2, 4, 5, 6), (4, 3, 3, 3), 1, 0, 0, 1),
+    ((1, 6, 4, 4), (6, 2, 3, 2), 2, 1, 1, 3),
+    ((2, 2, 3, 3), (2, 5, 4, 4), [2, 3], [1, 0], [1, 2], 1),
+    ((1, 32, 4, 4), (32, 16, 2, 2), 2, 0, 0, 1),  # a U-Net's 2x2/2 upsampling
+])
+def test_conv_transpose2d(xs, ws, stride, pad, opad, groups, dtype):
+    r = rng(40)
+    attrs = {"stride": stride, "padding": pad, "output_padding": opad, "groups": groups}
+    check("conv_transpose2d", [make_tensor(dtype, xs, r), make_tensor(dtype, ws, r)], attrs, dtype)
+
+
+def test_conv_transpose2d_is_the_adjoint_of_conv2d():
+    """<conv2d(x, w), y> = <x, conv_transpose2d(y, w)> for the same stride and padding."""
+    r = rng(41)
+    x, w = make_tensor("f64", (2, 3, 9, 8), r), make_tensor("f64", (4, 3, 3, 3), r)
+    y = run_kernel("conv2d", [x, w], {"stride": 2, "padding": 1})
+    dy = make_tensor("f64", y.shape, r)
+    back = run_kernel("conv_transpose2d", [dy, w], {"stride": 2, "padding": 1, "output_padding": [0, 1]})
+    assert back.shape == x.shape
+    assert np.isclose(np.sum(y * dy), np.sum(x * back))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+@pytest.mark.parametrize("shape", [(2, 3, 7), (1, 4, 5, 6), (2, 1, 1, 1)])
+def test_instancenorm(shape, dtype):
+    out = check("instancenorm", [make_tensor(dtype, shape, rng(42))], {"eps": 1e-3}, dtype)
+    if shape[2:] != (1, 1) and dtype == "f64":
+        assert np.allclose(out.reshape(shape[0] * shape[1], -1).mean(axis=1), 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64", "i32", "i64", "c128"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum(dtype, axis, exclusive, reverse):
+    out = check("cumsum", [make_tensor(dtype, (3, 5, 4), rng(43))],
+                {"axis": axis, "exclusive": exclusive, "reverse": reverse}, dtype)
+    assert out.shape == (3, 5, 4)
+
+
+def test_cumsum_values():
+    x = np.arange(1, 5, dtype=np.int64)
+    assert run_kernel("cumsum", [x], {}).tolist() == [1, 3, 6, 10]
+    assert run_kernel("cumsum", [x], {"exclusive": 1}).tolist() == [0, 1, 3, 6]
+    assert run_kernel("cumsum", [x], {"reverse": 1}).tolist() == [10, 9, 7, 4]
+    assert run_kernel("cumsum", [x], {"exclusive": 1, "reverse": 1}).tolist() == [9, 7, 4, 0]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
+def test_hardswish(dtype):
+    x = make_tensor(dtype, (4, 9), rng(44)) * 4
+    out = check("elementwise", [x], {"fn": "hardswish"}, dtype)
+    v = run_kernel("elementwise", [np.array([-4.0, -3.0, 0.0, 1.5, 3.0, 5.0])], {"fn": "hardswish"})
+    assert v.tolist() == [0.0, 0.0, 0.0, 1.125, 3.0, 5.0] and out.dtype == x.dtype
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "i64", "bool"])
+@pytest.mark.parametrize("ishape,batch_dims", [((6, 2), 0), ((2, 7, 2), 1), ((2, 3, 1), 2), ((5, 4), 0)])
+def test_gather_nd(dtype, ishape, batch_dims):
+    data = make_tensor(dtype, (2, 3, 4, 5), rng(45))
+    dims = data.shape[batch_dims:batch_dims + ishape[-1]]
+    r = rng(46)
+    idx = np.stack([r.integers(-d, d, size=ishape[:-1]) for d in dims], -1)
+    out = check("gather_nd", [data, idx], {"batch_dims": batch_dims})
+    assert out.shape == ishape[:-1] + data.shape[batch_dims + ishape[-1]:]
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
+def test_scatter_elements(reduction, axis, dtype):
+    r = rng(47)
+    data = make_tensor(dtype, (4, 5, 6), r)
+    idx = r.integers(-data.shape[axis], data.shape[axis], size=(3, 4, 5))  # repeated positions too
+    upd = make_tensor(dtype, (3, 4, 5), r)
+    check("scatter_elements", [data, idx, upd], {"axis": axis, "reduction": reduction})
+
+
+def test_scatter_elements_repeated_positions_last_wins_or_combine():
+    data, idx, upd = np.zeros(4), np.array([1, 1, 3, 1]), np.array([1.0, 2.0, 3.0, 4.0])
+    assert run_kernel("scatter_elements", [data, idx, upd], {}).tolist() == [0.0, 4.0, 0.0, 3.0]
+    assert run_kernel("scatter_elements", [data, idx, upd], {"reduction": "add"}).tolist() == [0.0, 7.0, 0.0, 3.0]

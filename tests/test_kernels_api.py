@@ -130,6 +130,20 @@ BAD_CALLS = [
     ("elementwise", [F], {"fn": "cube"}, "unknown fn"),
     ("elementwise", [F], {"fn": "exp", "alpha": 2.0}, "only for"),
     ("elementwise", [np.ones(3, np.int64)], {"fn": "exp"}, "dtype i64"),
+    ("elementwise", [np.ones(3, np.complex64)], {"fn": "hardswish"}, "no order"),
+    ("conv_transpose2d", [np.ones((1, 4, 3, 3)), np.ones((3, 2, 3, 3))], {}, "do not fit groups"),
+    ("conv_transpose2d", [np.ones((1, 2, 3, 3)), np.ones((2, 2, 3, 3))], {"stride": 2, "output_padding": 2},
+     "smaller than the stride"),
+    ("instancenorm", [F], {}, "at least 3-D"),
+    ("cumsum", [F], {"axis": 2}, "out of range"),
+    ("cumsum", [F], {"exclusive": 2}, "0 or 1"),
+    ("gather_nd", [F, np.array([[2, 0]])], {}, "must lie in [-2, 2)"),
+    ("gather_nd", [F, np.array([[0.0]])], {}, "dtype f64"),
+    ("gather_nd", [F, np.array([[0, 0, 0]])], {}, "last axis (3)"),
+    ("scatter_elements", [F, np.zeros((2, 3), np.int64), np.ones((2, 2), np.float32)], {}, "one shape"),
+    ("scatter_elements", [F, np.full((2, 3), 2), np.ones((2, 3), np.float32)], {}, "must lie in"),
+    ("scatter_elements", [F, np.zeros((2, 3), np.int64), np.ones((2, 3), np.float32)], {"reduction": "sum"},
+     "reduction must be"),
 ]
 
 

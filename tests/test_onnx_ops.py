@@ -147,6 +147,19 @@ def test_conv_transpose_is_conv_transpose2d_and_a_bias(tmp_path):
     assert _only(graph, "conv_transpose2d").flops == 2 * 4 * 25 * 3 * 9 and _only(graph, "add").flops == 300
 
 
+def test_one_dimensional_conv_transpose_runs_between_two_views(tmp_path):
+    inits = [numpy_helper.from_array(RNG.standard_normal((4, 3, 5)).astype(np.float32), "w"),
+             numpy_helper.from_array(RNG.standard_normal(3).astype(np.float32), "b")]
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up", strides=[3], pads=[1, 1],
+                            output_padding=[2])
+    model = _model([node], [("x", F, [2, 4, 7])], ["y"], inits)
+    path = _save(tmp_path, model)
+    assert not import_onnx(path).unsupported
+    graph = _agree(path, model, {"x": RNG.standard_normal((2, 4, 7)).astype(np.float32)})
+    task = _only(graph, "conv_transpose2d")
+    assert task.output.shape == (2, 3, 1, 6 * 3 - 2 + 5 + 2) and task.flops == 2 * 2 * 4 * 7 * 3 * 5
+
+
 def test_conv_transpose_forms_the_op_does_not_take_stay_typed(tmp_path):
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", strides=[2, 2], pads=[0, 0, 1, 1])

@@ -24,7 +24,7 @@ from mapper.core.graph import Operand, Task, TaskGraph
 #: Ops whose output element depends only on the same input element.
 POINTWISE = frozenset({"relu", "gelu", "elementwise", "add", "sub", "mul", "div", "allreduce"})
 #: Ops that work per channel of an ``[N, C, ...]`` tensor (conv regions).
-CHANNELWISE = frozenset({"batchnorm", "relu", "gelu", "elementwise", "maxpool", "avgpool"})
+CHANNELWISE = frozenset({"batchnorm", "instancenorm", "relu", "gelu", "elementwise", "maxpool", "avgpool"})
 
 
 def _axis(axis: int, ndim: int) -> int:

@@ -106,30 +106,45 @@ class Emitter:
         return True
 
     def conv_transpose(self, n: OnnxNode, out: str) -> bool:
-        """``conv_transpose2d`` where its attributes give the output ONNX infers."""
+        """``conv_transpose2d`` where its attributes give the output ONNX infers; a 1-D one
+        (``[N, C, L]``, audio decoders) as one of height 1 between two views, its weight
+        declared ``[C, K/g, 1, R]`` (as :meth:`op_Conv` does a 1-D convolution)."""
         g, a = self.g, n.attrs
         x, w, o = (g.tensors[i] for i in (n.inputs[0], n.inputs[1], out))
-        if len(x.shape) != 4 or not w.const or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        rank = len(x.shape)
+        if rank not in (3, 4) or not w.const or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             return False
-        pads = list(a.get("pads", [0, 0, 0, 0]))
-        strides, extra = list(a.get("strides", [1, 1])), list(a.get("output_padding", [0, 0]))
-        if any(d != 1 for d in a.get("dilations", [1, 1])) or pads[0] != pads[2] or pads[1] != pads[3]:
+        flat = rank == 3
+        pads = list(a.get("pads", [0] * 2 * (rank - 2)))
+        strides, extra = list(a.get("strides", [1] * (rank - 2))), list(a.get("output_padding", [0] * (rank - 2)))
+        dilations = list(a.get("dilations", [1] * (rank - 2)))
+        if flat:
+            pads, strides, extra, dilations = [0, pads[0], 0, pads[1]], [1, *strides], [0, *extra], [1, *dilations]
+        xs, ws = ((*x.shape[:2], 1, x.shape[2]), (*w.shape[:2], 1, w.shape[2])) if flat else (x.shape, w.shape)
+        if any(d != 1 for d in dilations) or pads[0] != pads[2] or pads[1] != pads[3]:
             return False
         groups = int(a.get("group", 1))
-        want = (x.shape[0], w.shape[1] * groups,
-                *((x.shape[2 + i] - 1) * strides[i] - 2 * pads[i] + w.shape[2 + i] + extra[i] for i in (0, 1)))
-        if tuple(o.shape) != want or any(e >= s for e, s in zip(extra, strides)):
+        want = (xs[0], ws[1] * groups,
+                *((xs[2 + i] - 1) * strides[i] - 2 * pads[i] + ws[2 + i] + extra[i] for i in (0, 1)))
+        if tuple(o.shape) != ((*want[:2], want[3]) if flat else want) or any(e >= s for e, s in zip(extra, strides)):
             return False  # an output_shape that asks for another padding
-        call = (f"conv_transpose2d({self.operand(n.inputs[0])}, {self.operand(n.inputs[1])}, "
-                f"stride = {ints(strides)}, padding = {ints(pads[:2])}, output_padding = {ints(extra)}, "
-                f"groups = {groups})")
-        if len(n.inputs) < 3:
-            self.emit(n.name, call, out)
-            return True
-        last = self.emit(f"{n.name}_conv", call)
-        bias = self.fresh(n.inputs[2])
-        self.weights.append((f"  weight {bias} : {o.dtype}{ints((1, want[1], 1, 1))}", self.origin))
-        self.emit(n.name, f"add({last}, {bias})", out)
+        src = self.operand(n.inputs[0])
+        if flat:
+            src = self.emit(f"{n.name}_rows", f"reshape({src}, shape = {ints(xs)})")
+            weight = self.fresh(n.inputs[1])
+            self.weights.append((f"  weight {weight} : {w.dtype}{ints(ws)}", self.origin))
+        else:
+            weight = self.operand(n.inputs[1])
+        call = (f"conv_transpose2d({src}, {weight}, stride = {ints(strides)}, padding = {ints(pads[:2])}, "
+                f"output_padding = {ints(extra)}, groups = {groups})")
+        last = self.emit(f"{n.name}_conv" if len(n.inputs) > 2 or flat else n.name, call,
+                         None if len(n.inputs) > 2 or flat else out)
+        if len(n.inputs) > 2:
+            bias = self.fresh(n.inputs[2])
+            self.weights.append((f"  weight {bias} : {o.dtype}{ints((1, want[1], 1, 1))}", self.origin))
+            last = self.emit(f"{n.name}_bias" if flat else n.name, f"add({last}, {bias})", None if flat else out)
+        if flat:
+            self.emit(n.name, f"reshape({last}, shape = {ints(o.shape)})", out)
         return True
 
     def op_Resize(self, n: OnnxNode, out: str) -> bool:
