@@ -86,6 +86,17 @@ def _cases(s: float) -> list[tuple[str, str, Callable[[np.random.Generator], lis
          None),
         ("elementwise exp f32 16M", "elementwise", many(t("f32", n(1 << 24))), {"fn": "exp"}, None),
         ("elementwise sigmoid f64 8M", "elementwise", many(t("f64", n(1 << 23))), {"fn": "sigmoid"}, None),
+        ("elementwise hardswish f32 16M", "elementwise", many(t("f32", n(1 << 24))), {"fn": "hardswish"}, None),
+        ("conv_transpose2d f32 U-Net up [8,128,28,28]*[128,64,2,2] s2", "conv_transpose2d",
+         many(t("f32", n(8), 128, 28, 28), t("f32", 128, 64, 2, 2)), {"stride": 2}, None),
+        ("instancenorm f32 [8,256,56,56]", "instancenorm", many(t("f32", n(8), 256, 56, 56)), {}, None),
+        ("cumsum f32 [4096,1024] axis 1", "cumsum", many(t("f32", n(4096), 1024)), {"axis": 1}, None),
+        ("gather_nd f32 [8,512,768] rows [8,128,1] batch_dims 1", "gather_nd",
+         lambda r: [make_tensor("f32", (n(8), 512, 768), r), make_ids((n(8), 128, 1), 512, r)], {"batch_dims": 1},
+         None),
+        ("scatter_elements add f32 1M messages into [65536,16]", "scatter_elements",
+         lambda r: [np.zeros((n(65536), 16), np.float32), make_ids((n(1 << 16), 16), n(65536), r),
+                    make_tensor("f32", (n(1 << 16), 16), r)], {"axis": 0, "reduction": "add"}, None),
     ]
 
 

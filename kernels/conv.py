@@ -176,16 +176,17 @@ def _col2im(col, out, n0, k0, kg, rr, ss, h, wd, sh, sw, ph, pw):
         b = t // kg
         k = t % kg
         for r in range(rr):
+            i_lo = max(0, (ph - r + sh - 1) // sh)  # the input rows whose tap r lands inside the output
+            i_hi = min(h, (ho - 1 + ph - r) // sh + 1)
             for s in range(ss):
                 row = (k * rr + r) * ss + s
-                for i in range(h):
+                j_lo = max(0, (pw - s + sw - 1) // sw)
+                j_hi = min(wd, (wo - 1 + pw - s) // sw + 1)
+                for i in range(i_lo, i_hi):
                     oh = i * sh - ph + r
-                    if oh < 0 or oh >= ho:
-                        continue
-                    for j in range(wd):
-                        ow = j * sw - pw + s
-                        if 0 <= ow < wo:
-                            out[n0 + b, k0 + k, oh, ow] += col[b, row, i * wd + j]
+                    base = i * wd
+                    for j in range(j_lo, j_hi):
+                        out[n0 + b, k0 + k, oh, j * sw - pw + s] += col[b, row, base + j]
 
 
 def conv_transpose2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], padding: tuple[int, int],
@@ -210,5 +211,6 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, *, stride: tuple[int, int], p
         for g in range(groups):
             wg = w[g * cg:(g + 1) * cg].reshape(cg, kg * r * s)
             np.matmul(wg.T, x[n0:n0 + nb, g * cg:(g + 1) * cg].reshape(nb, cg, h * wd), out=col[:nb])
-            _col2im(col[:nb], out, n0, g * kg, kg, r, s, h, wd, stride[0], stride[1], padding[0], padding[1])
+            with threads_for(0):  # one thread, as im2col: Numba workers would fight the BLAS threads
+                _col2im(col[:nb], out, n0, g * kg, kg, r, s, h, wd, stride[0], stride[1], padding[0], padding[1])
     return out

@@ -64,11 +64,8 @@ def _real(fn, v, zero, one, half, a, gc, gk):
         return one / (one + e) if v >= zero else e / (one + e)
     if fn == 11:  # x * min(max(x + 3, 0), 6) / 6
         three = one + one + one
-        six = three + three
-        t = v + three
-        t = zero if t < zero else t
-        t = six if t > six else t
-        return v * t / six
+        t = min(max(v + three, zero), three + three)
+        return v * t * (one / (three + three))
     return _common(fn, v, a)
 
 
@@ -126,6 +123,8 @@ def _unary(x, out, fn, k, nchunk):
             _apply_range(x, out, lo, hi, 8, k)
         elif fn == 10:
             _apply_range(x, out, lo, hi, 10, k)
+        elif fn == 11:
+            _apply_range(x, out, lo, hi, 11, k)
         else:
             _apply_range(x, out, lo, hi, fn, k)
 

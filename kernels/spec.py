@@ -301,9 +301,10 @@ def _scatter_elements(op, xs, at):
     if data.ndim < 1 or idx.shape != upd.shape or idx.ndim != data.ndim:
         raise fail(op, f"indices {_shape(idx)} and updates {_shape(upd)} must have one shape, of data "
                        f"{_shape(data)}'s rank")
-    if any(i > d for i, d in zip(idx.shape, data.shape)):
-        raise fail(op, f"indices {_shape(idx)} must be no larger than data {_shape(data)} along any axis")
     axis = _axis(op, "axis", at["axis"], data.ndim)
+    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+        raise fail(op, f"indices {_shape(idx)} must be no larger than data {_shape(data)} along the axes "
+                       f"other than axis = {axis}")
     reduction = at["reduction"]
     if reduction not in ("none", "add", "mul", "max", "min"):
         raise fail(op, f"reduction must be \"none\", \"add\", \"mul\", \"max\" or \"min\", got {reduction!r}")

@@ -728,6 +728,14 @@ def test_scatter_elements(reduction, axis, dtype):
     check("scatter_elements", [data, idx, upd], {"axis": axis, "reduction": reduction})
 
 
+def test_scatter_elements_of_more_updates_than_rows():
+    """A GNN's aggregation: E = 40 edge messages summed into N = 6 nodes along axis 0."""
+    r = rng(48)
+    data, idx, upd = np.zeros((6, 3)), r.integers(0, 6, size=(40, 3)), make_tensor("f64", (40, 3), r)
+    out = check("scatter_elements", [data, idx, upd], {"axis": 0, "reduction": "add"})
+    assert np.allclose(out.sum(), upd.sum())
+
+
 def test_scatter_elements_repeated_positions_last_wins_or_combine():
     data, idx, upd = np.zeros(4), np.array([1, 1, 3, 1]), np.array([1.0, 2.0, 3.0, 4.0])
     assert run_kernel("scatter_elements", [data, idx, upd], {}).tolist() == [0.0, 4.0, 0.0, 3.0]

@@ -133,6 +133,19 @@ def test_scatter_elements_with_and_without_a_reduction(tmp_path, reduction, flop
     assert _only(graph, "scatter_elements").flops == flops
 
 
+def test_a_graphsage_aggregation_sums_more_messages_than_nodes(tmp_path):
+    """PyG's scatter-add as exported: E edge messages summed into N node rows, a zero constant the base."""
+    n, e, f = 5, 12, 3
+    zeros = numpy_helper.from_array(np.zeros((n, f), np.float32), "base")
+    node = helper.make_node("ScatterElements", ["base", "dst", "msg"], ["agg"], name="aggregate", axis=0,
+                            reduction="add")
+    model = _model([node], [("dst", I64, [e, f]), ("msg", F, [e, f])], ["agg"], [zeros])
+    path = _save(tmp_path, model)
+    dst = np.repeat(RNG.integers(0, n, (e, 1)), f, axis=1).astype(np.int64)
+    graph = _agree(path, model, {"dst": dst, "msg": RNG.standard_normal((e, f)).astype(np.float32)})
+    assert _only(graph, "scatter_elements").flops == e * f
+
+
 def test_conv_transpose_is_conv_transpose2d_and_a_bias(tmp_path):
     inits = [numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
              numpy_helper.from_array(RNG.standard_normal(3).astype(np.float32), "b")]

@@ -131,6 +131,9 @@ CASES = [
      4 * 128 + 8 * 32 + 4 * 32, 4 * 128),
     ("scatter_elements", [T("f32", 8, 16), T("i64", 8, 4), T("f32", 8, 4)], {"axis": 1, "reduction": "add"},
      (8, 16), 32, 4 * 128 + 8 * 32 + 4 * 32, 4 * 128),
+    # a GNN's sum of E = 40 edge messages into N = 6 nodes: more updates than rows along the axis
+    ("scatter_elements", [T("f32", 6, 3), T("i64", 40, 3), T("f32", 40, 3)], {"reduction": "add"}, (6, 3), 120,
+     4 * 18 + 8 * 120 + 4 * 120, 4 * 18),
     # a typed opaque op (an imported Equal): bool out of f32 operands
     ("opaque", [T("f32", 2, 8), T("f32", 8)], {"shape": [2, 8], "flops": 16.0, "kind": "Equal", "dtype": "bool"},
      (2, 8), 16, 96, 16),
@@ -331,6 +334,8 @@ ERRORS = [
     ("scatter_elements", [T("f32", 3, 4), T("i64", 3, 4), T("f32", 3, 2)], {}, "must have one shape", 2, None),
     ("scatter_elements", [T("bool", 3, 4), T("i64", 3, 4), T("bool", 3, 4)], {"reduction": "add"},
      "data must be a numeric tensor", 0, None),
+    ("scatter_elements", [T("f32", 3, 4), T("i64", 9, 5), T("f32", 9, 5)], {}, "along the axes other than axis = 0",
+     1, None),
 ]
 
 

@@ -134,10 +134,11 @@ def scatter_elements(c: Call) -> OpInfo:
              "a tensor" if c.attrs["reduction"] == "none" else "a numeric tensor", (0, 2))
     c.dtypes(INDEX_DTYPES, "an integer tensor (i32 or i64)", (1,))
     c.min_ndim(0, 1, "at least 1-D")
-    c.axis("axis", len(data.shape))
+    axis = c.axis("axis", len(data.shape))
     if idx.shape != upd.shape or len(idx.shape) != len(data.shape):
         raise c.fail(f"indices and updates must have one shape, of data's rank: {c.desc(0)}, {c.desc(1)}, "
                      f"{c.desc(2)}", arg=2)
-    if any(i > d for i, d in zip(idx.shape, data.shape)):
-        raise c.fail(f"indices must be no larger than data along any axis: {c.desc(0)}, {c.desc(1)}", arg=1)
+    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+        raise c.fail(f"indices must be no larger than data along the axes other than axis = {axis}: "
+                     f"{c.desc(0)}, {c.desc(1)}", arg=1)
     return c.info(dense(data.shape, data.dtype), 0 if c.attrs["reduction"] == "none" else upd.numel)
