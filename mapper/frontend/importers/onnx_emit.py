@@ -185,10 +185,11 @@ class Emitter:
         reduction = n.attrs.get("reduction", "none")
         reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
         data, idx = self.g.tensors[n.inputs[0]], self.g.tensors[n.inputs[1]]
-        if len(n.inputs) != 3 or idx.dtype not in ("i32", "i64") or not data.shape \
+        axis = int(n.attrs.get("axis", 0))
+        if len(n.inputs) != 3 or idx.dtype not in ("i32", "i64") or not -len(data.shape) <= axis < len(data.shape) \
                 or (reduction != "none" and data.dtype == "bool"):
             return False
-        axis = int(n.attrs.get("axis", 0)) % len(data.shape)
+        axis %= len(data.shape)
         args = ", ".join(self.operand(i) for i in n.inputs)
         self.emit(n.name, f"scatter_elements({args}, axis = {axis}, reduction = {dsl_string(reduction)})", out)
         return True
