@@ -126,12 +126,16 @@ def parse_instance(text: str, file: str = "<string>", name: str | None = None) -
         size = js.get(node, "size", path, "number", 0.0)
         if size > MAX_BYTES:
             raise js.fail(f"{path}.size", f"expected at most {MAX_BYTES:g} bytes, got {size!r}")
+        if not cpus and size > max_size:
+            raise js.fail(f"{path}.size", f"this node of {size:g} bytes fits on no accelerator (maxSizePerFPGA "
+                                          f"{max_size:g}), and maxCPUs is 0")
         label = node.get("name")
         rows.append((nid, on_acc, cpu, acc, backward, color, float(size), label if isinstance(label, str) else ""))
     names = dsl_names([label or f"n{nid}" for nid, *_, label in rows])
     tasks = []
     for k, (_nid, on_acc, cpu, acc, backward, color, size, _) in enumerate(rows):
-        cost = (("cpu", cpu), ("fpga", acc)) if on_acc else (("cpu", cpu),)
+        # no CPU cost where the platform has no CPU (every kind a task names must be there)
+        cost = ((("cpu", cpu),) if cpus else ()) + ((("fpga", acc),) if on_acc else ())
         tasks.append(Task(k, names[k], "task", explicit_cost=cost, memory=size,
                           colocate="" if color is None else f"c{color}" if color >= 0 else f"c_{-color}",
                           backward=backward))
