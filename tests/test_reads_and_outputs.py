@@ -300,8 +300,10 @@ def test_gxl_weights_take_ascii_decimal_numbers_only(weight):
      '<attr name="weight"><int>2</int></attr></node></graph></gxl>', "given twice"),
     ('<gxl><graph id="g"><node id="n"><attr name="Weight"><int>1</int><int>2</int></attr></node></graph></gxl>',
      "more than one value"),
-    ('<gxl><graph id="g"><node id="n"><attr name="Weight"><int>' + "\n" * (MAX_STRING + 1) + "1</int></attr>"
+    ('<gxl><graph id="g"><node id="n"><attr name="Weight"><int>' + "1" * (MAX_STRING + 1) + "</int></attr>"
      "</node></graph></gxl>", f"{MAX_STRING:,} characters"),
+    ('<gxl><graph id="g"><node id="n"><attr name="Weight"><int>1\n\n2</int></attr></node></graph></gxl>',
+     "ASCII digits"),
     ('<gxl><graph id="g"><node id="' + "n" * (MAX_STRING + 1) + '"/></graph></gxl>', f"{MAX_STRING:,}"),
 ])
 def test_bad_gxl_structure(text, needle):
@@ -348,3 +350,9 @@ def test_an_output_refused_by_the_record_is_an_options_error(tmp_path):
         with pytest.raises(OptionsError) as err:
             files.atomic_write(str(src), "y", "--json")
     assert err.value.obj == "--json" and src.read_text() == "x"
+
+
+def test_a_weight_wrapped_in_megabytes_of_white_space_is_read():
+    text = ('<gxl><graph id="g"><node id="n"><attr name="Weight"><int>' + "\n" * 2_000_000 + "3" + " \n" * 1000
+            + "</int></attr></node></graph></gxl>")
+    assert parse_gxl(text, "w.gxl").nodes == (("n", 3.0),)

@@ -186,10 +186,12 @@ def _tokens(text: str, file: str) -> Iterator[tuple[str, str, int, int]]:
                                              f"{MAX_STRING:,})")
             kind, end = "string", close + 1
             yield kind, _ESCAPED_QUOTE.sub('"', text[pos + 1:close]), line, col
-        elif kind not in ("ws", "comment"):
+        elif kind != "ws" and kind != "comment":
             if end - pos > MAX_STRING:
                 raise _fail(file, line, col, f"a name of {end - pos:,} characters (the limit is {MAX_STRING:,})")
             yield kind, m.group(), line, col
+            pos = end
+            continue  # names, numbers and punctuation hold no line break
         newlines = text.count("\n", pos, end)
         if newlines:
             line += newlines
@@ -378,12 +380,19 @@ def parse_gxl(text: str, file: str = "<string>") -> WeightedGraph:
                 raise _fail(file, line, col, f"the Weight of {_owner(state['owner'])} holds more than one value")
 
     def data(chunk: str) -> None:
-        if state["attr"] == "weight":
-            state["size"] += len(chunk)
+        if state["attr"] != "weight":
+            return
+        text, word = state["text"], chunk.strip()
+        if chunk[:1].isspace() and text and text[-1] != " ":
+            text.append(" ")  # a run of white space (2 MB of newlines) kept as one space
+        if word:
+            state["size"] += len(word)
             if state["size"] > MAX_STRING:
                 raise _fail(file, *where(), f"the Weight of {_owner(state['owner'])} is more than "
                                             f"{MAX_STRING:,} characters long")
-            state["text"].append(chunk)
+            text.append(word)
+            if chunk[-1:].isspace():
+                text.append(" ")
 
     def end(tag: str) -> None:
         stack.pop()
