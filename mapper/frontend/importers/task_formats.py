@@ -40,7 +40,7 @@ WEIGHTED_FORMATS = ("dot", "gxl")
 MAX_PROCS = 1024
 #: The most nodes and edges of one graph (the benchmark sets' largest have a few thousand).
 MAX_NODES = 250_000
-MAX_EDGES = 1_000_000
+MAX_EDGES = 500_000
 #: The longest name, string or Weight text, in characters.
 MAX_STRING = 65_536
 #: A Weight: a decimal number in ASCII digits (no signs but ``-``, no ``_``, no other scripts' digits).
