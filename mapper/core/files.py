@@ -257,6 +257,9 @@ def outputs_together(outputs: Mapping[str, str | os.PathLike[str] | None] | None
     option to its path (to name the option in messages). On any error in the block the
     temporaries are removed and no target is touched."""
     batch = _Batch({os.fspath(p): opt for opt, p in (outputs or {}).items() if p is not None})
+    for path, opt in batch.options.items():  # every clash with a file read, before any output is begun
+        if path != STDOUT:
+            refuse_inputs(path, opt)
     token = _BATCH.set(batch)
     try:
         yield
