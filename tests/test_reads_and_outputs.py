@@ -356,3 +356,13 @@ def test_a_weight_wrapped_in_megabytes_of_white_space_is_read():
     text = ('<gxl><graph id="g"><node id="n"><attr name="Weight"><int>' + "\n" * 2_000_000 + "3" + " \n" * 1000
             + "</int></attr></node></graph></gxl>")
     assert parse_gxl(text, "w.gxl").nodes == (("n", 3.0),)
+
+
+def test_a_subnormal_latency_is_refused_at_its_json_path():
+    from mapper.frontend.importers.dnn_partitioning import parse_instance
+
+    doc = json.loads((HOSTILE / "dp_no_cpus.json").read_text()) | {"maxCPUs": 1}
+    doc["nodes"][0]["cpuLatency"] = 1e-320
+    with pytest.raises(InputError) as err:
+        parse_instance(json.dumps(doc), "i.json")
+    assert "$.nodes[0].cpuLatency" in format_error(err.value) and "at least 1e-12 ms" in err.value.message

@@ -27,7 +27,7 @@ from mapper.core.graph import Edge, Task, TaskGraph
 from mapper.errors import InputError
 from mapper.frontend.importers.dsl_writer import comment_text, dsl_names, dsl_number, graph_to_dsl
 from mapper.frontend.importers.json_input import JsonReader, load_json
-from mapper.frontend.lowering.values import MAX_SECONDS
+from mapper.frontend.lowering.values import MAX_SECONDS, MIN_SECONDS
 from mapper.platform.schema import MAX_NUMBER
 
 #: Seconds per millisecond: their latencies and costs are milliseconds.
@@ -82,6 +82,8 @@ def _milliseconds(js: JsonReader, obj: dict, key: str, path: str) -> float:
     ms = js.get(obj, key, path, "number")
     if ms * MS > MAX_SECONDS:
         raise js.fail(f"{path}.{key}", f"expected at most {MAX_SECONDS / MS:g} ms, got {ms!r}")
+    if 0 < ms * MS < MIN_SECONDS:
+        raise js.fail(f"{path}.{key}", f"expected 0 or at least {MIN_SECONDS / MS:g} ms, got {ms!r}")
     return float(ms) * MS
 
 
