@@ -366,3 +366,47 @@ def test_a_subnormal_latency_is_refused_at_its_json_path():
     with pytest.raises(InputError) as err:
         parse_instance(json.dumps(doc), "i.json")
     assert "$.nodes[0].cpuLatency" in format_error(err.value) and "at least 1e-12 ms" in err.value.message
+
+
+def _tree_dot(n: int, head: str = 'digraph "t" {', node: str = "\tn{i}\t [Weight={w}];",
+              edge: str = "\tn{a} -> n{b}\t [Weight={w}];") -> str:
+    lines = [head]
+    for i in range(n):
+        lines.append(node.format(i=i, w=i % 7 + 1))
+        if i:
+            lines.append(edge.format(a=(i - 1) // 2, b=i, w=i % 5))
+    return "\n".join(lines + ["}", ""])
+
+
+@pytest.mark.parametrize("text", [
+    _tree_dot(300),
+    _tree_dot(300, head="strict digraph g{", node='  "{i}" [weight="{w}.5"]', edge="{a}->{b}[WEIGHT = {w}e0];"),
+    _tree_dot(300, head="digraph {\r", node="n{i} [Weight={w}];\r"),
+])
+def test_the_line_path_of_dot_reads_what_the_token_path_reads(text):
+    from mapper.frontend.importers.task_formats import _DotParser, _plain_dot
+
+    fast = _plain_dot(text, "t.dot")
+    assert fast is not None and fast == _DotParser(text, "t.dot").parse()
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda t: t.replace("n7\t [Weight=1]", "n7\t [Weight=x]"), "expected a number"),
+    (lambda t: t.replace("n7\t [Weight=1]", "n7\t [Weight=1, label=x]"), None),
+    (lambda t: t.replace("n7\t [Weight=1]", "node\t [Weight=1]"), "has no Weight"),
+    (lambda t: t.replace("n7\t [Weight=1];", "n7\t [Weight=1];\n\tn7 [Weight=2];"), "given twice"),
+    (lambda t: t.replace("n3 -> n7", "n7 -> n3 -> n7"), "cycle"),
+    (lambda t: t + "extra", "after the graph"),
+])
+def test_the_line_path_of_dot_leaves_anything_else_to_the_token_path(change, needle):
+    from mapper.frontend.importers.task_formats import _DotParser
+
+    text = change(_tree_dot(300))
+    try:
+        want = _DotParser(text, "t.dot").parse()
+    except InputError as err:
+        with pytest.raises(InputError) as got:
+            parse_dot(text, "t.dot")
+        assert (got.value.message, got.value.span) == (err.message, err.span) and needle in err.message
+    else:
+        assert needle is None and parse_dot(text, "t.dot") == want
