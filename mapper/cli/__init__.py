@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 from mapper import __version__
+from mapper.core.files import recording
 from mapper.core.terminal import EscapingStream
 from mapper.costing.fusion import FUSE_MODES
 from mapper.errors import InputWarning, MapperError, format_error
@@ -163,7 +164,8 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with recording():  # outputs are refused over every file the command reads
+            return int(args.func(args) or 0)
     except MapperError as err:
         if err.obj in FLAGS:
             err.obj = FLAGS[err.obj]

@@ -22,7 +22,7 @@ from mapper.cli import (
     train_option,
 )
 from mapper.cli.model_options import add_model_options, source
-from mapper.core.files import check_outputs, existing
+from mapper.core.files import check_outputs, existing, outputs_together
 from mapper.core.units import fmt_objective, fmt_pct, fmt_time
 from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import OptionsError
@@ -199,9 +199,12 @@ def _dump(stage: str, product) -> str:
     return summary_table(result) + "\n" + schedule_table(result)
 
 
+def _outputs(args: argparse.Namespace) -> dict[str, str | None]:
+    return {"--json": args.json, "--html": args.html, "--trace": args.trace, "--dot": args.dot, "--png": args.png}
+
+
 def run(args: argparse.Namespace) -> int:
-    check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace, "--dot": args.dot,
-                   "--png": args.png}, existing(args.file, args.platform))
+    check_outputs(_outputs(args), existing(args.file, args.platform))
     for flag, given in (("--throughput-model", args.throughput_model is not None),
                         ("--micro-batches", args.micro_batches is not None), ("--contiguous", args.contiguous)):
         if given and args.objective != "throughput":
@@ -301,6 +304,12 @@ def _replanned(args: argparse.Namespace, compiled, full):
 
 
 def _write_reports(args: argparse.Namespace, compiled) -> None:
+    """Every report asked for, written all or none (:func:`mapper.core.files.outputs_together`)."""
+    with outputs_together(_outputs(args)):
+        _each_report(args, compiled)
+
+
+def _each_report(args: argparse.Namespace, compiled) -> None:
     result = compiled.result
     if args.json:
         from mapper.report.json_report import write_json

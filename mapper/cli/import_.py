@@ -17,7 +17,7 @@ import os
 import sys
 
 from mapper.cli.model_options import add_model_options
-from mapper.core.files import STDOUT, atomic_write, check_outputs, existing
+from mapper.core.files import STDOUT, atomic_write, check_outputs, existing, outputs_together
 from mapper.errors import InputError, OptionsError
 from mapper.frontend.importers.dsl_writer import graph_to_dsl
 from mapper.frontend.importers.wfcommons import ReferenceMachine, read_wfformat, workflow_graph
@@ -56,8 +56,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _outputs(args) -> dict[str, str | None]:
+    return {"--output": args.output, "--platform-out": args.platform_out}
+
+
 def run(args) -> int:
-    check_outputs({"--output": args.output, "--platform-out": args.platform_out}, existing(args.file))
+    check_outputs(_outputs(args), existing(args.file))
     if args.platform_out is not None and args.format not in ("dnn-partitioning", "dot", "gxl"):
         raise OptionsError("--platform-out applies to dnn-partitioning, dot and gxl imports only",
                            obj="--platform-out")
@@ -106,10 +110,12 @@ def _run_dnn_partitioning(args) -> int:
     text, platform = instance_dsl(inst), instance_platform(inst)
     graph_from_text(text, args.file)  # both outputs read back before either is written
     parse_platform(platform, args.file)
-    if args.platform_out is not None:
-        atomic_write(args.platform_out, platform, "--platform-out")
+    with outputs_together(_outputs(args)):  # all or none
+        if args.platform_out is not None:
+            atomic_write(args.platform_out, platform, "--platform-out")
+        if args.output and args.output != STDOUT:
+            atomic_write(args.output, text, "--output")
     if args.output and args.output != STDOUT:
-        atomic_write(args.output, text, "--output")
         g = inst.graph
         cores = f"{inst.cpus} CPU core{'' if inst.cpus == 1 else 's'}"
         print(f"wrote {args.output}: {len(g.tasks)} tasks, {len(g.edges)} edges"
@@ -135,9 +141,12 @@ def _run_weighted(args) -> int:
     platform = procs_platform(args.procs, os.path.basename(args.file)) if args.procs is not None else None
     if platform is not None:
         parse_platform(platform, args.file)
-        atomic_write(args.platform_out, platform, "--platform-out")
+    with outputs_together(_outputs(args)):  # all or none
+        if platform is not None:
+            atomic_write(args.platform_out, platform, "--platform-out")
+        if args.output and args.output != STDOUT:
+            atomic_write(args.output, text, "--output")
     if args.output and args.output != STDOUT:
-        atomic_write(args.output, text, "--output")
         print(f"wrote {args.output}: {len(g.nodes)} tasks, {len(g.edges)} edges"
               + (f"; {args.platform_out}: {args.procs} processors"
                  if platform is not None and args.platform_out != STDOUT else ""))

@@ -85,7 +85,7 @@ def _check_engine_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mapper.core.files import atomic_write, check_outputs, existing
+    from mapper.core.files import check_outputs, existing, outputs_together
     from mapper.frontend.load import load_graph
     from mapper.mapping.base import MapOptions
     from mapper.mapping.base import check_options as check_map_options
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     from mapper.run.execute import check_options, execute, refuse_kernel_less
     from mapper.run.trace import format_trace
 
-    check_outputs({"--json": args.json, "--html": args.html, "--trace": args.trace,
-                   "--calibration-out": args.calibration_out}, existing(args.file, args.platform))
+    outputs = {"--json": args.json, "--html": args.html, "--trace": args.trace,
+               "--calibration-out": args.calibration_out}
+    check_outputs(outputs, existing(args.file, args.platform))
     map_options = MapOptions(time_limit=args.time_limit, seed=args.seed)
     check_map_options(map_options)
     check_options(backend=args.backend, repeats=args.repeats, max_workers=args.workers)
@@ -149,6 +150,14 @@ def run(args: argparse.Namespace) -> int:
     if extra is not None:
         table = f"{extra.header()}\n{table}\n{extra.footer()}"
     sys.stdout.write(table + "\n")
+    with outputs_together(outputs):  # all or none
+        _write_outputs(args, trace, result, extra)
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, trace: Any, result: Any, extra: Any) -> None:
+    from mapper.core.files import atomic_write
+
     if args.json:
         doc = trace.to_json_dict()
         if extra is not None:
@@ -166,7 +175,6 @@ def run(args: argparse.Namespace) -> int:
         from mapper.run.calibration.writer import platform_toml
 
         atomic_write(args.calibration_out, platform_toml(extra.calibration))
-    return 0
 
 
 def _split_check(graph: Any, compiled: Any, trace: Any, args: argparse.Namespace) -> str:

@@ -65,7 +65,7 @@ def _tokens(line: str) -> list[tuple[str, str, int]]:
 
 def fast_parse(text: str, file: str) -> S.Program | None:
     """The program of ``text`` when it is an explicit-cost graph (module docstring), else None."""
-    if "\r" in text or ";" in text or "\\" in text or text.count("\n") < MIN_LINES:
+    if "\r" in text or "\\" in text or text.count("\n") < MIN_LINES:  # a ';' outside a comment declines below
         return None
     try:
         return _Reader(text, file).program()

@@ -158,7 +158,7 @@ def fractional_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None
     bound. On heterogeneous devices it is far above the total work over
     the device count."""
     allowed = _allowed(cost) if allowed is None else allowed
-    n, nd = cost.n_tasks, cost.n_devices
+    n = cost.n_tasks
     if not n:
         return 0.0
     times = allowed_times(cost, allowed)
@@ -169,7 +169,15 @@ def fractional_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None
     used = finite.any(axis=0)
     if (used & (total <= 0)).any():
         return 0.0  # a device runs every task it may take in no time
-    y = np.where(used, 1.0 / np.where(used, total, 1.0), 0.0)
+    with np.errstate(all="ignore"):  # times far apart (1e-15 beside 1e12) under- or overflow: no warnings
+        return _load_search(times, finite, total, used)
+
+
+def _load_search(times: np.ndarray, finite: np.ndarray, total: np.ndarray, used: np.ndarray) -> float:
+    """The supergradient search of :func:`fractional_load_bound`, from weights ``1 / total``."""
+    n, nd = times.shape
+    smallest = float(total[used].min())
+    y = np.where(used, smallest / np.where(used, total, 1.0), 0.0)  # 1 / total, scaled: at most 1, sum >= 1
     y /= y.sum()
     rows = np.arange(n)
     best, last = 0.0, 0
@@ -178,6 +186,8 @@ def fractional_load_bound(cost: CostTable, allowed: list[tuple[int, ...]] | None
         weighted = np.where(finite, zeroed * y, np.inf)
         pick = weighted.argmin(axis=1)
         value = float(weighted[rows, pick].sum())
+        if not math.isfinite(value):
+            break
         if value > best * (1 + 1e-9):
             best, last = value, k
         if value <= 0 or (k >= 2 * _LOAD_PATIENCE and k - last >= _LOAD_PATIENCE):

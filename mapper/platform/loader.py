@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mapper.core.files import Unreadable, read_text
+from mapper.core.files import Unreadable, note_read, read_text
 from mapper.errors import PlatformError, SourceSpan
 from mapper.platform.devices import DEVICE_KINDS, Device, Fleet, FleetKind, Link, Platform
 from mapper.platform.schema import Checker, model_key_ok
@@ -127,6 +127,8 @@ def load_platform(name_or_path: str | Path) -> Platform:
     shipped = _shipped()
     if text_name in shipped:
         res = shipped[text_name]
+        if isinstance(res, os.PathLike):  # a file of the installed package: no output goes over it either
+            note_read(res)
         return parse_platform(res.read_text(encoding="utf-8"), res.name)
     path = Path(text_name)
     if os.path.lexists(text_name):

@@ -27,7 +27,7 @@ from mapper.core.graph import Edge, Task, TaskGraph
 from mapper.errors import InputError
 from mapper.frontend.importers.dsl_writer import comment_text, dsl_names, dsl_number, graph_to_dsl
 from mapper.frontend.importers.json_input import JsonReader, load_json
-from mapper.frontend.lowering.values import MAX_SECONDS
+from mapper.frontend.lowering.values import MAX_SECONDS, MIN_SECONDS
 from mapper.platform.schema import MAX_NUMBER
 
 #: Seconds per millisecond: their latencies and costs are milliseconds.
@@ -82,6 +82,8 @@ def _milliseconds(js: JsonReader, obj: dict, key: str, path: str) -> float:
     ms = js.get(obj, key, path, "number")
     if ms * MS > MAX_SECONDS:
         raise js.fail(f"{path}.{key}", f"expected at most {MAX_SECONDS / MS:g} ms, got {ms!r}")
+    if 0 < ms * MS < MIN_SECONDS:
+        raise js.fail(f"{path}.{key}", f"expected 0 or at least {MIN_SECONDS / MS:g} ms, got {ms!r}")
     return float(ms) * MS
 
 
@@ -126,12 +128,16 @@ def parse_instance(text: str, file: str = "<string>", name: str | None = None) -
         size = js.get(node, "size", path, "number", 0.0)
         if size > MAX_BYTES:
             raise js.fail(f"{path}.size", f"expected at most {MAX_BYTES:g} bytes, got {size!r}")
+        if not cpus and size > max_size:
+            raise js.fail(f"{path}.size", f"this node of {size:g} bytes fits on no accelerator (maxSizePerFPGA "
+                                          f"{max_size:g}), and maxCPUs is 0")
         label = node.get("name")
         rows.append((nid, on_acc, cpu, acc, backward, color, float(size), label if isinstance(label, str) else ""))
     names = dsl_names([label or f"n{nid}" for nid, *_, label in rows])
     tasks = []
     for k, (_nid, on_acc, cpu, acc, backward, color, size, _) in enumerate(rows):
-        cost = (("cpu", cpu), ("fpga", acc)) if on_acc else (("cpu", cpu),)
+        # no CPU cost where the platform has no CPU (every kind a task names must be there)
+        cost = ((("cpu", cpu),) if cpus else ()) + ((("fpga", acc),) if on_acc else ())
         tasks.append(Task(k, names[k], "task", explicit_cost=cost, memory=size,
                           colocate="" if color is None else f"c{color}" if color >= 0 else f"c_{-color}",
                           backward=backward))

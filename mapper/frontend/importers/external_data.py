@@ -21,6 +21,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mapper.core.files import note_read
 from mapper.errors import InputError
 
 #: The external-data keys of the ONNX IR specification.
@@ -81,6 +82,7 @@ def resolve(ref: ExternalRef, model: str) -> str | None:
             raise _bad_location(ref, model, "is not a regular file")
         if not last and not stat.S_ISDIR(mode):
             raise _bad_location(ref, model, "is not a path to a file")
+    note_read(path)  # an input of the command from here on, read or not
     return path
 
 

@@ -21,11 +21,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mapper.core.files import note_read
 from mapper.core.graph import DTYPE_BYTES
 from mapper.core.limits import memory_budget
 from mapper.errors import InputError
 from mapper.frontend.importers.external_data import check_size, parse_ref, read_bytes, resolve
 from mapper.frontend.importers.onnx_fold import fold_constants
+from mapper.frontend.importers.onnx_tensors import inline_held_tensors, refuse_segments
 
 #: The largest ONNX file read (weights included).
 MAX_MODEL_BYTES = 2 * 2**30
@@ -133,6 +135,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
         raise InputError(f"'{file}' is empty, not an ONNX model", obj=file)
     if info.st_size > MAX_MODEL_BYTES:
         raise InputError(f"cannot read '{file}': it is {info.st_size:,} bytes, more than {MAX_MODEL_BYTES:,}", obj=file)
+    note_read(file)
     try:
         model = onnx.load(file, load_external_data=False)
     except Exception as err:  # protobuf's decode errors have no common base worth naming
@@ -140,6 +143,8 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
                          obj=file) from None
     graph = model.graph
     _check_structure(graph, file)
+    refuse_segments(graph, file)
+    inline_held_tensors(onnx, graph, file, lambda t, what: _held_bytes(t, what, file))  # before onnx_fold
     init_names = {t.name for t in graph.initializer}
     _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
     if input_values:
@@ -442,9 +447,33 @@ def _set_values(onnx: Any, graph: Any, init_names: set[str], values: dict[str, t
         if math.prod(shape) != len(given):
             raise InputError(f"--input-value {name}: the input holds {math.prod(shape)} values "
                              f"(shape {shape}), {len(given)} given", obj=file)
-        array = np.array(given, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).reshape(shape)
+        np_dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        _check_range(name, given, np_dtype, dtype, file)
+        array = np.array(given, dtype=np_dtype).reshape(shape)
         graph.initializer.append(onnx.numpy_helper.from_array(array, name))
         graph.input.remove(vi)
+
+
+def _check_range(name: str, given: tuple[float, ...], np_dtype: Any, dtype: str, file: str) -> None:
+    """InputError unless every value of ``--input-value name`` is one the input's type holds
+    (an integer in its range, a float within its largest magnitude)."""
+    import numpy as np
+
+    low: float
+    most: float
+    if np_dtype.kind in "biu":
+        info = np.iinfo(np.uint8 if np_dtype.kind == "b" else np_dtype)
+        low, most = int(info.min), 1 if np_dtype.kind == "b" else int(info.max)
+        inside = [low <= v < most + 1 for v in given]  # most + 1 is exact as a float (2**63), most may not be
+    else:
+        most = float(np.finfo(np_dtype).max)
+        low, inside = -most, [abs(v) <= most for v in given]
+    for v, ok in zip(given, inside):
+        if not ok:
+            raise InputError(f"--input-value {name}: {v:g} is out of the range of the input's type {dtype} "
+                             f"({low:g} to {most:g})", obj=file)
+        if np_dtype.kind in "biu" and v != int(v):
+            raise InputError(f"--input-value {name}: the input holds integers, not {v:g}", obj=file)
 
 
 def _value_info(vi: Any, file: str) -> tuple[str, tuple[int, ...]]:
@@ -473,6 +502,13 @@ def _dtype(code: int, name: str, file: str) -> str:
     if code not in DTYPES:
         raise InputError(f"'{name}' has ONNX element type {code}, which mapper has no dtype for", obj=file)
     return DTYPES[code]
+
+
+def _held_bytes(t: Any, what: str, file: str) -> int:
+    """The bytes a tensor's type and shape need (a node's tensor, :mod:`.onnx_tensors`)."""
+    if any(int(d) < 0 for d in t.dims):
+        raise InputError(f"{what} has a negative dimension", obj=file)
+    return _count(t.dims) * DTYPE_BYTES[_dtype(t.data_type, t.name or what, file)]
 
 
 def _count(dims: Any) -> int:

@@ -9,7 +9,16 @@ from typing import Any
 
 from mapper.errors import SourceSpan
 from mapper.frontend import syntax as S
-from mapper.frontend.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, TIME_UNITS, ErrorAt, Evaluator, hint
+from mapper.frontend.lowering.values import (
+    BYTE_UNITS,
+    MAX_SECONDS,
+    MAX_WORK,
+    MIN_SECONDS,
+    TIME_UNITS,
+    ErrorAt,
+    Evaluator,
+    hint,
+)
 
 _WORK_KEYS = ("flops", "bytes", "bytes_read", "bytes_written")
 _ANN_WORD = {S.Work: "work", S.Cost: "cost", S.Parallel: "parallel", S.Streamable: "streamable",
@@ -121,10 +130,11 @@ class Annotator:
             if m.key in got:
                 raise self.err(f"device '{m.key}' is given twice", m.span)
             value = m.value
-            if m.unit is None and type(value) is S.Num and 0 <= value.value <= MAX_SECONDS:
+            if m.unit is None and isinstance(value, S.Num) and (value.value == 0 or
+                                                                MIN_SECONDS <= value.value <= MAX_SECONDS):
                 got[m.key] = float(value.value)  # a plain number of seconds (the common case, checked as below)
                 continue
             t = self.ev.number(value, values, "a time")
             seconds = self.ev.unit(t, m.unit, m.unit_span, TIME_UNITS, "time")
-            got[m.key] = self.ev.at_most(seconds, MAX_SECONDS, "a time (s)", m.value.span)
+            got[m.key] = self.ev.time(seconds, "a time (s)", m.value.span)
         return tuple(sorted(got.items()))

@@ -27,7 +27,6 @@ from mapper.frontend.lowering.annotations import Annotator
 from mapper.frontend.lowering.edges import ExplicitEdge, graph_edges
 from mapper.frontend.lowering.values import (
     BYTE_UNITS,
-    MAX_SECONDS,
     MAX_WORK,
     TIME_UNITS,
     Evaluator,
@@ -518,7 +517,7 @@ class _Lowerer:
         elif st.kind == "comm":
             comm = self.ev.unit(self.ev.number(st.value, scope.values, "comm"), st.unit, st.unit_span,
                                 TIME_UNITS, "time")
-            comm = self.ev.at_most(comm, MAX_SECONDS, "comm (s)", st.value.span)
+            comm = self.ev.time(comm, "comm (s)", st.value.span)
         elif st.kind == "bytes":
             size = self.ev.unit(self.ev.number(st.value, scope.values, "bytes"), st.unit, st.unit_span,
                                 BYTE_UNITS, "size")

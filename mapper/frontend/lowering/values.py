@@ -19,6 +19,9 @@ MAX_INT = 2**63
 MAX_WORK = 1e30
 #: The largest time a program may give, in seconds (10^12 s: over 30,000 years).
 MAX_SECONDS = 1e12
+#: The smallest time other than 0 a program may give, in seconds (a femtosecond, far below one clock
+#: cycle): smaller ones (a subnormal 1e-320) only overflow the scales that mappers divide by.
+MIN_SECONDS = 1e-15
 #: Time units per second (``comm`` and ``cost`` values are divided by it; default s).
 TIME_UNITS: dict[str, float] = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 #: Bytes per size unit (``bytes`` values; default B).
@@ -131,6 +134,14 @@ class Evaluator:
         if not v <= most:
             raise self.err(f"{what} of {v:g} is too large (at most {most:g})", span,
                            "check the value and its unit")
+        return v
+
+    def time(self, v: float, what: str, span: SourceSpan | None) -> float:
+        """``v`` seconds when it is 0 or from :data:`MIN_SECONDS` to :data:`MAX_SECONDS`, else an error at ``span``."""
+        v = self.at_most(v, MAX_SECONDS, what, span)
+        if 0 < abs(v) < MIN_SECONDS:
+            raise self.err(f"{what} of {v:g} is below the resolution of {MIN_SECONDS:g} s (give 0 or at least "
+                           "that)", span, "check the value and its unit")
         return v
 
     def value(self, v: S.Value, values: dict[str, Any]) -> Any:

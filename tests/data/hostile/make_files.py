@@ -100,6 +100,26 @@ def dnn_files() -> None:
     write("dp_huge_edge_cost.json", lambda d: d["edges"][0].update(cost=1e300))
 
 
+def round4b_files() -> None:
+    """Round 4, part 2: a Constant whose data is an external file, a segmented initializer, an integer
+    mode input (for --input-value 1e300), an instance with no CPU and a node no accelerator holds."""
+    c = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[2, 4], data_location=TensorProto.EXTERNAL)
+    c.external_data.add(key="location", value="r4b_secret.bin")  # where the user stands: never opened
+    save(model([helper.make_node("Constant", [], ["c"], value=c), helper.make_node("Add", ["x", "c"], ["y"])]),
+         "onnx_r4b_const_external.onnx")
+    seg = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    seg.segment.begin, seg.segment.end = 0, 1
+    save(model([helper.make_node("MatMul", ["x", "w"], ["y"])], [seg]), "onnx_r4b_segment.onnx")
+    sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    save(model([helper.make_node("Cast", ["sr"], ["s"], to=1), helper.make_node("Add", ["x", "s"], ["y"])],
+               inputs=(X, sr)), "onnx_r4b_int_mode.onnx")
+    doc = json.loads(json.dumps(DNN))
+    doc.update(maxCPUs=0, maxSizePerFPGA=10.0)
+    doc["nodes"][0].update(supportedOnFpga=1, size=100)
+    (HERE / "dp_r4b_too_big_no_cpus.json").write_text(json.dumps(doc) + "\n")
+
+
 if __name__ == "__main__":
     onnx_files()
     dnn_files()
+    round4b_files()
