@@ -24,7 +24,8 @@ DATA = Path(__file__).resolve().parent / "data" / "hostile"
 CASES = tomllib.loads((DATA / "cases.toml").read_text(encoding="utf-8"))["case"]
 #: C0/C1 controls but tab, newline, carriage return; DEL; bidi and invisible format controls
 RAW_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-LIMIT_S = 20
+#: every case ends within this bound (the hostile-input rule: under 60 s), on a loaded machine too
+LIMIT_S = 60
 
 
 def _digest(folder: Path) -> dict[str, str]:
