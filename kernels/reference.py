@@ -347,3 +347,81 @@ def elementwise(x, *, fn, alpha):
         if fn == "scale":
             return (x.dtype.type(alpha) * x).astype(x.dtype)
         return getattr(np, fn)(x).astype(x.dtype, copy=False)
+
+
+def _route(gates, k):
+    """Each token's ``k`` experts (largest gates, ties to the lower index) and each pair's row
+    in the dispatch order (by expert, then token)."""
+    t = gates.shape[0]
+    chosen = np.argsort(-gates.astype(np.float64), axis=1, kind="stable")[:, :k]
+    tokens = np.repeat(np.arange(t), k)
+    order = np.lexsort((tokens, chosen.reshape(-1)))
+    slot = np.empty(t * k, dtype=np.int64)
+    slot[order] = np.arange(t * k)
+    return chosen, slot.reshape(t, k)
+
+
+def topk(x, *, k, norm, scale):
+    flat = x.reshape(-1, x.shape[-1]).astype(np.float64)
+    chosen = np.argsort(-flat, axis=1, kind="stable")[:, :k]
+    rows = np.arange(flat.shape[0])[:, None]
+    kept = flat[rows, chosen]
+    factor = scale / kept.sum(axis=1, keepdims=True) if norm else scale
+    out = np.zeros_like(flat)
+    out[rows, chosen] = kept * factor
+    return out.reshape(x.shape).astype(x.dtype)
+
+
+def moe_dispatch(x, gates, *, topk):
+    _, slot = _route(gates, topk)
+    out = np.empty((x.shape[0] * topk, x.shape[1]), dtype=x.dtype)
+    out[slot.reshape(-1)] = np.repeat(x, topk, axis=0)
+    return out
+
+
+def grouped_matmul(x, gates, w):
+    k = x.shape[0] // gates.shape[0]
+    chosen, slot = _route(gates, k)
+    out = np.empty((x.shape[0], w.shape[2]), dtype=x.dtype)
+    for r, e in zip(slot.reshape(-1), chosen.reshape(-1)):
+        out[r] = x[r].astype(np.float64) @ w[e].astype(np.float64)
+    return out
+
+
+def moe_combine(y, gates):
+    k = y.shape[0] // gates.shape[0]
+    chosen, slot = _route(gates, k)
+    g = np.take_along_axis(gates.astype(np.float64), chosen, axis=1)  # [T, k]
+    return np.einsum("tk,tkh->th", g, y.astype(np.float64)[slot]).astype(y.dtype)
+
+
+def mla_attention(q, kv, kr, *, heads, seq, causal, fused, base):
+    t, dr = kr.shape
+    dq = q.shape[1] // heads
+    dn = dq - dr
+    dv = kv.shape[1] // heads - dn
+    pos = (np.arange(t) % seq)[:, None]
+    theta = pos * base ** (-2.0 * np.arange(dr // 2) / dr)
+    cos, sin = np.cos(theta), np.sin(theta)  # [T, dr/2]
+
+    def turn(m):  # [T, ..., dr], the half-split pairing of rotary
+        c = cos.reshape(t, *([1] * (m.ndim - 2)), dr // 2)
+        s = sin.reshape(c.shape)
+        a, b = m[..., :dr // 2], m[..., dr // 2:]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+    q3 = q.astype(np.float64).reshape(t, heads, dq)
+    kv3 = kv.astype(np.float64).reshape(t, heads, dn + dv)
+    qh = np.concatenate([q3[..., :dn], turn(q3[..., dn:])], axis=-1)
+    shared = np.broadcast_to(turn(kr.astype(np.float64))[:, None, :], (t, heads, dr))
+    kh = np.concatenate([kv3[..., :dn], shared], axis=-1)
+    vh = kv3[..., dn:]
+
+    def split(m):  # [T, heads, d] -> [B, heads, S, d]
+        return m.reshape(t // seq, seq, heads, m.shape[-1]).transpose(0, 2, 1, 3)
+
+    scores = split(qh) @ split(kh).transpose(0, 1, 3, 2) / np.sqrt(dq)
+    if causal:
+        scores = np.where(np.triu(np.ones((seq, seq), dtype=bool), 1), -np.inf, scores)
+    p = softmax(scores, axis=-1)
+    return np.ascontiguousarray((p @ split(vh)).transpose(0, 2, 1, 3).reshape(t, heads * dv)).astype(q.dtype)

@@ -34,6 +34,7 @@ from mapper.kernels.indexed import gather_nd, scatter_elements
 from mapper.kernels.layout import concat, reshape, split, transpose
 from mapper.kernels.linalg import axpy, dot, matmul
 from mapper.kernels.llm import rmsnorm, rotary, swiglu
+from mapper.kernels.moe import grouped_matmul, mla_attention, moe_combine, moe_dispatch, topk
 from mapper.kernels.norm import batchnorm, instancenorm, layernorm, softmax
 from mapper.kernels.operands import make_csr, make_ids, make_tensor, random_operand
 from mapper.kernels.pool import avgpool, maxpool
@@ -97,6 +98,12 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
     "rmsnorm": (rmsnorm, "norm", "numba direct"),
     "swiglu": (swiglu, "elementwise", "numba direct"),
     "rotary": (rotary, "elementwise", "numba direct (angles per row and pair)"),
+    "topk": (topk, "moe", "numba direct (k max-scans per row, rows in parallel)"),
+    "moe_dispatch": (moe_dispatch, "moe", "numba routing and row gather"),
+    "grouped_matmul": (grouped_matmul, "moe", "numba routing, a BLAS GEMM through numpy per expert"),
+    "moe_combine": (moe_combine, "moe", "numba routing and weighted row sums, tokens in parallel"),
+    "mla_attention": (mla_attention, "moe", "numba rotary of the query and shared key columns, then the "
+                                            "attention kernel on heads padded to one width"),
     "allreduce": (lambda *xs: _allreduce(xs), "binary", "numba strided add loop, the parts summed in operand "
                                                        "order (every participant sums alike)"),
     "concat": (concat, "layout", "numba strided copy"),

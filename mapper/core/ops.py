@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mapper.core.graph import DTYPE_BYTES, TensorType
-from mapper.core.opdefs import dnn, movement, scientific
+from mapper.core.opdefs import dnn, moe, movement, scientific
 from mapper.core.opdefs.call import (
     ANY_DTYPES,
+    ATTENTION_OPS,
     COMPLEX_DTYPES,
     FLAG_VARIANTS,
     FLOAT_DTYPES,
@@ -39,9 +40,9 @@ from mapper.core.opdefs.scientific import ELEMENTWISE_FLOPS
 KERNEL_LESS = frozenset({"opaque"})
 
 __all__ = [
-    "ANY_DTYPES", "COMPLEX_DTYPES", "ELEMENTWISE_FLOPS", "FLAG_VARIANTS", "FLOAT_DTYPES", "INEXACT_DTYPES",
-    "INT_DTYPES", "KERNEL_LESS", "NUMERIC_DTYPES", "OPS", "OP_CLASSES", "REQUIRED", "OpError", "OpInfo", "OpSpec",
-    "infer",
+    "ANY_DTYPES", "ATTENTION_OPS", "COMPLEX_DTYPES", "ELEMENTWISE_FLOPS", "FLAG_VARIANTS", "FLOAT_DTYPES",
+    "INEXACT_DTYPES", "INT_DTYPES", "KERNEL_LESS", "NUMERIC_DTYPES", "OPS", "OP_CLASSES", "REQUIRED", "OpError",
+    "OpInfo", "OpSpec", "infer",
 ]
 
 
@@ -102,6 +103,19 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("kv_heads", "int", None),
           ("base", "float", 10000.0)),
     _spec("embedding", (2, 2), "embedding", "0", dnn.embedding, "ids[...], table[V, D]"),
+    # mixture of experts, dropless (docs/ops.md, "Mixture of experts")
+    _spec("topk", (1, 1), "reduction", "rows*(k*E + k*norm + k*(norm or scale != 1))", moe.topk,
+          "x[..., E]", ("k", "int", REQUIRED), ("norm", "bool", 0), ("scale", "float", 1.0)),
+    _spec("moe_dispatch", (2, 2), "shape", "0", moe.moe_dispatch, "x[T, H], gates[T, E]",
+          ("topk", "int", REQUIRED)),
+    _spec("grouped_matmul", (3, 3), "gemm", "2*R*K*N", moe.grouped_matmul,
+          "x[R = T topk, K], gates[T, E], w[E, K, N]"),
+    _spec("moe_combine", (2, 2), "elementwise", "2 * R * H", moe.moe_combine, "y[R = T topk, H], gates[T, E]"),
+    # multi-head latent attention's core (DeepSeek-V2, arXiv:2405.04434), decoupled rotary key
+    _spec("mla_attention", (3, 3), "attention", "3*T*dr*(heads+1) + 2*B*heads*S*S*(dn+dr+dv) + 5*B*heads*S*S",
+          moe.mla_attention, "q[T, heads (dn + dr)], kv[T, heads (dn + dv)], kr[T, dr]",
+          ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0), ("fused", "bool", 1),
+          ("base", "float", 10000.0)),
     # the combine step of an all-reduce: each participant sums the parts (mapper.parallel)
     _spec("allreduce", (1, None), "elementwise", "(parts - 1) * numel", dnn.allreduce, "p1, p2, ...",
           ("rank", "int", 0)),
@@ -140,7 +154,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
 _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "kv_heads": 1, "seq": 1, "steps": 1, "parts": 1,
             "points": 1, "padding": 0, "output_padding": 0, "index": 0, "cache": 0, "batch_dims": 0,
-            "rank": 0}
+            "rank": 0, "k": 1, "topk": 1}
 
 
 def _close(word: str, options: Iterable[str]) -> str | None:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from mapper.core.graph import Task
+from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.efficiency import (
     EFF_COMPUTE,
     EFF_MEMORY,
@@ -70,7 +71,7 @@ def _streams_weight(task: Task, cls: str, dims: tuple[int, int, int, int] | None
     Unfused attention in a decode step (fewer queries than the tile) is two such batched GEMMs,
     streaming the cached keys and then the values."""
     out = task.output
-    if task.op == "attention" and not task.attr("fused", 1) and device.gemm_tile is not None:
+    if task.op in ATTENTION_OPS and not task.attr("fused", 1) and device.gemm_tile is not None:
         return 0 < int(task.attr("seq") or 0) < device.gemm_tile[0]
     if cls != "gemm" or task.op != "matmul" or out is None or len(out.shape) < 2:
         return False
@@ -133,7 +134,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         half, n = lookup(device.half_length, fitted), vector_length(task)
         if half and n:
             e_c *= n / (n + half)
-        if task.op == "attention" and device.gemm_tile is not None and device.compute_units is not None:
+        if task.op in ATTENTION_OPS and device.gemm_tile is not None and device.compute_units is not None:
             e_c *= attention_wave_efficiency(task, device.gemm_tile[0], device.compute_units)
     flops, nbytes = kernel_flops(task), gemm_bytes(task)
     if (flops > 0 or nbytes > 0) and not device.has_rates:

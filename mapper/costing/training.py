@@ -14,7 +14,8 @@
 * for attention, one ``NAME.grad`` with 2.5x the forward FLOPs (five
   matrix products against two: Dao, "FlashAttention-2", arXiv:2307.08691, 3.1);
 * for any other op (elementwise, norms, pooling, reductions, data movement),
-  one ``NAME.grad`` with twice the forward FLOPs; it reads the output
+  one ``NAME.grad`` with twice the forward FLOPs (``moe_dispatch``, a copy, has
+  the sum of each token's routed rows' gradients instead); it reads the output
   gradient and the op's inputs and writes a gradient for each input tensor
   and weight;
 * for an op with weights, ``NAME.update``: the optimizer step on its weights
@@ -38,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mapper.core.graph import DTYPE_BYTES, Edge, Operand, Task, TaskGraph, TensorType
+from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.efficiency import op_class
 from mapper.errors import OptionsError
 
@@ -150,7 +152,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
         else:
             factor = ATTENTION_BACKWARD if cls == "attention" else OTHER_BACKWARD
             extra = _score_traffic(fwd)
-            grad = add(replace(base, name=f"{fwd.name}.grad", flops=factor * fwd.flops,
+            grad = add(replace(base, name=f"{fwd.name}.grad", flops=_backward_flops(fwd, factor),
                                bytes_read=out + abytes + wbytes + out + 2 * extra[0],
                                bytes_written=abytes + wbytes + 2 * extra[1],
                                output=flat_type(dtype, abytes + wbytes),
@@ -187,11 +189,20 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
     return TaskGraph(f"{graph.name}", tuple(tasks), new_edges, graph.inputs, graph.outputs)
 
 
+def _backward_flops(fwd: Task, factor: float) -> float:
+    """FLOPs of ``fwd``'s gradient task: ``factor`` times its forward FLOPs, except for
+    ``moe_dispatch``, which copies (0 FLOPs) but whose gradient sums each token's ``K`` routed
+    rows: ``T K H`` adds (the un-permute of Megatron-Core's token dispatcher, run backward)."""
+    if fwd.op == "moe_dispatch" and fwd.output is not None:
+        return float(fwd.output.numel)
+    return factor * fwd.flops
+
+
 def _score_traffic(fwd: Task) -> tuple[float, float]:
     """Bytes an unfused attention's forward moves through its score matrix (read, written) beyond
     its operands and output; its backward moves each twice (the gradients of dropout, softmax
     and the two products each read and write a score-sized tensor). 0 for other ops."""
-    if fwd.op != "attention" or fwd.attr("fused", 1):
+    if fwd.op not in ATTENTION_OPS or fwd.attr("fused", 1):
         return 0.0, 0.0
     out = fwd.output.nbytes if fwd.output is not None else 0.0
     return (fwd.bytes_read - sum(float(o.type.nbytes) for o in fwd.operands),

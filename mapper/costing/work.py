@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from mapper.core.graph import DTYPE_BYTES, Task
+from mapper.core.ops import ATTENTION_OPS
 from mapper.platform.loader import Device
 
 MIB = float(2**20)
@@ -79,7 +80,7 @@ def kernel_flops(task: Task) -> float:
     unfused attention (``fused = 0``) computes the whole matrix and masks it."""
     flops = float(task.flops)
     attrs = dict(task.attrs)
-    if task.op == "attention" and attrs.get("causal") and attrs.get("fused", 1):
+    if task.op in ATTENTION_OPS and attrs.get("causal") and attrs.get("fused", 1):
         seq, cache = int(attrs.get("seq") or 0), int(attrs.get("cache") or 0)
         if seq > 0:  # a query sees the cache and the new keys up to its own
             flops *= (cache + (seq + 1) / 2) / (cache + seq)
@@ -110,7 +111,10 @@ def vector_length(task: Task) -> int | None:
     if task.op == "conv_transpose2d":
         dims = gemm_dims(task)
         return None if dims is None else int(min(dims[1:])) or None
-    if task.op == "attention":
+    if task.op == "grouped_matmul":
+        dims = _grouped_dims(task)
+        return int(min(dims[1:])) if dims is not None else None
+    if task.op in ATTENTION_OPS:
         seq = dict(task.attrs).get("seq")
         return int(seq) if seq else None
     if task.op in ("maxpool", "avgpool") and out is not None and len(out.shape) == 4:
@@ -148,6 +152,8 @@ def gemm_dims(task: Task) -> tuple[int, int, int, int] | None:
     out = task.output
     if out is None or task.dtype not in GEMM_DTYPES or len(task.operands) < 2:
         return None
+    if task.op == "grouped_matmul":
+        return _grouped_dims(task)
     a, b = task.operands[0].type.shape, task.operands[1].type.shape
     if task.op == "matmul" and len(a) >= 2 and len(b) >= 2 and len(out.shape) >= 2:
         m, k, n = a[-2], a[-1], b[-1]
@@ -166,6 +172,20 @@ def gemm_dims(task: Task) -> tuple[int, int, int, int] | None:
         groups = int(dict(task.attrs).get("groups") or 1)
         return (a[0] * groups, b[1] * b[2] * b[3], a[2] * a[3], b[0] // groups)
     return None
+
+
+def _grouped_dims(task: Task) -> tuple[int, int, int, int] | None:
+    """``(E, M, N, K)`` of a ``grouped_matmul``: a GEMM per expert over its share of the ``R``
+    routed rows, ``M = R / E`` under balanced routing (rounded up); None for a matrix-vector
+    product or other shapes."""
+    if len(task.operands) != 3 or task.output is None:
+        return None
+    (rows, k), w = task.operands[0].type.shape, task.operands[2].type.shape
+    if len(w) != 3 or len(task.output.shape) != 2:
+        return None
+    experts, n = w[0], w[2]
+    m = math.ceil(rows / experts)
+    return None if m == 1 or n == 1 else (experts, m, n, k)
 
 
 def im2col_bytes(task: Task) -> float:
@@ -225,6 +245,8 @@ def gemm_cold(task: Task) -> tuple[bool, bool]:
         return (ops[1].kind == "weight", im2col_bytes(task) == 0 and ops[0].kind == "weight")
     if task.op == "conv_transpose2d" and len(ops) >= 2:  # A: the filter, transposed; B: the input
         return (ops[1].kind == "weight", ops[0].kind == "weight")
+    if task.op == "grouped_matmul" and len(ops) == 3:
+        return (ops[0].kind == "weight", ops[2].kind == "weight")
     if len(ops) >= 2:
         return (ops[0].kind == "weight", ops[1].kind == "weight")
     return (False, False)
@@ -330,7 +352,7 @@ def attention_wave_efficiency(task: Task, tile_rows: int, units: int) -> float:
     split-K splits a GEMM. 1 for other tasks and undeclared shapes."""
     attrs = dict(task.attrs)
     seq, heads, out = int(attrs.get("seq") or 0), int(attrs.get("heads") or 0), task.output
-    if task.op != "attention" or seq <= 0 or heads <= 0 or out is None or not out.shape:
+    if task.op not in ATTENTION_OPS or seq <= 0 or heads <= 0 or out is None or not out.shape:
         return 1.0
     batch = max(out.shape[0] // seq, 1)
     groups, per_block, split = heads, seq, 1  # blocks per sequence, and query rows each

@@ -34,7 +34,7 @@ from mapper.costing.cost import route_tables
 from mapper.errors import OptionsError
 from mapper.parallel.collectives import collective_time, launch_time, step_latency
 from mapper.parallel.plan import Plan
-from mapper.parallel.roles import Region, batch_blocker, spans_batch, tensor_regions
+from mapper.parallel.roles import Region, batch_blocker, spans_batch, tensor_regions, uncut
 from mapper.platform.devices import Platform
 
 
@@ -157,6 +157,11 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform, first_chunk: b
                              "split can divide", span=task.span, obj=task.name)
     check_batch(graph, n)
     regions = tensor_regions(graph, k, plan.vocab) if k > 1 else ()
+    blocked = uncut(graph, regions) if k > 1 else None
+    if blocked is not None:
+        task = graph.tasks[blocked[0]]
+        raise SplitError(f"cannot split task {task.name} ({task.op}) over {k} tensor ranks: {blocked[1]}",
+                         span=task.span, obj=task.name, hint="use a layout without tensor parallelism (tensor=1)")
     member: dict[int, tuple[Region, int]] = {}
     for reg in regions:
         for i, m in enumerate(reg.members):

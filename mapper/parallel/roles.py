@@ -77,7 +77,11 @@ def batch_blocker(task: Task, parts: int) -> str | None:
         return None if nd >= 2 else "it works along the only axis"
     if op == "softmax":
         return None if _axis(task.attr("axis", -1), nd) != 0 else "it normalises along the batch axis"
-    if op in ("attention", "rotary"):
+    if op == "topk":
+        return None if nd >= 2 else "it works along the only axis"
+    if op in ("moe_dispatch", "grouped_matmul", "moe_combine"):
+        return None  # each token's rows, routed within the slice (the routing is per token)
+    if op in ("attention", "rotary", "mla_attention"):
         seq = task.attr("seq")
         return None if (out.shape[0] // parts) % seq == 0 else f"a slice would cut a sequence of {seq} tokens"
     if op in ("concat", "split"):
@@ -141,8 +145,36 @@ class Region:
 
 
 def _gemm_weight(task: Task) -> bool:
+    """A GEMM of an activation by a weight: ``matmul`` by a 2-D weight, or ``grouped_matmul`` by
+    its experts' ``[E, K, N]`` weights (each expert's matrix cut alike: Megatron-Core's expert
+    tensor parallelism, ``expert_tensor_parallel_size``)."""
+    if task.op == "grouped_matmul":
+        return (len(task.operands) == 3 and task.operands[2].kind == "weight" and task.operands[0].kind != "weight"
+                and len(task.operands[2].type.shape) == 3)
     return (task.op == "matmul" and len(task.operands) == 2 and task.operands[1].kind == "weight"
             and len(task.operands[1].type.shape) == 2 and task.operands[0].kind != "weight")
+
+
+def _weight(task: Task) -> Operand:
+    """The weight operand of a :func:`_gemm_weight` task."""
+    return task.operands[2 if task.op == "grouped_matmul" else 1]
+
+
+#: Ops a tensor split must cut: left whole, every rank would repeat a layer's main work.
+MUST_CUT = frozenset({"grouped_matmul", "mla_attention"})
+
+
+def uncut(g: TaskGraph, regions: tuple[Region, ...]) -> tuple[int, str] | None:
+    """The first task of :data:`MUST_CUT` that no region cuts, and why, or None."""
+    cut = {m for reg in regions for m in reg.members} | {reg.row for reg in regions if reg.row is not None}
+    for t in g.topo_order:
+        task = g.tasks[t]
+        if task.op in MUST_CUT and t not in cut:
+            why = ("multi-head latent attention has no tensor-parallel split here"
+                   if task.op == "mla_attention" else
+                   "its experts' GEMMs are not a column-then-row pair whose widths divide by the ranks")
+            return t, why
+    return None
 
 
 def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | None:
@@ -160,7 +192,7 @@ def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
             if v in taken:
                 return None
             if _gemm_weight(task) and task.operands[0].producer in inside:
-                if row is not None or task.operands[1].type.shape[0] % k:
+                if row is not None or _weight(task).type.shape[-2] % k:
                     return None
                 row = v
                 continue

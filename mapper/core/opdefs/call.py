@@ -30,7 +30,12 @@ OP_CLASSES = (
 #: the CPU kernel's BLAS path computes in full, so it takes about 0.85 of an
 #: unmasked call's time, where its FLOPs (:func:`mapper.costing.work.kernel_flops`)
 #: say half.
-FLAG_VARIANTS: dict[str, tuple[str, ...]] = {"attention": ("causal",)}
+FLAG_VARIANTS: dict[str, tuple[str, ...]] = {"attention": ("causal",), "mla_attention": ("causal",)}
+
+#: Ops that run an attention kernel (scores, softmax, the product with the values), with the
+#: attributes ``heads``, ``seq``, ``causal`` and ``fused``: the cost model's causal and wave
+#: rules, the training step's backward and the plan model's activation count apply to each.
+ATTENTION_OPS = frozenset({"attention", "mla_attention"})
 
 
 class _Required:
