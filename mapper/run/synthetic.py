@@ -61,12 +61,14 @@ def vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
 
 
 def _fan_in(task: Task) -> int | None:
-    """Inputs summed per output element by a matmul or conv2d weight (operand 1)."""
-    if len(task.operands) < 2 or task.operands[1].kind == "task":
+    """Inputs summed per output element by a matmul or conv2d weight (operand 1) or a
+    grouped_matmul's experts' weights (operand 2)."""
+    at = 2 if task.op == "grouped_matmul" else 1
+    if len(task.operands) <= at or task.operands[at].kind == "task":
         return None
-    w = task.operands[1]
+    w = task.operands[at]
     shape = (w.shard.full if w.shard is not None else w.type).shape
-    if task.op == "matmul" and len(shape) >= 2:
+    if task.op in ("matmul", "grouped_matmul") and len(shape) >= 2:
         return shape[-2]
     if task.op == "conv2d" and len(shape) == 4:
         return shape[1] * shape[2] * shape[3]
@@ -88,7 +90,7 @@ def weight_scales(graph: TaskGraph) -> dict[tuple[str, Any], float]:
     for t in leaf_tasks(graph):
         fan = _fan_in(t)
         if fan and fan > 1:
-            k = source_key(t.operands[1])
+            k = source_key(t.operands[2 if t.op == "grouped_matmul" else 1])
             s = 2.0 ** -round(0.5 * math.log2(fan))
             scales[k] = min(scales.get(k, s), s)
     return scales
