@@ -13,7 +13,8 @@ GEMMs with weights at ``2 m n k`` each (QKV, the attention output, the three
 SwiGLU matrices of every expert a token visits, the LM head) and attention's
 two products over the whole ``s x s`` score matrix (``4 s^2 h`` per layer: no
 causal saving), nothing for norms, activations, softmax or the embedding
-lookup. :func:`model_flops` counts exactly that from the graph, so it is the
+lookup (multi-head latent attention: its products at query-key width ``dn + dr`` and value
+width ``dv``). :func:`model_flops` counts exactly that from the graph, so it is the
 formula for a Llama graph and the same convention for any other (a GPT's GELU
 MLP gives Megatron-LM's ``72 B s l h^2 (1 + s/6h + V/12lh)``, Narayanan et al.,
 SC'21, appendix).
@@ -22,6 +23,7 @@ SC'21, appendix).
 from __future__ import annotations
 
 from mapper.core.graph import Task, TaskGraph
+from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.efficiency import op_class
 
 
@@ -32,6 +34,9 @@ def forward_flops(task: Task) -> float:
         keys = seq + int(task.attr("cache") or 0)
         tokens, width = task.output.shape[0], task.output.shape[1]
         return 4.0 * tokens * keys * width  # Q K^T and P V, the whole matrix
+    if task.op == "mla_attention" and task.output is not None:  # query-key width dn + dr, value width dv
+        tokens, qk = task.operands[0].type.shape
+        return 2.0 * tokens * int(task.attr("seq")) * (qk + task.output.shape[1])
     if op_class(task.op, None) == "gemm" and any(o.kind == "weight" for o in task.operands):
         return float(task.flops)
     return 0.0
@@ -44,4 +49,4 @@ def model_flops(graph: TaskGraph) -> float:
 
 def attention_flops(graph: TaskGraph) -> float:
     """The forward FLOPs of attention's products (what selective recomputation runs again)."""
-    return sum(forward_flops(t) for t in graph.tasks if t.op == "attention")
+    return sum(forward_flops(t) for t in graph.tasks if t.op in ATTENTION_OPS)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 from mapper.cluster.blocks import Block, block_graph, cut_blocks
 from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.cost import build_cost_table
 from mapper.costing.efficiency import op_class
 from mapper.costing.precision import ELEMENT_BYTES
@@ -104,7 +105,7 @@ def _kept(task: Task) -> tuple[float, float]:
             kept += sum(o.type.numel * ELEMENT_BYTES[p.precision] for o in p.operands if o.kind != "weight")
         else:
             kept += sum(float(o.type.nbytes) for o in p.operands if o.kind != "weight")
-        if p.op == "attention" and p.output is not None:
+        if p.op in ATTENTION_OPS and p.output is not None:
             tokens, heads = p.output.shape[0], int(p.attr("heads"))
             if p.attr("fused", 1):  # the log-sum-exp rows only
                 kept += LSE_BYTES * heads * tokens
@@ -200,7 +201,7 @@ class Profile:
                 held = sum(float(o.type.nbytes) for o in task.operands if o.kind == "weight")
                 held += sum(kv_bytes(p, int(p.attr("cache") or 0)) for p in parts)
                 working = max(working, table.footprint[task.index] - held)
-                if any(p.op == "attention" for p in parts):
+                if any(p.op in ATTENTION_OPS for p in parts):
                     att += seconds
                 elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):
                     rep += seconds

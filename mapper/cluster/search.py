@@ -26,6 +26,7 @@ from mapper.cluster.flops import attention_flops, model_flops
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile
 from mapper.core.graph import TaskGraph
+from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
@@ -488,7 +489,7 @@ def _stage_layers(graph: TaskGraph, profile: Profile, est: Estimate) -> tuple[in
     ends = [*est.chunks[1:], len(profile.blocks)]
     out = [0] * p
     for ci, (a, e) in enumerate(zip(est.chunks, ends)):
-        out[ci % p] += sum(1 for b in profile.blocks[a:e] if any(graph.tasks[t].op == "attention" for t in b.tasks))
+        out[ci % p] += sum(1 for b in profile.blocks[a:e] if any(graph.tasks[t].op in ATTENTION_OPS for t in b.tasks))
     return tuple(out)
 
 
@@ -511,7 +512,7 @@ def _why_none(gpus: int, samples: int, units: int, given: dict[str, Any]) -> str
 
 def _sequence(graph: TaskGraph) -> int:
     """Rows per sample: the sequence length of the graph's attention ops (1 without one)."""
-    return next((int(t.attr("seq")) for t in graph.tasks if t.op == "attention"), 1)
+    return next((int(t.attr("seq")) for t in graph.tasks if t.op in ATTENTION_OPS), 1)
 
 
 def given_fits(choice: ClusterChoice, gpu: str) -> None:
