@@ -18,7 +18,7 @@ from mapper.kernels import registry as kernels
 from mapper.kernels.moe import route
 from mapper.kernels.registry import reference, run_kernel
 from mapper.parallel.check import unsplit_outputs
-from mapper.parallel.roles import tensor_regions
+from mapper.parallel.roles import region_starts, tensor_regions
 from mapper.run.synthetic import make_value, positive_operands, vocab_sizes, weight_scales
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,12 +308,24 @@ def test_tiny_moe_runs_checked_and_splits_by_tensor_and_data(tmp_path, capsys):
         assert "equal the unsplit graph's" in capsys.readouterr().out
 
 
-def test_expert_gemms_are_a_megatron_pair_and_mla_refuses_a_tensor_split(capsys):
+def test_expert_gemms_and_mla_heads_are_megatron_regions(capsys):
     g = load_graph(ModelFile("examples/moe.tg", params=tuple(MOE_TINY.items())))
     names = [[g.tasks[m].name for m in r.members] + [g.tasks[r.row].name] for r in tensor_regions(g, 2)
              if r.row is not None]
     assert ["h2.up", "h2.ys.swiglu", "h2.ys"] in names
+    ds = load_graph(ModelFile("examples/deepseek_v3.tg", params=tuple(DS_TINY.items())))
+    regions = {tuple(ds.tasks[m].name for m in r.members): r for r in tensor_regions(ds, 4)}
+    mla = regions[("h1.r1.q", "h1.r1.kv", "h1.r1.att")]  # both up-projections by columns, heads, then rows
+    assert ds.tasks[mla.row].name == "h1.r1.out.matmul" and mla.groups == (1, 1, 1)
+    assert {ds.tasks[m].name for m in region_starts(ds, mla.members)} == {"h1.r1.q", "h1.r1.kv"}
+
+
+def test_tiny_deepseek_splits_by_heads_or_says_why_not(tmp_path, capsys):
     ds = [a for k, v in DS_TINY.items() for a in ("--param", f"{k}={v}")]
-    assert main(["run", "examples/deepseek_v3.tg", *ds, "--platform", "dgx-a100", "--parallel", "tensor"]) == 2
+    assert main(["run", str(_f32(tmp_path, "deepseek_v3.tg")), *ds, "--platform", "dgx-a100",
+                 "--parallel", "tensor"]) == 0
+    assert "equal the unsplit graph's" in capsys.readouterr().out
+    assert main(["run", "examples/deepseek_v3.tg", *ds, "--param", "HEADS=3", "--platform", "dgx-a100",
+                 "--parallel", "tensor"]) == 2
     err = capsys.readouterr().err
-    assert "mla_attention" in err and "tensor" in err and "Traceback" not in err
+    assert "mla_attention" in err and "heads divide by the ranks" in err and "Traceback" not in err

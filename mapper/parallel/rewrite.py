@@ -34,7 +34,7 @@ from mapper.costing.cost import route_tables
 from mapper.errors import OptionsError
 from mapper.parallel.collectives import collective_time, launch_time, step_latency
 from mapper.parallel.plan import Plan
-from mapper.parallel.roles import Region, batch_blocker, spans_batch, tensor_regions, uncut
+from mapper.parallel.roles import Region, batch_blocker, region_starts, spans_batch, tensor_regions, uncut
 from mapper.platform.devices import Platform
 
 
@@ -167,6 +167,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform, first_chunk: b
         for i, m in enumerate(reg.members):
             member[m] = (reg, i)
     row_of = {reg.row: reg for reg in regions if reg.row is not None}
+    starts = {m for reg in regions for m in region_starts(graph, reg.members)}
     end_of = {reg.members[-1]: reg for reg in regions if reg.row is None}
     stage = _stage_of(graph, plan.cuts)
     b_ = _Builder(graph, plan, platform)
@@ -183,7 +184,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform, first_chunk: b
             pieces = [_piece(b_, task, b, r, mesh[r], member.get(t), t in row_of, view) for r in range(k)]
             for r, p in enumerate(pieces):
                 view[(t, b, r)] = p
-            if t in member and member[t][1] == 0:
+            if t in member and t in starts:
                 columns.append(Column(tuple(b_.tasks[p].name for p in pieces), mesh,
                                       float(b_.tasks[pieces[0]].operands[0].type.nbytes)))
             if t in row_of:
@@ -238,7 +239,7 @@ def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Re
         else:
             operands.append(o)
     attrs: dict[str, Any] = dict(task.attrs)
-    if role is not None and task.op in ("attention", "rotary"):
+    if role is not None and task.op in ("attention", "rotary", "mla_attention"):
         attrs["heads"] = task.attr("heads") // k
         if task.attr("kv_heads"):
             attrs["kv_heads"] = task.attr("kv_heads") // k

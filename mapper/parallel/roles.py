@@ -160,7 +160,9 @@ def _weight(task: Task) -> Operand:
     return task.operands[2 if task.op == "grouped_matmul" else 1]
 
 
-#: Ops a tensor split must cut: left whole, every rank would repeat a layer's main work.
+#: Ops a tensor split must cut: left whole, every rank would repeat a layer's main work. Multi-head
+#: latent attention is cut by heads: its query and key-value up-projections by columns, the
+#: output projection by rows (Megatron-Core's MLA under tensor parallelism).
 MUST_CUT = frozenset({"grouped_matmul", "mla_attention"})
 
 
@@ -170,8 +172,8 @@ def uncut(g: TaskGraph, regions: tuple[Region, ...]) -> tuple[int, str] | None:
     for t in g.topo_order:
         task = g.tasks[t]
         if task.op in MUST_CUT and t not in cut:
-            why = ("multi-head latent attention has no tensor-parallel split here"
-                   if task.op == "mla_attention" else
+            why = ("its query and key-value up-projections, heads and output projection are not a column-then-row "
+                   "region whose heads divide by the ranks" if task.op == "mla_attention" else
                    "its experts' GEMMs are not a column-then-row pair whose widths divide by the ranks")
             return t, why
     return None
@@ -196,7 +198,14 @@ def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
                     return None
                 row = v
                 continue
-            if not _column_local(g, task, inside):
+            if task.op == "mla_attention":
+                partner = _mla_partner(g, task, v, inside, taken, k)
+                if partner is None:
+                    return None
+                if partner >= 0:  # the other up-projection: a second column GEMM of the region
+                    members.append(partner)
+                    inside.add(partner)
+            elif not _column_local(g, task, inside):
                 return None
             members.append(v)
             inside.add(v)
@@ -204,7 +213,7 @@ def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
     if row is None or any(g.tasks[m].name in g.outputs for m in members):
         return None
     members.sort(key=g.topo_order.index)
-    attention = [m for m in members if g.tasks[m].op == "attention"]
+    attention = [m for m in members if g.tasks[m].op in ("attention", "mla_attention")]
     glu = [m for m in members if g.tasks[m].op == "swiglu"]
     if len(attention) + len(glu) > 1:
         return None
@@ -217,17 +226,44 @@ def _gemm_region(g: TaskGraph, start: int, k: int, taken: set[int]) -> Region | 
         heads, kv = att.attr("heads"), att.attr("kv_heads") or att.attr("heads")
         if heads % k or kv % k:
             return None
-        blocks = 3 if kv == heads else 1
+        blocks = 3 if kv == heads and att.op == "attention" else 1  # MLA's q and kv hold whole heads
     groups = tuple(blocks if m in before else 1 for m in members)
+    starts = region_starts(g, members)
     for m, grp in zip(members, groups):
         task = g.tasks[m]
         out = task.output
         if out is None or out.shape[-1] % (grp * k):
             return None
-        if task.op != "attention" and m != start and any(
+        if task.op not in ("attention", "mla_attention") and m not in starts and any(
                 o.kind == "task" and o.producer not in inside for o in task.operands):
             return None
     return Region(tuple(members), groups, row, -1)
+
+
+def _mla_partner(g: TaskGraph, task: Task, v: int, inside: set[int], taken: set[int], k: int) -> int | None:
+    """For ``mla_attention`` ``v`` reached from one of its up-projections: the other (a column GEMM
+    that feeds only it), -1 when both are inside already, None when it cannot join. Its shared
+    rotary key ``kr`` stays whole on every rank (Megatron-Core's MLA under tensor parallelism)."""
+    partner = -1
+    for o in task.operands[:2]:
+        p = o.producer
+        if p is None or p in inside:
+            continue
+        other = g.tasks[p]
+        if (p in taken or not _gemm_weight(other) or g.succ_tasks(p) != (v,) or other.output is None
+                or other.output.shape[-1] % k or partner >= 0):
+            return None
+        partner = p
+    return partner
+
+
+def region_starts(g: TaskGraph, members: tuple[int, ...] | list[int]) -> set[int]:
+    """The members of a region that read its input from outside it: its first, and the other
+    column GEMMs that do (the key-value up-projection of multi-head latent attention); each
+    rank's input gradients of theirs are summed in the backward pass (Megatron's ``f``)."""
+    inside = set(members)
+    first = set(members[:1])  # a region's first member always is one (a convolution's too)
+    return first | {m for m in members if _gemm_weight(g.tasks[m]) and g.tasks[m].operands[0].producer not in inside}
 
 
 def _column_local(g: TaskGraph, task: Task, inside: set[int]) -> bool:
