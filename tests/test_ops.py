@@ -80,6 +80,9 @@ CASES = [
      2 * 128 * 32 + 2 * 64 * 8, 2 * 128 * 32),
     ("grouped_matmul", [T("f16", 128, 32), T("f16", 64, 8), T("f16", 8, 32, 96)], {}, (128, 96),
      2 * 128 * 32 * 96, 2 * (128 * 32 + 64 * 8 + 8 * 32 * 96), 2 * 128 * 96),
+    # a decode step: 4 routed rows reach 4 of the 8 experts, whose matrices alone are read
+    ("grouped_matmul", [T("f16", 4, 32), T("f16", 2, 8), T("f16", 8, 32, 96)], {}, (4, 96),
+     2 * 4 * 32 * 96, 2 * (4 * 32 + 2 * 8 + 4 * 32 * 96), 2 * 4 * 96),
     ("moe_combine", [T("f16", 128, 32), T("f16", 64, 8)], {}, (64, 32), 2 * 128 * 32,
      2 * (128 * 32 + 64 * 8), 2 * 64 * 32),
     # multi-head latent attention: 2 sequences of 16, 4 heads, dn 8, dr 4, dv 6

@@ -64,7 +64,9 @@ def moe_dispatch(c: Call) -> OpInfo:
 
 def grouped_matmul(c: Call) -> OpInfo:
     """Expert ``e``'s rows of ``x`` (as :func:`moe_dispatch` orders them) times ``w[e]``:
-    ``2 * R * K * N`` for the ``R = T topk`` rows."""
+    ``2 * R * K * N`` for the ``R = T topk`` rows. It reads the matrices of the experts that
+    balanced routing reaches: all ``E``, or ``R`` of them when there are fewer rows (a decode
+    step's few tokens)."""
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
     c.ndim(0, (2,), "2-D [T topk, K]")
     c.ndim(2, (3,), "3-D [E, K, N]")
@@ -75,7 +77,9 @@ def grouped_matmul(c: Call) -> OpInfo:
     if w.shape[1] != x.shape[1]:
         raise c.fail(f"inner dimensions differ: {c.desc(0)}, {c.desc(2)} ({x.shape[1]} != {w.shape[1]})", arg=2)
     out = dense((x.shape[0], w.shape[2]), x.dtype)
-    return c.info(out, 2 * x.shape[0] * x.shape[1] * w.shape[2])
+    # the experts a balanced routing reaches: all of them, or one per row when there are fewer rows
+    read = x.nbytes + c.args[1].nbytes + w.nbytes * min(e, x.shape[0]) / e
+    return c.info(out, 2 * x.shape[0] * x.shape[1] * w.shape[2], read)
 
 
 def moe_combine(c: Call) -> OpInfo:
