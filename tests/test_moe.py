@@ -274,6 +274,18 @@ def test_moe_defaults_are_qwen3_30b_a3b():
     assert active == pytest.approx(3.3e9, rel=0.02)  # "3.3B" rounded: 3.35B from the released config
 
 
+@pytest.mark.parametrize("params, total, active", [
+    # Qwen3-235B-A22B (Qwen3 Technical Report, Table 2): 235B, 22B activated
+    ({"LAYERS": 94, "HIDDEN": 4096, "HEADS": 64, "EXPERT_FFN": 1536}, 235e9, 22e9),
+    # Mixtral 8x7B (Jiang et al., arXiv 2401.04088): 46.7B, 12.9B active (the model card's figures)
+    ({"LAYERS": 32, "HIDDEN": 4096, "KV_HEADS": 8, "EXPERTS": 8, "TOPK": 2, "EXPERT_FFN": 14336, "VOCAB": 32000},
+     46.7e9, 12.9e9),
+])
+def test_moe_describes_other_released_mixtures(params, total, active):
+    counted, activated = _params("moe.tg", **params)
+    assert counted == pytest.approx(total, rel=0.01) and activated == pytest.approx(active, rel=0.01)
+
+
 @pytest.mark.parametrize("params, billions", [
     ({}, 8.0),
     ({"LAYERS": 80, "HIDDEN": 8192, "HEADS": 64, "FFN": 28672}, 70.0),
