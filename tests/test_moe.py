@@ -301,6 +301,7 @@ def test_llama_describes_llama_3_1(params, billions):
 MOE_ARGS = [a for k, v in MOE_TINY.items() for a in ("--param", f"{k}={v}")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["moe.tg", "deepseek_v3.tg"])
 def test_defaults_check_cost_and_compile_on_one_node(example, tmp_path):
     path = str(ROOT / "examples" / example)
@@ -311,6 +312,7 @@ def test_defaults_check_cost_and_compile_on_one_node(example, tmp_path):
                  "--optimizer", "adam", "-q", "--json", str(tmp_path / "t.json")]) == 0
 
 
+@pytest.mark.slow
 def test_deepseek_v3_training_on_one_node_exits_3_naming_the_memory(capsys):
     # 671B parameters at 16 bytes each (weights, gradients, Adam's f32 states and master copy):
     # 10.7 TB against a DGX H100's 2.6 TB
@@ -320,6 +322,7 @@ def test_deepseek_v3_training_on_one_node_exits_3_naming_the_memory(capsys):
     assert "fits the devices' memory" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_tiny_moe_runs_checked_and_splits_by_tensor_and_data(tmp_path, capsys):
     assert main(["run", "examples/moe.tg", *MOE_ARGS, "--platform", "dgx-a100"]) == 0
     assert "checked" in capsys.readouterr().out
