@@ -35,11 +35,10 @@ def _route(gates, k, chosen, slot, offsets):
         offsets[e + 1] += offsets[e]
     fill = offsets[:-1].copy()
     for t in range(t_):  # ascending tokens: within an expert, rows follow the tokens
-        for e in range(e_):
-            for j in range(k):
-                if chosen[t, j] == e:
-                    slot[t, j] = fill[e]
-                    fill[e] += 1
+        for j in range(k):
+            e = chosen[t, j]
+            slot[t, j] = fill[e]
+            fill[e] += 1
 
 
 def route(gates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
