@@ -196,7 +196,7 @@ def _routed(c, w, r1, p, name, deepseek):
     """The routed MLP: router, each token's top-k experts run one by one, shared experts."""
     e_, k_ = p["EXPERTS"], p["TOPK"]
     hn = c.rmsnorm(r1)
-    logits = c.mm(hn, w[f"{name}.scores.matmul.w0" if deepseek else f"{name}.probs.matmul.w0"])
+    logits = c.mm(hn, w[f"{name}.router.matmul.w0"])
     if deepseek:
         c.flops += 4 * logits.size  # sigmoid
         scores = 1 / (1 + np.exp(-logits))
@@ -353,3 +353,13 @@ def test_tiny_deepseek_splits_by_heads_or_says_why_not(tmp_path, capsys):
                  "--parallel", "tensor"]) == 2
     err = capsys.readouterr().err
     assert "mla_attention" in err and "heads divide by the ranks" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name, params", [("moe.tg", MOE_TINY), ("deepseek_v3.tg", DS_TINY)])
+def test_fp8_runs_the_expert_gemms_and_keeps_the_router_in_16_bits(name, params):
+    from mapper.costing.precision import with_precision
+
+    g = with_precision(load_graph(ModelFile(str(ROOT / "examples" / name), params=tuple(params.items()))), "fp8")
+    by_name = {t.name: t for t in g.tasks}
+    assert by_name["h2.up"].precision == "fp8" and by_name["h2.ys"].precision == "fp8"
+    assert not by_name["h2.router.matmul"].precision and not by_name["logits"].precision
