@@ -244,11 +244,11 @@ def test_a_block_in_m_micro_batches_costs_what_it_costs_at_a_batch_m_times_small
     from contextlib import nullcontext
 
     from mapper.costing.fusion import fuse_for
-    from mapper.serving.driver import _lowerer
+    from mapper.serving.driver import lowerer
 
     plat = load_platform("dgx-a100")
     program = parse((ROOT / "examples" / "llama.tg").read_text(), "llama.tg")
-    lower_at = _lowerer(program, nullcontext(), ModelFile(LLAMA, params=(("LAYERS", 2),)), True)
+    lower_at = lowerer(program, nullcontext(), ModelFile(LLAMA, params=(("LAYERS", 2),)), True)
 
     def model(batch):
         return ServingModel(lower_at, Request(64, 8, batch), plat, lambda g: fuse_for(g, plat), network(plat), "graph")

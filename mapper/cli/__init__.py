@@ -23,7 +23,7 @@ from mapper.costing.fusion import FUSE_MODES
 from mapper.errors import InputWarning, MapperError, format_error
 
 #: Subcommand modules under ``mapper.cli``, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ("compile", "mappers", "cost", "platforms", "check", "run", "calibrate", "import_")
+COMMANDS: tuple[str, ...] = ("compile", "mappers", "cost", "platforms", "check", "run", "calibrate", "import_", "serve")
 
 
 class _Parser(argparse.ArgumentParser):

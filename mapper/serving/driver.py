@@ -67,7 +67,7 @@ def check_source(source: Any) -> None:
                            obj="--inference")
 
 
-def _lowerer(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
+def lowerer(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
              decode: bool) -> Callable[[int, int, int], TaskGraph]:
     """``(seq, batch, cache) -> graph``: ``program`` (read from ``source``) lowered with those params."""
     from mapper.frontend.lowering.program import lower
@@ -113,7 +113,7 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
     if serving.request.auto_batch and "micro_batch" in given:
         raise OptionsError("micro_batch fixes the sequences of a micro-batch; with batch=auto the batch is "
                            "searched: give batch=B instead", obj="--parallel")
-    lower = _lowerer(program, blame, source, serving.request.decode > 0)
+    lower = lowerer(program, blame, source, serving.request.decode > 0)
     fleet = platform.fleet
     kinds = [(k.kind, k.platform) for k in fleet.kinds] if fleet is not None else [("", platform)]
     best: tuple[ServingChoice, ServingModel, Platform] | None = None

@@ -1,0 +1,211 @@
+"""``mapper serve MODEL --platform P``: a request stream through in-flight batching (docs/serving.md).
+
+Prints the plan, the throughputs, the latency percentiles, goodput, the KV cache and the memory
+per GPU; ``--json OUT`` writes the same as JSON (``serving``, DESIGN section 9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from mapper.cli import add_fuse_option
+from mapper.cli.model_options import add_model_options, source
+from mapper.core.files import atomic_write, check_outputs, existing
+from mapper.core.units import fmt_bytes
+from mapper.errors import OptionsError
+
+#: Width of the live progress line on a terminal.
+LINE = 78
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve", help="simulate LLM serving: a request stream, in-flight batching, SLOs",
+        description="Serve a request stream (fixed lengths or a JSON-lines trace) with in-flight batching on "
+                    "a platform's GPUs: paged KV cache, chunked prefill, step times from the cost model. "
+                    "Prints throughput, TTFT/TPOT/e2e percentiles and goodput (docs/serving.md).",
+    )
+    p.add_argument("file", metavar="MODEL", help="a DSL model with params SEQ, BATCH and CACHE (examples/llama.tg)")
+    add_model_options(p)
+    p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a TOML path")
+    add_fuse_option(p)
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--workload", metavar="isl=N,osl=M[,requests=R]",
+                     help="R requests (default 1,000) of N prompt and M output tokens")
+    how.add_argument("--trace", metavar="FILE.jsonl",
+                     help="JSON lines: arrival (seconds, optional), input_tokens, output_tokens")
+    p.add_argument("--rate", default=None, metavar="QPS|inf",
+                   help="Poisson arrivals at QPS requests/s, or inf: all at once (needed unless every trace "
+                        "line gives its arrival)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals (default 0)")
+    p.add_argument("--parallel", default="tensor=1,pipeline=1", metavar="LAYOUT|auto",
+                   help="tensor=T,pipeline=P[,replicas=R][,chunk=C][,max_batch=B] (default tensor=1,pipeline=1, "
+                        "replicas filling the GPUs, the runtime's chunk and max batch), or auto")
+    p.add_argument("--runtime", default="trtllm", metavar="NAME",
+                   help="trtllm (default) or vllm: KV blocks, memory fraction, limits, scheduling")
+    p.add_argument("--kv-fraction", type=float, default=None, metavar="F",
+                   help="the runtime's KV-cache memory fraction (TensorRT-LLM free_gpu_memory_fraction, "
+                        "vLLM gpu_memory_utilization; default the runtime's 0.9)")
+    p.add_argument("--slo-ttft", type=float, default=None, metavar="S", help="time to first token at most S s")
+    p.add_argument("--slo-tpot", type=float, default=None, metavar="S", help="time per output token at most S s")
+    p.add_argument("--slo-percentile", type=float, default=99.0, metavar="P",
+                   help="per cent of requests that must meet both SLOs for goodput (default 99)")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON ('-': stdout)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=run)
+
+
+def _positive(value: float | None, flag: str) -> None:
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise OptionsError(f"{flag} must be a positive number of seconds, got {value!r}", obj=flag)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from mapper.serving.metrics import Slo
+    from mapper.serving.runtimes import get_runtime
+    from mapper.serving.serve import cost_per_million, parse_parallel
+    from mapper.serving.workload import arrivals, parse_rate, parse_workload, read_trace
+
+    check_outputs({"--json": args.json}, existing(args.file, args.platform, args.trace))
+    _positive(args.slo_ttft, "--slo-ttft")
+    _positive(args.slo_tpot, "--slo-tpot")
+    if not 0 < args.slo_percentile <= 100:
+        raise OptionsError(f"--slo-percentile must be above 0 and at most 100, got {args.slo_percentile:g}",
+                           obj="--slo-percentile")
+    runtime = get_runtime(args.runtime)
+    if args.kv_fraction is not None:
+        if not 0 < args.kv_fraction <= 1:
+            raise OptionsError(f"--kv-fraction must be above 0 and at most 1, got {args.kv_fraction:g}",
+                               obj="--kv-fraction")
+        runtime = replace(runtime, kv_fraction=args.kv_fraction)
+    given = parse_parallel(args.parallel)
+    requests = parse_workload(args.workload) if args.workload is not None else read_trace(args.trace)
+    rate = parse_rate(args.rate) if args.rate is not None else None
+    if rate is None and not all(r.arrival is not None for r in requests):
+        raise OptionsError("give --rate QPS|inf: the requests have no arrival times", obj="--rate")
+    requests = arrivals(requests, rate if rate is not None else math.inf, args.seed)
+    slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
+    server = _server(args, runtime)
+    progress = None if args.quiet or not sys.stderr.isatty() else _live(sys.stderr)
+    if given is None:
+        outcome, tried = server.auto({}, requests, slo, progress)
+        if progress is not None:
+            sys.stderr.write("\r" + " " * LINE + "\r")
+    else:
+        outcome, tried = server.run(server.plan(given), requests, slo), 1
+    price = getattr(server.prices.gpu, "price_per_hour", None)
+    doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried)
+    if args.json is not None:
+        atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
+    if args.json != "-":
+        sys.stdout.write(render(doc, outcome.memory))
+    return 0
+
+
+def _server(args: argparse.Namespace, runtime) -> Any:
+    from mapper.cluster.comm import network
+    from mapper.costing.fusion import fuse_for
+    from mapper.frontend.load import read_program
+    from mapper.frontend.parse import parse
+    from mapper.frontend.sources import is_model
+    from mapper.platform.loader import load_platform
+    from mapper.serving.driver import lowerer
+    from mapper.serving.iteration import Prices
+    from mapper.serving.serve import Server
+
+    src = source(args)
+    if is_model(os.fspath(src)):
+        raise OptionsError("mapper serve lowers the model at each step's sizes: give a DSL model with params SEQ, "
+                           "BATCH and CACHE (examples/llama.tg); an imported model is one fixed graph", obj="MODEL")
+    platform = load_platform(args.platform)
+    text, blame = read_program(src)
+    with blame:
+        program = parse(text, os.fspath(src))
+    lower = lowerer(program, blame, src, True)
+
+    def prepare(g):
+        return fuse_for(g, platform, args.fuse)
+
+    prices = Prices(lower, platform, prepare)
+    net = network(platform)
+    return Server(prices, net, runtime, prices.gpus * net.nodes)
+
+
+def _live(stream):
+    def show(text: str) -> None:
+        stream.write("\r  " + text[: LINE - 2].ljust(LINE - 2))
+        stream.flush()
+
+    return show
+
+
+def serving_json(outcome, gpu: str, cost: float | None, runtime: str, tried: int) -> dict[str, Any]:
+    """JSON ``serving`` (DESIGN section 9; docs/serving.md)."""
+    m = outcome.metrics
+    p = outcome.plan
+    doc: dict[str, Any] = {k: m[k] for k in ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s",
+                                               "ttft", "tpot", "e2e", "goodput", "slo_attainment")}
+    doc["kv_capacity_tokens"] = m["kv_capacity_tokens"]
+    doc["max_concurrency"] = m["max_concurrency"]
+    doc["plan"] = {"replicas": p.replicas, "tensor": p.tensor, "pipeline": p.pipeline, "gpus": p.gpus,
+                   "chunk": p.chunk, "max_batch": p.max_batch, "gpu": gpu}
+    doc["cost_per_million_tokens"] = cost
+    doc["cost_note"] = None if cost is not None else "the platform gives no price per GPU hour"
+    doc["runtime"] = runtime
+    doc["requests"] = m["requests"]
+    doc["duration_s"] = m["duration_s"]
+    doc["preemptions"] = m["preemptions"]
+    doc["steps"] = m["steps"]
+    doc["plans_simulated"] = tried
+    doc["memory_per_gpu"] = {k: v for k, v in outcome.memory.items()}
+    return _finite(doc)
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with infinities and NaNs as null (JSON has none)."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:,.1f} ms"
+
+
+def render(doc: dict[str, Any], memory: dict[str, float]) -> str:
+    """The text report: the same figures as JSON ``serving``."""
+    p = doc["plan"]
+    lines = [f"plan         {p['replicas']} replica{'s' if p['replicas'] != 1 else ''} x (tensor {p['tensor']} x "
+             f"pipeline {p['pipeline']}) = {p['gpus']} x {p['gpu']}, chunk {p['chunk']:,}, max batch "
+             f"{p['max_batch']:,} ({doc['runtime']})"]
+    if doc["plans_simulated"] > 1:
+        lines.append(f"search       {doc['plans_simulated']} plans simulated")
+    lines.append(f"requests     {doc['requests']:,} in {doc['duration_s'] or 0:,.2f} s, {doc['steps']:,} steps, "
+                 f"{doc['preemptions']:,} preemptions")
+    lines.append(f"throughput   {doc['output_tokens_per_s'] or 0:,.0f} output tokens/s, "
+                 f"{doc['total_tokens_per_s'] or 0:,.0f} tokens/s in all, {doc['requests_per_s'] or 0:,.2f} requests/s")
+    for key, name in (("ttft", "ttft"), ("tpot", "tpot"), ("e2e", "e2e")):
+        s = doc[key]
+        lines.append(f"{name:<12} mean {_ms(s['mean'])}, p50 {_ms(s['p50'])}, p90 {_ms(s['p90'])}, "
+                     f"p99 {_ms(s['p99'])}")
+    if doc["goodput"] is None:
+        lines.append("goodput      - (no --slo-ttft or --slo-tpot)")
+    else:
+        lines.append(f"goodput      {doc['goodput']:,.2f} requests/s ({doc['slo_attainment'] * 100:.1f} % of requests "
+                     "meet the SLOs)")
+    lines.append(f"kv cache     {doc['kv_capacity_tokens']:,} tokens in all; at most {doc['max_concurrency']:,} "
+                 "requests at once")
+    lines.append("memory       " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in memory.items()) + " per GPU")
+    cost = doc["cost_per_million_tokens"]
+    lines.append(f"cost         {'-' if cost is None else f'${cost:,.3f}'} per million output tokens"
+                 + (f" ({doc['cost_note']})" if cost is None else ""))
+    return "\n".join(lines) + "\n"

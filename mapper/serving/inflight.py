@@ -1,0 +1,212 @@
+"""In-flight (continuous) batching, request by request and step by step (``mapper serve``).
+
+One replica runs steps back to back (Yu et al., "Orca", OSDI 2022: iteration-level
+scheduling). Before each step the scheduler forms the batch, first come first served:
+
+1. every running sequence that has its prompt in the cache decodes one token; with a KV cache
+   taken as tokens arrive (vLLM), a sequence whose next token needs a new block when none is
+   free preempts the most recently admitted running sequence, whose blocks are freed and whose
+   prompt and tokens so far are computed again later (Kwon et al., "vLLM", SOSP 2023, section
+   4.5, recomputation);
+2. sequences part-way through their prompt take their next chunk;
+3. waiting requests are admitted in arrival order while the batch has fewer than ``max_batch``
+   sequences, the step has token budget left (``chunk``, TensorRT-LLM's ``max_num_tokens``,
+   vLLM's ``max_num_batched_tokens``) and the KV cache has the blocks: for the whole prompt and
+   output when the runtime guarantees no eviction (TensorRT-LLM's ``GUARANTEED_NO_EVICT``),
+   else for the chunk it computes now. The first request that does not fit stops admission.
+
+Decodes take one token of the budget each and prefill chunks the rest (Agrawal et al.,
+Sarathi-Serve, OSDI 2024: stall-free batching). The step's time is ``step(batch)``
+(:class:`mapper.serving.iteration.StepModel`) plus the runtime's per-step overhead. A prompt's
+last chunk yields the request's first token (its time to first token is the step's end less
+its arrival); each decode one more; a request ends with its last output token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.errors import InfeasibleError
+from mapper.serving.iteration import Batch
+from mapper.serving.workload import Arrival
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """A runtime's scheduling limits (:class:`mapper.serving.runtimes.Runtime`)."""
+
+    capacity: int  # KV-cache tokens of the replica
+    block: int
+    max_batch: int
+    chunk: int
+    reserve_output: bool
+    overhead: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One request's times (seconds from time 0) and its arrival."""
+
+    arrival: float
+    admitted: float  # the start of the step it was first scheduled in
+    first: float  # the end of the step that gave its first token
+    done: float
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    served: tuple[Served, ...]  # in the order of the requests given
+    steps: int
+    preemptions: int
+    max_running: int
+    peak_blocks: int
+
+
+def _blocks(tokens: int, block: int) -> int:
+    return -(-tokens // block)
+
+
+def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Scheduler) -> Run:
+    """Serve ``requests`` (arrival times given, in order) on one replica (module docstring)."""
+    n = len(requests)
+    arrive = [r.arrival or 0.0 for r in requests]
+    inp = [r.input_tokens for r in requests]
+    out = [r.output_tokens for r in requests]
+    total_blocks = sched.capacity // sched.block
+    bs = sched.block
+    for i in range(n):
+        need = inp[i] + out[i] - 1 if sched.reserve_output else inp[i]
+        if _blocks(need, bs) > total_blocks:
+            raise InfeasibleError(f"request {i + 1} needs {need:,} tokens of KV cache; a replica holds "
+                                  f"{sched.capacity:,}: give more GPUs per replica or a shorter request")
+    target = inp[:]  # tokens to have cached before the next token comes from a prefill
+    done = [0] * n  # tokens in the cache
+    emitted = [0] * n
+    held = [0] * n  # blocks held
+    admitted = [math.nan] * n
+    first = [math.nan] * n
+    finish = [math.nan] * n
+    free = total_blocks
+    waiting: deque[int] = deque()
+    running: list[int] = []
+    nxt = 0
+    now = 0.0
+    steps = preempt = max_running = 0
+    peak = 0
+    left = n
+
+    def evict() -> None:
+        """Preempt the most recently admitted running sequence: free its blocks; it recomputes."""
+        nonlocal free, preempt
+        j = running.pop()
+        free += held[j]
+        held[j] = done[j] = 0
+        target[j] = inp[j] + emitted[j]
+        waiting.appendleft(j)
+        preempt += 1
+
+    while left:
+        while nxt < n and arrive[nxt] <= now:
+            waiting.append(nxt)
+            nxt += 1
+        if not running and not waiting:
+            now = arrive[nxt]
+            continue
+        budget = sched.chunk
+        decodes: list[int] = []
+        chunks: list[tuple[int, int]] = []
+        dctx = 0
+        k = 0
+        while k < len(running) and budget > 0:
+            i = running[k]
+            if done[i] >= target[i]:  # decode one token
+                if not sched.reserve_output and done[i] + 1 > held[i] * bs:
+                    while free == 0 and running[-1] != i:
+                        evict()
+                    if free == 0:  # it is the last admitted: it waits itself
+                        evict()
+                        break
+                    free -= 1
+                    held[i] += 1
+                decodes.append(i)
+                dctx += done[i] + 1
+                budget -= 1
+            else:
+                c = _chunk(i, budget, done, target, held, free, bs, sched.reserve_output)
+                if c > 0:
+                    if not sched.reserve_output:
+                        grow = _blocks(done[i] + c, bs) - held[i]
+                        free -= grow
+                        held[i] += grow
+                    chunks.append((i, c))
+                    budget -= c
+            k += 1
+        while waiting and budget > 0 and len(running) < sched.max_batch:
+            i = waiting[0]
+            if sched.reserve_output:
+                need = _blocks(target[i] + out[i] - emitted[i] - 1, bs)
+                if need > free:
+                    break
+                c = min(target[i], budget)
+            else:
+                c = _chunk(i, budget, done, target, held, free, bs, False)
+                if c <= 0:
+                    break
+                need = _blocks(c, bs)
+            waiting.popleft()
+            free -= need
+            held[i] = need
+            running.append(i)
+            if math.isnan(admitted[i]):
+                admitted[i] = now
+            chunks.append((i, c))
+            budget -= c
+        if not decodes and not chunks:  # prompts part-way hold every block: the last admitted waits again
+            evict()
+            continue
+        max_running = max(max_running, len(running))
+        peak = max(peak, total_blocks - free)
+        tokens = len(decodes) + sum(c for _, c in chunks)
+        sampled = len(decodes) + sum(1 for i, c in chunks if done[i] + c >= target[i])
+        pairs = sum(c * done[i] + c * (c + 1) / 2 for i, c in chunks)
+        now += step(Batch(tokens, sampled, dctx, pairs)) + sched.overhead
+        steps += 1
+        ended = []
+        for i in decodes:
+            done[i] += 1
+            emitted[i] += 1
+            if emitted[i] >= out[i]:
+                ended.append(i)
+        for i, c in chunks:
+            done[i] += c
+            if done[i] >= target[i]:
+                emitted[i] += 1
+                if math.isnan(first[i]):
+                    first[i] = now
+                if emitted[i] >= out[i]:
+                    ended.append(i)
+        if ended:
+            gone = set(ended)
+            for i in ended:
+                finish[i] = now
+                free += held[i]
+                held[i] = 0
+            running = [i for i in running if i not in gone]
+            left -= len(ended)
+    served = tuple(Served(arrive[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(n))
+    return Run(served, steps, preempt, max_running, peak)
+
+
+def _chunk(i: int, budget: int, done: list[int], target: list[int], held: list[int], free: int, bs: int,
+           reserved: bool) -> int:
+    """The prompt tokens sequence ``i`` computes this step: its rest, up to the budget and, with
+    blocks taken as tokens arrive, what the free blocks hold."""
+    c = min(target[i] - done[i], budget)
+    if not reserved:
+        c = min(c, (held[i] + free) * bs - done[i])
+    return max(c, 0)

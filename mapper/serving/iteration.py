@@ -1,0 +1,210 @@
+"""The time of one in-flight batching step, from the cost model (:mod:`mapper.serving.inflight`).
+
+A step runs some sequences' next token (decodes) and some prompts' next chunk (chunked prefill,
+Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", OSDI
+2024) as one batch of ``n`` tokens. Its kernels split in two:
+
+* every kernel but attention works on the ``n`` tokens alone (the GEMMs, norms, rotary, the
+  tensor-parallel all-reduces, priced by :func:`mapper.cluster.comm.collective`): each block is
+  priced by the same cost model as ``--inference`` (:class:`mapper.cluster.profile.Profile`,
+  forward only) at :data:`POINTS` token counts and interpolated linearly between them; the last
+  block, when it holds no attention (the final norm and the LM head), runs on the sequences that
+  sample a token only, as serving runtimes keep only those logits;
+* attention depends on what each token attends: a decode token reads its sequence's whole cache
+  (memory-bound), a prefill chunk of ``c`` tokens after ``p`` cached ones computes ``c p +
+  c (c+1)/2`` query-key pairs. Both are priced by the cost model's attention kernel: a decode
+  batch at two cache lengths gives seconds per cached position read, a prompt at two lengths
+  seconds per pair.
+
+A replica of ``t`` tensor ranks and ``p`` pipeline stages cuts the blocks into stages as
+``--inference`` does (:func:`mapper.cluster.model.partition`); the batch runs as ``p``
+micro-batches in flight (vLLM's virtual engines, TensorRT-LLM's micro-batches), so a step that
+gives every scheduled sequence its token takes the longer of one pass through the stages and
+``p`` passes through the slowest (FasterTransformer's pipeline; Pope et al., MLSys 2023), sends
+between stages included.
+
+Memory per GPU on the fullest stage: its weights, the activation workspace of a full step
+(the largest kernel's at ``chunk`` tokens) and :data:`mapper.cluster.model.RESERVE`; the KV cache
+gets what the runtime leaves (:mod:`mapper.serving.runtimes`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.cluster.comm import Network, collective, send
+from mapper.cluster.model import RESERVE, partition
+from mapper.cluster.profile import BlockCost, Profile, kv_bytes
+from mapper.core.graph import TaskGraph
+from mapper.errors import OptionsError
+from mapper.platform.devices import Platform
+from mapper.serving.runtimes import Runtime
+
+#: Token counts a step's non-attention kernels are priced at (and the chunk itself).
+POINTS = (1, 8, 32, 128, 512, 2048, 8192)
+#: A decode batch and two cache lengths, and two prompt lengths, that price attention.
+ATT_BATCH, ATT_CACHES, ATT_PROMPTS = 16, (1024, 8192), (512, 2048)
+
+Lower = Callable[[int, int, int], TaskGraph]
+
+
+class Prices:
+    """The model's block prices at each token count, shared by every layout of one GPU kind."""
+
+    def __init__(self, lower: Lower, platform: Platform, prepare: Callable[[TaskGraph], TaskGraph]) -> None:
+        gpus = [d for d in platform.devices if d.kind == "gpu"]
+        if not gpus:
+            raise OptionsError(f"platform {platform.name} has no GPU to serve the model on", obj="--platform")
+        self.gpu = gpus[0]
+        self.gpus = len(gpus)
+        self.platform = platform
+        self.lower = lower
+        self.prepare = prepare
+        self._profiles: dict[tuple[int, int, int], Profile] = {}
+
+    def profile(self, seq: int, batch: int = 1, cache: int = 0) -> Profile:
+        key = (seq, batch, cache)
+        got = self._profiles.get(key)
+        if got is None:
+            got = self._profiles[key] = Profile(self.lower(seq, batch, cache), self.platform, self.gpu.name,
+                                                self.prepare, None)
+        return got
+
+    def cost(self, prof: Profile, b: int, tensor: int) -> BlockCost:
+        return prof.cost(prof.blocks[b].signature, tensor, 1)
+
+
+def _split(cost: BlockCost, net: Network, tensor: int) -> tuple[float, float]:
+    """Seconds of a block's kernels other than attention (collectives priced), and of attention."""
+    per_node = min(tensor, net.gpus_per_node)
+    other = att = 0.0
+    for seconds, ops, ci in cost.kernels:
+        if ci >= 0:
+            kind, nbytes, _ = cost.collectives[ci]
+            other += collective(net, kind, nbytes, tensor, per_node)[0]
+        elif "attention" in ops:
+            att += seconds
+        else:
+            other += seconds
+    return other, att
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one step runs: ``tokens`` in all, ``sampled`` sequences that emit a token, the cached
+    positions the decodes read and the query-key pairs the prefill chunks compute."""
+
+    tokens: int
+    sampled: int
+    decode_context: float
+    pairs: float
+
+
+class StepModel:
+    """Step times and memory of one replica of ``tensor`` x ``pipeline`` GPUs (module docstring)."""
+
+    def __init__(self, prices: Prices, net: Network, tensor: int, pipeline: int, chunk: int) -> None:
+        self.tensor, self.pipeline, self.chunk = tensor, pipeline, chunk
+        self.net = net
+        self.points = tuple(sorted({p for p in POINTS if p < chunk} | {chunk}))
+        profs = [prices.profile(n) for n in self.points]
+        nblocks = len(profs[0].blocks)
+        if any(len(p.blocks) != nblocks for p in profs):
+            raise OptionsError("the model cuts into different blocks at different sequence lengths: its "
+                               "structure must not depend on SEQ", obj="MODEL")
+        graph = profs[0].graph
+        self.attention_blocks = [any(graph.tasks[i].op == "attention" for i in b.tasks) for b in profs[0].blocks]
+        self.head = not self.attention_blocks[-1]
+        t = tensor
+        #: per block, seconds of its other kernels at each of ``points``
+        self.curve = [[_split(prices.cost(p, b, t), net, t)[0] for p in profs] for b in range(nblocks)]
+        ones = [prices.cost(profs[0], b, t) for b in range(nblocks)]
+        self.kv_per_token = [sum(kv_bytes(graph.tasks[i], 1, t) for i in blk.tasks) for blk in profs[0].blocks]
+        self.weights = [c.param_bytes for c in ones]
+        self.working = [prices.cost(profs[-1], b, t).working for b in range(nblocks)]
+        self.state_bytes = [c.input_bytes / t for c in ones]  # a token's state entering each block, per rank
+        self.alpha, self.beta_decode, self.beta_pair = self._attention(prices, net, t)
+        mid = self.points.index(min(self.points, key=lambda n: abs(n - 256)))
+        weights = [c[mid] + (self.alpha if a else 0.0) for c, a in zip(self.curve, self.attention_blocks)]
+        starts = partition(weights, pipeline)
+        if starts is None:
+            raise OptionsError(f"pipeline={pipeline} needs at least as many blocks; the model has {nblocks}",
+                               obj="--parallel")
+        self.starts = starts
+        ends = [*starts[1:], nblocks]
+        self.stages = [range(a, b) for a, b in zip(starts, ends)]
+        gpn = net.gpus_per_node
+        self.across = [((s + 1) * t - 1) // gpn != ((s + 1) * t) // gpn for s in range(pipeline)]
+
+    def _attention(self, prices: Prices, net: Network, t: int) -> tuple[float, float, float]:
+        """Per attention block: seconds of a step's fixed part, per cached position a decode reads,
+        per query-key pair a prefill computes."""
+        def att(prof: Profile) -> float:
+            b = next(i for i, a in enumerate(self.attention_blocks) if a)
+            return _split(prices.cost(prof, b, t), net, t)[1]
+
+        lo, hi = (att(prices.profile(1, ATT_BATCH, c)) for c in ATT_CACHES)
+        beta = max(hi - lo, 0.0) / (ATT_BATCH * (ATT_CACHES[1] - ATT_CACHES[0]))
+        alpha = max(lo - beta * ATT_BATCH * ATT_CACHES[0], 0.0)
+        p_lo, p_hi = (att(prices.profile(n)) for n in ATT_PROMPTS)
+        pairs = [n * (n + 1) / 2 for n in ATT_PROMPTS]
+        return alpha, beta, max(p_hi - p_lo, 0.0) / (pairs[1] - pairs[0])
+
+    def _at(self, b: int, n: float) -> float:
+        """Block ``b``'s other kernels at ``n`` tokens, linear between (and past) the points."""
+        if n <= 0:
+            return 0.0
+        pts, ys = self.points, self.curve[b]
+        if len(pts) == 1:
+            return ys[0] * n / pts[0]
+        i = min(max(bisect.bisect_left(pts, n), 1), len(pts) - 1)
+        x0, x1 = pts[i - 1], pts[i]
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0)
+
+    def stage_times(self, batch: Batch) -> list[float]:
+        """Seconds of each stage for one of the ``pipeline`` micro-batches of ``batch``."""
+        p = self.pipeline
+        n, k = batch.tokens / p, batch.sampled / p
+        att = self.alpha + self.beta_decode * batch.decode_context / p + self.beta_pair * batch.pairs / p
+        last = len(self.curve) - 1
+        out = []
+        for s, blocks in enumerate(self.stages):
+            seconds = 0.0
+            for b in blocks:
+                seconds += self._at(b, k if (self.head and b == last) else n)
+                if self.attention_blocks[b]:
+                    seconds += att
+            if s + 1 < p:
+                seconds += send(self.net, n * self.state_bytes[blocks.stop], self.across[s])
+            out.append(seconds)
+        return out
+
+    def step(self, batch: Batch) -> float:
+        """Seconds of a step that gives every scheduled sequence its tokens (module docstring)."""
+        if batch.tokens <= 0:
+            return 0.0
+        times = self.stage_times(batch)
+        return max(sum(times), self.pipeline * max(times))
+
+    def memory(self, capacity: float, runtime: Runtime) -> tuple[dict[str, float], int]:
+        """Bytes per GPU by part on the fullest stage, and the KV cache's tokens per replica
+        (whole blocks; the stage that holds fewest sets it)."""
+        best: dict[str, float] = {}
+        tokens = math.inf
+        for blocks in self.stages:
+            weights = sum(self.weights[b] for b in blocks)
+            work = max(self.working[b] for b in blocks) + RESERVE
+            room = (runtime.kv_fraction * capacity - weights - work if runtime.of_total
+                    else runtime.kv_fraction * (capacity - weights - work))
+            per_token = sum(self.kv_per_token[b] for b in blocks)
+            fit = max(room, 0.0) / per_token if per_token > 0 else math.inf
+            parts = {"weights": weights, "workspace": work, "kv_cache": max(room, 0.0) if per_token > 0 else 0.0}
+            if sum(parts.values()) > sum(best.values()):
+                best = parts
+            tokens = min(tokens, fit)
+        if not math.isfinite(tokens):
+            raise OptionsError("the model has no attention: nothing to keep a KV cache for", obj="MODEL")
+        return best, int(tokens) // runtime.block * runtime.block

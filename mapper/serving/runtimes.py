@@ -1,0 +1,56 @@
+"""What ``mapper serve --runtime`` assumes of an in-flight batching engine (:mod:`mapper.serving.inflight`).
+
+Each field is the engine's own default, from its documentation or source:
+
+* ``trtllm``: TensorRT-LLM's C++ batch manager (release v0.17). KV cache: ``free_gpu_memory_fraction``
+  0.9 of the memory free after the engine (weights) and its activation workspace are loaded
+  (``KvCacheConfig``, docs/source/performance/perf-benchmarking.md: "the default setting of
+  0.90"), in blocks of 64 tokens (``trtllm-build --tokens_per_block`` default 64);
+  ``max_batch_size`` 2048 and ``max_num_tokens`` 8192 (``trtllm-build`` defaults); chunked
+  context (Sarathi-Serve's chunked prefill); scheduler ``GUARANTEED_NO_EVICT`` (its default
+  ``CapacitySchedulerPolicy``): a request is admitted only when blocks for its whole prompt and
+  output are free, so nothing is ever evicted.
+* ``vllm``: vLLM's V1 engine (0.8). ``gpu_memory_utilization`` 0.9 of the GPU's whole memory for
+  weights, activations and KV cache together, in blocks of 16 tokens (``block_size`` default
+  16); ``max_num_seqs`` 256 and ``max_num_batched_tokens`` 8192 with chunked prefill
+  (``EngineArgs`` defaults for the OpenAI server on a data-centre GPU); blocks are taken as tokens
+  are computed, and when a running sequence cannot grow the most recently admitted one is
+  preempted and later recomputed (Kwon et al., "vLLM", SOSP 2023, section 4.5: recomputation).
+
+Both run their steps from CUDA graphs or a compiled engine: a step costs its kernels and their
+launches (the device's ``launch_us``), as :mod:`mapper.serving.request`'s ``graph`` runtime
+prices them. Host-side scheduling is taken as hidden behind the GPU (TensorRT-LLM's C++ runtime;
+vLLM V1's separate engine-core process): no per-step overhead is added, since neither engine
+publishes one; docs/serving.md lists this among what the model leaves out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mapper.errors import OptionsError
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    name: str
+    block: int  # tokens per KV block
+    kv_fraction: float
+    of_total: bool  # kv_fraction of the whole memory (vLLM) or of what is free after weights and workspace
+    max_batch: int
+    chunk: int  # tokens per step (max_num_tokens)
+    reserve_output: bool  # admission reserves blocks for the whole output (no eviction)
+    overhead: float = 0.0  # host seconds per step not hidden behind the GPU (module docstring)
+
+
+RUNTIMES = {
+    "trtllm": Runtime("trtllm", 64, 0.9, False, 2048, 8192, True),
+    "vllm": Runtime("vllm", 16, 0.9, True, 256, 8192, False),
+}
+
+
+def get_runtime(name: str) -> Runtime:
+    if name not in RUNTIMES:
+        raise OptionsError(f"unknown serving runtime {name!r}; choose one of {', '.join(RUNTIMES)}",
+                           obj="--runtime")
+    return RUNTIMES[name]

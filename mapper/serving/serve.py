@@ -1,0 +1,173 @@
+"""``mapper serve``: a request stream through in-flight batching replicas (docs/serving.md).
+
+A plan is ``replicas`` copies of ``tensor`` x ``pipeline`` GPUs, each with the runtime's
+``max_batch`` and ``chunk``. Requests go to the replicas round-robin, each replica is simulated
+on its own (:func:`mapper.serving.inflight.simulate`, step times from
+:class:`mapper.serving.iteration.StepModel`) and the metrics are taken over all requests
+(:func:`mapper.serving.metrics.metrics`).
+
+``--parallel auto`` tries every tensor and pipeline degree (powers of two whose product divides
+the GPUs; the rest serve as replicas) and the chunks :data:`AUTO_CHUNKS` (with the runtime's
+own), and keeps the plan of most goodput when SLOs are given (ties: most output tokens per
+second), else of most output tokens per second; ties go to fewer GPUs per replica.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.cluster.comm import Network
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.serving.inflight import Run, Scheduler, Served, simulate
+from mapper.serving.iteration import Prices, StepModel
+from mapper.serving.metrics import Slo, max_concurrency, metrics
+from mapper.serving.runtimes import Runtime
+from mapper.serving.workload import Arrival
+
+#: Prefill chunks ``--parallel auto`` tries besides the runtime's own.
+AUTO_CHUNKS = (2048,)
+#: The largest tensor or pipeline degree tried or accepted.
+MAX_DEGREE = 64
+#: ``--parallel`` keys of ``mapper serve``.
+KEYS = ("tensor", "pipeline", "replicas", "chunk", "max_batch")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    tensor: int
+    pipeline: int
+    replicas: int
+    chunk: int
+    max_batch: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.pipeline * self.replicas
+
+    def label(self) -> str:
+        return (f"{self.replicas} x (tensor {self.tensor} x pipeline {self.pipeline}), chunk {self.chunk:,}, "
+                f"max batch {self.max_batch:,}")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    plan: Plan
+    runs: tuple[Run, ...]
+    served: tuple[Served, ...]
+    metrics: dict[str, object]
+    kv_capacity_tokens: int  # per replica
+    memory: dict[str, float]  # bytes per GPU by part, fullest stage
+
+
+def parse_parallel(text: str) -> dict[str, int] | None:
+    """``--parallel tensor=T,pipeline=P[,replicas=R][,chunk=C][,max_batch=B]`` (None: ``auto``)."""
+    if text.strip() == "auto":
+        return None
+    out: dict[str, int] = {}
+    for item in (p.strip() for p in text.split(",")):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in KEYS:
+            raise OptionsError(f"expected auto or tensor=T,pipeline=P[,replicas=R][,chunk=C][,max_batch=B], "
+                               f"got {item!r}", obj="--parallel")
+        if key in out:
+            raise OptionsError(f"{key} is given twice", obj="--parallel")
+        digits = value.strip()
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 7 or int(digits) < 1:
+            raise OptionsError(f"{key} must be a positive whole number, got {digits!r}", obj="--parallel")
+        out[key] = int(digits)
+    for key in ("tensor", "pipeline"):
+        if out.get(key, 1) > MAX_DEGREE:
+            raise OptionsError(f"{key} must be at most {MAX_DEGREE}", obj="--parallel")
+    return out
+
+
+class Server:
+    """Plans of one model on one platform's GPUs under one runtime."""
+
+    def __init__(self, prices: Prices, net: Network, runtime: Runtime, gpus: int) -> None:
+        self.prices, self.net, self.runtime, self.gpus = prices, net, runtime, gpus
+        self._steps: dict[tuple[int, int, int], StepModel] = {}
+
+    def step_model(self, tensor: int, pipeline: int, chunk: int) -> StepModel:
+        key = (tensor, pipeline, chunk)
+        if key not in self._steps:
+            self._steps[key] = StepModel(self.prices, self.net, tensor, pipeline, chunk)
+        return self._steps[key]
+
+    def plan(self, given: dict[str, int]) -> Plan:
+        t, p = given.get("tensor", 1), given.get("pipeline", 1)
+        if t * p > self.gpus:
+            raise OptionsError(f"tensor {t} x pipeline {p} needs {t * p} GPUs; the platform has {self.gpus}",
+                               obj="--parallel")
+        replicas = given.get("replicas", self.gpus // (t * p))
+        if replicas * t * p > self.gpus:
+            raise OptionsError(f"{replicas} replicas of {t * p} GPUs need {replicas * t * p}; the platform has "
+                               f"{self.gpus}", obj="--parallel")
+        return Plan(t, p, replicas, given.get("chunk", self.runtime.chunk),
+                    given.get("max_batch", self.runtime.max_batch))
+
+    def run(self, plan: Plan, requests: list[Arrival], slo: Slo) -> Outcome:
+        """``requests`` (arrivals set) through ``plan`` (module docstring)."""
+        model = self.step_model(plan.tensor, plan.pipeline, plan.chunk)
+        capacity = (self.prices.gpu.memory_gib or 0.0) * 2.0 ** 30
+        memory, tokens = model.memory(capacity, self.runtime)
+        if tokens < self.runtime.block:
+            raise InfeasibleError(f"{plan.label()}: the weights and workspace leave no room for a KV cache "
+                                  f"({memory['weights'] / 2 ** 30:.1f} GiB of weights per GPU of "
+                                  f"{capacity / 2 ** 30:.0f} GiB): give more GPUs per replica")
+        sched = Scheduler(tokens, self.runtime.block, plan.max_batch, plan.chunk, self.runtime.reserve_output,
+                          self.runtime.overhead)
+        runs = tuple(simulate(requests[r::plan.replicas], model.step, sched) for r in range(plan.replicas)
+                     if requests[r::plan.replicas])
+        served = tuple(s for run in runs for s in run.served)
+        got = metrics(served, slo)
+        got["max_concurrency"] = max_concurrency(served)
+        got["kv_capacity_tokens"] = tokens * plan.replicas
+        got["preemptions"] = sum(r.preemptions for r in runs)
+        got["steps"] = sum(r.steps for r in runs)
+        return Outcome(plan, runs, served, got, tokens, memory)
+
+    def auto(self, given: dict[str, int], requests: list[Arrival], slo: Slo,
+             progress: Callable[[str], None] | None = None) -> tuple[Outcome, int]:
+        """The best plan (module docstring) and how many were simulated."""
+        degrees = [d for d in (1, 2, 4, 8, 16, 32, 64) if d <= self.gpus and self.gpus % d == 0]
+        chunks = sorted({self.runtime.chunk, *AUTO_CHUNKS})
+        layouts = [(t, p, c) for t in degrees for p in degrees if t * p in degrees for c in chunks]
+        best: Outcome | None = None
+        tried = 0
+        errors: list[Exception] = []
+        start = time.perf_counter()
+        for k, (t, p, c) in enumerate(layouts):
+            if progress is not None:
+                progress(f"serve: plan {k + 1}/{len(layouts)}: tensor {t} x pipeline {p}, chunk {c:,} "
+                         f"({time.perf_counter() - start:.0f} s)")
+            try:
+                out = self.run(self.plan({**given, "tensor": t, "pipeline": p, "chunk": c}), requests, slo)
+            except (OptionsError, InfeasibleError) as err:
+                errors.append(err)
+                continue
+            tried += 1
+            if best is None or _rank(out, slo) > _rank(best, slo):
+                best = out
+        if best is None:
+            raise InfeasibleError(f"no plan serves the requests on {self.gpus} GPUs: {errors[0]}") from None
+        return best, tried
+
+
+def _rank(o: Outcome, slo: Slo) -> tuple[float, float, int]:
+    m = o.metrics
+    good = m["goodput"] if slo.any else 0.0
+    assert isinstance(good, float) and isinstance(m["output_tokens_per_s"], float)
+    return good, m["output_tokens_per_s"], -o.plan.tensor * o.plan.pipeline
+
+
+def cost_per_million(outcome: Outcome, price_per_gpu_hour: float | None) -> float | None:
+    """Dollars per million output tokens at the run's throughput (None without a price)."""
+    rate = outcome.metrics["output_tokens_per_s"]
+    if price_per_gpu_hour is None or not isinstance(rate, float) or not (rate > 0 and math.isfinite(rate)):
+        return None
+    return outcome.plan.gpus * price_per_gpu_hour / 3600.0 / rate * 1e6
