@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from typing import Any
 
@@ -110,32 +109,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace, runtime) -> Any:
-    from mapper.cluster.comm import network
-    from mapper.costing.fusion import fuse_for
-    from mapper.frontend.load import read_program
-    from mapper.frontend.parse import parse
-    from mapper.frontend.sources import is_model
-    from mapper.platform.loader import load_platform
-    from mapper.serving.driver import lowerer
-    from mapper.serving.iteration import Prices
-    from mapper.serving.serve import Server
+    from mapper.serving.serve import server_for
 
-    src = source(args)
-    if is_model(os.fspath(src)):
-        raise OptionsError("mapper serve lowers the model at each step's sizes: give a DSL model with params SEQ, "
-                           "BATCH and CACHE (examples/llama.tg); an imported model is one fixed graph", obj="MODEL")
-    platform = load_platform(args.platform)
-    text, blame = read_program(src)
-    with blame:
-        program = parse(text, os.fspath(src))
-    lower = lowerer(program, blame, src, True)
-
-    def prepare(g):
-        return fuse_for(g, platform, args.fuse)
-
-    prices = Prices(lower, platform, prepare)
-    net = network(platform)
-    return Server(prices, net, runtime, prices.gpus * net.nodes)
+    return server_for(source(args), args.platform, runtime, args.fuse)
 
 
 def _live(stream):

@@ -67,7 +67,7 @@ def check_source(source: Any) -> None:
                            obj="--inference")
 
 
-def lowerer(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
+def lowerer(program: Program, blame: AbstractContextManager[None], source: str | os.PathLike[str] | ModelFile,
              decode: bool) -> Callable[[int, int, int], TaskGraph]:
     """``(seq, batch, cache) -> graph``: ``program`` (read from ``source``) lowered with those params."""
     from mapper.frontend.lowering.program import lower

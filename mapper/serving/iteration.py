@@ -136,6 +136,14 @@ class StepModel:
         self.starts = starts
         ends = [*starts[1:], nblocks]
         self.stages = [range(a, b) for a, b in zip(starts, ends)]
+        last = nblocks - 1
+        width = len(self.points)
+        #: per stage: its blocks' non-attention curve (the head apart), the head's, its attention blocks
+        self.bodies = [[sum(self.curve[b][j] for b in r if not (self.head and b == last)) for j in range(width)]
+                       for r in self.stages]
+        self.heads = [self.curve[last] if self.head and last in r else None for r in self.stages]
+        self.layers = [sum(1 for b in r if self.attention_blocks[b]) for r in self.stages]
+        self._bases: dict[tuple[int, int], list[float]] = {}
         gpn = net.gpus_per_node
         self.across = [((s + 1) * t - 1) // gpn != ((s + 1) * t) // gpn for s in range(pipeline)]
 
@@ -153,34 +161,38 @@ class StepModel:
         pairs = [n * (n + 1) / 2 for n in ATT_PROMPTS]
         return alpha, beta, max(p_hi - p_lo, 0.0) / (pairs[1] - pairs[0])
 
-    def _at(self, b: int, n: float) -> float:
-        """Block ``b``'s other kernels at ``n`` tokens, linear between (and past) the points."""
+    def _at(self, ys: list[float], n: float) -> float:
+        """A curve over :attr:`points` at ``n`` tokens, linear between (and past) the points."""
         if n <= 0:
             return 0.0
-        pts, ys = self.points, self.curve[b]
+        pts = self.points
         if len(pts) == 1:
             return ys[0] * n / pts[0]
         i = min(max(bisect.bisect_left(pts, n), 1), len(pts) - 1)
         x0, x1 = pts[i - 1], pts[i]
         return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0)
 
+    def _base(self, tokens: int, sampled: int) -> list[float]:
+        """Each stage's seconds but attention's for a micro-batch of a step of ``tokens`` and ``sampled``."""
+        key = (tokens, sampled)
+        got = self._bases.get(key)
+        if got is None:
+            p = self.pipeline
+            n, k = tokens / p, sampled / p
+            got = []
+            for s, (body, head) in enumerate(zip(self.bodies, self.heads)):
+                seconds = self._at(body, n) + (self._at(head, k) if head else 0.0)
+                if s + 1 < p:
+                    seconds += send(self.net, n * self.state_bytes[self.stages[s].stop], self.across[s])
+                got.append(seconds)
+            self._bases[key] = got
+        return got
+
     def stage_times(self, batch: Batch) -> list[float]:
         """Seconds of each stage for one of the ``pipeline`` micro-batches of ``batch``."""
         p = self.pipeline
-        n, k = batch.tokens / p, batch.sampled / p
-        att = self.alpha + self.beta_decode * batch.decode_context / p + self.beta_pair * batch.pairs / p
-        last = len(self.curve) - 1
-        out = []
-        for s, blocks in enumerate(self.stages):
-            seconds = 0.0
-            for b in blocks:
-                seconds += self._at(b, k if (self.head and b == last) else n)
-                if self.attention_blocks[b]:
-                    seconds += att
-            if s + 1 < p:
-                seconds += send(self.net, n * self.state_bytes[blocks.stop], self.across[s])
-            out.append(seconds)
-        return out
+        att = self.alpha + (self.beta_decode * batch.decode_context + self.beta_pair * batch.pairs) / p
+        return [b + a * att for b, a in zip(self._base(batch.tokens, batch.sampled), self.layers)]
 
     def step(self, batch: Batch) -> float:
         """Seconds of a step that gives every scheduled sequence its tokens (module docstring)."""

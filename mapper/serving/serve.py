@@ -15,12 +15,16 @@ second), else of most output tokens per second; ties go to fewer GPUs per replic
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from mapper.cluster.comm import Network
+from mapper.core.graph import TaskGraph
 from mapper.errors import InfeasibleError, OptionsError
+from mapper.frontend.sources import ModelFile
+from mapper.platform.devices import Platform
 from mapper.serving.inflight import Run, Scheduler, Served, simulate
 from mapper.serving.iteration import Prices, StepModel
 from mapper.serving.metrics import Slo, max_concurrency, metrics
@@ -171,3 +175,31 @@ def cost_per_million(outcome: Outcome, price_per_gpu_hour: float | None) -> floa
     if price_per_gpu_hour is None or not isinstance(rate, float) or not (rate > 0 and math.isfinite(rate)):
         return None
     return outcome.plan.gpus * price_per_gpu_hour / 3600.0 / rate * 1e6
+
+
+def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform, runtime: Runtime,
+               fuse: str = "auto") -> Server:
+    """The :class:`Server` of the DSL model ``src`` (params SEQ, BATCH, CACHE) on ``platform``'s GPUs."""
+    from mapper.cluster.comm import network
+    from mapper.costing.fusion import fuse_for
+    from mapper.frontend.load import read_program
+    from mapper.frontend.parse import parse
+    from mapper.frontend.sources import is_model
+    from mapper.platform.loader import load_platform
+    from mapper.serving.driver import lowerer
+
+    if is_model(os.fspath(src)):
+        raise OptionsError("mapper serve lowers the model at each step's sizes: give a DSL model with params SEQ, "
+                           "BATCH and CACHE (examples/llama.tg); an imported model is one fixed graph", obj="MODEL")
+    plat = platform if isinstance(platform, Platform) else load_platform(platform)
+    text, blame = read_program(src)
+    with blame:
+        program = parse(text, os.fspath(src))
+    lower = lowerer(program, blame, src, True)
+
+    def prepare(g: TaskGraph) -> TaskGraph:
+        return fuse_for(g, plat, fuse)
+
+    prices = Prices(lower, plat, prepare)
+    net = network(plat)
+    return Server(prices, net, runtime, prices.gpus * net.nodes)

@@ -1,0 +1,136 @@
+"""In-flight batching against TensorRT-LLM's published offline throughput (``mapper serve``).
+
+    python benchmarks/serving.py [--quick]
+
+Source: NVIDIA/TensorRT-LLM, docs/source/performance/perf-overview.md at release v0.17 ("All data in
+the table below was generated using version 0.17"): ``trtllm-bench throughput`` fed every request at
+once (``--rate inf``), fixed input/output lengths, total output tokens per second. Llama 3.1 8B at
+TP1 and Llama 3.1 70B at TP 1, 2, 4 and 8, on H100 and H200 in FP8 and on A100-SXM4-80GB in FP16.
+
+Each row is simulated as
+
+    mapper serve examples/llama.tg [70B params] --platform dgx-a100 --workload isl=I,osl=O,requests=R
+        --rate inf --parallel tensor=T,pipeline=1,replicas=1 --runtime trtllm --kv-fraction 0.95
+
+with the request counts of the doc (its ``$num_requests`` table) and its KV-cache fraction ("In
+majority of cases, we also use a higher KV cache percentage by setting
+``--kv_cache_free_gpu_mem_fraction 0.95``"); the engine limits are ``trtllm-build``'s defaults
+(max batch 2,048, max tokens 8,192), not the bench's per-dataset heuristics. Nothing is fitted to
+these rows. The H100 and H200 rows are in FP8: the shipped platforms carry no FP8 rate and
+``mapper serve`` has no ``--precision`` yet, so they are listed and not priced; the A100 FP16 rows
+are. ``--quick`` caps each row at 1,000 requests (fewer steps in the steady state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mapper.errors import InfeasibleError  # noqa: E402
+from mapper.frontend.sources import ModelFile  # noqa: E402
+from mapper.serving.metrics import Slo  # noqa: E402
+from mapper.serving.runtimes import RUNTIMES  # noqa: E402
+from mapper.serving.serve import server_for  # noqa: E402
+from mapper.serving.workload import Arrival, arrivals  # noqa: E402
+
+LLAMA = str(ROOT / "examples" / "llama.tg")
+SOURCE = "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, v0.17"
+#: Llama 3.1 (Grattafiori et al., arXiv 2407.21783, Table 3): examples/llama.tg's defaults are 8B.
+MODELS = {"8B": (), "70B": (("LAYERS", 80), ("HIDDEN", 8192), ("HEADS", 64), ("KV_HEADS", 8), ("FFN", 28672))}
+#: (input, output) -> the doc's $num_requests
+REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000, (2048, 2048): 1500,
+            (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000, (20000, 2000): 1000}
+PAIRS = ((128, 128), (128, 2048), (128, 4096), (500, 2000), (1000, 1000), (2048, 128), (2048, 2048),
+         (5000, 500), (20000, 2000))
+
+
+def _col(*values: float | None) -> tuple[tuple[tuple[int, int], float], ...]:
+    return tuple((p, v) for p, v in zip(PAIRS, values) if v is not None)
+
+
+#: (model, tensor, GPU, precision) -> published output tokens/s per (input, output)
+PUBLISHED = {
+    ("8B", 1, "A100", "FP16"): _col(6627.27, 5255.99, 3453.79, 4276.58, 3786.83, 799.61, 2424.16, 825.13, 330.04),
+    ("70B", 2, "A100", "FP16"): _col(1313.96, 531.26, None, 439.41, 472.94, 148.96, 261.1, 121.47, None),
+    ("70B", 4, "A100", "FP16"): _col(2733.48, 2811.27, 1976.49, 2275.79, 1921.77, 325.15, 1393.64, 392.62, 212.08),
+    ("70B", 8, "A100", "FP16"): _col(4717.62, 5241.5, 3724.67, 4445.37, 3320.41, 542.38, 2553.71, 696.34, 413.38),
+    ("8B", 1, "H100", "FP8"): _col(28836.77, 21109.38, 13593.65, 16500.69, 15244.78, 3556.73, 9488.42, 3559.36,
+                                   1401.31),
+    ("70B", 1, "H100", "FP8"): _col(3378.03, 911.62, 426.32, 775.57, 839.97, 343.29, None, 245.34, None),
+    ("70B", 2, "H100", "FP8"): _col(6645.12, 6169.58, 3897.06, 4972.57, 4390.53, 772.66, 2898.16, 919.73, 443.01),
+    ("70B", 4, "H100", "FP8"): _col(11127.53, 11511.93, 7439.41, 9836.7, 7430.99, 1302.6, 5480.03, 1602.78, 920.19),
+    ("70B", 8, "H100", "FP8"): _col(14730.69, 17061.82, 14171.43, 14679.33, 11451.16, 1923.41, 8801.95, 2457.42,
+                                    1512.6),
+    ("8B", 1, "H200", "FP8"): _col(29526.04, 25398.86, 17370.8, 21020.81, 17537.96, 3794.14, 11968.5, 3987.79,
+                                   1804.1),
+}
+#: GPU -> a shipped platform with it, for the precisions it has rates for
+PLATFORMS = {("A100", "FP16"): "dgx-a100"}
+KV_FRACTION = 0.95
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="at most 1,000 requests a row")
+    args = ap.parse_args()
+    runtime = RUNTIMES["trtllm"]
+    from dataclasses import replace
+
+    runtime = replace(runtime, kv_fraction=KV_FRACTION)
+    ratios: list[float] = []
+    skipped = 0
+    start = time.perf_counter()
+    print(f"{SOURCE}: output tokens/s, trtllm runtime, --kv-fraction {KV_FRACTION}, --rate inf")
+    servers: dict[tuple[str, str], object] = {}
+    for (model, tensor, gpu, precision), cells in PUBLISHED.items():
+        platform = PLATFORMS.get((gpu, precision))
+        if platform is None:
+            skipped += len(cells)
+            print(f"\nLlama 3.1 {model} TP{tensor} {gpu} {precision}: {len(cells)} rows not priced (no shipped "
+                  f"platform has a {gpu} {precision} rate)")
+            continue
+        key = (model, platform)
+        if key not in servers:
+            servers[key] = server_for(ModelFile(LLAMA, params=MODELS[model]), platform, runtime)
+        server = servers[key]
+        params = "".join(f" --param {k}={v}" for k, v in MODELS[model])
+        print(f"\nLlama 3.1 {model} TP{tensor} {gpu} {precision}: mapper serve examples/llama.tg{params} --platform "
+              f"{platform} --workload isl=I,osl=O,requests=R --rate inf --parallel tensor={tensor},pipeline=1,"
+              f"replicas=1 --kv-fraction {KV_FRACTION}")
+        print(f"  {'ISL/OSL':>11} {'requests':>8} {'published':>10} {'predicted':>10} {'ratio':>6} "
+              f"{'kv tokens':>10} {'concurrent':>10}")
+        for (isl, osl), published in cells:
+            n = REQUESTS[(isl, osl)]
+            if args.quick:
+                n = min(n, 1000)
+            reqs = arrivals([Arrival(None, isl, osl)] * n, float("inf"), 0)
+            plan = server.plan({"tensor": tensor, "pipeline": 1, "replicas": 1})  # type: ignore[attr-defined]
+            try:
+                out = server.run(plan, reqs, Slo())  # type: ignore[attr-defined]
+            except InfeasibleError as err:
+                print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {'-':>10} {'-':>6}  ({err})")
+                continue
+            got = out.metrics["output_tokens_per_s"]
+            ratio = got / published
+            ratios.append(ratio)
+            print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {got:>10,.0f} {ratio:>6.2f} "
+                  f"{out.metrics['kv_capacity_tokens']:>10,} {out.metrics['max_concurrency']:>10,}")
+    if ratios:
+        within = sum(1 for r in ratios if 0.8 <= r <= 1.25)
+        outside = sum(1 for r in ratios if not 0.67 <= r <= 1.5)
+        geo = statistics.geometric_mean(ratios)
+        print(f"\n{len(ratios)} rows priced ({skipped} FP8 rows not priced): {within} within 0.8-1.25x "
+              f"({100 * within / len(ratios):.0f} %), {outside} outside 0.67-1.5x; geometric mean ratio {geo:.2f}, "
+              f"range {min(ratios):.2f}-{max(ratios):.2f}")
+    print(f"simulated in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
