@@ -17,8 +17,8 @@ from mapper.serving.workload import Arrival, arrivals, parse_rate, parse_workloa
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = str(ROOT / "examples" / "llama.tg")
-SMALL = ["--param", "LAYERS=2", "--param", "HIDDEN=512", "--param", "HEADS=8", "--param", "KV_HEADS=2",
-         "--param", "FFN=1024", "--param", "VOCAB=1000"]
+PARAMS = (("LAYERS", 2), ("HIDDEN", 512), ("HEADS", 8), ("KV_HEADS", 2), ("FFN", 1024), ("VOCAB", 1000))
+SMALL = [a for k, v in PARAMS for a in ("--param", f"{k}={v}")]
 
 
 def _steps(log: list[Batch]):
@@ -167,3 +167,22 @@ def test_serve_auto_and_usage_errors(capsys):
     for bad in (["--parallel", "tensor=16"], ["--runtime", "nope"], ["--slo-ttft", "-1"]):
         assert main(["serve", LLAMA, *SMALL, "--platform", "dgx-a100", "--workload", "isl=64,osl=8",
                      "--rate", "inf", *bad]) == 2
+
+
+def test_step_model_prices_from_the_cost_model():
+    from mapper.frontend.sources import ModelFile
+    from mapper.serving.runtimes import RUNTIMES
+    from mapper.serving.serve import server_for
+
+    server = server_for(ModelFile(LLAMA, params=PARAMS), "dgx-a100", RUNTIMES["trtllm"])
+    one, two = server.step_model(1, 1, 512), server.step_model(1, 2, 512)
+    single = Batch(1, 1, 100, 0, 1)
+    assert two.step(single) == pytest.approx(sum(two.stage_times(single)))  # one sequence: no overlap
+    many = Batch(64, 64, 64 * 500, 0, 64)
+    assert two.step(many) == pytest.approx(max(sum(two.stage_times(many)), 2 * max(two.stage_times(many))))
+    assert one.step(Batch(512, 1, 0, 512 * 513 / 2, 1)) > one.step(Batch(16, 16, 16 * 512, 0, 16))
+    assert one.step(Batch(16, 16, 16 * 4096, 0, 16)) > one.step(Batch(16, 16, 16 * 512, 0, 16))  # reads more KV
+    capacity = 80 * 2.0 ** 30
+    tokens1 = one.memory(capacity, RUNTIMES["trtllm"])[1]
+    tokens2 = server.step_model(2, 1, 512).memory(capacity, RUNTIMES["trtllm"])[1]
+    assert tokens2 > tokens1 > 0 and tokens1 % 64 == 0  # whole blocks; two ranks hold half the heads each

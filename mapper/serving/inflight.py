@@ -174,7 +174,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         tokens = len(decodes) + sum(c for _, c in chunks)
         sampled = len(decodes) + sum(1 for i, c in chunks if done[i] + c >= target[i])
         pairs = sum(c * done[i] + c * (c + 1) / 2 for i, c in chunks)
-        now += step(Batch(tokens, sampled, dctx, pairs)) + sched.overhead
+        now += step(Batch(tokens, sampled, dctx, pairs, len(decodes) + len(chunks))) + sched.overhead
         steps += 1
         ended = []
         for i in decodes:

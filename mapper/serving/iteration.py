@@ -21,7 +21,7 @@ A replica of ``t`` tensor ranks and ``p`` pipeline stages cuts the blocks into s
 micro-batches in flight (vLLM's virtual engines, TensorRT-LLM's micro-batches), so a step that
 gives every scheduled sequence its token takes the longer of one pass through the stages and
 ``p`` passes through the slowest (FasterTransformer's pipeline; Pope et al., MLSys 2023), sends
-between stages included.
+between stages included; a step of fewer sequences than stages runs one micro-batch a sequence.
 
 Memory per GPU on the fullest stage: its weights, the activation workspace of a full step
 (the largest kernel's at ``chunk`` tokens) and :data:`mapper.cluster.model.RESERVE`; the KV cache
@@ -101,6 +101,7 @@ class Batch:
     sampled: int
     decode_context: float
     pairs: float
+    sequences: int = 1
 
 
 class StepModel:
@@ -172,13 +173,14 @@ class StepModel:
         x0, x1 = pts[i - 1], pts[i]
         return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0)
 
-    def _base(self, tokens: int, sampled: int) -> list[float]:
-        """Each stage's seconds but attention's for a micro-batch of a step of ``tokens`` and ``sampled``."""
-        key = (tokens, sampled)
+    def _base(self, tokens: int, sampled: int, m: int) -> list[float]:
+        """Each stage's seconds but attention's for one of ``m`` micro-batches of a step of ``tokens``
+        and ``sampled``."""
+        key = (tokens, sampled, m)
         got = self._bases.get(key)
         if got is None:
             p = self.pipeline
-            n, k = tokens / p, sampled / p
+            n, k = tokens / m, sampled / m
             got = []
             for s, (body, head) in enumerate(zip(self.bodies, self.heads)):
                 seconds = self._at(body, n) + (self._at(head, k) if head else 0.0)
@@ -188,18 +190,22 @@ class StepModel:
             self._bases[key] = got
         return got
 
+    def micro_batches(self, batch: Batch) -> int:
+        """The pipeline's micro-batches: one per stage, or one per sequence when fewer."""
+        return max(min(self.pipeline, batch.sequences), 1)
+
     def stage_times(self, batch: Batch) -> list[float]:
-        """Seconds of each stage for one of the ``pipeline`` micro-batches of ``batch``."""
-        p = self.pipeline
-        att = self.alpha + (self.beta_decode * batch.decode_context + self.beta_pair * batch.pairs) / p
-        return [b + a * att for b, a in zip(self._base(batch.tokens, batch.sampled), self.layers)]
+        """Seconds of each stage for one of the micro-batches of ``batch``."""
+        m = self.micro_batches(batch)
+        att = self.alpha + (self.beta_decode * batch.decode_context + self.beta_pair * batch.pairs) / m
+        return [b + a * att for b, a in zip(self._base(batch.tokens, batch.sampled, m), self.layers)]
 
     def step(self, batch: Batch) -> float:
         """Seconds of a step that gives every scheduled sequence its tokens (module docstring)."""
         if batch.tokens <= 0:
             return 0.0
         times = self.stage_times(batch)
-        return max(sum(times), self.pipeline * max(times))
+        return max(sum(times), self.micro_batches(batch) * max(times))
 
     def memory(self, capacity: float, runtime: Runtime) -> tuple[dict[str, float], int]:
         """Bytes per GPU by part on the fullest stage, and the KV cache's tokens per replica
