@@ -144,7 +144,7 @@ class StepModel:
                        for r in self.stages]
         self.heads = [self.curve[last] if self.head and last in r else None for r in self.stages]
         self.layers = [sum(1 for b in r if self.attention_blocks[b]) for r in self.stages]
-        self._bases: dict[tuple[int, int], list[float]] = {}
+        self._bases: dict[tuple[int, int, int], list[float]] = {}
         gpn = net.gpus_per_node
         self.across = [((s + 1) * t - 1) // gpn != ((s + 1) * t) // gpn for s in range(pipeline)]
 
