@@ -119,6 +119,7 @@ def test_workload_and_rate():
     ("{\"arrival\": -1, \"input_tokens\": 1, \"output_tokens\": 1}", "arrival must be at least 0"),
     ("{\"input_tokens\": 1.5, \"output_tokens\": 1}", "input_tokens must be a whole number"),
     ("{\"input_tokens\": 1, \"output_tokens\": 1, \"prompt\": 1}", "unknown key"),
+    ("{\"input_tokens\": 1, \"output_tokens\": 1}", "has no arrival and line 1 has one"),
 ])
 def test_trace_bad_line_exits_2_naming_it(tmp_path, capsys, line, why):
     trace = tmp_path / "t.jsonl"

@@ -10,13 +10,14 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from typing import Any
 
 from mapper.cli import add_fuse_option
 from mapper.cli.model_options import add_model_options, source
 from mapper.core.files import atomic_write, check_outputs, existing
-from mapper.core.units import fmt_bytes
-from mapper.errors import OptionsError
+from mapper.core.units import fmt_bytes, fmt_time
+from mapper.errors import InputWarning, OptionsError
 
 #: Width of the live progress line on a terminal.
 LINE = 78
@@ -87,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
     given = parse_parallel(args.parallel)
     requests = parse_workload(args.workload) if args.workload is not None else read_trace(args.trace)
     rate = parse_rate(args.rate) if args.rate is not None else None
-    if rate is None and not all(r.arrival is not None for r in requests):
+    timed = all(r.arrival is not None for r in requests)
+    if rate is None and not timed:
         raise OptionsError("give --rate QPS|inf: the requests have no arrival times", obj="--rate")
+    if rate is not None and timed:
+        warnings.warn(InputWarning("the trace gives every arrival: --rate is not used"), stacklevel=1)
     requests = arrivals(requests, rate if rate is not None else math.inf, args.seed)
     slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
     server = _server(args, runtime)
@@ -165,7 +169,7 @@ def render(doc: dict[str, Any], memory: dict[str, float]) -> str:
              f"{p['max_batch']:,} ({doc['runtime']})"]
     if doc["plans_simulated"] > 1:
         lines.append(f"search       {doc['plans_simulated']} plans simulated")
-    lines.append(f"requests     {doc['requests']:,} in {doc['duration_s'] or 0:,.2f} s, {doc['steps']:,} steps, "
+    lines.append(f"requests     {doc['requests']:,} in {fmt_time(doc['duration_s'])}, {doc['steps']:,} steps, "
                  f"{doc['preemptions']:,} preemptions")
     lines.append(f"throughput   {doc['output_tokens_per_s'] or 0:,.0f} output tokens/s, "
                  f"{doc['total_tokens_per_s'] or 0:,.0f} tokens/s in all, {doc['requests_per_s'] or 0:,.2f} requests/s")

@@ -88,6 +88,7 @@ def read_trace(path: str) -> list[Arrival]:
         raise InputError(f"{path}: not UTF-8 text (a trace is JSON lines)") from None
     name = os.path.basename(path)
     out: list[Arrival] = []
+    lines: list[int] = []  # the line of each request
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -113,10 +114,17 @@ def read_trace(path: str) -> list[Arrival]:
                                  f"got {value:g}")
             sizes.append(int(value))
         out.append(Arrival(arrival, sizes[0], sizes[1]))
+        lines.append(n)
         if len(out) > MAX_REQUESTS:
             raise InputError(f"{name}: more than {MAX_REQUESTS:,} requests")
     if not out:
         raise InputError(f"{name}: no requests (a trace is JSON lines, one request a line)")
+    timed = [r.arrival is not None for r in out]
+    if any(timed) and not all(timed):
+        k = timed.index(not timed[0])  # the first request unlike the first
+        raise InputError(f"{name}: line {lines[k]}: {'has an arrival' if timed[k] else 'has no arrival'} and "
+                         f"line {lines[0]} {'has none' if timed[k] else 'has one'}: give every request its "
+                         "arrival, or none (--rate draws them)")
     return out
 
 
