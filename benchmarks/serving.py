@@ -15,10 +15,10 @@ Each row is simulated as
 with the request counts of the doc (its ``$num_requests`` table) and its KV-cache fraction ("In
 majority of cases, we also use a higher KV cache percentage by setting
 ``--kv_cache_free_gpu_mem_fraction 0.95``"); the engine limits are ``trtllm-build``'s defaults
-(max batch 2,048, max tokens 8,192), not the bench's per-dataset heuristics. Nothing is fitted to
-these rows. The H100 and H200 rows are in FP8: the shipped platforms carry no FP8 rate and
-``mapper serve`` has no ``--precision`` yet, so they are listed and not priced; the A100 FP16 rows
-are. ``--quick`` caps each row at 1,000 requests (fewer steps in the steady state).
+(max batch 2,048, max tokens 8,192), not the bench's per-dataset heuristics. The H100 and H200
+rows add ``--precision fp8 --kv-precision fp8`` on ``dgx-h100`` and ``dgx-h200`` (the doc: FP8
+quantisation sets an FP8 KV cache). Nothing is fitted to these rows. ``--quick`` caps each row at
+1,000 requests (fewer steps in the steady state).
 """
 
 from __future__ import annotations
@@ -69,9 +69,15 @@ PUBLISHED = {
                                     1512.6),
     ("8B", 1, "H200", "FP8"): _col(29526.04, 25398.86, 17370.8, 21020.81, 17537.96, 3794.14, 11968.5, 3987.79,
                                    1804.1),
+    ("70B", 1, "H200", "FP8"): _col(4020.75, 4165.68, 2651.75, 3018.39, 2823.45, 465.99, 1913.8, 560.16, 279.52),
+    ("70B", 2, "H200", "FP8"): _col(6823.01, 8290.35, 6526.67, 6848.02, 5164.76, 809, 4183.88, 1025.38, 640.62),
+    ("70B", 4, "H200", "FP8"): _col(11098.63, 14156, 10574.06, 12452.79, 8911.29, 1358.06, 7130.44, 1811.55,
+                                    1199.68),
+    ("70B", 8, "H200", "FP8"): _col(15355.84, 21195.88, 16941.52, 17278.4, 13181.24, 1983.03, 11142.47, 2717.83,
+                                    1920.45),
 }
 #: GPU -> a shipped platform with it, for the precisions it has rates for
-PLATFORMS = {("A100", "FP16"): "dgx-a100"}
+PLATFORMS = {("A100", "FP16"): "dgx-a100", ("H100", "FP8"): "dgx-h100", ("H200", "FP8"): "dgx-h200"}
 KV_FRACTION = 0.95
 
 
@@ -93,16 +99,18 @@ def main() -> int:
         if platform is None:
             skipped += len(cells)
             print(f"\nLlama 3.1 {model} TP{tensor} {gpu} {precision}: {len(cells)} rows not priced (no shipped "
-                  f"platform has a {gpu} {precision} rate)")
+                  f"platform with a {gpu})")
             continue
-        key = (model, platform)
+        key = (model, platform)  # one precision per platform here
         if key not in servers:
-            servers[key] = server_for(ModelFile(LLAMA, params=MODELS[model]), platform, runtime)
+            fmt = precision.lower()
+            servers[key] = server_for(ModelFile(LLAMA, params=MODELS[model]), platform, runtime, "auto", fmt, fmt)
         server = servers[key]
         params = "".join(f" --param {k}={v}" for k, v in MODELS[model])
         print(f"\nLlama 3.1 {model} TP{tensor} {gpu} {precision}: mapper serve examples/llama.tg{params} --platform "
               f"{platform} --workload isl=I,osl=O,requests=R --rate inf --parallel tensor={tensor},pipeline=1,"
-              f"replicas=1 --kv-fraction {KV_FRACTION}")
+              f"replicas=1 --kv-fraction {KV_FRACTION} --precision {precision.lower()} --kv-precision "
+              f"{precision.lower()}")
         print(f"  {'ISL/OSL':>11} {'requests':>8} {'published':>10} {'predicted':>10} {'ratio':>6} "
               f"{'kv tokens':>10} {'concurrent':>10}")
         for (isl, osl), published in cells:
@@ -125,7 +133,7 @@ def main() -> int:
         within = sum(1 for r in ratios if 0.8 <= r <= 1.25)
         outside = sum(1 for r in ratios if not 0.67 <= r <= 1.5)
         geo = statistics.geometric_mean(ratios)
-        print(f"\n{len(ratios)} rows priced ({skipped} FP8 rows not priced): {within} within 0.8-1.25x "
+        print(f"\n{len(ratios)} rows priced ({skipped} rows without a platform): {within} within 0.8-1.25x "
               f"({100 * within / len(ratios):.0f} %), {outside} outside 0.67-1.5x; geometric mean ratio {geo:.2f}, "
               f"range {min(ratios):.2f}-{max(ratios):.2f}")
     print(f"simulated in {time.perf_counter() - start:.0f} s")

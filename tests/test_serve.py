@@ -148,7 +148,7 @@ def test_serve_json_contract(tmp_path, capsys):
     for key in ("ttft", "tpot", "e2e"):
         assert set(doc[key]) == {"mean", "p50", "p90", "p99"}
     assert doc["plan"] == {"replicas": 2, "tensor": 2, "pipeline": 2, "gpus": 8, "chunk": 8192, "max_batch": 2048,
-                           "gpu": "gpu0"}
+                           "gpu": "gpu0", "precision": "fp16", "kv_precision": "fp16"}
     assert doc["cost_per_million_tokens"] is None  # dgx-a100 gives no price
     assert doc["requests"] == 12 and doc["goodput"] == doc["requests_per_s"]
     assert "output tokens/s" in text and "goodput" in text
@@ -187,3 +187,25 @@ def test_step_model_prices_from_the_cost_model():
     tokens1 = one.memory(capacity, RUNTIMES["trtllm"])[1]
     tokens2 = server.step_model(2, 1, 512).memory(capacity, RUNTIMES["trtllm"])[1]
     assert tokens2 > tokens1 > 0 and tokens1 % 64 == 0  # whole blocks; two ranks hold half the heads each
+
+
+def test_precision_stores_weights_and_cache_smaller(capsys):
+    from mapper.frontend.sources import ModelFile
+    from mapper.serving.precision import kv_format, weight_format
+    from mapper.serving.runtimes import RUNTIMES
+    from mapper.serving.serve import server_for
+
+    assert kv_format(None, "fp8", "trtllm") == "fp8" and kv_format(None, "fp8", "vllm") == "fp16"
+    assert weight_format("bf16") is None
+    src = ModelFile(LLAMA, params=PARAMS)
+    base = server_for(src, "dgx-h100", RUNTIMES["trtllm"]).step_model(1, 1, 512)
+    fp8 = server_for(src, "dgx-h100", RUNTIMES["trtllm"], precision="fp8").step_model(1, 1, 512)
+    layer = next(b for b, a in enumerate(base.attention_blocks) if a)
+    assert fp8.kv_per_token[layer] == base.kv_per_token[layer] / 2  # TensorRT-LLM's FP8 cache with FP8 weights
+    assert fp8.weights[-1] == base.weights[-1]  # the LM head stays 16-bit
+    assert sum(fp8.weights) < sum(base.weights)
+    for bad, why in ((["--platform", "dgx-a100", "--precision", "fp8"], "no fp8 tensor rate"),
+                     (["--platform", "dgx-h100", "--precision", "int4_awq"], "not priced yet"),
+                     (["--platform", "dgx-h100", "--kv-precision", "int8"], "unknown KV-cache precision")):
+        assert main(["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=8", "--rate", "inf", *bad]) == 2
+        assert why in capsys.readouterr().err

@@ -48,6 +48,12 @@ def register(subparsers) -> None:
                         "replicas filling the GPUs, the runtime's chunk and max batch), or auto")
     p.add_argument("--runtime", default="trtllm", metavar="NAME",
                    help="trtllm (default) or vllm: KV blocks, memory fraction, limits, scheduling")
+    p.add_argument("--precision", default=None, metavar="FMT",
+                   help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
+                        "nvfp4 (int4_awq: not priced yet); the GPU needs a tensor rate for it")
+    p.add_argument("--kv-precision", default=None, metavar="FMT",
+                   help="the KV cache: fp16, bf16 or fp8 (default: fp8 with fp8/nvfp4 weights under trtllm, "
+                        "as TensorRT-LLM sets it; else fp16)")
     p.add_argument("--kv-fraction", type=float, default=None, metavar="F",
                    help="the runtime's KV-cache memory fraction (TensorRT-LLM free_gpu_memory_fraction, "
                         "vLLM gpu_memory_utilization; default the runtime's 0.9)")
@@ -104,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         outcome, tried = server.run(server.plan(given), requests, slo), 1
     price = getattr(server.prices.gpu, "price_per_hour", None)
-    doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried)
+    doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried,
+                       server.formats)
     if args.json is not None:
         atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
     if args.json != "-":
@@ -115,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 def _server(args: argparse.Namespace, runtime) -> Any:
     from mapper.serving.serve import server_for
 
-    return server_for(source(args), args.platform, runtime, args.fuse)
+    return server_for(source(args), args.platform, runtime, args.fuse, args.precision, args.kv_precision)
 
 
 def _live(stream):
@@ -126,7 +133,8 @@ def _live(stream):
     return show
 
 
-def serving_json(outcome, gpu: str, cost: float | None, runtime: str, tried: int) -> dict[str, Any]:
+def serving_json(outcome, gpu: str, cost: float | None, runtime: str, tried: int,
+                 formats: tuple[str, str] = ("fp16", "fp16")) -> dict[str, Any]:
     """JSON ``serving`` (DESIGN section 9; docs/serving.md)."""
     m = outcome.metrics
     p = outcome.plan
@@ -135,7 +143,8 @@ def serving_json(outcome, gpu: str, cost: float | None, runtime: str, tried: int
     doc["kv_capacity_tokens"] = m["kv_capacity_tokens"]
     doc["max_concurrency"] = m["max_concurrency"]
     doc["plan"] = {"replicas": p.replicas, "tensor": p.tensor, "pipeline": p.pipeline, "gpus": p.gpus,
-                   "chunk": p.chunk, "max_batch": p.max_batch, "gpu": gpu}
+                   "chunk": p.chunk, "max_batch": p.max_batch, "gpu": gpu, "precision": formats[0],
+                   "kv_precision": formats[1]}
     doc["cost_per_million_tokens"] = cost
     doc["cost_note"] = None if cost is not None else "the platform gives no price per GPU hour"
     doc["runtime"] = runtime
@@ -166,7 +175,7 @@ def render(doc: dict[str, Any], memory: dict[str, float]) -> str:
     p = doc["plan"]
     lines = [f"plan         {p['replicas']} replica{'s' if p['replicas'] != 1 else ''} x (tensor {p['tensor']} x "
              f"pipeline {p['pipeline']}) = {p['gpus']} x {p['gpu']}, chunk {p['chunk']:,}, max batch "
-             f"{p['max_batch']:,} ({doc['runtime']})"]
+             f"{p['max_batch']:,} ({doc['runtime']}; weights {p['precision']}, KV cache {p['kv_precision']})"]
     if doc["plans_simulated"] > 1:
         lines.append(f"search       {doc['plans_simulated']} plans simulated")
     lines.append(f"requests     {doc['requests']:,} in {fmt_time(doc['duration_s'])}, {doc['steps']:,} steps, "

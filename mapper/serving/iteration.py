@@ -39,8 +39,10 @@ from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.model import RESERVE, partition
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
+from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
 from mapper.platform.devices import Platform
+from mapper.serving.precision import stored_fraction
 from mapper.serving.runtimes import Runtime
 
 #: Token counts a step's non-attention kernels are priced at (and the chunk itself).
@@ -52,9 +54,12 @@ Lower = Callable[[int, int, int], TaskGraph]
 
 
 class Prices:
-    """The model's block prices at each token count, shared by every layout of one GPU kind."""
+    """The model's block prices at each token count, shared by every layout of one GPU kind;
+    ``precision`` the format of the linear layers' GEMMs and stored weights, ``kv_bytes`` the bytes
+    of a cached element (:mod:`mapper.serving.precision`)."""
 
-    def __init__(self, lower: Lower, platform: Platform, prepare: Callable[[TaskGraph], TaskGraph]) -> None:
+    def __init__(self, lower: Lower, platform: Platform, prepare: Callable[[TaskGraph], TaskGraph],
+                 precision: str | None = None, kv_bytes: float = 2.0) -> None:
         gpus = [d for d in platform.devices if d.kind == "gpu"]
         if not gpus:
             raise OptionsError(f"platform {platform.name} has no GPU to serve the model on", obj="--platform")
@@ -63,14 +68,16 @@ class Prices:
         self.platform = platform
         self.lower = lower
         self.prepare = prepare
+        self.precision = precision
+        self.kv_bytes = kv_bytes
         self._profiles: dict[tuple[int, int, int], Profile] = {}
 
     def profile(self, seq: int, batch: int = 1, cache: int = 0) -> Profile:
         key = (seq, batch, cache)
         got = self._profiles.get(key)
         if got is None:
-            got = self._profiles[key] = Profile(self.lower(seq, batch, cache), self.platform, self.gpu.name,
-                                                self.prepare, None)
+            graph = with_precision(self.lower(seq, batch, cache), self.precision)
+            got = self._profiles[key] = Profile(graph, self.platform, self.gpu.name, self.prepare, None)
         return got
 
     def cost(self, prof: Profile, b: int, tensor: int) -> BlockCost:
@@ -123,11 +130,15 @@ class StepModel:
         #: per block, seconds of its other kernels at each of ``points``
         self.curve = [[_split(prices.cost(p, b, t), net, t)[0] for p in profs] for b in range(nblocks)]
         ones = [prices.cost(profs[0], b, t) for b in range(nblocks)]
-        self.kv_per_token = [sum(kv_bytes(graph.tasks[i], 1, t) for i in blk.tasks) for blk in profs[0].blocks]
-        self.weights = [c.param_bytes for c in ones]
+        kv_scale = prices.kv_bytes / 2.0  # the graph's cache is 16-bit
+        self.kv_per_token = [kv_scale * sum(kv_bytes(graph.tasks[i], 1, t) for i in blk.tasks)
+                             for blk in profs[0].blocks]
+        self.weights = [c.param_bytes * stored_fraction(graph, blk, prices.precision)
+                        for c, blk in zip(ones, profs[0].blocks)]
         self.working = [prices.cost(profs[-1], b, t).working for b in range(nblocks)]
         self.state_bytes = [c.input_bytes / t for c in ones]  # a token's state entering each block, per rank
         self.alpha, self.beta_decode, self.beta_pair = self._attention(prices, net, t)
+        self.beta_decode *= kv_scale  # a decode's attention streams its cache
         mid = self.points.index(min(self.points, key=lambda n: abs(n - 256)))
         weights = [c[mid] + (self.alpha if a else 0.0) for c, a in zip(self.curve, self.attention_blocks)]
         starts = partition(weights, pipeline)

@@ -94,6 +94,7 @@ class Server:
 
     def __init__(self, prices: Prices, net: Network, runtime: Runtime, gpus: int) -> None:
         self.prices, self.net, self.runtime, self.gpus = prices, net, runtime, gpus
+        self.formats = ("fp16", "fp16")  # weights and KV cache, as ``--precision`` and ``--kv-precision`` name them
         self._steps: dict[tuple[int, int, int], StepModel] = {}
 
     def step_model(self, tensor: int, pipeline: int, chunk: int) -> StepModel:
@@ -178,20 +179,27 @@ def cost_per_million(outcome: Outcome, price_per_gpu_hour: float | None) -> floa
 
 
 def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform, runtime: Runtime,
-               fuse: str = "auto") -> Server:
-    """The :class:`Server` of the DSL model ``src`` (params SEQ, BATCH, CACHE) on ``platform``'s GPUs."""
+               fuse: str = "auto", precision: str | None = None, kv_precision: str | None = None) -> Server:
+    """The :class:`Server` of the DSL model ``src`` (params SEQ, BATCH, CACHE) on ``platform``'s GPUs,
+    weights and cache in ``precision`` and ``kv_precision`` (:mod:`mapper.serving.precision`)."""
     from mapper.cluster.comm import network
     from mapper.costing.fusion import fuse_for
+    from mapper.costing.precision import require_format
     from mapper.frontend.load import read_program
     from mapper.frontend.parse import parse
     from mapper.frontend.sources import is_model
     from mapper.platform.loader import load_platform
     from mapper.serving.driver import lowerer
+    from mapper.serving.precision import KV, kv_format, weight_format
 
     if is_model(os.fspath(src)):
         raise OptionsError("mapper serve lowers the model at each step's sizes: give a DSL model with params SEQ, "
                            "BATCH and CACHE (examples/llama.tg); an imported model is one fixed graph", obj="MODEL")
+    fmt = weight_format(precision)
+    kv = kv_format(kv_precision, fmt, runtime.name)
     plat = platform if isinstance(platform, Platform) else load_platform(platform)
+    if fmt is not None:
+        require_format(plat, fmt)
     text, blame = read_program(src)
     with blame:
         program = parse(text, os.fspath(src))
@@ -200,6 +208,8 @@ def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform
     def prepare(g: TaskGraph) -> TaskGraph:
         return fuse_for(g, plat, fuse)
 
-    prices = Prices(lower, plat, prepare)
+    prices = Prices(lower, plat, prepare, fmt, KV[kv])
     net = network(plat)
-    return Server(prices, net, runtime, prices.gpus * net.nodes)
+    server = Server(prices, net, runtime, prices.gpus * net.nodes)
+    server.formats = (precision or "fp16", kv)
+    return server
