@@ -13,7 +13,9 @@ scheduling). Before each step the scheduler forms the batch, first come first se
    sequences, the step has token budget left (``chunk``, TensorRT-LLM's ``max_num_tokens``,
    vLLM's ``max_num_batched_tokens``) and the KV cache has the blocks: for the whole prompt and
    output when the runtime guarantees no eviction (TensorRT-LLM's ``GUARANTEED_NO_EVICT``),
-   else for the chunk it computes now. The first request that does not fit stops admission.
+   else for the chunk it computes now. The first request that does not fit stops admission, and
+   a step that preempted admits nobody (vLLM V1's scheduler schedules waiting requests only when
+   it preempted none).
 
 Decodes take one token of the budget each and prefill chunks the rest (Agrawal et al.,
 Sarathi-Serve, OSDI 2024: stall-free batching). The step's time is ``step(batch)``
@@ -118,6 +120,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
             now = arrive[nxt]
             continue
         budget = sched.chunk
+        evicted = preempt  # a step that preempts admits nobody (vLLM V1's scheduler)
         decodes: list[int] = []
         chunks: list[tuple[int, int]] = []
         dctx = 0
@@ -146,7 +149,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                     chunks.append((i, c))
                     budget -= c
             k += 1
-        while waiting and budget > 0 and len(running) < sched.max_batch:
+        while waiting and budget > 0 and len(running) < sched.max_batch and preempt == evicted:
             i = waiting[0]
             if sched.reserve_output:
                 need = _blocks(target[i] + out[i] - emitted[i] - 1, bs)
