@@ -209,3 +209,16 @@ def test_precision_stores_weights_and_cache_smaller(capsys):
                      (["--platform", "dgx-h100", "--kv-precision", "int8"], "unknown KV-cache precision")):
         assert main(["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=8", "--rate", "inf", *bad]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_cost_per_million_tokens_from_a_price(tmp_path, capsys):
+    text = (ROOT / "platforms" / "dgx-a100.toml").read_text()
+    head, sep, rest = text.partition('kind = "gpu"')
+    priced = tmp_path / "priced.toml"
+    priced.write_text(head + sep + "\nprice_per_hour = 4.0" + rest)
+    args = ["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=16,requests=32", "--rate", "inf", "--json", "-"]
+    assert main([*args, "--platform", str(priced)]) == 0
+    doc = json.loads(capsys.readouterr().out)["serving"]
+    per_hour = doc["output_tokens_per_s"] * 3600 / 1e6  # millions of output tokens an hour
+    assert doc["cost_per_million_tokens"] == pytest.approx(8 * 4.0 / per_hour)
+    assert doc["cost_note"] is None

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write("\r" + " " * LINE + "\r")
     else:
         outcome, tried = server.run(server.plan(given), requests, slo), 1
-    price = getattr(server.prices.gpu, "price_per_hour", None)
+    price = server.prices.gpu.price_per_hour
     doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried,
                        server.formats)
     if args.json is not None:

@@ -48,6 +48,7 @@ class Device:
     gemm_split_k: int = 1  # at most this many K slices when a GEMM's blocks cannot fill the units
     gemm_stages: int = 0  # K blocks a unit loads before its first multiply (the software pipeline); 0: not modelled
     overlap_exponent: float | None = None  # p of (Tc^p + Tm^p)^(1/p); None: max(Tc, Tm), the roofline
+    price_per_hour: float | None = None  # dollars per device hour (optional; mapper serve's cost per token)
 
     def tensor_peak(self, dtype: str) -> float | None:
         """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""

@@ -29,6 +29,7 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
     "cache_mib": ("pos", "MiB"),
     "cache_bandwidth_gbs": ("pos", "GB/s"),
     "im2col_gbs": ("pos", "GB/s"),
+    "price_per_hour": ("pos", "dollars per hour"),
 }
 #: Numbers in a platform file lie in [-MAX_NUMBER, MAX_NUMBER]; positive ones are at least MIN_POSITIVE
 #: (whatever the unit: a rate of 1e-9 GB/s or a latency of 1e15 us is a typo, and the cost model
@@ -257,6 +258,7 @@ class Checker:
             gemm_pack_ns=_triple(gemm_pack),
             gemm_pack_cold_ns=_pair(gemm_cold),
             im2col_gbs=nums.get("im2col_gbs"),
+            price_per_hour=nums.get("price_per_hour"),
             fuses=fuses,
             tensor_gflops=tensor,
             f32_matmul=f32_matmul,
