@@ -1,6 +1,6 @@
 """In-flight batching against TensorRT-LLM's published offline throughput (``mapper serve``).
 
-    python benchmarks/serving.py [--quick]
+    python benchmarks/serving.py [--quick | --speed]
 
 Source: NVIDIA/TensorRT-LLM, docs/source/performance/perf-overview.md at release v0.17 ("All data in
 the table below was generated using version 0.17"): ``trtllm-bench throughput`` fed every request at
@@ -24,6 +24,8 @@ quantisation sets an FP8 KV cache). Nothing is fitted to these rows. ``--quick``
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import statistics
 import sys
 import time
@@ -81,10 +83,33 @@ PLATFORMS = {("A100", "FP16"): "dgx-a100", ("H100", "FP8"): "dgx-h100", ("H200",
 KV_FRACTION = 0.95
 
 
+def speed() -> None:
+    """A 1,000-request trace on 8 GPUs: one plan, then ``--parallel auto`` (seconds depend on the load)."""
+    rng = random.Random(1)
+    reqs = [Arrival(None, rng.randint(50, 3000), rng.randint(20, 1500)) for _ in range(1000)]
+    reqs = arrivals(reqs, 20.0, 0)
+    slo = Slo(0.5, 0.05, 99.0)
+    t0 = time.perf_counter()
+    server = server_for(LLAMA, "dgx-h100", RUNTIMES["trtllm"])
+    out = server.run(server.plan({"tensor": 2, "pipeline": 2}), reqs, slo)
+    t1 = time.perf_counter()
+    best, tried = server.auto({}, reqs, slo)
+    t2 = time.perf_counter()
+    print("1,000 requests (prompts 50-3,000, outputs 20-1,500, Poisson 20/s) on dgx-h100, Llama 3.1 8B:")
+    print(f"  tensor 2 x pipeline 2, 2 replicas: {t1 - t0:.1f} s (pricing included), "
+          f"{out.metrics['output_tokens_per_s']:,.0f} output tokens/s")
+    print(f"  --parallel auto: {tried} plans in {t2 - t1:.1f} s, chose {best.plan.label()}")
+    print(f"  load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="at most 1,000 requests a row")
+    ap.add_argument("--speed", action="store_true", help="time a 1,000-request trace on 8 GPUs and the auto search")
     args = ap.parse_args()
+    if args.speed:
+        speed()
+        return 0
     runtime = RUNTIMES["trtllm"]
     from dataclasses import replace
 
