@@ -26,6 +26,8 @@ from mapper.serving.request import MAX_TOKENS
 DEFAULT_REQUESTS = 1000
 #: The most requests a workload or trace may hold.
 MAX_REQUESTS = 1_000_000
+#: The largest trace file read.
+MAX_TRACE_BYTES = 256 * 2 ** 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +81,12 @@ def read_trace(path: str) -> list[Arrival]:
     :class:`InputError` naming it."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(64 * MAX_REQUESTS + 1)
+            raw = fh.read(MAX_TRACE_BYTES + 1)
     except OSError as err:
         raise InputError(f"cannot read trace {path}: {err.strerror or err}") from None
+    if len(raw) > MAX_TRACE_BYTES:
+        raise InputError(f"{os.path.basename(path)}: larger than {MAX_TRACE_BYTES // 2 ** 20} MiB (a trace holds at "
+                         f"most {MAX_REQUESTS:,} requests)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
