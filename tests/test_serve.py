@@ -222,3 +222,23 @@ def test_cost_per_million_tokens_from_a_price(tmp_path, capsys):
     per_hour = doc["output_tokens_per_s"] * 3600 / 1e6  # millions of output tokens an hour
     assert doc["cost_per_million_tokens"] == pytest.approx(8 * 4.0 / per_hour)
     assert doc["cost_note"] is None
+
+
+def test_simulator_invariants_on_random_streams():
+    """Every request ends, in order of its events, within the cache, under both admission rules."""
+    import random
+
+    rng = random.Random(3)
+    for case in range(60):
+        reserve = case % 2 == 0
+        block = rng.choice((1, 2, 4, 16))
+        reqs = [Arrival(rng.uniform(0, 5), rng.randint(1, 40), rng.randint(1, 30)) for _ in range(rng.randint(1, 25))]
+        reqs.sort(key=lambda r: r.arrival or 0.0)
+        need = max(r.input_tokens + r.output_tokens for r in reqs)
+        capacity = (need + rng.randint(0, 120)) // block * block + block
+        sched = Scheduler(capacity, block, rng.randint(1, 8), rng.randint(1, 64), reserve)
+        run = simulate(reqs, lambda b: 0.01 + 0.001 * b.tokens, sched)
+        assert run.peak_blocks <= capacity // block and run.max_running <= sched.max_batch
+        assert reserve is False or run.preemptions == 0
+        for r in run.served:
+            assert r.arrival <= r.admitted < r.first <= r.done

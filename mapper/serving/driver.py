@@ -68,22 +68,26 @@ def check_source(source: Any) -> None:
 
 
 def lowerer(program: Program, blame: AbstractContextManager[None], source: str | os.PathLike[str] | ModelFile,
-             decode: bool) -> Callable[[int, int, int], TaskGraph]:
-    """``(seq, batch, cache) -> graph``: ``program`` (read from ``source``) lowered with those params."""
+             decode: bool, command: str = "--inference") -> Callable[[int, int, int], TaskGraph]:
+    """``(seq, batch, cache) -> graph``: ``program`` (read from ``source``) lowered with those params;
+    ``command`` (``--inference`` or ``serve``) is named in the errors."""
     from mapper.frontend.lowering.program import lower
 
     path = os.fspath(source)
     base = dict(source.params) if isinstance(source, ModelFile) else {}
     clash = [n for n in SIZES if n in base]
+    inference = command == "--inference"
     if clash:
-        raise OptionsError(f"--param {', '.join(clash)}: --inference sets {', '.join(SIZES)} itself; give the "
-                           "sizes as prefill=S_IN,decode=S_OUT,batch=B", obj="--param")
+        how = "as prefill=S_IN,decode=S_OUT,batch=B" if inference else "with --workload or --trace"
+        raise OptionsError(f"--param {', '.join(clash)}: {command} sets {', '.join(SIZES)} itself; give the "
+                           f"sizes {how}", obj="--param")
     names = {b.name for item in program.items if isinstance(item, ParamDecl) for b in item.binds}
     need = SIZES if decode else SIZES[:2]
     missing = [n for n in need if n not in names]
     if missing:
-        raise OptionsError(f"--inference sets the model's params {', '.join(need)}, and {path} has no top-level "
-                           f"{', '.join(missing)}: declare them (docs/inference.md)", obj="--inference")
+        doc = "docs/inference.md" if inference else "docs/serving.md"
+        raise OptionsError(f"{command} sets the model's params {', '.join(need)}, and {path} has no top-level "
+                           f"{', '.join(missing)}: declare them ({doc})", obj=command if inference else "MODEL")
 
     def at(seq: int, batch: int, cache: int) -> TaskGraph:
         sizes: dict[str, Any] = {"SEQ": seq, "BATCH": batch}

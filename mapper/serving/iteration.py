@@ -125,6 +125,8 @@ class StepModel:
                                "structure must not depend on SEQ", obj="MODEL")
         graph = profs[0].graph
         self.attention_blocks = [any(graph.tasks[i].op == "attention" for i in b.tasks) for b in profs[0].blocks]
+        if not any(self.attention_blocks):
+            raise OptionsError("the model has no attention op: nothing keeps a KV cache to serve from", obj="MODEL")
         self.head = not self.attention_blocks[-1]
         t = tensor
         #: per block, seconds of its other kernels at each of ``points``

@@ -203,7 +203,7 @@ def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform
     text, blame = read_program(src)
     with blame:
         program = parse(text, os.fspath(src))
-    lower = lowerer(program, blame, src, True)
+    lower = lowerer(program, blame, src, True, "mapper serve")
 
     def prepare(g: TaskGraph) -> TaskGraph:
         return fuse_for(g, plat, fuse)
