@@ -48,6 +48,8 @@ def test_hand_worked_schedule():
     assert (b.admitted, b.first, b.done) == (1.0, 2.0, 3.0)
     assert (c.admitted, c.first, c.done) == (3.0, 4.0, 4.0)
     assert run.max_running == 2 and run.preemptions == 0
+    # each step's end, sequences run, KV blocks held (one 16-token block per request) and requests waiting
+    assert run.timeline == ((1.0, 1, 1, 1), (2.0, 2, 2, 0), (3.0, 2, 2, 0), (4.0, 2, 2, 0))
 
 
 def test_kv_admission_at_the_capacity_edge():
@@ -152,10 +154,12 @@ def test_serve_json_contract(tmp_path, capsys):
     assert doc["cost_per_million_tokens"] is None  # dgx-a100 gives no price
     assert doc["requests"] == 12 and doc["goodput"] == doc["requests_per_s"]
     assert "output tokens/s" in text and "goodput" in text
-    again = tmp_path / "again.json"
+    again, page = tmp_path / "again.json", tmp_path / "serve.html"
     main(["serve", LLAMA, *SMALL, "--platform", "dgx-a100", "--trace", str(trace), "--parallel",
-          "tensor=2,pipeline=2", "--slo-ttft", "1", "--slo-tpot", "0.1", "--json", str(again)])
+          "tensor=2,pipeline=2", "--slo-ttft", "1", "--slo-tpot", "0.1", "--json", str(again), "--html", str(page)])
     assert again.read_bytes() == out.read_bytes()  # same inputs, same bytes
+    html = page.read_text()
+    assert html.count("<svg") == 3 and "KV cache in use" in html and "Requests waiting" in html
 
 
 def test_serve_auto_and_usage_errors(capsys):

@@ -62,6 +62,8 @@ def register(subparsers) -> None:
     p.add_argument("--slo-percentile", type=float, default=99.0, metavar="P",
                    help="per cent of requests that must meet both SLOs for goodput (default 99)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON ('-': stdout)")
+    p.add_argument("--html", default=None, metavar="OUT",
+                   help="write the report with the first replica's batch size, KV use and queue over time")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=run)
 
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from mapper.serving.serve import cost_per_million, parse_parallel
     from mapper.serving.workload import arrivals, parse_rate, parse_workload, read_trace
 
-    check_outputs({"--json": args.json}, existing(args.file, args.platform, args.trace))
+    check_outputs({"--json": args.json, "--html": args.html}, existing(args.file, args.platform, args.trace))
     _positive(args.slo_ttft, "--slo-ttft")
     _positive(args.slo_tpot, "--slo-tpot")
     if not 0 < args.slo_percentile <= 100:
@@ -114,8 +116,15 @@ def run(args: argparse.Namespace) -> int:
                        server.formats)
     if args.json is not None:
         atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
+    text = render(doc, outcome.memory)
+    if args.html is not None:
+        from mapper.report.serving_html import serving_html
+
+        run0 = outcome.runs[0]
+        atomic_write(args.html, serving_html(text, run0.timeline, run0.blocks, runtime.block, outcome.plan.max_batch),
+                     "--html")
     if args.json != "-":
-        sys.stdout.write(render(doc, outcome.memory))
+        sys.stdout.write(text)
     return 0
 
 

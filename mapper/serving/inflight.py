@@ -67,6 +67,9 @@ class Run:
     preemptions: int
     max_running: int
     peak_blocks: int
+    #: per step: its end (seconds), the sequences it ran, the KV blocks in use, the requests waiting
+    timeline: tuple[tuple[float, int, int, int], ...] = ()
+    blocks: int = 0  # KV blocks of the replica
 
 
 def _blocks(tokens: int, block: int) -> int:
@@ -101,6 +104,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
     steps = preempt = max_running = 0
     peak = 0
     left = n
+    timeline: list[tuple[float, int, int, int]] = []
 
     def evict() -> None:
         """Preempt the most recently admitted running sequence: free its blocks; it recomputes."""
@@ -179,6 +183,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         pairs = sum(c * done[i] + c * (c + 1) / 2 for i, c in chunks)
         now += step(Batch(tokens, sampled, dctx, pairs, len(decodes) + len(chunks))) + sched.overhead
         steps += 1
+        timeline.append((now, len(decodes) + len(chunks), total_blocks - free, len(waiting)))
         ended = []
         for i in decodes:
             done[i] += 1
@@ -202,7 +207,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
             running = [i for i in running if i not in gone]
             left -= len(ended)
     served = tuple(Served(arrive[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(n))
-    return Run(served, steps, preempt, max_running, peak)
+    return Run(served, steps, preempt, max_running, peak, tuple(timeline), total_blocks)
 
 
 def _chunk(i: int, budget: int, done: list[int], target: list[int], held: list[int], free: int, bs: int,
