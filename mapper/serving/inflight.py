@@ -85,7 +85,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
     total_blocks = sched.capacity // sched.block
     bs = sched.block
     for i in range(n):
-        need = inp[i] + out[i] - 1 if sched.reserve_output else inp[i]
+        need = inp[i] + out[i] - 1  # cached at its last step: a longer request could never end
         if _blocks(need, bs) > total_blocks:
             raise InfeasibleError(f"request {i + 1} needs {need:,} tokens of KV cache; a replica holds "
                                   f"{sched.capacity:,}: give more GPUs per replica or a shorter request")
