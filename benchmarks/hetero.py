@@ -31,6 +31,7 @@ from mapper.cluster.search import MIXED, mixed_space, plan_cluster, plan_even_sp
 from mapper.costing.fusion import fuse_for  # noqa: E402
 from mapper.frontend.load import load_graph  # noqa: E402
 from mapper.frontend.sources import ModelFile  # noqa: E402
+from mapper.parallel.layout import LayoutSpec  # noqa: E402
 from mapper.platform.cluster import with_nodes  # noqa: E402
 from mapper.platform.loader import load_platform  # noqa: E402
 
@@ -59,7 +60,7 @@ def graph_of(model: str):
 
 
 def plan(graph, platform):
-    return plan_cluster(graph, platform, {}, "adam", lambda g: fuse_for(g, platform))
+    return plan_cluster(graph, platform, LayoutSpec(), "adam", lambda g: fuse_for(g, platform))
 
 
 def tokens(choice, step: float | None = None) -> float:

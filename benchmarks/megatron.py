@@ -32,6 +32,7 @@ from mapper.cluster.search import plan_cluster
 from mapper.costing.fusion import fuse_for
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
+from mapper.parallel.layout import LayoutSpec
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
@@ -76,7 +77,7 @@ def korthikanti(selene) -> None:
         def est(recompute: str, sequence: bool, plat=plat, graph=graph, t=t, p=p, b=b, v=v):
             fixed = {"tensor": t, "pipeline": p, "data": 1, "micro_batch": b, "interleave": v,
                      "recompute": recompute, "zero": 0, "sequence": sequence}
-            return plan_cluster(graph, plat, fixed, "adam", lambda g: fuse_for(g, plat)).best
+            return plan_cluster(graph, plat, LayoutSpec(**fixed), "adam", lambda g: fuse_for(g, plat)).best
 
         f, s = est("full", False), est("selective", True)
         ratios += [f.step / full, s.step / present]
@@ -117,7 +118,7 @@ def main() -> None:
 
         fixed = {"tensor": t, "pipeline": p, "micro_batch": 1, "recompute": "full", "interleave": 1,
                  "zero": 0, "sequence": False}
-        est = plan_cluster(graph, plat, fixed, "adam", prepare).best
+        est = plan_cluster(graph, plat, LayoutSpec(**fixed), "adam", prepare).best
         flops = megatron_flops(batch, layers, hidden)
         pred = flops / est.step / gpus / 1e12
         ratios.append(pred / published)
@@ -125,7 +126,7 @@ def main() -> None:
                 f"{est.peak / 2**30:8.1f} {str(est.fits):>5s} |")
         if not args.no_auto:
             t0 = time.perf_counter()
-            auto = plan_cluster(graph, plat, {}, "adam", prepare).best
+            auto = plan_cluster(graph, plat, LayoutSpec(), "adam", prepare).best
             secs = time.perf_counter() - t0
             auto_tf = flops / auto.step / gpus / 1e12  # the same work per step, so throughput compares
             line += f" {auto.layout.label():48.48s} {auto_tf:8.1f} {secs:6.1f}"

@@ -39,6 +39,7 @@ _API: dict[str, str] = {
     "build_schedule": "mapper.engine.schedule:build_schedule",
     "validate_schedule": "mapper.engine.validate:validate",
     "compile_graph": "mapper.pipeline:compile_graph",
+    "CompileOptions": "mapper.options:CompileOptions",
     "run": "mapper.run.execute:execute",
     "write_report": "mapper.report:write_report",
     "TaskGraph": "mapper.core.graph:TaskGraph",

@@ -10,36 +10,39 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mapper.core.graph import TaskGraph
+from mapper.core.progress import Progress
 from mapper.costing.cost import CostTable, build_cost_table
-from mapper.costing.fusion import check_fuse, fuse_for
-from mapper.costing.precision import check_precision, require_format, with_precision
+from mapper.costing.fusion import fuse_for
+from mapper.costing.precision import require_format, with_precision
 from mapper.engine.validate import require_valid
 from mapper.errors import OptionsError
 from mapper.frontend.sources import ModelFile, is_model
 from mapper.mapping import get_mapper
-from mapper.mapping.base import DEFAULT_MAPPER, MapOptions, MapResult, check_options
+from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.fit import fitting, oversized
 from mapper.mapping.shared_bound import share_bounds
+from mapper.options import CompileOptions
 from mapper.parallel.layout import is_layout
-from mapper.parallel.plan import check_parallel
 from mapper.platform.cluster import flat_platform
 from mapper.platform.loader import Platform, load_platform
-from mapper.platform.schema import MAX_MICRO_BATCHES, THROUGHPUT_MODELS
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
     from mapper.cluster.search import ClusterChoice
     from mapper.parallel.search import Choice
-    from mapper.serving.driver import Serving
     from mapper.serving.search import ServingChoice
 
 #: Stage names, in order; ``dump_after`` takes one of them.
 STAGES = ("parse", "lower", "platform", "fuse", "train", "split", "cost", "map", "validate")
+#: What the status line says while a stage runs (:mod:`mapper.core.progress`).
+STAGE_WORDS = {"parse": "parsing", "lower": "lowering", "platform": "loading the platform", "fuse": "fusing ops",
+               "train": "building the training step", "split": "choosing a parallel layout",
+               "cost": "pricing every task on every device", "map": "mapping", "validate": "validating the schedule"}
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -76,75 +79,58 @@ class StoppedAfter(Exception):
 def compile_graph(
     source: str | Path | ModelFile | TaskGraph,
     platform: str | Path | Platform,
+    options: CompileOptions | MapOptions | None = None,
     *,
-    mapper: str = DEFAULT_MAPPER,
-    options: MapOptions = MapOptions(),
-    compare: Sequence[str] = (),
     dump_after: str | None = None,
     on_stage: Callable[[str, float], None] | None = None,
-    fuse: str = "auto",
-    throughput_model: str | None = None,
-    train: str | None = None,
-    micro_batches: int | None = None,
-    parallel: str = "none",
-    serving: Serving | None = None,
-    precision: str | None = None,
+    **fields: Any,
 ) -> CompileResult:
-    """Compile ``source`` for ``platform`` with ``mapper``.
+    """Compile ``source`` for ``platform`` as ``options`` ask.
 
     Parameters
     ----------
     source : a DSL or model file path (a :class:`~mapper.frontend.sources.ModelFile` with the sizes of a
         model's open dimensions), or an already lowered TaskGraph.
     platform : a shipped platform name, a TOML path, or a Platform.
-    mapper : the mapper whose schedule is the result.
-    compare : further mappers to run on the same cost table, for comparison.
+    options : a :class:`~mapper.options.CompileOptions` (the mapper, its options, the mappers to
+        compare, fusion, the training step, ``parallel``, ``serving``); a
+        :class:`~mapper.mapping.base.MapOptions` alone is ``CompileOptions(mapping=options)``.
     dump_after : stop after this stage and raise :class:`StoppedAfter` with its product.
     on_stage : called with (stage name, seconds) after each stage.
-    fuse : ``auto`` fuses ops (:mod:`mapper.costing.fusion`) when a device of the
-        platform runs fused kernels (GPUs by default); ``none`` never does.
-    throughput_model : how ``--objective throughput`` prices a period
-        (:mod:`mapper.mapping.objectives`); None keeps the platform's.
-    micro_batches : micro-batches per iteration under the ``1f1b`` throughput
-        model; None keeps the platform's.
-    train : an optimizer name (``sgd``, ``adam``): map the training step of the
-        (fused) forward graph (:mod:`mapper.costing.training`); None maps it as it is.
-    parallel : ``none`` maps the graph as written; ``auto``, ``data``,
-        ``tensor`` or ``pipeline`` split it (:mod:`mapper.parallel`): the
-        ``split`` stage chooses a plan and does the fusion and the training
-        step of the split graph itself.
-    serving : price a generation request (``--inference``, :mod:`mapper.serving`): the split
-        stage lowers the model at the request's sizes, chooses a serving layout and maps the
-        request's task graph, whose makespan is the request's latency.
-    precision : ``--precision``: the format the linear layers' GEMMs run in
-        (:mod:`mapper.costing.precision`); None keeps the graph's dtypes.
+    fields : :class:`~mapper.options.CompileOptions` fields, a shorthand:
+        ``compile_graph(src, plat, mapper="heft", fuse="none")`` is
+        ``compile_graph(src, plat, CompileOptions(mapper="heft", fuse="none"))``; given with
+        ``options``, they replace its fields.
+
+    With ``parallel`` other than ``none``, the ``split`` stage chooses a plan and does the fusion
+    and the training step of the split graph itself; with ``serving``, it lowers the model at the
+    request's sizes, chooses a serving layout and maps the request's task graph, whose makespan is
+    the request's latency.
 
     Raises
     ------
     MapperError
         On bad input (exit 2), infeasibility (exit 3) or an invalid schedule.
     """
-    check_options(options)
-    check_fuse(fuse)
-    if throughput_model is not None and throughput_model not in THROUGHPUT_MODELS:
-        raise OptionsError(f"unknown throughput model {throughput_model!r}; choose one of "
-                           f"{', '.join(THROUGHPUT_MODELS)}", obj="--throughput-model")
-    if micro_batches is not None and (isinstance(micro_batches, bool) or not isinstance(micro_batches, int)
-                                      or not 1 <= micro_batches <= MAX_MICRO_BATCHES):
-        raise OptionsError(f"the micro-batch count must be an integer from 1 to {MAX_MICRO_BATCHES}, "
-                           f"got {micro_batches!r}", obj="--micro-batches")
-    get_mapper(mapper)  # unknown names fail before any work
-    for name in compare:
-        get_mapper(name, "--compare")
+    if isinstance(options, MapOptions):
+        options = CompileOptions(mapping=options)
+    elif options is not None and not isinstance(options, CompileOptions):
+        raise OptionsError(f"options must be a CompileOptions or a MapOptions, not {type(options).__name__}")
+    if "options" in fields:
+        raise OptionsError("give the mapping options as mapping=MapOptions(...)")
+    unknown = sorted(set(fields) - set(CompileOptions.__dataclass_fields__))
+    if unknown:
+        raise OptionsError(f"unknown compile option {unknown[0]!r}; the options are "
+                           f"{', '.join(CompileOptions.__dataclass_fields__)}")
+    opts = replace(options or CompileOptions(), **fields)
+    opts.check()
+    mapper, compare, fuse, train, parallel, serving = (opts.mapper, opts.compare, opts.fuse, opts.train,
+                                                       opts.parallel, opts.serving)
+    map_options = opts.mapping
     if dump_after is not None and dump_after not in STAGES:
         raise OptionsError(f"unknown stage {dump_after!r}; choose one of {', '.join(STAGES)}")
     if dump_after == "train" and train is None:
         raise OptionsError("the train stage runs only with --train", obj="--dump-after")
-    check_parallel(parallel)
-    check_precision(precision)
-    if precision is not None and serving is not None:
-        raise OptionsError("--precision applies to training steps and graphs; --inference keeps the model's "
-                           "16-bit GEMMs", obj="--precision")
     if parallel != "none" and dump_after in ("fuse", "train"):
         raise OptionsError(f"with --parallel the {dump_after} stage runs inside the split stage; "
                            "use --dump-after split", obj="--dump-after")
@@ -154,18 +140,14 @@ def compile_graph(
         from mapper.serving.driver import check_source
 
         check_source(source)
-        if train is not None:
-            raise OptionsError("--inference prices generation; --train prices a training step: give one",
-                               obj="--inference")
-        if options.objective != "makespan":
-            raise OptionsError("--inference minimises the request's latency: --objective makespan only",
-                               obj="--objective")
         if dump_after in ("fuse", "train"):
             raise OptionsError(f"with --inference the {dump_after} stage runs inside the split stage; "
                                "use --dump-after split", obj="--dump-after")
     times: list[tuple[str, float]] = []
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:
+        if map_options.progress is not None:  # what the status line says until a search reports
+            map_options.progress(Progress(0.0, None, None, STAGE_WORDS[name]))
         t0 = time.perf_counter()
         product = fn()
         dt = time.perf_counter() - t0
@@ -192,16 +174,17 @@ def compile_graph(
         if is_model(path):
             graph = without_spans(graph)
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
-    if precision is not None:
-        require_format(plat, precision)
-        graph = with_precision(graph, precision)
-    if throughput_model is not None:
-        plat = replace(plat, throughput_model=throughput_model)
-    if micro_batches is not None:
-        plat = replace(plat, micro_batches=micro_batches)
-    if options.objective == "throughput" and plat.throughput_model == "max-load" and not options.schedule.memory:
+    if opts.precision is not None:
+        require_format(plat, opts.precision)
+        graph = with_precision(graph, opts.precision)
+    if opts.throughput_model is not None:
+        plat = replace(plat, throughput_model=opts.throughput_model)
+    if opts.micro_batches is not None:
+        plat = replace(plat, micro_batches=opts.micro_batches)
+    if (map_options.objective == "throughput" and plat.throughput_model == "max-load"
+            and not map_options.schedule.memory):
         # the max-load model has a memory knapsack per device: --memory is part of it
-        options = replace(options, schedule=replace(options.schedule, memory=True))
+        map_options = replace(map_options, schedule=replace(map_options.schedule, memory=True))
     choice: Any = None
     served: Any = None
     cluster_planner = parallel != "none" and (is_layout(parallel) or plat.cluster is not None)
@@ -215,20 +198,21 @@ def compile_graph(
 
         assert not isinstance(source, TaskGraph)  # check_source refused it
         requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, prepare,
-                                                              options.progress))
+                                                              map_options.progress))
         served, graph, plat = requested.choice, requested.graph, requested.platform
     elif cluster_planner:
         from mapper.cluster.driver import plan_step
 
-        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare, options.progress,
-                                                   precision))
+        planned = stage("split", lambda: plan_step(graph, plat, parallel, train, prepare, map_options.progress,
+                                                   opts.precision))
         choice, graph, plat = planned.choice, planned.graph, planned.platform
     elif parallel != "none":  # one machine (a cluster's layouts went to the cluster planner)
         from mapper.costing.training import training_step
         from mapper.parallel.search import choose_plan
 
         choice = stage("split", lambda: choose_plan(graph, plat, parallel, prepare=prepare, train=train,
-                                                    step=lambda g: training_step(g, train or "sgd")))
+                                                    step=lambda g: training_step(g, train or "sgd"),
+                                                    progress=map_options.progress))
         graph = choice.graph
     else:
         if plat.cluster is not None:  # mapped task by task: every node's devices
@@ -246,7 +230,8 @@ def compile_graph(
         mappers = (get_mapper(mapper), *(get_mapper(m, "--compare") for m in others))
         # a result is declared only when its devices hold it (mapper.mapping.fit); compared
         # results share the best bound any of them knows (mapper.mapping.shared_bound)
-        return share_bounds(tuple(oversized(fitting(m.map(cost, options), m, cost, options)) for m in mappers))
+        return share_bounds(tuple(oversized(fitting(m.map(cost, map_options), m, cost, map_options))
+                                  for m in mappers))
 
     results = stage("map", map_all)
 

@@ -17,7 +17,7 @@ from mapper.costing.fusion import fuse_for
 from mapper.errors import InfeasibleError, OptionsError, PlatformError
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
-from mapper.parallel.layout import Layout, parse_layout
+from mapper.parallel.layout import Layout, LayoutSpec, parse_layout
 from mapper.pipeline import compile_graph
 from mapper.platform.cluster import flat_platform, with_nodes
 from mapper.platform.loader import load_platform, parse_platform
@@ -160,14 +160,17 @@ def test_bad_layouts(text):
 
 
 def test_layout_keys():
-    assert parse_layout("tensor=8, pipeline=2,recompute=full,sequence=on,zero=1") == {
-        "tensor": 8, "pipeline": 2, "recompute": "full", "sequence": True, "zero": 1}
+    given = parse_layout("tensor=8, pipeline=2,recompute=full,sequence=on,zero=1")
+    assert given == LayoutSpec(tensor=8, pipeline=2, recompute="full", sequence=True, zero=1)
+    assert given.fixed() == {"tensor": 8, "pipeline": 2, "recompute": "full", "zero": 1, "sequence": True}
+    assert given.text() == "tensor=8, pipeline=2, recompute=full, zero=1, sequence=on"
+    assert given.allows(Layout(8, 2, 4, 1, 1, "full", 1, True)) and not given.allows(Layout(8, 2, 4, 1, 1, "full", 0, True))
 
 
 def _choice(layout, nodes=2, **kw):
     plat = with_nodes(load_platform("selene"), nodes)
     g = small_gpt(**kw)
-    return g, plat, plan_cluster(g, plat, layout, "adam", lambda x: fuse_for(x, plat))
+    return g, plat, plan_cluster(g, plat, LayoutSpec(**layout), "adam", lambda x: fuse_for(x, plat))
 
 
 def test_memory_follows_korthikanti():
@@ -217,7 +220,7 @@ def test_plan_graph_schedule_agrees_with_the_model(layout):
 def test_auto_is_no_slower_than_any_given_layout():
     g, plat, auto = _choice({})
     for lay in ({"tensor": 8, "pipeline": 2}, {"tensor": 1, "pipeline": 1}):
-        given = plan_cluster(g, plat, lay, "adam", lambda x: fuse_for(x, plat)).best
+        given = plan_cluster(g, plat, LayoutSpec(**lay), "adam", lambda x: fuse_for(x, plat)).best
         if given.fits:
             assert auto.best.step <= given.step * 1.0001
 
@@ -307,7 +310,7 @@ def test_progress_is_reported():
     old = search.PROGRESS_EVERY
     search.PROGRESS_EVERY = 0.0
     try:
-        plan_cluster(g, plat, {}, "adam", lambda x: fuse_for(x, plat), seen.append)
+        plan_cluster(g, plat, LayoutSpec(), "adam", lambda x: fuse_for(x, plat), seen.append)
     finally:
         search.PROGRESS_EVERY = old
     assert seen and seen[-1].phase.startswith("cluster layouts") and seen[-1].incumbent is not None
@@ -332,9 +335,9 @@ def test_gpipe_keeps_every_micro_batch_and_1f1b_at_most_p():
 def test_tensor_groups_wider_than_a_node_cross_the_fabric():
     g = small_gpt(layers=4, hidden=2048, heads=32, batch=64)
     plat = with_nodes(load_platform("selene"), 4)
-    wide = plan_cluster(g, plat, {"tensor": 16, "pipeline": 2, "micro_batch": 1, "interleave": 1},
+    wide = plan_cluster(g, plat, LayoutSpec(tensor=16, pipeline=2, micro_batch=1, interleave=1),
                         "adam", lambda x: fuse_for(x, plat)).best
-    node = plan_cluster(g, plat, {"tensor": 8, "pipeline": 2, "micro_batch": 1, "interleave": 1},
+    node = plan_cluster(g, plat, LayoutSpec(tensor=8, pipeline=2, micro_batch=1, interleave=1),
                         "adam", lambda x: fuse_for(x, plat)).best
     assert wide.layout.tensor == 16 and wide.step > node.step  # its all-reduces go through the NICs
 
@@ -511,7 +514,7 @@ def test_an_even_split_over_a_fleet_is_never_better_than_the_plan():
     for name, nodes in (("fleet-a100-l4", {"a100": 1, "l4": 1}),
                         ("fleet-h100-a100-v100", {"h100": 1, "a100": 1, "v100": 1})):
         fleet = with_nodes(load_platform(name), nodes)
-        planned = plan_cluster(graph, fleet, {}, "adam", lambda g, f=fleet: fuse_for(g, f))
+        planned = plan_cluster(graph, fleet, LayoutSpec(), "adam", lambda g, f=fleet: fuse_for(g, f))
         even = plan_even_split(graph, fleet, "adam", lambda g, f=fleet: fuse_for(g, f))
         assert planned.best.fits and even is not None
         assert planned.best.step <= even.best.step * (1 + 1e-9) or not even.best.fits
@@ -526,7 +529,7 @@ def test_a_fleet_may_leave_a_slow_kind_idle():
 
     graph = load_graph(ModelFile(GPT, params=(("LAYERS", 8), ("BATCH", 64))))
     fleet = with_nodes(load_platform("fleet-h100-a100-v100"), {"h100": 1, "a100": 1, "v100": 1})
-    planned = plan_cluster(graph, fleet, {}, "adam", lambda g: fuse_for(g, fleet))
+    planned = plan_cluster(graph, fleet, LayoutSpec(), "adam", lambda g: fuse_for(g, fleet))
     labels = {k for k, _, _ in planned.others}
     assert {"h100+a100", "h100+v100", "a100+v100"} & (labels | {"+".join(planned.kinds_used)})
     best_other = min(step for _, step, fits in planned.others if fits)
@@ -544,7 +547,7 @@ def test_the_plan_space_bound_is_a_bound_and_certifies_the_choice(tmp_path):
 
     graph = load_graph(ModelFile(GPT, params=(("LAYERS", 8), ("BATCH", 64))))
     plat = with_nodes(load_platform("selene"), 2)
-    choice = plan_cluster(graph, plat, {}, "adam", lambda g: fuse_for(g, plat))
+    choice = plan_cluster(graph, plat, LayoutSpec(), "adam", lambda g: fuse_for(g, plat))
     assert choice.ranked and choice.bound is not None
     for est in choice.ranked:
         assert lower_bound(est) <= refine(est).step * (1 + 1e-9)
@@ -552,7 +555,7 @@ def test_the_plan_space_bound_is_a_bound_and_certifies_the_choice(tmp_path):
     doc = choice.to_json()
     assert doc["proven"] == choice.proven and doc["bound"] == choice.bound
     fleet = with_nodes(load_platform("fleet-a100-v100"), {"a100": 1, "v100": 1})
-    mixed = plan_cluster(graph, fleet, {}, "adam", lambda g: fuse_for(g, fleet))
+    mixed = plan_cluster(graph, fleet, LayoutSpec(), "adam", lambda g: fuse_for(g, fleet))
     assert mixed.bound is not None and mixed.bound <= mixed.best.step * (1 + 1e-9)
     assert any("proven the fastest" in n or "not proven" in n for n in mixed.notes())
 

@@ -16,7 +16,7 @@ from mapper.costing.precision import ELEMENT_BYTES, gemm_bytes, with_precision
 from mapper.errors import OptionsError
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
-from mapper.parallel.layout import parse_layout
+from mapper.parallel.layout import LayoutSpec, parse_layout
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
@@ -70,7 +70,7 @@ def test_13b_at_2048_tokens_fits_with_flash_attention():
     g = load_graph(ModelFile("examples/llama.tg", params=params))
     plat = with_nodes(load_platform("selene"), 8)
     lay = {"tensor": 1, "pipeline": 4, "micro_batch": 1, "recompute": "none", "zero": 1, "interleave": 1}
-    est = plan_cluster(g, plat, lay, "adam", lambda x: fuse_for(x, plat), precision="bf16").best
+    est = plan_cluster(g, plat, LayoutSpec(**lay), "adam", lambda x: fuse_for(x, plat), precision="bf16").best
     assert est.fits
     assert est.memory["activations"] < 16 * 2**30
 
@@ -90,7 +90,7 @@ def test_f32_weights_keep_no_master_copy():
 
 
 def test_grad_key_parses_and_rejects():
-    assert parse_layout("tensor=2,grad=bf16") == {"tensor": 2, "grad": "bf16"}
+    assert parse_layout("tensor=2,grad=bf16") == LayoutSpec(tensor=2, grad="bf16")
     with pytest.raises(OptionsError):
         parse_layout("grad=fp16")
 
@@ -219,7 +219,7 @@ def test_the_cluster_planner_prices_fp8_blocks_at_the_fp8_rate():
     steps = {}
     for fmt in ("bf16", "fp8"):
         g = with_precision(_llama(layers=16, batch=256), fmt)
-        ch = plan_cluster(g, plat, {"tensor": 1, "pipeline": 1, "micro_batch": 1, "zero": 1, "recompute": "none"},
+        ch = plan_cluster(g, plat, LayoutSpec(tensor=1, pipeline=1, micro_batch=1, zero=1, recompute="none"),
                           "adam", lambda x: fuse_for(x, plat), precision=fmt)
         steps[fmt] = ch.best.step
         assert ch.to_json()["plan"]["precision"] == fmt

@@ -12,12 +12,15 @@ import importlib
 import os
 import signal
 import sys
+import textwrap
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from mapper import __version__
 from mapper.core.files import recording
+from mapper.core.progress import Progress, StatusLine
 from mapper.core.terminal import EscapingStream
 from mapper.costing.fusion import FUSE_MODES
 from mapper.errors import InputWarning, MapperError, format_error
@@ -26,8 +29,26 @@ from mapper.errors import InputWarning, MapperError, format_error
 COMMANDS: tuple[str, ...] = ("compile", "mappers", "cost", "platforms", "check", "run", "calibrate", "import_", "serve")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped between words only (never inside ``--input-shape`` or
+    ``micro-batch``), and text with line breaks of its own (the examples) kept as written."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text.strip():
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False, break_long_words=False)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad options as ``error:`` with exit code 2."""
+    """argparse that reports bad options as ``error:`` with exit code 2, with :class:`HelpFormatter`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # pragma: no cover - argparse path
         self.print_usage(sys.stderr)
@@ -35,26 +56,57 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_fuse_option(p: argparse.ArgumentParser) -> None:
+#: Option groups, in the order ``--help`` lists them: key -> (title, description).
+GROUPS = {
+    "input": ("input", "the program, and the sizes and params it is read with"),
+    "platform": ("platform", None),
+    "mapping": ("mapping", "how tasks are placed on devices and what is minimised"),
+    "limits": ("limits", "what the schedule must respect, and how long a search may take"),
+    "parallel": ("parallel and training", None),
+    "training": ("training", None),
+    "inference": ("inference", "price a generation request instead of one pass (docs/inference.md)"),
+    "execution": ("execution", "how the kernels run"),
+    "reports": ("reports", "what is printed and which files are written (never over an input)"),
+}
+
+
+def add_groups(p: argparse.ArgumentParser, *keys: str) -> dict[str, Any]:
+    """Argument groups of ``p`` for ``keys`` (:data:`GROUPS`), created in that order."""
+    return {k: p.add_argument_group(*GROUPS[k]) for k in keys}
+
+
+def add_file_argument(p: Any, model: bool = True) -> None:
+    """The program positional: a DSL file, or (``model``) an ONNX model too."""
+    p.add_argument("file", metavar="FILE",
+                   help="a task-graph DSL program (.tg)" + (", or an ONNX model (.onnx; sized with --dim, "
+                                                           "--input-shape, --input-value)" if model else ""))
+
+
+def add_fuse_option(p: Any) -> None:
     """``--fuse auto|none``, as ``compile``, ``run`` and ``cost`` take it (mapper.costing.fusion)."""
     p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
                    help="fuse ops into one kernel on devices that fuse (GPUs by default): conv+batchnorm+relu, "
                         "GEMM+bias+activation, elementwise chains (default auto; none: as written)")
 
 
-def add_parallel_option(p: argparse.ArgumentParser) -> None:
+#: ``--parallel``'s help: a mode or a layout, told apart by '='.
+PARALLEL_HELP = (
+    "how to split the work over several devices; a MODE when the text has no '=', a LAYOUT when it has. "
+    "MODE: none (default: the graph as written), data (split the batch), tensor (Megatron-style GEMM pairs, "
+    "attention heads, conv channels), pipeline (stages and micro-batches) or auto (the fastest plan that fits "
+    "in memory). LAYOUT: KEY=VALUE items joined by commas, keys tensor=T, pipeline=P, data=D, micro_batch=B, "
+    "interleave=V, recompute=none|selective|full, zero=0|1|2|3, sequence=on|off, grad=fp32|bf16 (the "
+    "gradient buffer's format); keys left out are chosen. "
+    "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
+
+
+def add_parallel_option(p: Any, help: str = PARALLEL_HELP) -> None:
     """``--parallel``, as ``compile`` and ``run`` take it (mapper.parallel)."""
-    p.add_argument("--parallel", default="none", metavar="MODE|LAYOUT",
-                   help="split ops across devices: data (the batch), tensor (Megatron-style GEMM pairs, "
-                        "attention heads, conv channels), pipeline (stages and micro-batches), or auto (the best "
-                        "plan that fits in memory); on a cluster platform, or given as a layout "
-                        "tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V][,recompute=none|selective|full]"
-                        "[,zero=0..3][,sequence=on|off] (keys left out are chosen), the cluster planner lays out a "
-                        "training step; default none: the graph as written")
+    p.add_argument("--parallel", default="none", metavar="MODE|LAYOUT", help=help)
 
 
-def add_platform_options(p: argparse.ArgumentParser) -> None:
-    """``--platform`` and ``--nodes``, as ``compile``, ``cost`` and ``run`` take them."""
+def add_platform_options(p: Any) -> None:
+    """``--platform``, ``--nodes`` and ``--without``, as ``compile``, ``cost`` and ``run`` take them."""
     p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a TOML path")
     p.add_argument("--nodes", default=None, metavar="N|KIND=N,...",
                    help="a cluster platform: the number of nodes; a fleet: each kind's (0 leaves a kind out; "
@@ -62,6 +114,14 @@ def add_platform_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--without", default=None, metavar="KIND|KIND=N|N,...",
                    help="a cluster platform: leave out a node kind, or N nodes (of a kind); with --parallel, "
                         "compile re-plans on what is left and says what changed")
+
+
+def status_line(args: argparse.Namespace, describe: Callable[[Progress], str] | None = None) -> StatusLine | None:
+    """The status line a command shows its searches on (:mod:`mapper.core.progress`); None with ``-q``.
+    With ``--verbose`` and stderr not a terminal, it prints a line per search phase instead."""
+    if getattr(args, "quiet", False):
+        return None
+    return StatusLine(sys.stderr, describe or (lambda report: ""), lines=getattr(args, "verbose", False))
 
 
 def platform_arg(args: argparse.Namespace) -> Any:
@@ -83,7 +143,7 @@ def reduced_platform(args: argparse.Namespace) -> tuple[Any, Any]:
     return full, (without(full, args.without) if args.without is not None else full)
 
 
-def add_train_options(p: argparse.ArgumentParser) -> None:
+def add_train_options(p: Any) -> None:
     """``--train`` and ``--optimizer``, as ``compile`` and ``cost`` take them (mapper.costing.training)."""
     p.add_argument("--train", action="store_true",
                    help="map a training step: backward tasks per op, optimizer updates, activations kept "
@@ -109,7 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mapper",
         description="Map task graphs onto heterogeneous CPU/GPU/FPGA platforms.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mapper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

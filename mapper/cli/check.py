@@ -11,6 +11,7 @@ import json
 import sys
 from collections import Counter
 
+from mapper.cli import add_file_argument, add_groups
 from mapper.cli.model_options import add_model_options, source
 from mapper.core.graph import TaskGraph
 from mapper.core.units import fmt_bytes
@@ -20,16 +21,17 @@ from mapper.frontend.load import load_graph
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("check", help="parse and lower a DSL file; print a summary",
-                              description="Parse and lower a DSL file and print tasks, edges, "
-                                          "total FLOPs and bytes, the op histogram and the "
+    p = subparsers.add_parser("check", help="parse and lower a program; print a summary",
+                              description="Parse and lower a DSL program (or import an ONNX model) and "
+                                          "print tasks, edges, total FLOPs and bytes, the op histogram and the "
                                           "critical path by FLOPs.")
-    p.add_argument("file", metavar="FILE", help="the DSL program (.tg)")
-    add_model_options(p)
-    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
+    g = add_groups(p, "input", "reports")
+    add_file_argument(g["input"])
+    add_model_options(g["input"])
+    g["reports"].add_argument("--fuse", choices=FUSE_MODES, default="auto",
                    help="list the fused kernels a device that fuses (GPUs by default) runs (default auto; "
                         "none: no list)")
-    out = p.add_mutually_exclusive_group()
+    out = g["reports"].add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the summary as JSON")
     out.add_argument("--dump", action="store_true",
                      help="print the lowered graph, one line per input, task, edge and output")

@@ -11,14 +11,18 @@ import argparse
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from mapper.cli import (
+    add_file_argument,
     add_fuse_option,
+    add_groups,
     add_parallel_option,
     add_platform_options,
     add_train_options,
     reduced_platform,
+    status_line,
     train_option,
 )
 from mapper.cli.model_options import add_model_options, source
@@ -27,6 +31,7 @@ from mapper.core.units import fmt_objective, fmt_pct, fmt_time
 from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import OptionsError
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
+from mapper.options import CompileOptions
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
 from mapper.platform.schema import THROUGHPUT_MODELS
 
@@ -46,62 +51,64 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Parse FILE, build the cost table for the platform, map tasks to devices, "
         "validate the schedule and report it.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", metavar="FILE", help="a task-graph DSL file (.tg)")
-    add_model_options(p)
-    add_platform_options(p)
-    p.add_argument("--mapper", default=DEFAULT_MAPPER,
+    g = add_groups(p, "input", "platform", "mapping", "limits", "parallel", "inference", "reports")
+    add_file_argument(g["input"])
+    add_model_options(g["input"])
+    add_platform_options(g["platform"])
+    m = g["mapping"]
+    m.add_argument("--mapper", default=DEFAULT_MAPPER,
                    help=f"mapping algorithm (default: {DEFAULT_MAPPER}; see `mapper mappers`)")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
-                   help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
-    p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
-    p.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
+    m.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
+    m.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
                    help="with --objective throughput: how a period is priced (default: the platform's "
                         "throughput_model, else device-load; docs/guide.md)")
-    p.add_argument("--micro-batches", type=int, metavar="M",
+    m.add_argument("--micro-batches", type=int, metavar="M",
                    help="with the 1f1b throughput model: micro-batches per iteration (default: the platform's "
                         "micro_batches, else 8)")
-    p.add_argument("--contiguous", action="store_true",
+    m.add_argument("--contiguous", action="store_true",
                    help="with the max-load throughput model: each device's forward tasks form a contiguous set")
-    p.add_argument("--makespan-bound", type=float, metavar="S",
-                   help="with --objective energy: the schedule must finish within S seconds")
-    p.add_argument("--seed", type=int, default=0, help="seed for randomised mappers (default 0)")
-    p.add_argument("--compare", metavar="M1,M2", default="",
+    m.add_argument("--seed", type=int, default=0, help="seed for randomised mappers (default 0)")
+    m.add_argument("--compare", metavar="M1,M2", default="",
                    help="also run these mappers and compare them in the reports")
-    for name, text in (
-        ("contention", "serialise transfers that share a link"),
-        ("streaming", "pipeline chains of streamable tasks on an FPGA"),
-        ("memory", "enforce each device's memory capacity"),
-        ("area", "enforce each FPGA's area"),
-    ):
-        p.add_argument(f"--{name}", action="store_true", help=text)
-    add_fuse_option(p)
-    add_train_options(p)
-    add_parallel_option(p)
-    p.add_argument("--inference", metavar="prefill=S_IN[,decode=S_OUT][,batch=B|auto]",
-                   help="price a generation request of a model with params SEQ, BATCH and CACHE: the prefill, "
-                        "then S_OUT decode steps against a growing KV cache; --parallel chooses the serving "
-                        "layout; batch=auto the batch of most tokens/s that fits and meets the bounds "
-                        "(docs/inference.md)")
-    p.add_argument("--runtime", choices=("graph", "eager"), default="graph",
-                   help="with --inference: graph (CUDA graphs, TensorRT, C++ runtimes: launches only; default) or "
-                        "eager (PyTorch eager: a CPU dispatch per framework op)")
-    p.add_argument("--max-tpot", type=float, metavar="S",
-                   help="with --inference: seconds per output token at most; the layout of most tokens/s meets it")
-    p.add_argument("--max-ttft", type=float, metavar="S",
-                   help="with --inference: seconds to the first token at most")
-    p.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
-    p.add_argument("--timings", action="store_true",
+    m.add_argument("--contention", action="store_true", help="serialise transfers that share a link")
+    m.add_argument("--streaming", action="store_true", help="pipeline chains of streamable tasks on an FPGA")
+    add_fuse_option(m)
+    lim = g["limits"]
+    lim.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+                     help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
+    lim.add_argument("--makespan-bound", type=float, metavar="S",
+                     help="with --objective energy: the schedule must finish within S seconds")
+    lim.add_argument("--memory", action="store_true", help="enforce each device's memory capacity")
+    lim.add_argument("--area", action="store_true", help="enforce each FPGA's area")
+    add_train_options(g["parallel"])
+    add_parallel_option(g["parallel"])
+    inf = g["inference"]
+    inf.add_argument("--inference", metavar="prefill=S_IN[,decode=S_OUT][,batch=B|auto]",
+                     help="price a generation request of a model with params SEQ, BATCH and CACHE: the prefill, "
+                          "then S_OUT decode steps against a growing KV cache; --parallel chooses the serving "
+                          "layout; batch=auto the batch of most tokens/s that fits and meets the bounds")
+    inf.add_argument("--runtime", choices=("graph", "eager"), default="graph",
+                     help="with --inference: graph (CUDA graphs, TensorRT, C++ runtimes: launches only; default) "
+                          "or eager (PyTorch eager: a CPU dispatch per framework op)")
+    inf.add_argument("--max-tpot", type=float, metavar="S",
+                     help="with --inference: seconds per output token at most; the layout of most tokens/s "
+                          "meets it")
+    inf.add_argument("--max-ttft", type=float, metavar="S",
+                     help="with --inference: seconds to the first token at most")
+    r = g["reports"]
+    r.add_argument("--json", metavar="OUT", help="write the schedule as JSON (the contract)")
+    r.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
+    r.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace")
+    r.add_argument("--dot", metavar="OUT", help="write the task graph as Graphviz DOT")
+    r.add_argument("--png", metavar="OUT", help="write a Gantt chart PNG (needs mapper[plot])")
+    r.add_argument("--timings", action="store_true",
                    help="add solve times to the JSON and HTML reports (which then differ from run to run)")
-    p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
-    p.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace")
-    p.add_argument("--dot", metavar="OUT", help="write the task graph as Graphviz DOT")
-    p.add_argument("--png", metavar="OUT", help="write a Gantt chart PNG (needs mapper[plot])")
-    p.add_argument("--dump-after", choices=STAGES, metavar="STAGE",
+    r.add_argument("--dump-after", choices=STAGES, metavar="STAGE",
                    help=f"print the product of a stage and stop ({', '.join(STAGES)})")
-    loud = p.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    loud = r.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      help="print nothing but errors (no status line while searching)")
     loud.add_argument("-v", "--verbose", action="store_true", help="also print the schedule and stage times")
     p.set_defaults(func=run)
 
@@ -116,39 +123,22 @@ def _stage_printer(stream):
     return show
 
 
-#: Seconds between progress lines when the output is not a terminal (``--verbose``).
-PROGRESS_EVERY = 2.0
-#: Width of the live progress line on a terminal.
-LINE = 78
+def describer(objective: str):
+    """How the status line shows a search's figures: the best value found, the bound, the gap
+    (:mod:`mapper.core.progress`)."""
 
-
-def _progress_printer(stream, verbose: bool, time_limit: float, objective: str):
-    """A MapOptions.progress callback: one live line on a terminal; with ``verbose``
-    and no terminal (a pipe, a log file), a line on each new phase and at most every
-    :data:`PROGRESS_EVERY` seconds. None when there is nothing to print."""
-    live = stream.isatty()
-    if not (live or verbose):
-        return None
-    last_phase: str | None = None
-    last_at = -1e9
-
-    def show(p: Progress) -> None:
-        nonlocal last_phase, last_at
-        limit = "" if p.phase.startswith("cluster") else f" of {time_limit:g} s"  # a search with no time limit
-        text = f"{p.phase or 'mapping'}: {p.elapsed:.1f} s{limit}"
-        text += f", best {fmt_objective(p.incumbent, objective)}"
+    def describe(p: Progress) -> str:
+        parts = []
+        if p.incumbent is not None:
+            parts.append(f"best {fmt_objective(p.incumbent, objective)}")
         if p.bound is not None:
-            text += f", bound {fmt_objective(p.bound, objective)}"
+            gap = ""
             if p.incumbent and p.incumbent > 0:
-                text += f" (gap {fmt_pct(max(0.0, (p.incumbent - p.bound) / p.incumbent))})"
-        if live:
-            stream.write("\r  " + text[: LINE - 2].ljust(LINE - 2))
-        elif p.phase != last_phase or p.elapsed - last_at >= PROGRESS_EVERY:
-            stream.write(text + "\n")
-            last_phase, last_at = p.phase, p.elapsed
-        stream.flush()
+                gap = f" (gap {fmt_pct(max(0.0, (p.incumbent - p.bound) / p.incumbent))})"
+            parts.append(f"bound {fmt_objective(p.bound, objective)}{gap}")
+        return ", ".join(parts)
 
-    return show
+    return describe
 
 
 class Interrupt:
@@ -221,10 +211,9 @@ def run(args: argparse.Namespace) -> int:
                             ("--max-ttft", args.max_ttft is not None)):
             if given:
                 raise OptionsError(f"{flag} applies only with --inference", obj=flag)
-    compare = tuple(m.strip() for m in args.compare.split(",") if m.strip())
-    progress = None if args.quiet else _progress_printer(sys.stderr, args.verbose, args.time_limit, args.objective)
+    status = status_line(args, describer(args.objective))
     interrupt = Interrupt()
-    options = MapOptions(
+    mapping = MapOptions(
         objective=args.objective,
         time_limit=args.time_limit,
         seed=args.seed,
@@ -233,27 +222,22 @@ def run(args: argparse.Namespace) -> int:
         ),
         makespan_bound=args.makespan_bound,
         contiguous=args.contiguous,
-        progress=progress,
+        progress=status,
         stop=interrupt,
     )
+    options = CompileOptions(mapper=args.mapper, mapping=mapping, compare=args.compare, fuse=args.fuse,
+                             throughput_model=args.throughput_model, micro_batches=args.micro_batches,
+                             train=train_option(args), parallel=args.parallel, precision=args.precision,
+                             serving=serving)
     t0 = time.perf_counter()
     full, reduced = reduced_platform(args)
     try:
-        with interrupt:
-            compiled = compile_graph(
-                source(args), reduced, mapper=args.mapper, options=options,
-                compare=compare, dump_after=args.dump_after, fuse=args.fuse,
-                throughput_model=args.throughput_model, train=train_option(args),
-                micro_batches=args.micro_batches, parallel=args.parallel, serving=serving,
-                precision=args.precision,
-                on_stage=_stage_printer(sys.stderr) if args.verbose else None,
-            )
+        with interrupt, status or nullcontext():
+            compiled = compile_graph(source(args), reduced, options, dump_after=args.dump_after,
+                                     on_stage=_stage_printer(sys.stderr) if args.verbose else None)
     except StoppedAfter as stop:
         sys.stdout.write(_dump(stop.stage, stop.product))
         return 0
-    finally:
-        if progress is not None and sys.stderr.isatty():
-            sys.stderr.write("\r" + " " * LINE + "\r")
     if args.without is not None and compiled.parallel is not None and hasattr(compiled.parallel, "kind"):
         compiled = _replanned(args, compiled, full)
     result = compiled.result
@@ -277,14 +261,13 @@ def _replanned(args: argparse.Namespace, compiled, full):
     the whole platform beside the one on what is left (:mod:`mapper.cluster`)."""
     from dataclasses import replace
 
-    from mapper.cluster.driver import MODES
     from mapper.cluster.search import plan_cluster
     from mapper.costing.fusion import fuse_for
     from mapper.frontend.load import load_graph
-    from mapper.parallel.layout import is_layout, parse_layout
+    from mapper.parallel.layout import requested
 
     graph = load_graph(source(args))
-    given = parse_layout(args.parallel) if is_layout(args.parallel) else dict(MODES[args.parallel])
+    given = requested(args.parallel)
 
     def prepare(g):
         return fuse_for(g, full) if args.fuse == "auto" else g

@@ -11,7 +11,15 @@ import json
 import math
 import sys
 
-from mapper.cli import add_fuse_option, add_platform_options, add_train_options, platform_arg, train_option
+from mapper.cli import (
+    add_file_argument,
+    add_fuse_option,
+    add_groups,
+    add_platform_options,
+    add_train_options,
+    platform_arg,
+    train_option,
+)
 from mapper.cli.model_options import add_model_options, source
 from mapper.core.units import fmt_bytes, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
@@ -36,13 +44,14 @@ def register(subparsers) -> None:
                     "S serial, E explicit, - infeasible), why entries are infeasible, and what "
                     "each edge costs between devices.",
     )
-    p.add_argument("file", metavar="FILE", help="a task-graph program (.tg)")
-    add_model_options(p)
-    add_platform_options(p)
-    add_fuse_option(p)
-    add_train_options(p)
-    p.add_argument("--json", action="store_true", help="print the cost table as JSON")
-    p.add_argument("--all", action="store_true", help=f"print every row (default: the first {ROW_LIMIT})")
+    g = add_groups(p, "input", "platform", "mapping", "training", "reports")
+    add_file_argument(g["input"])
+    add_model_options(g["input"])
+    add_platform_options(g["platform"])
+    add_fuse_option(g["mapping"])
+    add_train_options(g["training"])
+    g["reports"].add_argument("--json", action="store_true", help="print the cost table as JSON")
+    g["reports"].add_argument("--all", action="store_true", help=f"print every row (default: the first {ROW_LIMIT})")
     p.set_defaults(func=run)
 
 

@@ -13,6 +13,7 @@ connected processors as a platform file (``--platform-out``).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -28,32 +29,60 @@ from mapper.platform.loader import parse_platform
 FORMATS = ("wfcommons", "onnx", "dnn-partitioning", "dot", "gxl")
 
 
+#: Each format: (what it reads, what it writes, what FILE is, the options it takes beyond -o).
+_FORMATS = {
+    "wfcommons": ("a WfCommons WfFormat instance (JSON, schema 1.4 to 1.6)",
+                  "kernel-less tasks with work and edges with bytes", "a WfFormat JSON file", ("reference",)),
+    "onnx": ("an ONNX model", "op calls (docs/importers.md)", "an ONNX model (.onnx)", ("model",)),
+    "dnn-partitioning": ("an instance of Tarnawski et al.'s dnn-partitioning (NeurIPS 2020)",
+                         "explicit-cost tasks, and its devices into a platform file", "a dnn-partitioning JSON file",
+                         ("platform-out",)),
+    "dot": ("a weighted task graph in DOT (as the benchmarks of optimal scheduling with communication delays "
+            "write it)", "explicit-cost tasks, and N identical processors into a platform file", "a DOT file",
+            ("procs",)),
+    "gxl": ("a weighted task graph in GXL (as the benchmarks of optimal scheduling with communication delays "
+            "write it)", "explicit-cost tasks, and N identical processors into a platform file", "a GXL file",
+            ("procs",)),
+}
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("import", help="convert another tool's workflow or model file to the DSL",
-                              description="Convert a WfCommons WfFormat instance (JSON) into a DSL program of "
-                                          "kernel-less tasks with work and edges with bytes, or an ONNX model "
-                                          "into a DSL program of op calls, or a dnn-partitioning instance "
-                                          "(Tarnawski et al., NeurIPS 2020) into explicit-cost tasks and a "
-                                          "platform, or a weighted task graph (DOT or GXL, as the benchmarks of "
-                                          "optimal scheduling with communication delays write them) into "
-                                          "explicit-cost tasks and N identical processors.")
-    p.add_argument("format", choices=FORMATS, help="the input format")
-    p.add_argument("file", metavar="FILE",
-                   help="the input file (WfFormat JSON, an .onnx model, dnn-partitioning JSON, DOT or GXL)")
-    add_model_options(p, params=False)
-    p.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
-    p.add_argument("--platform-out", metavar="OUT.toml",
-                   help="dnn-partitioning: write the instance's devices here as a platform file; dot, gxl: "
-                        "write --procs identical processors here")
-    p.add_argument("--procs", type=int, default=None, metavar="N",
-                   help="dot, gxl: the number of identical, fully connected processors of --platform-out")
+                              description="Convert another tool's file into a DSL program. "
+                                          "`mapper import FORMAT --help` lists the options of one format.")
+    sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True, parser_class=type(p))
+    for name, (source, into, what, extra) in _FORMATS.items():
+        _register_format(sub, name, f"{source} into {into}", what, extra)
+
+
+def _register_format(sub, name: str, text: str, what: str, extra: tuple[str, ...]) -> None:
+    """``mapper import NAME``: its own options shown, the others' hidden (refused with a message when given)."""
+    f = sub.add_parser(name, help=text, description=f"Convert {text}.")
+    f.add_argument("file", metavar="FILE", help=f"the input file: {what}")
+    f.add_argument("-o", "--output", metavar="OUT", help="write the DSL here (default: stdout)")
+
+    def shown(key: str, help: str) -> str:
+        return help if key in extra else argparse.SUPPRESS
+
+    if "model" in extra:
+        add_model_options(f, params=False)
+    else:
+        for flag in ("--dim", "--input-shape", "--input-value"):
+            f.add_argument(flag, action="append", default=[], help=argparse.SUPPRESS)
+    f.add_argument("--platform-out", metavar="OUT.toml",
+                   help=shown("platform-out", "write the instance's devices here as a platform file")
+                   if name == "dnn-partitioning" else shown("procs", "write --procs identical processors here "
+                                                                      "as a platform file"))
+    f.add_argument("--procs", type=int, default=None, metavar="N",
+                   help=shown("procs", "the number of identical, fully connected processors of --platform-out"))
     ref = ReferenceMachine()
-    p.add_argument("--gflops-per-core", type=float, default=ref.gflops_per_core, metavar="R",
-                   help=f"reference core rate in GFLOP/s (default {ref.gflops_per_core})")
-    p.add_argument("--parallel", type=float, default=ref.default_parallel, metavar="P",
-                   help="parallel fraction where the record does not give one "
-                        f"(default {ref.default_parallel})")
-    p.set_defaults(func=run)
+    f.add_argument("--gflops-per-core", type=float, default=None, metavar="R",
+                   help=shown("reference", f"reference core rate in GFLOP/s (default {ref.gflops_per_core})"))
+    f.add_argument("--parallel", type=float, default=None, metavar="P",
+                   help=shown("reference", "the parallel fraction p of a task's runtime (Amdahl's law) where "
+                                           "the record does not give one "
+                                           f"(default {ref.default_parallel})"))
+    f.set_defaults(func=run)
 
 
 def _outputs(args) -> dict[str, str | None]:
@@ -69,13 +98,20 @@ def run(args) -> int:
         return _run_weighted(args)
     if args.procs is not None:
         raise OptionsError("--procs applies to dot and gxl imports only", obj="--procs")
+    if args.format != "wfcommons":
+        for flag, value in (("--gflops-per-core", args.gflops_per_core), ("--parallel", args.parallel)):
+            if value is not None:
+                raise OptionsError(f"{flag} applies to wfcommons imports only", obj=flag)
     if args.format == "onnx":
         return _run_onnx(args)
     if args.format == "dnn-partitioning":
         return _run_dnn_partitioning(args)
     _no_model_options(args)
+    default = ReferenceMachine()
     try:
-        ref = ReferenceMachine(gflops_per_core=args.gflops_per_core, default_parallel=args.parallel)
+        ref = ReferenceMachine(
+            gflops_per_core=default.gflops_per_core if args.gflops_per_core is None else args.gflops_per_core,
+            default_parallel=default.default_parallel if args.parallel is None else args.parallel)
     except InputError as err:
         option = {"default_parallel": "--parallel", "gflops_per_core": "--gflops-per-core"}.get(err.obj or "", err.obj)
         raise OptionsError(err.message, obj=option) from None

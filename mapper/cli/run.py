@@ -10,10 +10,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
-from mapper.cli import add_fuse_option, add_parallel_option, add_platform_options, platform_arg
+from mapper.cli import (
+    add_file_argument,
+    add_fuse_option,
+    add_groups,
+    add_parallel_option,
+    add_platform_options,
+    platform_arg,
+    status_line,
+)
 from mapper.cli.model_options import add_model_options, source
+from mapper.core.progress import Progress
 from mapper.errors import OptionsError
 from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT
 
@@ -26,40 +37,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(accelerator tasks run on the CPU for their values and keep their modelled time), "
         "and report predicted against measured-or-modelled times.",
     )
-    p.add_argument("file", metavar="FILE", help="a task-graph DSL file")
-    add_model_options(p)
-    add_platform_options(p)
-    p.add_argument("--mapper", default=DEFAULT_MAPPER, help=f"mapping algorithm (default: {DEFAULT_MAPPER})")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+    g = add_groups(p, "input", "platform", "mapping", "execution", "reports")
+    add_file_argument(g["input"])
+    add_model_options(g["input"])
+    add_platform_options(g["platform"])
+    m = g["mapping"]
+    m.add_argument("--mapper", default=DEFAULT_MAPPER, help=f"mapping algorithm (default: {DEFAULT_MAPPER})")
+    m.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
                    help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
-    p.add_argument("--repeats", type=int, default=5, help="timed passes over the schedule after a warm-up pass; "
+    add_fuse_option(m)
+    add_parallel_option(m, help="split ops across devices, a MODE: data (the batch), tensor (Megatron-style GEMM "
+                                "pairs, attention heads, conv channels), pipeline (stages and micro-batches) or "
+                                "auto (the best plan that fits in memory); default none: the graph as written. "
+                                "Layouts (text with '=') and cluster platforms are plans of a training step, "
+                                "which `mapper compile --train` shows")
+    x = g["execution"]
+    x.add_argument("--repeats", type=int, default=5, help="timed passes over the schedule after a warm-up pass; "
                                                           "per task the median (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the input and weight tensors (default 0)")
-    p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="kernels to run (default numba)")
-    p.add_argument("--no-check", action="store_true", help="skip comparing outputs with the NumPy reference")
-    p.add_argument("--workers", type=int, default=None, help="at most this many threads (default: one per device)")
-    p.add_argument("--top", type=int, default=25, help="table rows: the longest tasks (0: all; default 25)")
-    add_fuse_option(p)
-    add_parallel_option(p)
-    p.add_argument("--engine", choices=("local", "dask"), default="local",
+    x.add_argument("--seed", type=int, default=0, help="seed of the input and weight tensors (default 0)")
+    x.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="kernels to run (default numba)")
+    x.add_argument("--no-check", action="store_true", help="skip comparing outputs with the NumPy reference")
+    x.add_argument("--workers", type=int, default=None, help="at most this many threads (default: one per device)")
+    x.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: one thread lane per device in this process (default); dask: Dask distributed, one "
                         "worker per device (needs mapper[dask])")
-    p.add_argument("--scheduler", metavar="ADDRESS",
+    x.add_argument("--scheduler", metavar="ADDRESS",
                    help="with --engine dask: the scheduler of an existing cluster (tcp://HOST:PORT); a worker "
                         "serves device D when its name is D or it offers the resource D=1 (default: start a "
                         "cluster on 127.0.0.1)")
-    p.add_argument("--retries", type=int, default=0, metavar="N",
+    x.add_argument("--retries", type=int, default=0, metavar="N",
                    help="with --engine dask: survive up to N worker losses, waiting for a worker of the same "
                         "device to come back (default 0: a lost worker ends the run)")
-    p.add_argument("--json", metavar="OUT", help="write the trace as JSON")
-    p.add_argument("--html", metavar="OUT", help="write an HTML report with the run")
-    p.add_argument("--trace", metavar="OUT", help="write a Chrome trace with the run")
-    p.add_argument("--calibrate", action="store_true",
+    x.add_argument("--calibrate", action="store_true",
                    help="calibrate this CPU during the run, a timed pass after each calibration round and probe "
                    "pass, and predict the CPU tasks with that calibration (numba backend)")
-    p.add_argument("--calibration-out", metavar="FILE", help="with --calibrate: write the calibration's platform file")
-    p.add_argument("--quick-calibration", action="store_true",
+    x.add_argument("--quick-calibration", action="store_true",
                    help="with --calibrate: the quick calibration (small sizes, no probes: 5 timed passes)")
+    r = g["reports"]
+    r.add_argument("--top", type=int, default=25, help="table rows: the longest tasks (0: all; default 25)")
+    r.add_argument("--json", metavar="OUT", help="write the trace as JSON")
+    r.add_argument("--html", metavar="OUT", help="write an HTML report with the run")
+    r.add_argument("--trace", metavar="OUT", help="write a Chrome trace with the run")
+    r.add_argument("--calibration-out", metavar="FILE", help="with --calibrate: write the calibration's platform file")
+    r.add_argument("-q", "--quiet", action="store_true", help="no status line on stderr while mapping and running")
     p.set_defaults(func=run)
 
 
@@ -89,9 +109,10 @@ def run(args: argparse.Namespace) -> int:
     from mapper.frontend.load import load_graph
     from mapper.mapping.base import MapOptions
     from mapper.mapping.base import check_options as check_map_options
+    from mapper.options import CompileOptions
     from mapper.pipeline import compile_graph
     from mapper.run.calibrated_run import CalibratedRun, calibrated_run, calibration_settings
-    from mapper.run.execute import check_options, execute, refuse_kernel_less
+    from mapper.run.execute import check_options, refuse_kernel_less
     from mapper.run.trace import format_trace
 
     outputs = {"--json": args.json, "--html": args.html, "--trace": args.trace,
@@ -122,28 +143,24 @@ def run(args: argparse.Namespace) -> int:
         raise OptionsError("a cluster layout is a model of a training step on many GPUs, not a graph this machine "
                            "can run: see it with `mapper compile --train` (run takes --parallel with a mode, on a "
                            "platform that is not a cluster)", obj="--parallel")
-    compiled = compile_graph(
-        graph, platform, mapper=args.mapper, options=map_options, fuse=args.fuse, parallel=args.parallel
-    )
+    status = status_line(args)
+    map_options = replace(map_options, progress=status)
+    with status or nullcontext():
+        compiled = compile_graph(graph, platform, CompileOptions(mapper=args.mapper, mapping=map_options,
+                                                                 fuse=args.fuse, parallel=args.parallel))
+        if status is not None and not args.calibrate:
+            status(Progress(0.0, None, None, f"running the kernels ({args.repeats} timed passes after a warm-up)"))
+        trace = None if args.calibrate else _execute(compiled.result, args)
     result = compiled.result
     extra: CalibratedRun | None = None
-    if args.calibrate:
+    if args.calibrate:  # it prints its own progress lines
         extra = calibrated_run(
             result, calibration_settings(args.quick_calibration), repeats=args.repeats, seed=args.seed,
             check=not args.no_check, max_workers=args.workers,
             log=_calibration_log,
         )
         trace, result = extra.trace, extra.result
-    elif args.engine == "dask":
-        from mapper.run.dask_engine import execute_dask
-
-        trace = execute_dask(compiled.result, seed=args.seed, repeats=args.repeats, check=not args.no_check,
-                             scheduler=args.scheduler, retries=args.retries)
-    else:
-        trace = execute(
-            compiled.result, seed=args.seed, repeats=args.repeats, check=not args.no_check,
-            backend=args.backend, max_workers=args.workers,
-        )
+    assert trace is not None
     table = format_trace(trace, top=args.top)
     if compiled.parallel is not None:
         table = "\n".join((table, *compiled.parallel.notes(), _split_check(graph, compiled, trace, args)))
@@ -175,6 +192,19 @@ def _write_outputs(args: argparse.Namespace, trace: Any, result: Any, extra: Any
         from mapper.run.calibration.writer import platform_toml
 
         atomic_write(args.calibration_out, platform_toml(extra.calibration))
+
+
+def _execute(result: Any, args: argparse.Namespace) -> Any:
+    """The trace of ``result`` run on the engine ``args`` name."""
+    if args.engine == "dask":
+        from mapper.run.dask_engine import execute_dask
+
+        return execute_dask(result, seed=args.seed, repeats=args.repeats, check=not args.no_check,
+                            scheduler=args.scheduler, retries=args.retries)
+    from mapper.run.execute import execute
+
+    return execute(result, seed=args.seed, repeats=args.repeats, check=not args.no_check, backend=args.backend,
+                   max_workers=args.workers)
 
 
 def _split_check(graph: Any, compiled: Any, trace: Any, args: argparse.Namespace) -> str:

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.search import MIXED, ClusterChoice, given_fits, plan_cluster
 from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
-from mapper.parallel.layout import is_layout, parse_layout
+from mapper.parallel.layout import is_layout, requested
 from mapper.platform.devices import Platform
-
-#: What a mode name fixes when the cluster planner runs it.
-MODES = {"auto": {}, "data": {"tensor": 1, "pipeline": 1}, "tensor": {"pipeline": 1, "data": 1},
-         "pipeline": {"tensor": 1, "data": 1}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +34,7 @@ def plan_step(graph: TaskGraph, platform: Platform, parallel: str, train: str | 
     if train is None:
         raise OptionsError("the cluster planner lays out a training step: add --train (and --optimizer)",
                            obj="--parallel")
-    given: dict[str, Any] = parse_layout(parallel) if is_layout(parallel) else dict(MODES[parallel])
-    choice = plan_cluster(graph, platform, given, train, prepare, progress, precision)
+    choice = plan_cluster(graph, platform, requested(parallel), train, prepare, progress, precision)
     lay = choice.best.layout
     fleet = platform.fleet
     if fleet is not None and choice.kind == MIXED:

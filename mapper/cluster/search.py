@@ -30,7 +30,7 @@ from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
-from mapper.parallel.layout import RECOMPUTE, Layout
+from mapper.parallel.layout import FREE, RECOMPUTE, Layout, LayoutSpec
 from mapper.parallel.rewrite import SplitError
 from mapper.platform.cluster import domain_view
 from mapper.platform.devices import Platform
@@ -194,43 +194,42 @@ def _pow2(limit: int) -> list[int]:
     return out
 
 
-def layouts(gpus: int, per_node: int, samples: int, units: int, given: dict[str, Any]) -> list[Layout]:
+def _fixed_or(value: Any, options: list[Any]) -> list[Any]:
+    """``[value]`` when a layout key is given, else every option."""
+    return options if value is None else [value]
+
+
+def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec) -> list[Layout]:
     """The layouts of the plan space that ``given`` allows (module docstring)."""
     out = []
-    for t in ([given["tensor"]] if "tensor" in given else _pow2(min(per_node, gpus))):
+    for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus))):
         if gpus % t:
             continue
-        ps = [given["pipeline"]] if "pipeline" in given else [p for p in range(1, gpus // t + 1)
-                                                               if (gpus // t) % p == 0 and p <= units]
-        for p in ps:
+        for p in _fixed_or(given.pipeline, [p for p in range(1, gpus // t + 1) if (gpus // t) % p == 0 and p <= units]):
             if (gpus // t) % p:
                 continue
             d = gpus // (t * p)
-            if "data" in given and given["data"] != d:
+            if given.data is not None and given.data != d:
                 continue
             if samples % d:
                 continue
-            bs = [given["micro_batch"]] if "micro_batch" in given else _pow2(samples // d)
-            for b in bs:
+            for b in _fixed_or(given.micro_batch, _pow2(samples // d)):
                 if samples % (d * b):
                     continue
                 m = samples // (d * b)
-                vs = [given["interleave"]] if "interleave" in given else [1, 2, 4]
-                for v in vs:
+                for v in _fixed_or(given.interleave, [1, 2, 4]):
                     if v > 1 and (p == 1 or m % p or p * v > units):
                         continue
-                    for rc in [given["recompute"]] if "recompute" in given else RECOMPUTE:
-                        zs = [given["zero"]] if "zero" in given else [0, 1, 2, 3]
-                        for z in zs:
-                            if "zero" not in given and (z and d == 1 or z == 3 and p > 1):
+                    for rc in _fixed_or(given.recompute, list(RECOMPUTE)):
+                        for z in _fixed_or(given.zero, [0, 1, 2, 3]):
+                            if given.zero is None and (z and d == 1 or z == 3 and p > 1):
                                 continue
-                            sps = [given["sequence"]] if "sequence" in given else ([False, True] if t > 1 else [False])
-                            for sp in sps:
+                            for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
                                 out.append(Layout(t, p, d, b, v, rc, z, sp))
     return out
 
 
-def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                  prepare: Callable[[TaskGraph], TaskGraph],
                  progress: Callable[[Progress], None] | None = None, precision: str | None = None) -> ClusterChoice:
     """The best layout of ``graph``'s training step on ``platform`` (module docstring);
@@ -241,8 +240,8 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
     one, the gradient buffer is f32 unless ``given`` says ``grad`` (Megatron-Core's default for
     bf16 and the FP8 recipes, which keep bf16 weights); without, the weights' own 16-bit format
     (Megatron-LM's fp16 training, as SC'21 ran it)."""
-    given = dict(given)
-    grad = given.pop("grad", None) or ("fp32" if precision else "")
+    grad = given.grad or ("fp32" if precision else "")
+    given = replace(given, grad=None)
     choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad)
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
     choice = replace(choice, precision=precision or own, grad=grad or own)
@@ -257,7 +256,7 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: dict[str, Any], op
 FORMAT_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 
 
-def _plan_kinds(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                 prepare: Callable[[TaskGraph], TaskGraph], progress: Callable[[Progress], None] | None,
                 grad: str) -> ClusterChoice:
     """:func:`plan_cluster` with the gradient buffer's format resolved."""
@@ -331,17 +330,17 @@ def plan_even_split(graph: TaskGraph, platform: Platform, optimizer: str,
     blind to the kinds' speeds (the baseline of benchmarks/hetero.py), or None."""
     assert platform.fleet is not None
     setups = [_setup(graph, k.platform, optimizer, prepare) for k in platform.fleet.kinds]
-    return _plan_mixed(graph, platform, {}, optimizer, setups, even=True)
+    return _plan_mixed(graph, platform, FREE, optimizer, setups, even=True)
 
 
-def _plan_mixed(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+def _plan_mixed(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                 setups: list[_Setup], even: bool = False, incumbent: float = math.inf) -> ClusterChoice | None:
     """The best layout that uses every GPU of every kind (:mod:`mapper.cluster.mixed`), from
     each kind's ``setups``, or None when none matches ``given``; ``even``: layers and shares split
     evenly; ``incumbent``: the best step of the plans made so far (mixed layouts that cannot beat
     it keep their bottleneck split)."""
     found = [e for e in _mixed_found(platform, optimizer, setups, even, incumbent=incumbent, given=given)
-             if all(getattr(e.layout, k) == v for k, v in given.items())]
+             if given.allows(e.layout)]
     if not found:
         return None
     fitting = sorted((e for e in found if e.fits), key=lambda e: e.step)
@@ -377,13 +376,13 @@ def mixed_space(graph: TaskGraph, platform: Platform, optimizer: str, prepare: C
 
 def _mixed_found(platform: Platform, optimizer: str, setups: list[_Setup], even: bool,
                  exhaustive: bool = False, incumbent: float = math.inf,
-                 given: dict[str, Any] | None = None) -> list[Estimate]:
+                 given: LayoutSpec = FREE) -> list[Estimate]:
     """The closed-form estimates of :func:`mixed_space` from each kind's ``setups`` (the pipelines
     among them only those matching ``given``)."""
     from mapper.cluster.mixed import KindModel, Splits, mixed_estimates, shared_estimates
 
     def keep(lay: Layout) -> bool:
-        return all(getattr(lay, k) == v for k, v in (given or {}).items())
+        return given.allows(lay)
 
     fleet = platform.fleet
     assert fleet is not None
@@ -431,7 +430,7 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
     return _Setup(model, gpu, per_node, len(gpus_here) * nodes, samples, seq)
 
 
-def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optimizer: str,
+def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
               progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None,
               grad: str = "") -> ClusterChoice:
@@ -446,7 +445,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: dict[str, Any], optim
     cands = layouts(gpus, per_node, samples, len(profile.blocks), given)
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
-                           f"({', '.join(f'{k}={v}' for k, v in given.items()) or 'none'}) and a global batch "
+                           f"({given.text()}) and a global batch "
                            f"of {samples}: {_why_none(gpus, samples, len(profile.blocks), given)}", obj="--parallel")
     scored: list[Estimate] = []
     reasons: list[str] = []
@@ -493,9 +492,9 @@ def _stage_layers(graph: TaskGraph, profile: Profile, est: Estimate) -> tuple[in
     return tuple(out)
 
 
-def _why_none(gpus: int, samples: int, units: int, given: dict[str, Any]) -> str:
+def _why_none(gpus: int, samples: int, units: int, given: LayoutSpec) -> str:
     """Why :func:`layouts` found nothing for the keys ``given``."""
-    t, p, d = given.get("tensor", 1), given.get("pipeline", 1), given.get("data")
+    t, p, d = given.tensor or 1, given.pipeline or 1, given.data
     if gpus % (t * p):
         return f"tensor x pipeline = {t * p} does not divide the {gpus} GPUs"
     if d is not None and t * p * d != gpus:
@@ -505,8 +504,8 @@ def _why_none(gpus: int, samples: int, units: int, given: dict[str, Any]) -> str
     d = d or gpus // (t * p)
     if samples % d:
         return f"the batch of {samples} does not split into {d} data-parallel replicas"
-    if samples % (d * given.get("micro_batch", 1)):
-        return f"a replica's {samples // d} samples do not split into micro-batches of {given['micro_batch']}"
+    if samples % (d * (given.micro_batch or 1)):
+        return f"a replica's {samples // d} samples do not split into micro-batches of {given.micro_batch}"
     return "interleaving needs a pipeline, and a number of micro-batches that is a multiple of its stages"
 
 

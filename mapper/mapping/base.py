@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mapper.core.progress import Progress as Progress  # the searches' reports (re-exported)
 from mapper.costing.cost import CostTable
 from mapper.engine.schedule import Schedule, ScheduleOptions
 from mapper.errors import OptionsError
@@ -16,16 +17,6 @@ OBJECTIVES = ("makespan", "energy", "throughput")
 DEFAULT_MAPPER = "milp"
 DEFAULT_TIME_LIMIT = 10.0
 STATUSES = ("optimal", "feasible", "heuristic")
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """A progress report while a mapper works (for the CLI's live line)."""
-
-    elapsed: float
-    incumbent: float | None
-    bound: float | None
-    phase: str = ""  # what the mapper is doing: "heuristics", "LNS", "exact MILP", "done"
 
 
 @dataclass(frozen=True, slots=True)

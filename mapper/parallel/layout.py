@@ -60,12 +60,62 @@ class Layout:
                 "zero": self.zero, "sequence": self.sequence}
 
 
+@dataclass(frozen=True, slots=True)
+class LayoutSpec:
+    """The keys of a :class:`Layout` that a user fixed (``--parallel`` given as a layout, or a mode:
+    :data:`MODES`); a key left None is chosen by the planner. What the planners
+    (:mod:`mapper.cluster.search`, :mod:`mapper.serving.search`) take. ``grad`` is the gradient
+    buffer's format, a key of the plan rather than of each layout."""
+
+    tensor: int | None = None
+    pipeline: int | None = None
+    data: int | None = None
+    micro_batch: int | None = None
+    interleave: int | None = None
+    recompute: str | None = None
+    zero: int | None = None
+    sequence: bool | None = None
+    grad: str | None = None
+
+    def fixed(self) -> dict[str, Any]:
+        """The keys given, in :data:`KEYS` order, with their values."""
+        return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
+
+    def allows(self, layout: Any) -> bool:
+        """True when ``layout`` (a :class:`Layout`, or anything with its keys) has every key given
+        (``grad``, the plan's, aside)."""
+        return all(getattr(layout, k) == v for k, v in self.fixed().items() if k != "grad")
+
+    def text(self) -> str:
+        """The keys given as ``--parallel`` writes them (``none`` when none is)."""
+        shown = {True: "on", False: "off"}
+        return ", ".join(f"{k}={shown.get(v, v) if k == 'sequence' else v}" for k, v in self.fixed().items()) \
+            or "none"
+
+
+#: No key fixed: the planner chooses every one.
+FREE = LayoutSpec()
+#: What a mode name fixes when a cluster planner runs it.
+MODES = {"auto": FREE, "data": LayoutSpec(tensor=1, pipeline=1), "tensor": LayoutSpec(pipeline=1, data=1),
+         "pipeline": LayoutSpec(tensor=1, data=1)}
+
+
+def requested(text: str) -> LayoutSpec:
+    """The keys ``--parallel`` text fixes: a layout's (:func:`parse_layout`) or a mode's (:data:`MODES`)."""
+    if is_layout(text):
+        return parse_layout(text)
+    if text not in MODES:
+        raise OptionsError(f"--parallel {text!r} is not a mode the cluster planner runs; choose one of "
+                           f"{', '.join(MODES)}, or give a layout", obj="--parallel")
+    return MODES[text]
+
+
 def is_layout(text: str) -> bool:
     """True for ``--parallel`` text that gives layout keys rather than a mode name."""
     return "=" in text
 
 
-def parse_layout(text: str) -> dict[str, Any]:
+def parse_layout(text: str) -> LayoutSpec:
     """The keys ``text`` gives (module docstring); an OptionsError naming --parallel otherwise."""
     given: dict[str, Any] = {}
     for item in text.split(","):
@@ -80,7 +130,7 @@ def parse_layout(text: str) -> dict[str, Any]:
         if key in given:
             raise OptionsError(f"layout key {key!r} is given twice", obj="--parallel")
         given[key] = _value(key, value)
-    return given
+    return LayoutSpec(**given)
 
 
 def _value(key: str, value: str) -> Any:

@@ -33,11 +33,13 @@ perfect scaling) is no better than the best plan found so far.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from mapper.core.graph import TaskGraph
+from mapper.core.progress import Progress, ProgressFn
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_n, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
 from mapper.engine.memory import peak_memory
@@ -272,8 +274,10 @@ def _none_fits(mode: str, graph: TaskGraph, base: CostTable, least: Candidate, t
 
 
 def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Callable[[TaskGraph], TaskGraph],
-                train: str | None, step: Callable[[TaskGraph], TaskGraph]) -> Choice:
-    """The best plan of ``mode`` for ``graph`` on ``platform`` (module docstring)."""
+                train: str | None, step: Callable[[TaskGraph], TaskGraph],
+                progress: ProgressFn | None = None) -> Choice:
+    """The best plan of ``mode`` for ``graph`` on ``platform`` (module docstring); ``progress`` hears
+    each plan as it is built and scored."""
     check_parallel(mode)
     base = build_cost_table(prepare(graph), platform)
     devices = ranked_devices(base)
@@ -290,11 +294,17 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
     dropped: list[str] = []
     # the single device first, then the largest meshes: a mesh of m devices whose
     # ideal time (the best single device's over m) cannot beat the best plan found is skipped
-    for plan in sorted(plans(graph, mode, devices, weights), key=lambda p: (len(p.devices) > 1, -len(p.devices))):
+    start = time.perf_counter()
+    todo = sorted(plans(graph, mode, devices, weights), key=lambda p: (len(p.devices) > 1, -len(p.devices)))
+    for i, plan in enumerate(todo):
         m = len(plan.devices)
         if m > 1 and single / m >= best_time:
             skipped += 1
             continue
+        if progress is not None:
+            so_far = f", best step {fmt_time(best_time)}" if best_time < float("inf") else ""
+            progress(Progress(time.perf_counter() - start, None, None,
+                              f"parallel plans: {i + 1} of {len(todo)} ({plan.label()}){so_far}"))
         try:
             split, g = build(graph, plan, platform, prepare, train, step)
         except SplitError as err:

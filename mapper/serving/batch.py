@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import Progress
+from mapper.parallel.layout import FREE, LayoutSpec
 from mapper.serving.model import ServingLayout, ServingModel
 from mapper.serving.request import MAX_TOKENS
 from mapper.serving.search import ServingChoice
@@ -34,21 +35,21 @@ PROGRESS_EVERY = 0.5
 
 
 def search_batch(make: Callable[[int], ServingModel],
-                 pick: Callable[[ServingModel, dict[str, int], Callable[[ServingLayout], bool]], ServingChoice],
+                 pick: Callable[[ServingModel, LayoutSpec, Callable[[ServingLayout], bool]], ServingChoice],
                  progress: Callable[[Progress], None] | None = None) -> tuple[ServingChoice, ServingModel]:
     """The choice (and its model) of most output tokens per second over the batches priced
     (module docstring); ``make(b)`` prices batch ``b``, ``pick(model, keys, skip)`` chooses its
     layout among those with the layout ``keys`` given, ``skip`` left out, and raises
     :class:`InfeasibleError` when none fits or meets the bounds."""
     models: dict[int, ServingModel] = {}
-    priced: dict[tuple[int, tuple[tuple[str, int], ...]], ServingChoice | None] = {}
+    priced: dict[tuple[int, LayoutSpec], ServingChoice | None] = {}
     dead: dict[ServingLayout, int] = {}  # a layout -> the least batch it failed at
     first: list[InfeasibleError] = []
     start = shown = time.perf_counter()
 
-    def at(b: int, keys: dict[str, int]) -> ServingChoice | None:
+    def at(b: int, keys: LayoutSpec) -> ServingChoice | None:
         nonlocal shown
-        key = (b, tuple(sorted(keys.items())))
+        key = (b, keys)
         if key not in priced:
             if b not in models:
                 models[b] = make(b)
@@ -66,7 +67,7 @@ def search_batch(make: Callable[[int], ServingModel],
                 progress(Progress(now - start, None, None, f"serving batch {b:,} ({len(models)} priced)"))
         return priced[key]
 
-    def largest(keys: dict[str, int], b: int) -> None:
+    def largest(keys: LayoutSpec, b: int) -> None:
         """Price ``b`` and its doubles while they pass, then bisect to the largest that passes."""
         while b <= MAX_TOKENS and at(b, keys) is not None:
             b *= 2
@@ -75,7 +76,7 @@ def search_batch(make: Callable[[int], ServingModel],
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if at(mid, keys) is not None else (lo, mid)
 
-    largest({}, 1)
+    largest(FREE, 1)
     found = [c for c in priced.values() if c is not None]
     if not found:
         raise first[0]
@@ -83,7 +84,7 @@ def search_batch(make: Callable[[int], ServingModel],
     top = max(c.request.batch for c in found)
     if best.request.batch < top:  # the winner's layout at its own largest batch
         lay = best.best.layout
-        largest({"tensor": lay.tensor, "pipeline": lay.pipeline, "data": lay.replicas}, best.request.batch)
+        largest(LayoutSpec(tensor=lay.tensor, pipeline=lay.pipeline, data=lay.replicas), best.request.batch)
         found = [c for c in priced.values() if c is not None]
         best = max(found, key=lambda c: (c.tokens_per_s, -c.request.batch))
     why = "the largest batch any layout fits and meets the bounds with" if best.request.batch == top else (

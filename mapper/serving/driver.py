@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from mapper.cluster.comm import Network, network
-from mapper.cluster.driver import MODES
 from mapper.cluster.plan_graph import replica_platform
 from mapper.cluster.profile import BlockCost
 from mapper.core.graph import TaskGraph
@@ -19,7 +18,7 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.frontend.sources import ModelFile, is_model
 from mapper.frontend.syntax import ParamDecl, Program
 from mapper.mapping.base import MapResult, Progress
-from mapper.parallel.layout import is_layout, parse_layout
+from mapper.parallel.layout import FREE, LayoutSpec, requested
 from mapper.platform.devices import Platform
 from mapper.serving.batch import search_batch
 from mapper.serving.decode_step import decode_step
@@ -107,14 +106,10 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
     is ``source`` parsed (``blame``: the context its errors are raised in); ``progress`` hears how
     a ``batch=auto`` search goes."""
     if parallel == "none":
-        given: dict[str, Any] = {"tensor": 1, "pipeline": 1, "data": 1}
-    elif is_layout(parallel):
-        given = parse_layout(parallel)
+        given = LayoutSpec(tensor=1, pipeline=1, data=1)
     else:
-        given = dict(MODES[parallel])
-        if parallel == "data":
-            given = {"tensor": 1, "pipeline": 1}
-    if serving.request.auto_batch and "micro_batch" in given:
+        given = requested(parallel)
+    if serving.request.auto_batch and given.micro_batch is not None:
         raise OptionsError("micro_batch fixes the sequences of a micro-batch; with batch=auto the batch is "
                            "searched: give batch=B instead", obj="--parallel")
     lower = lowerer(program, blame, source, serving.request.decode > 0)
@@ -131,9 +126,9 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
             return ServingModel(lower, replace(serving.request, batch=batch), where, prepare, net, serving.runtime,
                                 prices)
 
-        def pick(model: ServingModel, keys: dict[str, int], skip: Callable[[ServingLayout], bool] | None = None,
+        def pick(model: ServingModel, keys: LayoutSpec = FREE, skip: Callable[[ServingLayout], bool] | None = None,
                  kind: str = kind, net: Network = net) -> ServingChoice:
-            return replace(choose(model, len(model.peers) * net.nodes, {**given, **keys}, serving.bounds,
+            return replace(choose(model, len(model.peers) * net.nodes, replace(given, **keys.fixed()), serving.bounds,
                                   serving.runtime, skip), kind=kind)
 
         try:
@@ -141,7 +136,7 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
                 choice, model = search_batch(make, pick, progress)
             else:
                 model = make(serving.request.batch)
-                choice = pick(model, {})
+                choice = pick(model)
         except (OptionsError, InfeasibleError) as err:
             errors.append(err)
             continue

@@ -17,6 +17,7 @@ from typing import Any
 from mapper.cluster.search import memory_parts
 from mapper.core.units import fmt_bytes, fmt_n, fmt_rate, fmt_time
 from mapper.errors import InfeasibleError, OptionsError
+from mapper.parallel.layout import LayoutSpec
 from mapper.serving.model import ServingEstimate, ServingLayout, ServingModel
 from mapper.serving.request import Request
 from mapper.serving.request_graph import MAX_TASKS, request_tasks
@@ -24,7 +25,7 @@ from mapper.serving.request_graph import MAX_TASKS, request_tasks
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 4
 #: Keys of a training layout that mean nothing when serving.
-TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence")
+TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence", "grad")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,30 +44,30 @@ class Bounds:
         return self.tpot is not None or self.ttft is not None
 
 
-def layouts(gpus: int, heads: int, blocks: int, batch: int, given: dict[str, Any]) -> list[ServingLayout]:
+def layouts(gpus: int, heads: int, blocks: int, batch: int, given: LayoutSpec) -> list[ServingLayout]:
     """Every layout of at most ``gpus`` GPUs that ``given`` allows: tensor degrees dividing the
     heads (powers of two), pipelines of 1 .. ``blocks`` stages, micro-batch counts dividing the
     batch (up to twice the stages: more only shrink the GEMMs)."""
-    bad = [k for k in TRAINING_ONLY if k in given]
+    bad = [k for k in TRAINING_ONLY if k in given.fixed()]
     if bad:
         raise OptionsError(f"{', '.join(bad)} applies to training layouts, not to serving", obj="--parallel")
     out = []
     t = 1
     while t <= gpus:
-        if heads % t == 0 and given.get("tensor", t) == t:
+        if heads % t == 0 and given.tensor in (None, t):
             for p in range(1, min(blocks, gpus // t) + 1):
-                if given.get("pipeline", p) != p:
+                if given.pipeline not in (None, p):
                     continue
                 for m in range(1, min(batch, 2 * p) + 1):
-                    if batch % m or ("micro_batch" in given and given["micro_batch"] * m != batch):
+                    if batch % m or (given.micro_batch is not None and given.micro_batch * m != batch):
                         continue
                     if p == 1 and m > 1:
                         continue  # one stage: micro-batches only serialise the batch
                     replicas = gpus // (t * p)
-                    if "data" in given:
-                        if given["data"] * t * p > gpus:
+                    if given.data is not None:
+                        if given.data * t * p > gpus:
                             continue
-                        replicas = given["data"]
+                        replicas = given.data
                     out.append(ServingLayout(t, p, m, replicas))
         t *= 2
     return out
@@ -182,7 +183,7 @@ class ServingChoice:
         return tuple(rows)
 
 
-def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds, runtime: str,
+def choose(model: ServingModel, gpus: int, given: LayoutSpec, bounds: Bounds, runtime: str,
            skip: Callable[[ServingLayout], bool] | None = None) -> ServingChoice:
     """The layout :mod:`this module <mapper.serving.search>` prefers; exit 3 when none fits or
     meets the bounds, naming the nearest. ``skip``: layouts known to fail (a batch search's)."""
@@ -190,7 +191,7 @@ def choose(model: ServingModel, gpus: int, given: dict[str, Any], bounds: Bounds
     cands = layouts(gpus, heads, len(model.blocks), model.request.batch, given)
     if not cands:
         raise OptionsError(f"no serving layout of {gpus} GPUs fits the keys given "
-                           f"({', '.join(f'{k}={v}' for k, v in given.items()) or 'none'}) with {heads} heads "
+                           f"({given.text()}) with {heads} heads "
                            f"and a batch of {model.request.batch}", obj="--parallel")
     r = model.request
     buildable = [lay for lay in cands if request_tasks(lay, r.decode) <= MAX_TASKS]
