@@ -116,8 +116,6 @@ def compile_graph(
         options = CompileOptions(mapping=options)
     elif options is not None and not isinstance(options, CompileOptions):
         raise OptionsError(f"options must be a CompileOptions or a MapOptions, not {type(options).__name__}")
-    if "options" in fields:
-        raise OptionsError("give the mapping options as mapping=MapOptions(...)")
     unknown = sorted(set(fields) - set(CompileOptions.__dataclass_fields__))
     if unknown:
         raise OptionsError(f"unknown compile option {unknown[0]!r}; the options are "

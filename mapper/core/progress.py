@@ -19,6 +19,7 @@ stderr:
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -54,7 +55,9 @@ class StatusLine:
     """A :data:`ProgressFn` that shows the latest report on ``stream`` (module docstring).
 
     ``describe(report)`` renders a report's figures (the incumbent and bound, with their
-    unit); use it as a context manager around the work.
+    unit); use it as a context manager around the work. A report is drawn at once when the
+    line is due (the searches' own thread), and the background thread redraws it between
+    reports.
     """
 
     def __init__(self, stream: TextIO, describe: Callable[[Progress], str], *, lines: bool = False) -> None:
@@ -65,19 +68,23 @@ class StatusLine:
         self._latest: Progress | None = None
         self._shown = False
         self._start = time.perf_counter()
+        self._drawn_at = -math.inf
+        self._drawn = ""
         self._last_phase: str | None = None
-        self._last_line = -1e9
+        self._last_line = -math.inf
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __call__(self, report: Progress) -> None:
         with self._lock:
             self._latest = report
-        if self.lines and (report.incumbent is not None or report.bound is not None):
+        if self.live:
+            self._draw(force=False)
+        elif self.lines and (report.incumbent is not None or report.bound is not None):
             now = time.perf_counter()
             if report.phase != self._last_phase or now - self._last_line >= EVERY:
                 self._last_phase, self._last_line = report.phase, now
-                self.stream.write(f"{report.phase or 'mapping'}: {self.describe(report)}\n")
+                self.stream.write(f"{report.phase or 'mapping'}: {report.elapsed:.1f} s, {self.describe(report)}\n")
                 self.stream.flush()
 
     def text(self) -> str | None:
@@ -88,22 +95,31 @@ class StatusLine:
             return None
         figures = self.describe(report)
         total = time.perf_counter() - self._start
-        return f"{report.phase or 'working'}: {figures + ', ' if figures else ''}{total:.0f} s so far"
+        return f"[{total:.0f} s] {report.phase or 'working'}{': ' + figures if figures else ''}"
 
-    def _draw(self) -> None:
+    def _draw(self, force: bool) -> None:
+        """Write the line if the command has run :data:`DELAY` seconds and (unless ``force``) the
+        last draw is :data:`REDRAW` seconds old."""
+        now = time.perf_counter()
+        if now - self._start < DELAY or not (force or now - self._drawn_at >= REDRAW):
+            return
         text = self.text()
         if text is None:
             return
-        self.stream.write("\r  " + text[: WIDTH - 2].ljust(WIDTH - 2))
-        self.stream.flush()
-        self._shown = True
+        with self._lock:
+            if self._done.is_set() or text == self._drawn:  # cleared, or nothing new to show
+                return
+            self._drawn_at, self._drawn = now, text
+            self.stream.write("\r  " + text[: WIDTH - 2].ljust(WIDTH - 2))
+            self.stream.flush()
+            self._shown = True
 
     def _loop(self) -> None:
         if self._done.wait(max(0.0, DELAY - (time.perf_counter() - self._start))):
             return
         while True:
-            self._draw()
-            if self._done.wait(REDRAW):
+            self._draw(force=True)
+            if self._done.wait(max(REDRAW, 0.05)):
                 return
 
     def __enter__(self) -> StatusLine:
@@ -116,10 +132,9 @@ class StatusLine:
         self._done.set()
         if self._thread is not None:
             self._thread.join()
-        if self._shown:
-            self.stream.write("\r" + " " * WIDTH + "\r")
-            self.stream.flush()
+        with self._lock:
+            if self._shown:
+                self.stream.write("\r" + " " * WIDTH + "\r")
+                self.stream.flush()
 
 
-def quiet(report: Progress) -> None:
-    """A :data:`ProgressFn` that shows nothing."""

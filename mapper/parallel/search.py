@@ -304,7 +304,7 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
         if progress is not None:
             so_far = f", best step {fmt_time(best_time)}" if best_time < float("inf") else ""
             progress(Progress(time.perf_counter() - start, None, None,
-                              f"parallel plans: {i + 1} of {len(todo)} ({plan.label()}){so_far}"))
+                              f"parallel plans: {i + 1} of {len(todo)}{so_far}; now {plan.label()}"))
         try:
             split, g = build(graph, plan, platform, prepare, train, step)
         except SplitError as err:
