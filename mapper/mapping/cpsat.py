@@ -26,8 +26,23 @@ from mapper.errors import InfeasibleError, MapperError
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact.cpsat_model import SCALE, solve_cpsat
 from mapper.mapping.exact.feasibility import check_feasible
-from mapper.mapping.exact.incumbent import Incumbent, best_heuristic, retime, serial_upper_bound, value_of
-from mapper.mapping.exact.result import lower_bound_for, make_result, progress_reporter, proven_by_bound
+from mapper.mapping.exact.incumbent import (
+    Incumbent,
+    best_heuristic,
+    delay_options,
+    retime,
+    schedule_order,
+    serial_upper_bound,
+    value_of,
+)
+from mapper.mapping.exact.result import (
+    inexact_note,
+    inexact_options,
+    lower_bound_for,
+    make_result,
+    progress_reporter,
+    proven_by_bound,
+)
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.orders import order_from_starts
@@ -74,12 +89,17 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
     CP-SAT finds nothing better (status ``heuristic``). ``notes`` grows."""
     objective = options.objective
     sopts = options.schedule
-    inexact = [o for o in ("contention", "streaming") if getattr(sopts, o)]
+    inexact = inexact_options(sopts)
     if inexact:
-        notes.append(f"CP-SAT models the delay model; {' and '.join(inexact)} applied when re-timing")
-    upper = best.schedule.makespan * (1 + 1e-9) if best is not None and objective == "makespan" \
-        else serial_upper_bound(cost)
-    hint = (best.schedule.device_of, tuple(s.start for s in best.schedule.slots)) if best is not None else None
+        note = inexact_note(inexact)
+        if note not in notes:
+            notes.append(note)
+    # the warm start in CP-SAT's own (delay) model: under streaming or contention the heuristic's
+    # re-timed makespan is not a makespan of that model, and bounding by it would leave nothing
+    warm = (retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts))
+            if best is not None and inexact else best.schedule if best is not None else None)
+    upper = warm.makespan * (1 + 1e-9) if warm is not None and objective == "makespan" else serial_upper_bound(cost)
+    hint = (warm.device_of, tuple(s.start for s in warm.slots)) if warm is not None else None
     mb = options.makespan_bound if objective != "makespan" else None
     pipelined = objective == "throughput" and cost.platform.throughput_model == "1f1b"
     report = progress_reporter(options, t0, "CP-SAT")
@@ -89,11 +109,12 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
                          progress=lambda el, inc, bnd: report(inc, bnd), stop=options.stop, target=bound,
                          patience=patience)
     names = [d.name for d in cost.platform.devices]
-    notes.append(f"CP-SAT: {solved.n_literals} placement literals, {solved.n_constraints} constraints, "
-                 f"{solved.status}" + (f"; hint from {best.name}" if best is not None else "")
+    notes.append(f"CP-SAT: {_outcome(solved.status, best, objective)}"
+                 + (f"; started from {best.name}'s schedule" if best is not None else "")
+                 + f"; its model has {solved.n_literals:,} placement choices and {solved.n_constraints:,} constraints"
                  + "".join(f"; {', '.join(names[d] for d in pool)} pooled (interchangeable, no transfers "
                            "between them)" for pool in solved.pools)
-                 + (f"; stopped after {patience:.1f} s without a solution"
+                 + (f"; it stopped after {patience:.1f} s without finding a schedule"
                     if solved.gave_up and patience is not None else ""))
     if solved.device is None:
         if best is None:
@@ -110,7 +131,7 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
     if not bad and mb is not None and sched.makespan > mb * (1 + REL_TOL):
         bad = [f"makespan {sched.makespan:.6g} s over the bound"]
     if bad:
-        notes.append(f"CP-SAT schedule rejected ({bad[0]})")
+        notes.append(f"CP-SAT's schedule was not kept: {bad[0]}")
         if best is None:
             raise InfeasibleError("the CP-SAT schedule does not validate and no heuristic succeeded",
                                   obj=cost.graph.name)
@@ -122,7 +143,19 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
             and value <= solved.bound * (1 + REL_TOL) + slack * upper:
         status = "optimal"
     if best is not None and best.value < value * (1 - REL_TOL):
-        notes.append(f"CP-SAT's schedule ({fmt_objective(value, objective)}) is worse than {best.name}'s; "
-                     f"returning {best.name}")
+        notes.append(f"CP-SAT's schedule ({fmt_objective(value, objective)}) is worse than {best.name}'s once "
+                     f"re-timed; {best.name}'s is kept")
         sched, value, status = best.schedule, best.value, "heuristic"
     return make_result(cost, options, sched, value, status, solved.bound, t0, notes)
+
+
+def _outcome(status: str, best: Incumbent | None, objective: str) -> str:
+    """What a CP-SAT search established, in words."""
+    if status == "optimal":
+        return "proved its schedule the best in its model"
+    if status == "feasible":
+        return "found schedules but did not prove the best within its time"
+    if status == "infeasible":
+        return (f"proved that no schedule beats {best.name}'s ({fmt_objective(best.value, objective)})"
+                if best is not None else "proved that no mapping satisfies the constraints")
+    return "found no schedule within its time"

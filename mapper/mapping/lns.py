@@ -380,7 +380,8 @@ def _within(schedule: Schedule, options: MapOptions) -> bool:
 
 
 def _stats(stats: LnsStats, objective: str) -> str:
-    return (f"{stats.windows} windows of {WINDOW} tasks in {stats.passes} passes, {stats.accepted} accepted, "
+    return (f"{stats.windows} windows of {WINDOW} tasks re-solved exactly in {stats.passes} passes, "
+            f"{stats.accepted} of them improved the schedule, "
             f"{describe_change(stats.start_value, stats.end_value, objective)}{stall_note(stats)}")
 
 

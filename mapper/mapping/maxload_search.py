@@ -24,7 +24,7 @@ from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
 from mapper.mapping.exact.incumbent import Incumbent, checked
 from mapper.mapping.exact.maxload_model import solve_max_load
-from mapper.mapping.exact.result import make_result, progress_reporter
+from mapper.mapping.exact.result import make_result, progress_reporter, solve_outcome
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload import non_contiguous, split_dp, task_groups, uniform_transfers
 from mapper.mapping.objectives import objective_value
@@ -63,16 +63,17 @@ def map_max_load(cost: CostTable, options: MapOptions, best: Incumbent | None, n
                             incumbent.value if incumbent else None, memory,
                             max(0.01, options.time_limit - (time.perf_counter() - t0)), options.seed,
                             progress=report, stop=options.stop, contiguous=options.contiguous)
-    start = (f"warm start from {incumbent.name} (period {fmt_objective(incumbent.value, 'throughput')})"
-             if incumbent else "no warm start")
-    notes.append(f"max-load MILP: {solved.n_binaries} binaries, {solved.n_rows} rows, {solved.status}; {start}")
+    start = (f"started from {incumbent.name}'s assignment (period {fmt_objective(incumbent.value, 'throughput')})"
+             if incumbent else "no heuristic assignment to start from")
+    notes.append(f"max-load MILP: {solve_outcome(solved.status)}; {start}; its model has {solved.n_binaries:,} "
+                 f"yes/no choices and {solved.n_rows:,} constraints")
     found: tuple[Schedule, float, str] | None = None
     if incumbent is not None:
         found = (incumbent.schedule, incumbent.value, "heuristic")
     if solved.device is not None:
         sched = checked(cost, solved.device, None, options.schedule)
         if sched is None:
-            notes.append("the MILP's assignment does not validate")
+            notes.append("the MILP's assignment was not kept: it does not validate")
         else:
             got = objective_value(sched, "throughput")
             if found is None or got <= found[1] * (1 + REL_TOL):

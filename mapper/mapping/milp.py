@@ -49,7 +49,16 @@ from mapper.mapping.exact.incumbent import (
     serial_upper_bound,
     value_of,
 )
-from mapper.mapping.exact.result import NAME, lower_bound_for, make_result, progress_reporter, proven_by_bound
+from mapper.mapping.exact.result import (
+    NAME,
+    inexact_note,
+    inexact_options,
+    lower_bound_for,
+    make_result,
+    progress_reporter,
+    proven_by_bound,
+    solve_outcome,
+)
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
 from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, near_enough, stall_note
@@ -127,23 +136,23 @@ class MilpMapper(Mapper):
         objective = options.objective
         sopts = options.schedule
         notes = list(notes)
-        inexact = [o for o in ("contention", "streaming") if getattr(sopts, o)]
+        inexact = inexact_options(sopts)
         if inexact:
-            notes.append(f"the MILP models the delay model; {' and '.join(inexact)} applied when re-timing")
+            notes.append(inexact_note(inexact))
         mb = options.makespan_bound if objective != "makespan" else None
         proven, best, cp_bound = self._cpsat_turn(cost, options, best, notes, t0, CPSAT_SHARE, "the MILP", bound)
         if proven is not None:
             return proven
         if best is not None and cost.n_tasks > LNS_FIRST_TASKS and objective_needs_time(objective, mb):
             best = self._lns_first(cost, options, best, notes, t0, report)
-        device = start = None
+        device = start = warm_value = None
         upper = serial_upper_bound(cost)
         if best is not None:
             warm = retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts))
             device = warm.device_of
             start = tuple(s.start for s in warm.slots)
             upper = warm.makespan * (1 + 1e-9) + 1e-12
-            notes.append(f"warm start from {best.name} ({objective} {fmt_objective(best.value, objective)})")
+            warm_value = value_of(warm, objective)  # the warm start's value in the MILP's own (delay) model
         if objective != "makespan":
             # the heuristic's makespan bounds nothing here; only the user's bound does
             upper = options.makespan_bound if options.makespan_bound is not None else upper
@@ -159,28 +168,32 @@ class MilpMapper(Mapper):
             memory=sopts.memory,
             area=sopts.area,
             makespan_bound=options.makespan_bound if objective != "makespan" else None,
-            start_value=best.value if best is not None else None,
+            start_value=warm_value,
             stop=options.stop,
         )
         solved = solve(sub, progress=lambda el, inc, bnd: report(inc, bnd))
-        notes.append(
-            f"MILP: {solved.n_binaries} binaries, {solved.n_constraints} rows, {solved.status}"
-        )
+        start_note = ""
         if best is not None and solver.HIGHS_AVAILABLE:
-            notes.append("warm start taken by HiGHS" if solved.warm_start_taken else "warm start NOT taken by HiGHS")
+            start_note = (f"; started from {best.name}'s schedule ({fmt_objective(warm_value, objective)} in its model)"
+                          if solved.warm_start_taken else
+                          f"; HiGHS did not take {best.name}'s schedule as its starting point")
         elif best is not None:
-            notes.append("HiGHS unavailable: solved with CBC (warm start passed, not verifiable; no dual bound)")
+            start_note = ("; solved with CBC, as HiGHS is not installed: it was given the heuristic's schedule but "
+                          "says neither whether it used it nor what bound it proved")
+        notes.append(f"MILP: {solve_outcome(solved.status)}{start_note}; its model has {solved.n_binaries:,} yes/no "
+                     f"choices and {solved.n_constraints:,} constraints")
         if solved.status == "infeasible":
             if best is None:
                 raise InfeasibleError(_infeasible_reason(cost, options), obj=cost.graph.name)
-            notes.append("the solver reported the model infeasible although a heuristic schedule exists")
+            notes.append(f"the MILP solver called the model infeasible although {best.name}'s schedule satisfies it "
+                         f"(a numerical problem of the solver); {best.name}'s is kept")
             return self._fallback(cost, options, best, notes, t0, None)
         if solved.device is None:
             if best is None:
                 raise InfeasibleError(
                     f"no mapping found within the time limit of {options.time_limit:g} s", obj=cost.graph.name
                 )
-            notes.append(f"the MILP found no solution ({solved.status}); returning {best.name}")
+            notes.append(f"the MILP found no schedule within its time; {best.name}'s is kept")
             return self._fallback(cost, options, best, notes, t0, _higher(solved.bound, cp_bound))
         try:
             sched = retime(cost, solved.device, solved.order, sopts)
@@ -188,18 +201,22 @@ class MilpMapper(Mapper):
         except MapperError as err:
             bad = [err.message]
         if bad:
-            notes.append(f"MILP schedule rejected ({bad[0]})")
+            notes.append(f"the MILP's schedule was not kept: {bad[0]}")
             if best is None:
                 raise InfeasibleError("the MILP schedule does not validate and no heuristic succeeded",
                                       obj=cost.graph.name)
             return self._fallback(cost, options, best, notes, t0, _higher(solved.bound, cp_bound))
         value = value_of(sched, objective)
-        notes.append(f"MILP objective {fmt_objective(solved.objective, objective, 9)}, "
-                     f"re-timed {fmt_objective(value, objective, 9)}")
+        if inexact:
+            notes.append(f"the MILP's schedule: {fmt_objective(solved.objective, objective, 9)} in its model, "
+                         f"{fmt_objective(value, objective, 9)} with {' and '.join(inexact)}")
+        elif solved.objective is not None and abs(value - solved.objective) > REL_TOL * max(abs(value), 1e-300):
+            notes.append(f"the MILP's schedule: {fmt_objective(solved.objective, objective, 9)} in its model, "
+                         f"{fmt_objective(value, objective, 9)} re-timed exactly")
         status = solved.status if not inexact else "feasible"
         if best is not None and best.value < value * (1 - REL_TOL):
-            notes.append(f"MILP incumbent {fmt_objective(value, objective)} is worse than {best.name}'s "
-                         f"{fmt_objective(best.value, objective)}; returning {best.name}")
+            notes.append(f"the MILP's schedule ({fmt_objective(value, objective)}) is worse than {best.name}'s "
+                         f"({fmt_objective(best.value, objective)}) once re-timed; {best.name}'s is kept")
             sched, value, status = best.schedule, best.value, "heuristic"
         return make_result(cost, options, sched, value, status, _higher(solved.bound, cp_bound), t0, notes)
 
@@ -232,7 +249,9 @@ class MilpMapper(Mapper):
         if first is None:
             return None, best, None
         if first.status == "optimal":
-            done = replace(first, mapper=NAME, notes=(*first.notes, f"proven by CP-SAT; {then} was not needed"))
+            done = replace(first, mapper=NAME, notes=(*first.notes, f"CP-SAT proved this schedule optimal, so {then} "
+                                                                   "did not run (this mapper runs CP-SAT first, "
+                                                                   f"then {then} when CP-SAT has not proved it)"))
             return done, best, first.lower_bound
         if best is None or first.objective_value < best.value * (1 - REL_TOL):
             best = Incumbent("CP-SAT", first.schedule, first.objective_value)

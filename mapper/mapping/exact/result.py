@@ -49,7 +49,8 @@ def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value:
     bound = lower_bound_for(cost, options.objective, options.schedule, solver_bound)
     if status != "optimal" and bound is not None and value <= bound * (1 + REL_TOL):
         status = "optimal"
-        notes = (*notes, f"the schedule meets the lower bound {fmt_objective(bound, options.objective)}: optimal")
+        notes = (*notes, f"the schedule reaches the lower bound {fmt_objective(bound, options.objective)}, which "
+                         "proves it optimal")
     if options.should_stop():
         notes = (*notes, "interrupted: the search was stopped early; this is the best schedule found by then")
     notes = (*notes, *pipeline_notes(schedule, options.objective))
@@ -66,14 +67,38 @@ def make_result(cost: CostTable, options: MapOptions, schedule: Schedule, value:
     )
 
 
+def inexact_options(options: ScheduleOptions) -> list[str]:
+    """The schedule options the exact models do not model (applied when their schedule is re-timed)."""
+    return [o for o in ("contention", "streaming") if getattr(options, o)]
+
+
+def inexact_note(inexact: Sequence[str]) -> str:
+    """What ``inexact`` options mean for an exact search's answer, in words."""
+    what = " and ".join(inexact)
+    return (f"{what}: the exact searches place tasks as if each transfer and task waited for the one before "
+            f"(the delay model), and {what} is applied to their schedule afterwards; so the schedule is not "
+            f"proven optimal with {what}, and its gap is to a lower bound that allows it")
+
+
+def solve_outcome(status: str) -> str:
+    """What an exact solve established (its status), in words."""
+    if status == "optimal":
+        return "proved its schedule the best in its model"
+    if status == "feasible":
+        return "found schedules but did not prove the best within its time"
+    if status == "infeasible":
+        return "no schedule satisfies its constraints"
+    return "found no schedule within its time"
+
+
 def proven_by_bound(cost: CostTable, options: MapOptions, best: Incumbent | None, bound: float | None,
                     notes: Sequence[str], t0: float) -> MapResult | None:
     """The best heuristic's result as ``optimal`` when it meets ``bound`` (nothing is left
     to search), else None."""
     if best is None or bound is None or best.value > bound * (1 + REL_TOL):
         return None
-    notes = (*notes, f"{best.name} meets the lower bound {fmt_objective(bound, options.objective)}: "
-                     "optimal without a search")
+    notes = (*notes, f"{best.name}'s schedule reaches the lower bound {fmt_objective(bound, options.objective)}, "
+                     "so it is optimal: no search was needed")
     return make_result(cost, options, best.schedule, best.value, "optimal", None, t0, notes)
 
 
