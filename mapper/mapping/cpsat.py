@@ -42,6 +42,7 @@ from mapper.mapping.exact.result import (
     make_result,
     progress_reporter,
     proven_by_bound,
+    solve_outcome,
 )
 from mapper.mapping.exact.subproblem import REL_TOL
 from mapper.mapping.maxload_search import map_max_load
@@ -150,12 +151,8 @@ def search(cost: CostTable, options: MapOptions, best: Incumbent | None, notes: 
 
 
 def _outcome(status: str, best: Incumbent | None, objective: str) -> str:
-    """What a CP-SAT search established, in words."""
-    if status == "optimal":
-        return "proved its schedule the best in its model"
-    if status == "feasible":
-        return "found schedules but did not prove the best within its time"
-    if status == "infeasible":
-        return (f"proved that no schedule beats {best.name}'s ({fmt_objective(best.value, objective)})"
-                if best is not None else "proved that no mapping satisfies the constraints")
-    return "found no schedule within its time"
+    """What a CP-SAT search established, in words: bounded by ``best``'s value, "infeasible" means
+    that nothing beats it."""
+    if status == "infeasible" and best is not None:
+        return f"proved that no schedule beats {best.name}'s ({fmt_objective(best.value, objective)})"
+    return solve_outcome(status)
