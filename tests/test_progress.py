@@ -140,3 +140,14 @@ def test_verbose_logs_search_phases_as_lines_when_not_a_terminal():
         line(Progress(1.1, 2.5, None, "CP-SAT"))  # the same phase within EVERY seconds
         line(Progress(1.2, 2.5, None, "done"))
     assert out.getvalue() == "CP-SAT: 1.0 s, best 3.0\ndone: 1.2 s, best 2.5\n"
+
+
+def test_a_warning_erases_the_line_first(at_once):
+    term = Terminal()
+    with StatusLine(term.stream, lambda p: "") as line:
+        line(Progress(0.0, None, None, "searching"))
+        progress.erase_status()
+        term.stream.write("warning: something\n")
+    shown = term.close()
+    assert "searching" + " " * 10 in shown
+    assert "\r" + " " * progress.WIDTH + "\rwarning: something" in shown.replace("\r\n", "\n")

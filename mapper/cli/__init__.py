@@ -20,7 +20,7 @@ from typing import Any
 
 from mapper import __version__
 from mapper.core.files import recording
-from mapper.core.progress import Progress, StatusLine
+from mapper.core.progress import Progress, StatusLine, erase_status
 from mapper.core.terminal import EscapingStream
 from mapper.costing.fusion import FUSE_MODES
 from mapper.errors import InputWarning, MapperError, format_error
@@ -189,6 +189,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings for the user (:class:`~mapper.errors.InputWarning`) as one line; others as Python shows them."""
+    erase_status()  # a warning mid-search starts on a line of its own
     if issubclass(category, InputWarning):
         sys.stderr.write(f"warning: {message}\n")
     else:

@@ -27,6 +27,7 @@ from mapper.cli import (
 )
 from mapper.cli.model_options import add_model_options, source
 from mapper.core.files import check_outputs, existing, outputs_together
+from mapper.core.progress import erase_status
 from mapper.core.units import fmt_objective, fmt_pct, fmt_time
 from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import OptionsError
@@ -160,7 +161,8 @@ class Interrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        sys.stderr.write("\ninterrupted: stopping the search and keeping the best schedule "
+        erase_status()
+        sys.stderr.write("interrupted: stopping the search and keeping the best schedule "
                          "(Ctrl-C again to abort)\n")
 
     def __call__(self) -> bool:

@@ -51,6 +51,12 @@ class Progress:
 ProgressFn = Callable[[Progress], None]
 
 
+def erase_status() -> None:
+    """Erase the status line on show, if any, so that a warning or message starts on a clean line."""
+    for line in list(_ACTIVE):
+        line.erase()
+
+
 class StatusLine:
     """A :data:`ProgressFn` that shows the latest report on ``stream`` (module docstring).
 
@@ -64,7 +70,7 @@ class StatusLine:
         self.stream, self.describe = stream, describe
         self.live = stream.isatty()
         self.lines = lines and not self.live
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler (Ctrl-C) may erase the line mid-draw
         self._latest: Progress | None = None
         self._shown = False
         self._start = time.perf_counter()
@@ -122,13 +128,24 @@ class StatusLine:
             if self._done.wait(max(REDRAW, 0.05)):
                 return
 
+    def erase(self) -> None:
+        """Erase the line (before another message takes its place); the next draw puts it back."""
+        with self._lock:
+            if self._drawn:
+                self.stream.write("\r" + " " * WIDTH + "\r")
+                self.stream.flush()
+                self._drawn = ""
+
     def __enter__(self) -> StatusLine:
+        _ACTIVE.append(self)
         if self.live:
             self._thread = threading.Thread(target=self._loop, name="mapper-status-line", daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self._done.set()
         if self._thread is not None:
             self._thread.join()
@@ -138,3 +155,5 @@ class StatusLine:
                 self.stream.flush()
 
 
+#: The status lines in use (at most one: a command shows one).
+_ACTIVE: list[StatusLine] = []
