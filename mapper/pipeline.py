@@ -159,18 +159,18 @@ def compile_graph(
     if isinstance(source, TaskGraph):
         graph = source
     else:
-        from mapper.frontend.load import read_program, without_spans
+        from mapper.frontend.load import read_with_sources, without_spans
         from mapper.frontend.lowering.program import lower
         from mapper.frontend.parse import parse
 
         path = os.fspath(source)
-        text, blame = read_program(source)
+        text, blame, sources = read_with_sources(source)
         with blame:
             program = stage("parse", lambda: parse(text, path))
             graph = stage("lower", lambda: lower(program, dict(source.params) if isinstance(source, ModelFile)
                                                  else None))
         if is_model(path):
-            graph = without_spans(graph)
+            graph = without_spans(graph, sources)
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if opts.precision is not None:
         require_format(plat, opts.precision)

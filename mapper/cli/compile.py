@@ -60,6 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m = g["mapping"]
     m.add_argument("--mapper", default=DEFAULT_MAPPER,
                    help=f"mapping algorithm (default: {DEFAULT_MAPPER}; see `mapper mappers`)")
+    m.add_argument("--delegate", choices=("greedy", "mapped"),
+                   help="delegate to the platform's NPU or DLA: greedy as the runtimes do (every supported task "
+                        "there, the rest on the fallback), mapped chosen with the delegation costs "
+                        "(docs/platforms.md, Delegation)")
     m.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="what to minimise (default makespan)")
     m.add_argument("--throughput-model", choices=THROUGHPUT_MODELS,
                    help="with --objective throughput: how a period is priced (default: the platform's "
@@ -213,6 +217,10 @@ def run(args: argparse.Namespace) -> int:
                             ("--max-ttft", args.max_ttft is not None)):
             if given:
                 raise OptionsError(f"{flag} applies only with --inference", obj=flag)
+    if args.delegate is not None:
+        if args.mapper != DEFAULT_MAPPER:
+            raise OptionsError("--delegate chooses the mapper; leave out --mapper", obj="--delegate")
+        args.mapper = f"delegate-{args.delegate}"
     status = status_line(args, describer(args.objective))
     interrupt = Interrupt()
     mapping = MapOptions(

@@ -114,6 +114,26 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceNode:
+    """The model node a task was imported from (ONNX): its name, op type, attributes
+    (sorted; values as ints, floats, strings or tuples of them) and the dtypes of its
+    inputs and first output, so a device's op-support list can decide per node
+    (mapper.platform.support)."""
+
+    name: str
+    op: str
+    attrs: tuple[tuple[str, Any], ...] = ()
+    inputs: tuple[str, ...] = ()  # dtypes of the node's inputs, in order
+    dtype: str = "f32"  # dtype of the node's first output
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     """One kernel call (or one explicit-cost task, ``op == "task"``)."""
 
@@ -136,6 +156,12 @@ class Task:
     colocate: str = ""  # colocation class: every task of the class runs on one device
     backward: bool = False  # part of a training step's backward pass
     precision: str = ""  # a GEMM's input format when it runs below its dtype (--precision: fp8 ...); "" its dtype
+    source: tuple[SourceNode, ...] = ()  # the model nodes it was imported from (ONNX), in order
+
+    @property
+    def sources(self) -> tuple[SourceNode, ...]:
+        """Its model nodes, a fused task's those of its parts."""
+        return self.source or tuple(s for p in self.parts for s in p.sources)
 
     @property
     def dtype(self) -> str:

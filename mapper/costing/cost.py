@@ -13,9 +13,9 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from mapper.core.graph import Placement, Task, TaskGraph
+from mapper.core.graph import Placement, SourceNode, Task, TaskGraph
 from mapper.core.units import fmt_bytes_pair
 from mapper.costing.efficiency import op_class
 from mapper.costing.latency import NO_RATES, Estimate, estimate, infeasible_estimate
@@ -140,7 +140,9 @@ def route_tables(platform: Platform) -> tuple[
     """``(latency, sec_per_byte, routes)`` for every ordered device pair.
 
     Store-and-forward along :meth:`Platform.route`: latencies and per-byte
-    times of the route's links add; no route gives ``inf`` and ``()``.
+    times of the route's links add; no route gives ``inf`` and ``()``. A
+    ``shared_memory`` link moves no bytes: it costs its ``sync_us`` (the
+    hand-over between two processors on one DRAM).
     """
     n = len(platform.devices)
     lat = [[0.0] * n for _ in range(n)]
@@ -153,8 +155,8 @@ def route_tables(platform: Platform) -> tuple[
                 lat[a][b] = spb[a][b] = INF
                 continue
             links = [platform.links[i] for i in route]
-            lat[a][b] = sum(link.latency_us for link in links) / 1e6
-            spb[a][b] = sum(1.0 / (link.bandwidth_gbs * 1e9) for link in links)
+            lat[a][b] = sum(link.sync_us if link.shared_memory else link.latency_us for link in links) / 1e6
+            spb[a][b] = sum(0.0 if link.shared_memory else 1.0 / (link.bandwidth_gbs * 1e9) for link in links)
             rts[a][b] = route
     return (tuple(map(tuple, lat)), tuple(map(tuple, spb)), tuple(map(tuple, rts)))
 
@@ -250,10 +252,12 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
             elif explicit is not None:
                 sec = explicit.get(dev.index)
                 est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")
+            elif (refused := refusal(task, dev)) is not None:
+                est = infeasible_estimate(refused)
             elif task.parts and not dev.fuses:
-                est = unfused_estimate(task.parts, dev)
+                est = unfused_estimate(task.parts, converted(dev, task.dtype))
             else:
-                est = estimate(task, cls, dev)
+                est = estimate(task, cls, converted(dev, task.dtype))
             if est.time < INF and footprint[task.index] > capacity[dev.index]:
                 need, has = fmt_bytes_pair(footprint[task.index], capacity[dev.index])
                 est = infeasible_estimate(f"footprint {need} exceeds memory {has}")
@@ -287,6 +291,57 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
             d.area if d.kind == "fpga" and d.area is not None else INF for d in devices
         ),
     )
+
+
+#: DSL ops as the ONNX op types an op-support list names, for tasks not imported from a model.
+DSL_ONNX = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "matmul": "MatMul", "conv2d": "Conv",
+            "conv_transpose2d": "ConvTranspose", "relu": "Relu", "gelu": "Gelu", "softmax": "Softmax",
+            "layernorm": "LayerNormalization", "batchnorm": "BatchNormalization", "maxpool": "MaxPool",
+            "avgpool": "AveragePool", "reshape": "Reshape", "concat": "Concat", "transpose": "Transpose",
+            "split": "Split", "instancenorm": "InstanceNormalization"}
+
+
+def refusal(task: Task, dev: Device) -> str | None:
+    """Why ``dev`` cannot run ``task`` by its ``dtypes`` and op-support list; None when it can.
+    Decided per model node (:attr:`Task.sources`); a DSL task by its op's ONNX type (:data:`DSL_ONNX`)."""
+    dtype = dict(dev.convert).get(task.dtype, task.dtype)
+    if dev.dtypes and dtype not in dev.dtypes:
+        return f"{dev.name} runs {'/'.join(dev.dtypes)} only, the task is {task.dtype}"
+    if dev.supports is None:
+        return None
+    nodes = task.sources
+    if not nodes:
+        op = str(task.attr("kind", "")) if task.op == "opaque" else DSL_ONNX.get(task.op, "")
+        if not op:
+            return f"{task.op} has no ONNX op type to look up in the {dev.supports.name} list"
+        nodes = (SourceNode(task.name, op, (), tuple(o.type.dtype for o in task.operands), task.dtype),)
+    for node in nodes:
+        why = dev.supports.why_not(_as_run(node, dev))
+        if why is not None:
+            return why
+    return None
+
+
+def _as_run(node: SourceNode, dev: Device) -> SourceNode:
+    """``node`` with its dtypes as ``dev`` runs them (its ``convert`` table)."""
+    if not dev.convert:
+        return node
+    conv = dict(dev.convert)
+    return replace(node, inputs=tuple(conv.get(d, d) for d in node.inputs), dtype=conv.get(node.dtype, node.dtype))
+
+
+def converted(dev: Device, dtype: str) -> Device:
+    """``dev`` as it prices a task of ``dtype``: a dtype it converts (``convert``) at the rates of
+    the dtype it becomes."""
+    to = dict(dev.convert).get(dtype)
+    if to is None:
+        return dev
+    peaks = tuple((d, dev.peak(to) or v) if d == dtype else (d, v) for d, v in dev.peak_gflops)
+    if dev.peak(to) is not None and dev.peak(dtype) is None:
+        peaks += ((dtype, dev.peak(to) or 0.0),)
+    tensor = tuple(dev.tensor_gflops) + tuple((dtype, v) for d, v in dev.tensor_gflops if d == to
+                                               and dev.tensor_peak(dtype) is None)
+    return replace(dev, peak_gflops=peaks, tensor_gflops=tensor)
 
 
 def footprints(graph: TaskGraph) -> tuple[float, ...]:

@@ -30,9 +30,13 @@ EFF_COMPUTE: dict[str, dict[str, float]] = {
     },
 }
 
+#: An NPU or a DLA, without factors of its own (its ``efficiency`` table), takes a GPU's:
+#: like a GPU it is a wide array fed from DRAM by DMA, and no vendor publishes per-op fractions.
+EFF_COMPUTE["npu"] = EFF_COMPUTE["dla"] = EFF_COMPUTE["gpu"]
+
 #: Memory efficiency: the fraction of the declared bandwidth that streaming
-#: kernels reach (STREAM / BabelStream / Shuhai), per device kind.
-EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90}
+#: kernels reach (STREAM / BabelStream / Shuhai), per device kind (an NPU and a DLA as a GPU).
+EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90, "npu": 0.90, "dla": 0.90}
 
 #: Memory efficiency on a GPU (where the device declares none) of GEMMs with fewer rows than a tile
 #: and of matrix-vector products: the libraries' small-M kernels stream the weight through the

@@ -10,6 +10,15 @@ Delay model
     ``end(u) + cost.comm(e, dev(u), dev(v))``; on the same device the delay is
     0. Transfers do not occupy devices. The makespan is the latest task end.
 
+Delegated subgraphs
+    On a device with ``invoke_us > 0`` (an NPU, a DLA: a runtime hands it
+    whole partitions), its tasks in execution order form runs: a task
+    continues the run of the task before it on that device when one of its
+    predecessors is in that run, else it starts a new run (a new invocation).
+    The first task of each run lasts its time plus ``invoke_us``. A
+    ``shared_memory`` link prices a transfer at its ``sync_us``
+    (``cost.comm``, :func:`mapper.costing.cost.route_tables`).
+
 Options (all off by default; :attr:`Schedule.options` says which were on)
     ``contention``
         Every transfer moves store-and-forward along its route
@@ -327,6 +336,9 @@ def hop_durations(cost: CostTable, e: int, a: int, b: int, contention: bool) -> 
     w = []
     for li in links:
         link = cost.platform.links[li]
+        if link.shared_memory:
+            w.append(link.sync_us * 1e-6)
+            continue
         w.append(link.latency_us * 1e-6 + (nbytes / (link.bandwidth_gbs * 1e9) if link.bandwidth_gbs > 0 else 0.0))
     total = sum(w)
     if total > 0:
@@ -356,10 +368,43 @@ def build_schedule(cost: CostTable, assignment: Assignment, options: ScheduleOpt
     return _simulate(cost, device, order, options)
 
 
+def delegated_runs(cost: CostTable, order: Sequence[Sequence[int]],
+                   devices: Sequence[int] | None = None) -> list[tuple[int, tuple[int, ...]]]:
+    """``(device, tasks)`` of each delegated subgraph: the runs of the module docstring on
+    ``devices`` (default: those with ``invoke_us > 0``), by device, then in execution order."""
+    g = cost.graph
+    wanted = set(devices) if devices is not None else {
+        d for d, dev in enumerate(cost.platform.devices) if dev.invoke_us > 0}
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for d, seq in enumerate(order):
+        if d not in wanted:
+            continue
+        run: list[int] = []
+        members: set[int] = set()
+        for t in seq:
+            if run and members.isdisjoint(g.pred_tasks(t)):
+                out.append((d, tuple(run)))
+                run, members = [], set()
+            run.append(t)
+            members.add(t)
+        if run:
+            out.append((d, tuple(run)))
+    return out
+
+
+def invocations(cost: CostTable, order: Sequence[Sequence[int]]) -> list[float]:
+    """Seconds each task pays for starting a delegated subgraph (the module docstring), 0 for the others."""
+    extra = [0.0] * cost.n_tasks
+    for d, run in delegated_runs(cost, order):
+        extra[run[0]] = cost.platform.devices[d].invoke_us * 1e-6
+    return extra
+
+
 def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
               options: ScheduleOptions) -> Schedule:
     g = cost.graph
     n, nd = cost.n_tasks, cost.n_devices
+    extra = invocations(cost, order)
     units = _units(cost, order, options.streaming)
     pending = [len(g.preds[t]) for t in range(n)]
     ready = [0.0] * n
@@ -384,7 +429,7 @@ def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, 
         s = max(free[d], ready[unit[0]])
         offsets: tuple[tuple[float, float], ...]
         if len(unit) == 1:
-            offsets = ((0.0, cost.time[unit[0]][d]),)
+            offsets = ((0.0, cost.time[unit[0]][d] + extra[unit[0]]),)
         else:
             chunks = min(g.tasks[t].streamable for t in unit)
             launch = cost.platform.devices[d].launch_us * 1e-6

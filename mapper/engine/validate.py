@@ -6,6 +6,9 @@ builders nor any mapper, so a bug there shows up here. Times are compared
 with a tolerance of 1e-9 relative to the schedule's time scale (its largest
 finite time).
 
+A task that starts a delegated subgraph (a run on a device with
+``invoke_us``, docs/architecture.md) lasts its cost plus ``invoke_us``.
+
 Violation kinds: ``structure`` (slots missing or misnumbered), ``time``
 (non-finite or negative times), ``placement``, ``duration``, ``overlap``,
 ``precedence``, ``transfer``, ``link`` (two transfers on one link at once,
@@ -58,6 +61,7 @@ class _Checker:
         self.tol = 1e-9 * max(finite + [abs(schedule.makespan) if math.isfinite(schedule.makespan) else 0.0, 1e-300])
         self.chain_edges: set[int] = set()
         self.run_of: dict[int, int] = {}
+        self.seqs: dict[int, list[int]] = {}  # each device's tasks in execution order (check_streams)
 
     def add(self, kind: str, message: str, tasks=(), edges=()) -> None:
         self.out.append(Violation(kind, message, tuple(tasks), tuple(edges)))
@@ -162,7 +166,7 @@ class _Checker:
     def check_streams(self) -> None:
         """Under streaming, runs of linked streamable tasks consecutive on a
         streaming FPGA must follow ``cost.stream_chain_times`` from the run's start."""
-        seqs = self.sequences()
+        self.seqs = seqs = self.sequences()
         if not self.s.options.streaming:
             return
         runs: list[list[int]] = []
@@ -197,11 +201,32 @@ class _Checker:
             for u, v in zip(run, run[1:]):
                 self.chain_edges.update(e for e in self.g.succs[u] if self.g.edges[e].dst == v)
 
+    def invocation_heads(self) -> set[int]:
+        """Tasks that start a delegated subgraph on a device with ``invoke_us``: those none of
+        whose predecessors belongs to the run of the task before them in the device's order."""
+        heads: set[int] = set()
+        if all(dev.invoke_us <= 0 for dev in self.cost.platform.devices):
+            return heads
+        for d, seq in self.seqs.items():
+            if self.cost.platform.devices[d].invoke_us <= 0:
+                continue
+            label: dict[int, int] = {}  # task -> the position of its run's first task
+            for k, t in enumerate(seq):
+                prev = label.get(seq[k - 1], -1) if k else -1
+                joined = any(label.get(self.g.edges[e].src) == prev for e in self.g.preds[t]) and prev >= 0
+                label[t] = prev if joined else k
+                if not joined:
+                    heads.add(t)
+        return heads
+
     def check_durations(self) -> None:
+        heads = self.invocation_heads()
         for sl in self.s.slots:
             if sl.task in self.run_of:
                 continue
             want = self.cost.time[sl.task][sl.device]
+            if sl.task in heads:
+                want += self.cost.platform.devices[sl.device].invoke_us * 1e-6
             if want < INF and abs((sl.end - sl.start) - want) > max(self.tol, 1e-9 * want):
                 self.add("duration", f"task {self.name(sl.task)} lasts {sl.end - sl.start} on {self.dev(sl.device)}, "
                                      f"its cost is {want}", tasks=(sl.task,))
@@ -221,6 +246,14 @@ class _Checker:
                                             f"{self.dev(d)}", tasks=(last.task, sl.task))
                 if last is None or sl.end > last.end:
                     last = sl
+
+    def handover(self, e: int, a: int, b: int) -> float:
+        """The delay of edge ``e`` from device ``a`` to ``b``: over a route of ``shared_memory`` links
+        the sum of their ``sync_us`` (no bytes move), recomputed from the platform; else ``cost.comm``."""
+        links = [self.cost.platform.links[i] for i in self.cost.routes[a][b]]
+        if links and self.g.edges[e].comm is None and all(link.shared_memory for link in links):
+            return sum(link.sync_us for link in links) * 1e-6
+        return self.cost.comm(e, a, b)
 
     def transfer_map(self) -> dict[int, Transfer]:
         out: dict[int, Transfer] = {}
@@ -244,7 +277,7 @@ class _Checker:
                     self.add("transfer", f"edge {self.name(e.src)} -> {self.name(e.dst)} stays on {self.dev(a)} "
                                          f"but has a transfer", tasks=both, edges=(e.index,))
                 continue
-            comm = self.cost.comm(e.index, a, b)
+            comm = self.handover(e.index, a, b)
             what = f"transfer {self.name(e.src)} -> {self.name(e.dst)} ({self.dev(a)} -> {self.dev(b)})"
             if not comm < INF:
                 self.add("transfer", f"{what} has no route", tasks=both, edges=(e.index,))

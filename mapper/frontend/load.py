@@ -13,13 +13,13 @@ import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 
-from mapper.core.graph import TaskGraph
+from mapper.core.graph import SourceNode, TaskGraph
 from mapper.errors import InputWarning
 from mapper.frontend.lowering.program import lower, read_dsl_file
 from mapper.frontend.parse import parse
 from mapper.frontend.sources import ModelFile, is_model
 
-__all__ = ["graph_from_text", "load_graph", "read_program", "read_source", "without_spans"]
+__all__ = ["graph_from_text", "load_graph", "read_program", "read_source", "read_with_sources", "without_spans"]
 
 
 def graph_from_text(text: str, file: str = "<string>", params: Mapping[str, int | float] | None = None) -> TaskGraph:
@@ -41,16 +41,19 @@ def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
         On any error in the program.
     """
     file = os.fspath(path)
-    text, blame = read_program(path)
+    text, blame, sources = read_with_sources(path)
     with blame:
         graph = graph_from_text(text, file, dict(path.params) if isinstance(path, ModelFile) else None)
-    return without_spans(graph) if is_model(file) else graph
+    return without_spans(graph, sources) if is_model(file) else graph
 
 
-def without_spans(graph: TaskGraph) -> TaskGraph:
+def without_spans(graph: TaskGraph, sources: Mapping[str, tuple[SourceNode, ...]] | None = None) -> TaskGraph:
     """``graph`` with no source positions: an imported model's tasks have none the user could
-    read (the DSL was generated), so later errors name the task, which is named after its node."""
-    return dataclasses.replace(graph, tasks=tuple(dataclasses.replace(t, span=None) for t in graph.tasks))
+    read (the DSL was generated), so later errors name the task, which is named after its node;
+    each task gets its model nodes from ``sources`` (task name -> nodes) when given."""
+    src = sources or {}
+    return dataclasses.replace(graph, tasks=tuple(
+        dataclasses.replace(t, span=None, source=src.get(t.name, t.source)) for t in graph.tasks))
 
 
 def read_source(path: str | os.PathLike[str]) -> str:
@@ -64,6 +67,13 @@ def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextMana
     """:func:`read_source`, and a context for parsing and lowering that text: for an
     imported model, errors in it become errors naming the model's node
     (:meth:`mapper.frontend.importers.onnx_dsl.Imported.blame`)."""
+    text, blame, _ = read_with_sources(path)
+    return text, blame
+
+
+def read_with_sources(path: str | os.PathLike[str]) -> tuple[str, AbstractContextManager[None],
+                                                  Mapping[str, tuple[SourceNode, ...]]]:
+    """:func:`read_program`, and for a model the ONNX nodes each task comes from."""
     file = os.fspath(path)
     if is_model(file):
         from mapper.frontend.importers.onnx_dsl import import_onnx
@@ -73,5 +83,5 @@ def read_program(path: str | os.PathLike[str]) -> tuple[str, AbstractContextMana
         warning = imported.warning()
         if warning:
             warnings.warn(warning, InputWarning, stacklevel=2)
-        return imported.text, imported.blame()
-    return read_dsl_file(file, None, None), contextlib.nullcontext()
+        return imported.text, imported.blame(), imported.sources
+    return read_dsl_file(file, None, None), contextlib.nullcontext(), {}

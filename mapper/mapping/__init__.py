@@ -23,6 +23,8 @@ MAPPERS: dict[str, str] = {
     "single": "mapper.mapping.single:SingleDeviceMapper",
     "cpu": "mapper.mapping.single:CpuMapper",
     "cpsat": "mapper.mapping.cpsat:CpSatMapper",
+    "delegate-greedy": "mapper.mapping.delegate:DelegateGreedyMapper",
+    "delegate-mapped": "mapper.mapping.delegate:DelegateMappedMapper",
 }
 
 

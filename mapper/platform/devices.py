@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-DEVICE_KINDS = ("cpu", "gpu", "fpga")
+from mapper.platform.support import OpSupport
+
+DEVICE_KINDS = ("cpu", "gpu", "fpga", "npu", "dla")
+#: Kinds that run delegated subgraphs (an NPU, NVIDIA's DLA): a runtime hands them whole partitions
+ACCELERATOR_KINDS = ("npu", "dla")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +20,7 @@ class Device:
 
     index: int
     name: str
-    kind: str  # cpu | gpu | fpga
+    kind: str  # cpu | gpu | fpga | npu | dla
     peak_gflops: tuple[tuple[str, float], ...] = ()  # per dtype
     mem_bandwidth_gbs: float | None = None
     memory_gib: float | None = None
@@ -49,6 +53,10 @@ class Device:
     gemm_stages: int = 0  # K blocks a unit loads before its first multiply (the software pipeline); 0: not modelled
     overlap_exponent: float | None = None  # p of (Tc^p + Tm^p)^(1/p); None: max(Tc, Tm), the roofline
     price_per_hour: float | None = None  # dollars per device hour (optional; mapper serve's cost per token)
+    supports: OpSupport | None = None  # the ops it runs (mapper.platform.support); None: every op
+    dtypes: tuple[str, ...] = ()  # the dtypes it runs; (): every dtype it has a rate for
+    convert: tuple[tuple[str, str], ...] = ()  # dtype -> the dtype it runs it in (an NPU runs f32 in f16)
+    invoke_us: float = 0.0  # fixed cost of each delegated subgraph's invocation (docs/platforms.md)
 
     def tensor_peak(self, dtype: str) -> float | None:
         """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""
@@ -86,6 +94,8 @@ class Link:
     latency_us: float = 0.0
     switch: str = ""
     ports: tuple[int, ...] = ()
+    shared_memory: bool = False  # both ends share DRAM: a transfer costs sync_us, not bytes / bandwidth
+    sync_us: float = 0.0  # the synchronisation (cache maintenance, fence, signal) a shared-memory hand-over costs
 
 
 @dataclass(frozen=True, slots=True)

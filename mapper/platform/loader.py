@@ -49,7 +49,7 @@ def parse_platform(text: str, file: str = "<string>") -> Platform:
         return _cluster_of(doc, file)
     if "fleet" in doc:
         return _fleet_of(doc, file)
-    check = Checker(file)
+    check = Checker(file, support_list)
     plat = check.platform(doc, file)
     if "cluster" in doc:  # the devices of one node, repeated
         from mapper.platform.cluster import read_cluster
@@ -112,6 +112,21 @@ def _fleet_of(doc: dict[str, Any], file: str) -> Platform:
     description = check.string(doc.get("description", ""), "description")
     return replace(first, name=name, description=description, source=file,
                    fleet=Fleet(tuple(kinds), bandwidth, latency))
+
+
+def support_list(name: str) -> Any:
+    """The parsed file of shipped op-support list ``name`` (``platforms/support/NAME.toml``),
+    None when there is none; for ``""`` the shipped names."""
+    root = resources.files(PLATFORM_PACKAGE) / "support"
+    files = {p.name[: -len(".toml")]: p for p in root.iterdir() if p.name.endswith(".toml")}
+    if not name:
+        return sorted(files)
+    if name not in files:
+        return None
+    try:
+        return tomllib.loads(files[name].read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:  # a shipped file is checked by the tests; say which if not
+        raise PlatformError(f"TOML syntax error: {exc}", obj=f"support/{name}.toml") from None
 
 
 def _shipped() -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +15,7 @@ from mapper.core.graph import DTYPE_BYTES
 from mapper.core.ops import FLAG_VARIANTS, OP_CLASSES, OPS
 from mapper.errors import PlatformError
 from mapper.platform.devices import DEVICE_KINDS, Device, Link, Platform, Switch
+from mapper.platform.support import read_support
 
 # Each numeric key: (minimum kind, unit shown in messages). "pos" > 0, "nonneg" >= 0.
 _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
@@ -30,6 +32,7 @@ _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
     "cache_bandwidth_gbs": ("pos", "GB/s"),
     "im2col_gbs": ("pos", "GB/s"),
     "price_per_hour": ("pos", "dollars per hour"),
+    "invoke_us": ("nonneg", "microseconds"),
 }
 #: Numbers in a platform file lie in [-MAX_NUMBER, MAX_NUMBER]; positive ones are at least MIN_POSITIVE
 #: (whatever the unit: a rate of 1e-9 GB/s or a latency of 1e15 us is a typo, and the cost model
@@ -49,12 +52,13 @@ _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "e
                 "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
                 "overlap_exponent",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
-                "gemm_pack_cold_ns")
+                "gemm_pack_cold_ns", "supports", "dtypes", "convert")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
+    "sync_us": ("nonneg", "microseconds"),
 }
-_LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional")
+_LINK_KEYS = ("from", "to", *_LINK_NUMBERS, "bidirectional", "shared_memory")
 _TOP_KEYS = ("name", "description", "host", "device", "link", "switch", "throughput_model", "micro_batches",
              "cluster")
 #: The most copies one ``[[device]]`` table may stand for (``count``).
@@ -84,9 +88,10 @@ def _stem(key: str) -> str:
 class Checker:
     """Reads one parsed TOML document into a :class:`Platform`, naming the key at fault."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, lists: Callable[[str], Any] | None = None) -> None:
         self.file = file
         self.groups: dict[str, tuple[str, ...]] = {}
+        self.lists = lists  # a shipped op-support list's parsed file by name (None: unknown)
 
     def fail(self, path: str, message: str) -> PlatformError:
         return PlatformError(message, obj=f"{self.file}: {path}")
@@ -170,7 +175,7 @@ class Checker:
         name = self.name(tab["name"], f"{path}.name")
         kind = self.string(tab["kind"], f"{path}.kind")
         if kind not in DEVICE_KINDS:
-            raise self.fail(f"{path}.kind", f"expected one of cpu, gpu, fpga, got {kind!r}")
+            raise self.fail(f"{path}.kind", f"expected one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
         if name in DEVICE_KINDS:
             raise self.fail(f"{path}.name", f"a device may not be named after a kind ({name!r})")
         if kind != "fpga":
@@ -184,7 +189,7 @@ class Checker:
             raise self.fail(f"{path}.f32_matmul", f"expected \"f32\" or \"tf32\", got {f32_matmul!r}")
         if f32_matmul == "tf32" and not any(d == "tf32" for d, _ in tensor):
             raise self.fail(f"{path}.f32_matmul", "\"tf32\" needs a tf32 rate in tensor_gflops")
-        fuses = self.boolean(tab["fusion"], f"{path}.fusion") if "fusion" in tab else kind == "gpu"
+        fuses = self.boolean(tab["fusion"], f"{path}.fusion") if "fusion" in tab else kind in ("gpu", "npu", "dla")
         units = None
         if "compute_units" in tab:
             units = self.integer(tab["compute_units"], f"{path}.compute_units", "compute units")
@@ -267,7 +272,38 @@ class Checker:
             gemm_split_k=split,
             gemm_stages=stages,
             overlap_exponent=overlap,
+            **self.delegate_keys(tab, path),
         )
+
+    def delegate_keys(self, tab: dict[str, Any], path: str) -> dict[str, Any]:
+        """``supports``, ``dtypes``, ``convert`` and ``invoke_us`` of a device (docs/platforms.md)."""
+        out: dict[str, Any] = {}
+        if "supports" in tab:
+            raw = tab["supports"]
+            if isinstance(raw, str):
+                doc = self.lists(raw) if self.lists is not None else None
+                if doc is None:
+                    shipped = self.lists("") if self.lists is not None else []
+                    raise self.fail(f"{path}.supports", f"unknown op-support list {raw!r}; shipped: "
+                                                        f"{', '.join(shipped or ['none'])} (or an array of op types)")
+                out["supports"] = read_support(doc, f"{path}.supports ({raw})", raw, self.fail)
+            else:
+                out["supports"] = read_support(raw, f"{path}.supports", "inline", self.fail)
+        if "dtypes" in tab:
+            out["dtypes"] = _dtype_list(self, tab["dtypes"], f"{path}.dtypes")
+        if "convert" in tab:
+            conv = self.table(tab["convert"], f"{path}.convert")
+            pairs = []
+            for src in sorted(conv):
+                dst = self.string(conv[src], f"{path}.convert.{src}")
+                if src not in DTYPE_BYTES or dst not in out.get("dtypes", DTYPE_BYTES):
+                    raise self.fail(f"{path}.convert.{src}", f"expected a dtype converted to one of the device's "
+                                                             f"dtypes, got {src!r} -> {dst!r}")
+                pairs.append((src, dst))
+            out["convert"] = tuple(pairs)
+        if "invoke_us" in tab:
+            out["invoke_us"] = self.number(tab["invoke_us"], f"{path}.invoke_us", "nonneg", "microseconds")
+        return out
 
     def peaks(self, tab: dict[str, Any], path: str, key: str, dtypes: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
         """A table of GFLOP/s per dtype (one of ``dtypes``), in key order; () when ``key`` is absent."""
@@ -332,6 +368,10 @@ class Checker:
             if src == dst:
                 raise self.fail(f"{path}.to", f"a link must join two different devices, got {src!r} twice")
             bw = self.number(tab["bandwidth_gbs"], f"{path}.bandwidth_gbs", *_LINK_NUMBERS["bandwidth_gbs"])
+            shared = self.boolean(tab["shared_memory"], f"{path}.shared_memory") if "shared_memory" in tab else False
+            if "sync_us" in tab and not shared:
+                raise self.fail(f"{path}.sync_us", "only valid with shared_memory = true")
+            sync = self.number(tab.get("sync_us", 0.0), f"{path}.sync_us", *_LINK_NUMBERS["sync_us"])
             lat = 0.0
             if "latency_us" in tab:
                 lat = self.number(tab["latency_us"], f"{path}.latency_us", *_LINK_NUMBERS["latency_us"])
@@ -340,7 +380,8 @@ class Checker:
                 if (a, b) in seen:
                     raise self.fail(path, f"duplicate link {a} -> {b} (already declared by link[{seen[(a, b)]}])")
                 seen[(a, b)] = j
-                out.append(Link(index=len(out), src=a, dst=b, bandwidth_gbs=bw, latency_us=lat))
+                out.append(Link(index=len(out), src=a, dst=b, bandwidth_gbs=bw, latency_us=lat,
+                                shared_memory=shared, sync_us=sync))
         return tuple(out)
 
     def platform(self, doc: dict[str, Any], source: str) -> Platform:
@@ -443,6 +484,16 @@ class Checker:
         step = self.number(tab["step_latency_us"], f"{path}.step_latency_us", *_LINK_NUMBERS["latency_us"]) \
             if "step_latency_us" in tab else None
         return Switch(name, tuple(ports), bw, lat, eff, step)
+
+
+def _dtype_list(check: Checker, value: Any, path: str) -> tuple[str, ...]:
+    """A non-empty array of DSL dtypes."""
+    if not isinstance(value, list) or not value:
+        raise check.fail(path, f"expected an array of dtypes, got {_describe(value)}")
+    for j, d in enumerate(value):
+        if check.string(d, f"{path}[{j}]") not in DTYPE_BYTES:
+            raise check.fail(f"{path}[{j}]", f"unknown dtype {d!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    return tuple(value)
 
 
 def model_key_ok(key: str) -> bool:

@@ -17,6 +17,7 @@ from mapper.core.files import atomic_write
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import device_stats, round_sig
+from mapper.report.delegation import delegation
 
 
 def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
@@ -96,6 +97,7 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
             for d, p in zip(device_stats(sched), peak_memory(sched))
         ],
         "notes": list(result.notes),
+        **({"delegation": delegated} if (delegated := delegation(sched)) is not None else {}),
         **({"parallel": parallel} if parallel is not None else {}),
         **({"inference": _rounded(inference)} if inference is not None else {}),
     }

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from mapper.core.graph import SourceNode
 from mapper.errors import DslError, InputError
 from mapper.frontend.importers.dsl_writer import comment_text, dsl_name, dsl_number
 from mapper.frontend.importers.onnx_emit import TYPED, Emitter, ints
@@ -49,6 +50,7 @@ class Imported:
     file: str = "<onnx>"  # the model
     origins: Mapping[int, str] = field(default_factory=dict)  # DSL line -> the ONNX node it comes from
     notes: tuple[str, ...] = ()  # what the reader left out
+    sources: Mapping[str, tuple[SourceNode, ...]] = field(default_factory=dict)  # task -> its ONNX nodes
 
     def warning(self) -> str | None:
         """One line listing the op types imported as ``opaque`` tasks (and what the
@@ -115,6 +117,7 @@ class _Writer(Emitter):
                 continue
             m = replaced.get(id(n))
             self.origin = _describe(n if m is None else m.nodes[-1])
+            self.current = (n,) if m is None else tuple(m.nodes)
             try:
                 if m is None:
                     self.node(n)
@@ -138,7 +141,7 @@ class _Writer(Emitter):
         fused = Counter(m.kind for m in matches)
         return Imported("\n".join(line for line, _ in placed) + "\n", len(g.nodes) + g.evaluated, self.tasks,
                         sum(n.folded for n in g.nodes) + g.evaluated, dict(fused), dict(self.unsupported), g.file,
-                        origins, g.notes)
+                        origins, g.notes, dict(self.sources))
 
     def pattern(self, m: Match, first: OnnxNode) -> None:
         last = m.nodes[-1]

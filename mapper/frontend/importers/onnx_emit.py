@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
+from mapper.core.graph import SourceNode
 from mapper.frontend.importers.dsl_writer import dsl_name, dsl_number, dsl_string
 from mapper.frontend.importers.onnx_model import OnnxGraph, OnnxNode
 
@@ -28,6 +30,30 @@ def ints(values: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
 
 
+def _attr_value(v: Any) -> Any:
+    """An ONNX attribute value as an int, float, string or tuple of them; None for a tensor or graph."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, (int, float, str)):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (list, tuple)):
+        items = [_attr_value(x) for x in v]
+        return None if any(x is None or isinstance(x, tuple) for x in items) else tuple(items)
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:  # a NumPy scalar
+        return _attr_value(v.item())
+    return None
+
+
+def source_node(g: OnnxGraph, n: OnnxNode) -> SourceNode:
+    """What a task keeps of ONNX node ``n``: name, op type, plain attributes, dtypes."""
+    attrs = tuple(sorted((k, v) for k, v in ((k, _attr_value(raw)) for k, raw in n.attrs.items()) if v is not None))
+    dtypes = tuple(g.tensors[i].dtype for i in n.inputs if i in g.tensors)
+    out = g.tensors[n.outputs[0]].dtype if n.outputs and n.outputs[0] in g.tensors else "f32"
+    return SourceNode(n.name, n.op, attrs, dtypes, out)
+
+
 class Emitter:
     """DSL text being written for one ONNX graph, and the handlers of the rule-priced ops."""
 
@@ -40,6 +66,8 @@ class Emitter:
         self.origin: str | None = None  # the node being written
         self.tasks = 0
         self.unsupported: Counter[str] = Counter()
+        self.current: tuple[OnnxNode, ...] = ()  # the ONNX nodes being written
+        self.sources: dict[str, tuple[SourceNode, ...]] = {}  # task -> the nodes it comes from
 
     # -- names ------------------------------------------------------------------------------
     def fresh(self, raw: str) -> str:
@@ -65,6 +93,7 @@ class Emitter:
 
     def emit(self, raw: str, call: str, output: str | None = None) -> str:
         name = self.fresh(raw)
+        self.sources[name] = tuple(source_node(self.g, n) for n in self.current)
         self.body.append((f"  {name} = {call}", self.origin))
         self.tasks += 1
         if output is not None:

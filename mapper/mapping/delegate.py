@@ -1,0 +1,144 @@
+"""Delegation to an NPU or a DLA (``--delegate greedy|mapped``, docs/platforms.md, Delegation).
+
+``greedy`` does what the runtimes do by default: every task the accelerator
+supports (its ``supports`` list, its ``dtypes``) runs there, the rest on the
+fallback device: ONNX Runtime's CPU execution provider behind the QNN
+execution provider, the GPU behind TensorRT's DLA (``allowGPUFallback``),
+Band's ``fallback_per_device`` (Jeong et al., "Band: Coordinated Multi-DNN
+Inference on Heterogeneous Mobile Processors", MobiSys 2022). One
+accelerator takes every partition, as a runtime session binds one EP or one
+DLA core.
+
+``mapped`` lets the mapper choose with the same costs: from the better of the
+greedy placement and HEFT's, a first-improvement local search moves whole
+delegated subgraphs and single tasks between devices while the makespan,
+timed by :func:`mapper.engine.schedule.build_schedule` with its invocation
+and hand-over costs, drops.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from mapper.costing.cost import CostTable
+from mapper.engine.schedule import Assignment, Schedule, build_schedule, delegated_runs, list_schedule
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.mapping.base import MapOptions, Mapper, MapResult
+from mapper.mapping.placer import heuristic_result
+from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_rank
+from mapper.platform.devices import ACCELERATOR_KINDS
+
+#: The most schedules the local search of ``mapped`` times.
+MAX_EVALUATIONS = 4000
+
+
+def accelerators(cost: CostTable) -> tuple[int, ...]:
+    """Devices a runtime delegates to (kind ``npu`` or ``dla``)."""
+    return tuple(d.index for d in cost.platform.devices if d.kind in ACCELERATOR_KINDS)
+
+
+def fallback_device(cost: CostTable, accel: int) -> int:
+    """Where a runtime runs what ``accel`` cannot: a DLA's GPU, else the host CPU, else the fastest CPU."""
+    devices = cost.platform.devices
+    if devices[accel].kind == "dla":
+        gpu = next((d.index for d in devices if d.kind == "gpu"), None)
+        if gpu is not None:
+            return gpu
+    host = cost.platform.host
+    if host is not None and devices[cost.platform.device_index(host)].kind == "cpu":
+        return cost.platform.device_index(host)
+    cpus = [d for d in devices if d.kind == "cpu"]
+    if not cpus:
+        raise OptionsError(f"platform {cost.platform.name} has no CPU to fall back to", obj="--delegate")
+    return max(cpus, key=lambda d: (d.peak("f32") or 0.0, -d.index)).index
+
+
+def _priority(cost: CostTable) -> tuple[int, ...]:
+    return priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost, False)))
+
+
+def timed(cost: CostTable, device: Sequence[int], options: MapOptions, prio: Sequence[int]) -> Schedule:
+    """``device`` list-scheduled in ``prio`` order, then timed with the delegation costs."""
+    order = list_schedule(cost, device, prio, options.schedule).order
+    return build_schedule(cost, Assignment(tuple(device), order), options.schedule)
+
+
+def greedy_devices(cost: CostTable) -> tuple[int, ...]:
+    """Each task on the first accelerator when it runs there, else on the fallback device
+    (else on the first device that runs it)."""
+    accel = accelerators(cost)
+    if not accel:
+        raise OptionsError(f"platform {cost.platform.name} has no npu or dla device to delegate to",
+                           obj="--delegate")
+    a, back = accel[0], fallback_device(cost, accel[0])
+    out = []
+    for t in range(cost.n_tasks):
+        feasible = cost.feasible_devices(t)
+        if not feasible:
+            cost.require_feasible()
+        out.append(a if a in feasible else back if back in feasible else feasible[0])
+    return tuple(out)
+
+
+class DelegateGreedyMapper(Mapper):
+    """What the runtimes do by default (the module docstring)."""
+
+    name = "delegate-greedy"
+    summary = "the runtimes' default delegation: every supported task on the NPU/DLA, the rest on the fallback"
+
+    def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
+        started = time.perf_counter()
+        schedule = timed(cost, greedy_devices(cost), options, cost.graph.topo_order)
+        return heuristic_result(self.name, schedule, options, started)
+
+
+class DelegateMappedMapper(Mapper):
+    """Delegation chosen by local search on the delegation costs (the module docstring)."""
+
+    name = "delegate-mapped"
+    summary = "delegation by local search over subgraph and task moves, with invocation and hand-over costs"
+
+    def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
+        started = time.perf_counter()
+        from mapper.mapping.heft import HeftMapper
+
+        prio = _priority(cost)
+        starts = [timed(cost, greedy_devices(cost), options, prio),
+                  HeftMapper().map(cost, options).schedule]
+        best = min(starts, key=lambda s: s.makespan)
+        device = list(best.device_of)
+        count = 0
+        improved = True
+        while improved and count < MAX_EVALUATIONS and not options.should_stop() \
+                and time.perf_counter() - started < options.time_limit:
+            improved = False
+            for group, target in _moves(cost, best):
+                trial = list(device)
+                for t in group:
+                    trial[t] = target
+                try:
+                    s = timed(cost, trial, options, prio)
+                except InfeasibleError:  # a capacity or route the move breaks
+                    continue
+                count += 1
+                if s.makespan < best.makespan * (1 - 1e-9):
+                    best, device, improved = s, trial, True
+                    break
+                if count >= MAX_EVALUATIONS:
+                    break
+        notes = (f"delegation: local search from the better of greedy and HEFT, {count} schedules timed",)
+        return heuristic_result(self.name, best, options, started, notes)
+
+
+def _moves(cost: CostTable, schedule: Schedule) -> list[tuple[tuple[int, ...], int]]:
+    """Whole delegated subgraphs to every other device that runs them all, then single tasks."""
+    device = schedule.device_of
+    moves: list[tuple[tuple[int, ...], int]] = []
+    for d, run in delegated_runs(cost, schedule.order, accelerators(cost)):
+        for target in range(cost.n_devices):
+            if target != d and all(target in cost.feasible_devices(t) for t in run):
+                moves.append((run, target))
+    for t in cost.graph.topo_order:
+        moves.extend(((t,), target) for target in cost.feasible_devices(t) if target != device[t])
+    return moves
