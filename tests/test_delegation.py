@@ -1,0 +1,267 @@
+"""Op-support lists, NPU/DLA dtypes, delegated subgraphs and shared-memory hand-overs
+(docs/platforms.md: Op support, Delegation)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mapper.cli import main
+from mapper.core.graph import SourceNode
+from mapper.costing.cost import build_cost_table
+from mapper.engine.schedule import Assignment, build_schedule, delegated_runs
+from mapper.engine.validate import validate
+from mapper.errors import PlatformError
+from mapper.frontend.load import graph_from_text
+from mapper.mapping import get_mapper
+from mapper.mapping.base import MapOptions
+from mapper.platform.loader import load_platform, parse_platform, support_list
+from mapper.platform.support import read_support
+
+
+def _list(name: str):
+    def fail(path: str, message: str) -> Exception:
+        return PlatformError(message, obj=path)
+    return read_support(support_list(name), name, name, fail)
+
+
+def _node(op: str, dtype: str = "f16", inputs: tuple[str, ...] = ("f16",), **attrs) -> SourceNode:
+    return SourceNode("n", op, tuple(sorted(attrs.items())), inputs, dtype)
+
+
+# -- op-support lists -----------------------------------------------------------------------------
+
+def test_dla_list_checks_attribute_bounds_and_values():
+    dla = _list("tensorrt-dla")
+    assert dla.why_not(_node("Conv", kernel_shape=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1))) is None
+    assert "kernel_shape <= 32" in dla.why_not(_node("Conv", kernel_shape=(33, 33)))
+    assert "strides <= 8" in dla.why_not(_node("Conv", kernel_shape=(3, 3), strides=(16, 16)))
+    assert dla.why_not(_node("MaxPool", kernel_shape=(8, 8))) is None
+    assert "kernel_shape <= 8" in dla.why_not(_node("MaxPool", kernel_shape=(9, 9)))
+    assert dla.why_not(_node("Concat", axis=1)) is None
+    assert "axis in [1, -3]" in dla.why_not(_node("Concat", axis=2))
+    assert dla.why_not(_node("LRN", size=5)) is None
+    assert "size in [3, 5, 7, 9]" in dla.why_not(_node("LRN", size=4))
+    assert "not in the tensorrt-dla list" in dla.why_not(_node("Gelu"))
+
+
+def test_lists_check_dtypes_of_outputs_and_inputs():
+    dla, qnn = _list("tensorrt-dla"), _list("qnn-htp")
+    assert dla.why_not(_node("Relu", "i8", ("i8",))) is None
+    assert "takes i8/f16 here, the node is f32" in dla.why_not(_node("Relu", "f32", ("f32",)))
+    assert qnn.why_not(_node("MatMul", "i8", ("i8", "i8"))) is None
+    assert "inputs of i8" in qnn.why_not(_node("MatMul", "f16", ("f16", "f16")))
+    assert qnn.why_not(_node("LpNormalization", p=2)) is None
+    assert "p in [2]" in qnn.why_not(_node("LpNormalization", p=1))
+    assert "Reshape is not in the qnn-htp list" in qnn.why_not(_node("Reshape"))
+
+
+def test_shipped_lists_cite_their_table():
+    for name in support_list(""):
+        assert _list(name).source.startswith("https://")
+
+
+# -- platforms ------------------------------------------------------------------------------------
+
+SOC = """
+name = "soc"
+[[device]]
+name = "big"
+kind = "cpu"
+peak_gflops = {{ f32 = 100.0, f16 = 200.0 }}
+mem_bandwidth_gbs = 50.0
+[[device]]
+name = "npu0"
+kind = "npu"
+peak_gflops = {{ i8 = 10000.0, f16 = 5000.0 }}
+mem_bandwidth_gbs = 50.0
+dtypes = ["i8", "f16"]
+convert = {{ f32 = "f16" }}
+supports = {supports}
+invoke_us = {invoke}
+[[link]]
+from = "big"
+to = "npu0"
+bidirectional = true
+bandwidth_gbs = 50.0
+shared_memory = true
+sync_us = {sync}
+"""
+
+
+def _soc(supports: str = '["Conv", "Relu", "Add", "MatMul"]', invoke: float = 100.0, sync: float = 20.0):
+    return parse_platform(SOC.format(supports=supports, invoke=invoke, sync=sync), "soc.toml")
+
+
+def test_shipped_soc_platforms_have_their_accelerators():
+    sd = load_platform("sd8gen3")
+    npu = next(d for d in sd.devices if d.kind == "npu")
+    assert npu.supports is not None and npu.supports.name == "qnn-htp" and npu.dtypes == ("i8", "f16")
+    assert all(link.shared_memory for link in sd.links)
+    orin = load_platform("jetson-orin")
+    dlas = [d for d in orin.devices if d.kind == "dla"]
+    assert len(dlas) == 2 and all(d.supports is not None and d.supports.name == "tensorrt-dla" for d in dlas)
+
+
+@pytest.mark.parametrize("bad, where, says", [
+    ('"qnn-gpu"', "device[1].supports", "unknown op-support list 'qnn-gpu'; shipped: qnn-htp, tensorrt-dla"),
+    ('[{ op = "Conv", max = { kernel_shape = "big" } }]', "device[1].supports[0].max.kernel_shape",
+     "expected a number"),
+    ('[{ op = "Conv", dtypes = ["int8"] }]', "device[1].supports[0].dtypes", "unknown dtype 'int8'"),
+    ('[{ type = "Conv" }]', "device[1].supports[0].type", "unknown key 'type'"),
+])
+def test_bad_supports_names_the_place(bad, where, says):
+    with pytest.raises(PlatformError) as err:
+        _soc(bad)
+    assert err.value.obj == f"soc.toml: {where}" and says in err.value.message
+
+
+def test_bad_supports_name_exits_2_naming_it(tmp_path, capsys):
+    plat = tmp_path / "soc.toml"
+    plat.write_text(SOC.format(supports='"nope"', invoke=0, sync=0))
+    prog = tmp_path / "g.tg"
+    prog.write_text(PROGRAM)
+    assert main(["compile", str(prog), "--platform", str(plat), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "device[1].supports" in err and "unknown op-support list 'nope'" in err and "Traceback" not in err
+
+
+def test_sync_us_needs_shared_memory():
+    text = SOC.format(supports="[]", invoke=0, sync=1).replace("shared_memory = true\n", "")
+    with pytest.raises(PlatformError, match="only valid with shared_memory"):
+        parse_platform(text, "soc.toml")
+
+
+# -- the cost table: infeasible with the reason -----------------------------------------------------
+
+PROGRAM = """
+graph g {
+  input x : f32[64, 64]
+  weight w : f32[64, 64]
+  a = matmul(x, w)
+  b = relu(a)
+  c = softmax(b)
+  d = relu(c)
+  output d
+}
+"""
+
+
+def test_unsupported_and_wrong_dtype_tasks_are_infeasible_with_the_reason():
+    g = graph_from_text(PROGRAM)
+    cost = build_cost_table(g, _soc('["Relu", "MatMul"]'))
+    npu = 1
+    assert cost.time[g.task_index("b")][npu] < float("inf")  # f32 converts to f16
+    assert cost.reason(g.task_index("c"), npu) == "Softmax is not in the inline list"
+    assert "MatMul takes" not in (cost.reason(g.task_index("a"), npu) or "")
+    strict = build_cost_table(g, _soc('[{ op = "Relu", dtypes = ["i8"] }]'))
+    assert "Relu takes i8 here, the node is f16" in strict.reason(g.task_index("b"), npu)
+
+
+# -- timing: invocations and hand-overs in the schedule and the validator ------------------------------
+
+def _timed(invoke: float = 100.0, sync: float = 20.0):
+    g = graph_from_text(PROGRAM)
+    cost = build_cost_table(g, _soc('["Relu", "MatMul"]', invoke, sync))
+    a, b, c, d = (g.task_index(n) for n in "abcd")
+    device = [0] * 4
+    device[a] = device[b] = device[d] = 1  # a, b on the NPU; c on the CPU; d on the NPU again
+    return g, cost, build_schedule(cost, Assignment(tuple(device)))
+
+
+def test_each_delegated_subgraph_pays_one_invocation_and_each_boundary_its_sync():
+    g, cost, s = _timed()
+    a, b, c, d = (g.task_index(n) for n in "abcd")
+    runs = delegated_runs(cost, s.order)
+    assert [run for _, run in runs] == [(a, b), (d,)]
+    slot = s.slots
+    assert slot[a].end - slot[a].start == pytest.approx(cost.time[a][1] + 100e-6)
+    assert slot[b].end - slot[b].start == pytest.approx(cost.time[b][1])
+    assert slot[d].end - slot[d].start == pytest.approx(cost.time[d][1] + 100e-6)
+    assert slot[c].start == pytest.approx(slot[b].end + 20e-6)  # the hand-over, not bytes / bandwidth
+    assert slot[d].start == pytest.approx(slot[c].end + 20e-6)
+    assert validate(s) == []
+
+
+def test_the_validator_recomputes_invocations_and_hand_overs():
+    g, cost, s = _timed()
+    a, c = g.task_index("a"), g.task_index("c")
+    slots = list(s.slots)
+    shift = 100e-6
+    slots[a] = replace(slots[a], end=slots[a].end - shift)  # the invocation left out
+    assert "duration" in {v.kind for v in validate(replace(s, slots=tuple(slots)))}
+    early = list(s.slots)
+    early[c] = replace(early[c], start=early[c].start - 10e-6, end=early[c].end - 10e-6)
+    assert "precedence" in {v.kind for v in validate(replace(s, slots=tuple(early)))} or \
+        "transfer" in {v.kind for v in validate(replace(s, slots=tuple(early)))}
+
+
+def test_without_costs_the_delay_model_is_unchanged():
+    g, cost, s = _timed(invoke=0.0, sync=0.0)
+    assert delegated_runs(cost, s.order) == []
+    assert s.makespan == pytest.approx(sum(cost.time[t][s.slots[t].device] for t in range(4)))
+
+
+# -- greedy and mapped delegation --------------------------------------------------------------------
+
+def test_greedy_puts_every_supported_task_on_the_npu_and_mapped_is_no_worse():
+    g = graph_from_text(PROGRAM)
+    cost = build_cost_table(g, _soc('["Relu", "MatMul"]', 300.0, 50.0))
+    greedy = get_mapper("delegate-greedy").map(cost, MapOptions(time_limit=5))
+    mapped = get_mapper("delegate-mapped").map(cost, MapOptions(time_limit=5))
+    assert [greedy.schedule.slots[g.task_index(n)].device for n in "abcd"] == [1, 1, 0, 1]
+    assert validate(greedy.schedule) == [] and validate(mapped.schedule) == []
+    assert mapped.schedule.makespan <= greedy.schedule.makespan
+
+
+LIGHT = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def test_compile_delegate_json_names_onnx_nodes(tmp_path):
+    out = tmp_path / "out.json"
+    model = LIGHT / "light_resnet50.onnx"
+    assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
+                 "-q"]) == 0
+    d = json.loads(out.read_text())
+    dl = d["delegation"]
+    assert [s["device"] for s in dl["subgraphs"]] == ["hexagon", "hexagon"]
+    assert dl["fallbacks"] == [{"task": "n173", "op": "Reshape", "device": "hexagon",
+                                "reason": "Reshape is not in the qnn-htp list"}]
+    assert dl["subgraphs"][1]["tasks"] == ["n174", "n175"]
+    assert d["makespan"] == max(t["end"] for t in d["tasks"])
+
+
+def test_delegate_needs_an_accelerator(tmp_path, capsys):
+    prog = tmp_path / "g.tg"
+    prog.write_text(PROGRAM)
+    assert main(["compile", str(prog), "--platform", "workstation", "--delegate", "greedy", "-q"]) == 2
+    assert "no npu or dla device" in capsys.readouterr().err
+
+
+# -- the optional oracle: ONNX Runtime's QNN execution provider ----------------------------------------
+
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1"])
+def test_greedy_partitions_match_onnxruntime_qnn(name, tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="the QNN oracle needs the onnxruntime-qnn wheel")
+    if "QNNExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("onnxruntime has no QNNExecutionProvider (install onnxruntime-qnn)")
+    onnx = pytest.importorskip("onnx")
+    model, ctx = LIGHT / f"{name}.onnx", tmp_path / f"{name}_ctx.onnx"
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # both sides see the same nodes
+    options.add_session_config_entry("ep.context_enable", "1")
+    options.add_session_config_entry("ep.context_file_path", str(ctx))
+    ort.InferenceSession(str(model), sess_options=options,
+                         providers=[("QNNExecutionProvider", {"backend_path": "libQnnHtp.so"})])
+    nodes = onnx.load(str(ctx), load_external_data=False).graph.node
+    theirs_subgraphs = sum(1 for n in nodes if n.op_type == "EPContext")
+    theirs_fallbacks = {n.name for n in nodes if n.op_type != "EPContext"}
+    out = tmp_path / "out.json"
+    assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
+                 "-q"]) == 0
+    dl = json.loads(out.read_text())["delegation"]
+    assert len(dl["subgraphs"]) == theirs_subgraphs
+    assert {f["task"] for f in dl["fallbacks"]} == theirs_fallbacks

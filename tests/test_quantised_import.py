@@ -1,0 +1,87 @@
+"""A quantised ONNX model (QDQ and QLinear ops, built with onnx.helper) imports with its dtypes,
+and the NPU's op-support list decides each node."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from mapper.cli import main  # noqa: E402
+from mapper.frontend.load import load_graph  # noqa: E402
+
+
+def _scalar(name, value, dtype):
+    return numpy_helper.from_array(np.array(value, dtype=dtype), name)
+
+
+def _qdq_model(path):
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv (weight dequantised from int8) -> QuantizeLinear
+    -> DequantizeLinear -> Relu: the QDQ form ONNX Runtime's quantiser writes for the QNN EP."""
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.int8), "w_q")
+    inits = [w, _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.int8)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="quant_in"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dequant_in"),
+        helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["wd"], name="dequant_w"),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["y", "s", "zp"], ["yq"], name="quant_out"),
+        helper.make_node("DequantizeLinear", ["yq", "s", "zp"], ["yd"], name="dequant_out"),
+        helper.make_node("Relu", ["yd"], ["z"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _qlinear_model(path):
+    """x (uint8) -> QLinearConv -> DequantizeLinear: the QOperator form."""
+    inits = [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.uint8), "w"),
+             _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.uint8)]
+    nodes = [
+        helper.make_node("QLinearConv", ["x", "s", "zp", "w", "s", "zp", "s", "zp"], ["y"], name="qconv",
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("DequantizeLinear", ["y", "s", "zp"], ["z"], name="dequant"),
+    ]
+    g = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _by_node(graph):
+    out = {}
+    for t in graph.tasks:
+        for s in t.sources:
+            out.setdefault(s.name, []).append(t)
+    return out
+
+
+def test_qdq_model_imports_with_its_dtypes(tmp_path):
+    path = tmp_path / "qdq.onnx"
+    _qdq_model(path)
+    tasks = _by_node(load_graph(str(path)))
+    assert {t.dtype for t in tasks["quant_in"]} == {"i8"} and {t.dtype for t in tasks["quant_out"]} == {"i8"}
+    assert {t.dtype for t in tasks["dequant_in"]} == {"f32"}
+    src = tasks["quant_in"][0].sources[0]
+    assert src.op == "QuantizeLinear" and src.inputs == ("f32", "f32", "i8") and src.dtype == "i8"
+    conv = tasks["conv"][0].sources[0]
+    assert conv.op == "Conv" and conv.attr("kernel_shape") == (3, 3) and conv.attr("pads") == (1, 1, 1, 1)
+
+
+def test_qlinear_model_imports_with_its_dtypes_and_falls_back_where_the_list_says(tmp_path):
+    path = tmp_path / "qlinear.onnx"
+    _qlinear_model(path)
+    tasks = _by_node(load_graph(str(path)))
+    qconv = tasks["qconv"][0]
+    assert qconv.dtype == "i8" and qconv.sources[0].op == "QLinearConv" and qconv.sources[0].inputs[0] == "i8"
+    out = tmp_path / "out.json"
+    assert main(["compile", str(path), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
+                 "-q"]) == 0
+    dl = json.loads(out.read_text())["delegation"]
+    assert {"task": "qconv", "op": "QLinearConv", "device": "hexagon",
+            "reason": "QLinearConv is not in the qnn-htp list"} in dl["fallbacks"]
+    assert dl["subgraphs"] == [{"device": "hexagon", "tasks": ["dequant"]}]
