@@ -24,8 +24,8 @@ import onnx
 from mapper.core.units import fmt_time
 from mapper.engine.validate import validate
 from mapper.errors import InputWarning
-from mapper.pipeline import compile_graph
 from mapper.mapping.base import MapOptions
+from mapper.pipeline import compile_graph
 from mapper.report.delegation import delegation
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

@@ -241,9 +241,10 @@ def run(args: argparse.Namespace) -> int:
                              serving=serving)
     t0 = time.perf_counter()
     full, reduced = reduced_platform(args)
+    apps, program = _workload(args)
     try:
         with interrupt, status or nullcontext():
-            compiled = compile_graph(source(args), reduced, options, dump_after=args.dump_after,
+            compiled = compile_graph(program, reduced, options, dump_after=args.dump_after,
                                      on_stage=_stage_printer(sys.stderr) if args.verbose else None)
     except StoppedAfter as stop:
         sys.stdout.write(_dump(stop.stage, stop.product))
@@ -251,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     if args.without is not None and compiled.parallel is not None and hasattr(compiled.parallel, "kind"):
         compiled = _replanned(args, compiled, full)
     result = compiled.result
-    _write_reports(args, compiled)
+    _write_reports(args, compiled, apps)
     if not args.quiet:
         from mapper.report.text import compare_table, schedule_table, summary_table
 
@@ -296,13 +297,27 @@ def _replanned(args: argparse.Namespace, compiled, full):
     return replace(compiled, result=result, parallel=choice)
 
 
-def _write_reports(args: argparse.Namespace, compiled) -> None:
+def _workload(args: argparse.Namespace):
+    """For a workload file (``apps.json``), its models and the one graph holding them
+    (:mod:`mapper.frontend.workload`); else no models and the program to read."""
+    from mapper.frontend.workload import is_workload
+
+    if not is_workload(args.file):
+        return None, source(args)
+    from mapper.frontend.load import load_graph
+    from mapper.frontend.workload import merge, read_workload
+
+    apps = read_workload(args.file)
+    return apps, merge([(a.label, load_graph(a.path)) for a in apps], "apps")
+
+
+def _write_reports(args: argparse.Namespace, compiled, apps=None) -> None:
     """Every report asked for, written all or none (:func:`mapper.core.files.outputs_together`)."""
     with outputs_together(_outputs(args)):
-        _each_report(args, compiled)
+        _each_report(args, compiled, apps)
 
 
-def _each_report(args: argparse.Namespace, compiled) -> None:
+def _each_report(args: argparse.Namespace, compiled, apps=None) -> None:
     result = compiled.result
     if args.json:
         from mapper.report.json_report import write_json
@@ -311,7 +326,12 @@ def _each_report(args: argparse.Namespace, compiled) -> None:
         inference = None
         if compiled.serving is not None:
             parallel, inference = compiled.serving.parallel_json(), compiled.serving.to_json()
-        write_json(result, args.json, timings=args.timings, parallel=parallel, inference=inference)
+        workload = None
+        if apps is not None:
+            from mapper.report.apps import apps_json
+
+            workload = apps_json(result.schedule, apps)
+        write_json(result, args.json, timings=args.timings, parallel=parallel, inference=inference, apps=workload)
     if args.html:
         from mapper.report.html import write_html
 

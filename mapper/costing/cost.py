@@ -309,12 +309,12 @@ def refusal(task: Task, dev: Device) -> str | None:
         return f"{dev.name} runs {'/'.join(dev.dtypes)} only, the task is {task.dtype}"
     if dev.supports is None:
         return None
-    nodes = task.sources
-    if not nodes:
-        op = str(task.attr("kind", "")) if task.op == "opaque" else DSL_ONNX.get(task.op, "")
+    nodes = list(task.sources)
+    for part in () if nodes else task.parts or (task,):
+        op = str(part.attr("kind", "")) if part.op == "opaque" else DSL_ONNX.get(part.op, "")
         if not op:
-            return f"{task.op} has no ONNX op type to look up in the {dev.supports.name} list"
-        nodes = (SourceNode(task.name, op, (), tuple(o.type.dtype for o in task.operands), task.dtype),)
+            return f"{part.op} has no ONNX op type to look up in the {dev.supports.name} list"
+        nodes.append(SourceNode(part.name, op, (), tuple(o.type.dtype for o in part.operands), part.dtype))
     for node in nodes:
         why = dev.supports.why_not(_as_run(node, dev))
         if why is not None:

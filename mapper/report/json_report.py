@@ -21,7 +21,7 @@ from mapper.report.delegation import delegation
 
 
 def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
-                 inference: dict | None = None) -> dict:
+                 inference: dict | None = None, apps: dict | None = None) -> dict:
     """The report as plain JSON-ready Python objects (dicts keep key order).
 
     ``timings`` adds ``solve_time``, the mapper's wall time, which differs
@@ -100,6 +100,7 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
         **({"delegation": delegated} if (delegated := delegation(sched)) is not None else {}),
         **({"parallel": parallel} if parallel is not None else {}),
         **({"inference": _rounded(inference)} if inference is not None else {}),
+        **({"apps": _rounded(apps)} if apps is not None else {}),
     }
 
 
@@ -116,13 +117,14 @@ def _rounded(value):
 
 
 def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
-            inference: dict | None = None) -> str:
+            inference: dict | None = None, apps: dict | None = None) -> str:
     """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
-    return json.dumps(to_json_dict(result, timings=timings, parallel=parallel, inference=inference), indent=2,
+    return json.dumps(to_json_dict(result, timings=timings, parallel=parallel, inference=inference, apps=apps),
+                      indent=2,
                       ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False,
-               parallel: dict | None = None, inference: dict | None = None) -> None:
+               parallel: dict | None = None, inference: dict | None = None, apps: dict | None = None) -> None:
     """Write :func:`to_json` to ``path`` atomically."""
-    atomic_write(path, to_json(result, timings=timings, parallel=parallel, inference=inference))
+    atomic_write(path, to_json(result, timings=timings, parallel=parallel, inference=inference, apps=apps))

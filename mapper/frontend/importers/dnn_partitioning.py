@@ -26,7 +26,7 @@ from mapper.core.files import Unreadable, read_text
 from mapper.core.graph import Edge, Task, TaskGraph
 from mapper.errors import InputError
 from mapper.frontend.importers.dsl_writer import comment_text, dsl_names, dsl_number, graph_to_dsl
-from mapper.frontend.importers.json_input import JsonReader, load_json
+from mapper.frontend.importers.json_input import JsonReader, load_json, read_json_file
 from mapper.frontend.lowering.values import MAX_SECONDS, MIN_SECONDS
 from mapper.platform.schema import MAX_NUMBER
 
@@ -204,11 +204,7 @@ def read_split(path: str | os.PathLike[str], inst: Instance) -> tuple[int, ...]:
     :func:`instance_platform` (CPU cores first, then accelerators). As their ``-expert`` mode
     does, a node the split leaves out goes where its color class went."""
     file = os.fspath(path)
-    try:
-        text = read_text(file)
-    except Unreadable as err:
-        raise InputError(f"cannot read the split: {err.why}", obj=file) from None
-    doc = load_json(text, file)
+    doc = read_json_file(file, "the split")
     js = JsonReader(file)
     js.check(doc, "$", "object")
     pos = {nid: k for k, nid in enumerate(inst.ids)}

@@ -30,6 +30,17 @@ def load_json(text: str, file: str) -> Any:
                          source_line=line) from None
 
 
+def read_json_file(path: str, what: str) -> Any:
+    """The JSON document in file ``path`` (``what`` names it in the error when unreadable)."""
+    from mapper.core.files import Unreadable, read_text
+
+    try:
+        text = read_text(path)
+    except Unreadable as err:
+        raise InputError(f"cannot read {what}: {err.why}", obj=path) from None
+    return load_json(text, path)
+
+
 class JsonReader:
     """Typed access to a parsed JSON document; failures name file and JSON path."""
 

@@ -1,0 +1,100 @@
+"""Several models at once: a workload file (``apps.json``) and the one task graph that holds
+them all (docs/platforms.md, Several models).
+
+The format follows Band's workload files (Jeong et al., "Band: Coordinated Multi-DNN Inference
+on Heterogeneous Mobile Processors", MobiSys 2022): ``{"models": [{"file", "period_ms",
+"slo_ms"}, ...]}``, each model requested every ``period_ms`` and due ``slo_ms`` after its
+request. ``file`` is a model or DSL program, relative to the workload file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+
+from mapper.core.graph import Edge, Operand, Task, TaskGraph, TensorType
+from mapper.frontend.importers.json_input import JsonReader, read_json_file
+
+#: The keys of one model entry.
+MODEL_KEYS = ("file", "period_ms", "slo_ms")
+#: The most models a workload may list.
+MAX_MODELS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    """One model of a workload: its file, request period and deadline (seconds), and its label."""
+
+    file: str  # as the workload gives it
+    period: float
+    slo: float
+    label: str
+    path: str = ""  # the file, relative to the working directory
+
+
+def is_workload(path: str) -> bool:
+    """True for a workload file (``.json``)."""
+    return os.fspath(path).lower().endswith(".json")
+
+
+def read_workload(path: str) -> tuple[App, ...]:
+    """The models of workload file ``path``; :class:`InputError` naming the file and JSON path."""
+    doc = read_json_file(path, "the workload file")
+    js = JsonReader(path)
+    js.check(doc, "$", "object")
+    for key in doc:
+        if key != "models":
+            raise js.fail(f"$.{key}", f"unknown key {key!r}; a workload file has \"models\"")
+    models = js.get(doc, "models", "$", "array")
+    if not models or len(models) > MAX_MODELS:
+        raise js.fail("$.models", f"expected 1 to {MAX_MODELS} models, got {len(models)}")
+    apps: list[App] = []
+    base = os.path.dirname(path)
+    for i, raw in enumerate(models):
+        where = f"$.models[{i}]"
+        js.check(raw, where, "object")
+        for key in raw:
+            if key not in MODEL_KEYS:
+                raise js.fail(f"{where}.{key}", f"unknown key {key!r}; expected {', '.join(MODEL_KEYS)}")
+        file = js.get(raw, "file", where, "string")
+        if not file or not os.path.isfile(os.path.join(base, file)):
+            raise js.fail(f"{where}.file", f"no such model file {file!r} (paths are relative to the workload)")
+        times = []
+        for key in ("period_ms", "slo_ms"):
+            ms = js.get(raw, key, where, "number")
+            if not ms > 0 or not math.isfinite(ms):
+                raise js.fail(f"{where}.{key}", f"expected a positive number of milliseconds, got {ms!r}")
+            times.append(ms * 1e-3)
+        stem = os.path.splitext(os.path.basename(file))[0]
+        label = stem if all(a.label != stem for a in apps) else f"{stem}_{i}"
+        apps.append(App(file, times[0], times[1], label, os.path.join(base, file)))
+    return tuple(apps)
+
+
+def merge(graphs: list[tuple[str, TaskGraph]], name: str) -> TaskGraph:
+    """One graph holding every ``(label, graph)``: tasks renamed ``label.task`` (their model nodes
+    ``label.node``), edges renumbered; the graphs stay unconnected."""
+    tasks: list[Task] = []
+    edges: list[Edge] = []
+    inputs: list[tuple[str, TensorType]] = []
+    outputs: list[str] = []
+    for label, g in graphs:
+        base, ebase = len(tasks), len(edges)
+
+        def ren(op: Operand, label: str = label, base: int = base) -> Operand:
+            if op.kind != "task":
+                return dataclasses.replace(op, name=f"{label}.{op.name}")
+            return dataclasses.replace(op, name=f"{label}.{op.name}",
+                                       producer=None if op.producer is None else op.producer + base)
+
+        for t in g.tasks:
+            tasks.append(dataclasses.replace(
+                t, index=base + t.index, name=f"{label}.{t.name}", operands=tuple(ren(o) for o in t.operands),
+                source=tuple(dataclasses.replace(s, name=f"{label}.{s.name}") for s in t.source),
+                colocate=f"{label}.{t.colocate}" if t.colocate else ""))
+        edges.extend(Edge(ebase + e.index, e.src + base, e.dst + base, e.bytes, e.comm, e.tensor) for e in g.edges)
+        inputs.extend((f"{label}.{n}", ty) for n, ty in g.inputs)
+        outputs.extend(f"{label}.{o}" for o in g.outputs)
+    return TaskGraph(name, tuple(tasks), tuple(edges), tuple(inputs), tuple(outputs))
