@@ -90,7 +90,7 @@ class DelegateGreedyMapper(Mapper):
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
         schedule = timed(cost, greedy_devices(cost), options, cost.graph.topo_order)
-        return heuristic_result(self.name, schedule, options, started)
+        return heuristic_result(self.name, schedule, options, started, (summary(schedule),))
 
 
 class DelegateMappedMapper(Mapper):
@@ -127,8 +127,19 @@ class DelegateMappedMapper(Mapper):
                     break
                 if count >= MAX_EVALUATIONS:
                     break
-        notes = (f"delegation: local search from the better of greedy and HEFT, {count} schedules timed",)
+        notes = (summary(best),
+                 f"delegation: local search from the better of greedy and HEFT, {count} schedules timed")
         return heuristic_result(self.name, best, options, started, notes)
+
+
+def summary(schedule: Schedule) -> str:
+    """One note: the delegated subgraphs per accelerator and the tasks none of them can run."""
+    cost = schedule.cost
+    accel = accelerators(cost)
+    runs = delegated_runs(cost, schedule.order, accel)
+    per = ", ".join(f"{sum(1 for d, _ in runs if d == a)} on {cost.platform.devices[a].name}" for a in accel)
+    refused = sum(1 for t in range(cost.n_tasks) if any(cost.time[t][a] == float("inf") for a in accel))
+    return f"delegation: subgraphs {per}; {refused} tasks an accelerator cannot run (JSON delegation.fallbacks)"
 
 
 def _moves(cost: CostTable, schedule: Schedule) -> list[tuple[tuple[int, ...], int]]:
