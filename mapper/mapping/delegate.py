@@ -29,8 +29,11 @@ from mapper.mapping.placer import heuristic_result
 from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_rank
 from mapper.platform.devices import ACCELERATOR_KINDS
 
-#: The most schedules the local search of ``mapped`` times.
+#: The most schedules the local search of ``mapped`` times, and the most task placements all of
+#: them together may hold: a budget in work, not in seconds, so that the result depends on the
+#: input alone (the same schedule on any machine).
 MAX_EVALUATIONS = 4000
+MAX_PLACEMENTS = 2_000_000
 
 
 def accelerators(cost: CostTable) -> tuple[int, ...]:
@@ -109,9 +112,9 @@ class DelegateMappedMapper(Mapper):
         best = min(starts, key=lambda s: s.makespan)
         device = list(best.device_of)
         count = 0
+        budget = max(1, min(MAX_EVALUATIONS, MAX_PLACEMENTS // max(cost.n_tasks, 1)))
         improved = True
-        while improved and count < MAX_EVALUATIONS and not options.should_stop() \
-                and time.perf_counter() - started < options.time_limit:
+        while improved and count < budget and not options.should_stop():
             improved = False
             for group, target in _moves(cost, best):
                 trial = list(device)
@@ -125,7 +128,7 @@ class DelegateMappedMapper(Mapper):
                 if s.makespan < best.makespan * (1 - 1e-9):
                     best, device, improved = s, trial, True
                     break
-                if count >= MAX_EVALUATIONS:
+                if count >= budget:
                     break
         notes = (summary(best),
                  f"delegation: local search from the better of greedy and HEFT, {count} schedules timed")
