@@ -119,9 +119,11 @@ def alltoall_time(sent: Sequence[float], received: Sequence[float], fabric: Fabr
 
 
 def _shard_task(table: Table, shard: Shard) -> Task:
-    ids = TensorType("i64", (shard.ids,))
-    weight = TensorType(table.dtype, (shard.rows, shard.cols))
+    """The shard's lookups as one embedding bag: its ids in bags of their mean count (a row-wise
+    shard's ``P / G`` per bag, rounded down, at least 1; its ids rounded up to whole bags)."""
     pooling = max(1, shard.ids // max(1, shard.bags))
+    ids = TensorType("i64", (-(-shard.ids // pooling) * pooling,))
+    weight = TensorType(table.dtype, (shard.rows, shard.cols))
     info = infer("embedding_bag", [ids, weight], {"pooling": pooling})
     return Task(0, table.name, "embedding_bag", (Operand("input", f"{table.name}.ids", ids),
                                                    Operand("weight", f"{table.name}.w", weight)),
