@@ -99,9 +99,7 @@ def plan_hybrid(graph: TaskGraph, platform: Platform, optimizer: str,
     rep = training_step(prepare(relower(batch // g)), optimizer)
     lat, spb, _ = route_tables(platform)
     hosts = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
-    pairs = [(a, b) for a in gpus for b in gpus if a != b]
-    fabric = Fabric(max((lat[a][b] for a, b in pairs), default=0.0), max((spb[a][b] for a, b in pairs), default=0.0),
-                    max((max(spb[a][h], spb[h][a]) for a in gpus for h in hosts[:1]), default=float("inf")))
+    fabric = fabric_of(platform)
     names = {t.name for t in tables}
     family = names | {f"{n}.grad" for n in names} | {f"{n}.update" for n in names}
     reserve = _dense_bytes(rep, family)
@@ -123,6 +121,16 @@ def plan_hybrid(graph: TaskGraph, platform: Platform, optimizer: str,
     names_g = tuple(platform.devices[i].name for i in gpus)
     built = _build(rep, family, tables, solved.plan, platform, gpus, fabric, optimizer, lat, spb)
     return HybridChoice(built[0], tables, solved, greedy, names_g, batch, built[1], built[2])
+
+
+def fabric_of(platform: Platform) -> Fabric:
+    """The worst latency and seconds per byte between two GPUs of ``platform``, and to its host."""
+    lat, spb, _ = route_tables(platform)
+    gpus = [i for i, d in enumerate(platform.devices) if d.kind == "gpu"]
+    hosts = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
+    pairs = [(a, b) for a in gpus for b in gpus if a != b]
+    return Fabric(max((lat[a][b] for a, b in pairs), default=0.0), max((spb[a][b] for a, b in pairs), default=0.0),
+                  max((max(spb[a][h], spb[h][a]) for a in gpus for h in hosts[:1]), default=float("inf")))
 
 
 def _memory(platform: Platform, index: int) -> float:
