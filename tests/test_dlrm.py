@@ -140,3 +140,52 @@ def test_validated_plan_from_the_api():
     res = compile_graph(ModelFile(DLRM, params=(("BATCH", 512),)), "dgx-a100", mapper="heft", train="sgd",
                         parallel="hybrid")
     assert res.result.schedule is not None or res.result.makespan > 0
+
+
+# nvidia-smi mig -lgip, NVIDIA MIG User Guide ("Supported MIG Profiles"): SMs and GiB per profile
+PUBLISHED_MIG = {
+    "A100-SXM4-40GB": {"1g.5gb": (14, 4.75), "2g.10gb": (28, 9.75), "3g.20gb": (42, 19.62), "4g.20gb": (56, 19.62),
+                       "7g.40gb": (98, 39.50)},
+    "A100-SXM4-80GB": {"1g.10gb": (14, 9.50), "2g.20gb": (28, 19.50), "3g.40gb": (42, 39.25), "4g.40gb": (56, 39.25),
+                       "7g.80gb": (98, 79.25)},
+    "H100-SXM5-80GB": {"1g.10gb": (16, 9.75), "1g.20gb": (26, 19.62), "2g.20gb": (32, 19.62), "3g.40gb": (60, 39.50),
+                       "4g.40gb": (64, 39.50), "7g.80gb": (132, 79.25)},
+}
+
+
+def test_mig_slices_match_the_published_tables():
+    from mapper.platform.slices import MIG_PROFILES
+
+    for gpu, profiles in PUBLISHED_MIG.items():
+        for name, (sms, gib) in profiles.items():
+            assert MIG_PROFILES[gpu][name][:2] == (sms, gib), (gpu, name)
+    plat = load_platform("a100-mig")
+    got = {d.name: (d.compute_units, d.memory_gib) for d in plat.devices if d.kind == "gpu"}
+    assert got == {"mig3g": (42, 39.25), "mig2g": (28, 19.5), "mig1a": (14, 9.5), "mig1b": (14, 9.5)}
+    whole = next(d for d in load_platform("dgx-a100").devices if d.kind == "gpu")
+    slice3 = next(d for d in plat.devices if d.name == "mig3g")
+    assert dict(slice3.peak_gflops)["f32"] == pytest.approx(dict(whole.peak_gflops)["f32"] * 42 / 108)
+    assert slice3.mem_bandwidth_gbs == pytest.approx(whole.mem_bandwidth_gbs * 4 / 8)
+
+
+def _sliced_platform(tmp_path, key: str) -> str:
+    text = (ROOT / "platforms" / "dgx-a100.toml").read_text()
+    text = text.replace('name = "gpu"\ncount = 8', f'name = "gpu"\ncount = 8\n{key}', 1)
+    path = tmp_path / "sliced.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_mig_profile_the_gpu_lacks_exits_2(tmp_path, capsys):
+    from mapper.cli import main
+
+    code = main(["compile", str(ROOT / "examples" / "heft_paper.tg"), "--platform",
+                 _sliced_platform(tmp_path, 'mig = "3g.20gb"'), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "3g.20gb" in err and "A100-SXM4-80GB" in err and "Traceback" not in err
+
+
+def test_mps_share_scales_sms(tmp_path):
+    plat = load_platform(_sliced_platform(tmp_path, "mps_percent = 50"))
+    gpu = next(d for d in plat.devices if d.kind == "gpu")
+    assert gpu.compute_units == 54 and gpu.memory_gib == 80

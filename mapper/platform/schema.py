@@ -14,6 +14,7 @@ from mapper.core.graph import DTYPE_BYTES
 from mapper.core.ops import FLAG_VARIANTS, OP_CLASSES, OPS
 from mapper.errors import PlatformError
 from mapper.platform.devices import DEVICE_KINDS, Device, Link, Platform, Switch
+from mapper.platform.slices import mig_slice, mps_share
 
 # Each numeric key: (minimum kind, unit shown in messages). "pos" > 0, "nonneg" >= 0.
 _DEVICE_NUMBERS: dict[str, tuple[str, str]] = {
@@ -49,7 +50,7 @@ _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "e
                 "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
                 "overlap_exponent",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
-                "gemm_pack_cold_ns")
+                "gemm_pack_cold_ns", "mig", "mps_percent")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -231,7 +232,7 @@ class Checker:
             memory_ops = self.per_op(tab, path, "memory_efficiency", self.stream_fraction)
         elif "memory_efficiency" in tab:
             memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
-        return Device(
+        device = Device(
             index=i,
             name=name,
             kind=kind,
@@ -268,6 +269,20 @@ class Checker:
             gemm_stages=stages,
             overlap_exponent=overlap,
         )
+        return self.sliced(device, tab, path)
+
+    def sliced(self, device: Device, tab: dict[str, Any], path: str) -> Device:
+        """``device`` as the MIG slice or MPS share its ``mig`` or ``mps_percent`` asks for."""
+        if "mig" in tab and "mps_percent" in tab:
+            raise self.fail(f"{path}.mps_percent", "a device is a MIG slice or an MPS share, not both")
+        try:
+            if "mig" in tab:
+                return mig_slice(device, self.string(tab["mig"], f"{path}.mig"))
+            if "mps_percent" in tab:
+                return mps_share(device, self.number(tab["mps_percent"], f"{path}.mps_percent", "pos", "percent"))
+        except ValueError as err:
+            raise self.fail(f"{path}.{'mig' if 'mig' in tab else 'mps_percent'}", str(err)) from None
+        return device
 
     def peaks(self, tab: dict[str, Any], path: str, key: str, dtypes: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
         """A table of GFLOP/s per dtype (one of ``dtypes``), in key order; () when ``key`` is absent."""
