@@ -189,3 +189,22 @@ def test_mps_share_scales_sms(tmp_path):
     plat = load_platform(_sliced_platform(tmp_path, "mps_percent = 50"))
     gpu = next(d for d in plat.devices if d.kind == "gpu")
     assert gpu.compute_units == 54 and gpu.memory_gib == 80
+
+
+def test_torchrec_estimator_parity_on_its_published_values():
+    from mapper.parallel.torchrec_parity import parity
+
+    cases = parity()
+    assert len(cases) == 38
+    assert all(err <= 1e-9 for _, err in cases), [c for c in cases if c[1] > 1e-9]
+
+
+def test_exact_plan_never_worse_than_greedy_under_torchrec_estimator():
+    from mapper.parallel.torchrec_parity import torchrec_options
+
+    gpus = _gpus(4)
+    tables = [Table(f"t{i}", 1000 * (i + 1) ** 2, 64, 1 + i % 5, 2048) for i in range(12)]
+    choices = [torchrec_options(t, options(t, gpus, FABRIC, "sgd"), 4) for t in tables]
+    greedy = greedy_plan(choices, [1e12] * 4, 1e12, 4)
+    exact = exact_plan(choices, [1e12] * 4, 1e12, 4, greedy, time_limit=10)
+    assert exact.rating <= greedy.rating * (1 + 1e-12)
