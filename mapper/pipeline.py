@@ -204,6 +204,7 @@ def compile_graph(
             with blame:
                 return lower(program, {**given, "BATCH": batch})
 
+        plat = flat_platform(plat)  # a cluster: every node's GPUs
         choice = stage("split", lambda: plan_hybrid(graph, plat, train, relower, prepare))
         graph = choice.graph
     elif serving is not None:

@@ -208,3 +208,18 @@ def test_exact_plan_never_worse_than_greedy_under_torchrec_estimator():
     greedy = greedy_plan(choices, [1e12] * 4, 1e12, 4)
     exact = exact_plan(choices, [1e12] * 4, 1e12, 4, greedy, time_limit=10)
     assert exact.rating <= greedy.rating * (1 + 1e-12)
+
+
+def test_hybrid_on_a_cluster_uses_every_node(tmp_path, capsys):
+    import json
+
+    from mapper.cli import main
+
+    out = tmp_path / "r.json"
+
+    code = main(["compile", DLRM, "--platform", "selene", "--nodes", "2", "--train", "--optimizer", "sgd",
+                 "--parallel", "hybrid", "--mapper", "heft", "-q", "--param", "BATCH=4096", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert len(report["parallel"]["gpus"]) == 16
+    assert report["parallel"]["status"] == "optimal"

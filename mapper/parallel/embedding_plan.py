@@ -31,6 +31,7 @@ its largest GPU load.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -181,7 +182,8 @@ def options(table: Table, gpus: Sequence[Device], fabric: Fabric, optimizer: str
         return Option(sharding, tier, tuple(shards), tuple(load), tuple(memory), host)
 
     pooled = 2 * cross * table.bags * table.dim * item  # forward pooled rows out, their gradients back
-    for tier in ("hbm", "host"):
+    tiers = ("hbm", "host") if math.isfinite(fabric.host_beta) else ("hbm",)
+    for tier in tiers:
         for d in range(g):
             out.append(make("table_wise", tier, [Shard(d, table.rows, table.dim, ids, table.bags)], [pooled]))
     if g > 1 and table.rows >= g:

@@ -124,13 +124,15 @@ def plan_hybrid(graph: TaskGraph, platform: Platform, optimizer: str,
 
 
 def fabric_of(platform: Platform) -> Fabric:
-    """The worst latency and seconds per byte between two GPUs of ``platform``, and to its host."""
+    """The worst latency and seconds per byte between two GPUs of ``platform``, and from a GPU to
+    its nearest host (``inf`` without one: no host tier)."""
     lat, spb, _ = route_tables(platform)
     gpus = [i for i, d in enumerate(platform.devices) if d.kind == "gpu"]
     hosts = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     pairs = [(a, b) for a in gpus for b in gpus if a != b]
     return Fabric(max((lat[a][b] for a, b in pairs), default=0.0), max((spb[a][b] for a, b in pairs), default=0.0),
-                  max((max(spb[a][h], spb[h][a]) for a in gpus for h in hosts[:1]), default=float("inf")))
+                  max((min((max(spb[a][h], spb[h][a]) for h in hosts), default=float("inf")) for a in gpus),
+                      default=float("inf")))
 
 
 def _memory(platform: Platform, index: int) -> float:
