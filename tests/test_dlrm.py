@@ -223,3 +223,18 @@ def test_hybrid_on_a_cluster_uses_every_node(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert len(report["parallel"]["gpus"]) == 16
     assert report["parallel"]["status"] == "optimal"
+
+
+def test_dlrm_example_has_mlperf_sizes():
+    from mapper.frontend.load import load_graph
+
+    g = load_graph(DLRM)
+    weights = {o.name: o.type for t in g.tasks for o in t.operands if o.kind == "weight"}
+    tables = sorted((t for t in g.tasks if t.op == "embedding_bag"), key=lambda t: int(t.name[3:]))
+    rows = [t.operands[1].type.shape[0] for t in tables]
+    # the MLPerf reference's --num_embeddings_per_feature (recommendation_v2/torchrec_dlrm/README.MD)
+    assert rows == [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
+                    11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
+    dense = sum(w.numel for w in weights.values()) - sum(r * 128 for r in rows)
+    mlp = [(13, 512), (512, 256), (256, 128), (128 + 351, 1024), (1024, 1024), (1024, 512), (512, 256), (256, 1)]
+    assert dense == sum(i * o + o for i, o in mlp)
