@@ -206,6 +206,12 @@ def embedding(ids, table):
     return table[ids]
 
 
+def embedding_bag(ids, table, *, pooling, mode, cache_hit):
+    del cache_hit
+    rows = table[ids.reshape(-1, pooling)]
+    return {"sum": rows.sum, "mean": rows.mean, "max": rows.max}[mode](axis=1).astype(table.dtype)
+
+
 def gather_nd(data, indices, *, batch_dims):
     k = indices.shape[-1]
     lead, picked = data.shape[:batch_dims], data.shape[batch_dims:batch_dims + k]

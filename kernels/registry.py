@@ -28,7 +28,7 @@ from mapper.kernels.conv import conv2d, conv_transpose2d
 from mapper.kernels.csr import Csr
 from mapper.kernels.dtypes import numpy_dtype, round_bf16, tolerance
 from mapper.kernels.elementwise import elementwise, gelu, relu
-from mapper.kernels.embedding import embedding
+from mapper.kernels.embedding import embedding, embedding_bag
 from mapper.kernels.fft import fft, ifft
 from mapper.kernels.indexed import gather_nd, scatter_elements
 from mapper.kernels.layout import concat, reshape, split, transpose
@@ -40,7 +40,7 @@ from mapper.kernels.operands import make_csr, make_ids, make_tensor, random_oper
 from mapper.kernels.pool import avgpool, maxpool
 from mapper.kernels.reduce import cumsum, reduce
 from mapper.kernels.sparse import spmv
-from mapper.kernels.spec import INEXACT, SPECS, prepare
+from mapper.kernels.spec import INEXACT, SPECS, TABLE_OPS, prepare
 from mapper.kernels.stencil import stencil
 
 __all__ = ["KERNELS", "KernelInfo", "Csr", "run_kernel", "reference", "tolerance", "make_tensor",
@@ -92,6 +92,7 @@ _NUMBA: dict[str, tuple[Callable[..., np.ndarray], str, str]] = {
                                        "softmax of the scores, groups on parallel threads; numba direct for small "
                                        "units"),
     "embedding": (embedding, "embedding", "numba gather"),
+    "embedding_bag": (embedding_bag, "embedding", "numba gather and pool, parallel over bags"),
     "gather_nd": (gather_nd, "indexed", "numba gather, parallel over the index tuples"),
     "scatter_elements": (scatter_elements, "indexed", "numpy copy, then a numba loop over the updates in order "
                                                      "(one thread: repeated indices combine as the reference's)"),
@@ -126,7 +127,7 @@ _F16_NOTE = "; f16 goes through float32 (result rounded to f16); bf16 is float32
 
 def _dtypes(op: str) -> tuple[str, ...]:
     """DSL dtypes of the op's main operand (embedding: the table's)."""
-    base = INEXACT if op == "embedding" else SPECS[op].dtypes
+    base = INEXACT if op in TABLE_OPS else SPECS[op].dtypes
     return tuple(sorted(base + (("bf16",) if "f32" in base else ())))
 
 

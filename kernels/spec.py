@@ -36,7 +36,9 @@ ELEMENTWISE_FNS = ("exp", "log", "sqrt", "tanh", "neg", "abs", "square", "sigmoi
 
 
 #: The operand of each op that holds integer indices (i32 or i64).
-INDEX_OPERAND = {"embedding": 0, "gather_nd": 1, "scatter_elements": 1}
+INDEX_OPERAND = {"embedding": 0, "embedding_bag": 0, "gather_nd": 1, "scatter_elements": 1}
+#: Ops whose second operand is a floating-point table indexed by the first.
+TABLE_OPS = ("embedding", "embedding_bag")
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +227,16 @@ def _embedding(op, xs, at):
     if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
         raise fail(op, f"ids must lie in [0, {table.shape[0]}), got [{ids.min()}, {ids.max()}]")
     return {}
+
+
+def _embedding_bag(op, xs, at):
+    _embedding(op, xs, at)
+    pooling = _int(op, "pooling", at["pooling"], 1)
+    if xs[0].size % pooling:
+        raise fail(op, f"pooling = {pooling} must divide the {xs[0].size} ids")
+    if at["mode"] not in ("sum", "mean", "max"):
+        raise fail(op, f"mode must be sum, mean or max, got {at['mode']!r}")
+    return {"pooling": pooling, "mode": at["mode"], "cache_hit": float(at["cache_hit"])}
 
 
 def _index_range(op, idx, dims, what):
@@ -445,6 +457,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("moe_combine", (2, 2), FLOAT, _moe_combine),
     _spec("mla_attention", (3, 3), FLOAT, _mla_attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0),
           ("fused", 1), ("base", 10000.0)),
+    _spec("embedding_bag", (2, 2), ANY, _embedding_bag, ("pooling", REQUIRED), ("mode", "sum"), ("cache_hit", 1.0)),
     _spec("allreduce", (1, None), NUMERIC, _allreduce, ("rank", 0)),
     _spec("concat", (1, None), ANY, _concat, ("axis", 0)),
     _spec("split", (1, 1), ANY, _split, ("parts", REQUIRED), ("index", REQUIRED), ("axis", 0)),
@@ -499,13 +512,13 @@ def prepare(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[l
         arr = np.asarray(v)
         name = _dtype_name(arr.dtype)
         ok = spec.dtypes if INDEX_OPERAND.get(op) != i else ("i32", "i64")
-        if op == "embedding" and i == 1:
+        if op in TABLE_OPS and i == 1:
             ok = INEXACT
         if name not in ok:
             raise fail(op, f"operand {i + 1} has dtype {name}", hint="allowed: " + ", ".join(ok))
         xs.append(arr)
     dense = [x for i, x in enumerate(xs) if isinstance(x, np.ndarray) and INDEX_OPERAND.get(op) != i]
-    if op not in ("embedding", "spmv") and len({x.dtype for x in dense}) > 1:
+    if op not in (*TABLE_OPS, "spmv") and len({x.dtype for x in dense}) > 1:
         raise fail(op, "operand dtypes differ: " + ", ".join(_dtype_name(x.dtype) for x in dense),
                    hint="convert one operand first")
     spmv_dtype = xs[0].data.dtype if op == "spmv" else None

@@ -34,6 +34,7 @@ from mapper.platform.loader import Platform, load_platform
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
     from mapper.cluster.search import ClusterChoice
+    from mapper.parallel.hybrid import HybridChoice
     from mapper.parallel.search import Choice
     from mapper.serving.search import ServingChoice
 
@@ -55,7 +56,7 @@ class CompileResult:
     result: MapResult
     compare: tuple[MapResult, ...] = ()
     stage_times: tuple[tuple[str, float], ...] = ()
-    parallel: Choice | ClusterChoice | None = None  # the split plan or cluster layout kept (--parallel)
+    parallel: Choice | ClusterChoice | HybridChoice | None = None  # the split plan or cluster layout kept (--parallel)
     serving: ServingChoice | None = None  # the serving layout and the request's figures (--inference)
 
     def __repr__(self) -> str:
@@ -191,7 +192,22 @@ def compile_graph(
         """The fusion the split stages apply to the graphs they build."""
         return fuse_for(g, plat) if fuse == "auto" else g
 
-    if serving is not None:
+    if parallel == "hybrid":
+        from mapper.parallel.hybrid import plan_hybrid
+
+        if train is None or isinstance(source, TaskGraph):
+            raise OptionsError("--parallel hybrid plans a training step of a model file with a BATCH param: "
+                               "give --train", obj="--parallel")
+        given = dict(source.params) if isinstance(source, ModelFile) else {}
+
+        def relower(batch: int) -> TaskGraph:
+            with blame:
+                return lower(program, {**given, "BATCH": batch})
+
+        plat = flat_platform(plat)  # a cluster: every node's GPUs
+        choice = stage("split", lambda: plan_hybrid(graph, plat, train, relower, prepare))
+        graph = choice.graph
+    elif serving is not None:
         from mapper.serving.driver import plan_request
 
         assert not isinstance(source, TaskGraph)  # check_source refused it

@@ -95,6 +95,9 @@ CASES = [
      3 * 256 * (8 + 2) * 64, 2 * 256 * 768, 2 * 256 * 768),
     ("embedding", [T("i32", 8, 128), T("f32", 30522, 768)], {}, (8, 128, 768), 0,
      4 * 1024 + 4 * 1024 * 768, 4 * 1024 * 768),
+    # DLRM's pooled lookup: 4 bags of 3 ids, the 12 gathered rows read (not the table), 2 adds per bag and column
+    ("embedding_bag", [T("i64", 12), T("f32", 1000, 8)], {"pooling": 3}, (4, 8), 4 * 8 * 2, 8 * 12 + 4 * 12 * 8,
+     4 * 4 * 8),
     ("allreduce", [T("f32", 2, 3), T("f32", 2, 3), T("f32", 2, 3)], {"rank": 1}, (2, 3), 12, 4 * 18, 4 * 6),
     ("concat", [T("f32", 2, 3), T("f32", 2, 5), T("f32", 2, 1)], {"axis": -1}, (2, 9), 0, 4 * 18, 4 * 18),
     ("concat", [T("i8", 4)], {}, (4,), 0, 4, 4),
@@ -278,6 +281,8 @@ ERRORS = [
     ("rotary", [T("f16", 128, 12 * 7)], {"heads": 8, "kv_heads": 2, "seq": 128},
      "the head size 7 must be even", 0, None),
     ("embedding", [T("f32", 8), T("f32", 10, 4)], {}, "ids must be an integer tensor", 0, None),
+    ("embedding_bag", [T("i64", 10), T("f32", 100, 4)], {"pooling": 3},
+     "pooling = 3 must divide the 10 ids", None, "pooling"),
     ("embedding", [T("i32", 8), T("i32", 10, 4)], {}, "table must be a floating-point tensor", 1, None),
     ("embedding", [T("i32", 8), T("f32", 10)], {}, "table must be 2-D [V, D]", 1, None),
     ("allreduce", [T("f32", 2, 3), T("f32", 3, 3)], {}, "every part must have the same shape", 1, None),

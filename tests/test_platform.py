@@ -17,7 +17,7 @@ from mapper.cli import main
 from mapper.costing.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform.loader import list_platforms, load_platform, parse_platform
 
-SHIPPED = ("cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-b200-superpod", "dgx-b200", "dgx-h100-superpod",
+SHIPPED = ("a100-mig", "cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-b200-superpod", "dgx-b200", "dgx-h100-superpod",
            "dgx-h100", "dgx-h200-superpod", "dgx-h200", "dgx1-v100", "fleet-a100-l4", "fleet-a100-v100",
            "fleet-h100-a100-v100", "gb200-nvl72", "gb200-tray", "heft3", "jetson-orin", "l4-node", "mixed-gpu", "sd8gen3", "selene",
            "workstation")
@@ -166,10 +166,12 @@ def test_cli_platforms_one_line_each(capsys):
     assert main(["platforms"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == list(SHIPPED)
-    assert "1 cpu, 8 gpu" in lines[3] and "DGX A100" in lines[3]
+    dgx = lines[SHIPPED.index("dgx-a100")]
+    assert "1 cpu, 8 gpu" in dgx and "DGX A100" in dgx
     assert main(["platforms", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data[0]["name"] == "cpu-gpu-fpga" and data[0]["devices"] == ["cpu0", "gpu0", "fpga0"]
+    first = data[SHIPPED.index("cpu-gpu-fpga")]
+    assert first["name"] == "cpu-gpu-fpga" and first["devices"] == ["cpu0", "gpu0", "fpga0"]
 
 
 def test_wheel_ships_every_platform_file(tmp_path):

@@ -116,6 +116,11 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           moe.mla_attention, "q[T, heads (dn + dr)], kv[T, heads (dn + dv)], kr[T, dr]",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0), ("fused", "bool", 1),
           ("base", "float", 10000.0)),
+    # pooled lookups of DLRM's sparse features; cache_hit < 1: the table lives in host memory behind
+    # an HBM cache that serves that share of the rows (the planner prices the misses over the host link)
+    _spec("embedding_bag", (2, 2), "embedding", "(pooling - 1 (+1 mean)) * bags * D", dnn.embedding_bag,
+          "ids[bags * pooling], table[V, D]", ("pooling", "int", REQUIRED), ("mode", "str", "sum"),
+          ("cache_hit", "float", 1.0), choices=(("mode", tuple(dnn.BAG_MODES)),)),
     # the combine step of an all-reduce: each participant sums the parts (mapper.parallel)
     _spec("allreduce", (1, None), "elementwise", "(parts - 1) * numel", dnn.allreduce, "p1, p2, ...",
           ("rank", "int", 0)),
@@ -153,7 +158,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
 _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "kv_heads": 1, "seq": 1, "steps": 1, "parts": 1,
-            "points": 1, "padding": 0, "output_padding": 0, "index": 0, "cache": 0, "batch_dims": 0,
+            "points": 1, "pooling": 1, "padding": 0, "output_padding": 0, "index": 0, "cache": 0, "batch_dims": 0,
             "rank": 0, "k": 1, "topk": 1}
 
 

@@ -11,6 +11,10 @@
   when fusion gave the op an epilogue (bias, norm, activation, residual add),
   its gradient comes first as ``NAME.grad``, one kernel over the epilogue's
   parts with the rule below;
+* for an embedding bag, one sparse ``NAME.grad``: it reads the output
+  gradient and the ids and writes a gradient row per gathered row (a bag's
+  gradient copied to its rows and summed over repeated ids: ``bags P D``
+  adds beyond the forward's), and its ``NAME.update`` steps those rows only;
 * for attention, one ``NAME.grad`` with 2.5x the forward FLOPs (five
   matrix products against two: Dao, "FlashAttention-2", arXiv:2307.08691, 3.1);
 * for any other op (elementwise, norms, pooling, reductions, data movement),
@@ -149,6 +153,13 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             grad_in[t] = dgrad
             stash = [wgrad]
             writers = [first, wgrad] if epilogue else [wgrad]
+        elif fwd.op == "embedding_bag":  # sparse: only the gathered rows get a gradient
+            rows = float(sum(o.type.nbytes for o in acts))  # the ids
+            grad = add(replace(base, name=f"{fwd.name}.grad", flops=(fwd.bytes_read - rows) / DTYPE_BYTES[dtype],
+                               bytes_read=out + rows, bytes_written=fwd.bytes_read - rows,
+                               output=flat_type(dtype, fwd.bytes_read - rows)))
+            grad_in[t], mine, stash, writers = grad, [grad], [grad], [grad]
+            edge(t, grad, 0.0, fwd.name)
         else:
             factor = ATTENTION_BACKWARD if cls == "attention" else OTHER_BACKWARD
             extra = _score_traffic(fwd)
@@ -170,10 +181,12 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             state = opt.states + (1 if half else 0)  # f32 master copy of f16/bf16 weights
             states = tuple(Operand("weight", f"{o.name}.{optimizer}", TensorType("f32", (o.type.numel * state,)))
                            for o in weights if state)
+            touched = _touched(fwd, n)  # a sparse update steps the gathered rows only
+            moved = wbytes * touched / n if n else 0.0
             # reads weights, gradients and states; writes weights and states
             upd = add(Task(0, f"{fwd.name}.update", "add", operands=(*weights, *states), output=None,
-                           flops=opt.flops * n, bytes_read=2 * wbytes + 4 * n * state,
-                           bytes_written=wbytes + 4 * n * state, placement=fwd.placement, span=fwd.span,
+                           flops=opt.flops * touched, bytes_read=2 * moved + 4 * touched * state,
+                           bytes_written=moved + 4 * touched * state, placement=fwd.placement, span=fwd.span,
                            colocate=group, backward=True))
             for source in writers:  # the tasks that write its weights' gradients
                 edge(source, upd, wbytes, tasks[source].name)
@@ -196,6 +209,17 @@ def _backward_flops(fwd: Task, factor: float) -> float:
     if fwd.op == "moe_dispatch" and fwd.output is not None:
         return float(fwd.output.numel)
     return factor * fwd.flops
+
+
+def _touched(fwd: Task, params: float) -> float:
+    """Parameters one optimizer step of ``fwd``'s weights reads and writes: all of them, except
+    for an embedding bag, whose step touches the rows it gathered (at most one per id), as
+    the sparse optimizers fused into TorchRec's embedding backward do (FBGEMM
+    ``SplitTableBatchedEmbeddingBagsCodegen``, exact row-wise SGD and Adagrad)."""
+    if fwd.op != "embedding_bag" or fwd.output is None:
+        return params
+    ids = next((o.type.numel for o in fwd.operands if o.kind != "weight"), 0)
+    return min(params, float(ids * fwd.output.shape[-1]))
 
 
 def _score_traffic(fwd: Task) -> tuple[float, float]:

@@ -9,7 +9,7 @@ from typing import Any
 from mapper.errors import OptionsError
 
 #: What ``--parallel`` accepts.
-PARALLEL_MODES = ("none", "auto", "data", "tensor", "pipeline")
+PARALLEL_MODES = ("none", "auto", "data", "tensor", "pipeline", "hybrid")
 
 
 def check_parallel(mode: str) -> str:

@@ -15,6 +15,7 @@ from mapper.core.graph import DTYPE_BYTES
 from mapper.core.ops import FLAG_VARIANTS, OP_CLASSES, OPS
 from mapper.errors import PlatformError
 from mapper.platform.devices import DEVICE_KINDS, Device, Link, Platform, Switch
+from mapper.platform.slices import mig_slice, mps_share
 from mapper.platform.support import read_support
 
 # Each numeric key: (minimum kind, unit shown in messages). "pos" > 0, "nonneg" >= 0.
@@ -52,7 +53,7 @@ _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "e
                 "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
                 "overlap_exponent",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
-                "gemm_pack_cold_ns", "supports", "dtypes", "convert")
+                "gemm_pack_cold_ns", "supports", "dtypes", "convert", "mig", "mps_percent")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
     "bandwidth_gbs": ("pos", "GB/s"),
     "latency_us": ("nonneg", "microseconds"),
@@ -236,7 +237,7 @@ class Checker:
             memory_ops = self.per_op(tab, path, "memory_efficiency", self.stream_fraction)
         elif "memory_efficiency" in tab:
             memory_efficiency = self.fraction(tab["memory_efficiency"], f"{path}.memory_efficiency")
-        return Device(
+        device = Device(
             index=i,
             name=name,
             kind=kind,
@@ -274,6 +275,20 @@ class Checker:
             overlap_exponent=overlap,
             **self.delegate_keys(tab, path),
         )
+        return self.sliced(device, tab, path)
+
+    def sliced(self, device: Device, tab: dict[str, Any], path: str) -> Device:
+        """``device`` as the MIG slice or MPS share its ``mig`` or ``mps_percent`` asks for."""
+        if "mig" in tab and "mps_percent" in tab:
+            raise self.fail(f"{path}.mps_percent", "a device is a MIG slice or an MPS share, not both")
+        try:
+            if "mig" in tab:
+                return mig_slice(device, self.string(tab["mig"], f"{path}.mig"))
+            if "mps_percent" in tab:
+                return mps_share(device, self.number(tab["mps_percent"], f"{path}.mps_percent", "pos", "percent"))
+        except ValueError as err:
+            raise self.fail(f"{path}.{'mig' if 'mig' in tab else 'mps_percent'}", str(err)) from None
+        return device
 
     def delegate_keys(self, tab: dict[str, Any], path: str) -> dict[str, Any]:
         """``supports``, ``dtypes``, ``convert`` and ``invoke_us`` of a device (docs/platforms.md)."""

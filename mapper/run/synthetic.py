@@ -44,7 +44,7 @@ def vocab_sizes(graph: TaskGraph) -> dict[tuple[str, Any], int]:
     for t in leaf_tasks(graph):
         if len(t.operands) < 2:
             continue
-        if t.op == "embedding" and t.operands[1].type.shape:
+        if t.op in ("embedding", "embedding_bag") and t.operands[1].type.shape:
             k, table = source_key(t.operands[0]), t.operands[1]
             rows = (table.shard.full if table.shard is not None else table.type).shape[0]
         elif t.op in ("gather_nd", "scatter_elements") and t.operands[1].kind != "task":

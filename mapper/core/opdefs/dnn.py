@@ -1,6 +1,6 @@
 """Shape and work rules of the DNN ops: matmul, conv2d, pooling, per-element
-activations and norms, broadcasting binary ops, attention and embedding
-(formulas in docs/ops.md)."""
+activations and norms, broadcasting binary ops, attention, embedding and
+embedding bags (formulas in docs/ops.md)."""
 
 from __future__ import annotations
 
@@ -278,3 +278,29 @@ def embedding(c: Call) -> OpInfo:
     c.ndim(1, (2,), "2-D [V, D]")
     out = dense(ids.shape + (table.shape[1],), table.dtype)
     return c.info(out, 0, ids.nbytes + out.nbytes)
+
+
+#: Pooling modes of :func:`embedding_bag` and the FLOPs per output element beyond ``P - 1`` adds
+#: (or comparisons): a mean divides once (PyTorch ``nn.EmbeddingBag`` modes).
+BAG_MODES = {"sum": 0, "mean": 1, "max": 0}
+
+
+def embedding_bag(c: Call) -> OpInfo:
+    """Pooled row gather (DLRM's sparse features, Naumov et al., arXiv:1906.00091, 2.1): the
+    ``ids`` are ``bags x P`` in bag order, ``P = pooling``; each bag's ``P`` rows of ``table[V, D]``
+    combine by ``mode`` into one ``D`` row. ``(P - 1) D`` FLOPs per bag (plus ``D`` for a mean);
+    reads the ids and the ``bags P`` gathered rows, writes ``[bags, D]``."""
+    ids, table = c.args
+    c.dtypes(("i32", "i64"), "an integer tensor (i32 or i64)", (0,))
+    c.dtypes(INEXACT_DTYPES, "a floating-point tensor", (1,))
+    c.ndim(1, (2,), "2-D [V, D]")
+    pooling = c.attrs["pooling"]
+    if ids.numel % pooling:
+        raise c.fail(f"pooling = {pooling} must divide the {ids.numel} ids of {c.desc(0)}", attr="pooling")
+    hit = c.attrs.get("cache_hit", 1.0)
+    if not 0.0 <= hit <= 1.0:
+        raise c.fail(f"cache_hit must lie in [0, 1], got {hit}", attr="cache_hit")
+    bags, dim = ids.numel // pooling, table.shape[1]
+    out = dense((bags, dim), table.dtype)
+    flops = bags * dim * (pooling - 1 + BAG_MODES[c.attrs["mode"]])
+    return c.info(out, flops, ids.nbytes + bags * pooling * dim * DTYPE_BYTES[table.dtype])
