@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("file", metavar="MODEL", help="a DSL model with params SEQ, BATCH and CACHE (examples/llama.tg)")
     add_model_options(p)
-    p.add_argument("--platform", required=True, metavar="P", help="a shipped platform name or a TOML path")
+    p.add_argument("--platform", default=None, metavar="P",
+                   help="a shipped platform name or a TOML path (required unless --gpus is given)")
     add_fuse_option(p)
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--workload", metavar="isl=N,osl=M[,requests=R]",
@@ -46,6 +47,13 @@ def register(subparsers) -> None:
     p.add_argument("--parallel", default="tensor=1,pipeline=1", metavar="LAYOUT|auto",
                    help="tensor=T,pipeline=P[,replicas=R][,chunk=C][,max_batch=B] (default tensor=1,pipeline=1, "
                         "replicas filling the GPUs, the runtime's chunk and max batch), or auto")
+    p.add_argument("--disaggregate", action="store_true",
+                   help="separate prefill and decode pools, the KV cache sent between them (DistServe, Splitwise); "
+                        "--parallel keys prefill=R,decode=R and prefill_tensor, decode_pipeline, ... or auto")
+    p.add_argument("--gpus", default=None, metavar="KIND=N[@PRICE],...",
+                   help="choose the cheapest mix of these GPUs that meets the SLOs at --rate (Melange): KIND a100, "
+                        "h100, h200, b200, l4, a platform name or TOML path; PRICE dollars per GPU hour where the "
+                        "platform gives none")
     p.add_argument("--runtime", default="trtllm", metavar="NAME",
                    help="trtllm (default) or vllm: KV blocks, memory fraction, limits, scheduling")
     p.add_argument("--precision", default=None, metavar="FMT",
@@ -77,10 +85,17 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from mapper.serving.metrics import Slo
+    from mapper.serving.mix import parse_gpus
     from mapper.serving.runtimes import get_runtime
     from mapper.serving.serve import cost_per_million, parse_parallel
     from mapper.serving.workload import arrivals, parse_rate, parse_workload, read_trace
 
+    offers = parse_gpus(args.gpus) if args.gpus is not None else None
+    if offers is None and args.platform is None:
+        raise OptionsError("give --platform P (or --gpus KIND=N,... to choose a mix)", obj="--platform")
+    if offers is not None and (args.platform is not None or args.disaggregate or args.html is not None):
+        raise OptionsError("--gpus chooses the platforms itself: leave out --platform, --disaggregate and --html",
+                           obj="--gpus")
     check_outputs({"--json": args.json, "--html": args.html}, existing(args.file, args.platform, args.trace))
     _positive(args.slo_ttft, "--slo-ttft")
     _positive(args.slo_tpot, "--slo-tpot")
@@ -103,14 +118,13 @@ def run(args: argparse.Namespace) -> int:
         warnings.warn(InputWarning("the trace gives every arrival: --rate is not used"), stacklevel=1)
     requests = arrivals(requests, rate if rate is not None else math.inf, args.seed)
     slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
-    server = _server(args, runtime)
+    if offers is not None:
+        return _mix(args, runtime, offers, requests, rate, slo)
+    server = _server(args, runtime, args.platform)
     progress = None if args.quiet or not sys.stderr.isatty() else _live(sys.stderr)
-    if given is None:
-        outcome, tried = server.auto({}, requests, slo, progress)
-        if progress is not None:
-            sys.stderr.write("\r" + " " * LINE + "\r")
-    else:
-        outcome, tried = server.run(server.plan(given), requests, slo), 1
+    outcome, tried = _simulate(server, given, requests, slo, args.disaggregate, progress)
+    if progress is not None and given is None:
+        sys.stderr.write("\r" + " " * LINE + "\r")
     price = server.prices.gpu.price_per_hour
     doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried,
                        server.formats)
@@ -128,10 +142,44 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server(args: argparse.Namespace, runtime) -> Any:
+def _simulate(server, given, requests, slo, disaggregate: bool, progress) -> tuple[Any, int]:
+    from mapper.serving.disagg import POOL_KEYS, auto_disaggregated, given_plan, run_disaggregated
+
+    if disaggregate:
+        if given is not None and "replicas" in given:
+            raise OptionsError("with --disaggregate give prefill=R and decode=R, not replicas", obj="--parallel")
+        if given is None:
+            return auto_disaggregated(server, {}, requests, slo, progress)
+        return run_disaggregated(server, given_plan(server, given), requests, slo), 1
+    if given is not None and any(k in given for k in POOL_KEYS):
+        raise OptionsError(f"{', '.join(k for k in POOL_KEYS if k in given)} needs --disaggregate", obj="--parallel")
+    if given is None:
+        return server.auto({}, requests, slo, progress)
+    return server.run(server.plan(given), requests, slo), 1
+
+
+def _server(args: argparse.Namespace, runtime, platform: str) -> Any:
     from mapper.serving.serve import server_for
 
-    return server_for(source(args), args.platform, runtime, args.fuse, args.precision, args.kv_precision)
+    return server_for(source(args), platform, runtime, args.fuse, args.precision, args.kv_precision)
+
+
+def _mix(args: argparse.Namespace, runtime, offers, requests, rate: float | None, slo) -> int:
+    from mapper.serving.mixplan import plan_mix, render_mix
+
+    if rate is None:
+        raise OptionsError("--gpus needs --rate QPS: the mix is sized for a request rate", obj="--rate")
+    servers = {o.kind: _server(args, runtime, o.platform) for o in offers}
+    progress = None if args.quiet or not sys.stderr.isatty() else _live(sys.stderr)
+    doc = plan_mix(servers, offers, requests, rate, slo, args.seed, progress)
+    if progress is not None:
+        sys.stderr.write("\r" + " " * LINE + "\r")
+    doc = _finite({**doc, "runtime": runtime.name})
+    if args.json is not None:
+        atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
+    if args.json != "-":
+        sys.stdout.write(render_mix(doc))
+    return 0
 
 
 def _live(stream):
@@ -151,9 +199,15 @@ def serving_json(outcome, gpu: str, cost: float | None, runtime: str, tried: int
                                                "ttft", "tpot", "e2e", "goodput", "slo_attainment")}
     doc["kv_capacity_tokens"] = m["kv_capacity_tokens"]
     doc["max_concurrency"] = m["max_concurrency"]
-    doc["plan"] = {"replicas": p.replicas, "tensor": p.tensor, "pipeline": p.pipeline, "gpus": p.gpus,
-                   "chunk": p.chunk, "max_batch": p.max_batch, "gpu": gpu, "precision": formats[0],
-                   "kv_precision": formats[1]}
+    pools = getattr(p, "prefill", None) is not None
+    top = p.decode if pools else p
+    doc["plan"] = {"replicas": top.replicas + (p.prefill.replicas if pools else 0), "tensor": top.tensor,
+                   "pipeline": top.pipeline, "gpus": p.gpus, "chunk": p.chunk, "max_batch": p.max_batch, "gpu": gpu,
+                   "precision": formats[0], "kv_precision": formats[1]}
+    if pools:
+        doc["plan"]["prefill"] = p.prefill.to_json()
+        doc["plan"]["decode"] = p.decode.to_json()
+        doc["kv_transfer_s"] = outcome.transfer
     doc["cost_per_million_tokens"] = cost
     doc["cost_note"] = None if cost is not None else "the platform gives no price per GPU hour"
     doc["runtime"] = runtime
@@ -182,9 +236,22 @@ def _ms(x: float | None) -> str:
 def render(doc: dict[str, Any], memory: dict[str, float]) -> str:
     """The text report: the same figures as JSON ``serving``."""
     p = doc["plan"]
+    if "prefill" in p:
+        pre, dec = p["prefill"], p["decode"]
+        lines = [f"plan         prefill {pre['replicas']} x (tensor {pre['tensor']} x pipeline {pre['pipeline']}) + "
+                 f"decode {dec['replicas']} x (tensor {dec['tensor']} x pipeline {dec['pipeline']}) = {p['gpus']} x "
+                 f"{p['gpu']}, chunk {p['chunk']:,}, max batch {p['max_batch']:,} ({doc['runtime']}; weights "
+                 f"{p['precision']}, KV cache {p['kv_precision']})",
+                 f"kv transfer  mean {_ms(doc['kv_transfer_s']['mean'])}, max {_ms(doc['kv_transfer_s']['max'])} "
+                 "per request, prefill to decode"]
+        return _rest(doc, memory, lines)
     lines = [f"plan         {p['replicas']} replica{'s' if p['replicas'] != 1 else ''} x (tensor {p['tensor']} x "
              f"pipeline {p['pipeline']}) = {p['gpus']} x {p['gpu']}, chunk {p['chunk']:,}, max batch "
              f"{p['max_batch']:,} ({doc['runtime']}; weights {p['precision']}, KV cache {p['kv_precision']})"]
+    return _rest(doc, memory, lines)
+
+
+def _rest(doc: dict[str, Any], memory: dict[str, float], lines: list[str]) -> str:
     if doc["plans_simulated"] > 1:
         lines.append(f"search       {doc['plans_simulated']} plans simulated")
     lines.append(f"requests     {doc['requests']:,} in {fmt_time(doc['duration_s'])}, {doc['steps']:,} steps, "

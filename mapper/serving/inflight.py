@@ -17,6 +17,12 @@ scheduling). Before each step the scheduler forms the batch, first come first se
    a step that preempted admits nobody (vLLM V1's scheduler schedules waiting requests only when
    it preempted none).
 
+With ``cached`` (the decode pool of a disaggregated plan, :mod:`mapper.serving.disagg`) each
+request arrives with its prompt's KV cache and its first token from a prefill replica: it is
+admitted, first come first served, when its blocks are free (for its whole output when the
+runtime reserves them) and decodes from the next batch on; a preempted one recomputes its prompt
+here as in the colocated case.
+
 Decodes take one token of the budget each and prefill chunks the rest (Agrawal et al.,
 Sarathi-Serve, OSDI 2024: stall-free batching). The step's time is ``step(batch)``
 (:class:`mapper.serving.iteration.StepModel`) plus the runtime's per-step overhead. A prompt's
@@ -76,8 +82,10 @@ def _blocks(tokens: int, block: int) -> int:
     return -(-tokens // block)
 
 
-def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Scheduler) -> Run:
-    """Serve ``requests`` (arrival times given, in order) on one replica (module docstring)."""
+def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Scheduler,
+             cached: bool = False) -> Run:
+    """Serve ``requests`` (arrival times given, in order) on one replica (module docstring);
+    ``cached``: they arrive with their prompt cached and their first token given."""
     n = len(requests)
     arrive = [r.arrival or 0.0 for r in requests]
     inp = [r.input_tokens for r in requests]
@@ -123,6 +131,18 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         if not running and not waiting:
             now = arrive[nxt]
             continue
+        while cached and waiting and math.isnan(admitted[waiting[0]]) and len(running) < sched.max_batch:
+            i = waiting[0]
+            need = _blocks(inp[i] + (out[i] - 1 if sched.reserve_output else 0), bs)
+            if need > free:
+                break
+            waiting.popleft()
+            free -= need
+            held[i] = need
+            done[i] = inp[i]
+            emitted[i] = 1
+            admitted[i] = first[i] = now
+            running.append(i)
         budget = sched.chunk
         evicted = preempt  # a step that preempts admits nobody (vLLM V1's scheduler)
         decodes: list[int] = []
@@ -153,7 +173,8 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                     chunks.append((i, c))
                     budget -= c
             k += 1
-        while waiting and budget > 0 and len(running) < sched.max_batch and preempt == evicted:
+        while (waiting and budget > 0 and len(running) < sched.max_batch and preempt == evicted
+               and not (cached and math.isnan(admitted[waiting[0]]))):
             i = waiting[0]
             if sched.reserve_output:
                 need = _blocks(target[i] + out[i] - emitted[i] - 1, bs)

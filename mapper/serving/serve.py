@@ -36,7 +36,8 @@ AUTO_CHUNKS = (2048,)
 #: The largest tensor or pipeline degree tried or accepted.
 MAX_DEGREE = 64
 #: ``--parallel`` keys of ``mapper serve``.
-KEYS = ("tensor", "pipeline", "replicas", "chunk", "max_batch")
+KEYS = ("tensor", "pipeline", "replicas", "chunk", "max_batch", "prefill_tensor", "prefill_pipeline", "prefill",
+        "decode_tensor", "decode_pipeline", "decode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ def parse_parallel(text: str) -> dict[str, int] | None:
         if not (digits.isascii() and digits.isdigit()) or len(digits) > 7 or int(digits) < 1:
             raise OptionsError(f"{key} must be a positive whole number, got {digits!r}", obj="--parallel")
         out[key] = int(digits)
-    for key in ("tensor", "pipeline"):
+    for key in ("tensor", "pipeline", "prefill_tensor", "prefill_pipeline", "decode_tensor", "decode_pipeline"):
         if out.get(key, 1) > MAX_DEGREE:
             raise OptionsError(f"{key} must be at most {MAX_DEGREE}", obj="--parallel")
     return out

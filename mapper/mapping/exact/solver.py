@@ -45,6 +45,9 @@ class Problem:
     def binary(self, name: str) -> Var:
         return self.lp.add_variable(name, 0, 1, pulp.LpBinary)
 
+    def integer(self, name: str, low: int, up: int | None = None) -> Var:
+        return self.lp.add_variable(name, low, up, pulp.LpInteger)
+
     def continuous(self, name: str, low: float, up: float | None = None) -> Var:
         return self.lp.add_variable(name, low, up)
 

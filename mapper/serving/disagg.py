@@ -1,0 +1,226 @@
+"""Disaggregated serving: a prefill pool and a decode pool (``mapper serve --disaggregate``).
+
+Prefill and decode run on separate replicas, each pool with its own tensor and pipeline degrees
+and replica count (Zhong et al., "DistServe", OSDI 2024; Patel et al., "Splitwise", ISCA 2024).
+Request ``k`` is prefilled on prefill replica ``k mod R_p``: an in-flight batching replica that
+runs prompts only (:func:`mapper.serving.inflight.simulate` with one output token, chunked
+prefill and the runtime's limits), whose last chunk gives the first token. The prompt's KV cache
+then moves to decode replica ``k mod R_d``: every GPU of the prefill replica sends its shard of
+the cache over its own link while every GPU of the decode replica receives its shard, so the
+transfer takes the longer of the two per-GPU shards at the link's rate plus its latency
+(:func:`mapper.cluster.comm.send`; across nodes when the two replicas do not share one node,
+the NIC's rate). The decode replica admits the request when its cache has arrived and its blocks
+are free (``simulate(..., cached=True)``) and runs decode-only batches. A request of one output
+token ends at its prefill.
+
+The pools take the GPUs in order: the prefill replicas first, then the decode replicas.
+``--parallel auto`` tries every pair of pool layouts (tensor and pipeline degrees as for one
+pool) and every split of the GPUs between them (decode replicas filling what the prefill pool
+leaves), and keeps the plan of most goodput when SLOs are given (ties: most output tokens per
+second), else of most output tokens per second; ties go to fewer GPUs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mapper.cluster.comm import send
+from mapper.errors import InfeasibleError, OptionsError
+from mapper.serving.inflight import Run, Scheduler, Served, simulate
+from mapper.serving.iteration import StepModel
+from mapper.serving.metrics import Slo, max_concurrency, metrics
+from mapper.serving.workload import Arrival
+
+#: ``--parallel`` keys of a disaggregated plan: each pool's degrees and replicas.
+POOL_KEYS = ("prefill_tensor", "prefill_pipeline", "prefill", "decode_tensor", "decode_pipeline", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    tensor: int
+    pipeline: int
+    replicas: int
+
+    @property
+    def size(self) -> int:
+        return self.tensor * self.pipeline
+
+    @property
+    def gpus(self) -> int:
+        return self.size * self.replicas
+
+    def to_json(self) -> dict[str, int]:
+        return {"replicas": self.replicas, "tensor": self.tensor, "pipeline": self.pipeline, "gpus": self.gpus}
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggPlan:
+    prefill: Pool
+    decode: Pool
+    chunk: int
+    max_batch: int
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill.gpus + self.decode.gpus
+
+    def label(self) -> str:
+        p, d = self.prefill, self.decode
+        return (f"prefill {p.replicas} x (tensor {p.tensor} x pipeline {p.pipeline}) + decode {d.replicas} x "
+                f"(tensor {d.tensor} x pipeline {d.pipeline})")
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggOutcome:
+    plan: DisaggPlan
+    runs: tuple[Run, ...]  # the decode replicas', then the prefill replicas'
+    served: tuple[Served, ...]
+    metrics: dict[str, object]
+    memory: dict[str, float]  # bytes per GPU by part, the decode pool's fullest stage
+    transfer: dict[str, float]  # KV transfer seconds per request: mean and max
+
+
+def kv_shard_bytes(model: StepModel) -> float:
+    """Bytes of one token's KV cache on the fullest GPU of a replica (its stage's blocks, its
+    tensor shard)."""
+    return max(sum(model.kv_per_token[b] for b in stage) for stage in model.stages)
+
+
+def transfer_time(tokens: int, sender: StepModel, receiver: StepModel, across: bool) -> float:
+    """Seconds to move a prompt's KV cache of ``tokens`` tokens between replicas (module docstring)."""
+    shard = max(kv_shard_bytes(sender), kv_shard_bytes(receiver))
+    return send(sender.net, tokens * shard, across)
+
+
+def _nodes(first: int, size: int, per_node: int) -> set[int]:
+    return {g // per_node for g in range(first, first + size)}
+
+
+def crosses(plan: DisaggPlan, i: int, j: int, per_node: int) -> bool:
+    """Whether prefill replica ``i`` and decode replica ``j`` lie on more than one node."""
+    p, d = plan.prefill, plan.decode
+    nodes = _nodes(i * p.size, p.size, per_node) | _nodes(p.gpus + j * d.size, d.size, per_node)
+    return len(nodes) > 1
+
+
+def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Slo) -> DisaggOutcome:
+    """``requests`` through ``plan``'s two pools (module docstring); ``server`` a
+    :class:`mapper.serving.serve.Server`."""
+    if plan.gpus > server.gpus:
+        raise OptionsError(f"{plan.label()} needs {plan.gpus} GPUs; the platform has {server.gpus}",
+                           obj="--parallel")
+    rt = server.runtime
+    pre = server.step_model(plan.prefill.tensor, plan.prefill.pipeline, plan.chunk)
+    dec = server.step_model(plan.decode.tensor, plan.decode.pipeline, plan.chunk)
+    capacity = (server.prices.gpu.memory_gib or 0.0) * 2.0 ** 30
+    _, pre_tokens = pre.memory(capacity, rt)
+    memory, dec_tokens = dec.memory(capacity, rt)
+    for name, tokens in (("prefill", pre_tokens), ("decode", dec_tokens)):
+        if tokens < rt.block:
+            raise InfeasibleError(f"{plan.label()}: the {name} pool's weights and workspace leave no room for a "
+                                  "KV cache: give it more GPUs per replica")
+    n = len(requests)
+    arrive = [r.arrival or 0.0 for r in requests]
+    rp, rd = plan.prefill.replicas, plan.decode.replicas
+    psched = Scheduler(pre_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead)
+    prefilled: dict[int, Served] = {}
+    runs_p = []
+    for r in range(rp):
+        ids = list(range(r, n, rp))
+        if not ids:
+            continue
+        run = simulate([Arrival(arrive[k], requests[k].input_tokens, 1) for k in ids], pre.step, psched)
+        runs_p.append(run)
+        prefilled.update(zip(ids, run.served))
+    per_node = server.net.gpus_per_node
+    moved: dict[int, float] = {}
+    for k in range(n):
+        if requests[k].output_tokens > 1:
+            across = crosses(plan, k % rp, k % rd, per_node)
+            moved[k] = transfer_time(requests[k].input_tokens, pre, dec, across)
+    dsched = Scheduler(dec_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead)
+    final: dict[int, Served] = {}
+    runs_d = []
+    for r in range(rd):
+        ids = sorted((k for k in range(r, n, rd) if k in moved), key=lambda k: (prefilled[k].done + moved[k], k))
+        if not ids:
+            continue
+        run = simulate([Arrival(prefilled[k].done + moved[k], requests[k].input_tokens, requests[k].output_tokens)
+                        for k in ids], dec.step, dsched, cached=True)
+        runs_d.append(run)
+        for k, s in zip(ids, run.served):
+            final[k] = Served(arrive[k], prefilled[k].admitted, prefilled[k].first, s.done, s.input_tokens,
+                              s.output_tokens)
+    served = tuple(final[k] if k in final else prefilled[k] for k in range(n))
+    got = metrics(served, slo)
+    got["max_concurrency"] = max_concurrency(served)
+    got["kv_capacity_tokens"] = dec_tokens * rd
+    runs = (*runs_d, *runs_p)
+    got["preemptions"] = sum(r.preemptions for r in runs)
+    got["steps"] = sum(r.steps for r in runs)
+    times = list(moved.values()) or [0.0]
+    return DisaggOutcome(plan, runs, served, got, memory, {"mean": sum(times) / len(times), "max": max(times)})
+
+
+def given_plan(server, given: dict[str, int]) -> DisaggPlan:
+    """The plan ``--parallel`` names with ``--disaggregate`` (pools of tensor/pipeline by default;
+    prefill and decode replicas splitting the GPUs in half by default)."""
+    t, p = given.get("tensor", 1), given.get("pipeline", 1)
+    pt, pp = given.get("prefill_tensor", t), given.get("prefill_pipeline", p)
+    dt, dp = given.get("decode_tensor", t), given.get("decode_pipeline", p)
+    half = server.gpus // 2
+    rp = given.get("prefill", max(half // (pt * pp), 1))
+    rd = given.get("decode", max((server.gpus - rp * pt * pp) // (dt * dp), 1))
+    return DisaggPlan(Pool(pt, pp, rp), Pool(dt, dp, rd), given.get("chunk", server.runtime.chunk),
+                      given.get("max_batch", server.runtime.max_batch))
+
+
+def candidates(gpus: int, chunk: int, max_batch: int) -> list[DisaggPlan]:
+    """Every pair of pool layouts and split of ``gpus`` that ``--parallel auto`` tries."""
+    degrees = [d for d in (1, 2, 4, 8, 16, 32, 64) if d < gpus]
+    shapes = [(t, p) for t in degrees for p in degrees if t * p < gpus]
+    out = []
+    for pt, pp in shapes:
+        for dt, dp in shapes:
+            for rp in range(1, gpus // (pt * pp) + 1):
+                rd = (gpus - rp * pt * pp) // (dt * dp)
+                if rd >= 1:
+                    out.append(DisaggPlan(Pool(pt, pp, rp), Pool(dt, dp, rd), chunk, max_batch))
+    return out
+
+
+def _rank(o: DisaggOutcome, slo: Slo) -> tuple[float, float, int]:
+    m = o.metrics
+    good = m["goodput"] if slo.any else 0.0
+    assert isinstance(good, float) and isinstance(m["output_tokens_per_s"], float)
+    return good, m["output_tokens_per_s"], -o.plan.gpus
+
+
+def auto_disaggregated(server, given: dict[str, int], requests: list[Arrival], slo: Slo,
+                       progress: Callable[[str], None] | None = None) -> tuple[DisaggOutcome, int]:
+    """The best disaggregated plan (module docstring) and how many were simulated."""
+    plans = candidates(server.gpus, given.get("chunk", server.runtime.chunk),
+                       given.get("max_batch", server.runtime.max_batch))
+    if not plans:
+        raise OptionsError("--disaggregate needs at least 2 GPUs: one for each pool", obj="--disaggregate")
+    best: DisaggOutcome | None = None
+    tried = 0
+    first_error: Exception | None = None
+    start = time.perf_counter()
+    for k, plan in enumerate(plans):
+        if progress is not None:
+            progress(f"serve: plan {k + 1}/{len(plans)}: {plan.label()} ({time.perf_counter() - start:.0f} s)")
+        try:
+            out = run_disaggregated(server, plan, requests, slo)
+        except (OptionsError, InfeasibleError) as err:
+            first_error = first_error or err
+            continue
+        tried += 1
+        if best is None or _rank(out, slo) > _rank(best, slo):
+            best = out
+    if best is None:
+        raise InfeasibleError(f"no disaggregated plan serves the requests on {server.gpus} GPUs: "
+                              f"{first_error}") from None
+    return best, tried

@@ -1,0 +1,146 @@
+"""``mapper serve --disaggregate`` (prefill and decode pools, the KV transfer) and ``--gpus`` (Melange's mix)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from mapper.cli import main
+from mapper.errors import InfeasibleError
+from mapper.serving.disagg import DisaggPlan, Pool, run_disaggregated
+from mapper.serving.inflight import Scheduler, simulate
+from mapper.serving.metrics import Slo
+from mapper.serving.mix import cheapest_mix, parse_gpus
+from mapper.serving.runtimes import get_runtime
+from mapper.serving.serve import server_for
+from mapper.serving.workload import Arrival
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA = str(ROOT / "examples" / "llama.tg")
+PARAMS = (("LAYERS", 2), ("HIDDEN", 512), ("HEADS", 8), ("KV_HEADS", 2), ("FFN", 1024), ("VOCAB", 1000))
+SMALL = [a for k, v in PARAMS for a in ("--param", f"{k}={v}")]
+
+
+def _server():
+    from mapper.frontend.sources import ModelFile
+
+    src = ModelFile(LLAMA, params=PARAMS)
+    return server_for(src, "dgx-a100", get_runtime("trtllm"))
+
+
+def test_kv_transfer_against_a_hand_value():
+    """One request of 512 prompt tokens: its cache is 2 (K, V) x 2 layers x 2 KV heads x 64 (head dim)
+    x 2 bytes = 1,024 bytes a token, 524,288 bytes in all, sent over NVSwitch inside the node."""
+    server = _server()
+    net = server.net
+    hand = net.intra_latency + 512 * 1024 / (net.intra_gbs * 1e9)
+    plan = DisaggPlan(Pool(1, 1, 1), Pool(1, 1, 1), 8192, 256)
+    out = run_disaggregated(server, plan, [Arrival(0.0, 512, 4)], Slo())
+    assert out.transfer["mean"] == pytest.approx(hand, rel=1e-12)
+    (r,) = out.served
+    # the decode replica admits it when the cache has arrived and runs three decode steps
+    dec = server.step_model(1, 1, 8192)
+    steps = [r.first + hand]
+    from mapper.serving.iteration import Batch
+    for k in range(3):
+        steps.append(steps[-1] + dec.step(Batch(1, 1, 512 + k + 1, 0.0, 1)) + server.runtime.overhead)
+    assert r.done == pytest.approx(steps[-1], rel=1e-12)
+    # tensor 2 in both pools halves each GPU's shard
+    two = run_disaggregated(server, DisaggPlan(Pool(2, 1, 1), Pool(2, 1, 1), 8192, 256), [Arrival(0.0, 512, 4)],
+                            Slo())
+    assert two.transfer["mean"] == pytest.approx(net.intra_latency + 512 * 512 / (net.intra_gbs * 1e9), rel=1e-12)
+
+
+def test_decode_pool_admits_cached_requests_at_the_capacity_edge():
+    """With the cache arriving, a request is admitted only when blocks for it (and, reserving, its
+    whole output) are free; it decodes from the first step on and gives no first token of its own."""
+    log = []
+
+    def step(b):
+        log.append(b)
+        return 1.0
+
+    run = simulate([Arrival(0.0, 4, 5), Arrival(0.0, 4, 5)], step, Scheduler(8, 4, 8, 64, True), cached=True)
+    a, b = run.served
+    assert (a.admitted, a.done) == (0.0, 4.0)  # four decodes give tokens 2 to 5
+    assert b.admitted == 4.0 and b.done == 8.0  # 4 + 5 - 1 = 8 tokens: waits for the first's blocks
+    assert all(x.pairs == 0 for x in log)  # no prefill work in the decode pool
+
+
+def test_disaggregated_json_has_both_pools(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    code = main(["serve", LLAMA, *SMALL, "--platform", "dgx-a100", "--workload", "isl=256,osl=8,requests=24",
+                 "--rate", "50", "--disaggregate", "--parallel", "prefill=3,decode=5", "--json", str(out)])
+    assert code == 0
+    plan = json.loads(out.read_text())["serving"]["plan"]
+    assert plan["prefill"] == {"replicas": 3, "tensor": 1, "pipeline": 1, "gpus": 3}
+    assert plan["decode"] == {"replicas": 5, "tensor": 1, "pipeline": 1, "gpus": 5}
+    assert plan["gpus"] == 8
+    assert "kv transfer" in capsys.readouterr().out
+    assert main(["serve", LLAMA, *SMALL, "--platform", "dgx-a100", "--workload", "isl=64,osl=8", "--rate", "inf",
+                 "--parallel", "prefill=2"]) == 2  # pool keys need --disaggregate
+
+
+def _brute(loads, caps, prices, limits, slices):
+    kinds = list(caps)
+    parts = [(b, load / slices) for b, load in enumerate(loads) if load > 0 for _ in range(slices)]
+    best = math.inf
+    for pick in itertools.product(kinds, repeat=len(parts)):
+        if any(caps[g][b] <= 0 for g, (b, _) in zip(pick, parts)):
+            continue
+        need = {g: 0.0 for g in kinds}
+        for g, (b, share) in zip(pick, parts):
+            need[g] += share / caps[g][b]
+        counts = {g: math.ceil(need[g] - 1e-9) for g in kinds}
+        if all(counts[g] <= limits[g] for g in kinds):
+            best = min(best, sum(prices[g] * counts[g] for g in kinds))
+    return best
+
+
+def test_gpu_mix_against_brute_force():
+    rng = random.Random(7)
+    for _ in range(25):
+        kinds = ["a", "b", "c"][: rng.randint(2, 3)]
+        buckets = rng.randint(1, 2)
+        slices = 3
+        loads = [rng.uniform(0.5, 6.0) for _ in range(buckets)]
+        caps = {g: [rng.choice([0.0, rng.uniform(0.5, 4.0)]) for _ in range(buckets)] for g in kinds}
+        prices = {g: round(rng.uniform(0.5, 5.0), 2) for g in kinds}
+        limits = {g: rng.randint(1, 6) for g in kinds}
+        want = _brute(loads, caps, prices, limits, slices)
+        if math.isinf(want):
+            with pytest.raises(InfeasibleError):
+                cheapest_mix(loads, caps, prices, limits, slices)
+            continue
+        got = cheapest_mix(loads, caps, prices, limits, slices)
+        assert got.cost == pytest.approx(want, abs=1e-6)
+        assert got.bound is None or got.bound <= got.cost + 1e-6
+        assert all(got.counts[g] <= limits[g] for g in kinds)
+
+
+@pytest.mark.parametrize("bad", ["a100", "a100=0", "a100=x", "a100=2,a100=3", "a100=2@-1", "a100=2@x", "=4",
+                                 "nosuchgpu=2@1"])
+def test_bad_gpus_exit_2(bad, capsys):
+    code = main(["serve", LLAMA, *SMALL, "--gpus", bad, "--workload", "isl=64,osl=8,requests=8", "--rate", "5",
+                 "--slo-ttft", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Error" not in err.split(":")[0]
+
+
+def test_gpu_mix_end_to_end(tmp_path):
+    out = tmp_path / "m.json"
+    args = ["serve", LLAMA, *SMALL, "--workload", "isl=128,osl=8,requests=20", "--rate", "40", "--slo-ttft", "0.05",
+            "--slo-tpot", "0.01"]
+    assert main([*args, "--gpus", "a100=2"]) == 2  # no price anywhere
+    assert main([*args, "--gpus", "a100=2@1.5", "--platform", "dgx-a100"]) == 2
+    assert main([*args, "--gpus", "a100=2@1.5,l4=4@0.5", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())["serving"]
+    assert doc["cost_per_hour"] == pytest.approx(sum(m["gpus"] * m["price_per_gpu_hour"] for m in doc["mix"]))
+    assert doc["cost_per_million_tokens"] > 0 and sum(m["replicas"] for m in doc["mix"]) >= 1
+    assert parse_gpus("h100=8@2.5")[0].platform == "dgx-h100"
