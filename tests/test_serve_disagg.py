@@ -86,41 +86,46 @@ def test_disaggregated_json_has_both_pools(tmp_path, capsys):
                  "--parallel", "prefill=2"]) == 2  # pool keys need --disaggregate
 
 
-def _brute(loads, caps, prices, limits, slices):
-    kinds = list(caps)
+def _brute(loads, caps, prices, sizes, limits, slices):
+    """Every assignment of slices to instance types; each type's instances rounded up."""
+    types = list(caps)
     parts = [(b, load / slices) for b, load in enumerate(loads) if load > 0 for _ in range(slices)]
     best = math.inf
-    for pick in itertools.product(kinds, repeat=len(parts)):
+    for pick in itertools.product(types, repeat=len(parts)):
         if any(caps[g][b] <= 0 for g, (b, _) in zip(pick, parts)):
             continue
-        need = {g: 0.0 for g in kinds}
+        need = {g: 0.0 for g in types}
         for g, (b, share) in zip(pick, parts):
             need[g] += share / caps[g][b]
-        counts = {g: math.ceil(need[g] - 1e-9) for g in kinds}
-        if all(counts[g] <= limits[g] for g in kinds):
-            best = min(best, sum(prices[g] * counts[g] for g in kinds))
+        counts = {g: math.ceil(need[g] - 1e-9) for g in types}
+        used = {k: sum(sizes[g][1] * counts[g] for g in types if sizes[g][0] == k) for k in limits}
+        if all(used[k] <= limits[k] for k in limits):
+            best = min(best, sum(prices[g] * counts[g] for g in types))
     return best
 
 
 def test_gpu_mix_against_brute_force():
+    """Small random cases: two or three instance types over one or two GPU kinds, one or two buckets."""
     rng = random.Random(7)
-    for _ in range(25):
-        kinds = ["a", "b", "c"][: rng.randint(2, 3)]
+    for _ in range(30):
+        types = ["a/1", "a/2", "b/1"][: rng.randint(2, 3)]
+        sizes = {g: (g[0], int(g[2])) for g in types}
         buckets = rng.randint(1, 2)
         slices = 3
         loads = [rng.uniform(0.5, 6.0) for _ in range(buckets)]
-        caps = {g: [rng.choice([0.0, rng.uniform(0.5, 4.0)]) for _ in range(buckets)] for g in kinds}
-        prices = {g: round(rng.uniform(0.5, 5.0), 2) for g in kinds}
-        limits = {g: rng.randint(1, 6) for g in kinds}
-        want = _brute(loads, caps, prices, limits, slices)
+        caps = {g: [rng.choice([0.0, rng.uniform(0.5, 4.0)]) for _ in range(buckets)] for g in types}
+        prices = {g: round(rng.uniform(0.5, 5.0), 2) * sizes[g][1] for g in types}
+        limits = {k: rng.randint(1, 8) for k in {s[0] for s in sizes.values()}}
+        want = _brute(loads, caps, prices, sizes, limits, slices)
         if math.isinf(want):
             with pytest.raises(InfeasibleError):
-                cheapest_mix(loads, caps, prices, limits, slices)
+                cheapest_mix(loads, caps, prices, sizes, limits, slices)
             continue
-        got = cheapest_mix(loads, caps, prices, limits, slices)
+        got = cheapest_mix(loads, caps, prices, sizes, limits, slices)
         assert got.cost == pytest.approx(want, abs=1e-6)
         assert got.bound is None or got.bound <= got.cost + 1e-6
-        assert all(got.counts[g] <= limits[g] for g in kinds)
+        for k in limits:
+            assert sum(sizes[g][1] * got.counts[g] for g in types if sizes[g][0] == k) <= limits[k]
 
 
 @pytest.mark.parametrize("bad", ["a100", "a100=0", "a100=x", "a100=2,a100=3", "a100=2@-1", "a100=2@x", "=4",
@@ -142,5 +147,8 @@ def test_gpu_mix_end_to_end(tmp_path):
     assert main([*args, "--gpus", "a100=2@1.5,l4=4@0.5", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())["serving"]
     assert doc["cost_per_hour"] == pytest.approx(sum(m["gpus"] * m["price_per_gpu_hour"] for m in doc["mix"]))
+    assert doc["cost_bound"] is None or doc["cost_bound"] <= doc["cost_per_hour"] + 1e-6
+    for kind, available in doc["available"].items():
+        assert sum(m["gpus"] for m in doc["mix"] if m["kind"] == kind) <= available
     assert doc["cost_per_million_tokens"] > 0 and sum(m["replicas"] for m in doc["mix"]) >= 1
     assert parse_gpus("h100=8@2.5")[0].platform == "dgx-h100"

@@ -5,16 +5,18 @@ Exploiting GPU Heterogeneity", 2024, section 5): requests fall in buckets by siz
 powers of two above their prompt and output lengths); profiling gives, for each GPU type and
 bucket, the largest request rate one instance serves with the SLOs met; each bucket's load (its
 share of the rate) is cut into ``slices`` equal slices; an integer linear programme assigns every
-slice to one GPU type and counts instances,
+slice to one instance type and counts instances,
 
     minimise    sum_g price_g n_g
-    subject to  sum_g x_sg = 1                           for every slice s
-                sum_s (load_s / cap_{b(s) g}) x_sg <= n_g   for every type g
-                n_g <= available_g,  x_sg binary,  n_g whole.
+    subject to  sum_g x_sg = 1                            for every slice s
+                sum_s (load_s / cap_{b(s) g}) x_sg <= n_g    for every type g
+                sum_{g of kind k} gpus_g n_g <= available_k  for every GPU kind k
+                x_sg binary,  n_g whole.
 
-Here an instance is one replica of the smallest tensor degree whose weights leave room for the
-KV cache (pipeline 1), so its price is that many GPUs' ``price_per_hour``, and each capacity
-comes from the simulator (:func:`capacity`: the largest Poisson rate whose run on one replica
+Melange's instances are single GPUs; here an instance type is a GPU kind with a tensor degree
+(one replica of ``t`` GPUs, pipeline 1, every power of two whose weights leave room for the KV
+cache), priced at ``t`` GPUs' ``price_per_hour``, and the kind's GPUs bound the types together.
+Each capacity comes from the simulator (:func:`capacity`: the largest Poisson rate whose run on one replica
 meets the SLOs at ``--slo-percentile``, by bisection). The programme is solved exactly by
 :mod:`mapper.mapping.exact.solver` (HiGHS, or CBC), which also reports its dual bound.
 """
@@ -123,15 +125,16 @@ class Mix:
 
 
 def cheapest_mix(loads: list[float], caps: dict[str, list[float]], prices: dict[str, float],
-                 limits: dict[str, int], slices: int = SLICES) -> Mix:
+                 sizes: dict[str, tuple[str, int]], limits: dict[str, int], slices: int = SLICES) -> Mix:
     """Melange's programme (module docstring): ``loads[b]`` the bucket's rate (requests/s),
     ``caps[g][b]`` one instance's capacity, ``prices[g]`` an instance's price per hour,
-    ``limits[g]`` the instances available. Raises :class:`InfeasibleError` when no mix serves."""
+    ``sizes[g]`` its GPU kind and GPUs, ``limits[k]`` the GPUs of kind ``k``. Raises
+    :class:`InfeasibleError` when no mix serves."""
     from mapper.mapping.exact.solver import Problem, run, value
 
     kinds = list(caps)
     prob = Problem("melange")
-    n = {g: prob.integer(f"n_{i}", 0, limits[g]) for i, g in enumerate(kinds)}
+    n = {g: prob.integer(f"n_{i}", 0, limits[sizes[g][0]] // sizes[g][1]) for i, g in enumerate(kinds)}
     use: dict[str, dict] = {g: {n[g]: -1.0} for g in kinds}
     x: list[dict] = []
     binaries = 0
@@ -153,6 +156,8 @@ def cheapest_mix(loads: list[float], caps: dict[str, list[float]], prices: dict[
             x.append(row)
     for g in kinds:
         prob.add_row(use[g], 0.0, "<=", 0.0)
+    for k, available in limits.items():
+        prob.add_row({n[g]: float(sizes[g][1]) for g in kinds if sizes[g][0] == k}, 0.0, "<=", float(available))
     prob.minimise({n[g]: prices[g] for g in kinds})
     out = run(prob, None, TIME_LIMIT, 0, binaries, lambda *a: None, False)
     if not out.has_solution:

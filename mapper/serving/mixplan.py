@@ -19,13 +19,14 @@ def _serve(step, sched: Scheduler, reqs: list[Arrival]) -> tuple:
     return simulate(reqs, step, sched).served
 
 
-def _instance(server, longest: int) -> tuple[int, Callable[[list[Arrival]], tuple]]:
-    """The smallest tensor degree (pipeline 1) whose replica caches ``longest`` tokens, and a
-    function serving arrivals on one such replica."""
+def _instances(server, longest: int, most: int) -> list[tuple[int, Callable[[list[Arrival]], tuple]]]:
+    """Each tensor degree (powers of two up to ``most`` GPUs and the platform's; pipeline 1)
+    whose replica caches ``longest`` tokens, with a function serving arrivals on one such replica."""
     rt = server.runtime
     capacity_bytes = (server.prices.gpu.memory_gib or 0.0) * 2.0 ** 30
+    out: list[tuple[int, Callable[[list[Arrival]], tuple]]] = []
     t = 1
-    while t <= server.gpus:
+    while t <= min(server.gpus, most):
         try:
             model = server.step_model(t, 1, rt.chunk)
         except OptionsError:
@@ -33,9 +34,9 @@ def _instance(server, longest: int) -> tuple[int, Callable[[list[Arrival]], tupl
         _, tokens = model.memory(capacity_bytes, rt)
         if tokens >= max(longest, rt.block):
             sched = Scheduler(tokens, rt.block, rt.max_batch, rt.chunk, rt.reserve_output, rt.overhead)
-            return t, partial(_serve, model.step, sched)
+            out.append((t, partial(_serve, model.step, sched)))
         t *= 2
-    return 0, lambda reqs: ()
+    return out
 
 
 def plan_mix(servers: dict[str, Any], offers: list[Offer], requests: list[Arrival], rate: float, slo: Slo,
@@ -51,37 +52,34 @@ def plan_mix(servers: dict[str, Any], offers: list[Offer], requests: list[Arriva
     longest = max(r.input_tokens + r.output_tokens - 1 for r in requests)
     caps: dict[str, list[float]] = {}
     prices: dict[str, float] = {}
-    limits: dict[str, int] = {}
-    shapes: dict[str, int] = {}
+    sizes: dict[str, tuple[str, int]] = {}
+    per_gpu: dict[str, float] = {}
     for offer in offers:
         server = servers[offer.kind]
         price = offer.price if offer.price is not None else server.prices.gpu.price_per_hour
         if price is None:
             raise OptionsError(f"{offer.kind}: its platform gives no price_per_hour; give one as "
                                f"{offer.kind}={offer.count}@DOLLARS_PER_GPU_HOUR", obj="--gpus")
-        t, serve_one = _instance(server, longest)
-        if t == 0 or t > offer.count:
-            caps[offer.kind] = [0.0] * len(groups)
-            t = max(t, 1)
-        else:
-            caps[offer.kind] = []
+        per_gpu[offer.kind] = price
+        for t, serve_one in _instances(server, longest, offer.count):
+            name = f"{offer.kind}/tensor{t}"
+            caps[name] = []
             for b, (_, reqs) in enumerate(groups):
                 if progress is not None:
                     progress(f"serve: profiling {offer.kind} (tensor {t}), bucket {b + 1}/{len(groups)}")
-                caps[offer.kind].append(capacity(serve_one, reqs, slo, seed))
-        shapes[offer.kind] = t
-        prices[offer.kind] = price * t
-        limits[offer.kind] = offer.count // t
-    if all(all(c <= 0 for c in cs) for cs in caps.values()):
+                caps[name].append(capacity(serve_one, reqs, slo, seed))
+            prices[name] = price * t
+            sizes[name] = (offer.kind, t)
+    if not any(c > 0 for cs in caps.values() for c in cs):
         raise InfeasibleError("no GPU kind given holds the model with a KV cache and meets the SLOs")
-    mix = cheapest_mix(loads, caps, prices, limits)
+    mix = cheapest_mix(loads, caps, prices, sizes, {o.kind: o.count for o in offers})
     out_tokens = rate * sum(r.output_tokens for r in requests) / len(requests)
     return {
         "rate": rate,
-        "mix": [{"kind": o.kind, "platform": o.platform, "gpu": servers[o.kind].prices.gpu.name,
-                 "replicas": mix.counts[o.kind], "tensor": shapes[o.kind], "gpus": mix.counts[o.kind] * shapes[o.kind],
-                 "available": o.count, "price_per_gpu_hour": prices[o.kind] / shapes[o.kind],
-                 "capacity_requests_per_s": caps[o.kind]} for o in offers],
+        "mix": [{"kind": sizes[g][0], "platform": next(o.platform for o in offers if o.kind == sizes[g][0]),
+                 "tensor": sizes[g][1], "replicas": mix.counts[g], "gpus": mix.counts[g] * sizes[g][1],
+                 "price_per_gpu_hour": per_gpu[sizes[g][0]], "capacity_requests_per_s": caps[g]} for g in caps],
+        "available": {o.kind: o.count for o in offers},
         "buckets": [{"input_tokens_max": 2 ** k[0], "output_tokens_max": 2 ** k[1], "requests_per_s": load}
                     for (k, _), load in zip(groups, loads)],
         "cost_per_hour": mix.cost,
@@ -98,8 +96,8 @@ def render_mix(doc: dict[str, Any]) -> str:
     for m in doc["mix"]:
         caps = ", ".join(f"{c:,.2f}" for c in m["capacity_requests_per_s"])
         lines.append(f"  {m['kind']:<10} {m['replicas']:,} x tensor {m['tensor']} = {m['gpus']:,} of "
-                     f"{m['available']:,} {m['gpu']} at ${m['price_per_gpu_hour']:,.2f}/GPU-hour; "
-                     f"one replica serves {caps} requests/s per bucket")
+                     f"{doc['available'][m['kind']]:,} GPUs ({m['platform']}) at "
+                     f"${m['price_per_gpu_hour']:,.2f}/GPU-hour; one replica serves {caps} requests/s per bucket")
     cost = doc["cost_per_million_tokens"]
     lines.append(f"cost         ${doc['cost_per_hour']:,.2f} per hour, "
                  + ("-" if cost is None else f"${cost:,.3f}") + " per million output tokens")
