@@ -70,6 +70,13 @@ def test_decode_pool_admits_cached_requests_at_the_capacity_edge():
     assert (a.admitted, a.done) == (0.0, 4.0)  # four decodes give tokens 2 to 5
     assert b.admitted == 4.0 and b.done == 8.0  # 4 + 5 - 1 = 8 tokens: waits for the first's blocks
     assert all(x.pairs == 0 for x in log)  # no prefill work in the decode pool
+    # blocks taken as tokens come (vLLM): A's second block preempts B, which recomputes its prompt
+    # and first token (5 tokens, 4 x 0 + 5 x 6 / 2 = 15 pairs) once A has ended, then decodes 3 more
+    log.clear()
+    run = simulate([Arrival(0.0, 4, 5), Arrival(0.0, 4, 5)], step, Scheduler(8, 4, 8, 64, False), cached=True)
+    a, b = run.served
+    assert run.preemptions == 1 and a.done == 4.0 and b.done == 8.0
+    assert [(x.tokens, x.pairs) for x in log] == [(1, 0)] * 4 + [(5, 15.0)] + [(1, 0)] * 3
 
 
 def test_disaggregated_json_has_both_pools(tmp_path, capsys):

@@ -103,7 +103,7 @@ def capacity(serve_one, requests: list[Arrival], slo: Slo, seed: int) -> float:
 
     _, top = ok(math.inf)  # the offline rate bounds what any arrival rate can sustain
     lo, hi = 0.0, top
-    if not ok(hi / 2 ** STEPS)[0]:
+    if not (top > 0 and math.isfinite(top)) or not ok(hi / 2 ** STEPS)[0]:
         return 0.0
     lo = hi / 2 ** STEPS
     for _ in range(STEPS):
