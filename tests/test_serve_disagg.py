@@ -159,3 +159,15 @@ def test_gpu_mix_end_to_end(tmp_path):
         assert sum(m["gpus"] for m in doc["mix"] if m["kind"] == kind) <= available
     assert doc["cost_per_million_tokens"] > 0 and sum(m["replicas"] for m in doc["mix"]) >= 1
     assert parse_gpus("h100=8@2.5")[0].platform == "dgx-h100"
+
+
+def test_disaggregated_auto_searches_pool_splits(tmp_path):
+    out = tmp_path / "a.json"
+    code = main(["serve", LLAMA, *SMALL, "--platform", "dgx-a100", "--workload", "isl=256,osl=16,requests=16",
+                 "--rate", "100", "--slo-ttft", "0.5", "--slo-tpot", "0.05", "--disaggregate", "--parallel", "auto",
+                 "--json", str(out), "--quiet"])
+    assert code == 0
+    doc = json.loads(out.read_text())["serving"]
+    pre, dec = doc["plan"]["prefill"], doc["plan"]["decode"]
+    assert pre["gpus"] + dec["gpus"] == doc["plan"]["gpus"] <= 8
+    assert doc["plans_simulated"] > 36  # every pair of pool shapes, and splits of the GPUs
