@@ -9,6 +9,7 @@ carries the stage's product).
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from mapper.platform.loader import Platform, load_platform
 
 if TYPE_CHECKING:  # the split and the training step load only when asked for
     from mapper.cluster.search import ClusterChoice
+    from mapper.parallel.burst_graph import BurstChoice
     from mapper.parallel.hybrid import HybridChoice
     from mapper.parallel.search import Choice
     from mapper.serving.search import ServingChoice
@@ -56,7 +58,8 @@ class CompileResult:
     result: MapResult
     compare: tuple[MapResult, ...] = ()
     stage_times: tuple[tuple[str, float], ...] = ()
-    parallel: Choice | ClusterChoice | HybridChoice | None = None  # the split plan or cluster layout kept (--parallel)
+    # the split plan or cluster layout kept (--parallel)
+    parallel: Choice | ClusterChoice | HybridChoice | BurstChoice | None = None
     serving: ServingChoice | None = None  # the serving layout and the request's figures (--inference)
 
     def __repr__(self) -> str:
@@ -186,7 +189,8 @@ def compile_graph(
         map_options = replace(map_options, schedule=replace(map_options.schedule, memory=True))
     choice: Any = None
     served: Any = None
-    cluster_planner = parallel != "none" and (is_layout(parallel) or plat.cluster is not None)
+    cluster_planner = (parallel != "none" and not parallel.startswith("burst")
+                       and (is_layout(parallel) or plat.cluster is not None))
 
     def prepare(g: TaskGraph) -> TaskGraph:
         """The fusion the split stages apply to the graphs they build."""
@@ -206,6 +210,26 @@ def compile_graph(
 
         plat = flat_platform(plat)  # a cluster: every node's GPUs
         choice = stage("split", lambda: plan_hybrid(graph, plat, train, relower, prepare))
+        graph = choice.graph
+    elif parallel.startswith("burst"):
+        from mapper.parallel.burst import parse_burst
+        from mapper.parallel.burst_graph import plan_model
+
+        if isinstance(source, TaskGraph):
+            raise OptionsError("--parallel burst plans a model file with a BATCH or N param", obj="--parallel")
+        key = next((k for k in ("BATCH", "N") if re.search(rf"^\s*param\s+{k}\b", text, re.M)), None)
+        if key is None:
+            raise OptionsError("--parallel burst relowers the model per GPU count: it needs a BATCH or N param",
+                               obj="--parallel")
+        given_b = dict(source.params) if isinstance(source, ModelFile) else {}
+
+        def relower_b(batch: int) -> TaskGraph:
+            with blame:
+                return lower(program, {**given_b, key: batch})
+
+        plat = flat_platform(plat)
+        choice = stage("split", lambda: plan_model(graph, plat, train or "sgd", parse_burst(parallel), relower_b,
+                                                   prepare))
         graph = choice.graph
     elif serving is not None:
         from mapper.serving.driver import plan_request

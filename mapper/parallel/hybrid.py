@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mapper.core.graph import DTYPE_BYTES, Edge, Placement, Task, TaskGraph
+from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.costing.cost import route_tables
 from mapper.costing.efficiency import op_class
 from mapper.costing.latency import estimate
@@ -27,6 +27,7 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.parallel.collectives import collective_time, launch_time
 from mapper.parallel.embedding_plan import Fabric, Option, Table, alltoall_time, host_hit, options, shard_tasks
 from mapper.parallel.embedding_solve import Solved, exact_plan, greedy_plan
+from mapper.parallel.pinned import graph_of, pinned
 from mapper.platform.devices import Platform
 
 GIB = float(2**30)
@@ -169,10 +170,7 @@ def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tu
     local: list[dict[int, int]] = []  # per GPU: replica task index -> new index
 
     def add(task: Task, dev: str, cost: float | None = None) -> int:
-        tasks.append(replace(task, index=len(tasks), name=f"{dev}/{task.name}", placement=Placement(allow=(dev,)),
-                             colocate=f"{dev}/{task.colocate}" if task.colocate else "",
-                             explicit_cost=((dev, cost),) if cost is not None else (),
-                             operands=tuple(replace(o, producer=None) for o in task.operands)))
+        tasks.append(pinned(task, len(tasks), dev, cost))
         return len(tasks) - 1
 
     def edge(src: int, dst: int, nbytes: float = 0.0, comm: float | None = 0.0, tensor: str = "") -> None:
@@ -245,10 +243,7 @@ def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tu
             seconds = collective_time("allreduce", t.nbytes, gpus, lat, spb).seconds + launch_time(platform, names)
             _allreduce(rep, local, names, f"allreduce.{t.name}", [by_name[f"{t.name}.update"].index], seconds,
                        add, edge)
-    order = sorted(edges, key=lambda p: (p[1], p[0]))
-    graph = TaskGraph(f"{rep.name}.hybrid", tuple(tasks),
-                      tuple(Edge(i, s, d, *edges[(s, d)]) for i, (s, d) in enumerate(order)))
-    return graph, a2a, ring
+    return graph_of(f"{rep.name}.hybrid", tasks, edges), a2a, ring
 
 
 def _allreduce(rep: TaskGraph, local: list[dict[int, int]], names: list[str], label: str, updates: list[int],

@@ -112,7 +112,7 @@ def requested(text: str) -> LayoutSpec:
 
 def is_layout(text: str) -> bool:
     """True for ``--parallel`` text that gives layout keys rather than a mode name."""
-    return "=" in text
+    return "=" in text and not text.startswith("burst")
 
 
 def parse_layout(text: str) -> LayoutSpec:

@@ -17,11 +17,17 @@ def check_parallel(mode: str) -> str:
     :func:`mapper.parallel.layout.parse_layout`), else an :class:`OptionsError`."""
     from mapper.parallel.layout import is_layout, parse_layout
 
+    if isinstance(mode, str) and (mode == "burst" or mode.startswith("burst,")):
+        from mapper.parallel.burst import parse_burst
+
+        parse_burst(mode)
+        return mode
     if isinstance(mode, str) and is_layout(mode):
         parse_layout(mode)
         return mode
     if mode not in PARALLEL_MODES:
-        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}, or give "
+        raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}, "
+                           "burst[,amplification=X], or give "
                            "a layout: tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]"
                            "[,recompute=none|selective|full][,zero=0..3][,sequence=on|off]", obj="--parallel")
     return mode
