@@ -25,7 +25,7 @@
    test values (test_shard_estimators.py, test_1_table_perf, both bandwidth settings) must agree
    to 1e-9 relative. The plan-vs-greedy comparison is also run under that estimator.
 
---parallel burst (DeepPool) is not done (see docs/parallel.md).
+--parallel burst (DeepPool) is replayed by benchmarks/deeppool.py.
 """
 
 from __future__ import annotations

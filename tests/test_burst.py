@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from mapper.engine.validate import require_valid
 from mapper.errors import OptionsError
 from mapper.frontend.sources import ModelFile
 from mapper.parallel.burst import (
@@ -85,6 +86,21 @@ def test_model_plan_is_a_valid_graph() -> None:
                         parallel="burst,amplification=1.5")
     choice = res.parallel
     assert choice is not None and choice.to_json()["mode"] == "burst"
+    require_valid(res.result)
     assert res.result.schedule.makespan == pytest.approx(choice.plan.time, rel=1e-9)  # type: ignore[union-attr]
     changes = len(set(choice.plan.widths)) > 1  # type: ignore[union-attr]
     assert any(t.name.endswith(".scatter_gather") for t in res.graph.tasks) == changes
+
+
+def test_published_profiles_read_whole() -> None:
+    # each batch's block ends with DeepPool's own SUM(avg) line; the layers read must add up to it
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "deeppool" / "inceptionLayerGpuProfileA100.txt"
+    text = path.read_text()
+    layers = read_profile(text)
+    sums = [float(line.split()[-1]) for line in text.splitlines() if "SUM(avg)" in line]
+    batches = [b for b, _ in layers[0].times]
+    assert batches == [1, 2, 4, 8, 16, 32, 64, 128] and len(layers) == 125
+    for b, total in zip(sorted(batches, reverse=True), sums):  # the file lists batch 128 first
+        assert sum(x.time(b) for x in layers) * 1e3 == pytest.approx(total, abs=len(layers) * 5e-4)  # each line rounds to 1 us
