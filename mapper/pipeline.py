@@ -215,8 +215,9 @@ def compile_graph(
         from mapper.parallel.burst import parse_burst
         from mapper.parallel.burst_graph import plan_model
 
-        if isinstance(source, TaskGraph):
-            raise OptionsError("--parallel burst plans a model file with a BATCH or N param", obj="--parallel")
+        if train is None or isinstance(source, TaskGraph):
+            raise OptionsError("--parallel burst plans a training step of a model file with a BATCH or N param: "
+                               "give --train", obj="--parallel")
         key = next((k for k in ("BATCH", "N") if re.search(rf"^\s*param\s+{k}\b", text, re.M)), None)
         if key is None:
             raise OptionsError("--parallel burst relowers the model per GPU count: it needs a BATCH or N param",
@@ -228,7 +229,7 @@ def compile_graph(
                 return lower(program, {**given_b, key: batch})
 
         plat = flat_platform(plat)
-        choice = stage("split", lambda: plan_model(graph, plat, train or "sgd", parse_burst(parallel), relower_b,
+        choice = stage("split", lambda: plan_model(graph, plat, train, parse_burst(parallel), relower_b,
                                                    prepare))
         graph = choice.graph
     elif serving is not None:

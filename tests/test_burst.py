@@ -81,6 +81,15 @@ def test_bad_options(bad: str) -> None:
     assert run.returncode == 2 and "Traceback" not in run.stderr and "--parallel" in run.stderr
 
 
+@pytest.mark.parametrize("args", [["examples/resnet50.tg", "--parallel", "burst"],
+                                  ["examples/heft_paper.tg", "--train", "--parallel", "burst"],
+                                  ["examples/resnet50.tg", "--train", "--param", "N=3", "--parallel", "burst"]])
+def test_burst_needs_a_batched_training_step(args: list[str]) -> None:
+    run = subprocess.run([sys.executable, "-m", "mapper", "compile", *args, "--platform", "dgx-a100"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+
+
 def test_model_plan_is_a_valid_graph() -> None:
     res = compile_graph(ModelFile("examples/resnet50.tg", params=(("N", 16),)), "dgx-a100", train="sgd",
                         parallel="burst,amplification=1.5")

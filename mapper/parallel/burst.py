@@ -158,7 +158,7 @@ def evaluate(layers: Sequence[Layer], widths: Sequence[int], batch: int, gpus: i
 def data_parallel(layers: Sequence[Layer], batch: int, gpus: int, fabric: Fabric) -> BurstPlan:
     """Plain data parallelism: every layer on all ``gpus`` (which must divide ``batch``)."""
     if batch % gpus:
-        raise OptionsError(f"the batch {batch} must divide among the {gpus} GPUs", obj="BATCH")
+        raise OptionsError(f"the global batch {batch} must divide among the {gpus} GPUs", obj="--parallel burst")
     return evaluate(layers, [gpus] * len(layers), batch, gpus, fabric)
 
 
