@@ -32,6 +32,7 @@ gradient; :data:`mapper.costing.precision.ELEMENT_BYTES`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -79,6 +80,7 @@ class BlockCost:
     #: ``collectives`` (its time is the cluster's to price; -1 for a kernel)
     kernels: tuple[tuple[float, tuple[str, ...], int], ...] = ()
     working: float = 0.0  # the largest forward kernel's footprint less its weights (inference's peak)
+    unrunnable: str = ""  # a kernel the GPU cannot run at this size, and why (the cost table's reason)
 
 
 def kv_bytes(task: Task, positions: int, tensor: int = 1) -> float:
@@ -174,11 +176,15 @@ class Profile:
         comms: list[tuple[str, float, bool]] = []
         kernels: list[tuple[float, tuple[str, ...], int]] = []
         working = 0.0
+        unrunnable = ""
         seen: set[str] = set()
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
             seconds = table.time[task.index][d]
+            if not unrunnable and not task.explicit_cost and not math.isfinite(seconds):
+                why = next((r for ti, di, r in table.reasons if ti == task.index and di == d), "no cost")
+                unrunnable = f"{task.name} ({why})"
             if task.explicit_cost:  # a collective: priced by the cluster model
                 if ".grads.allreduce" in task.name:  # a weight every rank holds: its gradients agree
                     continue
@@ -216,4 +222,4 @@ class Profile:
                             pbytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
-                         tuple(kernels), working)
+                         tuple(kernels), working, unrunnable)
