@@ -90,10 +90,10 @@ def _node(check: Checker, doc: dict[str, Any], file: str, folder: str | None, pa
     try:
         node = _load(ref, node=True)
     except PlatformError as err:
-        raise PlatformError(f"the node platform {raw!r}: {err.message}", obj=f"{file}: {path}node") from None
+        raise PlatformError(f"the node platform {_shown(raw)}: {err.message}", obj=f"{file}: {path}node") from None
     apart = unjoined(node)
     if apart is not None:
-        raise check.fail(f"{path}node", f"the node platform {raw!r} does not join {apart[0]} and {apart[1]} "
+        raise check.fail(f"{path}node", f"the node platform {_shown(raw)} does not join {apart[0]} and {apart[1]} "
                                         "(no link, switch or host route between them): a cluster's collectives "
                                         "need every two GPUs of a node joined")
     return node
@@ -102,19 +102,25 @@ def _node(check: Checker, doc: dict[str, Any], file: str, folder: str | None, pa
 def _beside(check: Checker, raw: str, folder: str | None, path: str) -> str:
     """The path of node file ``raw`` in ``folder``, checked before anything is opened: relative,
     no ``..``, and inside ``folder`` once symbolic links are resolved."""
+    shown = _shown(raw)
     if folder is None:
-        raise check.fail(path, f"{raw!r} is not a shipped platform ({', '.join(_shipped())}); a platform "
+        raise check.fail(path, f"{shown} is not a shipped platform ({', '.join(_shipped())}); a platform "
                                "read from no folder names its node by a shipped name")
     parts = raw.replace("\\", "/").split("/")
     if not raw or "\0" in raw or os.path.isabs(raw) or (len(raw) > 1 and raw[1] == ":") or ".." in parts:
-        raise check.fail(path, f"{raw!r} is not a shipped platform nor a relative path inside the platform "
+        raise check.fail(path, f"{shown} is not a shipped platform nor a relative path inside the platform "
                                "file's folder: a node names a shipped platform or a file beside the cluster file")
     base = os.path.realpath(folder)
     target = os.path.realpath(os.path.join(base, raw))
     if os.path.commonpath([base, target]) != base:
-        raise check.fail(path, f"{raw!r} leads out of the platform file's folder through a symbolic link: a "
+        raise check.fail(path, f"{shown} leads out of the platform file's folder through a symbolic link: a "
                                "node names a shipped platform or a file beside the cluster file")
     return target
+
+
+def _shown(raw: str) -> str:
+    """``raw`` quoted for a message, cut when long."""
+    return repr(raw) if len(raw) <= 80 else f"{raw[:60]!r}... ({len(raw):,} characters)"
 
 
 def unjoined(platform: Platform) -> tuple[str, str] | None:
