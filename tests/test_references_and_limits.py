@@ -1,10 +1,15 @@
 """A cluster's ``node`` resolves in the platform file's own folder or names a shipped platform
-(docs/platforms.md, Clusters), and the cluster planner's bounds hold before any work."""
+(docs/platforms.md, Clusters), and the cluster planner's bounds hold before any work (the CLI
+cases are in tests/data/hostile/cases_references_and_limits.toml)."""
 
 from __future__ import annotations
 
+import heapq
+import random
+
 import pytest
 
+from mapper.cluster.mixed import _shares
 from mapper.cluster.search import MAX_SCHEDULE_OPS, _divisors, layouts
 from mapper.errors import PlatformError
 from mapper.platform.loader import load_platform, parse_platform
@@ -69,3 +74,26 @@ def test_the_pipeline_divisors_and_the_schedule_bound():
     found = layouts(32, 8, 1 << 20, 48, {})
     assert found and all(2 * (1 << 20) // (lay.data * lay.micro_batch) * lay.interleave * lay.pipeline
                          <= MAX_SCHEDULE_OPS for lay in found)
+
+
+def _shares_by_replica(rates, micro_batches):
+    """The greedy of :func:`_shares` one replica at a time (its definition)."""
+    heap = [(t, k) for k, (r, t) in enumerate(rates) for _ in range(r)]
+    heapq.heapify(heap)
+    given = [[0] * r for r, _ in rates]
+    slot = [0] * len(rates)
+    for _ in range(micro_batches):
+        end, k = heapq.heappop(heap)
+        given[k][slot[k] % rates[k][0]] += 1
+        slot[k] += 1
+        heapq.heappush(heap, (end + rates[k][1], k))
+    return [max(g) if g else 0 for g in given], [sum(g) for g in given]
+
+
+def test_shares_by_rounds_choose_as_replica_by_replica():
+    rng = random.Random(45)
+    for _ in range(500):
+        rates = [(rng.randint(0, 9), rng.choice([0.1, 0.3, 1.0, 1 / 3, rng.random()])) for _ in range(rng.randint(1, 4))]
+        if any(r for r, _ in rates):
+            m = rng.randint(0, 200)
+            assert _shares(rates, m) == _shares_by_replica(rates, m)
