@@ -26,6 +26,7 @@ import numpy as np
 
 from mapper.cluster.comm import collective, send
 from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition, state_bytes
+from mapper.cluster.profile import MAX_TENSOR
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
 from mapper.costing.training import OPTIMIZERS
@@ -67,7 +68,7 @@ def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwee
     out: list[tuple[Estimate, list[int]]] = []
     smallest = min(k.gpus for k in kinds)
     t = 1
-    while t <= per_node:
+    while t <= min(per_node, MAX_TENSOR):
         d = 1
         while d * t <= smallest:
             stages = [k.gpus // (d * t) for k in kinds]
@@ -283,7 +284,7 @@ def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwe
     the planner on small instances)."""
     out = []
     t = 1
-    while t <= per_node:
+    while t <= min(per_node, MAX_TENSOR):
         if all(k.gpus % t == 0 for k in kinds):
             b = 1
             while samples % b == 0 and b <= 8:

@@ -27,7 +27,7 @@ from typing import Any
 from mapper.cluster.comm import network
 from mapper.cluster.flops import attention_flops, model_flops
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
-from mapper.cluster.profile import Profile
+from mapper.cluster.profile import MAX_TENSOR, Profile, check_tensor
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
@@ -217,7 +217,7 @@ def _divisors(n: int, most: int) -> list[int]:
 def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec) -> list[Layout]:
     """The layouts of the plan space that ``given`` allows (module docstring)."""
     out = []
-    for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus))):
+    for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus, MAX_TENSOR))):
         if gpus % t:
             continue
         for p in _fixed_or(given.pipeline, _divisors(gpus // t, units)):
@@ -255,6 +255,7 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     one, the gradient buffer is f32 unless ``given`` says ``grad`` (Megatron-Core's default for
     bf16 and the FP8 recipes, which keep bf16 weights); without, the weights' own 16-bit format
     (Megatron-LM's fp16 training, as SC'21 ran it)."""
+    check_tensor(given)
     grad = given.grad or ("fp32" if precision else "")
     given = replace(given, grad=None)
     choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad)

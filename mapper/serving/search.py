@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mapper.cluster.profile import MAX_TENSOR, check_tensor
 from mapper.cluster.search import memory_parts
 from mapper.core.units import fmt_bytes, fmt_n, fmt_rate, fmt_time
 from mapper.errors import InfeasibleError, OptionsError
@@ -51,9 +52,10 @@ def layouts(gpus: int, heads: int, blocks: int, batch: int, given: LayoutSpec) -
     bad = [k for k in TRAINING_ONLY if k in given.fixed()]
     if bad:
         raise OptionsError(f"{', '.join(bad)} applies to training layouts, not to serving", obj="--parallel")
+    check_tensor(given)
     out = []
     t = 1
-    while t <= gpus:
+    while t <= min(gpus, MAX_TENSOR):
         if heads % t == 0 and given.tensor in (None, t):
             for p in range(1, min(blocks, gpus // t) + 1):
                 if given.pipeline not in (None, p):
