@@ -65,6 +65,12 @@ LSE_BYTES = 4.0
 #: that grows as ``t^2``); four times the widest of Megatron-LM, 8 GPUs, one node's NVLink
 #: (Narayanan et al., SC'21, Table 1).
 MAX_TENSOR = 32
+#: The most blocks a model may cut into for the planners, whose every layout is priced block by
+#: block: twice the blocks of Megatron-LM's largest model, 128 layers of two (SC'21, Table 1).
+MAX_BLOCKS = 512
+#: The deepest pipeline the serving planner tries (every depth up to it, each with its
+#: micro-batch counts, each priced block by block): Megatron-LM's deepest, 64 stages (SC'21, Table 1).
+MAX_STAGES = 64
 
 
 def check_tensor(given: LayoutSpec) -> None:
@@ -157,6 +163,9 @@ class Profile:
         self.prepare = prepare
         self.optimizer = optimizer
         self.blocks: tuple[Block, ...] = cut_blocks(graph)
+        if len(self.blocks) > MAX_BLOCKS:
+            raise OptionsError(f"the model cuts into {len(self.blocks):,} blocks; the planners lay out at most "
+                               f"{MAX_BLOCKS} (a GPT layer is two: some 250 layers)", obj="--parallel")
         gpus = [d.name for d in node.devices if d.kind == node.devices[node.device_index(gpu)].kind]
         self.mesh = tuple([gpu] + [g for g in gpus if g != gpu])
         self.gpu = gpu
