@@ -12,6 +12,7 @@ import pytest
 from mapper.cluster.mixed import _shares
 from mapper.cluster.search import MAX_SCHEDULE_OPS, _divisors, layouts
 from mapper.errors import PlatformError
+from mapper.parallel.layout import LayoutSpec
 from mapper.platform.loader import load_platform, parse_platform
 
 NODE = ('name = "n"\n[[device]]\nname = "gpu"\ncount = 2\nkind = "gpu"\npeak_gflops = { f32 = 1000.0 }\n'
@@ -71,7 +72,7 @@ def test_a_node_whose_gpus_are_not_joined_is_refused(tmp_path):
 def test_the_pipeline_divisors_and_the_schedule_bound():
     for n in (1, 2, 12, 97, 3072, 1 << 20):
         assert _divisors(n, 64) == [k for k in range(1, min(n, 64) + 1) if n % k == 0]
-    found = layouts(32, 8, 1 << 20, 48, {})
+    found = layouts(32, 8, 1 << 20, 48, LayoutSpec())
     assert found and all(2 * (1 << 20) // (lay.data * lay.micro_batch) * lay.interleave * lay.pipeline
                          <= MAX_SCHEDULE_OPS for lay in found)
 
