@@ -1,7 +1,7 @@
-"""Hostile input and everyday mistakes: every case of tests/data/hostile/cases.toml ends
-cleanly, within 20 s, with its exit code (0, 2 or 3), a message without a traceback or a raw
-control character, and every input as it was. Plus what a manifest cannot say: a run killed
-mid-write, concurrent writers, and terminal output escaping."""
+"""Hostile input and everyday mistakes: every case of the manifests tests/data/hostile/cases*.toml
+ends cleanly, within 60 s and 2 GiB, with its exit code (0, 2 or 3), a message without a traceback
+or a raw control character, and every input as it was. Plus what a manifest cannot say: a run
+killed mid-write, concurrent writers, and terminal output escaping."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -21,22 +23,39 @@ from mapping_signals import signal_while_mapping
 from randdag import slow_to_prove_dsl
 
 DATA = Path(__file__).resolve().parent / "data" / "hostile"
-CASES = tomllib.loads((DATA / "cases.toml").read_text(encoding="utf-8"))["case"]
+#: Every manifest of the folder (cases.toml, and one per round or surface beside it).
+MANIFESTS = sorted(DATA.glob("cases*.toml"))
+CASES = [case for m in MANIFESTS for case in tomllib.loads(m.read_text(encoding="utf-8"))["case"]]
 #: C0/C1 controls but tab, newline, carriage return; DEL; bidi and invisible format controls
 RAW_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 #: every case ends within this bound (the hostile-input rule: under 60 s), on a loaded machine too
 LIMIT_S = 60
+#: The most memory a case may take (peak resident set of the command).
+LIMIT_BYTES = 2 * 2**30
 
 
 def _digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def _mapper(args: list[str], cwd: Path, timeout: float = LIMIT_S) -> subprocess.CompletedProcess[str]:
+def _mapper_measured(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``mapper ARGS`` run in ``cwd`` (killed past the time limit), and its peak resident set in bytes
+    (``wait4``'s usage, Linux)."""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     env.pop("MAPPER_TRACEBACK", None)
-    return subprocess.run([sys.executable, "-m", "mapper", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out, tempfile.TemporaryFile("w+", encoding="utf-8") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "mapper", *args], cwd=cwd, stdout=out, stderr=err, env=env,
+                                stdin=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(LIMIT_S, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()), usage.ru_maxrss * 1024
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +79,9 @@ def test_case_ends_cleanly(case, tmp_path, corpus_digest):
             arg = arg.replace(key, value)
         args.append(arg)
     start = time.monotonic()
-    proc = _mapper(args, tmp_path)
+    proc, peak = _mapper_measured(args, tmp_path)
     assert time.monotonic() - start < LIMIT_S
+    assert peak < LIMIT_BYTES, f"{peak / 2**30:.2f} GiB"
     out = proc.stdout + proc.stderr
     assert proc.returncode == case["exit"], out[-2000:]
     assert "Traceback" not in out and "internal error" not in out, out[-2000:]
@@ -81,11 +101,15 @@ def test_case_ends_cleanly(case, tmp_path, corpus_digest):
 
 
 def test_every_class_of_the_audit_has_cases():
-    text = (DATA / "cases.toml").read_text(encoding="utf-8")
+    text = "".join(m.read_text(encoding="utf-8") for m in MANIFESTS)
     for heading in ("reading unbounded or special files", "arithmetic at the edges of float", "WfCommons files",
-                    "codes and messages", "data safety", "terminal safety", "resources"):
+                    "codes and messages", "data safety", "terminal safety", "resources",
+                    "files read outside the platform's folder", "unbounded time and memory from a few bytes",
+                    "an internal invariant as the message", "accepted when it should not be"):
         assert f"# -- {heading}" in text
-    assert len(CASES) >= 60
+    assert len(CASES) >= 90
+    names = [c["name"] for c in CASES]
+    assert len(names) == len(set(names)), "two cases of the manifests share a name"
 
 
 def test_sigterm_while_mapping_ends_cleanly_and_writes_nothing(tmp_path):

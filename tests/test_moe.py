@@ -349,7 +349,8 @@ def test_tiny_deepseek_splits_by_heads_or_says_why_not(tmp_path, capsys):
     assert main(["run", str(_f32(tmp_path, "deepseek_v3.tg")), *ds, "--platform", "dgx-a100",
                  "--parallel", "tensor"]) == 0
     assert "equal the unsplit graph's" in capsys.readouterr().out
-    assert main(["run", "examples/deepseek_v3.tg", *ds, "--param", "HEADS=3", "--platform", "dgx-a100",
+    three = [a for k, v in {**DS_TINY, "HEADS": 3}.items() for a in ("--param", f"{k}={v}")]  # each once
+    assert main(["run", "examples/deepseek_v3.tg", *three, "--platform", "dgx-a100",
                  "--parallel", "tensor"]) == 2
     err = capsys.readouterr().err
     assert "mla_attention" in err and "heads divide by the ranks" in err and "Traceback" not in err

@@ -40,7 +40,12 @@ def test_bad_items(item):
 
 
 def test_values_keep_their_type():
-    assert parse_params(["A=3", "B=-2", "C=0.5", "A=4"]) == (("A", 4), ("B", -2), ("C", 0.5))
+    assert parse_params(["A=3", "B=-2", "C=0.5"]) == (("A", 3), ("B", -2), ("C", 0.5))
+
+
+def test_a_param_given_twice_is_refused_not_last_wins():
+    with pytest.raises(OptionsError, match="--param A is given twice"):
+        parse_params(["A=3", "B=-2", "A=4"])
 
 
 def test_program_source_carries_params_for_dsl_only(tmp_path):

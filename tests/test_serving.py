@@ -297,7 +297,7 @@ def test_dump_after_split_and_a_request_too_long_to_build(capsys, monkeypatch):
     assert main([*argv[:-1], "prefill=8,decode=300000", "-q"]) == 2
     assert "ask for fewer decode steps" in capsys.readouterr().err
     # auto keeps to the layouts whose request graph can be built, and says how many it left
-    monkeypatch.setattr("mapper.serving.search.MAX_TASKS", 2000)  # small graphs, the same rule
+    monkeypatch.setattr("mapper.serving.request_graph.MAX_TASKS", 2000)  # small graphs, the same rule
     got = serve(SMALL, "prefill=8,decode=300,batch=8", parallel="auto")
     lay = got.serving.best.layout
     assert (1 + 300) * lay.pipeline * lay.micro_batches <= 2000 and got.serving.unbuilt > 0

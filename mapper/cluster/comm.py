@@ -77,12 +77,28 @@ def network(platform: Platform, kind: str = "gpu") -> Network:
     else:
         bws = [(link.bandwidth_gbs, link.latency_us) for link in platform.links
                if link.src in gpus and link.dst in gpus]
-        intra, lat = (min(bws)[0], max(b[1] for b in bws) * 1e-6) if bws else (1.0, 0.0)
+        intra, lat = (min(bws)[0], max(b[1] for b in bws) * 1e-6) if bws else _relayed(platform, gpus)
     step, launch = step_latency(platform, gpus), launch_time(platform, gpus)
     c = platform.cluster
     if c is None:
         return Network(max(1, len(gpus)), intra, lat, intra * len(gpus), lat, 1, step, launch)
     return Network(max(1, len(gpus)), intra, lat, c.node_bandwidth_gbs, c.latency_us * 1e-6, c.nodes, step, launch)
+
+
+def _relayed(platform: Platform, gpus: list[str]) -> tuple[float, float]:
+    """GB/s and seconds of the slowest route between two of ``gpus`` that no link joins (store and
+    forward through the host's memory: its links' times per byte add up); a single GPU sends
+    nothing inside its node, and gets the rate of nothing, ``(inf, 0)``."""
+    index = [platform.device_index(g) for g in gpus]
+    per_byte, latency = 0.0, 0.0
+    for a in index:
+        for b in index:
+            route = platform.route(a, b) if a != b else None
+            if route:
+                links = [platform.links[i] for i in route]
+                per_byte = max(per_byte, sum(1.0 / link.bandwidth_gbs for link in links))
+                latency = max(latency, sum(link.latency_us for link in links) * 1e-6)
+    return (1.0 / per_byte if per_byte > 0 else math.inf), latency
 
 
 def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int) -> tuple[float, str]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from mapper.cluster.comm import collective, send
 from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition, state_bytes
+from mapper.cluster.profile import MAX_TENSOR
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
 from mapper.costing.training import OPTIMIZERS
@@ -67,7 +68,7 @@ def mixed_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwee
     out: list[tuple[Estimate, list[int]]] = []
     smallest = min(k.gpus for k in kinds)
     t = 1
-    while t <= per_node:
+    while t <= min(per_node, MAX_TENSOR):
         d = 1
         while d * t <= smallest:
             stages = [k.gpus // (d * t) for k in kinds]
@@ -253,23 +254,22 @@ def _shares(rates: list[tuple[int, float]], micro_batches: int) -> tuple[list[in
     """Micro-batches of each kind's busiest replica, and of all its replicas together
     (``rates``: replicas and seconds per micro-batch of each kind), so that the slowest replica
     finishes first: each micro-batch to the replica that would end soonest with it (optimal
-    for unit jobs on uniform machines)."""
+    for unit jobs on uniform machines). A kind's replicas are alike, so they end each round
+    together and take its micro-batches in turn: one heap entry a kind, a round a pop (the same
+    choices as one entry a replica, in ``micro_batches / replicas`` steps)."""
     import heapq
 
-    count = [0] * len(rates)
-    heap = [(t, k) for k, (r, t) in enumerate(rates) for _ in range(r)]
+    heap = [(t, k) for k, (r, t) in enumerate(rates) if r > 0]
     heapq.heapify(heap)
-    given = [[0] * r for r, _ in rates]
-    slot = [0] * len(rates)
-    for _ in range(micro_batches):
+    totals = [0] * len(rates)
+    left = micro_batches
+    while left > 0 and heap:
         end, k = heapq.heappop(heap)
-        i = slot[k] % rates[k][0]
-        slot[k] += 1
-        given[k][i] += 1
+        n = min(rates[k][0], left)
+        totals[k] += n
+        left -= n
         heapq.heappush(heap, (end + rates[k][1], k))
-    for k in range(len(rates)):
-        count[k] = max(given[k]) if given[k] else 0
-    return count, [sum(g) for g in given]
+    return [-(-n // r) if r else 0 for n, (r, _) in zip(totals, rates)], totals
 
 
 def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: float,
@@ -284,7 +284,7 @@ def shared_estimates(kinds: list[KindModel], samples: int, optimizer: str, betwe
     the planner on small instances)."""
     out = []
     t = 1
-    while t <= per_node:
+    while t <= min(per_node, MAX_TENSOR):
         if all(k.gpus % t == 0 for k in kinds):
             b = 1
             while samples % b == 0 and b <= 8:

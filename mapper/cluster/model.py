@@ -104,6 +104,7 @@ class Estimate:
     shares: tuple[tuple[str, int, float], ...] = ()  # data parallel over kinds: (kind, replicas, batch share each)
     split_floor: float | None = None  # a mixed pipeline: a bound on the step of every split of its layers
     rank_memory: tuple[float, ...] = ()  # bytes per GPU of each pipeline rank (the fullest's is ``peak``)
+    blocked: str = ""  # a kernel no GPU of the layout can run, and why (its footprint alone is too large)
 
     @property
     def peak(self) -> float:
@@ -111,7 +112,8 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.capacity
+        """Its memory fits, and every kernel can run (a step of finite time)."""
+        return self.peak <= self.capacity and not self.blocked and math.isfinite(self.step)
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": {**self.layout.to_json(), "micro_batches": self.micro_batches, "schedule": self.schedule},
@@ -297,7 +299,8 @@ class PlanModel:
         fullest, memory, ranks = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states,
                                               schedule == "gpipe")
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
-                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks)
+                        tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
+                        blocked=next((c.unrunnable for c in costs if c.unrunnable), ""))
 
     def _grad_bytes(self, params: float, pbytes: float) -> float:
         """Bytes of the gradient buffer of ``params`` parameters held in ``pbytes`` (:func:`state_bytes`)."""

@@ -32,6 +32,7 @@ gradient; :data:`mapper.costing.precision.ELEMENT_BYTES`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -42,7 +43,9 @@ from mapper.costing.cost import build_cost_table
 from mapper.costing.efficiency import op_class
 from mapper.costing.precision import ELEMENT_BYTES
 from mapper.costing.training import training_step
+from mapper.errors import OptionsError
 from mapper.parallel.gradients import synchronise
+from mapper.parallel.layout import LayoutSpec
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
 from mapper.platform.devices import Platform, Switch
@@ -58,6 +61,23 @@ LINEAR_OPS = frozenset({"add", "sub", "allreduce", "concat", "rotary"})
 #: Bytes fused attention keeps per head and query row: the f32 log-sum-exp of its softmax
 #: (FlashAttention's ``softmax_lse``, Dao et al., NeurIPS 2022, algorithm 2 line 13).
 LSE_BYTES = 4.0
+#: The widest tensor group priced: a block is split into ``t`` pieces priced on ``t`` GPUs (work
+#: that grows as ``t^2``); four times the widest of Megatron-LM, 8 GPUs, one node's NVLink
+#: (Narayanan et al., SC'21, Table 1).
+MAX_TENSOR = 32
+#: The most blocks a model may cut into for the planners, whose every layout is priced block by
+#: block: twice the blocks of Megatron-LM's largest model, 128 layers of two (SC'21, Table 1).
+MAX_BLOCKS = 512
+#: The deepest pipeline the serving planner tries (every depth up to it, each with its
+#: micro-batch counts, each priced block by block): Megatron-LM's deepest, 64 stages (SC'21, Table 1).
+MAX_STAGES = 64
+
+
+def check_tensor(given: LayoutSpec) -> None:
+    """An OptionsError for a given tensor degree wider than :data:`MAX_TENSOR` (before any pricing)."""
+    if (given.tensor or 1) > MAX_TENSOR:
+        raise OptionsError(f"tensor={given.tensor}: the planners price tensor groups of at most {MAX_TENSOR} "
+                           "GPUs (each block is split and priced that many ways)", obj="--parallel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +99,22 @@ class BlockCost:
     #: ``collectives`` (its time is the cluster's to price; -1 for a kernel)
     kernels: tuple[tuple[float, tuple[str, ...], int], ...] = ()
     working: float = 0.0  # the largest forward kernel's footprint less its weights (inference's peak)
+    unrunnable: str = ""  # a kernel the GPU cannot run at this size, and why (the cost table's reason)
+
+
+def _cut(node: Platform, names: tuple[str, ...]) -> Platform:
+    """``node`` with only the devices ``names`` and its host (which relays between devices without
+    a link), their declared links and their switch ports: a task's time on one of them and the
+    route between two are the node's, in a cost table of ``t`` columns instead of the node's."""
+    keep = set(names) | ({node.host} if node.host is not None else set())
+    devices = tuple(replace(d, index=i) for i, d in enumerate(d for d in node.devices if d.name in keep))
+    if len(devices) == len(node.devices):
+        return node
+    switches = tuple(replace(sw, ports=ports) for sw in node.switches
+                     if len(ports := tuple(p for p in sw.ports if p in keep)) >= 2)
+    declared = [link for link in node.links if not link.switch and link.src in keep and link.dst in keep]
+    links = switch_links(tuple(replace(link, index=i) for i, link in enumerate(declared)), switches)
+    return replace(node, devices=devices, links=links, switches=switches)
 
 
 def kv_bytes(task: Task, positions: int, tensor: int = 1) -> float:
@@ -127,6 +163,9 @@ class Profile:
         self.prepare = prepare
         self.optimizer = optimizer
         self.blocks: tuple[Block, ...] = cut_blocks(graph)
+        if len(self.blocks) > MAX_BLOCKS:
+            raise OptionsError(f"the model cuts into {len(self.blocks):,} blocks; the planners lay out at most "
+                               f"{MAX_BLOCKS} (a GPT layer is two: some 250 layers)", obj="--parallel")
         gpus = [d.name for d in node.devices if d.kind == node.devices[node.device_index(gpu)].kind]
         self.mesh = tuple([gpu] + [g for g in gpus if g != gpu])
         self.gpu = gpu
@@ -135,6 +174,7 @@ class Profile:
             if b.signature not in self.rep:
                 self.rep[b.signature] = block_graph(graph, b)
         self._cache: dict[tuple[int, int, int], BlockCost] = {}
+        self._platforms: dict[int, tuple[Platform, tuple[str, ...]]] = {}
 
     @property
     def batch(self) -> int:
@@ -149,15 +189,19 @@ class Profile:
         return self._cache[key]
 
     def _platform(self, tensor: int) -> tuple[Platform, tuple[str, ...]]:
-        """The node, or for a tensor group wider than a node as many copies of its GPU on one switch
-        (their times are the GPU's; the collectives are priced by the cluster model anyway)."""
-        if tensor <= len(self.mesh):
-            return self.node, self.mesh[:tensor]
-        dev = self.node.devices[self.node.device_index(self.gpu)]
-        devices = tuple(replace(dev, index=i, name=f"rank{i}") for i in range(tensor))
-        names = tuple(d.name for d in devices)
-        wide = Platform(f"{self.node.name} x{tensor}", devices, switches=(Switch("ranks", names, 1.0),))
-        return replace(wide, links=switch_links((), wide.switches)), names
+        """The node cut to the group's GPUs (and its host), or for a tensor group wider than a node
+        as many copies of its GPU on one switch (their times are the GPU's; the collectives are
+        priced by the cluster model anyway); one platform per degree, kept."""
+        if tensor not in self._platforms:
+            if tensor <= len(self.mesh):
+                self._platforms[tensor] = _cut(self.node, self.mesh[:tensor]), self.mesh[:tensor]
+            else:
+                dev = self.node.devices[self.node.device_index(self.gpu)]
+                devices = tuple(replace(dev, index=i, name=f"rank{i}") for i in range(tensor))
+                names = tuple(d.name for d in devices)
+                wide = Platform(f"{self.node.name} x{tensor}", devices, switches=(Switch("ranks", names, 1.0),))
+                self._platforms[tensor] = replace(wide, links=switch_links((), wide.switches)), names
+        return self._platforms[tensor]
 
     def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
         node, mesh = self._platform(tensor)
@@ -174,11 +218,15 @@ class Profile:
         comms: list[tuple[str, float, bool]] = []
         kernels: list[tuple[float, tuple[str, ...], int]] = []
         working = 0.0
+        unrunnable = ""
         seen: set[str] = set()
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
             seconds = table.time[task.index][d]
+            if not unrunnable and not task.explicit_cost and not math.isfinite(seconds):
+                why = next((r for ti, di, r in table.reasons if ti == task.index and di == d), "no cost")
+                unrunnable = f"{task.name} ({why})"
             if task.explicit_cost:  # a collective: priced by the cluster model
                 if ".grads.allreduce" in task.name:  # a weight every rank holds: its gradients agree
                     continue
@@ -216,4 +264,4 @@ class Profile:
                             pbytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
-                         tuple(kernels), working)
+                         tuple(kernels), working, unrunnable)

@@ -10,7 +10,10 @@ interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``), recomputation
 none / selective / full, ZeRO 0-3 (3 without a pipeline) and sequence
 parallelism with ``t > 1``. Keys a given layout fixes are not searched. The
 fastest layout that fits wins; when none fits, the one that needs least memory
-is reported as not fitting.
+is reported as not fitting. The space is bounded before any work: a global
+batch of at most :data:`MAX_SAMPLES` sequences, and layouts whose pipeline
+schedule has at most :data:`MAX_SCHEDULE_OPS` forward and backward ops (each
+is simulated, and the chosen one becomes a task graph of that many tasks).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from mapper.cluster.comm import network
 from mapper.cluster.flops import attention_flops, model_flops
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
-from mapper.cluster.profile import Profile
+from mapper.cluster.profile import MAX_TENSOR, Profile, check_tensor
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
@@ -41,6 +44,12 @@ RUNNERS_UP = 8
 REFINED = 8
 #: Seconds between progress reports.
 PROGRESS_EVERY = 0.5
+#: The largest global batch planned, in sequences (2^20: over 300 times the largest of Megatron-LM's
+#: runs, 3,072 sequences; Narayanan et al., SC'21, Table 1).
+MAX_SAMPLES = 2**20
+#: The most ops a layout's pipeline schedule may have, ``2 m v p`` (Megatron-LM's 1T row,
+#: p = 64 and 512 micro-batches per replica, interleaved twice: SC'21, Table 1).
+MAX_SCHEDULE_OPS = 2**17
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,13 +208,19 @@ def _fixed_or(value: Any, options: list[Any]) -> list[Any]:
     return options if value is None else [value]
 
 
+def _divisors(n: int, most: int) -> list[int]:
+    """The divisors of ``n`` up to ``most``, ascending (trial division to the square root)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted({x for k in small for x in (k, n // k) if x <= most})
+
+
 def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec) -> list[Layout]:
     """The layouts of the plan space that ``given`` allows (module docstring)."""
     out = []
-    for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus))):
+    for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus, MAX_TENSOR))):
         if gpus % t:
             continue
-        for p in _fixed_or(given.pipeline, [p for p in range(1, gpus // t + 1) if (gpus // t) % p == 0 and p <= units]):
+        for p in _fixed_or(given.pipeline, _divisors(gpus // t, units)):
             if (gpus // t) % p:
                 continue
             d = gpus // (t * p)
@@ -218,7 +233,7 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
                     continue
                 m = samples // (d * b)
                 for v in _fixed_or(given.interleave, [1, 2, 4]):
-                    if v > 1 and (p == 1 or m % p or p * v > units):
+                    if v > 1 and (p == 1 or m % p or p * v > units) or 2 * m * v * p > MAX_SCHEDULE_OPS:
                         continue
                     for rc in _fixed_or(given.recompute, list(RECOMPUTE)):
                         for z in _fixed_or(given.zero, [0, 1, 2, 3]):
@@ -240,6 +255,7 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     one, the gradient buffer is f32 unless ``given`` says ``grad`` (Megatron-Core's default for
     bf16 and the FP8 recipes, which keep bf16 weights); without, the weights' own 16-bit format
     (Megatron-LM's fp16 training, as SC'21 ran it)."""
+    check_tensor(given)
     grad = given.grad or ("fp32" if precision else "")
     given = replace(given, grad=None)
     choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad)
@@ -423,6 +439,9 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
         raise OptionsError(f"the batch of {profile.batch} rows is not whole sequences of {seq}",
                            obj="--parallel")
     samples = profile.batch // seq
+    if samples > MAX_SAMPLES:
+        raise OptionsError(f"a global batch of {samples:,} sequences of {seq}; the cluster planner plans at most "
+                           f"{MAX_SAMPLES:,} (set the batch param, e.g. --param BATCH, lower)", obj="--parallel")
     # collectives see a scale-up domain larger than a node (NVL72) as one node of its GPUs
     view = domain_view(platform)
     model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad)
@@ -506,6 +525,12 @@ def _why_none(gpus: int, samples: int, units: int, given: LayoutSpec) -> str:
         return f"the batch of {samples} does not split into {d} data-parallel replicas"
     if samples % (d * (given.micro_batch or 1)):
         return f"a replica's {samples // d} samples do not split into micro-batches of {given.micro_batch}"
+    b = given.micro_batch or max(k for k in _pow2(samples // d) if samples % (d * k) == 0)
+    m = samples // (d * b)
+    if 2 * m * p > MAX_SCHEDULE_OPS:
+        return (f"{m:,} micro-batches of {b} per replica through {p} pipeline stage{'s' if p > 1 else ''} make a "
+                f"schedule of {2 * m * p:,} ops, more than the {MAX_SCHEDULE_OPS:,} planned (a larger micro-batch "
+                "that divides the batch makes fewer)")
     return "interleaving needs a pipeline, and a number of micro-batches that is a multiple of its stages"
 
 
@@ -519,6 +544,11 @@ def given_fits(choice: ClusterChoice, gpu: str) -> None:
     from mapper.errors import InfeasibleError
 
     b = choice.best
+    if not b.fits and b.peak <= b.capacity:  # memory fits, but a kernel cannot run at this size
+        raise InfeasibleError(
+            f"layout {b.layout.label()} cannot run: {gpu} cannot run kernel "
+            f"{b.blocked or 'of a pipeline stage'} at micro-batch {b.layout.micro_batch} (a smaller micro_batch "
+            "or a wider tensor group cuts it)", obj="--parallel")
     if not b.fits:
         over = b.peak - b.capacity
         raise InfeasibleError(

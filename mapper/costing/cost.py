@@ -134,9 +134,15 @@ class CostTable:
 
 # -- transfer routes ----------------------------------------------------------
 
-def route_tables(platform: Platform) -> tuple[
+RouteTables = tuple[
     tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...], tuple[tuple[tuple[int, ...], ...], ...]
-]:
+]
+#: The route tables of the platforms priced last (a platform is immutable; the cluster planner
+#: prices every block on one node, whose pairs are many on a large node): (platform, tables).
+_ROUTES: list[tuple[Platform, RouteTables]] = []
+
+
+def route_tables(platform: Platform) -> RouteTables:
     """``(latency, sec_per_byte, routes)`` for every ordered device pair.
 
     Store-and-forward along :meth:`Platform.route`: latencies and per-byte
@@ -144,6 +150,17 @@ def route_tables(platform: Platform) -> tuple[
     ``shared_memory`` link moves no bytes: it costs its ``sync_us`` (the
     hand-over between two processors on one DRAM).
     """
+    for known, tables in _ROUTES:
+        if known is platform:
+            return tables
+    tables = _route_tables(platform)
+    _ROUTES.insert(0, (platform, tables))
+    del _ROUTES[4:]
+    return tables
+
+
+def _route_tables(platform: Platform) -> RouteTables:
+    """:func:`route_tables`, computed."""
     n = len(platform.devices)
     lat = [[0.0] * n for _ in range(n)]
     spb = [[0.0] * n for _ in range(n)]

@@ -12,7 +12,7 @@ program; :func:`parse_dims` and :func:`parse_input_shapes` read the options.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mapper.errors import OptionsError
@@ -51,6 +51,12 @@ def _size(text: str, item: str, flag: str) -> int:
     return int(text)
 
 
+def _once(name: str, given: Mapping[str, object], flag: str) -> None:
+    """An OptionsError when ``flag`` names ``name`` a second time (the last would silently win)."""
+    if name in given:
+        raise OptionsError(f"{flag} {name} is given twice; give each once", obj=flag)
+
+
 def parse_dims(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
     """``["batch=8", ...]`` as ``(("batch", 8), ...)``; OptionsError naming --dim otherwise."""
     dims: dict[str, int] = {}
@@ -58,6 +64,7 @@ def parse_dims(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
         name, sep, size = item.partition("=")
         if not sep or not name.strip():
             raise OptionsError(f"expected NAME=SIZE with a positive integer size, got {item!r}", obj="--dim")
+        _once(name.strip(), dims, "--dim")
         dims[name.strip()] = _size(size, item, "--dim")
     return tuple(dims.items())
 
@@ -71,6 +78,7 @@ def parse_input_shapes(items: Sequence[str]) -> tuple[tuple[str, tuple[int, ...]
         if not sep or not name.strip() or not dims.strip():
             raise OptionsError(f"expected NAME=D1,D2,... with positive integer sizes, got {item!r}",
                                obj="--input-shape")
+        _once(name.strip(), shapes, "--input-shape")
         shapes[name.strip()] = tuple(_size(d, item, "--input-shape") for d in dims.split(","))
     return tuple(shapes.items())
 
@@ -90,6 +98,7 @@ def parse_input_values(items: Sequence[str]) -> tuple[tuple[str, tuple[float, ..
             numbers.append(number)
         if not sep or not name.strip() or not numbers or any(n != n or abs(n) == float("inf") for n in numbers):
             raise OptionsError(f"expected NAME=V1,V2,... with finite numbers, got {item!r}", obj="--input-value")
+        _once(name.strip(), values, "--input-value")
         values[name.strip()] = tuple(numbers)
     return tuple(values.items())
 
@@ -103,6 +112,7 @@ def parse_params(items: Sequence[str]) -> tuple[tuple[str, int | float], ...]:
         name, value = name.strip(), value.strip()
         if not sep or not name.isidentifier() or not name.isascii():
             raise OptionsError(f"expected NAME=VALUE with a param name, got {item!r}", obj="--param")
+        _once(name, params, "--param")
         if value.isascii() and (value.isdigit() or (value[:1] == "-" and value[1:].isdigit())):
             if len(value) > 19:
                 raise OptionsError(f"the value in {item!r} is too large", obj="--param")

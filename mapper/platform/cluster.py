@@ -13,6 +13,7 @@ per domain.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,17 @@ from mapper.platform.devices import TOPOLOGIES, Cluster, Device, FleetKind, Link
 MAX_NODES = 1_000_000
 #: The most nodes mapped task by task (every device pair gets a route in the cost table).
 MAX_FLAT_NODES = 16
+#: The most devices a cluster's node may have (the largest NVLink domain, NVIDIA's GB200 NVL72, has 72
+#: GPUs and 36 CPUs).
+MAX_NODE_DEVICES = 256
+#: The most network adapters one node may have (the most copies a ``[[device]]`` table stands for).
+MAX_NICS = 1024
+#: The longest latency a fabric step may have, in microseconds: one second, longer than any
+#: network's round trip across the earth (a larger value is a unit slip: the key is in microseconds).
+MAX_LATENCY_US = 1e6
+#: The most node kinds a fleet may have: the planner tries every kind alone and every order of every
+#: set of two or more kinds as a pipeline (12 orders for three kinds, 60 for four, 320 for five).
+MAX_KINDS = 3
 _KEYS = ("nodes", "nics_per_node", "nic_bandwidth_gbs", "latency_us", "topology", "bisection",
          "collective_efficiency", "domain_nodes")
 
@@ -33,10 +45,10 @@ def read_cluster(checker: Any, raw: Any, path: str = "cluster") -> Cluster:
     tab = checker.table(raw, path)
     checker.keys(tab, path, _KEYS, ("nodes", "nics_per_node", "nic_bandwidth_gbs"))
     ints = {}
-    for key in ("nodes", "nics_per_node", "domain_nodes"):
+    for key, most in (("nodes", MAX_NODES), ("nics_per_node", MAX_NICS), ("domain_nodes", MAX_NODES)):
         v = tab.get(key, 1)
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_NODES:
-            raise checker.fail(f"{path}.{key}", f"expected an integer from 1 to {MAX_NODES:,}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+            raise checker.fail(f"{path}.{key}", f"expected an integer from 1 to {most:,}, got {_short(v)}")
         ints[key] = v
     topology = checker.string(tab.get("topology", "fat-tree"), f"{path}.topology")
     if topology not in TOPOLOGIES:
@@ -44,7 +56,7 @@ def read_cluster(checker: Any, raw: Any, path: str = "cluster") -> Cluster:
     return Cluster(
         nodes=ints["nodes"], nics=ints["nics_per_node"],
         nic_bandwidth_gbs=checker.number(tab["nic_bandwidth_gbs"], f"{path}.nic_bandwidth_gbs", "pos", "GB/s"),
-        latency_us=checker.number(tab.get("latency_us", 0.0), f"{path}.latency_us", "nonneg", "microseconds"),
+        latency_us=_latency(checker, tab.get("latency_us", 0.0), f"{path}.latency_us"),
         topology=topology,
         bisection=checker.fraction(tab.get("bisection", 1.0), f"{path}.bisection"),
         collective_efficiency=checker.fraction(tab.get("collective_efficiency", 1.0),
@@ -59,7 +71,38 @@ def read_between(checker: Any, raw: Any) -> tuple[float, float]:
     tab = checker.table(raw, "between")
     checker.keys(tab, "between", ("bandwidth_gbs", "latency_us"), ("bandwidth_gbs",))
     return (checker.number(tab["bandwidth_gbs"], "between.bandwidth_gbs", "pos", "GB/s"),
-            checker.number(tab.get("latency_us", 0.0), "between.latency_us", "nonneg", "microseconds"))
+            _latency(checker, tab.get("latency_us", 0.0), "between.latency_us"))
+
+
+def _latency(checker: Any, value: Any, path: str) -> float:
+    """A fabric's ``latency_us``: from 0 to :data:`MAX_LATENCY_US`."""
+    x = checker.number(value, path, "nonneg", "microseconds")
+    if x > MAX_LATENCY_US:
+        raise checker.fail(path, f"expected at most {MAX_LATENCY_US:,.0f} microseconds (one second) a network "
+                                 f"step, got {x:g} (the unit is microseconds)")
+    return x
+
+
+def _short(v: Any) -> str:
+    """``v`` for a message, a long number cut."""
+    text = repr(v)
+    return text if len(text) <= 30 else f"{text[:12]}...({len(text)} characters)"
+
+
+def check_kinds(checker: Any, count: int, kinds: Sequence[str] = ()) -> None:
+    """A fleet's ``count`` kinds: at most :data:`MAX_KINDS` (checked before any node is read), and
+    none of ``kinds`` another followed by digits, whose devices' names on the flat platform could
+    clash (``g`` node 10 and ``g1`` node 0 are both ``g10``; :func:`node_prefix`)."""
+    if count > MAX_KINDS:
+        raise checker.fail("fleet", f"{count} node kinds; a fleet has at most {MAX_KINDS} (the planner tries "
+                                    "every order of every set of kinds: 12 for three kinds, 60 for four)")
+    for i, a in enumerate(kinds):
+        for j, b in enumerate(kinds):
+            rest = b[len(a):]
+            if i != j and b.startswith(a) and rest.isdigit() and rest[0] != "0":
+                raise checker.fail(f"fleet[{j}].kind", f"kinds {a!r} and {b!r} would name devices alike "
+                                                       f"({node_prefix(a, int(rest + '0'))} is node {rest}0 of {a!r} "
+                                                       f"and node 0 of {b!r}): rename one")
 
 
 def parse_nodes(text: str) -> int | dict[str, int]:
@@ -200,7 +243,14 @@ def flat_platform(platform: Platform) -> Platform:
             f"platform {platform.name} has {total} nodes; a graph is mapped task by task on at most "
             f"{MAX_FLAT_NODES} nodes (every device pair gets a route): plan it with --parallel (the cluster "
             f"planner), or give --nodes with {MAX_FLAT_NODES} or fewer", obj="--nodes")
-    from mapper.platform.schema import switch_links
+    from mapper.platform.schema import MAX_DEVICES, switch_links
+
+    count = sum(k.platform.cluster.nodes * len(k.platform.devices) for k in kinds if k.platform.cluster is not None)
+    if count > MAX_DEVICES:
+        raise PlatformError(
+            f"platform {platform.name} has {count:,} devices over its {total} nodes; a graph is mapped task by "
+            f"task on at most {MAX_DEVICES:,} devices (every device pair gets a route): plan it with --parallel "
+            "(the cluster planner), or give fewer --nodes", obj="--nodes")
 
     devices: list[Device] = []
     switches: list[Switch] = []

@@ -399,7 +399,9 @@ class Checker:
                                 shared_memory=shared, sync_us=sync))
         return tuple(out)
 
-    def platform(self, doc: dict[str, Any], source: str) -> Platform:
+    def platform(self, doc: dict[str, Any], source: str, most: int = MAX_DEVICES,
+                 what: str = "a platform") -> Platform:
+        """The platform ``doc`` describes, of at most ``most`` devices (``what`` it is, in the message)."""
         self.keys(doc, "", _TOP_KEYS, ("name", "device"))
         name = self.string(doc["name"], "name")
         if not name.strip():
@@ -408,8 +410,10 @@ class Checker:
         raw_devices = doc["device"]
         if not isinstance(raw_devices, list) or not raw_devices:
             raise self.fail("device", f"expected one or more [[device]] tables, got {_describe(raw_devices)}")
-        if len(raw_devices) > MAX_DEVICES:
-            raise self.fail("device", f"{len(raw_devices):,} devices; a platform has at most {MAX_DEVICES:,} (the "
+        declared = sum(raw["count"] if isinstance(raw, dict) and type(raw.get("count")) is int
+                       and 1 <= raw["count"] <= MAX_COUNT else 1 for raw in raw_devices)
+        if declared > most:  # before any is built
+            raise self.fail("device", f"{declared:,} devices; {what} has at most {most:,} (the "
                                       "cost model keeps a route for every pair)")
         devices: list[Device] = []
         first: dict[str, int] = {}
@@ -421,8 +425,8 @@ class Checker:
                                                          f"device[{first[dev.name]}])")
                 first[dev.name] = i
                 devices.append(replace(dev, index=len(devices)))
-        if len(devices) > MAX_DEVICES:
-            raise self.fail("device", f"{len(devices):,} devices; a platform has at most {MAX_DEVICES:,} (the "
+        if len(devices) > most:
+            raise self.fail("device", f"{len(devices):,} devices; {what} has at most {most:,} (the "
                                       "cost model keeps a route for every pair)")
         names = {d.name for d in devices}
         raw_links = doc.get("link", [])

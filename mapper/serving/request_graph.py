@@ -20,6 +20,9 @@ from mapper.serving.model import ServingEstimate, ServingLayout
 
 #: The most tasks a request graph may have (steps x stages x micro-batches).
 MAX_TASKS = 200_000
+#: The most task-device pairs its cost table may have (tasks times pipeline stages, some 5 us each):
+#: a request graph of 200,000 tasks on a node's 8 stages fits, one on 128 stages does not.
+MAX_CELLS = 2**21
 
 
 def request_tasks(layout: ServingLayout, decode: int) -> int:
@@ -28,12 +31,19 @@ def request_tasks(layout: ServingLayout, decode: int) -> int:
     return (1 + decode) * layout.pipeline * layout.micro_batches
 
 
+def buildable(layout: ServingLayout, decode: int) -> bool:
+    """The request graph under ``layout`` stays within :data:`MAX_TASKS` tasks and
+    :data:`MAX_CELLS` task-device pairs."""
+    tasks = request_tasks(layout, decode)
+    return tasks <= MAX_TASKS and tasks * layout.pipeline <= MAX_CELLS
+
+
 def request_graph(est: ServingEstimate, decode: int, name: str) -> TaskGraph:
     """The task graph of one request under ``est`` (module docstring; at most :data:`MAX_TASKS`
     tasks, as :func:`mapper.serving.search.choose` keeps its layouts)."""
     p, m = est.layout.pipeline, est.layout.micro_batches
     steps = 1 + decode
-    assert request_tasks(est.layout, decode) <= MAX_TASKS, "choose() keeps layouts whose graph can be built"
+    assert buildable(est.layout, decode), "choose() keeps layouts whose graph can be built"
     tasks: list[Task] = []
     edges: set[tuple[int, int]] = set()
     index: dict[tuple[int, int, int], int] = {}

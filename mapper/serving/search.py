@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mapper.cluster.profile import MAX_STAGES, MAX_TENSOR, check_tensor
 from mapper.cluster.search import memory_parts
 from mapper.core.units import fmt_bytes, fmt_n, fmt_rate, fmt_time
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.parallel.layout import LayoutSpec
 from mapper.serving.model import ServingEstimate, ServingLayout, ServingModel
 from mapper.serving.request import Request
-from mapper.serving.request_graph import MAX_TASKS, request_tasks
+from mapper.serving.request_graph import MAX_CELLS, MAX_TASKS, buildable, request_tasks
 
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 4
@@ -51,11 +52,12 @@ def layouts(gpus: int, heads: int, blocks: int, batch: int, given: LayoutSpec) -
     bad = [k for k in TRAINING_ONLY if k in given.fixed()]
     if bad:
         raise OptionsError(f"{', '.join(bad)} applies to training layouts, not to serving", obj="--parallel")
+    check_tensor(given)
     out = []
     t = 1
-    while t <= gpus:
+    while t <= min(gpus, MAX_TENSOR):
         if heads % t == 0 and given.tensor in (None, t):
-            for p in range(1, min(blocks, gpus // t) + 1):
+            for p in range(1, min(blocks, gpus // t, MAX_STAGES) + 1):
                 if given.pipeline not in (None, p):
                     continue
                 for m in range(1, min(batch, 2 * p) + 1):
@@ -153,7 +155,7 @@ class ServingChoice:
             out.append(f"inference: {self.batch_note}")
         if self.unbuilt:
             out.append(f"inference: {self.unbuilt} layouts not scored: their request graphs would pass "
-                       f"{MAX_TASKS:,} tasks (stages x micro-batches x steps)")
+                       f"{MAX_TASKS:,} tasks (stages x micro-batches x steps) or {MAX_CELLS:,} tasks x stages")
         others = self.ranked[1:RUNNERS_UP]
         if others:
             out.append("inference: runners-up " + "; ".join(
@@ -194,18 +196,19 @@ def choose(model: ServingModel, gpus: int, given: LayoutSpec, bounds: Bounds, ru
                            f"({given.text()}) with {heads} heads "
                            f"and a batch of {model.request.batch}", obj="--parallel")
     r = model.request
-    buildable = [lay for lay in cands if request_tasks(lay, r.decode) <= MAX_TASKS]
-    if not buildable:
-        small = min(cands, key=lambda lay: request_tasks(lay, r.decode))
+    built = [lay for lay in cands if buildable(lay, r.decode)]
+    if not built:
+        small = min(cands, key=lambda lay: (request_tasks(lay, r.decode) * lay.pipeline))
         raise OptionsError(f"a request of {r.decode} decode steps on {small.pipeline} stages and "
                            f"{small.micro_batches} micro-batches is {request_tasks(small, r.decode):,} tasks, "
-                           f"more than {MAX_TASKS:,}: ask for fewer decode steps", obj="--inference")
-    unbuilt = len(cands) - len(buildable)
+                           f"more than {MAX_TASKS:,} (or {MAX_CELLS:,} tasks x stages): ask for fewer decode steps",
+                           obj="--inference")
+    unbuilt = len(cands) - len(built)
     if skip is not None:
-        buildable = [lay for lay in buildable if not skip(lay)]
-        if not buildable:
+        built = [lay for lay in built if not skip(lay)]
+        if not built:
             raise InfeasibleError("no layout fits and meets the bounds at this batch", obj="--inference")
-    scored = [e for e in (model.estimate(lay) for lay in buildable) if e is not None]
+    scored = [e for e in (model.estimate(lay) for lay in built) if e is not None]
     if not scored:
         raise OptionsError("the model has fewer blocks than any layout's stages", obj="--parallel")
     fitting = [e for e in scored if e.fits]

@@ -30,6 +30,7 @@ from mapper.frontend.lowering.values import (
     MAX_WORK,
     TIME_UNITS,
     Evaluator,
+    check_elements,
     check_overrides,
     hint,
 )
@@ -40,8 +41,9 @@ __all__ = ["lower", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
 #: The file name endings an include may have: includes are task-graph programs (.tg) or fragments
 #: of them (.inc) only, so that no other file on the machine is read, or echoed in an error.
 INCLUDE_SUFFIXES = (".tg", ".inc")
-#: The most tasks one graph may have.
-MAX_TASKS = 1_000_000
+#: The most tasks one graph may have: lowering, fusion and a summary take some 0.1 ms and 2 KiB a
+#: task, so that a graph at the limit is checked in well under a minute and 1 GiB.
+MAX_TASKS = 200_000
 #: The most loop iterations one program may run (all loops together).
 MAX_LOOP_ITERATIONS = 10_000_000
 
@@ -142,6 +144,11 @@ class _Lowerer:
         if not self.tasks:
             raise self.err(f"empty graph: '{g.name}' has no tasks", g.span,
                            "add op calls (y = relu(x)) or tasks (task t cost { ... })")
+        total = sum(float(t.flops or 0.0) for t in self.tasks)
+        if not total <= MAX_WORK:
+            given = ", ".join(f"--param {k}={v}" for k, v in self.overrides.items())
+            raise self.err(f"too large: graph '{g.name}' does {total:.3g} FLOPs in all (at most {MAX_WORK:g}); "
+                           f"check its sizes (its params{', and ' + given if given else ''})", g.span)
         edges = graph_edges(self.tasks, self.explicit, self.err)
         return TaskGraph(g.name, tuple(self.tasks), edges, tuple(self.inputs), tuple(self.outputs))
 
@@ -497,6 +504,14 @@ class _Lowerer:
         allow, deny = scope.allow, scope.deny
         if annotations:
             fields, allow, deny = self.ann.annotate(annotations, scope.values, fields, allow, deny)
+        out = fields.get("output")
+        if out is not None:
+            check_elements(out.shape, self.err, span)
+        for key, what in (("flops", "FLOPs"), ("bytes_read", "bytes read"), ("bytes_written", "bytes written")):
+            v = fields.get(key)
+            if v is not None and not v <= MAX_WORK:  # the sizes' product, when no annotation gave it
+                raise self.err(f"too large: task '{name}' has {float(v):.3g} {what} (at most {MAX_WORK:g}); "
+                               "check its sizes (the params, and any --param)", span)
         idx = len(self.tasks)
         placement = Placement(allow, deny) if (allow or deny) else _ANYWHERE
         self.tasks.append(Task(idx, name, op, placement=placement, span=span, **fields))

@@ -15,6 +15,9 @@ from mapper.frontend import syntax as S
 
 #: Integers must stay below this magnitude (64-bit signed).
 MAX_INT = 2**63
+#: The most elements a tensor may have: a 64-bit count, as ONNX's dims and the frameworks' numel are
+#: (a larger one is a typo in a size, or a --param out of range).
+MAX_ELEMENTS = MAX_INT - 1
 #: The largest FLOP or byte count a program may give (10^30: a zettascale machine busy for 30 years).
 MAX_WORK = 1e30
 #: The largest time a program may give, in seconds (10^12 s: over 30,000 years).
@@ -181,6 +184,7 @@ class Evaluator:
             raise self.err(f"unknown dtype '{t.dtype}'", t.dtype_span,
                            hint(t.dtype, DTYPE_BYTES) or "dtypes: " + " ".join(DTYPE_BYTES))
         shape = tuple(self.integer(d, values, "a dimension", low=1) for d in t.dims)
+        check_elements(shape, self.err, t.span)
         if t.layout is None:
             return TensorType(t.dtype, shape)
         lay = t.layout
@@ -202,6 +206,14 @@ class Evaluator:
         if nnz is None:
             raise self.err("csr needs nnz = ...", lay.span)
         return TensorType(t.dtype, shape, "csr", nnz)
+
+
+def check_elements(shape: tuple[int, ...], err: ErrorAt, span: SourceSpan | None) -> None:
+    """An error at ``span`` for a shape of more than :data:`MAX_ELEMENTS` elements."""
+    n = math.prod(shape)
+    if n > MAX_ELEMENTS:
+        raise err(f"too large: a tensor of shape [{', '.join(map(str, shape))}] has {float(n):.3g} elements "
+                  f"(at most 2**63 - 1)", span, "check its sizes (the params, and any --param)")
 
 
 def _kind(v: Any) -> str:

@@ -188,7 +188,10 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         horizon = math.floor(horizon_s) + 1
 
     def ticks(x: float) -> int:
-        return int(math.floor(x * k))
+        """``x`` seconds in model ticks; past the horizon, one tick past it: no schedule within the
+        horizon holds it, and CP-SAT's 64-bit coefficients never overflow (a latency of 10^9 s)."""
+        y = x * k
+        return horizon + 1 if y > horizon else int(math.floor(y))
 
     m = cp_model.CpModel()
     p: dict[tuple[int, int], cp_model.IntVar] = {}

@@ -60,6 +60,7 @@ def onnx_files() -> None:
     save(model([helper.make_node("Constant", [], ["y"], value=const)], inputs=()), "onnx_only_constant.onnx")
     save(model([helper.make_node("Identity", ["x"], ["y"])]), "onnx_identity_only.onnx")
     save(model([helper.make_node("Relu", ["x"], ["y"])], outputs=(Y, Y)), "onnx_duplicate_output.onnx")
+    save(model([helper.make_node("Relu", ["x"], ["y"])], outputs=(Y, X)), "onnx_output_is_input.onnx")
     crafted = helper.make_node('Relu", kind = "x")\n  evil = matmul(x, x)\n#', ["x"], ["y"])
     save(model([crafted]), "onnx_crafted_op_type.onnx")
     parts = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 1]) for n in ("a1", "c1")]
