@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from randdag import make_cost, make_graph, make_platform, random_edges
@@ -13,6 +14,7 @@ from test_milp import _brute
 
 from mapper.cli import main
 from mapper.engine.validate import deadline_misses, validate
+from mapper.frontend.importers.wfcommons import import_wfcommons
 from mapper.frontend.load import load_graph
 from mapper.mapping import get_mapper
 from mapper.mapping.base import MapOptions
@@ -156,3 +158,26 @@ def test_lateness_and_misses_agree():
     result = get_mapper("heft").map(cost, MapOptions(objective="deadline"))
     late = dict(lateness(result.schedule))
     assert {v.tasks[0] for v in deadline_misses(result.schedule)} == {t for t, x in late.items() if x > 1e-9}
+
+
+def test_wfcommons_deadlines_import_and_round_trip(tmp_path, capsys):
+    doc = json.loads((Path(__file__).parent / "data" / "wfcommons" / "blast-48.json").read_text())
+    doc["workflow"]["deadline"] = "2 s"
+    doc["workflow"]["specification"]["tasks"][0]["deadline"] = "500 ms"
+    src = tmp_path / "w.json"
+    src.write_text(json.dumps(doc))
+    g = import_wfcommons(src)
+    first = g.tasks[0]
+    assert first.deadline == pytest.approx(0.5)
+    sinks = [t for t in g.tasks if not g.succs[t.index]]
+    assert sinks and all(t.deadline == pytest.approx(min(2.0, t.deadline)) for t in sinks)
+    assert all(t.deadline is None for t in g.tasks if g.succs[t.index] and t.index != 0)
+    out = tmp_path / "w.tg"
+    assert main(["import", "wfcommons", str(src), "-o", str(out)]) == 0
+    assert [t.deadline for t in load_graph(str(out)).tasks] == [t.deadline for t in g.tasks]
+    doc["workflow"]["specification"]["tasks"][3]["deadline"] = "5 parsecs"
+    src.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["import", "wfcommons", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "$.workflow.specification.tasks[3].deadline" in err and "with a unit" in err
