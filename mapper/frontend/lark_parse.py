@@ -27,7 +27,7 @@ _PARSER: Lark | None = None
 _CONTINUES = frozenset("{ , ( [ = : -> .. + - * / // % ** ;".split())
 # a newline before one of these continues the statement
 _CONTINUED_BY = frozenset({"RBRACE", "PLACE", "WORK", "COST", "PARALLEL", "STREAMABLE", "MEMORY", "COLOCATE",
-                           "BACKWARD", "$END"})
+                           "BACKWARD", "DEADLINE", "$END"})
 
 _WORDS = {
     "NAME": "a name",
