@@ -183,6 +183,9 @@ def compile_graph(
         plat = replace(plat, throughput_model=opts.throughput_model)
     if opts.micro_batches is not None:
         plat = replace(plat, micro_batches=opts.micro_batches)
+    if map_options.objective == "deadline" and not any(t.deadline is not None for t in graph.tasks):
+        raise OptionsError("--objective deadline needs a deadline: give a task or the graph one "
+                           "('deadline 5 ms', docs/dsl.md)", obj="--objective")
     if (map_options.objective == "throughput" and plat.throughput_model == "max-load"
             and not map_options.schedule.memory):
         # the max-load model has a memory knapsack per device: --memory is part of it

@@ -48,7 +48,7 @@ def test_json_contract_keys_and_values():
     d = to_json_dict(res)
     assert list(d) == [
         "makespan", "mapper", "status", "objective", "objective_value", "lower_bound", "gap",
-        "graph", "platform", "options", "tasks", "transfers", "devices", "notes",
+        "graph", "platform", "options", "tasks", "transfers", "devices", "notes", "response_bound",
     ]  # fmt: skip
     timed = to_json_dict(res, timings=True)
     assert list(timed).index("solve_time") == list(timed).index("gap") + 1

@@ -157,6 +157,7 @@ class Task:
     backward: bool = False  # part of a training step's backward pass
     precision: str = ""  # a GEMM's input format when it runs below its dtype (--precision: fp8 ...); "" its dtype
     source: tuple[SourceNode, ...] = ()  # the model nodes it was imported from (ONNX), in order
+    deadline: float | None = None  # seconds from the graph's start by which it must end (``deadline``)
 
     @property
     def sources(self) -> tuple[SourceNode, ...]:

@@ -177,7 +177,8 @@ def fuse(graph: TaskGraph) -> TaskGraph:
         tasks.append(replace(
             first, index=k, name=names[k], operands=tuple(remap(o) for o in ext), output=last.output,
             flops=float(sum(p.flops for p in parts)), bytes_read=float(first.bytes_read + extra),
-            bytes_written=float(last.bytes_written), parts=parts))
+            bytes_written=float(last.bytes_written), parts=parts,
+            deadline=min((p.deadline for p in parts if p.deadline is not None), default=None)))  # the earliest
     pairs: dict[tuple[int, int], tuple[float, float | None, str]] = {}
     for e in graph.edges:
         s, d = new_of[e.src], new_of[e.dst]

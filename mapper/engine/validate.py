@@ -16,7 +16,9 @@ under contention), ``order`` (``schedule.order``, when given, disagrees
 with the slots), ``stream`` (a pipelined FPGA chain off its pipeline
 times), ``colocation`` (a ``colocate`` class split over devices),
 ``memory`` (the tasks' static footprints, and the peak over time of
-:mod:`mapper.engine.memory`), ``area``, ``makespan``.
+:mod:`mapper.engine.memory`), ``area``, ``makespan``; and, with
+``deadlines=True`` (``--objective deadline``), ``deadline`` (a task ending
+after its deadline; :func:`deadline_misses` lists them otherwise, for notes).
 """
 
 from __future__ import annotations
@@ -46,9 +48,24 @@ class Violation:
     edges: tuple[int, ...] = ()
 
 
-def validate(schedule: Schedule) -> list[Violation]:
-    """Every violation of the timing semantics in ``schedule`` ([] if valid)."""
-    return _Checker(schedule).run()
+def validate(schedule: Schedule, deadlines: bool = False) -> list[Violation]:
+    """Every violation of the timing semantics in ``schedule`` ([] if valid); with
+    ``deadlines``, every missed deadline too."""
+    out = _Checker(schedule).run()
+    return out + deadline_misses(schedule) if deadlines else out
+
+
+def deadline_misses(schedule: Schedule) -> list[Violation]:
+    """A ``deadline`` violation for each task that ends after its deadline (1e-9 relative
+    tolerance, as the other checks), read from the slots alone."""
+    tasks = schedule.cost.graph.tasks
+    out = []
+    for sl in sorted(schedule.slots, key=lambda s: s.task):
+        t = tasks[sl.task]
+        if t.deadline is not None and sl.end > t.deadline * (1 + 1e-9):
+            out.append(Violation("deadline", f"task {t.name!r} ends at {sl.end:.6g} s, after its deadline "
+                                             f"{t.deadline:.6g} s", (sl.task,)))
+    return out
 
 
 class _Checker:

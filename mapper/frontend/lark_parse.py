@@ -27,7 +27,7 @@ _PARSER: Lark | None = None
 _CONTINUES = frozenset("{ , ( [ = : -> .. + - * / // % ** ;".split())
 # a newline before one of these continues the statement
 _CONTINUED_BY = frozenset({"RBRACE", "PLACE", "WORK", "COST", "PARALLEL", "STREAMABLE", "MEMORY", "COLOCATE",
-                           "BACKWARD", "$END"})
+                           "BACKWARD", "DEADLINE", "$END"})
 
 _WORDS = {
     "NAME": "a name",
@@ -141,7 +141,7 @@ class _ToAst(Transformer_NonRecursive):
         return S.ParamBind(str(c[0]), c[1], self._span(meta))
 
     def graph_def(self, meta, c):
-        return S.GraphDef(str(c[0]), c[1], self._span(meta))
+        return S.GraphDef(str(c[0]), c[2], self._span(meta), c[1])
 
     def template_def(self, meta, c):
         params = tuple(p for p in c[1:-1] if p is not None)
@@ -243,6 +243,11 @@ class _ToAst(Transformer_NonRecursive):
         value, unit = c
         return S.Memory(value, None if unit is None else str(unit), self._span(meta),
                         None if unit is None else self._tok(unit))
+
+    def deadline(self, meta, c):
+        value, unit = c
+        return S.Deadline(value, None if unit is None else str(unit), self._span(meta),
+                          None if unit is None else self._tok(unit))
 
     def colocate(self, meta, c):
         return S.Colocate(str(c[0]), self._span(meta))

@@ -15,7 +15,7 @@ from mapper.errors import SourceSpan
 #: Reserved words of the DSL (the grammar's keywords; a test checks them equal).
 KEYWORDS = frozenset(
     "include param graph template input weight output return for in task "
-    "work cost parallel streamable comm bytes memory colocate backward".split()
+    "work cost parallel streamable comm bytes memory colocate backward deadline".split()
 )
 
 # -- expressions -------------------------------------------------------------
@@ -219,7 +219,17 @@ class Backward:
     span: SourceSpan
 
 
-Annotation: TypeAlias = Place | Work | Cost | Parallel | Streamable | Memory | Colocate | Backward
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """``deadline [=] T [unit]``: the task (or, after ``graph NAME``, every sink) ends by T."""
+
+    value: Expr
+    unit: str | None
+    span: SourceSpan
+    unit_span: SourceSpan | None
+
+
+Annotation: TypeAlias = Place | Work | Cost | Parallel | Streamable | Memory | Colocate | Backward | Deadline
 
 # -- statements ----------------------------------------------------------------
 
@@ -352,6 +362,7 @@ class GraphDef:
     name: str
     body: tuple[Stmt, ...]
     span: SourceSpan
+    deadline: Deadline | None = None
 
 
 Item: TypeAlias = Include | ParamDecl | TemplateDef | GraphDef

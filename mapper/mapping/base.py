@@ -12,7 +12,7 @@ from mapper.costing.cost import CostTable
 from mapper.engine.schedule import Schedule, ScheduleOptions
 from mapper.errors import OptionsError
 
-OBJECTIVES = ("makespan", "energy", "throughput")
+OBJECTIVES = ("makespan", "energy", "throughput", "deadline")
 #: The defaults of every entry point (``mapper compile``, ``mapper run``, :class:`MapOptions`).
 DEFAULT_MAPPER = "milp"
 DEFAULT_TIME_LIMIT = 10.0

@@ -237,8 +237,10 @@ def compute_lower_bound(cost: CostTable, objective: str, options: ScheduleOption
     to where their task times fit in as many bins
     (:func:`~mapper.mapping.bin_bound.bin_packing_bound`); with streaming on and streamable
     tasks in the graph, chains overlap, so only the largest single minimum
-    time (a streamed chain lasts at least as long as its slowest stage). energy: the sum of each task's minimum
-    energy. throughput (period): the larger of the largest minimum time and
+    time (a streamed chain lasts at least as long as its slowest stage). deadline: the
+    largest lateness of the earliest finishes along precedence with minimum times (0 if
+    none is late). energy: the sum of each task's minimum energy. throughput (period): the
+    larger of the largest minimum time and
     :func:`class_load_bound` (under ``1f1b``, with the total minimum work as
     the fill and drain). Minima are over the devices a task is allowed.
     """
@@ -266,4 +268,12 @@ def compute_lower_bound(cost: CostTable, objective: str, options: ScheduleOption
             m = cost.platform.micro_batches
             return (sum(w) + (m - 1) * busiest) / m
         return busiest
+    if objective == "deadline":
+        g = cost.graph
+        if options.streaming and any(t.streamable > 0 for t in g.tasks):
+            return 0.0  # streamed chains overlap: no precedence chain to bound by
+        finish = [0.0] * cost.n_tasks  # earliest finish with minimum times and no transfers
+        for t in g.topo_order:
+            finish[t] = w[t] + max((finish[g.edges[e].src] for e in g.preds[t]), default=0.0)
+        return max([0.0] + [finish[t.index] - t.deadline for t in g.tasks if t.deadline is not None])
     return None

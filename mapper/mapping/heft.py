@@ -11,7 +11,7 @@ import time
 from mapper.costing.cost import CostTable
 from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
-from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_rank
+from mapper.mapping.ranks import edf_order, mean_comm, mean_times, priority_order, upward_rank
 
 
 class HeftMapper(Mapper):
@@ -20,7 +20,8 @@ class HeftMapper(Mapper):
     Tasks in decreasing upward rank (mean computation over feasible devices,
     mean communication over feasible device pairs; ties by index), each on
     the device giving the earliest finish time with the insertion policy
-    (ties to the lowest device index).
+    (ties to the lowest device index). Under ``--objective deadline`` the task
+    list is earliest effective deadline first (:func:`~mapper.mapping.ranks.edf_order`).
     """
 
     name = "heft"
@@ -31,7 +32,10 @@ class HeftMapper(Mapper):
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
         cost.require_feasible()
-        order = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost, self.same_device)))
+        w = mean_times(cost)
+        rank = upward_rank(cost, w, mean_comm(cost, self.same_device))
+        # under --objective deadline: earliest effective deadline first, ties by upward rank
+        order = edf_order(cost, w, rank) if options.objective == "deadline" else priority_order(cost, rank)
         placer = Placer(cost, options.schedule)
         for t in order:
             placer.place_best(t)

@@ -123,6 +123,10 @@ class MilpMapper(Mapper):
         if proven is not None:
             done(proven.objective_value, proven.lower_bound)
             return proven
+        if options.objective == "deadline":
+            result = self._deadline(cost, options, best, notes, t0, bound)
+            done(result.objective_value, result.lower_bound)
+            return result
         if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
             result = self._large(cost, options, best, notes, t0, heuristics_s, bound)
             done(result.objective_value, result.lower_bound)
@@ -130,6 +134,19 @@ class MilpMapper(Mapper):
         result = self._exact(cost, options, best, notes, t0, progress_reporter(options, t0, "exact MILP"), bound)
         done(result.objective_value, result.lower_bound)
         return result
+
+    @staticmethod
+    def _deadline(cost: CostTable, options: MapOptions, best: Incumbent | None, notes, t0: float,
+                  bound: float | None) -> MapResult:
+        """Deadlines are modelled by CP-SAT (the largest tardiness, exactly on whole times);
+        past the exact sizes the best heuristic (EDF-ordered HEFT among them) is kept."""
+        if best is not None and (cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS):
+            return make_result(cost, options, best.schedule, best.value, "heuristic", None, t0,
+                               [*notes, f"deadline: {cost.n_tasks} tasks is past the exact sizes; "
+                                        f"{best.name}'s schedule is kept"])
+        result = cpsat.search(cost, options, best, list(notes), t0,
+                              options.time_limit - (time.perf_counter() - t0), bound)
+        return replace(result, mapper=NAME, notes=(*result.notes, "deadline: solved by the CP-SAT model"))
 
     def _exact(self, cost, options: MapOptions, best: Incumbent | None, notes, t0: float, report,
                bound: float | None) -> MapResult:

@@ -54,6 +54,14 @@ Definitions (the MILP encodes the same ones):
     pipeline position ``k`` of ``S`` (devices ordered by their first forward
     task) keeps the activations of ``min(M, S - k)`` micro-batches
     (:func:`pipeline_stash`, in the notes).
+``deadline``
+    Feasibility first, then the least maximum lateness: the value is the
+    largest tardiness ``max(0, max_t (end_t - deadline_t))`` over the tasks
+    with a deadline (a graph's deadline is each sink's), so 0 means every
+    deadline is met (Lawler's ``Lmax`` criterion, clipped at 0; Lawler,
+    "Optimal sequencing of a single machine subject to precedence
+    constraints", Management Science 19(5), 1973). Per-task lateness
+    ``end_t - deadline_t`` (negative: slack) is in the report.
 """
 
 from __future__ import annotations
@@ -65,7 +73,23 @@ from mapper.costing.cost import CostTable
 from mapper.engine.schedule import Schedule
 from mapper.errors import OptionsError
 
-OBJECTIVE_NAMES = ("makespan", "energy", "throughput")
+OBJECTIVE_NAMES = ("makespan", "energy", "throughput", "deadline")
+
+
+def lateness(schedule: Schedule) -> tuple[tuple[int, float], ...]:
+    """``(task, end - deadline)`` for every task with a deadline, in task order."""
+    tasks = schedule.cost.graph.tasks
+    end = {s.task: s.end for s in schedule.slots}
+    return tuple((t.index, end[t.index] - t.deadline) for t in tasks if t.deadline is not None)
+
+
+def tardiness(schedule: Schedule) -> float:
+    """The deadline objective: the largest lateness, 0 when every deadline is met."""
+    return max((late for _, late in lateness(schedule)), default=0.0) if has_deadlines(schedule.cost) else 0.0
+
+
+def has_deadlines(cost: CostTable) -> bool:
+    return any(t.deadline is not None for t in cost.graph.tasks)
 
 
 def energy(schedule: Schedule) -> float:
@@ -177,5 +201,7 @@ def objective_value(schedule: Schedule, objective: str) -> float:
         return energy(schedule)
     if objective == "throughput":
         return period(schedule)
+    if objective == "deadline":
+        return max(0.0, tardiness(schedule))
     raise OptionsError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVE_NAMES)}",
                        obj="--objective")

@@ -146,7 +146,9 @@ def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started
     gap = None
     if bound is not None:
         gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
-    if options.objective != "makespan":
+    if options.objective == "deadline" and name.startswith("heft"):
+        notes = notes + (f"{name} lists tasks earliest effective deadline first (EDF), ties by upward rank",)
+    elif options.objective != "makespan":
         notes = notes + (f"{name} minimises makespan; {options.objective} is reported, not optimised",)
     notes = notes + pipeline_notes(schedule, options.objective)
     if options.makespan_bound is not None and schedule.makespan > options.makespan_bound:

@@ -90,6 +90,40 @@ def rank_key(x: float) -> float:
     return float(f"{x:.12g}")
 
 
+def effective_deadlines(cost: CostTable, w: Sequence[float]) -> tuple[float, ...]:
+    """``D[i] = min(d_i, min_{j in succ(i)} (D[j] - w[j]))``: the latest end of ``i`` that
+    leaves its successors time to meet theirs (Chetto, Silly and Bouchentouf, "Dynamic
+    scheduling of real-time tasks under precedence constraints", Real-Time Systems 2(3),
+    1990); ``inf`` where no deadline is downstream."""
+    g = cost.graph
+    dl = [INF] * cost.n_tasks
+    for i in reversed(g.topo_order):
+        own = g.tasks[i].deadline
+        dl[i] = min(own if own is not None else INF,
+                    min((dl[g.edges[e].dst] - w[g.edges[e].dst] for e in g.succs[i]), default=INF))
+    return tuple(dl)
+
+
+def edf_order(cost: CostTable, w: Sequence[float], rank: Sequence[float]) -> tuple[int, ...]:
+    """A topological order taking, among the ready tasks, the earliest effective
+    deadline first (EDF), ties by the higher ``rank``, then by index."""
+    g = cost.graph
+    dl = effective_deadlines(cost, w)
+    indeg = [len(p) for p in g.preds]
+    heap = [(dl[t], -rank_key(rank[t]), t) for t in range(cost.n_tasks) if indeg[t] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        *_, t = heapq.heappop(heap)
+        order.append(t)
+        for e in g.succs[t]:
+            v = g.edges[e].dst
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, (dl[v], -rank_key(rank[v]), v))
+    return tuple(order)
+
+
 def priority_order(cost: CostTable, priority: Sequence[float]) -> tuple[int, ...]:
     """A topological order taking, among the ready tasks, the one of highest
     priority first (ties by index): the task list of HEFT when ranks decrease

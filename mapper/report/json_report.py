@@ -3,7 +3,10 @@
 Top-level keys, in this order: ``makespan``, ``mapper``, ``status``,
 ``objective``, ``objective_value``, ``lower_bound``, ``gap``, ``solve_time``
 (only with ``timings=True``: it is a wall-clock measurement), ``graph``,
-``platform``, ``options``, ``tasks``, ``transfers``, ``devices``, ``notes``.
+``platform``, ``options``, ``tasks``, ``transfers``, ``devices``, ``notes``;
+where a task has a deadline ``deadlines_met``, ``max_lateness`` (and, under
+``--objective deadline``, ``violations``); ``response_bound``; then the
+optional sections.
 Times are seconds; floats are rounded to 12 significant digits, so the same
 input gives byte-identical output. See docs/reports.md.
 """
@@ -17,6 +20,7 @@ from mapper.core.files import atomic_write
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import device_stats, round_sig
+from mapper.report.deadlines import deadline_notes, deadline_section
 from mapper.report.delegation import delegation
 
 
@@ -45,6 +49,8 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
             "op": graph.tasks[s.task].op,
             "flops": r(graph.tasks[s.task].flops),
             "bytes": r(graph.tasks[s.task].bytes),
+            **({"deadline": r(dl), "lateness": r(s.end - dl)} if (dl := graph.tasks[s.task].deadline) is not None
+               else {}),
         }
         for s in sorted(sched.slots, key=lambda s: s.task)
     ]
@@ -75,6 +81,8 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
     }
     if timings:
         head["solve_time"] = r(result.solve_time)
+    timing = _rounded(deadline_section(result))
+    notes = list(result.notes) + list(deadline_notes(result) if result.objective != "deadline" else ())
     return head | {
         "graph": {
             "name": graph.name,
@@ -96,7 +104,8 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
              "peak_memory": r(p.bytes)}
             for d, p in zip(device_stats(sched), peak_memory(sched))
         ],
-        "notes": list(result.notes),
+        "notes": notes,
+        **timing,
         **({"delegation": delegated} if (delegated := delegation(sched)) is not None else {}),
         **({"parallel": parallel} if parallel is not None else {}),
         **({"inference": _rounded(inference)} if inference is not None else {}),

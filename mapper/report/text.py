@@ -10,6 +10,7 @@ from mapper.core.units import fmt_bytes, fmt_objective, fmt_pct, fmt_time
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import device_stats
+from mapper.report.deadlines import bound_line, deadline_notes
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
@@ -46,6 +47,7 @@ def summary_table(result: MapResult, plan: Sequence[tuple[str, str]] = ()) -> st
     options = ", ".join(sched.options.enabled) or "none (delay model)"
     facts = [
         ("makespan", fmt_time(sched.makespan)),
+        ("wcrt bound", bound_line(result)),
         ("lower bound", fmt_objective(result.lower_bound, result.objective)),
         ("gap", fmt_pct(result.gap)),
         ("status", result.status),
@@ -64,6 +66,9 @@ def summary_table(result: MapResult, plan: Sequence[tuple[str, str]] = ()) -> st
         lines += [f"{('  ' + k).ljust(width)}  {v}" for k, v in plan]
     for note in result.notes:
         lines.append(f"{'note'.ljust(width)}  {note}")
+    for miss in deadline_notes(result):
+        kind, _, text = miss.partition(": ")
+        lines.append(f"{('violation' if kind == 'deadline violation' else 'note').ljust(width)}  {text}")
     return "\n".join(lines) + "\n"
 
 

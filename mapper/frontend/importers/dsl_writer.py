@@ -115,6 +115,8 @@ def _task_line(t: Task) -> str:
         parts.append(f"colocate {t.colocate}")
     if t.backward:
         parts.append("backward")
+    if t.deadline is not None:
+        parts.append(f"deadline {dsl_number(t.deadline)} s")
     parts.extend(f"@{a}" for a in t.placement.allow)
     parts.extend(f"@!{d}" for d in t.placement.deny)
     return " ".join(parts)

@@ -71,6 +71,23 @@ class JsonReader:
             raise self.fail(path, f"expected a finite number >= 0, got {value!r}")
         return value
 
+    def deadline(self, obj: dict, path: str) -> float | None:
+        """An optional ``"deadline"``: a string with a time unit (``"5 ms"``; ns, us, ms, s),
+        in seconds; None when absent."""
+        if "deadline" not in obj:
+            return None
+        text = self.check(obj["deadline"], f"{path}.deadline", "string")
+        num, _, unit = text.strip().partition(" ")
+        scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}.get(unit.strip())
+        try:
+            value = float(num)
+        except ValueError:
+            value = math.nan
+        if scale is None or not (math.isfinite(value) and value > 0):
+            raise self.fail(f"{path}.deadline", f"expected a positive time with a unit, as \"5 ms\" "
+                                                f"(ns, us, ms, s), got {text[:40]!r}")
+        return value * scale
+
     def strings(self, obj: dict, key: str, path: str) -> tuple[str, ...]:
         items = self.get(obj, key, path, "array", [])
         return tuple(self.check(x, f"{path}.{key}[{i}]", "string") for i, x in enumerate(items))

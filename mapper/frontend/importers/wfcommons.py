@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mapper.core.files import Unreadable, read_text
 from mapper.core.graph import Edge, Task, TaskGraph
@@ -96,6 +96,7 @@ class WfTask:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     path: str  # JSON path of the task's specification entry
+    deadline: float | None = None  # seconds (an optional ``"deadline": "5 ms"``, mapper's extension)
 
 
 #: A task with its input and output file names, as read.
@@ -112,6 +113,7 @@ class Workflow:
     tasks: tuple[WfTask, ...]
     file_sizes: tuple[tuple[str, float], ...]  # sorted by file id
     edges: tuple[tuple[int, int, float], ...]  # (parent, child, bytes), by (child, parent)
+    deadline: float | None = None  # seconds: ``workflow.deadline`` ("5 ms"), mapper's extension
 
 
 def read_wfformat(path: str | os.PathLike[str]) -> Workflow:
@@ -146,7 +148,7 @@ def parse_wfformat(text: str, file: str = "<string>") -> Workflow:
         tasks, sizes = _read_14(js, wf)
     else:
         raise js.fail("$.workflow", "expected workflow.specification (schema 1.5+) or workflow.tasks (1.4)")
-    return _assemble(js, name, schema, tasks, sizes)
+    return replace(_assemble(js, name, schema, tasks, sizes), deadline=js.deadline(wf, "$.workflow"))
 
 
 def _read_spec(js: JsonReader, wf: dict) -> tuple[list[_Row], dict[str, float]]:
@@ -185,7 +187,7 @@ def _read_spec(js: JsonReader, wf: dict) -> tuple[list[_Row], dict[str, float]]:
             raise js.fail(f"{tp}.id", f"task {tid!r} has no record in workflow.execution.tasks")
         runtime, cores, avg = records.pop(tid)
         task = WfTask(tid, js.get(t, "name", tp, "string", tid), runtime, cores, avg,
-                      js.strings(t, "inputFiles", tp), js.strings(t, "outputFiles", tp), tp)
+                      js.strings(t, "inputFiles", tp), js.strings(t, "outputFiles", tp), tp, js.deadline(t, tp))
         for key in ("inputFiles", "outputFiles"):
             for k, fid in enumerate(getattr(task, "inputs" if key == "inputFiles" else "outputs")):
                 if fid not in sizes:
@@ -222,7 +224,7 @@ def _read_14(js: JsonReader, wf: dict) -> tuple[list[_Row], dict[str, float]]:
         rkey = "runtimeInSeconds" if "runtimeInSeconds" in t else "runtime"
         task = WfTask(tid, js.get(t, "category", tp, "string", tid), float(js.get(t, rkey, tp, "number")),
                       _cores(js, t, "cores", tp), _opt_number(js, t, "avgCPU", tp),
-                      tuple(files["input"]), tuple(files["output"]), tp)
+                      tuple(files["input"]), tuple(files["output"]), tp, js.deadline(t, tp))
         out.append((task, js.strings(t, "parents", tp), js.strings(t, "children", tp)))
     return out, sizes
 
@@ -306,8 +308,13 @@ def workflow_graph(wf: Workflow, ref: ReferenceMachine = ReferenceMachine()) -> 
         p = ref.parallel(t.cores, t.avg_cpu)
         tasks.append(Task(i, nm, "task", flops=ref.flops(t.runtime, t.cores, p),
                           bytes_read=float(sum(sizes[f] for f in t.inputs)),
-                          bytes_written=float(sum(sizes[f] for f in t.outputs)), parallel=p))
+                          bytes_written=float(sum(sizes[f] for f in t.outputs)), parallel=p,
+                          deadline=t.deadline))
     edges = tuple(Edge(k, p, c, b) for k, (p, c, b) in enumerate(wf.edges))
+    if wf.deadline is not None:  # the workflow's deadline is every sink's (the earlier one wins)
+        has_succ = {p for p, _, _ in wf.edges}
+        tasks = [t if i in has_succ or (t.deadline is not None and t.deadline <= wf.deadline)
+                 else replace(t, deadline=wf.deadline) for i, t in enumerate(tasks)]
     return TaskGraph(dsl_name(wf.name), tuple(tasks), edges)
 
 

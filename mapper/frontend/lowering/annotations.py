@@ -1,6 +1,6 @@
 """Task annotations: placement (``@gpu``, ``@!fpga``, merged with an
 enclosing template call's), ``work { ... }``, ``cost { ... }``, ``parallel``,
-``streamable``, ``memory``, ``colocate`` and ``backward``, checked and turned
+``streamable``, ``memory``, ``colocate``, ``backward`` and ``deadline``, checked and turned
 into task fields."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mapper.frontend.lowering.values import (
 
 _WORK_KEYS = ("flops", "bytes", "bytes_read", "bytes_written")
 _ANN_WORD = {S.Work: "work", S.Cost: "cost", S.Parallel: "parallel", S.Streamable: "streamable",
-             S.Memory: "memory", S.Colocate: "colocate", S.Backward: "backward"}
+             S.Memory: "memory", S.Colocate: "colocate", S.Backward: "backward", S.Deadline: "deadline"}
 
 
 class Annotator:
@@ -63,6 +63,8 @@ class Annotator:
                 fields["memory"] = self.ev.at_most(size, MAX_WORK, "memory", ann.value.span)
             elif isinstance(ann, S.Colocate):
                 fields["colocate"] = ann.name
+            elif isinstance(ann, S.Deadline):
+                fields["deadline"] = self.deadline(ann, values)
             else:
                 fields["backward"] = True
         if any(type(a) is S.Place for a in annotations):
@@ -138,3 +140,14 @@ class Annotator:
             seconds = self.ev.unit(t, m.unit, m.unit_span, TIME_UNITS, "time")
             got[m.key] = self.ev.time(seconds, "a time (s)", m.value.span)
         return tuple(sorted(got.items()))
+
+    def deadline(self, d: S.Deadline, values: dict[str, Any]) -> float:
+        """``deadline T unit`` in seconds: positive, finite and with a time unit."""
+        if d.unit is None:
+            raise self.err("a deadline needs a time unit", d.value.span, "e.g. deadline 5 ms (units: "
+                           + ", ".join(TIME_UNITS) + ")")
+        t = self.ev.number(d.value, values, "deadline")
+        seconds = self.ev.unit(t, d.unit, d.unit_span, TIME_UNITS, "time")
+        if not seconds > 0:
+            raise self.err(f"a deadline must be positive, got {t!r} {d.unit}", d.value.span)
+        return self.ev.time(seconds, "a deadline (s)", d.value.span)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.core.files import Unreadable, read_text
@@ -150,7 +150,16 @@ class _Lowerer:
             raise self.err(f"too large: graph '{g.name}' does {total:.3g} FLOPs in all (at most {MAX_WORK:g}); "
                            f"check its sizes (its params{', and ' + given if given else ''})", g.span)
         edges = graph_edges(self.tasks, self.explicit, self.err)
+        if g.deadline is not None:
+            self._graph_deadline(self.ann.deadline(g.deadline, scope.values), edges)
         return TaskGraph(g.name, tuple(self.tasks), edges, tuple(self.inputs), tuple(self.outputs))
+
+    def _graph_deadline(self, seconds: float, edges: tuple) -> None:
+        """A graph's deadline is every sink task's (the earlier one where a sink has its own)."""
+        has_succ = {e.src for e in edges}
+        for i, t in enumerate(self.tasks):
+            if i not in has_succ and (t.deadline is None or seconds < t.deadline):
+                self.tasks[i] = replace(t, deadline=seconds)
 
     @staticmethod
     def _key(file: str) -> str:

@@ -28,7 +28,8 @@ of Laborie, Rogerie, Shaw and Vilim, "IBM ILOG CP Optimizer for Scheduling"
 * objectives as in :mod:`mapper.mapping.objectives`: makespan (``Cmax >= e[t]``
   for sinks), energy (``sum energy[t][d] p[t,d]``), throughput under the
   ``device-load`` and ``1f1b`` models (per-device loads with one literal per
-  edge and device pair for the transfers); a makespan bound caps ``Cmax``.
+  edge and device pair for the transfers), deadline (the largest tardiness
+  ``T >= 0``, ``T >= e[t] - deadline[t]``); a makespan bound caps ``Cmax``.
 
 CP-SAT works on integers: times are scaled so the upper bound ``U`` is
 :data:`SCALE` units and rounded *down*, so the model is a relaxation and its
@@ -175,7 +176,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
            micro_batches: int) -> _Built | None:
     """The model (module docstring), None when a task has no device."""
     n, nd = cost.n_tasks, cost.n_devices
-    timed = objective == "makespan" or makespan_bound is not None
+    timed = objective in ("makespan", "deadline") or makespan_bound is not None
     if objective != "makespan":
         upper = makespan_bound if makespan_bound is not None else upper
     horizon_s = min(upper, makespan_bound) if makespan_bound is not None else upper
@@ -269,6 +270,13 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
     obj_k = k
     if objective == "makespan":
         m.minimize(cmax)
+    elif objective == "deadline":
+        # the largest tardiness: at least 0 and at least each deadline task's end past its deadline
+        tard = m.new_int_var(0, horizon, "tardiness")
+        for task in cost.graph.tasks:
+            if task.deadline is not None:
+                m.add(tard >= end[task.index] - math.ceil(task.deadline * k))  # rounded up: a relaxation
+        m.minimize(tard)
     elif objective == "energy":
         ref = sum(max((x for x, tt in zip(er, tr) if tt < INF), default=0.0) for er, tr in zip(cost.energy, cost.time))
         obj_k = VALUE_SCALE / ref if ref > 0 else 1.0
