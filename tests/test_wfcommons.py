@@ -273,6 +273,8 @@ def test_every_workflow_compiles_with_every_mapper(path, where):
         graph, plat = import_wfcommons(path, ReferenceMachine(default_parallel=0.9)), load_platform(where)
     makespans = {}
     for name in MAPPERS:
+        if name.startswith("delegate-"):
+            continue  # the delegation mappers need an NPU or a DLA (tests/test_delegation.py)
         res = compile_graph(graph, plat, mapper=name, options=MapOptions(time_limit=0.3)).result
         assert validate(res.schedule) == []
         assert len(res.schedule.slots) == len(graph.tasks)
