@@ -12,7 +12,7 @@ import pytest
 from mapper.cli import main
 from mapper.errors import DslError, format_error
 from mapper.frontend.load import graph_from_text
-from mapper.frontend.lowering.program import MAX_TASKS
+from mapper.frontend.lowering.program import MAX_TASKS, OP_TASK_WEIGHT, TASK_LIMITS
 
 
 def err_of(text: str, file: str = "e.tg") -> DslError:
@@ -151,8 +151,10 @@ def test_too_large_fails_fast():
     t0 = time.perf_counter()
     e = err_of(G % "  for i in 0..10**12 { for j in 0..10 { } }")
     assert "too large" in e.message
-    e = err_of(f"param N = {MAX_TASKS + 1}\n" + G % "  for i in 0..N { y{i} = relu(x) }")
-    assert "too large" in e.message and f"{MAX_TASKS:,}" in e.message
+    e = err_of(f"param N = {MAX_TASKS // OP_TASK_WEIGHT + 1}\n" + G % "  for i in 0..N { y{i} = relu(x) }")
+    assert "too large" in e.message and TASK_LIMITS in e.message
+    e = err_of(f"param N = {MAX_TASKS + 1}\n" + G % "  for i in 0..N { task t{i} cost { cpu0: 1 ms } }")
+    assert "too large" in e.message and f"{MAX_TASKS:,} with explicit costs" in e.message
     assert time.perf_counter() - t0 < 5
 
 

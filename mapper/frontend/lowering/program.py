@@ -36,14 +36,19 @@ from mapper.frontend.lowering.values import (
 )
 from mapper.frontend.parse import parse
 
-__all__ = ["lower", "MAX_TASKS", "MAX_LOOP_ITERATIONS"]
+__all__ = ["lower", "MAX_TASKS", "OP_TASK_WEIGHT", "TASK_LIMITS", "MAX_LOOP_ITERATIONS"]
 
 #: The file name endings an include may have: includes are task-graph programs (.tg) or fragments
 #: of them (.inc) only, so that no other file on the machine is read, or echoed in an error.
 INCLUDE_SUFFIXES = (".tg", ".inc")
-#: The most tasks one graph may have: lowering, fusion and a summary take some 0.1 ms and 2 KiB a
-#: task, so that a graph at the limit is checked in well under a minute and 1 GiB.
-MAX_TASKS = 200_000
+#: The most tasks one graph may have: a million tasks with explicit costs (huge workflows and
+#: generated DAGs, docs/huge.md), or a fifth as many tasks of ops, whose lowering, shape inference,
+#: fusion and summary take some 0.1 ms and 2 KiB each, so that a graph at either limit is checked in
+#: well under a minute and 1 GiB. An op task counts :data:`OP_TASK_WEIGHT` against the budget.
+MAX_TASKS = 1_000_000
+OP_TASK_WEIGHT = 5
+#: The two limits as the messages give them.
+TASK_LIMITS = f"{MAX_TASKS // OP_TASK_WEIGHT:,} tasks of ops, or {MAX_TASKS:,} with explicit costs"
 #: The most loop iterations one program may run (all loops together).
 MAX_LOOP_ITERATIONS = 10_000_000
 
@@ -117,6 +122,7 @@ class _Lowerer:
         self.iterations = 0
         self.instances: list[str] = []  # template call stack
         self.min_tasks_memo: dict[str, int] = {}
+        self.units = 0  # tasks so far, an op task counting OP_TASK_WEIGHT (MAX_TASKS)
         self.included: set[str] = set()
         self.ev = Evaluator(self.err)
         self.ann = Annotator(self.ev, self.err)
@@ -342,9 +348,9 @@ class _Lowerer:
             raise self.err(
                 f"too large: this loop runs at least {trip * (1 + iters):,} iterations "
                 f"(the limit is {MAX_LOOP_ITERATIONS:,} in all)", st.span)
-        if len(self.tasks) + trip * tasks > MAX_TASKS:
-            raise self.err(f"too large: this loop makes at least {trip * tasks:,} tasks "
-                           f"(the limit is {MAX_TASKS:,})", st.span)
+        if self.units + trip * tasks > MAX_TASKS:
+            raise self.err(f"too large: this loop makes more tasks than a graph may have (the limit is "
+                           f"{TASK_LIMITS})", st.span)
         self.iterations += trip
         values = scope.values
         try:
@@ -356,7 +362,8 @@ class _Lowerer:
 
     def _estimate(self, body: tuple[S.Stmt, ...], values: dict[str, Any],
                   templates: dict[str, S.TemplateDef]) -> tuple[int, int]:
-        """Lower bounds on (tasks, loop iterations) of one run of ``body``.
+        """Lower bounds on (tasks, loop iterations) of one run of ``body``, an op task counting
+        :data:`OP_TASK_WEIGHT` tasks.
 
         Inner loop bounds that cannot be evaluated yet count as empty loops.
         """
@@ -382,7 +389,7 @@ class _Lowerer:
         n = sum(self._call_tasks(a, templates) for a in call.args if isinstance(a, S.Call))
         t = templates.get(call.func)
         if t is None:
-            return n + 1
+            return n + OP_TASK_WEIGHT
         if t.name not in self.min_tasks_memo:
             self.min_tasks_memo[t.name] = 0  # a recursive template counts 0 (and fails later)
             self.min_tasks_memo[t.name] = self._estimate(t.body, self.params, templates)[0]
@@ -449,9 +456,9 @@ class _Lowerer:
             chain = self.instances[self.instances.index(t.name):] + [t.name]
             raise self.err("recursive template: " + " -> ".join(chain), call.span)
         need = self._call_tasks(call, templates)
-        if len(self.tasks) + need > MAX_TASKS:
-            raise self.err(f"too large: this call makes at least {need:,} tasks (the limit is {MAX_TASKS:,})",
-                           call.span)
+        if self.units + need > MAX_TASKS:
+            raise self.err(f"too large: this call makes more tasks than a graph may have (the limit is "
+                           f"{TASK_LIMITS})", call.span)
         tensor_params = [p for p in t.params if p.default is None]
         if len(operands) != len(tensor_params):
             raise self.err(f"template '{t.name}' takes {len(tensor_params)} tensor argument"
@@ -508,8 +515,9 @@ class _Lowerer:
         if name in self.task_names:
             first = self.tasks[self.task_names[name]].span
             raise self.err(f"duplicate task name '{name}'", span, f"first at {first}" if first else None)
-        if len(self.tasks) >= MAX_TASKS:
-            raise self.err(f"too large: more than {MAX_TASKS:,} tasks", span)
+        self.units += 1 if op == "task" else OP_TASK_WEIGHT
+        if self.units > MAX_TASKS:
+            raise self.err(f"too large: more tasks than a graph may have (the limit is {TASK_LIMITS})", span)
         allow, deny = scope.allow, scope.deny
         if annotations:
             fields, allow, deny = self.ann.annotate(annotations, scope.values, fields, allow, deny)
