@@ -2,7 +2,7 @@
 
     python benchmarks/collectives.py
 
-The model (mapper.cluster.comm) takes its efficiencies from NCCL's own topology
+The model (mapper.parallel.collectives) takes its efficiencies from NCCL's own topology
 constants (src/graph/topo.h: an A100 NVLink 3 link at 20 of 25 GB/s, a 100 Gb/s
 NIC at 12 of 12.5 GB/s), not from these measurements. Published figures, all
 for all-reduce of large messages (bus bandwidth as nccl-tests defines it in its
@@ -18,7 +18,7 @@ Model predictions do not depend on the machine's load.
 
 from __future__ import annotations
 
-from mapper.cluster.comm import bus_bandwidth, collective, network
+from mapper.parallel.collectives import bus_bandwidth, collective, network
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 

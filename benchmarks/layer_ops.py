@@ -13,7 +13,7 @@ reduce over 4 GPUs). Nothing is fitted to these rows.
 
 Each operator here is one task on ``dgx-a100``'s gpu0, priced by the cost model alone
 (``build_cost_table``: kernel time with its launch, no framework dispatch); the all-reduces by
-the collective model over 4 of the node's GPUs (mapper/cluster/comm.py). A decode step's small
+the collective model over 4 of the node's GPUs (mapper/parallel/collectives.py). A decode step's small
 element-wise ops take a few microseconds on the GPU; timed alone, one after another, a PyTorch
 op takes the longer of its kernel and the framework's dispatch, which ``--runtime eager`` puts at
 23 us an op (``EAGER_DISPATCH_US``, fitted on another source): the decode table prints both.
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mapper.cluster.comm import collective, network
 from mapper.costing.cost import build_cost_table
 from mapper.frontend.load import graph_from_text
+from mapper.parallel.collectives import collective, network
 from mapper.platform.loader import load_platform
 from mapper.serving.request import EAGER_DISPATCH_US
 

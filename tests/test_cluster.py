@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 from mapper.cli import main
-from mapper.cluster.comm import bus_bandwidth, collective, network, send
 from mapper.cluster.model import partition
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.schedule import orders, simulate, step_time
@@ -17,6 +16,7 @@ from mapper.costing.fusion import fuse_for
 from mapper.errors import InfeasibleError, OptionsError, PlatformError
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
+from mapper.parallel.collectives import bus_bandwidth, collective, network, send
 from mapper.parallel.layout import Layout, LayoutSpec, parse_layout
 from mapper.pipeline import compile_graph
 from mapper.platform.cluster import flat_platform, with_nodes
@@ -319,9 +319,9 @@ def test_progress_is_reported():
 def test_gpipe_keeps_every_micro_batch_and_1f1b_at_most_p():
     g, plat, ch = _choice({"tensor": 1, "pipeline": 4, "data": 4, "micro_batch": 1, "recompute": "none",
                            "zero": 0, "interleave": 1})
-    from mapper.cluster.comm import network
     from mapper.cluster.model import PlanModel
     from mapper.cluster.profile import Profile
+    from mapper.parallel.collectives import network
 
     prof = Profile(g, plat, "gpu0", lambda x: fuse_for(x, plat), "adam")
     model = PlanModel(prof, network(plat), 32, "adam", 80 * 2**30)

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from mapper.costing.cost import route_tables
 from mapper.costing.fusion import fuse_for
 from mapper.costing.training import training_step
 from mapper.engine.validate import validate
 from mapper.frontend.lowering.program import lower
 from mapper.frontend.parse import parse
 from mapper.parallel.check import compare_outputs
-from mapper.parallel.collectives import collective_time, launch_time, low_latency, step_latency
+from mapper.parallel.collectives import collective, network
 from mapper.parallel.gradients import synchronise
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import SplitError, split_graph
@@ -69,50 +68,6 @@ def dgx():
     return load_platform("dgx-a100")
 
 
-# -- collectives -------------------------------------------------------------------------
-def test_ring_allreduce_on_nvswitch_is_the_textbook_formula(dgx):
-    lat, spb, _ = route_tables(dgx)
-    gpus = [dgx.device_index(g) for g in GPUS]
-    n = 1e9
-    c = collective_time("allreduce", n, gpus, lat, spb)
-    assert c.algorithm == "ring"
-    assert c.seconds == pytest.approx(2 * 7 * (3e-6 + n / 8 / 300e9))
-    small = collective_time("allreduce", 1024, gpus, lat, spb)
-    assert small.algorithm == "tree"  # latency-bound: log2(8) steps beat 14
-    assert small.seconds == pytest.approx(3 * (3e-6 + 1024 / 300e9))
-    assert collective_time("allreduce", n, gpus[:1], lat, spb).seconds == 0.0
-    ag = collective_time("allgather", n, gpus, lat, spb)
-    assert ag.seconds == pytest.approx(min(7 * (3e-6 + n / 8 / 300e9), 3 * 3e-6 + 7 / 8 * n / 300e9))
-
-
-def test_the_low_latency_ring_is_a_third_choice_where_the_switch_gives_its_step(dgx):
-    lat, spb, _ = route_tables(dgx)
-    gpus = [dgx.device_index(g) for g in GPUS]
-    step = step_latency(dgx, GPUS)
-    assert step == pytest.approx(0.47e-6)  # the NVSwitch's step_latency_us
-    assert step_latency(dgx, ("cpu0", "gpu0")) is None  # the PCIe switches give none
-    ll = low_latency("allreduce", 1024, 8, step, 1 / 300e9)
-    assert ll == pytest.approx(3.6e-6 + 14 * 0.47e-6 + 2 * 7 / 8 * 1024 / (300e9 / 4))
-    for n in (1024, 2.0**20, 1e9):
-        both = collective_time("allreduce", n, gpus, lat, spb, step).seconds
-        assert both == pytest.approx(min(collective_time("allreduce", n, gpus, lat, spb).seconds,
-                                         low_latency("allreduce", n, 8, step, 1 / 300e9)))
-    fast = collective_time("allreduce", 1024, gpus, lat, spb, 0.1e-6)  # a step fast enough to beat the tree
-    assert fast.algorithm == "ring-ll" and fast.seconds == pytest.approx(low_latency("allreduce", 1024, 8, 0.1e-6,
-                                                                                     1 / 300e9))
-    assert low_latency("broadcast", 1024, 8, step, 1 / 300e9) is None  # an LL ring reduces or gathers
-    assert launch_time(dgx, GPUS) == pytest.approx(3e-6)
-
-
-def test_a_ring_through_pcie_pays_the_slowest_hop(dgx):
-    lat, spb, _ = route_tables(dgx)
-    mixed = [dgx.device_index("cpu0"), dgx.device_index("gpu0")]
-    c = collective_time("allreduce", 1e8, mixed, lat, spb)
-    # two devices: the ring's two half steps or one exchange of the whole vector, whichever is less
-    assert c.seconds == pytest.approx(min(2 * (10e-6 + 1e8 / 2 / 25e9), 10e-6 + 1e8 / 25e9))
-    assert c.algorithm == "tree"
-
-
 # -- roles -------------------------------------------------------------------------------
 def test_megatron_pairs_and_head_groups():
     g = graph_of(BLOCK)
@@ -155,10 +110,7 @@ def test_pieces_add_up_to_the_op_and_are_pinned(dgx):
     assert all(len(t.placement.allow) == 1 for t in s.tasks)
     ar = [t for t in s.tasks if t.op == "allreduce"]
     assert len(ar) == 2 * 2 * 2  # two pairs x two chunks x two ranks
-    lat, spb, _ = route_tables(dgx)
-    pair = ("gpu0", "gpu1")
-    want = collective_time("allreduce", ar[0].output.nbytes, [dgx.device_index(d) for d in pair],
-                           lat, spb, step_latency(dgx, pair)).seconds + launch_time(dgx, pair)
+    want = collective(network(dgx), "allreduce", ar[0].output.nbytes, 2, 2)[0]  # the plan models' price
     assert dict(ar[0].explicit_cost)[ar[0].placement.allow[0]] == pytest.approx(want)
     out = s.tasks[s.task_index("out")]
     assert out.op == "concat" and out.output == g.tasks[g.task_index("out")].output

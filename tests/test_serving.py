@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
-from mapper.cluster.comm import network
 from mapper.core.ops import infer
 from mapper.costing.cost import build_cost_table
 from mapper.costing.efficiency import EFF_MEMORY_GEMM
@@ -20,6 +19,7 @@ from mapper.frontend.lowering.program import lower
 from mapper.frontend.parse import parse
 from mapper.frontend.sources import ModelFile
 from mapper.mapping.base import MapOptions
+from mapper.parallel.collectives import network
 from mapper.pipeline import compile_graph
 from mapper.platform.loader import load_platform
 from mapper.serving.driver import Serving

@@ -180,7 +180,7 @@ def test_tokens_per_s_is_the_whole_jobs(tmp_path):
 # -- platforms -----------------------------------------------------------------------------------
 
 def test_nvl72_is_one_nvlink_domain_of_18_trays():
-    from mapper.cluster.comm import network
+    from mapper.parallel.collectives import network
     from mapper.platform.cluster import domain_view, flat_platform
 
     plat = with_nodes(load_platform("gb200-nvl72"), 36)

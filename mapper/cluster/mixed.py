@@ -24,12 +24,12 @@ from itertools import combinations, permutations
 
 import numpy as np
 
-from mapper.cluster.comm import collective, send
 from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition, state_bytes
 from mapper.cluster.profile import MAX_TENSOR
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
 from mapper.costing.training import OPTIMIZERS
+from mapper.parallel.collectives import collective, send
 from mapper.parallel.layout import RECOMPUTE, Layout
 
 

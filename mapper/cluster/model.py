@@ -1,5 +1,5 @@
 """The layer-level plan model: a layout's step time and memory per GPU from block prices
-(:mod:`mapper.cluster.profile`) and collectives (:mod:`mapper.cluster.comm`).
+(:mod:`mapper.cluster.profile`) and collectives (:mod:`mapper.parallel.collectives`).
 
 For a :class:`~mapper.parallel.layout.Layout` on ``N = t p d`` GPUs (tensor ranks
 innermost, then data, then pipeline, as Megatron-LM orders them) and a global
@@ -43,10 +43,10 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Any
 
-from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
+from mapper.parallel.collectives import Network, collective, send
 from mapper.parallel.layout import Layout
 
 GIB = float(2**30)

@@ -9,7 +9,7 @@ training step with its tensor-parallel collectives
 :func:`mapper.costing.cost.build_cost_table`; rank 0's times are summed. The kernels
 of a rank run one after another, so a block's forward time is the sum of its
 forward kernels (and likewise backward and update). Collectives are kept as
-``(kind, bytes)`` for the cluster's own pricing (:mod:`mapper.cluster.comm`).
+``(kind, bytes)`` for the cluster's own pricing (:mod:`mapper.parallel.collectives`).
 Without an optimizer the block is priced as inference prices it: its forward
 kernels in order (:mod:`mapper.serving`), no training step.
 

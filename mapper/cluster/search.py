@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mapper.cluster.comm import network
 from mapper.cluster.flops import attention_flops, model_flops
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import MAX_TENSOR, Profile, check_tensor
@@ -33,6 +32,7 @@ from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
+from mapper.parallel.collectives import network
 from mapper.parallel.layout import FREE, RECOMPUTE, Layout, LayoutSpec
 from mapper.parallel.rewrite import SplitError
 from mapper.platform.cluster import domain_view

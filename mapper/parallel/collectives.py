@@ -1,39 +1,60 @@
-"""Collectives priced on a platform: alpha-beta models of the ring and tree algorithms.
+"""Every collective, priced one way: by the task graphs the splitters build and by the plan models.
 
-A collective among ``k`` devices moves ``n`` bytes (the whole tensor) in
-steps; a step between two devices costs ``alpha + m beta`` for ``m`` bytes,
-with ``alpha`` the route's latency and ``beta`` its seconds per byte
-(:func:`mapper.costing.cost.route_tables`; a switch port's bandwidth is per
-direction, so the ring's simultaneous sends do not share a port). The
-formulas are those of Thakur, Rabenseifner and Gropp, "Optimization of
-Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, section 4,
-with ``L = ceil(log2 k)``:
+A group of ``k`` ranks, ``g`` on each of ``N = k / g`` nodes, moves ``n``
+bytes (the whole tensor; for an all-to-all, what one rank sends in all). A
+:class:`Network` says what a rank sees: inside a node its port of the switch
+that joins the group (``B_in`` per direction, times the switch's
+``collective_efficiency``: NCCL's own link model, src/graph/topo.h) and the
+switch's latency ``a_in``; across nodes its share of the node's NICs
+(``B_out = node bandwidth / GPUs per node``: every rank communicates at once in
+a training step) and the fabric's latency ``a_out``. :func:`network` reads a
+platform's (the plan models'); :func:`group` the network among some devices of
+a platform, cluster nodes flattened or not (the task graphs'). Both price with
+:func:`collective`, so a plan and the graph built from it agree.
 
-=============== ================================= ======================================
-collective      ring (Patarasuk and Yuan, 2009)   tree (recursive doubling / halving,
-                                                  binomial broadcast)
-=============== ================================= ======================================
-all-reduce      ``2 (k-1) (alpha + n/k beta)``    ``L (alpha + n beta)``
-all-gather      ``(k-1) (alpha + n/k beta)``      ``L alpha + (k-1)/k n beta``
-reduce-scatter  ``(k-1) (alpha + n/k beta)``      ``L alpha + (k-1)/k n beta``
-broadcast       ``(L + k-1) alpha + 2 (k-1)/k n   ``L (alpha + n beta)``
-                beta`` (scatter + all-gather)
-=============== ================================= ======================================
+The algorithms are Thakur, Rabenseifner and Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 19(1), 2005, section 4, and
+Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms", JPDC 69(2),
+2009, the cheapest chosen, as NCCL chooses by size. ``f`` is 2 for an
+all-reduce and 1 for an all-gather or a reduce-scatter (half its steps and
+bytes); ``L = ceil(log2 k)``:
 
-A ring step runs between neighbours, so the ring's ``alpha`` and ``beta``
-are the worst over consecutive devices in the given order; a tree pairs any
-two devices, so its are the worst over all pairs. The cheaper algorithm is
-chosen, as NCCL and MPI libraries choose by size.
+* **ring** over all ``k`` ranks at bus bandwidth ``min(B_in, g B_out)`` (the
+  ring crosses each node's boundary through its ``g`` ranks' NIC shares):
+  ``f (k-1)/k n / busbw + f (k-1) a`` (``a``: ``a_out`` once the ring leaves
+  the node); a broadcast pipelines ``n`` down the ring, ``(k-1) a + n / busbw``;
+* **low-latency ring** inside a node whose switch gives ``step_latency_us``
+  (``h``): NCCL's LL protocol, :func:`low_latency`, a fixed start of
+  :data:`LL_BASE_US` and ``h`` a step, at a quarter of the bandwidth for an
+  all-reduce and a third for the others (8-byte lines of which 4 are flags):
+  the constants of NCCL's tuning model (NVIDIA/nccl v2.12 src/graph/tuning.cc,
+  ``baseLat`` and ``hwLat`` of Ring/LL, the LL ``busBw`` factors). It wins for
+  the few kilobytes of tensor-parallel decoding;
+* across nodes, **hierarchical** (2-D): the reduce-scatter inside the node, the
+  ``n / g`` shard across nodes by recursive halving and doubling
+  (Rabenseifner: ``f (N-1)/N n/g / B_out + f ceil(log2 N) a_out``), the
+  all-gather inside the node;
+* across nodes, **tree** (recursive doubling, each step a whole exchange
+  through the rank's NIC share: all-reduce and broadcast ``L (a_out + n /
+  B_out)``, all-gather and reduce-scatter ``L a_out + (k-1)/k n / B_out``),
+  which wins for small messages over many nodes. Inside a node NCCL's trees are
+  chains, no shorter than its ring ("Massively Scale Your Deep Learning Training
+  with NCCL 2.4", NVIDIA, 2019), so none is priced there.
 
-Where the devices share a switch that gives ``step_latency_us`` (``h``), the
-library's low-latency protocol is a third choice (NCCL's LL, :func:`low_latency`):
-a ring whose steps cost ``h`` each after a fixed start of :data:`LL_BASE_US`, at
-a quarter of the bandwidth for an all-reduce and a third for an all-gather or a
-reduce-scatter (8-byte lines of which 4 are flags, and the ring's own overheads),
-the constants of NCCL's tuning model (NVIDIA/nccl v2.12, src/graph/tuning.cc:
-``baseLat`` and ``hwLat`` of Ring/LL, the LL ``busBw`` factors). It wins for
-the small messages of tensor-parallel decoding. Every collective is a kernel
-and pays its launch like any other (:func:`launch_time`).
+**All-to-all** (a mixture of experts' dispatch and combine) by pairwise exchange
+(Thakur et al. 2005, section 4.5): ``k - 1`` steps, each sending ``n/k`` to
+one other rank, ``g - 1`` of them inside the node and ``k - g`` across,
+``(g-1) (a_in + n/k / B_in) + (k-g) (a_out + n/k / B_out)``; across nodes also
+**hierarchically** (DeepSpeed-MoE, Rajbhandari et al., ICML 2022, section 5.3;
+Tutel, Hwang et al., MLSys 2023): an all-to-all inside the node gathers each
+destination node's data on one rank per lane, ``(g-1) (a_in + n/g / B_in)``,
+then the ranks of a lane exchange across nodes, ``(N-1) (a_out + n/N / B_out)``:
+as many bytes cross the fabric, in ``N - 1`` steps instead of ``k - g``.
+
+A **send** (point-to-point: a pipeline stage's activations) moves ``n`` at
+``a + n / B`` inside a node or across. Every collective is a kernel and pays
+its launch (the slowest device's ``launch_us``). Bus bandwidth is nccl-tests'
+definition (its doc/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -42,10 +63,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mapper.platform.devices import Platform
+from mapper.platform.devices import Platform, Switch
 
-#: The collectives :func:`collective_time` prices.
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
+GB = 1e9
+#: The collectives :func:`collective` prices.
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 #: Fixed start of a low-latency ring collective (NCCL v2.12 src/graph/tuning.cc, ``baseLat`` Ring/LL).
 LL_BASE_US = 3.6
 #: Share of the link's bandwidth the low-latency protocol moves data at (same file: ``busBw * 1/4``
@@ -54,36 +76,33 @@ LL_BANDWIDTH = {"allreduce": 0.25, "allgather": 1.0 / 3.0, "reducescatter": 1.0 
 
 
 @dataclass(frozen=True, slots=True)
-class Collective:
-    """A priced collective: seconds and the algorithm that gives them."""
+class Network:
+    """The bandwidths and latencies collectives see on a (cluster) platform."""
 
-    seconds: float
-    algorithm: str  # "ring" | "tree" | "local"
+    gpus_per_node: int
+    intra_gbs: float  # per rank and direction inside a node, efficiency applied
+    intra_latency: float  # seconds per step inside a node
+    node_gbs: float  # what a node's NICs carry per direction, efficiency applied
+    inter_latency: float  # seconds per step across nodes
+    nodes: int
+    intra_step: float | None = None  # seconds per low-latency step inside a node (None: not modelled)
+    launch: float = 0.0  # seconds to launch a collective's kernel
 
-
-def _worst(pairs: Sequence[tuple[int, int]], latency: Sequence[Sequence[float]],
-           sec_per_byte: Sequence[Sequence[float]]) -> tuple[float, float]:
-    alpha = max(latency[a][b] for a, b in pairs)
-    beta = max(sec_per_byte[a][b] for a, b in pairs)
-    return alpha, beta
+    @property
+    def rank_gbs(self) -> float:
+        """A rank's share of its node's NICs when every rank communicates."""
+        return self.node_gbs / self.gpus_per_node
 
 
 def low_latency(kind: str, nbytes: float, ranks: int, step: float, sec_per_byte: float) -> float | None:
     """Seconds of collective ``kind`` of ``nbytes`` over a ring of ``ranks`` by the low-latency
     protocol with ``step`` seconds per step and ``sec_per_byte`` on each link (module docstring);
-    None for a collective it does not run (broadcast)."""
+    None for a collective it does not run (broadcast, all-to-all)."""
     share = LL_BANDWIDTH.get(kind)
     if share is None or ranks <= 1:
         return None
     f = 2.0 if kind == "allreduce" else 1.0
     return LL_BASE_US * 1e-6 + f * (ranks - 1) * step + f * (ranks - 1) / ranks * nbytes * sec_per_byte / share
-
-
-def cheapest(kind: str, nbytes: float, ranks: int, step: float | None, sec_per_byte: float,
-             best: Collective) -> Collective:
-    """``best`` or, where a low-latency step is known (``step``) and its ring is cheaper, that ring."""
-    ll = low_latency(kind, nbytes, ranks, step, sec_per_byte) if step is not None else None
-    return Collective(ll, "ring-ll") if ll is not None and ll < best.seconds else best
 
 
 def step_latency(platform: Platform, names: Sequence[str]) -> float | None:
@@ -99,33 +118,148 @@ def launch_time(platform: Platform, names: Sequence[str]) -> float:
     return max((platform.devices[platform.device_index(n)].launch_us for n in names), default=0.0) * 1e-6
 
 
-def collective_time(kind: str, nbytes: float, devices: Sequence[int], latency: Sequence[Sequence[float]],
-                    sec_per_byte: Sequence[Sequence[float]], step: float | None = None) -> Collective:
-    """Time of collective ``kind`` over ``devices`` (indices, in ring order) on ``nbytes``.
+def _joining(platform: Platform, names: Sequence[str]) -> Switch | None:
+    """The fastest switch with a port for each of ``names`` (None: none)."""
+    best = None
+    for sw in platform.switches:
+        if set(names) <= set(sw.ports) and (best is None or sw.bandwidth_gbs > best.bandwidth_gbs):
+            best = sw
+    return best
 
-    ``latency[a][b]`` and ``sec_per_byte[a][b]`` are the route tables of
-    :func:`mapper.costing.cost.route_tables`; ``step`` the seconds per step of the
-    low-latency protocol (:func:`step_latency`; None: not modelled). One
-    device: nothing moves (0 s). The kernel's launch is the caller's.
-    """
+
+def _ring(platform: Platform, names: Sequence[str]) -> tuple[float, float]:
+    """GB/s and seconds per step of a ring over ``names`` in their order that no one switch joins:
+    the slowest neighbours' route (store-and-forward: its links' times add, each link at its
+    switch's ``collective_efficiency``); no route: 0 GB/s."""
+    eff = {sw.name: sw.collective_efficiency for sw in platform.switches}
+    gbs, lat = math.inf, 0.0
+    for i, a in enumerate(names):
+        route = platform.route(platform.device_index(a), platform.device_index(names[(i + 1) % len(names)]))
+        if route is None:
+            return 0.0, math.inf
+        links = [platform.links[x] for x in route]
+        spb = sum(1.0 / (link.bandwidth_gbs * eff.get(link.switch, 1.0)) for link in links)
+        gbs, lat = min(gbs, 1.0 / spb if spb > 0 else math.inf), max(lat, sum(x.latency_us for x in links) * 1e-6)
+    return gbs, lat
+
+
+def _inside(platform: Platform, names: Sequence[str]) -> tuple[float, float]:
+    """GB/s per rank and direction, and seconds per step, of collectives among ``names`` on one node."""
+    sw = _joining(platform, names)
+    if sw is not None:
+        return sw.bandwidth_gbs * sw.collective_efficiency, sw.latency_us * 1e-6
+    return _ring(platform, names)
+
+
+def network(platform: Platform, kind: str = "gpu") -> Network:
+    """The :class:`Network` of ``platform``'s devices of ``kind``: the fastest switch that joins them
+    (none: the slowest neighbours of their ring), and the cluster's fabric (none: one node)."""
+    gpus = [d.name for d in platform.devices if d.kind == kind]
+    intra, lat = _inside(platform, gpus) if len(gpus) > 1 else (math.inf, 0.0)
+    step, launch = step_latency(platform, gpus), launch_time(platform, gpus)
+    c = platform.cluster
+    if c is None:
+        return Network(max(1, len(gpus)), intra, lat, intra * len(gpus), lat, 1, step, launch)
+    return Network(max(1, len(gpus)), intra, lat, c.node_bandwidth_gbs, c.latency_us * 1e-6, c.nodes, step, launch)
+
+
+def _node_of(platform: Platform, name: str, names: Sequence[str]) -> frozenset[str]:
+    """The devices of ``names`` behind ``name``'s fastest switch (its node's NVSwitch, say, not the
+    fabric a flattened cluster joins its nodes by); just ``name`` where it has no switch."""
+    best: Switch | None = None
+    for sw in platform.switches:
+        if name in sw.ports and (best is None or sw.bandwidth_gbs > best.bandwidth_gbs):
+            best = sw
+    return frozenset(names) & frozenset(best.ports) if best is not None else frozenset((name,))
+
+
+def group(platform: Platform, names: Sequence[str]) -> tuple[Network, int]:
+    """The :class:`Network` collectives among devices ``names`` (in ring order) see, and how many of
+    them share a node. A device's node is its fastest switch; where the nodes split ``names`` evenly
+    and one (slower) switch joins them all, that switch is the fabric between the nodes (a
+    cluster's nodes flattened, :func:`mapper.platform.cluster.flat_platform`); otherwise the group
+    is one node."""
+    k = len(names)
+    launch = launch_time(platform, names)
+    nodes = {_node_of(platform, n, names) for n in names}
+    g = len(next(iter(nodes)))
+    fabric = _joining(platform, names) if len(nodes) > 1 else None
+    if fabric is not None and all(len(x) == g for x in nodes) and g * len(nodes) == k:
+        one = sorted(next(iter(nodes)), key=list(names).index)
+        intra, lat = _inside(platform, one) if g > 1 else (math.inf, 0.0)
+        share = fabric.bandwidth_gbs * fabric.collective_efficiency
+        return Network(g, intra, lat, share * g, fabric.latency_us * 1e-6, k // g,
+                       step_latency(platform, one) if g > 1 else None, launch), g
+    intra, lat = _inside(platform, names) if k > 1 else (math.inf, 0.0)
+    return Network(max(1, k), intra, lat, intra * k, lat, 1, step_latency(platform, names), launch), k
+
+
+def _seconds(nbytes: float, gbs: float) -> float:
+    return nbytes / (gbs * GB) if gbs > 0 else math.inf
+
+
+def _alltoall(net: Network, n: float, k: int, g: int) -> tuple[float, str]:
+    nodes = max(1, k // g)
+    flat = (g - 1) * (net.intra_latency + _seconds(n / k, net.intra_gbs)) \
+        + (k - g) * (net.inter_latency + _seconds(n / k, net.rank_gbs))
+    if nodes == 1 or g == 1:
+        return flat, "pairwise"
+    two_d = (g - 1) * (net.intra_latency + _seconds(n / g, net.intra_gbs)) \
+        + (nodes - 1) * (net.inter_latency + _seconds(n / nodes, net.rank_gbs))
+    return min((flat, "pairwise"), (two_d, "hierarchical"))
+
+
+def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int) -> tuple[float, str]:
+    """Seconds and algorithm of collective ``kind`` (:data:`COLLECTIVES`) of ``nbytes`` among
+    ``ranks`` ranks, ``per_node`` of them on each node, its kernel's launch included."""
     if kind not in COLLECTIVES:
         raise ValueError(f"unknown collective {kind!r}")
-    k = len(devices)
-    if k <= 1:
-        return Collective(0.0, "local")
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0, "local"
+    k, g = ranks, max(1, min(per_node, ranks))
+    nodes = max(1, k // g)
     n = float(nbytes)
-    ring_pairs = [(devices[i], devices[(i + 1) % k]) for i in range(k)]
-    all_pairs = [(a, b) for a in devices for b in devices if a != b]
-    ra, rb = _worst(ring_pairs, latency, sec_per_byte)
-    ta, tb = _worst(all_pairs, latency, sec_per_byte)
+    if kind == "alltoall":
+        seconds, algorithm = _alltoall(net, n, k, g)
+        return net.launch + seconds, algorithm
+    f = 2.0 if kind == "allreduce" else 1.0
+    b_in, b_out = net.intra_gbs, net.rank_gbs
+    if nodes == 1:
+        if kind == "broadcast":
+            return net.launch + (k - 1) * net.intra_latency + _seconds(n, b_in), "ring"
+        ring = f * (k - 1) / k * _seconds(n, b_in) + f * (k - 1) * net.intra_latency
+        ll = low_latency(kind, n, k, net.intra_step, _seconds(1.0, b_in)) if net.intra_step is not None else None
+        seconds, algorithm = (ll, "ring-ll") if ll is not None and ll < ring else (ring, "ring")
+        return net.launch + seconds, algorithm
+    busbw = min(b_in, g * b_out)
     steps = math.ceil(math.log2(k))
-    if kind == "allreduce":
-        ring = 2 * (k - 1) * (ra + n / k * rb)
-        tree = steps * (ta + n * tb)
-    elif kind in ("allgather", "reducescatter"):
-        ring = (k - 1) * (ra + n / k * rb)
-        tree = steps * ta + (k - 1) / k * n * tb
-    else:
-        ring = (steps + k - 1) * ra + 2 * (k - 1) / k * n * rb
-        tree = steps * (ta + n * tb)
-    return cheapest(kind, n, k, step, rb, Collective(ring, "ring") if ring <= tree else Collective(tree, "tree"))
+    if kind == "broadcast":
+        ring = (k - 1) * net.inter_latency + _seconds(n, busbw)
+        tree = steps * (net.inter_latency + _seconds(n, b_out))
+        return net.launch + min(ring, tree), "ring" if ring <= tree else "tree"
+    ring = f * (k - 1) / k * _seconds(n, busbw) + f * (k - 1) * net.inter_latency
+    inside = f * (g - 1) / g * _seconds(n, b_in) + f * (g - 1) * net.intra_latency if g > 1 else 0.0
+    across = f * (nodes - 1) / nodes * _seconds(n / g, b_out) + f * math.ceil(math.log2(nodes)) * net.inter_latency
+    tree = steps * (net.inter_latency + _seconds(n, b_out)) if f == 2.0 else \
+        steps * net.inter_latency + (k - 1) / k * _seconds(n, b_out)
+    seconds, algorithm = min((ring, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
+    return net.launch + seconds, algorithm
+
+
+def send(net: Network, nbytes: float, across_nodes: bool) -> float:
+    """Seconds to send ``nbytes`` from one rank to another (a pipeline stage's activations)."""
+    if nbytes <= 0:
+        return 0.0
+    if across_nodes:
+        return net.inter_latency + _seconds(nbytes, net.rank_gbs)
+    return net.intra_latency + _seconds(nbytes, net.intra_gbs)
+
+
+def bus_bandwidth(kind: str, nbytes: float, seconds: float, ranks: int) -> float:
+    """nccl-tests' bus bandwidth (GB/s) of a collective that took ``seconds`` (doc/PERFORMANCE.md:
+    all-reduce ``algbw 2 (k-1)/k``; all-gather, reduce-scatter and all-to-all ``algbw (k-1)/k``;
+    broadcast ``algbw``)."""
+    algbw = nbytes / seconds / GB
+    if kind == "broadcast":
+        return algbw
+    return algbw * (2 * (ranks - 1) / ranks if kind == "allreduce" else (ranks - 1) / ranks)

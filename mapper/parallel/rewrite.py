@@ -30,9 +30,8 @@ from typing import Any
 
 from mapper.core.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType
 from mapper.core.ops import OpError, infer
-from mapper.costing.cost import route_tables
 from mapper.errors import OptionsError
-from mapper.parallel.collectives import collective_time, launch_time, step_latency
+from mapper.parallel.collectives import Network, collective, group
 from mapper.parallel.plan import Plan
 from mapper.parallel.roles import Region, batch_blocker, region_starts, spans_batch, tensor_regions, uncut
 from mapper.platform.devices import Platform
@@ -84,8 +83,8 @@ class _Builder:
         self.edges: dict[tuple[int, int], tuple[float, float | None, str]] = {}
         self.index = {d.name: d.index for d in platform.devices}
         self.kinds = {d.name: d.kind for d in platform.devices}
-        self.lat, self.spb, _ = route_tables(platform)
         self.platform = platform
+        self.groups: dict[tuple[str, ...], tuple[Network, int]] = {}
 
     def add(self, task: Task) -> int:
         self.tasks.append(replace(task, index=len(self.tasks)))
@@ -106,9 +105,10 @@ class _Builder:
         """Seconds of collective ``kind`` among ``devices``, its kernel's launch included."""
         if len(devices) <= 1:
             return 0.0
-        step = step_latency(self.platform, devices)
-        return (collective_time(kind, nbytes, [self.index[d] for d in devices], self.lat, self.spb, step).seconds
-                + launch_time(self.platform, devices))
+        if devices not in self.groups:
+            self.groups[devices] = group(self.platform, devices)
+        net, per_node = self.groups[devices]
+        return collective(net, kind, nbytes, len(devices), per_node)[0]
 
     def operand(self, src: int) -> Operand:
         t = self.tasks[src]

@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mapper.cluster.comm import Network, network
 from mapper.cluster.plan_graph import replica_platform
 from mapper.cluster.profile import BlockCost
 from mapper.core.graph import TaskGraph
@@ -18,6 +17,7 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.frontend.sources import ModelFile, is_model
 from mapper.frontend.syntax import ParamDecl, Program
 from mapper.mapping.base import MapResult, Progress
+from mapper.parallel.collectives import Network, network
 from mapper.parallel.layout import FREE, LayoutSpec, requested
 from mapper.platform.devices import Platform
 from mapper.serving.batch import search_batch

@@ -5,7 +5,7 @@ Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarath
 2024) as one batch of ``n`` tokens. Its kernels split in two:
 
 * every kernel but attention works on the ``n`` tokens alone (the GEMMs, norms, rotary, the
-  tensor-parallel all-reduces, priced by :func:`mapper.cluster.comm.collective`): each block is
+  tensor-parallel all-reduces, priced by :func:`mapper.parallel.collectives.collective`): each block is
   priced by the same cost model as ``--inference`` (:class:`mapper.cluster.profile.Profile`,
   forward only) at :data:`POINTS` token counts and interpolated linearly between them; the last
   block, when it holds no attention (the final norm and the LM head), runs on the sequences that
@@ -35,12 +35,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.model import RESERVE, partition
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
+from mapper.parallel.collectives import Network, collective, send
 from mapper.platform.devices import Platform
 from mapper.serving.precision import stored_fraction
 from mapper.serving.runtimes import Runtime

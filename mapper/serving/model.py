@@ -11,7 +11,7 @@ plans price theirs.
 A layout of ``t`` tensor ranks, ``p`` pipeline stages and ``m`` micro-batches:
 
 * a stage's time is its blocks' kernels, in order, with their tensor-parallel
-  all-reduces on the critical path (:func:`mapper.cluster.comm.collective`),
+  all-reduces on the critical path (:func:`mapper.parallel.collectives.collective`),
   issued by the runtime (:func:`mapper.serving.request.stream_time`), plus the
   send of its output to the next stage (each tensor rank sends ``1/t``);
 * the prefill of ``m`` micro-batches through ``p`` stages takes the sum of the
@@ -42,11 +42,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from mapper.cluster.comm import Network, collective, send
 from mapper.cluster.model import RESERVE, partition
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
+from mapper.parallel.collectives import Network, collective, send
 from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
 
 

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mapper.cluster.comm import Network
 from mapper.core.graph import TaskGraph
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.frontend.sources import ModelFile
+from mapper.parallel.collectives import Network
 from mapper.platform.devices import Platform
 from mapper.serving.inflight import Run, Scheduler, Served, simulate
 from mapper.serving.iteration import Prices, StepModel
@@ -183,12 +183,12 @@ def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform
                fuse: str = "auto", precision: str | None = None, kv_precision: str | None = None) -> Server:
     """The :class:`Server` of the DSL model ``src`` (params SEQ, BATCH, CACHE) on ``platform``'s GPUs,
     weights and cache in ``precision`` and ``kv_precision`` (:mod:`mapper.serving.precision`)."""
-    from mapper.cluster.comm import network
     from mapper.costing.fusion import fuse_for
     from mapper.costing.precision import require_format
     from mapper.frontend.load import read_program
     from mapper.frontend.parse import parse
     from mapper.frontend.sources import is_model
+    from mapper.parallel.collectives import network
     from mapper.platform.loader import load_platform
     from mapper.serving.driver import lowerer
     from mapper.serving.precision import KV, kv_format, weight_format
