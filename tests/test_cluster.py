@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 from mapper.cli import main
-from mapper.cluster.model import partition
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.cluster.search import plan_cluster
@@ -16,6 +15,7 @@ from mapper.costing.fusion import fuse_for
 from mapper.errors import InfeasibleError, OptionsError, PlatformError
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
+from mapper.mapping.pipeline import partition, pipelined
 from mapper.parallel.collectives import bus_bandwidth, collective, network, send
 from mapper.parallel.layout import Layout, LayoutSpec, parse_layout
 from mapper.pipeline import compile_graph
@@ -148,6 +148,16 @@ def test_partition_is_contiguous_and_balanced():
     starts = partition([1, 1, 1, 1, 4, 1, 1, 1], 3)
     assert starts == (0, 4, 5)
     assert partition([1.0] * 3, 4) is None
+    # stages may start only where allowed (the single-node splitter: never inside a tensor region)
+    assert partition([1, 1, 1, 1, 4, 1, 1, 1], 3, allowed=[2, 6]) == (0, 2, 6)
+    assert partition([1, 1, 1, 1, 4, 1, 1, 1], 3, allowed=[2, 4, 6]) == (0, 4, 6)
+    assert partition([1.0] * 8, 3, allowed=[4]) is None
+
+
+def test_one_pipeline_formula():
+    assert pipelined(10.0, 4.0, 3) == 18.0  # the sum, then m - 1 more of the slowest
+    assert pipelined(10.0, 4.0, 3, 2) == 3 * 4.0 + 6.0 / 2  # interleaved: the bubble over v
+    assert step_time([1.0, 4.0, 2.0, 3.0], 3, 1) == pipelined(10.0, 4.0, 3)
 
 
 # -- layouts and the plan model ----------------------------------------------------------------
@@ -427,7 +437,7 @@ def test_mixed_partition_is_the_best_contiguous_split():
     """Against every contiguous split, for stages priced on different kinds in a fixed order."""
     import itertools
 
-    from mapper.cluster.model import stage_partition
+    from mapper.mapping.pipeline import stage_partition
 
     rng = __import__("random").Random(4)
     for _ in range(40):

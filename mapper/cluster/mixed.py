@@ -8,7 +8,7 @@ against its own GPU, as Metis (Um et al., USENIX ATC'24) and AMP (Li et al.,
 NeurIPS 2022) place stages on heterogeneous groups. For one order of kinds the
 split is exact under the model (:mod:`mapper.cluster.split`); a layout whose
 least bottleneck cannot beat the best step so far keeps the bottleneck split
-(:func:`mapper.cluster.model.stage_partition`) and a bound over every split. Sends between
+(:func:`mapper.mapping.pipeline.stage_partition`) and a bound over every split. Sends between
 stages of different kinds cross the fleet's ``[between]`` fabric; each
 stage's gradients are synchronised among its ``d`` replicas, all of one kind.
 
@@ -24,12 +24,13 @@ from itertools import combinations, permutations
 
 import numpy as np
 
-from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, stage_partition, state_bytes
+from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, state_bytes
 from mapper.cluster.profile import MAX_TENSOR
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
 from mapper.costing.training import OPTIMIZERS
-from mapper.parallel.collectives import collective, send
+from mapper.mapping.pipeline import stage_partition
+from mapper.parallel.collectives import collective, ring, send
 from mapper.parallel.layout import RECOMPUTE, Layout
 
 
@@ -333,11 +334,11 @@ def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: f
     pbytes = sum(c.param_bytes for c in costs[0])
     params = sum(c.params for c in costs[0])
     # one ring over all replicas: each kind's NIC share, and the link between kinds
-    ring = max(collective(k.model.net, "allreduce", pbytes, d, min(d, max(1, k.model.net.gpus_per_node // t)))[0]
+    allreduce = max(collective(k.model.net, "allreduce", pbytes, d, min(d, max(1, k.model.net.gpus_per_node // t)))[0]
                for k in kinds)
     gpn = max(k.model.net.gpus_per_node for k in kinds)
-    ring = max(ring, 2 * (d - 1) / d * pbytes / (between_gbs * 1e9 * min(t, gpn) / gpn))
-    exposed = max(ring - sum(times[slow][1]), ring / max(1, math.ceil(pbytes / BUCKET)))
+    allreduce = max(allreduce, ring("allreduce", pbytes, d, between_gbs * min(t, gpn) / gpn, 0.0))  # its latency aside
+    exposed = max(allreduce - sum(times[slow][1]), allreduce / max(1, math.ceil(pbytes / BUCKET)))
     update = max(sum(c.update for c in cs) for cs in costs) / (d if lay.zero else 1)
     worst: tuple[float, dict[str, float], float] | None = None
     for km in kinds:

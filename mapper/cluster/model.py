@@ -6,7 +6,7 @@ innermost, then data, then pipeline, as Megatron-LM orders them) and a global
 batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
 
 * the blocks are cut into ``p v`` contiguous chunks of balanced time
-  (:func:`partition`, Bokhari's bottleneck partition by bisection): stages are
+  (:func:`mapper.mapping.pipeline.partition`, Bokhari's bottleneck partition by bisection): stages are
   uneven in layers when blocks differ (the embedding and the LM head);
 * a chunk's time per micro-batch is its blocks' forward and backward kernels,
   their tensor-parallel collectives (on the critical path), the recomputation
@@ -36,16 +36,14 @@ library workspaces and communication buffers.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate
 from typing import Any
 
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
+from mapper.mapping.pipeline import partition
 from mapper.parallel.collectives import Network, collective, send
 from mapper.parallel.layout import Layout
 
@@ -121,60 +119,6 @@ class Estimate:
                 "sync_time": self.sync, "fits": self.fits, "peak_memory": {**self.memory, "total": self.peak},
                 **({"stage_kinds": list(self.kinds)} if self.kinds else {}),
                 "stage_blocks": list(self.chunks)}
-
-
-def partition(weights: list[float], parts: int) -> tuple[int, ...] | None:
-    """Start indices of ``parts`` contiguous non-empty groups of ``weights`` whose largest sum is
-    least (:func:`stage_partition` with one kind of stage)."""
-    return stage_partition([weights], [0] * parts)
-
-
-def stage_partition(weights: list[list[float]], order: list[int],
-                    extra: Sequence[Sequence[float]] | None = None) -> tuple[int, ...] | None:
-    """Start block of each of ``len(order)`` contiguous non-empty stages, stage ``s`` weighing its
-    blocks by ``weights[order[s]]`` (a stage priced on its own kind of GPU) plus ``extra[s][end]``
-    (its send to the next stage, which depends on where it ends; at least 0), whose largest stage
-    is least: bisection on the bottleneck with a greedy check, which is exact for stages in a
-    fixed order (Bokhari, IEEE TC 1988; a stage that starts later never costs the stages after it
-    more, so the farthest end within the bottleneck is the greedy's choice). None when there are
-    more stages than blocks."""
-    n, parts = len(weights[0]), len(order)
-    if parts > n:
-        return None
-    prefix = [[0.0, *accumulate(w)] for w in weights]
-    sends = extra
-
-    def greedy(limit: float) -> tuple[int, ...] | None:
-        starts, i = [], 0
-        for k, kind in enumerate(order):
-            starts.append(i)
-            left = parts - k - 1  # stages still to come need a block each
-            pre = prefix[kind]
-            j = min(bisect.bisect_right(pre, pre[i] + limit, lo=i + 1) - 1, n - left)
-            if sends is not None:
-                ex = sends[k]
-                while j > i and pre[j] - pre[i] + ex[j] > limit:
-                    j -= 1
-            if j <= i:
-                return None
-            i = j
-        return tuple(starts) if i == n else None
-
-    lo = max(min(w[b] for w in weights) for b in range(n))  # some stage holds each block
-    hi = max(p[-1] for p in prefix)
-    if sends is not None:
-        hi += max(max(row) for row in sends)
-    best = greedy(hi * (1 + 1e-9))
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        cut = greedy(mid)
-        if cut is not None:
-            best, hi = cut, mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-7 * hi:
-            break
-    return best
 
 
 class PlanModel:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from mapper.mapping.pipeline import pipelined
+
 Op = tuple[str, int, int]
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -93,5 +95,4 @@ def simulate(order: Sequence[Sequence[Op]], duration: Callable[[Op], float],
 def step_time(per_rank: Sequence[float], m: int, v: int) -> float:
     """A step's pipeline time from each rank's time per micro-batch (all its chunks, forward and
     backward): ``m T_max + (sum T - T_max) / v`` (module docstring)."""
-    top = max(per_rank)
-    return m * top + (sum(per_rank) - top) / v
+    return pipelined(sum(per_rank), max(per_rank), m, v)

@@ -4,7 +4,7 @@ A 1F1B step of ``m`` micro-batches over stages of ``T_s`` seconds each (per
 micro-batch, forward and backward, the send to the next stage included) takes
 ``m max T + (sum T - max T)`` (:func:`mapper.cluster.schedule.step_time`). With
 ``m`` large the bottleneck decides, and the bisection of
-:func:`mapper.cluster.model.stage_partition` is exact; with few micro-batches
+:func:`mapper.mapping.pipeline.stage_partition` is exact; with few micro-batches
 the sum weighs as much, and on stages of different kinds the sum depends on
 which layers each kind holds. So the split minimises
 ``(m - 1) max T + sum T`` over every contiguous split whose stages fit their
@@ -26,6 +26,8 @@ gradient synchronisation after the pipeline is priced for the split chosen.
 from __future__ import annotations
 
 import numpy as np
+
+from mapper.mapping.pipeline import pipelined
 
 INF = float("inf")
 
@@ -73,7 +75,7 @@ def exact_split(cost: list[np.ndarray], micro_batches: int, cap: float = INF) ->
     def value(found: tuple[float, tuple[int, ...]]) -> tuple[float, float]:
         total, starts = found
         top = max(float(c[a, e]) for c, a, e in zip(cost, starts, (*starts[1:], n)))
-        return weight * top + total, top
+        return pipelined(total, top, micro_batches), top
 
     least = _min_sum(cost, INF)
     at_floor = _min_sum(cost, np.nextafter(floor_, INF))

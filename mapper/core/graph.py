@@ -8,6 +8,7 @@ and edges are referred to by their integer index. The lowerer builds a
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any
@@ -31,6 +32,28 @@ DTYPE_BYTES: dict[str, int] = {
 #: Bytes of one CSR index (column index and row pointer), int32.
 CSR_INDEX_BYTES = 4
 
+
+
+def topological_order(succ: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Kahn's algorithm (A. B. Kahn, "Topological sorting of large networks", CACM 5(11), 1962),
+    smallest index first (deterministic), over nodes ``0 .. n-1`` whose successors ``succ[i]``
+    lists: the order of the nodes it reaches, and each node's in-degree left (above 0: on a
+    cycle or after one; the order then misses it)."""
+    indeg = [0] * len(succ)
+    for out in succ:
+        for d in out:
+            indeg[d] += 1
+    heap = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        i = heapq.heappop(heap)
+        order.append(i)
+        for d in succ[i]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(heap, d)
+    return order, indeg
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
@@ -233,19 +256,8 @@ class TaskGraph:
         object.__setattr__(self, "topo_order", self._toposort())
 
     def _toposort(self) -> tuple[int, ...]:
-        """Kahn's algorithm, smallest index first (deterministic)."""
-        indeg = [len(p) for p in self.preds]
-        heap = [i for i, d in enumerate(indeg) if d == 0]
-        heapq.heapify(heap)
-        order: list[int] = []
-        while heap:
-            i = heapq.heappop(heap)
-            order.append(i)
-            for e in self.succs[i]:
-                d = self.edges[e].dst
-                indeg[d] -= 1
-                if indeg[d] == 0:
-                    heapq.heappush(heap, d)
+        """:func:`topological_order` of the tasks."""
+        order, indeg = topological_order([[self.edges[e].dst for e in s] for s in self.succs])
         if len(order) != len(self.tasks):
             stuck = [self.tasks[i].name for i, d in enumerate(indeg) if d > 0]
             raise InputError(

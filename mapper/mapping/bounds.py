@@ -10,6 +10,7 @@ from mapper.costing.cost import CostTable
 from mapper.engine.schedule import ScheduleOptions
 from mapper.mapping.bin_bound import bin_packing_bound
 from mapper.mapping.orders import allowed_devices
+from mapper.mapping.pipeline import pipelined
 
 INF = math.inf
 #: Edges per vectorised step of :func:`path_bound` (each takes ``D x D`` floats).
@@ -266,7 +267,7 @@ def compute_lower_bound(cost: CostTable, objective: str, options: ScheduleOption
         busiest = max(max(w), class_load_bound(cost, allowed, w), fractional_load_bound(cost, allowed))
         if cost.platform.throughput_model == "1f1b":
             m = cost.platform.micro_batches
-            return (sum(w) + (m - 1) * busiest) / m
+            return pipelined(sum(w), busiest, m) / m
         return busiest
     if objective == "deadline":
         g = cost.graph

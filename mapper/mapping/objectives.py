@@ -72,6 +72,7 @@ from mapper.core.units import fmt_bytes, fmt_time
 from mapper.costing.cost import CostTable
 from mapper.engine.schedule import Schedule
 from mapper.errors import OptionsError
+from mapper.mapping.pipeline import pipelined
 
 OBJECTIVE_NAMES = ("makespan", "energy", "throughput", "deadline")
 
@@ -149,7 +150,7 @@ def period_of(cost: CostTable, load: Sequence[float]) -> float:
     """The period of per-device loads under the platform's throughput model."""
     if cost.platform.throughput_model == "1f1b":
         m = cost.platform.micro_batches
-        return (sum(load) + (m - 1) * max(load, default=0.0)) / m
+        return pipelined(sum(load), max(load, default=0.0), m) / m
     return max(load, default=0.0)
 
 
@@ -162,7 +163,7 @@ def pipeline_notes(schedule: Schedule, objective: str) -> tuple[str, ...]:
     load = device_loads(schedule)
     m = cost.platform.micro_batches
     stash = pipeline_stash(schedule)
-    iteration = sum(load) + (m - 1) * max(load, default=0.0)
+    iteration = pipelined(sum(load), max(load, default=0.0), m)
     names = cost.platform.devices
     stages = ", ".join(f"{names[d].name} ({k} in flight, {fmt_bytes(b)} stashed)" for d, k, b in stash)
     bubble = 1 - m * max(load, default=0.0) / iteration if iteration > 0 else 0.0

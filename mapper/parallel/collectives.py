@@ -198,6 +198,14 @@ def _seconds(nbytes: float, gbs: float) -> float:
     return nbytes / (gbs * GB) if gbs > 0 else math.inf
 
 
+def ring(kind: str, nbytes: float, ranks: int, gbs: float, latency: float) -> float:
+    """Seconds of a ring all-reduce (``f`` 2), all-gather or reduce-scatter (``f`` 1) of ``nbytes``
+    over ``ranks`` at ``gbs`` a rank and direction and ``latency`` a step (Patarasuk and Yuan,
+    2009): ``f (k-1)/k n / B + f (k-1) a``."""
+    f = 2.0 if kind == "allreduce" else 1.0
+    return f * (ranks - 1) / ranks * _seconds(nbytes, gbs) + f * (ranks - 1) * latency
+
+
 def _alltoall(net: Network, n: float, k: int, g: int) -> tuple[float, str]:
     nodes = max(1, k // g)
     flat = (g - 1) * (net.intra_latency + _seconds(n / k, net.intra_gbs)) \
@@ -227,22 +235,22 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     if nodes == 1:
         if kind == "broadcast":
             return net.launch + (k - 1) * net.intra_latency + _seconds(n, b_in), "ring"
-        ring = f * (k - 1) / k * _seconds(n, b_in) + f * (k - 1) * net.intra_latency
+        simple = ring(kind, n, k, b_in, net.intra_latency)
         ll = low_latency(kind, n, k, net.intra_step, _seconds(1.0, b_in)) if net.intra_step is not None else None
-        seconds, algorithm = (ll, "ring-ll") if ll is not None and ll < ring else (ring, "ring")
+        seconds, algorithm = (ll, "ring-ll") if ll is not None and ll < simple else (simple, "ring")
         return net.launch + seconds, algorithm
     busbw = min(b_in, g * b_out)
     steps = math.ceil(math.log2(k))
     if kind == "broadcast":
-        ring = (k - 1) * net.inter_latency + _seconds(n, busbw)
+        chain = (k - 1) * net.inter_latency + _seconds(n, busbw)
         tree = steps * (net.inter_latency + _seconds(n, b_out))
-        return net.launch + min(ring, tree), "ring" if ring <= tree else "tree"
-    ring = f * (k - 1) / k * _seconds(n, busbw) + f * (k - 1) * net.inter_latency
-    inside = f * (g - 1) / g * _seconds(n, b_in) + f * (g - 1) * net.intra_latency if g > 1 else 0.0
+        return net.launch + min(chain, tree), "ring" if chain <= tree else "tree"
+    flat = ring(kind, n, k, busbw, net.inter_latency)
+    inside = ring(kind, n, g, b_in, net.intra_latency) if g > 1 else 0.0
     across = f * (nodes - 1) / nodes * _seconds(n / g, b_out) + f * math.ceil(math.log2(nodes)) * net.inter_latency
     tree = steps * (net.inter_latency + _seconds(n, b_out)) if f == 2.0 else \
         steps * net.inter_latency + (k - 1) / k * _seconds(n, b_out)
-    seconds, algorithm = min((ring, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
+    seconds, algorithm = min((flat, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
     return net.launch + seconds, algorithm
 
 

@@ -44,6 +44,7 @@ from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_n, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
 from mapper.engine.memory import peak_memory
 from mapper.errors import InfeasibleError, OptionsError
+from mapper.mapping.pipeline import partition
 from mapper.parallel.gradients import synchronise
 from mapper.parallel.plan import Plan, check_parallel
 from mapper.parallel.rewrite import Split, SplitError, split_graph
@@ -178,42 +179,12 @@ def ranked_devices(cost: CostTable) -> list[str]:
 
 
 def balanced_cuts(graph: TaskGraph, weights: list[float], stages: int, allowed: set[int]) -> tuple[int, ...] | None:
-    """Cut positions (in ``graph.topo_order``) for ``stages`` contiguous stages whose largest weight sum is least."""
-    order = [weights[t] for t in graph.topo_order]
+    """Cut positions (in ``graph.topo_order``) for ``stages`` contiguous stages whose largest weight sum is
+    least, each at a position of ``allowed`` (:func:`mapper.mapping.pipeline.partition`)."""
     if stages == 1:
         return ()
-    if stages > len(order):
-        return None
-
-    def greedy(limit: float) -> tuple[int, ...] | None:
-        cuts: list[int] = []
-        acc, last_ok = 0.0, None
-        for pos, w in enumerate(order):
-            if pos in allowed and pos > (cuts[-1] if cuts else 0):
-                last_ok = pos
-            if acc + w > limit and pos > 0:
-                if last_ok is None or w > limit:
-                    return None
-                cuts.append(last_ok)
-                acc = sum(order[last_ok:pos])
-                last_ok = None
-                if len(cuts) >= stages:
-                    return None
-            acc += w
-        return tuple(cuts) if acc <= limit else None
-
-    lo, hi = max(order), sum(order)
-    best = greedy(hi)
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        cuts = greedy(mid)
-        if cuts is not None:
-            best, hi = cuts, mid
-        else:
-            lo = mid
-    if best is None or len(best) != stages - 1:
-        return None
-    return best
+    starts = partition([weights[t] for t in graph.topo_order], stages, sorted(allowed))
+    return starts[1:] if starts is not None else None
 
 
 def _allowed_cuts(graph: TaskGraph, tensor: int) -> set[int]:

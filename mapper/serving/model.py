@@ -42,10 +42,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from mapper.cluster.model import RESERVE, partition
+from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
+from mapper.mapping.pipeline import partition, pipelined
 from mapper.parallel.collectives import Network, collective, send
 from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
 
@@ -236,7 +237,7 @@ class ServingModel:
         if starts is None:
             return None
         pre = self.stage_times("prefill", lay, starts)
-        ttft = sum(pre) + (m - 1) * max(pre)
+        ttft = pipelined(sum(pre), max(pre), m)
         first: tuple[float, ...] = ()
         last: tuple[float, ...] = ()
         decode = 0.0

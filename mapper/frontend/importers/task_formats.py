@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mapper.core.files import Unreadable, read_text
-from mapper.core.graph import Edge, Task, TaskGraph
+from mapper.core.graph import Edge, Task, TaskGraph, topological_order
 from mapper.errors import InputError, SourceSpan
 from mapper.frontend.importers.dsl_writer import comment_text, dsl_name, dsl_names, graph_to_dsl
 from mapper.frontend.lowering.values import MAX_SECONDS, MIN_SECONDS
@@ -120,22 +120,14 @@ class _Collector:
 
 
 def _acyclic(c: _Collector) -> None:
-    succ: dict[str, list[str]] = {n: [] for n in c.nodes}
-    indeg = {n: 0 for n in c.nodes}
+    names = list(c.nodes)
+    at = {n: i for i, n in enumerate(names)}
+    succ: list[list[int]] = [[] for _ in names]
     for a, b in c.edges:
-        succ[a].append(b)
-        indeg[b] += 1
-    ready = [n for n, d in indeg.items() if d == 0]
-    seen = 0
-    while ready:
-        n = ready.pop()
-        seen += 1
-        for m in succ[n]:
-            indeg[m] -= 1
-            if indeg[m] == 0:
-                ready.append(m)
-    if seen < len(c.nodes):
-        n = next(n for n, d in indeg.items() if d > 0)
+        succ[at[a]].append(at[b])
+    order, indeg = topological_order(succ)
+    if len(order) < len(names):
+        n = next(names[i] for i, d in enumerate(indeg) if d > 0)
         raise _fail(c.file, *c.where[n], f"the edges form a cycle through node {n!r}: a task graph is acyclic")
 
 

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, replace
 
 from mapper.core.files import Unreadable, read_text
-from mapper.core.graph import Edge, Task, TaskGraph
+from mapper.core.graph import Edge, Task, TaskGraph, topological_order
 from mapper.errors import InputError
 from mapper.frontend.importers.dsl_writer import dsl_name, dsl_names
 from mapper.frontend.importers.json_input import JsonReader, load_json
@@ -271,17 +271,9 @@ def _assemble(js: JsonReader, name: str, schema: str,
 def _check_acyclic(js: JsonReader, tasks: tuple[WfTask, ...], edges: list[tuple[int, int, float]]) -> None:
     n = len(tasks)
     succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
     for p, c, _ in edges:
         succ[p].append(c)
-        indeg[c] += 1
-    stack = [i for i in range(n) if indeg[i] == 0]
-    while stack:
-        i = stack.pop()
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
+    _, indeg = topological_order(succ)
     left = [i for i in range(n) if indeg[i] > 0]
     if not left:
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapper.core.graph import Edge, Task
+from mapper.core.graph import Edge, Task, topological_order
 from mapper.errors import SourceSpan
 from mapper.frontend.lowering.values import ErrorAt
 
@@ -61,22 +61,9 @@ def check_cycles(tasks: list[Task], explicit: list[ExplicitEdge], err: ErrorAt) 
 
     def cyclic(k: int) -> bool:
         succ = [list(s) for s in base]
-        indeg = [0] * n
         for e in explicit[:k]:
             succ[e.src].append(e.dst)
-        for s in succ:
-            for d in s:
-                indeg[d] += 1
-        stack = [i for i in range(n) if indeg[i] == 0]
-        seen = 0
-        while stack:
-            i = stack.pop()
-            seen += 1
-            for d in succ[i]:
-                indeg[d] -= 1
-                if indeg[d] == 0:
-                    stack.append(d)
-        return seen < n
+        return len(topological_order(succ)[0]) < n
 
     if not cyclic(len(explicit)):
         return

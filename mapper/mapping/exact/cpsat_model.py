@@ -68,6 +68,7 @@ from mapper.costing.cost import INF, CostTable
 from mapper.mapping.exact.cpsat_orders import add_fixed_orders, fork_join_parts, precedence_order
 from mapper.mapping.exact.cpsat_transfers import add_idle_times, add_transfers, every_transfer_uniform
 from mapper.mapping.orders import allowed_devices, canonical_devices, identical_device_classes, pooled_classes
+from mapper.mapping.pipeline import pipelined
 
 #: Model time units per upper bound (rounding loses at most 2n units on a path).
 SCALE = 2**30
@@ -292,7 +293,7 @@ def _build(cost: CostTable, objective: str, upper: float, *, memory: bool, area:
         period = m.new_int_var(0, horizon * (n + len(cost.graph.edges) + 1), "period")
         m.add_max_equality(period, loads)
         if micro_batches > 1:
-            m.minimize((micro_batches - 1) * period + sum(loads))
+            m.minimize(pipelined(sum(loads), period, micro_batches))
             obj_k = k * micro_batches
         else:
             m.minimize(period)
