@@ -34,12 +34,14 @@ bytes); ``L = ceil(log2 k)``:
   ``n / g`` shard across nodes by recursive halving and doubling
   (Rabenseifner: ``f (N-1)/N n/g / B_out + f ceil(log2 N) a_out``), the
   all-gather inside the node;
-* across nodes, **tree** (recursive doubling, each step a whole exchange
-  through the rank's NIC share: all-reduce and broadcast ``L (a_out + n /
-  B_out)``, all-gather and reduce-scatter ``L a_out + (k-1)/k n / B_out``),
-  which wins for small messages over many nodes. Inside a node NCCL's trees are
-  chains, no shorter than its ring ("Massively Scale Your Deep Learning Training
-  with NCCL 2.4", NVIDIA, 2019), so none is priced there.
+* **tree** (recursive doubling, each step a whole exchange: all-reduce and
+  broadcast ``L (a + n / B)``, all-gather and reduce-scatter ``L a + (k-1)/k n
+  / B``), across nodes through the rank's NIC share, where it wins for small
+  messages over many nodes. Inside a node only where the switch gives no
+  low-latency step (the library's protocols unknown: MPI libraries take it for
+  small messages); where it gives one, NCCL's, whose trees inside a node are
+  chains no shorter than its ring ("Massively Scale Your Deep Learning
+  Training with NCCL 2.4", NVIDIA, 2019), the rings alone are priced.
 
 **All-to-all** (a mixture of experts' dispatch and combine) by pairwise exchange
 (Thakur et al. 2005, section 4.5): ``k - 1`` steps, each sending ``n/k`` to
@@ -206,6 +208,15 @@ def ring(kind: str, nbytes: float, ranks: int, gbs: float, latency: float) -> fl
     return f * (ranks - 1) / ranks * _seconds(nbytes, gbs) + f * (ranks - 1) * latency
 
 
+def _tree(kind: str, n: float, k: int, gbs: float, latency: float) -> float:
+    """Recursive doubling over ``k`` ranks, each step a whole exchange at ``gbs``: all-reduce and
+    broadcast ``L (a + n/B)``, all-gather and reduce-scatter ``L a + (k-1)/k n/B``."""
+    steps = math.ceil(math.log2(k))
+    if kind in ("allreduce", "broadcast"):
+        return steps * (latency + _seconds(n, gbs))
+    return steps * latency + (k - 1) / k * _seconds(n, gbs)
+
+
 def _alltoall(net: Network, n: float, k: int, g: int) -> tuple[float, str]:
     nodes = max(1, k // g)
     flat = (g - 1) * (net.intra_latency + _seconds(n / k, net.intra_gbs)) \
@@ -234,22 +245,24 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     b_in, b_out = net.intra_gbs, net.rank_gbs
     if nodes == 1:
         if kind == "broadcast":
-            return net.launch + (k - 1) * net.intra_latency + _seconds(n, b_in), "ring"
-        simple = ring(kind, n, k, b_in, net.intra_latency)
-        ll = low_latency(kind, n, k, net.intra_step, _seconds(1.0, b_in)) if net.intra_step is not None else None
-        seconds, algorithm = (ll, "ring-ll") if ll is not None and ll < simple else (simple, "ring")
-        return net.launch + seconds, algorithm
+            simple = (k - 1) * net.intra_latency + _seconds(n, b_in)
+        else:
+            simple = ring(kind, n, k, b_in, net.intra_latency)
+        if net.intra_step is not None:  # NCCL: its rings, the low-latency one too
+            ll = low_latency(kind, n, k, net.intra_step, _seconds(1.0, b_in))
+            seconds, algorithm = (ll, "ring-ll") if ll is not None and ll < simple else (simple, "ring")
+            return net.launch + seconds, algorithm
+        tree = _tree(kind, n, k, b_in, net.intra_latency)
+        return net.launch + min(simple, tree), "ring" if simple <= tree else "tree"
     busbw = min(b_in, g * b_out)
-    steps = math.ceil(math.log2(k))
     if kind == "broadcast":
         chain = (k - 1) * net.inter_latency + _seconds(n, busbw)
-        tree = steps * (net.inter_latency + _seconds(n, b_out))
+        tree = _tree(kind, n, k, b_out, net.inter_latency)
         return net.launch + min(chain, tree), "ring" if chain <= tree else "tree"
     flat = ring(kind, n, k, busbw, net.inter_latency)
     inside = ring(kind, n, g, b_in, net.intra_latency) if g > 1 else 0.0
     across = f * (nodes - 1) / nodes * _seconds(n / g, b_out) + f * math.ceil(math.log2(nodes)) * net.inter_latency
-    tree = steps * (net.inter_latency + _seconds(n, b_out)) if f == 2.0 else \
-        steps * net.inter_latency + (k - 1) / k * _seconds(n, b_out)
+    tree = _tree(kind, n, k, b_out, net.inter_latency)
     seconds, algorithm = min((flat, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
     return net.launch + seconds, algorithm
 
