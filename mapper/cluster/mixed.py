@@ -337,7 +337,8 @@ def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: f
     allreduce = max(collective(k.model.net, "allreduce", pbytes, d, min(d, max(1, k.model.net.gpus_per_node // t)))[0]
                for k in kinds)
     gpn = max(k.model.net.gpus_per_node for k in kinds)
-    allreduce = max(allreduce, ring("allreduce", pbytes, d, between_gbs * min(t, gpn) / gpn, 0.0))  # its latency aside
+    # and the link between kinds (its latency aside)
+    allreduce = max(allreduce, ring("allreduce", pbytes, d, between_gbs * 1e9 * min(t, gpn) / gpn, 0.0))
     exposed = max(allreduce - sum(times[slow][1]), allreduce / max(1, math.ceil(pbytes / BUCKET)))
     update = max(sum(c.update for c in cs) for cs in costs) / (d if lay.zero else 1)
     worst: tuple[float, dict[str, float], float] | None = None

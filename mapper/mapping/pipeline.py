@@ -24,9 +24,7 @@ def pipelined(total: Any, slowest: Any, m: int, v: int = 1) -> Any:
     """Seconds of ``m`` micro-batches through stages whose times add up to ``total`` and the
     slowest of which takes ``slowest``, ``v`` chunks per rank (module docstring). Numbers or
     linear expressions of a solver alike (``v`` 1)."""
-    if v == 1:
-        return total + (m - 1) * slowest
-    return m * slowest + (total - slowest) / v
+    return m * slowest + ((total - slowest) / v if v != 1 else total - slowest)
 
 
 def partition(weights: Sequence[float], parts: int, allowed: Sequence[int] | None = None) -> tuple[int, ...] | None:

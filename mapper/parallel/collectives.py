@@ -44,10 +44,10 @@ bytes); ``L = ceil(log2 k)``:
   Training with NCCL 2.4", NVIDIA, 2019), the rings alone are priced.
 
 **All-to-all** (a mixture of experts' dispatch and combine) by pairwise exchange
-(Thakur et al. 2005, section 4.5): ``k - 1`` steps, each sending ``n/k`` to
+(Thakur et al. 2005, section 4): ``k - 1`` steps, each sending ``n/k`` to
 one other rank, ``g - 1`` of them inside the node and ``k - g`` across,
 ``(g-1) (a_in + n/k / B_in) + (k-g) (a_out + n/k / B_out)``; across nodes also
-**hierarchically** (DeepSpeed-MoE, Rajbhandari et al., ICML 2022, section 5.3;
+**hierarchically** (DeepSpeed-MoE, Rajbhandari et al., ICML 2022;
 Tutel, Hwang et al., MLSys 2023): an all-to-all inside the node gathers each
 destination node's data on one rank per lane, ``(g-1) (a_in + n/g / B_in)``,
 then the ranks of a lane exchange across nodes, ``(N-1) (a_out + n/N / B_out)``:
@@ -155,9 +155,16 @@ def _inside(platform: Platform, names: Sequence[str]) -> tuple[float, float]:
 
 def network(platform: Platform, kind: str = "gpu") -> Network:
     """The :class:`Network` of ``platform``'s devices of ``kind``: the fastest switch that joins them
-    (none: the slowest neighbours of their ring), and the cluster's fabric (none: one node)."""
+    (none: the slowest link between two of them and the longest latency; no link: the slowest
+    neighbours of their ring), and the cluster's fabric (none: one node)."""
     gpus = [d.name for d in platform.devices if d.kind == kind]
-    intra, lat = _inside(platform, gpus) if len(gpus) > 1 else (math.inf, 0.0)
+    links = [(x.bandwidth_gbs, x.latency_us * 1e-6) for x in platform.links if x.src in gpus and x.dst in gpus]
+    if len(gpus) < 2:
+        intra, lat = math.inf, 0.0
+    elif _joining(platform, gpus) is None and links:
+        intra, lat = min(links)[0], max(x[1] for x in links)
+    else:
+        intra, lat = _inside(platform, gpus)
     step, launch = step_latency(platform, gpus), launch_time(platform, gpus)
     c = platform.cluster
     if c is None:
@@ -196,35 +203,36 @@ def group(platform: Platform, names: Sequence[str]) -> tuple[Network, int]:
     return Network(max(1, k), intra, lat, intra * k, lat, 1, step_latency(platform, names), launch), k
 
 
-def _seconds(nbytes: float, gbs: float) -> float:
-    return nbytes / (gbs * GB) if gbs > 0 else math.inf
+def _over(nbytes: float, rate: float) -> float:
+    """Seconds to move ``nbytes`` at ``rate`` bytes a second (none: never)."""
+    return nbytes / rate if rate > 0 else math.inf
 
 
-def ring(kind: str, nbytes: float, ranks: int, gbs: float, latency: float) -> float:
+def ring(kind: str, nbytes: float, ranks: int, rate: float, latency: float) -> float:
     """Seconds of a ring all-reduce (``f`` 2), all-gather or reduce-scatter (``f`` 1) of ``nbytes``
-    over ``ranks`` at ``gbs`` a rank and direction and ``latency`` a step (Patarasuk and Yuan,
-    2009): ``f (k-1)/k n / B + f (k-1) a``."""
+    over ``ranks`` at ``rate`` bytes a second a rank and direction and ``latency`` a step
+    (Patarasuk and Yuan, 2009): ``f (k-1)/k n / B + f (k-1) a``."""
     f = 2.0 if kind == "allreduce" else 1.0
-    return f * (ranks - 1) / ranks * _seconds(nbytes, gbs) + f * (ranks - 1) * latency
+    return (f * (ranks - 1) / ranks * nbytes / rate if rate > 0 else math.inf) + f * (ranks - 1) * latency
 
 
-def _tree(kind: str, n: float, k: int, gbs: float, latency: float) -> float:
-    """Recursive doubling over ``k`` ranks, each step a whole exchange at ``gbs``: all-reduce and
-    broadcast ``L (a + n/B)``, all-gather and reduce-scatter ``L a + (k-1)/k n/B``."""
+def _tree(kind: str, n: float, k: int, rate: float, latency: float) -> float:
+    """Recursive doubling over ``k`` ranks, each step a whole exchange at ``rate`` bytes a second:
+    all-reduce and broadcast ``L (a + n/B)``, all-gather and reduce-scatter ``L a + (k-1)/k n/B``."""
     steps = math.ceil(math.log2(k))
     if kind in ("allreduce", "broadcast"):
-        return steps * (latency + _seconds(n, gbs))
-    return steps * latency + (k - 1) / k * _seconds(n, gbs)
+        return steps * (latency + _over(n, rate))
+    return steps * latency + ((k - 1) / k * n / rate if rate > 0 else math.inf)
 
 
 def _alltoall(net: Network, n: float, k: int, g: int) -> tuple[float, str]:
     nodes = max(1, k // g)
-    flat = (g - 1) * (net.intra_latency + _seconds(n / k, net.intra_gbs)) \
-        + (k - g) * (net.inter_latency + _seconds(n / k, net.rank_gbs))
+    b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
+    flat = (g - 1) * (net.intra_latency + _over(n / k, b_in)) + (k - g) * (net.inter_latency + _over(n / k, b_out))
     if nodes == 1 or g == 1:
         return flat, "pairwise"
-    two_d = (g - 1) * (net.intra_latency + _seconds(n / g, net.intra_gbs)) \
-        + (nodes - 1) * (net.inter_latency + _seconds(n / nodes, net.rank_gbs))
+    two_d = (g - 1) * (net.intra_latency + _over(n / g, b_in)) \
+        + (nodes - 1) * (net.inter_latency + _over(n / nodes, b_out))
     return min((flat, "pairwise"), (two_d, "hierarchical"))
 
 
@@ -242,26 +250,27 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
         seconds, algorithm = _alltoall(net, n, k, g)
         return net.launch + seconds, algorithm
     f = 2.0 if kind == "allreduce" else 1.0
-    b_in, b_out = net.intra_gbs, net.rank_gbs
+    b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
     if nodes == 1:
         if kind == "broadcast":
-            simple = (k - 1) * net.intra_latency + _seconds(n, b_in)
+            simple = (k - 1) * net.intra_latency + _over(n, b_in)
         else:
             simple = ring(kind, n, k, b_in, net.intra_latency)
         if net.intra_step is not None:  # NCCL: its rings, the low-latency one too
-            ll = low_latency(kind, n, k, net.intra_step, _seconds(1.0, b_in))
+            ll = low_latency(kind, n, k, net.intra_step, _over(1.0, b_in))
             seconds, algorithm = (ll, "ring-ll") if ll is not None and ll < simple else (simple, "ring")
             return net.launch + seconds, algorithm
         tree = _tree(kind, n, k, b_in, net.intra_latency)
         return net.launch + min(simple, tree), "ring" if simple <= tree else "tree"
     busbw = min(b_in, g * b_out)
     if kind == "broadcast":
-        chain = (k - 1) * net.inter_latency + _seconds(n, busbw)
+        chain = (k - 1) * net.inter_latency + _over(n, busbw)
         tree = _tree(kind, n, k, b_out, net.inter_latency)
         return net.launch + min(chain, tree), "ring" if chain <= tree else "tree"
     flat = ring(kind, n, k, busbw, net.inter_latency)
     inside = ring(kind, n, g, b_in, net.intra_latency) if g > 1 else 0.0
-    across = f * (nodes - 1) / nodes * _seconds(n / g, b_out) + f * math.ceil(math.log2(nodes)) * net.inter_latency
+    across = (f * (nodes - 1) / nodes * (n / g) / b_out if b_out > 0 else math.inf) \
+        + f * math.ceil(math.log2(nodes)) * net.inter_latency
     tree = _tree(kind, n, k, b_out, net.inter_latency)
     seconds, algorithm = min((flat, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
     return net.launch + seconds, algorithm
@@ -272,8 +281,8 @@ def send(net: Network, nbytes: float, across_nodes: bool) -> float:
     if nbytes <= 0:
         return 0.0
     if across_nodes:
-        return net.inter_latency + _seconds(nbytes, net.rank_gbs)
-    return net.intra_latency + _seconds(nbytes, net.intra_gbs)
+        return net.inter_latency + _over(nbytes, net.rank_gbs * GB)
+    return net.intra_latency + _over(nbytes, net.intra_gbs * GB)
 
 
 def bus_bandwidth(kind: str, nbytes: float, seconds: float, ranks: int) -> float:
