@@ -174,11 +174,10 @@ def network(platform: Platform, kind: str = "gpu") -> Network:
 
 def _node_of(platform: Platform, name: str, names: Sequence[str]) -> frozenset[str]:
     """The devices of ``names`` behind ``name``'s fastest switch (its node's NVSwitch, say, not the
-    fabric a flattened cluster joins its nodes by); just ``name`` where it has no switch."""
-    best: Switch | None = None
-    for sw in platform.switches:
-        if name in sw.ports and (best is None or sw.bandwidth_gbs > best.bandwidth_gbs):
-            best = sw
+    fabric a flattened cluster joins its nodes by; of two as fast, the one with more ports: an
+    NVLink domain over several trays); just ``name`` where it has no switch."""
+    best = max((sw for sw in platform.switches if name in sw.ports),
+               key=lambda sw: (sw.bandwidth_gbs, len(sw.ports)), default=None)  # the widest of the fastest
     return frozenset(names) & frozenset(best.ports) if best is not None else frozenset((name,))
 
 
