@@ -24,7 +24,7 @@ from mapper.costing.efficiency import op_class
 from mapper.costing.latency import estimate
 from mapper.costing.training import training_step
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.parallel.collectives import collective_time, launch_time
+from mapper.parallel.collectives import collective, group, launch_time
 from mapper.parallel.embedding_plan import Fabric, Option, Table, alltoall_time, host_hit, options, shard_tasks
 from mapper.parallel.embedding_solve import Solved, exact_plan, greedy_plan
 from mapper.parallel.pinned import graph_of, pinned
@@ -234,13 +234,14 @@ def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tu
         if u.name.endswith(".update") and u.name not in family:
             dense += sum(float(o.type.nbytes) for o in u.operands if o.kind == "weight"
                          and not o.name.endswith(f".{optimizer}"))
-    ring = collective_time("allreduce", dense, gpus, lat, spb).seconds + launch_time(platform, names)
+    net, per_node = group(platform, names)
+    ring = collective(net, "allreduce", dense, len(names), per_node)[0]
     _allreduce(rep, local, names, "allreduce.dense",
                [u.index for u in rep.tasks if u.name.endswith(".update") and u.name not in family], ring,
                add, edge)
     for t in tables:
         if t.name in dp:
-            seconds = collective_time("allreduce", t.nbytes, gpus, lat, spb).seconds + launch_time(platform, names)
+            seconds = collective(net, "allreduce", t.nbytes, len(names), per_node)[0]
             _allreduce(rep, local, names, f"allreduce.{t.name}", [by_name[f"{t.name}.update"].index], seconds,
                        add, edge)
     return graph_of(f"{rep.name}.hybrid", tasks, edges), a2a, ring
