@@ -11,7 +11,7 @@ over the time on one GPU); a width is allowed when its amplification is within t
 the least-amplified width always is. Where consecutive layers' widths differ, the activations
 (forward) and their gradients (backward) are scattered or gathered: groups of ``max/min`` GPUs
 exchange ``B / min`` samples' activations, priced as an all-gather
-(:func:`mapper.parallel.collectives.collective_time`). Layers form a chain (DeepPool plans
+(:func:`mapper.parallel.collectives.collective`). Layers form a chain (DeepPool plans
 branches; a branchy model is taken in its layers' order). The plan is the chain's shortest
 path over (layer, width): exact.
 """
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.errors import OptionsError
-from mapper.parallel.collectives import collective_time
+from mapper.parallel.collectives import GB, Network, collective
 
 #: DeepPool's default amplification limit (``searchBestSplits(..., amplificationLimit=2.0)``).
 DEFAULT_AMPLIFICATION = 2.0
@@ -67,9 +67,9 @@ class Fabric:
     def collective(self, kind: str, nbytes: float, ranks: int) -> float:
         if ranks <= 1:
             return 0.0
-        lat = [[self.alpha] * ranks for _ in range(ranks)]
-        spb = [[self.beta] * ranks for _ in range(ranks)]
-        return collective_time(kind, nbytes, range(ranks), lat, spb).seconds
+        gbs = 1.0 / (self.beta * GB) if self.beta > 0 else math.inf
+        net = Network(ranks, gbs, self.alpha, gbs * ranks, self.alpha, 1)  # one switch, no low-latency step
+        return collective(net, kind, nbytes, ranks, ranks)[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ prefill and the runtime's limits), whose last chunk gives the first token. The p
 then moves to decode replica ``k mod R_d``: every GPU of the prefill replica sends its shard of
 the cache over its own link while every GPU of the decode replica receives its shard, so the
 transfer takes the longer of the two per-GPU shards at the link's rate plus its latency
-(:func:`mapper.cluster.comm.send`; across nodes when the two replicas do not share one node,
+(:func:`mapper.parallel.collectives.send`; across nodes when the two replicas do not share one node,
 the NIC's rate). The decode replica admits the request when its cache has arrived and its blocks
 are free (``simulate(..., cached=True)``) and runs decode-only batches. A request of one output
 token ends at its prefill.
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mapper.cluster.comm import send
 from mapper.errors import InfeasibleError, OptionsError
+from mapper.parallel.collectives import send
 from mapper.serving.inflight import Run, Scheduler, Served, simulate
 from mapper.serving.iteration import StepModel
 from mapper.serving.metrics import Slo, max_concurrency, metrics
