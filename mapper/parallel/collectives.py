@@ -153,18 +153,35 @@ def _inside(platform: Platform, names: Sequence[str]) -> tuple[float, float]:
     return _ring(platform, names)
 
 
+def _relayed(platform: Platform, gpus: list[str]) -> tuple[float, float]:
+    """GB/s and seconds of the slowest route between two of ``gpus`` that no link joins (store and
+    forward through the host's memory: its links' times per byte add up); no route: ``(inf, 0)``."""
+    index = [platform.device_index(g) for g in gpus]
+    per_byte, latency = 0.0, 0.0
+    for a in index:
+        for b in index:
+            route = platform.route(a, b) if a != b else None
+            if route:
+                links = [platform.links[i] for i in route]
+                per_byte = max(per_byte, sum(1.0 / link.bandwidth_gbs for link in links))
+                latency = max(latency, sum(link.latency_us for link in links) * 1e-6)
+    return (1.0 / per_byte if per_byte > 0 else math.inf), latency
+
+
 def network(platform: Platform, kind: str = "gpu") -> Network:
     """The :class:`Network` of ``platform``'s devices of ``kind``: the fastest switch that joins them
     (none: the slowest link between two of them and the longest latency; no link: the slowest
-    neighbours of their ring), and the cluster's fabric (none: one node)."""
+    route between two, :func:`_relayed`), and the cluster's fabric (none: one node)."""
     gpus = [d.name for d in platform.devices if d.kind == kind]
     links = [(x.bandwidth_gbs, x.latency_us * 1e-6) for x in platform.links if x.src in gpus and x.dst in gpus]
     if len(gpus) < 2:
         intra, lat = math.inf, 0.0
-    elif _joining(platform, gpus) is None and links:
+    elif _joining(platform, gpus) is not None:
+        intra, lat = _inside(platform, gpus)
+    elif links:
         intra, lat = min(links)[0], max(x[1] for x in links)
     else:
-        intra, lat = _inside(platform, gpus)
+        intra, lat = _relayed(platform, gpus)
     step, launch = step_latency(platform, gpus), launch_time(platform, gpus)
     c = platform.cluster
     if c is None:
