@@ -29,6 +29,7 @@ import heapq
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from mapper.core.graph import topological_order
 from mapper.engine.schedule import Schedule
 from mapper.mapping.orders import identical_device_classes, pooled_classes
 
@@ -44,21 +45,10 @@ class TypedDag:
 
 
 def _topo(n: int, edges: Sequence[tuple[int, int, float]]) -> list[int]:
-    indeg = [0] * n
     succ: list[list[int]] = [[] for _ in range(n)]
     for a, b, _ in edges:
         succ[a].append(b)
-        indeg[b] += 1
-    ready = [v for v in range(n) if indeg[v] == 0]
-    order = []
-    while ready:
-        v = ready.pop()
-        order.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
-    return order
+    return topological_order(succ)[0]
 
 
 def han_bound(dag: TypedDag) -> float:
