@@ -135,8 +135,9 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
 
 def _guided(cost: CostTable, hint, rank: tuple[int, ...], options: MapOptions) -> Schedule | None:
     """HEFT's placement (upward rank, insertion, earliest finish) over a few devices per task: its
-    ``hint``, its fastest, the one where it would end first after the tasks placed there, and the device of its predecessor with the heaviest input; the cost of a
-    placement follows the edges, not the devices (the refinement of the uncoarsening)."""
+    ``hint``, its fastest, the one where it would end first after the tasks placed there, and that of
+    its predecessor with the latest input. Its cost follows the edges, not the edges times the devices
+    (the refinement step of the uncoarsening)."""
     g = cost.graph
     placer = Placer(cost, options.schedule)
     comm = mean_comm(cost)
