@@ -23,6 +23,8 @@ from mapper.errors import OptionsError
 
 #: Net weights are integers from 1 to this (Mt-KaHyPar's weights are 32-bit).
 WEIGHT_SCALE = 10_000
+#: Blocks one Mt-KaHyPar call makes at most; more are made in two levels (:func:`partition`).
+DIRECT_BLOCKS = 16
 #: Threads Mt-KaHyPar runs with (this machine's CPUs are shared; the preset is deterministic whatever the count).
 THREADS = 2
 
@@ -80,12 +82,54 @@ def partition(n: int, nets: Nets, node_weight: Sequence[int], max_weight: Sequen
               epsilon: float = 0.03) -> tuple[int, ...]:
     """Block of each of ``n`` nodes for ``len(max_weight)`` blocks, block ``b`` weighing at most
     ``max_weight[b]`` (Mt-KaHyPar's individual block weights; it may exceed them slightly, the caller
-    repairs), minimising ``km1``. One block: all zeros."""
+    repairs), minimising ``km1``. Past :data:`DIRECT_BLOCKS` blocks, in two levels: groups of
+    consecutive blocks first, then each group's nodes into its blocks (the sub-hypergraph of the
+    group's pins), which keeps the deterministic preset's time near that of a few blocks."""
     k = len(max_weight)
     if k < 1:
         raise OptionsError("a partition needs at least one block")
+    pins = [list(p) for p in nets.pins]
+    if k <= DIRECT_BLOCKS:
+        return tuple(_direct(n, pins, list(nets.weight), list(node_weight), list(max_weight), seed, epsilon))
+    groups = [list(range(i, min(k, i + DIRECT_BLOCKS))) for i in range(0, k, DIRECT_BLOCKS)]
+    top = _direct(n, pins, list(nets.weight), list(node_weight),
+                  [sum(max_weight[b] for b in g) for g in groups], seed, epsilon)
+    members: list[list[int]] = [[] for _ in groups]
+    local = [0] * n
+    for v, gi in enumerate(top):
+        local[v] = len(members[gi])
+        members[gi].append(v)
+    sub_pins: list[list[list[int]]] = [[] for _ in groups]
+    sub_weight: list[list[int]] = [[] for _ in groups]
+    for net, w in zip(pins, nets.weight):
+        split: dict[int, list[int]] = {}
+        for v in net:
+            split.setdefault(top[v], []).append(local[v])
+        for gi, part in split.items():
+            if len(part) > 1:
+                sub_pins[gi].append(part)
+                sub_weight[gi].append(w)
+    out = [0] * n
+    for gi, g in enumerate(groups):
+        nodes = members[gi]
+        if not nodes:
+            continue
+        weights = [node_weight[v] for v in nodes]
+        caps = [max_weight[b] for b in g]
+        short = sum(weights) - sum(caps)
+        if short > 0:  # the top level went over the group's room: spread the excess (the caller repairs)
+            caps = [c + -(-short // len(caps)) for c in caps]
+        sub = _direct(len(nodes), sub_pins[gi], sub_weight[gi], weights, caps, seed, epsilon)
+        for v, b in zip(nodes, sub):
+            out[v] = g[b]
+    return tuple(out)
+
+
+def _direct(n: int, pins: list[list[int]], net_weight: list[int], node_weight: list[int], max_weight: list[int],
+            seed: int, epsilon: float) -> list[int]:
+    k = len(max_weight)
     if k == 1 or n == 0:
-        return (0,) * n
+        return [0] * n
     import mtkahypar
 
     ini = _initializer()
@@ -94,9 +138,8 @@ def partition(n: int, nets: Nets, node_weight: Sequence[int], max_weight: Sequen
     ctx.logging = False
     ctx.set_partitioning_parameters(k, epsilon, mtkahypar.Objective.KM1)
     ctx.set_individual_target_block_weights([max(1, int(w)) for w in max_weight])
-    hg = ini.create_hypergraph(ctx, n, len(nets.pins), [list(p) for p in nets.pins], list(node_weight),
-                               list(nets.weight))
-    return tuple(hg.partition(ctx).get_partition())
+    hg = ini.create_hypergraph(ctx, n, len(pins), pins, node_weight, net_weight)
+    return list(hg.partition(ctx).get_partition())
 
 
 def km1(nets: Nets, block: Sequence[int]) -> int:

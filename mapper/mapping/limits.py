@@ -26,6 +26,8 @@ from mapper.costing.cost import CostTable
 from mapper.errors import InfeasibleError
 from mapper.mapping.hypergraph import Nets
 
+#: CP-SAT decides when the greedy repair stalls on at most this many (pins + tasks) x devices.
+EXACT_PINS = 200_000
 #: Rounds of repair at most (each visits every device over a limit once).
 MAX_ROUNDS = 50
 
@@ -162,9 +164,12 @@ def _round(state: _State, limits: Limits, d: int) -> bool:
     return bool(moved)
 
 
-def repair(cost: CostTable, nets: Nets, device: Sequence[int], limits: Limits) -> tuple[int, ...]:
+def repair(cost: CostTable, nets: Nets, device: Sequence[int], limits: Limits, seconds: float = 10.0,
+           seed: int = 0) -> tuple[int, ...]:
     """``device`` moved until every device meets ``limits``, or :class:`InfeasibleError` naming the
-    device and its count."""
+    device and its count. When the greedy rounds stall on a model of at most :data:`EXACT_PINS`
+    pins times devices, CP-SAT decides (:func:`~mapper.mapping.exact.cpsat_model.solve_limits`,
+    within ``seconds``): its assignment, or a proof that none exists."""
     state = _State(cost, nets, device)
     nd = cost.n_devices
     for v, d in enumerate(state.dev):  # a task on a device that cannot run it goes first
@@ -178,20 +183,29 @@ def repair(cost: CostTable, nets: Nets, device: Sequence[int], limits: Limits) -
             return tuple(state.dev)
         if not any([_round(state, limits, d) for d in over]):
             break
-    return _fail(cost, state, limits)
+    proof = ""
+    if sum(len(p) for p in nets.pins) * cost.n_devices + cost.n_tasks * cost.n_devices <= EXACT_PINS:
+        from mapper.mapping.exact.cpsat_model import solve_limits
+
+        status, exact = solve_limits([cost.feasible_devices(t) for t in range(cost.n_tasks)], nets.pins,
+                                     limits.tasks, limits.inbound, state.dev, seconds, seed)
+        if status == "feasible":
+            return tuple(exact)
+        proof = " (CP-SAT proves that no mapping meets them)" if status == "infeasible" else ""
+    return _fail(cost, state, limits, proof)
 
 
-def _fail(cost: CostTable, state: _State, limits: Limits) -> tuple[int, ...]:
+def _fail(cost: CostTable, state: _State, limits: Limits, proof: str) -> tuple[int, ...]:
     names = cost.platform.devices
     for d in range(cost.n_devices):
         if state.size[d] > limits.tasks[d]:
             raise InfeasibleError(f"device {names[d].name} would hold {state.size[d]} tasks, over its max_tasks "
-                                  f"{limits.tasks[d]:g}: no partition found within the limits",
+                                  f"{limits.tasks[d]:g}: no partition found within the limits{proof}",
                                   obj=names[d].name)
         if state.inb[d] > limits.inbound[d]:
             raise InfeasibleError(f"device {names[d].name} would receive {state.inb[d]} distinct inbound nets, "
                                   f"over its max_inbound {limits.inbound[d]:g}: no partition found within the "
-                                  "limits", obj=names[d].name)
+                                  f"limits{proof}", obj=names[d].name)
     return tuple(state.dev)
 
 

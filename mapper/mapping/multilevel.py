@@ -10,9 +10,8 @@ scheduler of Özkaya, Benoit, Uçar, Herrmann, Çatalyürek, IPDPS 2019):
    (:mod:`.acyclic`), at most :data:`COARSE_TASKS` of them, each runnable on
    one device at least;
 3. map the quotient (:func:`~mapper.mapping.coarsen.grouped`: a cluster's time
-   is its members' sum) with the ``milp`` strategy for :data:`COARSE_SHARE`
-   of the time limit (heuristics, then search), capacities (``--memory``)
-   included;
+   is its members' sum) with the best of the list heuristics the ``milp``
+   strategy starts from (deterministic), capacities (``--memory``) included;
 4. uncoarsen: every task takes its cluster's device and its place in the
    cluster's order, and :func:`~mapper.engine.schedule.build_schedule` re-times
    the full graph (a task starts when its own inputs arrive, never later than
@@ -39,22 +38,23 @@ from mapper.mapping import get_mapper
 from mapper.mapping.acyclic import convex_clusters
 from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.coarsen import expand, grouped
-from mapper.mapping.exact.incumbent import schedule_order, value_of
-from mapper.mapping.exact.result import make_result
+from mapper.mapping.exact.incumbent import best_heuristic, schedule_order, value_of
+from mapper.mapping.exact.result import NAME, gap_of, lower_bound_for
 from mapper.mapping.hypergraph import Nets, available, nets_of, partition
 from mapper.mapping.limits import Limits, limits_of, repair
+from mapper.mapping.objectives import pipeline_notes
 from mapper.mapping.placer import Placer
 from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_rank
 
-#: Clusters of the coarse graph at most (the ``milp`` strategy maps about a thousand tasks in seconds).
+#: Clusters of the coarse graph at most (the list heuristics map about a thousand tasks in seconds).
 COARSE_TASKS = 1000
-#: Share of the time limit for mapping the coarse graph; LNS on the full graph gets what is left.
-COARSE_SHARE = 0.4
 #: Mt-KaHyPar's allowed imbalance over each block's target weight.
 EPSILON = 0.03
 #: HEFT on the full graph joins the candidates up to this many task-device pairs (its time grows with
 #: them and with the edges: seconds at 10^5 pairs in pure Python).
 HEFT_MAX_CELLS = 100_000
+#: The lower bound is computed up to this many task-device pairs.
+BOUND_MAX_CELLS = 200_000
 #: Node weights are integers from 1 to this.
 NODE_SCALE = 1000
 
@@ -83,7 +83,7 @@ class MultilevelMapper(Mapper):
     """Multilevel mapping: hypergraph partition, acyclic clusters, map, uncoarsen, LNS."""
 
     name = "multilevel"
-    summary = "multilevel: Mt-KaHyPar partition, acyclic clusters mapped by milp, uncoarsened, LNS (huge graphs)"
+    summary = "multilevel: Mt-KaHyPar partition, acyclic clusters mapped by list heuristics, uncoarsened, LNS (huge graphs)"
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         return map_multilevel(cost, options)
@@ -109,10 +109,10 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
     coarse = grouped(cost, clusters)
     note = [*notes, f"multilevel: Mt-KaHyPar partition into {cost.n_devices} blocks, "
                     f"{len(clusters)} acyclic clusters"]
-    limit = max(0.1, COARSE_SHARE * options.time_limit - (time.perf_counter() - t0))
-    inner = get_mapper("milp").map(coarse.cost, replace(options, time_limit=limit, coarsen="chains", progress=None))
-    note.append(f"coarse graph mapped by {inner.mapper} ({inner.status}, {inner.schedule.makespan:.6g} s)")
-    dev, order = expand(coarse, inner.schedule.device_of, schedule_order(inner.schedule))
+    inner, _ = best_heuristic(coarse.cost, replace(options, progress=None))
+    if inner is not None:
+        note.append(f"coarse graph mapped by {inner.name} ({inner.schedule.makespan:.6g} s)")
+    dev, order = expand(coarse, inner.schedule.device_of, schedule_order(inner.schedule)) if inner else (block, None)
     rank = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
     candidates = ((dev, order, "the uncoarsened mapping"),
                   (dev, rank, "the uncoarsened devices, list-scheduled by upward rank"),
@@ -191,7 +191,7 @@ def _refined(cost: CostTable, options: MapOptions, start: Schedule, notes: list[
                 final = start
         notes.append(f"LNS on the full graph: {stats.windows} windows, {stats.accepted} accepted, "
                      f"{describe_change(stats.start_value, value_of(final, options.objective), options.objective)}")
-    return make_result(cost, options, final, value_of(final, options.objective), "heuristic", None, t0, notes)
+    return _result(cost, options, final, t0, notes)
 
 
 def _constrained(cost: CostTable, options: MapOptions, nets: Nets, limits: Limits, t0: float,
@@ -207,9 +207,26 @@ def _constrained(cost: CostTable, options: MapOptions, nets: Nets, limits: Limit
     if sum(caps) < n:
         caps = [int(min(x, n)) for x in limits.tasks]
     block = partition(n, nets, [1] * n, caps, options.seed, EPSILON)
-    device = repair(cost, nets, block, limits)
+    left = max(0.5, options.time_limit - (time.perf_counter() - t0))
+    device = repair(cost, nets, block, limits, left, options.seed)
     moved = sum(a != b for a, b in zip(block, device))
     note = [*notes, f"multilevel: Mt-KaHyPar partition into {nd} blocks, {moved} tasks moved to meet "
                     "max_tasks and max_inbound"]
     sched = build_schedule(cost, Assignment(device, None), options.schedule)
-    return make_result(cost, options, sched, value_of(sched, options.objective), "heuristic", None, t0, note)
+    return _result(cost, options, sched, t0, note)
+
+
+def _result(cost: CostTable, options: MapOptions, schedule: Schedule, t0: float, notes: list[str]) -> MapResult:
+    """The result, with the lower bound of :mod:`mapper.mapping.bounds` up to :data:`BOUND_MAX_CELLS`."""
+    value = value_of(schedule, options.objective)
+    bound = None
+    if cost.n_tasks * cost.n_devices <= BOUND_MAX_CELLS:
+        bound = lower_bound_for(cost, options.objective, options.schedule, None)
+    else:
+        notes.append(f"no lower bound: {cost.n_tasks} tasks x {cost.n_devices} devices is past the "
+                     f"{BOUND_MAX_CELLS:,} pairs its path bound takes seconds for")
+    if options.should_stop():
+        notes.append("interrupted: the search was stopped early; this is the best schedule found by then")
+    return MapResult(schedule=schedule, mapper=NAME, status="heuristic", objective=options.objective,
+                     objective_value=value, lower_bound=bound, gap=gap_of(value, bound),
+                     solve_time=time.perf_counter() - t0, notes=(*notes, *pipeline_notes(schedule, options.objective)))
