@@ -83,7 +83,8 @@ class MultilevelMapper(Mapper):
     """Multilevel mapping: hypergraph partition, acyclic clusters, map, uncoarsen, LNS."""
 
     name = "multilevel"
-    summary = "multilevel: Mt-KaHyPar partition, acyclic clusters mapped by list heuristics, uncoarsened, LNS (huge graphs)"
+    summary = ("multilevel: Mt-KaHyPar partition, acyclic clusters mapped by list heuristics, uncoarsened, "
+               "LNS (huge graphs)")
 
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         return map_multilevel(cost, options)

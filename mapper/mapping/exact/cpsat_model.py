@@ -571,25 +571,25 @@ def solve_limits(feasible: Sequence[Sequence[int]], nets: Sequence[Sequence[int]
     ``i`` entering ``d``. ``("feasible", device)``, ``("infeasible", [])`` or ``("unknown", [])``."""
     m = cp_model.CpModel()
     nd = len(tasks)
-    x = [{d: m.NewBoolVar("") for d in feas} for feas in feasible]
+    x = [{d: m.new_bool_var("") for d in feas} for feas in feasible]
     for t, row in enumerate(x):
-        m.AddExactlyOne(row.values())
+        m.add_exactly_one(row.values())
         if hint[t] in row:
-            m.AddHint(row[hint[t]], 1)
+            m.add_hint(row[hint[t]], 1)
     for d in range(nd):
         if math.isfinite(tasks[d]):
-            m.Add(sum(row[d] for row in x if d in row) <= int(tasks[d]))
+            m.add(sum(row[d] for row in x if d in row) <= int(tasks[d]))
         if math.isfinite(inbound[d]):
             ys = []
             for pins in nets:
                 consumers = [x[c][d] for c in pins[1:] if d in x[c]]
                 if consumers:
-                    y = m.NewBoolVar("")
+                    y = m.new_bool_var("")
                     own = x[pins[0]].get(d)
                     for c in consumers:
-                        m.Add(y >= c - own) if own is not None else m.Add(y >= c)
+                        m.add(y >= c - own) if own is not None else m.add(y >= c)
                     ys.append(y)
-            m.Add(sum(ys) <= int(inbound[d]))
+            m.add(sum(ys) <= int(inbound[d]))
     solver = _solver("default", seed)
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     status = solver.Solve(m)
