@@ -10,7 +10,9 @@ neuron's axon (the neuron and its targets) one net. The file::
 
 A projection connects each neuron of ``from`` to ``fan_out`` distinct neurons of
 ``to`` drawn uniformly (a seeded generator, so the same file gives the same
-graph), or to all of them (``"all": true``). Projections must be feed-forward
+graph), or to all of them (``"all": true``); with ``"radius": R`` the targets are
+drawn from the ``2R + 1`` neurons around the source's relative position (a
+topographic, convolution-like projection). Projections must be feed-forward
 (the task graph is one time step, a DAG). A neuron's time per step is one
 neuron update plus one synaptic operation per incoming synapse, and a spike
 between cores takes one hop, with Loihi's figures (Davies et al., "Loihi: a
@@ -44,7 +46,7 @@ class Network:
     name: str
     seed: int
     populations: tuple[tuple[str, int], ...]
-    projections: tuple[tuple[str, str, int | None], ...]  # (from, to, fan_out; None = all)
+    projections: tuple[tuple[str, str, int | None, int | None], ...]  # (from, to, fan_out or None = all, radius)
 
 
 def read_network(path: str) -> Network:
@@ -87,9 +89,14 @@ def read_network(path: str) -> Network:
                                 or not 1 <= fan <= pops[p["to"]]):
             raise InputError(f"projections[{i}].fan_out must be an integer from 1 to the size of "
                              f"{p['to']} ({pops[p['to']]}), or all: true", obj=path)
-        projs.append((p["from"], p["to"], fan))
+        radius = p.get("radius")
+        if radius is not None and (isinstance(radius, bool) or not isinstance(radius, int) or radius < 0
+                                   or fan is None or fan > 2 * radius + 1):
+            raise InputError(f"projections[{i}].radius must be an integer >= (fan_out - 1) / 2 with a fan_out, "
+                             f"got {radius!r}", obj=path)
+        projs.append((p["from"], p["to"], fan, radius))
     _feed_forward(list(pops), projs, path)
-    synapses = sum(pops[a] * (pops[b] if f is None else f) for a, b, f in projs)
+    synapses = sum(pops[a] * (pops[b] if f is None else f) for a, b, f, _ in projs)
     if synapses > MAX_SYNAPSES:
         raise InputError(f"the network has {synapses} synapses, more than {MAX_SYNAPSES}", obj=path)
     return Network(name, seed, tuple(pops.items()), tuple(projs))
@@ -104,7 +111,7 @@ def _list(raw: dict, key: str, path: str) -> list:
 
 def _feed_forward(names: list[str], projs: list, path: str) -> None:
     succ: dict[str, set[str]] = {n: set() for n in names}
-    for a, b, _ in projs:
+    for a, b, _, _ in projs:
         succ[a].add(b)
     state: dict[str, int] = {}
 
@@ -135,10 +142,15 @@ def network_graph(net: Network) -> TaskGraph:
     rng = random.Random(net.seed)
     pairs: list[tuple[int, int]] = []
     fan_in = [0] * n
-    for a, b, fan in net.projections:
+    for a, b, fan, radius in net.projections:
         lo, size = first[b], sizes[b]
-        for u in range(first[a], first[a] + sizes[a]):
-            targets = range(size) if fan is None else sorted(rng.sample(range(size), fan))
+        for k, u in enumerate(range(first[a], first[a] + sizes[a])):
+            window = range(size)
+            if radius is not None:
+                centre = min(size - 1, k * size // sizes[a])
+                left = max(0, min(centre - radius, size - (2 * radius + 1)))
+                window = range(left, min(size, left + 2 * radius + 1))
+            targets = window if fan is None else sorted(rng.sample(window, min(fan, len(window))))
             pairs.extend((u, lo + j) for j in targets)
     pairs = sorted(set(pairs))  # two projections between the same populations may draw one synapse twice
     for _, v in pairs:
