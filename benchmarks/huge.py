@@ -14,7 +14,7 @@ Graphs (deterministic, seed 0), explicit costs on ``--devices`` heterogeneous de
 Each row runs ``mapper compile`` as a separate process and prints its whole-process time,
 its peak resident memory, and the makespan of ``--coarsen multilevel`` (what ``auto`` picks past
 10,000 tasks), of ``--coarsen chains`` (the chain-coarsening path; skipped past
-``--heft-max`` tasks) and of ``--mapper heft`` on the full graph (also skipped past
+``--chains-max`` tasks) and of ``--mapper heft`` on the full graph (also skipped past
 ``--heft-max``), plus km1 (connectivity - 1 over the nets, net weights as the partitioner
 sees them) of the default mapping's devices against one direct Mt-KaHyPar call for as many
 blocks under the same balance. The load average is printed beside every timing (the machine
@@ -153,7 +153,8 @@ def run_graphs(args, tmp: str) -> None:
             out = os.path.join(tmp, "r.json")
             ml = compile_run(path, plat, out, ["--coarsen", "multilevel"], args.time_limit)
             small = n <= args.heft_max
-            chains = compile_run(path, plat, out, ["--coarsen", "chains"], args.time_limit) if small else None
+            chains = (compile_run(path, plat, out, ["--coarsen", "chains"], args.time_limit)
+                      if n <= args.chains_max else None)
             heft = compile_run(path, plat, out, ["--mapper", "heft"], args.time_limit) if small else None
             k_ours = k_direct = "-"
             if "devices" in ml and n <= args.km1_max:
@@ -211,6 +212,7 @@ def main() -> None:
     p.add_argument("--devices", type=int, default=8)
     p.add_argument("--time-limit", type=float, default=10.0)
     p.add_argument("--heft-max", type=int, default=100_000, help="run heft and chains up to this many tasks")
+    p.add_argument("--chains-max", type=int, default=100_000, help="run --coarsen chains up to this many tasks")
     p.add_argument("--km1-max", type=int, default=200_000, help="compare km1 up to this many tasks")
     p.add_argument("--snn", type=int, default=100_000, help="neurons of the SNN case (0: skip)")
     p.add_argument("--snn-radius", type=int, default=1800, help="the SNN's projections' radius (neurons)")
