@@ -15,8 +15,9 @@ scheduler of Özkaya, Benoit, Uçar, Herrmann, Çatalyürek, IPDPS 2019):
 4. uncoarsen: every task takes its cluster's device and its place in the
    cluster's order, and :func:`~mapper.engine.schedule.build_schedule` re-times
    the full graph (a task starts when its own inputs arrive, never later than
-   its cluster would); the better of that and the partition itself (block
-   ``d`` on device ``d``) is refined by MILP-window LNS along the critical path
+   its cluster would); the best of that, two earliest-finish placements guided
+   by it and by the partition (:func:`_guided`) and, on small graphs, HEFT is
+   refined by MILP-window LNS along the critical path
    (:func:`~mapper.mapping.lns.improve`) while time is left.
 
 When a device of the platform has ``max_tasks`` or ``max_inbound`` the
@@ -32,7 +33,7 @@ import time
 from dataclasses import replace
 
 from mapper.costing.cost import INF, CostTable
-from mapper.engine.schedule import Assignment, Schedule, build_schedule, list_schedule
+from mapper.engine.schedule import Assignment, Schedule, build_schedule
 from mapper.errors import InfeasibleError, MapperError, OptionsError
 from mapper.mapping import get_mapper
 from mapper.mapping.acyclic import convex_clusters
@@ -115,10 +116,7 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
         note.append(f"coarse graph mapped by {inner.name} ({inner.schedule.makespan:.6g} s)")
     dev, order = expand(coarse, inner.schedule.device_of, schedule_order(inner.schedule)) if inner else (block, None)
     rank = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
-    candidates = ((dev, order, "the uncoarsened mapping"),
-                  (dev, rank, "the uncoarsened devices, list-scheduled by upward rank"),
-                  (block, rank, "the partition, list-scheduled by upward rank"))
-    seeds = [(s, name) for s, name in ((_timed(cost, d, o, options), name) for d, o, name in candidates)
+    seeds = [(s, name) for s, name in ((_timed(cost, dev, order, options), "the uncoarsened mapping"),)
              if s is not None]
     for hint, name in ((dev, "the uncoarsened devices"), (block, "the partition")):
         guided = _guided(cost, hint, rank, options)
@@ -165,12 +163,10 @@ def _by_feasibility(cost: CostTable, block: tuple[int, ...]) -> list[int]:
 
 
 def _timed(cost: CostTable, device, order, options: MapOptions) -> Schedule | None:
-    """The schedule of ``device`` with per-device ``order`` (tuples) or a priority list, else None."""
+    """The schedule of ``device`` with per-device ``order``, else None."""
     if any(cost.time[t][d] == INF for t, d in enumerate(device)):
         return None
     try:
-        if order and isinstance(order[0], int):
-            return list_schedule(cost, device, order, options.schedule)
         return build_schedule(cost, Assignment(tuple(device), order), options.schedule)
     except MapperError:
         return None
