@@ -95,14 +95,16 @@ CPSAT_LARGE_PATIENCE = 0.25
 
 
 def multilevel_wanted(cost: CostTable, options: MapOptions) -> bool:
-    """``--coarsen multilevel``, or ``auto`` past :data:`MULTILEVEL_MIN_TASKS` tasks or on a platform
-    with task or fan-in limits (:mod:`.limits`), when Mt-KaHyPar is installed."""
+    """``--coarsen multilevel``, or ``auto`` past :data:`MULTILEVEL_MIN_TASKS` tasks (minimising the
+    makespan or the energy) or on a platform with task or fan-in limits (:mod:`.limits`), when
+    Mt-KaHyPar is installed."""
     if options.coarsen == "chains":
         return False
     if options.coarsen == "multilevel":
         return True
     limited = any(d.max_tasks is not None or d.max_inbound is not None for d in cost.platform.devices)
-    return (limited or cost.n_tasks > MULTILEVEL_MIN_TASKS) and hypergraph.available()
+    big = cost.n_tasks > MULTILEVEL_MIN_TASKS and options.objective in ("makespan", "energy")
+    return (limited or big) and hypergraph.available()
 
 
 class MilpMapper(Mapper):

@@ -54,6 +54,8 @@ EPSILON = 0.03
 #: HEFT on the full graph joins the candidates up to this many task-device pairs (its time grows with
 #: them and with the edges: seconds at 10^5 pairs in pure Python).
 HEFT_MAX_CELLS = 100_000
+#: The objectives the final LNS refines (the others keep the best candidate).
+LNS_OBJECTIVES = ("makespan", "energy")
 #: The lower bound is computed up to this many task-device pairs.
 BOUND_MAX_CELLS = 200_000
 #: Node weights are integers from 1 to this.
@@ -177,7 +179,7 @@ def _refined(cost: CostTable, options: MapOptions, start: Schedule, notes: list[
 
     deadline = t0 + options.time_limit
     final = start
-    if time.perf_counter() < deadline and not options.should_stop():
+    if options.objective in LNS_OBJECTIVES and time.perf_counter() < deadline and not options.should_stop():
         improved, stats = improve(cost, start, options.objective, options.schedule, deadline, seed=options.seed,
                                   makespan_bound=options.makespan_bound, stop=options.stop)
         if stats.accepted:
