@@ -26,6 +26,7 @@ LIBRARIES = {
     "onnx": "mapper.frontend.importers.onnx_model",
     "dask": "mapper.run.dask_engine",
     "distributed": "mapper.run.dask_engine",
+    "mtkahypar": "mapper.mapping.hypergraph",
 }
 
 

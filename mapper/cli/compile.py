@@ -31,7 +31,15 @@ from mapper.core.progress import erase_status
 from mapper.core.units import fmt_objective, fmt_pct, fmt_time
 from mapper.engine.schedule import ScheduleOptions
 from mapper.errors import OptionsError
-from mapper.mapping.base import DEFAULT_MAPPER, DEFAULT_TIME_LIMIT, OBJECTIVES, MapOptions, Progress
+from mapper.mapping.base import (
+    COARSENINGS,
+    DEFAULT_MAPPER,
+    DEFAULT_TIME_LIMIT,
+    MULTILEVEL_MIN_TASKS,
+    OBJECTIVES,
+    MapOptions,
+    Progress,
+)
 from mapper.options import CompileOptions
 from mapper.pipeline import STAGES, StoppedAfter, compile_graph
 from mapper.platform.schema import THROUGHPUT_MODELS
@@ -74,6 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--contiguous", action="store_true",
                    help="with the max-load throughput model: each device's forward tasks form a contiguous set")
     m.add_argument("--seed", type=int, default=0, help="seed for randomised mappers (default 0)")
+    m.add_argument("--coarsen", choices=COARSENINGS, default="auto",
+                   help="how the milp mapper shrinks big graphs: chains (fuse linear chains), multilevel "
+                        "(hypergraph partition, docs/huge.md), auto (multilevel past "
+                        f"{MULTILEVEL_MIN_TASKS:,} tasks or on a platform with max_tasks/max_inbound)")
     m.add_argument("--compare", metavar="M1,M2", default="",
                    help="also run these mappers and compare them in the reports")
     m.add_argument("--contention", action="store_true", help="serialise transfers that share a link")
@@ -232,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         makespan_bound=args.makespan_bound,
         contiguous=args.contiguous,
+        coarsen=args.coarsen,
         progress=status,
         stop=interrupt,
     )

@@ -8,7 +8,9 @@ Tarnawski et al.'s msr-fiddle/dnn-partitioning as explicit-cost tasks, plus
 its devices as a platform file (``--platform-out``). ``dot``, ``gxl``: a task
 graph with node and edge weights as optimal-scheduling benchmarks write it
 (:mod:`mapper.frontend.importers.task_formats`), plus ``--procs N`` identical, fully
-connected processors as a platform file (``--platform-out``).
+connected processors as a platform file (``--platform-out``). ``snn``: a spiking
+network's populations and projections as one task per neuron
+(:mod:`mapper.frontend.importers.snn`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from mapper.frontend.load import graph_from_text
 from mapper.frontend.sources import parse_dims, parse_input_shapes, parse_input_values
 from mapper.platform.loader import parse_platform
 
-FORMATS = ("wfcommons", "onnx", "dnn-partitioning", "dot", "gxl")
+FORMATS = ("wfcommons", "onnx", "dnn-partitioning", "dot", "gxl", "snn")
 
 
 #: Each format: (what it reads, what it writes, what FILE is, the options it takes beyond -o).
@@ -43,6 +45,8 @@ _FORMATS = {
     "gxl": ("a weighted task graph in GXL (as the benchmarks of optimal scheduling with communication delays "
             "write it)", "explicit-cost tasks, and N identical processors into a platform file", "a GXL file",
             ("procs",)),
+    "snn": ("a spiking network's populations and projections (JSON, docs/huge.md)",
+            "one explicit-cost task per neuron and one edge per synapse", "a network JSON file", ()),
 }
 
 
@@ -107,6 +111,8 @@ def run(args) -> int:
     if args.format == "dnn-partitioning":
         return _run_dnn_partitioning(args)
     _no_model_options(args)
+    if args.format == "snn":
+        return _run_snn(args)
     default = ReferenceMachine()
     try:
         ref = ReferenceMachine(
@@ -123,6 +129,20 @@ def run(args) -> int:
         f"imported by `mapper import wfcommons`: flops = runtime x {ref.gflops_per_core:g} GFLOP/s / "
         f"((1 - p) + p / cores), bytes = file sizes; default p {ref.default_parallel:g} (docs/importers.md)",
     ]
+    return _emit(args, graph, header)
+
+
+def _run_snn(args) -> int:
+    from mapper.frontend.importers.snn import network_graph, read_network
+
+    net = read_network(args.file)
+    graph = network_graph(net)
+    header = [f"{os.path.basename(args.file)}: spiking network {net.name!r}, {len(graph.tasks)} neurons, "
+              f"{len(graph.edges)} synapses, by mapper import snn (docs/huge.md)"]
+    return _emit(args, graph, header)
+
+
+def _emit(args, graph, header) -> int:
     text = graph_to_dsl(graph, header)
     if args.output and args.output != STDOUT:
         atomic_write(args.output, text, "--output")

@@ -259,36 +259,19 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
     footprint = footprints(graph)
     capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
     index = {d.name: d.index for d in devices}
+    memo: dict[tuple, tuple] = {}  # explicit-cost tasks alike (a spiking network's neurons) share a row
     for task in graph.tasks:
-        explicit = _explicit_costs(task, platform, index) if task.explicit_cost else None
-        cls = op_class(task.op, task.span)
-        row_t, row_e, row_b, row_a = [], [], [], []
-        for dev in devices:
-            if not task.placement.permits(dev.name, dev.kind):
-                est = _excluded(task.placement, dev.name, dev.kind)
-            elif explicit is not None:
-                sec = explicit.get(dev.index)
-                est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")
-            elif (refused := refusal(task, dev)) is not None:
-                est = infeasible_estimate(refused)
-            elif task.parts and not dev.fuses:
-                est = unfused_estimate(task.parts, converted(dev, task.dtype))
-            else:
-                est = estimate(task, cls, converted(dev, task.dtype))
-            if est.time < INF and footprint[task.index] > capacity[dev.index]:
-                need, has = fmt_bytes_pair(footprint[task.index], capacity[dev.index])
-                est = infeasible_estimate(f"footprint {need} exceeds memory {has}")
-            if est.time == INF:
-                reasons.append((task.index, dev.index, est.reason))
-            row_t.append(est.time)
-            row_b.append(est.bound)
-            power = dev.power_active_w or 0.0
-            row_e.append(INF if est.time == INF else power * est.time)
-            row_a.append(_fpga_area(task, dev, est, explicit is not None) if dev.kind == "fpga" else 0.0)
-        times.append(tuple(row_t))
-        energy.append(tuple(row_e))
-        bounds.append(tuple(row_b))
-        areas.append(tuple(row_a))
+        key = (task.explicit_cost, task.placement, footprint[task.index]) if task.explicit_cost else None
+        row = memo.get(key) if key is not None else None
+        if row is None:
+            row = _task_row(task, platform, index, footprint[task.index], capacity)
+            if key is not None:
+                memo[key] = row
+        times.append(row[0])
+        energy.append(row[1])
+        bounds.append(row[2])
+        areas.append(row[3])
+        reasons.extend((task.index, d, why) for d, why in row[4])
     _colocate(graph, times, bounds, energy, reasons)
     lat, spb, rts = route_tables(platform)
     return CostTable(
@@ -359,6 +342,37 @@ def converted(dev: Device, dtype: str) -> Device:
     tensor = tuple(dev.tensor_gflops) + tuple((dtype, v) for d, v in dev.tensor_gflops if d == to
                                                and dev.tensor_peak(dtype) is None)
     return replace(dev, peak_gflops=peaks, tensor_gflops=tensor)
+
+
+def _task_row(task: Task, platform: Platform, index: dict[str, int], footprint: float,
+              capacity: tuple[float, ...]) -> tuple:
+    """``(times, energies, bounds, areas, ((device, why), ...))`` of one task on every device."""
+    explicit = _explicit_costs(task, platform, index) if task.explicit_cost else None
+    cls = op_class(task.op, task.span)
+    row_t, row_e, row_b, row_a, why = [], [], [], [], []
+    for dev in platform.devices:
+        if not task.placement.permits(dev.name, dev.kind):
+            est = _excluded(task.placement, dev.name, dev.kind)
+        elif explicit is not None:
+            sec = explicit.get(dev.index)
+            est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")
+        elif (refused := refusal(task, dev)) is not None:
+            est = infeasible_estimate(refused)
+        elif task.parts and not dev.fuses:
+            est = unfused_estimate(task.parts, converted(dev, task.dtype))
+        else:
+            est = estimate(task, cls, converted(dev, task.dtype))
+        if est.time < INF and footprint > capacity[dev.index]:
+            need, has = fmt_bytes_pair(footprint, capacity[dev.index])
+            est = infeasible_estimate(f"footprint {need} exceeds memory {has}")
+        if est.time == INF:
+            why.append((dev.index, est.reason))
+        row_t.append(est.time)
+        row_b.append(est.bound)
+        power = dev.power_active_w or 0.0
+        row_e.append(INF if est.time == INF else power * est.time)
+        row_a.append(_fpga_area(task, dev, est, explicit is not None) if dev.kind == "fpga" else 0.0)
+    return tuple(row_t), tuple(row_e), tuple(row_b), tuple(row_a), tuple(why)
 
 
 def footprints(graph: TaskGraph) -> tuple[float, ...]:

@@ -16,7 +16,8 @@ under contention), ``order`` (``schedule.order``, when given, disagrees
 with the slots), ``stream`` (a pipelined FPGA chain off its pipeline
 times), ``colocation`` (a ``colocate`` class split over devices),
 ``memory`` (the tasks' static footprints, and the peak over time of
-:mod:`mapper.engine.memory`), ``area``, ``makespan``; and, with
+:mod:`mapper.engine.memory`), ``area``, ``limits`` (a device's ``max_tasks`` and
+``max_inbound``), ``makespan``; and, with
 ``deadlines=True`` (``--objective deadline``), ``deadline`` (a task ending
 after its deadline; :func:`deadline_misses` lists them otherwise, for notes).
 """
@@ -103,6 +104,7 @@ class _Checker:
         self.check_transfers()
         self.check_precedence()
         self.check_capacity()
+        self.check_limits()
         self.check_makespan()
         return self.out
 
@@ -396,6 +398,30 @@ class _Checker:
                 if peak.bytes > cost.memory_capacity[d] * (1 + 1e-9):
                     self.add("memory", f"{self.dev(d)} holds {peak.bytes:.6g} bytes at {peak.at:.6g} s, it has "
                                        f"{cost.memory_capacity[d]:.6g}")
+
+    def check_limits(self) -> None:
+        """A device's ``max_tasks`` and ``max_inbound``: the distinct (producer, tensor) pairs whose
+        producer runs elsewhere and a consumer there (always on: they are the platform's)."""
+        devices = self.cost.platform.devices
+        if all(d.max_tasks is None and d.max_inbound is None for d in devices):
+            return
+        dev = [sl.device for sl in self.s.slots]
+        held = [0] * len(devices)
+        for d in dev:
+            held[d] += 1
+        inbound: set[tuple[int, int, str]] = set()
+        for e in self.g.edges:
+            if dev[e.src] != dev[e.dst]:
+                inbound.add((dev[e.dst], e.src, e.tensor))
+        fan_in = [0] * len(devices)
+        for d, _, _ in inbound:
+            fan_in[d] += 1
+        for d, device in enumerate(devices):
+            if device.max_tasks is not None and held[d] > device.max_tasks:
+                self.add("limits", f"{self.dev(d)} holds {held[d]} tasks, its max_tasks is {device.max_tasks}")
+            if device.max_inbound is not None and fan_in[d] > device.max_inbound:
+                self.add("limits", f"{self.dev(d)} receives {fan_in[d]} distinct inbound nets, its max_inbound "
+                                   f"is {device.max_inbound}")
 
     def check_makespan(self) -> None:
         latest = max((sl.end for sl in self.s.slots), default=0.0)

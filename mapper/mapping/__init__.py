@@ -25,6 +25,7 @@ MAPPERS: dict[str, str] = {
     "cpsat": "mapper.mapping.cpsat:CpSatMapper",
     "delegate-greedy": "mapper.mapping.delegate:DelegateGreedyMapper",
     "delegate-mapped": "mapper.mapping.delegate:DelegateMappedMapper",
+    "multilevel": "mapper.mapping.multilevel:MultilevelMapper",
 }
 
 

@@ -13,6 +13,12 @@ from mapper.engine.schedule import Schedule, ScheduleOptions
 from mapper.errors import OptionsError
 
 OBJECTIVES = ("makespan", "energy", "throughput", "deadline")
+#: ``--coarsen``: ``auto`` (chains past the exact size, multilevel past :data:`MULTILEVEL_MIN_TASKS`),
+#: ``chains`` (never multilevel) or ``multilevel`` (:mod:`mapper.mapping.multilevel`, any size).
+COARSENINGS = ("auto", "chains", "multilevel")
+#: ``--coarsen auto`` maps graphs above this many tasks multilevel: past it the heuristics alone, run on
+#: the whole graph, take longer than a default time limit (benchmarks/huge.py).
+MULTILEVEL_MIN_TASKS = 10_000
 #: The defaults of every entry point (``mapper compile``, ``mapper run``, :class:`MapOptions`).
 DEFAULT_MAPPER = "milp"
 DEFAULT_TIME_LIMIT = 10.0
@@ -33,6 +39,7 @@ class MapOptions:
     seed: int = 0
     schedule: ScheduleOptions = ScheduleOptions()
     makespan_bound: float | None = None  # with objective="energy"
+    coarsen: str = "auto"  # auto | chains | multilevel (see COARSENINGS)
     contiguous: bool = False  # max-load throughput: each device's forward tasks form a contiguous set
     progress: Callable[[Progress], None] | None = field(default=None, compare=False)
     stop: Callable[[], bool] | None = field(default=None, compare=False)
@@ -47,6 +54,9 @@ def check_options(options: MapOptions) -> None:
         raise OptionsError(
             f"unknown objective {options.objective!r}; choose one of {', '.join(OBJECTIVES)}", obj="objective"
         )
+    if options.coarsen not in COARSENINGS:
+        raise OptionsError(f"unknown coarsening {options.coarsen!r}; choose one of {', '.join(COARSENINGS)}",
+                           obj="--coarsen")
     limit = options.time_limit
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (limit > 0 and math.isfinite(limit)):
         raise OptionsError(f"the time limit must be a positive number of seconds, got {limit}", obj="time_limit")

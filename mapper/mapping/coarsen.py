@@ -103,17 +103,24 @@ def chains(cost: CostTable, options: ScheduleOptions = ScheduleOptions()) -> tup
 
 def coarsen(cost: CostTable, options: ScheduleOptions = ScheduleOptions()) -> Coarsening:
     """Fuse the chains of :func:`chains` into a coarse :class:`CostTable`."""
+    return grouped(cost, chains(cost, options))
+
+
+def grouped(cost: CostTable, groups: tuple[tuple[int, ...], ...]) -> Coarsening:
+    """The coarse table of ``groups`` (each a set of fine tasks in an order that respects their
+    edges; the quotient must be acyclic): a group's time on a device is its members' sum, and the
+    edges between two groups become one carrying the largest of their data (their transfers run
+    side by side under the delay model, so the coarse arrival bounds every fine one)."""
     g = cost.graph
     nd = cost.n_devices
-    groups = chains(cost, options)
     group_of = [0] * cost.n_tasks
     for k, members in enumerate(groups):
         for t in members:
             group_of[t] = k
     tasks, time, energy, bound, reasons, footprint, area = [], [], [], [], [], [], []
     for k, members in enumerate(groups):
-        names = [g.tasks[t].name for t in members]
-        label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+        label = g.tasks[members[0]].name if len(members) == 1 else \
+            f"{g.tasks[members[0]].name}..{g.tasks[members[-1]].name}"
         tasks.append(Task(index=k, name=label, op="task"))
         row_t, row_e, row_b, row_a = [], [], [], []
         for d in range(nd):
@@ -132,11 +139,19 @@ def coarsen(cost: CostTable, options: ScheduleOptions = ScheduleOptions()) -> Co
         bound.append(tuple(row_b))
         area.append(tuple(row_a))
         footprint.append(sum(cost.footprint[t] for t in members))
-    edges: list[Edge] = []
+    merged: dict[tuple[int, int, bool], list] = {}
     for e in g.edges:
         a, b = group_of[e.src], group_of[e.dst]
         if a != b:
-            edges.append(Edge(index=len(edges), src=a, dst=b, bytes=e.bytes, comm=e.comm, tensor=e.tensor))
+            key = (a, b, e.comm is not None)
+            have = merged.get(key)
+            if have is None:
+                merged[key] = [e.bytes, e.comm, e.tensor]
+            else:
+                have[0] = max(have[0], e.bytes)
+                have[1] = None if e.comm is None else max(have[1], e.comm)
+    edges = [Edge(index=i, src=a, dst=b, bytes=v[0], comm=v[1], tensor=v[2])
+             for i, ((a, b, _), v) in enumerate(sorted(merged.items()))]
     graph = TaskGraph(name=f"{g.name}.coarse", tasks=tuple(tasks), edges=tuple(edges))
     coarse = CostTable(
         graph=graph,

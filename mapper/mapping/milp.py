@@ -35,8 +35,8 @@ from mapper.core.units import fmt_objective
 from mapper.costing.cost import CostTable
 from mapper.engine.validate import validate
 from mapper.errors import InfeasibleError, MapperError
-from mapper.mapping import cpsat
-from mapper.mapping.base import MapOptions, Mapper, MapResult, check_options
+from mapper.mapping import cpsat, hypergraph
+from mapper.mapping.base import MULTILEVEL_MIN_TASKS, MapOptions, Mapper, MapResult, check_options
 from mapper.mapping.exact import solver
 from mapper.mapping.exact.cpsat_model import model_terms
 from mapper.mapping.exact.feasibility import check_feasible
@@ -94,6 +94,19 @@ CPSAT_LARGE_SHARE = 0.5
 CPSAT_LARGE_PATIENCE = 0.25
 
 
+def multilevel_wanted(cost: CostTable, options: MapOptions) -> bool:
+    """``--coarsen multilevel``, or ``auto`` past :data:`MULTILEVEL_MIN_TASKS` tasks (minimising the
+    makespan or the energy) or on a platform with task or fan-in limits (:mod:`.limits`), when
+    Mt-KaHyPar is installed."""
+    if options.coarsen == "chains":
+        return False
+    if options.coarsen == "multilevel":
+        return True
+    limited = any(d.max_tasks is not None or d.max_inbound is not None for d in cost.platform.devices)
+    big = cost.n_tasks > MULTILEVEL_MIN_TASKS and options.objective in ("makespan", "energy")
+    return (limited or big) and hypergraph.available()
+
+
 class MilpMapper(Mapper):
     """Exact communication-aware MILP (Venugopalan & Sinnen, IEEE TPDS 2015;
     throughput after Wilhelm et al., arXiv 2208.06321), warm-started from the
@@ -107,6 +120,10 @@ class MilpMapper(Mapper):
         t0 = time.perf_counter()
         check_options(options)
         check_feasible(cost, options.schedule)
+        if multilevel_wanted(cost, options):
+            from mapper.mapping.multilevel import map_multilevel
+
+            return map_multilevel(cost, options, t0)
         heuristics = progress_reporter(options, t0, "heuristics")
         heuristics(None, None)
         best, notes = best_heuristic(cost, options)

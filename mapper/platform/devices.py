@@ -57,6 +57,8 @@ class Device:
     dtypes: tuple[str, ...] = ()  # the dtypes it runs; (): every dtype it has a rate for
     convert: tuple[tuple[str, str], ...] = ()  # dtype -> the dtype it runs it in (an NPU runs f32 in f16)
     invoke_us: float = 0.0  # fixed cost of each delegated subgraph's invocation (docs/platforms.md)
+    max_tasks: int | None = None  # tasks it may hold at most (a neuromorphic core's neurons); None: no limit
+    max_inbound: int | None = None  # distinct nets produced elsewhere it may receive (input axons, ports)
 
     def tensor_peak(self, dtype: str) -> float | None:
         """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""

@@ -51,7 +51,7 @@ _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 TENSOR_DTYPES = (*DTYPE_BYTES, "tf32", "fp8", "mxfp8", "nvfp4")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
                 "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
-                "overlap_exponent",
+                "overlap_exponent", "max_tasks", "max_inbound",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
                 "gemm_pack_cold_ns", "supports", "dtypes", "convert", "mig", "mps_percent")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
@@ -210,6 +210,8 @@ class Checker:
             overlap = self.number(tab["overlap_exponent"], f"{path}.overlap_exponent", "pos", "an exponent")
             if overlap < 1:
                 raise self.fail(f"{path}.overlap_exponent", f"expected an exponent >= 1, got {overlap:g}")
+        most = {key: self.integer(tab[key], f"{path}.{key}", what)
+                for key, what in (("max_tasks", "tasks"), ("max_inbound", "inbound nets")) if key in tab}
         if (tile is None) != (units is None):
             raise self.fail(f"{path}.{'gemm_tile' if tile is None else 'compute_units'}",
                             "gemm_tile and compute_units come together (the wave model of a GEMM)")
@@ -266,6 +268,8 @@ class Checker:
             im2col_gbs=nums.get("im2col_gbs"),
             price_per_hour=nums.get("price_per_hour"),
             fuses=fuses,
+            max_tasks=most.get("max_tasks"),
+            max_inbound=most.get("max_inbound"),
             tensor_gflops=tensor,
             f32_matmul=f32_matmul,
             compute_units=units,

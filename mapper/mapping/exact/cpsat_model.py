@@ -562,3 +562,38 @@ def whole_times(cost: CostTable) -> bool:
     nd = cost.n_devices
     return all(float(c).is_integer() for e in cost.graph.edges for a in range(nd) for b in range(nd)
                if a != b and (c := cost.comm(e.index, a, b)) < INF)
+
+
+def solve_limits(feasible: Sequence[Sequence[int]], nets: Sequence[Sequence[int]], tasks: Sequence[float],
+                 inbound: Sequence[float], hint: Sequence[int], seconds: float,
+                 seed: int) -> tuple[str, list[int]]:
+    """An assignment within per-device task counts and distinct inbound nets (``nets[i]``: producer
+    first): ``x[t,d]`` places task ``t``, ``y[i,d] >= x[c,d] - x[p,d]`` for each consumer ``c`` marks net
+    ``i`` entering ``d``. ``("feasible", device)``, ``("infeasible", [])`` or ``("unknown", [])``."""
+    m = cp_model.CpModel()
+    nd = len(tasks)
+    x = [{d: m.new_bool_var("") for d in feas} for feas in feasible]
+    for t, row in enumerate(x):
+        m.add_exactly_one(row.values())
+        if hint[t] in row:
+            m.add_hint(row[hint[t]], 1)
+    for d in range(nd):
+        if math.isfinite(tasks[d]):
+            m.add(sum(row[d] for row in x if d in row) <= int(tasks[d]))
+        if math.isfinite(inbound[d]):
+            ys = []
+            for pins in nets:
+                consumers = [x[c][d] for c in pins[1:] if d in x[c]]
+                if consumers:
+                    y = m.new_bool_var("")
+                    own = x[pins[0]].get(d)
+                    for c in consumers:
+                        m.add(y >= c - own) if own is not None else m.add(y >= c)
+                    ys.append(y)
+            m.add(sum(ys) <= int(inbound[d]))
+    solver = _solver("default", seed)
+    solver.parameters.max_time_in_seconds = max(0.1, seconds)
+    status = solver.Solve(m)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return "feasible", [next(d for d, v in row.items() if solver.Value(v)) for row in x]
+    return ("infeasible", []) if status == cp_model.INFEASIBLE else ("unknown", [])
