@@ -100,6 +100,9 @@ class BlockCost:
     kernels: tuple[tuple[float, tuple[str, ...], int], ...] = ()
     working: float = 0.0  # the largest forward kernel's footprint less its weights (inference's peak)
     unrunnable: str = ""  # a kernel the GPU cannot run at this size, and why (the cost table's reason)
+    expert_params: float = 0.0  # of ``params``, the experts' (grouped GEMM weights): expert parallelism shards them
+    expert_param_bytes: float = 0.0  # their bytes
+    routed: tuple[float, ...] = ()  # bytes of the rows each MoE dispatch sends to the experts (one per MoE layer)
 
 
 def _cut(node: Platform, names: tuple[str, ...]) -> Platform:
@@ -219,6 +222,8 @@ class Profile:
         kernels: list[tuple[float, tuple[str, ...], int]] = []
         working = 0.0
         unrunnable = ""
+        eparams = ebytes = 0.0
+        routed: list[float] = []
         seen: set[str] = set()
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
@@ -257,11 +262,16 @@ class Profile:
                 stash += k
                 scores += s
                 for p in parts:
+                    if p.op == "moe_dispatch" and p.output is not None:
+                        routed.append(float(p.output.nbytes))
                     for o in p.operands:
                         if o.kind == "weight" and o.name not in seen:
                             seen.add(o.name)
                             params += o.type.numel
                             pbytes += o.type.nbytes
+                            if p.op == "grouped_matmul":
+                                eparams += o.type.numel
+                                ebytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
-                         tuple(kernels), working, unrunnable)
+                         tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed))
