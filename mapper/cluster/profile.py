@@ -208,6 +208,9 @@ class Profile:
 
     def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
         node, mesh = self._platform(tensor)
+        if self.optimizer is not None:  # a training step's memory is the plan model's to count (its
+            # weights, states and experts sharded as the layout says), not one kernel's on one GPU
+            node = replace(node, devices=tuple(replace(dv, memory_gib=None) for dv in node.devices))
         plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True)
         split = split_graph(sub, plan, node, first_chunk=True)
         if self.optimizer is None:  # inference: the forward kernels and their collectives only
