@@ -131,3 +131,19 @@ def test_expert_on_a_dense_model_exits_2(capsys):
     assert main(["compile", "examples/llama.tg", "--param", "LAYERS=2", "--platform", "dgx-h100", "--train",
                  "--optimizer", "adam", "--parallel", "tensor=1,expert=2", "-q"]) == 2
     assert "no grouped_matmul experts" in capsys.readouterr().err
+
+
+def test_expert_tensor_one_drops_the_expert_mlps_tensor_collectives():
+    """With expert_tensor = 1 each rank computes whole experts: the expert MLP's tensor-parallel
+    all-reduces (forward and backward) go, the attention's stay."""
+    from mapper.cluster.search import _setup
+
+    plat = with_nodes(load_platform("dgx-h100-superpod"), 2)
+    pm = _setup(_graph(), plat, "adam", lambda x: fuse_for(x, plat)).model
+    moe = next(c for c in pm.block_costs(2, 1) if c.routed)
+    assert any(moe.expert_comm) and len(moe.expert_comm) == len(moe.collectives)
+    kept = [x for x, e in zip(moe.collectives, moe.expert_comm) if not e]
+    whole = pm._comm(moe, 2, False)
+    assert pm._comm(moe, 2, False, 1) == pytest.approx(
+        sum(collective(pm.net, k, n, 2, 2)[0] for k, n, bwd in kept if not bwd)) and pm._comm(moe, 2, False, 1) < whole
+    assert pm._comm(moe, 2, False, 2) == pytest.approx(whole)

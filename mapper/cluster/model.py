@@ -155,10 +155,16 @@ class PlanModel:
         chunks = self.samples // b
         return [self.profile.cost(blk.signature, t, chunks) for blk in self.profile.blocks]
 
-    def _comm(self, c: BlockCost, t: int, backward: bool) -> float:
-        per_node = min(t, self.net.gpus_per_node)
-        return sum(collective(self.net, kind, nbytes, t, per_node)[0] for kind, nbytes, bwd in c.collectives
-                   if bwd == backward)
+    def _comm(self, c: BlockCost, t: int, backward: bool, etp: int | None = None) -> float:
+        """Seconds of a block's tensor-parallel collectives in one pass; the experts' own among their
+        ``etp`` ranks (none with ``expert_tensor = 1``: each rank computes whole experts)."""
+        total = 0.0
+        for i, (kind, nbytes, bwd) in enumerate(c.collectives):
+            if bwd != backward:
+                continue
+            k = etp if etp is not None and i < len(c.expert_comm) and c.expert_comm[i] else t
+            total += collective(self.net, kind, nbytes, k, min(k, self.net.gpus_per_node))[0]
+        return total
 
     def _alltoalls(self, c: BlockCost, lay: Layout) -> float:
         """Seconds of a block's dispatch and combine all-to-alls over the ``expert`` ranks (module
@@ -191,7 +197,8 @@ class PlanModel:
             if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
-            cf, cb = self._comm(c, t, False), self._comm(c, t, True)
+            etp = lay.etp if lay.expert > 1 else None
+            cf, cb = self._comm(c, t, False, etp), self._comm(c, t, True, etp)
             a2a = self._alltoalls(c, lay)  # dispatch and combine, forward and backward alike
             cf += a2a
             cb += a2a

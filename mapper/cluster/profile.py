@@ -103,6 +103,7 @@ class BlockCost:
     expert_params: float = 0.0  # of ``params``, the experts' (grouped GEMM weights): expert parallelism shards them
     expert_param_bytes: float = 0.0  # their bytes
     routed: tuple[float, ...] = ()  # bytes of the rows each MoE dispatch sends to the experts (one per MoE layer)
+    expert_comm: tuple[bool, ...] = ()  # per collective: the experts' own (cut over expert_tensor ranks)
 
 
 def _cut(node: Platform, names: tuple[str, ...]) -> Platform:
@@ -222,6 +223,8 @@ class Profile:
         d = node.device_index(rank0)
         fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
         comms: list[tuple[str, float, bool]] = []
+        experts = tuple(t.name + "." for t in sub.tasks if t.op == "grouped_matmul")
+        expert_comm: list[bool] = []
         kernels: list[tuple[float, tuple[str, ...], int]] = []
         working = 0.0
         unrunnable = ""
@@ -241,6 +244,7 @@ class Profile:
                 kind = "allreduce" if task.op == "allreduce" else "allgather"
                 nbytes = task.operands[0].type.nbytes * (1 if kind == "allreduce" else len(task.operands))
                 comms.append((kind, float(nbytes), task.backward))
+                expert_comm.append(bool(experts) and task.name.startswith(experts))
                 if not task.backward:
                     kernels.append((0.0, (task.op,), len(comms) - 1))
             elif task.backward and task.name.endswith(".update"):
@@ -277,4 +281,4 @@ class Profile:
                                 ebytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
-                         tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed))
+                         tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed), tuple(expert_comm))
