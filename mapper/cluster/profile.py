@@ -157,6 +157,17 @@ def _kept(task: Task) -> tuple[float, float]:
     return kept, scores
 
 
+def _expert_weights(g: TaskGraph) -> tuple[str, ...]:
+    """Names of the experts' weights (``grouped_matmul``'s) in a training step ``g``."""
+    return tuple(sorted({o.name for t in g.tasks for p in (t.parts or (t,)) if p.op == "grouped_matmul"
+                         for o in p.operands if o.kind == "weight"}))
+
+
+def _touches(task: Task, names: tuple[str, ...]) -> bool:
+    """``task`` reads one of the weights ``names`` or their optimizer states (``NAME.adam``)."""
+    return any(o.kind == "weight" and o.name.startswith(names) for p in (task.parts or (task,)) for o in p.operands)
+
+
 class Profile:
     """Prices of a forward graph's blocks on one node (module docstring)."""
 
@@ -209,9 +220,6 @@ class Profile:
 
     def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
         node, mesh = self._platform(tensor)
-        if self.optimizer is not None:  # a training step's memory is the plan model's to count (its
-            # weights, states and experts sharded as the layout says), not one kernel's on one GPU
-            node = replace(node, devices=tuple(replace(dv, memory_gib=None) for dv in node.devices))
         plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True)
         split = split_graph(sub, plan, node, first_chunk=True)
         if self.optimizer is None:  # inference: the forward kernels and their collectives only
@@ -219,6 +227,8 @@ class Profile:
         else:
             g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, node, self.optimizer)
         table = build_cost_table(g, node)
+        unbounded = None  # the same node without memory limits: expert kernels' times (below)
+        shards = _expert_weights(g)
         rank0 = mesh[0]
         d = node.device_index(rank0)
         fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
@@ -235,6 +245,13 @@ class Profile:
             if task.placement.allow[:1] != (rank0,):
                 continue
             seconds = table.time[task.index][d]
+            if not math.isfinite(seconds) and shards and _touches(task, shards):
+                # a kernel of every expert's weights (their gradient or optimizer step) can outgrow one
+                # GPU here, but a rank runs it on its 1/expert share: the plan model counts that memory
+                if unbounded is None:
+                    unbounded = build_cost_table(g, replace(node, devices=tuple(
+                        replace(dv, memory_gib=None) for dv in node.devices)))
+                seconds = unbounded.time[task.index][d]
             if not unrunnable and not task.explicit_cost and not math.isfinite(seconds):
                 why = next((r for ti, di, r in table.reasons if ti == task.index and di == d), "no cost")
                 unrunnable = f"{task.name} ({why})"
