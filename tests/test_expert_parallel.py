@@ -147,3 +147,18 @@ def test_expert_tensor_one_drops_the_expert_mlps_tensor_collectives():
     assert pm._comm(moe, 2, False, 1) == pytest.approx(
         sum(collective(pm.net, k, n, 2, 2)[0] for k, n, bwd in kept if not bwd)) and pm._comm(moe, 2, False, 1) < whole
     assert pm._comm(moe, 2, False, 2) == pytest.approx(whole)
+
+
+def test_experts_larger_than_one_gpu_are_priced_by_their_shard():
+    """DeepSeek-V3's 256 experts of a layer (11.3B parameters, their Adam states 180 GB) outgrow one
+    H100 in the block profile, yet a rank of expert=64 holds 1/64 of them: the step is finite and
+    no kernel blocks the layout; the memory is the plan model's."""
+    g = load_graph(ModelFile("examples/deepseek_v3.tg", params=(("BATCH", 64),)))
+    plat = with_nodes(load_platform("dgx-h100-superpod"), 8)
+    ch = plan_cluster(g, plat, LayoutSpec(tensor=1, pipeline=4, interleave=1, micro_batch=1, expert=16, zero=1),
+                      "adam", lambda x: fuse_for(x, plat))
+    est = ch.best
+    assert est.step < float("inf") and not est.blocked
+    whole = plan_cluster(g, plat, LayoutSpec(tensor=1, pipeline=4, interleave=1, micro_batch=1, expert=1, zero=1),
+                         "adam", lambda x: fuse_for(x, plat)).best
+    assert not whole.fits and est.memory["weights"] < whole.memory["weights"] / 8
