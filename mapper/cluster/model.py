@@ -25,6 +25,22 @@ batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
   practice, but Narayanan et al. measure ZeRO-3 well behind PTD-P at scale
   (SC'21, 5.4), and a model that hid it all would prefer it everywhere.
 
+Expert parallelism (``expert = E``, each expert cut over ``expert_tensor = ET``
+ranks, folded inside the ``t d`` ranks of a stage as Megatron-Core's MoE
+parallel folding does, Liu et al., "MoE Parallel Folding", arXiv 2504.14960):
+a rank holds ``1/(E ET)`` of the experts' weights and their gradients and
+optimizer states, replicated over ``t d / (E ET)`` expert-data ranks that
+synchronise their gradients apart from the dense ones. Routing is balanced and
+dropless, so a rank's grouped GEMMs see as many rows as without it (its
+``EXPERTS / E`` experts get ``E`` times the rows each): their time is the
+block's price. Each MoE layer adds a dispatch and a combine all-to-all over
+the ``E`` ranks in the forward pass and their two transposes in the backward
+(each rank sends its ``T k / t`` routed rows, sequence-parallel tokens when
+``t > 1``), priced by :func:`mapper.parallel.collectives.collective` on the
+critical path: nothing is overlapped, as Megatron-Core runs them unless
+``--moe-a2a-overlap`` is set (its MoE guide: overlap is an option of the
+interleaved 1F1B schedule, off by default).
+
 Memory per GPU: weights, gradients and optimizer state in the bytes
 Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
 says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the micro-batches
@@ -139,16 +155,39 @@ class PlanModel:
         chunks = self.samples // b
         return [self.profile.cost(blk.signature, t, chunks) for blk in self.profile.blocks]
 
-    def _comm(self, c: BlockCost, t: int, backward: bool) -> float:
-        per_node = min(t, self.net.gpus_per_node)
-        return sum(collective(self.net, kind, nbytes, t, per_node)[0] for kind, nbytes, bwd in c.collectives
-                   if bwd == backward)
+    def _comm(self, c: BlockCost, t: int, backward: bool, etp: int | None = None) -> float:
+        """Seconds of a block's tensor-parallel collectives in one pass; the experts' own among their
+        ``etp`` ranks (none with ``expert_tensor = 1``: each rank computes whole experts)."""
+        total = 0.0
+        for i, (kind, nbytes, bwd) in enumerate(c.collectives):
+            if bwd != backward:
+                continue
+            k = etp if etp is not None and i < len(c.expert_comm) and c.expert_comm[i] else t
+            total += collective(self.net, kind, nbytes, k, min(k, self.net.gpus_per_node))[0]
+        return total
+
+    def _alltoalls(self, c: BlockCost, lay: Layout) -> float:
+        """Seconds of a block's dispatch and combine all-to-alls over the ``expert`` ranks (module
+        docstring); the expert ranks are consecutive global ranks (tensor innermost), ``expert_tensor``
+        apart."""
+        e = lay.expert
+        if e <= 1 or not c.routed:
+            return 0.0
+        per_node = min(e, max(1, self.net.gpus_per_node // lay.etp))
+        return sum(2 * collective(self.net, "alltoall", r / lay.tensor, e, per_node)[0] for r in c.routed)
+
+    def held(self, c: BlockCost, lay: Layout) -> tuple[float, float, float, float]:
+        """Parameters and their bytes a rank holds of block price ``c``: the dense ones, then its
+        share of the experts' (priced cut over ``tensor`` ranks, held over ``expert x expert_tensor``)."""
+        share = lay.tensor / (lay.expert * lay.etp)
+        return (c.params - c.expert_params, c.param_bytes - c.expert_param_bytes, c.expert_params * share,
+                c.expert_param_bytes * share)
 
     def _block_times(self, lay: Layout) -> tuple[list[float], list[float]]:
         """Forward and backward seconds per micro-batch of each block, collectives and
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
@@ -158,7 +197,11 @@ class PlanModel:
             if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
-            cf, cb = self._comm(c, t, False), self._comm(c, t, True)
+            etp = lay.etp if lay.expert > 1 else None
+            cf, cb = self._comm(c, t, False, etp), self._comm(c, t, True, etp)
+            a2a = self._alltoalls(c, lay)  # dispatch and combine, forward and backward alike
+            cf += a2a
+            cb += a2a
             redo = {"none": 0.0, "selective": c.attention, "full": f + cf}[lay.recompute]
             fw.append(f + cf)
             bw.append(b + cb + redo)
@@ -169,7 +212,7 @@ class PlanModel:
         """The layout's :class:`Estimate`, or None when its blocks cannot be cut into its chunks."""
         t, p, d, v = lay.tensor, lay.pipeline, lay.data, lay.interleave
         m = self.samples // (d * lay.micro_batch)
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, p * v)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, p * v)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = partition([f + b for f, b in zip(fw, bw)], p * v)
@@ -185,6 +228,8 @@ class PlanModel:
         rank_bwd = [0.0] * p
         rank_params = [0.0] * p
         rank_pbytes = [0.0] * p
+        rank_eparams = [0.0] * p  # the rank's expert shards (held over expert x expert_tensor)
+        rank_ebytes = [0.0] * p
         rank_act = [0.0] * p  # activation bytes of one micro-batch through all the rank's chunks
         rank_work = [0.0] * p  # bytes of the block being recomputed (once, whatever is in flight)
         rank_z3 = [0.0] * p
@@ -203,14 +248,18 @@ class PlanModel:
             rank_time[s] += f + b
             rank_bwd[s] += b
             chunk_times.append((f, b))
-            rank_params[s] += sum(costs[i].params for i in range(a, e))
-            rank_pbytes[s] += sum(costs[i].param_bytes for i in range(a, e))
+            for i in range(a, e):
+                dp_, db_, ep_, eb_ = self.held(costs[i], lay)
+                rank_params[s] += dp_
+                rank_pbytes[s] += db_
+                rank_eparams[s] += ep_
+                rank_ebytes[s] += eb_
             kept, work = self._activations(lay, range(a, e))
             rank_act[s] += kept
             rank_work[s] = max(rank_work[s], work)
             if lay.zero == 3 and d > 1:  # weights gathered for forward and backward, gradients scattered
-                pb = sum(costs[i].param_bytes for i in range(a, e))
-                gb = self._grad_bytes(sum(costs[i].params for i in range(a, e)), pb)
+                pb = sum(sum(self.held(costs[i], lay)[1::2]) for i in range(a, e))
+                gb = self._grad_bytes(sum(sum(self.held(costs[i], lay)[0::2]) for i in range(a, e)), pb)
                 per_node = min(d, max(1, self.net.gpus_per_node // t))
                 z3 = (2 * collective(self.net, "allgather", pb, d, per_node)[0]
                       + collective(self.net, "reducescatter", gb, d, per_node)[0])
@@ -223,25 +272,39 @@ class PlanModel:
         rank_sync = []
         per_node = min(d, max(1, self.net.gpus_per_node // t))
         updates = [0.0] * p
+        moe_updates = [0.0] * p  # blocks with experts: the optimizer's time splits as its parameters
+        shards = (d, lay.expert_data) if lay.zero >= 1 else (1, 1)
         for ci, (a, e) in enumerate(zip(starts, ends)):
-            updates[ci % p] += sum(costs[i].update for i in range(a, e))
+            for i in range(a, e):
+                c = costs[i]
+                if not c.expert_params:
+                    updates[ci % p] += c.update
+                    continue
+                dense, _, experts, _ = self.held(c, lay)
+                moe_updates[ci % p] += c.update * (dense / shards[0] + experts / shards[1]) / c.params
+        de = lay.expert_data
+        per_node_e = min(de, max(1, self.net.gpus_per_node // (lay.expert * lay.etp)))
         for s in range(p):
-            grads = self._grad_bytes(rank_params[s], rank_pbytes[s])  # the buffer reduced
-            if d > 1 and lay.zero < 3:
+            total = 0.0
+            grads = 0.0
+            for group, pn, params, pbytes in ((d, per_node, rank_params[s], rank_pbytes[s]),
+                                              (de, per_node_e, rank_eparams[s], rank_ebytes[s])):
+                g = self._grad_bytes(params, pbytes)  # the buffer reduced
+                grads += g
+                if group <= 1 or lay.zero >= 3 or g <= 0:
+                    continue
                 if lay.zero >= 1:  # the distributed optimizer: gradients scattered, new weights gathered
-                    total = (collective(self.net, "reducescatter", grads, d, per_node)[0]
-                             + collective(self.net, "allgather", rank_pbytes[s], d, per_node)[0])
+                    total += (collective(self.net, "reducescatter", g, group, pn)[0]
+                              + collective(self.net, "allgather", pbytes, group, pn)[0])
                 else:
-                    total = collective(self.net, "allreduce", grads, d, per_node)[0]
-                buckets = max(1, math.ceil(grads / BUCKET))
-                exposed = max(total - rank_bwd[s] / max(1, v), total / buckets)
-            else:
-                exposed = 0.0
-            upd = updates[s] / (d if lay.zero >= 1 else 1)
+                    total += collective(self.net, "allreduce", g, group, pn)[0]
+            buckets = max(1, math.ceil(grads / BUCKET))
+            exposed = max(total - rank_bwd[s] / max(1, v), total / buckets) if total > 0 else 0.0
+            upd = updates[s] / shards[0] + moe_updates[s]
             sync = max(sync, exposed + upd)
             rank_sync.append(exposed + upd)
-        fullest, memory, ranks = self._memory(lay, rank_params, rank_pbytes, rank_act, rank_work, m, opt.states,
-                                              schedule == "gpipe")
+        fullest, memory, ranks = self._memory(lay, (rank_params, rank_eparams), (rank_pbytes, rank_ebytes),
+                                              rank_act, rank_work, m, opt.states, schedule == "gpipe")
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
                         blocked=next((c.unrunnable for c in costs if c.unrunnable), ""))
@@ -268,9 +331,12 @@ class PlanModel:
                 t if lay.sequence and t > 1 else 1)
         return total, 0.0
 
-    def _memory(self, lay: Layout, params: list[float], pbytes: list[float], act: list[float], work: list[float],
-                m: int, states: int, gpipe: bool = False) -> tuple[int, dict[str, float], tuple[float, ...]]:
-        """The pipeline rank whose GPUs hold the most, what they hold by part, and each rank's bytes."""
+    def _memory(self, lay: Layout, params: tuple[list[float], list[float]], pbytes: tuple[list[float], list[float]],
+                act: list[float], work: list[float], m: int, states: int,
+                gpipe: bool = False) -> tuple[int, dict[str, float], tuple[float, ...]]:
+        """The pipeline rank whose GPUs hold the most, what they hold by part, and each rank's bytes
+        (``params`` and ``pbytes``: the dense ones, sharded over ``data``, and the expert shards, over
+        the expert-data ranks)."""
         p, d, v = lay.pipeline, lay.data, lay.interleave
         best: dict[str, float] = {}
         fullest = 0
@@ -282,7 +348,9 @@ class PlanModel:
                 flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
             else:
                 flight = min(p - s, m)
-            parts = {**state_bytes(params[s], pbytes[s], states, self.grad, lay.zero, d),
+            dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d)
+            experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data)
+            parts = {**{k: dense[k] + experts[k] for k in dense},
                      "activations": act[s] * flight + work[s], "reserve": RESERVE}
             ranks.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):

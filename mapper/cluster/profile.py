@@ -100,6 +100,10 @@ class BlockCost:
     kernels: tuple[tuple[float, tuple[str, ...], int], ...] = ()
     working: float = 0.0  # the largest forward kernel's footprint less its weights (inference's peak)
     unrunnable: str = ""  # a kernel the GPU cannot run at this size, and why (the cost table's reason)
+    expert_params: float = 0.0  # of ``params``, the experts' (grouped GEMM weights): expert parallelism shards them
+    expert_param_bytes: float = 0.0  # their bytes
+    routed: tuple[float, ...] = ()  # bytes of the rows each MoE dispatch sends to the experts (one per MoE layer)
+    expert_comm: tuple[bool, ...] = ()  # per collective: the experts' own (cut over expert_tensor ranks)
 
 
 def _cut(node: Platform, names: tuple[str, ...]) -> Platform:
@@ -151,6 +155,17 @@ def _kept(task: Task) -> tuple[float, float]:
             kept += s
             scores += s
     return kept, scores
+
+
+def _expert_weights(g: TaskGraph) -> tuple[str, ...]:
+    """Names of the experts' weights (``grouped_matmul``'s) in a training step ``g``."""
+    return tuple(sorted({o.name for t in g.tasks for p in (t.parts or (t,)) if p.op == "grouped_matmul"
+                         for o in p.operands if o.kind == "weight"}))
+
+
+def _touches(task: Task, names: tuple[str, ...]) -> bool:
+    """``task`` reads one of the weights ``names`` or their optimizer states (``NAME.adam``)."""
+    return any(o.kind == "weight" and o.name.startswith(names) for p in (task.parts or (task,)) for o in p.operands)
 
 
 class Profile:
@@ -212,18 +227,31 @@ class Profile:
         else:
             g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, node, self.optimizer)
         table = build_cost_table(g, node)
+        unbounded = None  # the same node without memory limits: expert kernels' times (below)
+        shards = _expert_weights(g)
         rank0 = mesh[0]
         d = node.device_index(rank0)
         fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
         comms: list[tuple[str, float, bool]] = []
+        experts = tuple(t.name + "." for t in sub.tasks if t.op == "grouped_matmul")
+        expert_comm: list[bool] = []
         kernels: list[tuple[float, tuple[str, ...], int]] = []
         working = 0.0
         unrunnable = ""
+        eparams = ebytes = 0.0
+        routed: list[float] = []
         seen: set[str] = set()
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
             seconds = table.time[task.index][d]
+            if not math.isfinite(seconds) and shards and _touches(task, shards):
+                # a kernel of every expert's weights (their gradient or optimizer step) can outgrow one
+                # GPU here, but a rank runs it on its 1/expert share: the plan model counts that memory
+                if unbounded is None:
+                    unbounded = build_cost_table(g, replace(node, devices=tuple(
+                        replace(dv, memory_gib=None) for dv in node.devices)))
+                seconds = unbounded.time[task.index][d]
             if not unrunnable and not task.explicit_cost and not math.isfinite(seconds):
                 why = next((r for ti, di, r in table.reasons if ti == task.index and di == d), "no cost")
                 unrunnable = f"{task.name} ({why})"
@@ -233,6 +261,7 @@ class Profile:
                 kind = "allreduce" if task.op == "allreduce" else "allgather"
                 nbytes = task.operands[0].type.nbytes * (1 if kind == "allreduce" else len(task.operands))
                 comms.append((kind, float(nbytes), task.backward))
+                expert_comm.append(bool(experts) and task.name.startswith(experts))
                 if not task.backward:
                     kernels.append((0.0, (task.op,), len(comms) - 1))
             elif task.backward and task.name.endswith(".update"):
@@ -257,11 +286,16 @@ class Profile:
                 stash += k
                 scores += s
                 for p in parts:
+                    if p.op == "moe_dispatch" and p.output is not None:
+                        routed.append(float(p.output.nbytes))
                     for o in p.operands:
                         if o.kind == "weight" and o.name not in seen:
                             seen.add(o.name)
                             params += o.type.numel
                             pbytes += o.type.nbytes
+                            if p.op == "grouped_matmul":
+                                eparams += o.type.numel
+                                ebytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
-                         tuple(kernels), working, unrunnable)
+                         tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed), tuple(expert_comm))

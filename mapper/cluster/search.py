@@ -214,8 +214,20 @@ def _divisors(n: int, most: int) -> list[int]:
     return sorted({x for k in small for x in (k, n // k) if x <= most})
 
 
-def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec) -> list[Layout]:
-    """The layouts of the plan space that ``given`` allows (module docstring)."""
+def _experts(options: list[int], t: int, d: int, experts: int, given: LayoutSpec) -> list[tuple[int, int]]:
+    """(expert, expert_tensor) pairs for ``t x d`` ranks of a graph of ``experts`` experts: the given
+    ones, or powers of two dividing the experts and the ranks (expert_tensor 1, NVIDIA's recipes')."""
+    out = []
+    for e in options:
+        et = given.expert_tensor or (1 if e > 1 else 0)
+        if (t * d) % (e * (et or t)) == 0 and (e == 1 or experts % e == 0):
+            out.append((e, et))
+    return out
+
+
+def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int = 0) -> list[Layout]:
+    """The layouts of the plan space that ``given`` allows (module docstring); ``experts``: the
+    graph's experts per MoE layer (0 without any)."""
     out = []
     for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus, MAX_TENSOR))):
         if gpus % t:
@@ -240,7 +252,9 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
                             if given.zero is None and (z and d == 1 or z == 3 and p > 1):
                                 continue
                             for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
-                                out.append(Layout(t, p, d, b, v, rc, z, sp))
+                                for e, et in _experts(_fixed_or(given.expert, _pow2(min(experts, t * d)) or [1]), t, d,
+                                                      experts, given):
+                                    out.append(Layout(t, p, d, b, v, rc, z, sp, e, et))
     return out
 
 
@@ -461,7 +475,8 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
     profile = model.profile
-    cands = layouts(gpus, per_node, samples, len(profile.blocks), given)
+    experts = _check_experts(graph, gpus, given)
+    cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts)
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
                            f"({given.text()}) and a global batch "
@@ -531,7 +546,28 @@ def _why_none(gpus: int, samples: int, units: int, given: LayoutSpec) -> str:
         return (f"{m:,} micro-batches of {b} per replica through {p} pipeline stage{'s' if p > 1 else ''} make a "
                 f"schedule of {2 * m * p:,} ops, more than the {MAX_SCHEDULE_OPS:,} planned (a larger micro-batch "
                 "that divides the batch makes fewer)")
+    if given.expert or given.expert_tensor:
+        return (f"expert x expert_tensor must divide the data x tensor = {gpus // p} ranks of a stage "
+                "(experts are folded inside them)")
     return "interleaving needs a pipeline, and a number of micro-batches that is a multiple of its stages"
+
+
+def _check_experts(graph: TaskGraph, gpus: int, given: LayoutSpec) -> int:
+    """The experts per MoE layer of ``graph`` (0 without any); an OptionsError (exit 2) for an
+    ``expert`` or ``expert_tensor`` that does not divide them or the GPUs."""
+    experts = max((int(t.operands[2].type.shape[0]) for t in graph.tasks
+                   if t.op == "grouped_matmul" and len(t.operands) == 3), default=0)
+    e, et = given.expert, given.expert_tensor
+    if (e or 1) > 1 or (et or 1) > 1:
+        if not experts:
+            raise OptionsError("expert= and expert_tensor= shard a mixture of experts; this graph has no "
+                               "grouped_matmul experts", obj="--parallel")
+        if e is not None and experts % e:
+            raise OptionsError(f"expert={e} does not divide the graph's {experts} experts", obj="--parallel")
+        if gpus % ((e or 1) * (et or 1)):
+            raise OptionsError(f"expert x expert_tensor = {(e or 1) * (et or 1)} does not divide the {gpus} GPUs",
+                               obj="--parallel")
+    return experts
 
 
 def _sequence(graph: TaskGraph) -> int:

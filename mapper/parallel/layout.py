@@ -1,8 +1,11 @@
 """A training layout on a cluster and the ``--parallel`` text that gives one (:mod:`mapper.cluster`).
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
-[,recompute=none|selective|full][,zero=0|1|2|3][,sequence=on|off][,grad=fp32|bf16]``:
-keys left out are chosen by the planner (:mod:`mapper.cluster.search`); ``grad`` is
+[,recompute=none|selective|full][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
+[,grad=fp32|bf16]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
+``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
+(Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
+(``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
 the gradient buffer's format (Megatron-Core's ``--grad-reduce-in-bf16`` against its
 f32 default), left out: the training precision's default
 (:func:`mapper.cluster.model.state_bytes`).
@@ -17,7 +20,8 @@ from typing import Any
 from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
-KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "grad")
+KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
+        "expert_tensor", "grad")
 RECOMPUTE = ("none", "selective", "full")
 #: Formats of the gradient buffer (``grad=``).
 GRADS = ("fp32", "bf16")
@@ -30,7 +34,9 @@ class Layout:
     """Tensor ``tensor`` x pipeline ``pipeline`` x data ``data`` ranks; ``micro_batch`` sequences
     (samples) per micro-batch; ``interleave`` virtual stages per pipeline rank (Narayanan et al.,
     SC'21, 2.2.2); activation ``recompute``; ZeRO stage ``zero`` (Rajbhandari et al., SC'20;
-    3 = FSDP); ``sequence`` parallelism (Korthikanti et al., 2023). (``grad`` is the plan
+    3 = FSDP); ``sequence`` parallelism (Korthikanti et al., 2023); ``expert`` ranks sharing a
+    mixture of experts' experts, each expert cut over ``expert_tensor`` ranks, both folded
+    inside the ``data x tensor`` ranks (Megatron-Core's MoE parallel folding). (``grad`` is the plan
     model's, the same for every layout: :class:`mapper.cluster.model.PlanModel`.)"""
 
     tensor: int = 1
@@ -41,23 +47,38 @@ class Layout:
     recompute: str = "none"
     zero: int = 0
     sequence: bool = False
+    expert: int = 1
+    expert_tensor: int = 0  # 0: the tensor degree (Megatron-Core's default)
+
+    @property
+    def etp(self) -> int:
+        """Ranks each expert is cut over (``expert_tensor``, else the tensor degree)."""
+        return self.expert_tensor or self.tensor
 
     @property
     def gpus(self) -> int:
         return self.tensor * self.pipeline * self.data
+
+    @property
+    def expert_data(self) -> int:
+        """Replicas of each expert shard: the ``data x tensor`` ranks over ``expert x expert_tensor``."""
+        return max(1, self.tensor * self.data // (self.expert * self.etp))
 
     def label(self) -> str:
         extra = [f"interleave {self.interleave}"] if self.interleave > 1 else []
         extra += [f"recompute {self.recompute}"] if self.recompute != "none" else []
         extra += [f"zero {self.zero}"] if self.zero else []
         extra += ["sequence parallel"] if self.sequence else []
+        extra += [f"expert {self.expert}"] if self.expert > 1 else []
+        extra += [f"expert tensor {self.etp}"] if self.expert > 1 and self.etp != self.tensor else []
         return (f"tensor {self.tensor} x pipeline {self.pipeline} x data {self.data}, micro-batch "
                 f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
 
     def to_json(self) -> dict[str, Any]:
         return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
                 "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
-                "zero": self.zero, "sequence": self.sequence}
+                "zero": self.zero, "sequence": self.sequence, "expert": self.expert,
+                "expert_tensor": self.etp}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +96,8 @@ class LayoutSpec:
     recompute: str | None = None
     zero: int | None = None
     sequence: bool | None = None
+    expert: int | None = None
+    expert_tensor: int | None = None
     grad: str | None = None
 
     def fixed(self) -> dict[str, Any]:
