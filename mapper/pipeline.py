@@ -265,7 +265,9 @@ def compile_graph(
             from mapper.costing.training import training_step
 
             graph = stage("train", lambda: training_step(graph, train))
-    cost = stage("cost", lambda: build_cost_table(graph, plat))
+    kept = getattr(choice, "cost", None)  # --parallel priced the plan it kept on this platform
+    cost = stage("cost", lambda: kept if kept is not None and kept.graph is graph and kept.platform is plat
+                 else build_cost_table(graph, plat))
 
     def map_all() -> tuple[MapResult, ...]:
         others = tuple(m for m in dict.fromkeys(compare) if m != mapper)

@@ -61,7 +61,7 @@ from mapper.mapping.exact.result import (
 )
 from mapper.mapping.exact.solve import solve
 from mapper.mapping.exact.subproblem import REL_TOL, Subproblem, objective_needs_time
-from mapper.mapping.lns import WINDOW, describe_change, improve, map_large, near_enough, stall_note
+from mapper.mapping.lns import MIN_GAIN, WINDOW, describe_change, improve, map_large, near_enough, stall_note
 from mapper.mapping.maxload_search import map_max_load
 from mapper.mapping.orders import count_order_pairs
 
@@ -126,7 +126,14 @@ class MilpMapper(Mapper):
             return map_multilevel(cost, options, t0)
         heuristics = progress_reporter(options, t0, "heuristics")
         heuristics(None, None)
-        best, notes = best_heuristic(cost, options)
+        bound = lower_bound_for(cost, options.objective, options.schedule, None)
+        large = cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS
+        keeps_near = large and options.objective != "deadline" and not (
+            options.objective == "throughput" and cost.platform.throughput_model == "max-load")
+        # past the exact sizes a heuristic within MIN_GAIN of the bound is kept (lns.near_enough):
+        # the heuristics after it could not be kept for more
+        best, notes = best_heuristic(cost, options, bound * (1 + MIN_GAIN) if keeps_near and bound is not None
+                                     else None)
         heuristics_s = time.perf_counter() - t0
         if best is not None:
             heuristics(best.value, None)
@@ -135,7 +142,6 @@ class MilpMapper(Mapper):
             result = map_max_load(cost, options, best, notes, t0)
             done(result.objective_value, result.lower_bound)
             return result
-        bound = lower_bound_for(cost, options.objective, options.schedule, None)
         proven = proven_by_bound(cost, options, best, bound, notes, t0)
         if proven is not None:
             done(proven.objective_value, proven.lower_bound)
@@ -144,7 +150,7 @@ class MilpMapper(Mapper):
             result = self._deadline(cost, options, best, notes, t0, bound)
             done(result.objective_value, result.lower_bound)
             return result
-        if cost.n_tasks > EXACT_MAX_TASKS or count_order_pairs(cost) > EXACT_MAX_PAIRS:
+        if large:
             result = self._large(cost, options, best, notes, t0, heuristics_s, bound)
             done(result.objective_value, result.lower_bound)
             return result

@@ -85,6 +85,7 @@ class Choice:
     single: Candidate | None  # the best single device
     skipped: int = 0  # plans not built: their ideal time could not beat the best found
     dropped: tuple[str, ...] = ()  # plans that cannot cut the graph: "label: why", naming the task
+    cost: CostTable | None = None  # ``graph`` priced on the platform, as it was scored (None: not kept)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, **self.best.to_json(), "exact": self.split.exact,
@@ -197,8 +198,9 @@ def _allowed_cuts(graph: TaskGraph, tensor: int) -> set[int]:
     return allowed
 
 
-def plans(graph: TaskGraph, mode: str, devices: list[str], weights: list[float]) -> list[Plan]:
-    """The plans ``mode`` tries on meshes of ``devices`` (fastest first)."""
+def plans(graph: TaskGraph, mode: str, devices: list[str], weights: Callable[[], list[float]]) -> list[Plan]:
+    """The plans ``mode`` tries on meshes of ``devices`` (fastest first); ``weights()`` (each
+    task's time, asked only when a plan has pipeline stages to cut)."""
     sizes = sorted({m for m in (1, 2, 4, 8, 16, 32, 64, len(devices)) if m <= len(devices)})
     out: list[Plan] = []
     tensor_ok: dict[int, bool] = {1: True}
@@ -215,7 +217,7 @@ def plans(graph: TaskGraph, mode: str, devices: list[str], weights: list[float])
                        ("pipeline" if stages > 1 else "")
                 if mode != "auto" and m > 1 and kind != mode:
                     continue
-                cuts = balanced_cuts(graph, weights, stages, _allowed_cuts(graph, tensor))
+                cuts = balanced_cuts(graph, weights() if stages > 1 else [], stages, _allowed_cuts(graph, tensor))
                 if cuts is None:
                     continue
                 for micro in ((1,) if stages == 1 else (stages, 4 * stages)):
@@ -255,10 +257,15 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
     if not devices:
         base.require_feasible()
         raise OptionsError(f"--parallel: no device of {platform.name} can run every task of {graph.name}")
-    unsplit = build_cost_table(graph, platform)
     first = platform.device_index(devices[0])
-    weights = [row[first] for row in unsplit.time]
-    scored: list[tuple[Candidate, Split, TaskGraph]] = []
+    cached: list[list[float]] = []
+
+    def weights() -> list[float]:  # the unsplit graph's times on the fastest device, priced once
+        if not cached:
+            cached.append([row[first] for row in build_cost_table(graph, platform).time])
+        return cached[0]
+
+    scored: list[tuple[Candidate, Split, TaskGraph, CostTable]] = []
     reasons: list[str] = []
     single = best_time = float("inf")
     skipped = 0
@@ -283,11 +290,12 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
             dropped.append(reasons[-1])
             continue
         try:
-            cand = score(plan, build_cost_table(g, platform))
+            priced = build_cost_table(g, platform)
+            cand = score(plan, priced)
         except InfeasibleError as err:  # a piece too big for its device: the plan cannot run
             reasons.append(f"{plan.label()}: {err.message}")
             continue
-        scored.append((cand, split, g))
+        scored.append((cand, split, g, priced))
         if m == 1:
             single = min(single, cand.step_time)
         if cand.fits:
@@ -308,4 +316,4 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
     singles = [s[0] for s in scored if len(s[0].plan.devices) == 1]
     ranked = tuple(sorted((s[0] for s in scored), key=lambda c: (c.step_time, len(c.plan.devices))))
     return Choice(mode, best[1], best[2], best[0], ranked, min(singles, key=lambda c: c.step_time) if singles else None,
-                  skipped, tuple(dropped))
+                  skipped, tuple(dropped), best[3])

@@ -13,12 +13,12 @@ input gives byte-identical output. See docs/reports.md.
 
 from __future__ import annotations
 
-import json
 import os
 
 from mapper.core.files import atomic_write
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
+from mapper.report import json_text
 from mapper.report.common import device_stats, round_sig
 from mapper.report.deadlines import deadline_notes, deadline_section
 from mapper.report.delegation import delegation
@@ -38,7 +38,7 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
     graph = sched.cost.graph
     plat = sched.cost.platform
     dev = plat.devices
-    links = plat.links
+    link_names = [f"{lk.src}->{lk.dst}" for lk in plat.links]
     r = round_sig
     tasks = [
         {
@@ -67,7 +67,7 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
                 "start": r(tr.start),
                 "end": r(tr.end),
                 "bytes": r(edge.bytes),
-                "links": [f"{links[k].src}->{links[k].dst}" for k in tr.links],
+                "links": [link_names[k] for k in tr.links],
             }
         )
     head = {
@@ -94,7 +94,7 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
         "platform": {
             "name": plat.name,
             "devices": [d.name for d in dev],
-            "links": [f"{k.src}->{k.dst}" for k in links],
+            "links": link_names,
         },
         "options": {name: getattr(sched.options, name) for name in ("contention", "streaming", "memory", "area")},
         "tasks": tasks,
@@ -128,9 +128,8 @@ def _rounded(value):
 def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
             inference: dict | None = None, apps: dict | None = None) -> str:
     """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
-    return json.dumps(to_json_dict(result, timings=timings, parallel=parallel, inference=inference, apps=apps),
-                      indent=2,
-                      ensure_ascii=False, allow_nan=False) + "\n"
+    return json_text.dumps(to_json_dict(result, timings=timings, parallel=parallel, inference=inference,
+                                        apps=apps)) + "\n"
 
 
 def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False,

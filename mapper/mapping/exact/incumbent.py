@@ -49,11 +49,15 @@ def value_of(schedule: Schedule, objective: str) -> float:
     return float(objective_value(schedule, objective))
 
 
-def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | None, tuple[str, ...]]:
+def best_heuristic(cost: CostTable, options: MapOptions,
+                   enough: float | None = None) -> tuple[Incumbent | None, tuple[str, ...]]:
     """Run every heuristic of :data:`HEURISTICS` (:data:`PINNED_HEURISTICS` on a :func:`pinned`
     graph); the best feasible result
     (ties by list order) and notes on those that failed. Schedules are
-    validated best first, until one passes."""
+    validated best first, until one passes. With ``enough``, the run stops at
+    the first heuristic whose validated value is at most ``enough`` (no later
+    one could be kept for more than it: the caller's lower bound times its
+    least gain); earlier ones all valued more, so it is the best so far."""
     notes: list[str] = []
     bound = options.makespan_bound if options.objective != "makespan" else None
     found: list[Incumbent] = []
@@ -68,7 +72,13 @@ def best_heuristic(cost: CostTable, options: MapOptions) -> tuple[Incumbent | No
         if bound is not None and sched.makespan > bound * (1 + REL_TOL):
             notes.append(f"{name}: makespan {fmt_time(sched.makespan)} exceeds the bound {fmt_time(bound)}")
             continue
-        found.append(Incumbent(name, sched, value_of(sched, options.objective)))
+        inc = Incumbent(name, sched, value_of(sched, options.objective))
+        if enough is not None and inc.value <= enough:
+            if not validate(sched):
+                return inc, tuple(notes)
+            notes.append(f"{name}: its schedule does not validate; ignored")
+            continue
+        found.append(inc)
     while found:
         best = found[0]
         for inc in found[1:]:  # ties go to the earlier heuristic

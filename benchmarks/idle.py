@@ -1,0 +1,152 @@
+"""Idle time in two everyday compiles, this tree against a git revision.
+
+Two whole processes, each run against this tree and against ``--rev``
+(exported with ``git archive`` into a temporary folder, removed on exit),
+interleaved ``--repeats`` times; prints the median wall time of each side,
+their ratio and the load average:
+
+* ``big``: a default compile (``--time-limit 10``) of a 5,000-task layered
+  random DAG on 4 related machines with explicit costs (Topcuoglu et al.
+  2002, section 5.1: out-degree 1-3 to the next layers, costs U[1, 20],
+  speeds U[1, 4], CCR 1), where LNS gains nothing on HEFT;
+* ``bert``: the fully pinned BERT-large training step
+  (``mapper compile examples/bert_large.tg --platform dgx-a100 --parallel
+  data --train``), JSON report written.
+
+Both sides' ``bert`` JSON reports are compared byte for byte, but for the
+count of LNS windows in its note: LNS stops on a timed rule there (its gain
+per second), so that count varies from run to run on either side.
+
+    python benchmarks/idle.py [--rev main] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from saga_process import platform_toml  # noqa: E402
+
+from mapper.frontend.importers import RelatedNetwork, related_instance  # noqa: E402
+from mapper.frontend.importers.dsl_writer import graph_to_dsl  # noqa: E402
+
+
+def layered_dag(n: int, seed: int, nodes: int = 4) -> tuple[str, str]:
+    """The DSL program and platform file of an ``n``-task layered random DAG on
+    ``nodes`` related machines, scaled to CCR 1."""
+    rng = random.Random(seed)
+    width = max(1, round(math.sqrt(n)))
+    layers: list[list[int]] = []
+    k = 0
+    while k < n:
+        w = min(n - k, max(1, round(rng.uniform(0.5, 1.5) * width)))
+        layers.append(list(range(k, k + w)))
+        k += w
+    costs = [rng.uniform(1.0, 20.0) for _ in range(n)]
+    edges: dict[tuple[int, int], float] = {}
+    for li in range(1, len(layers)):
+        for v in layers[li]:
+            edges[(rng.choice(layers[li - 1]), v)] = rng.uniform(1.0, 20.0)
+        for u in layers[li - 1]:
+            for _ in range(rng.randint(0, 2)):
+                lj = min(len(layers) - 1, li + rng.choice((0, 0, 1)))
+                edges.setdefault((u, rng.choice(layers[lj])), rng.uniform(1.0, 20.0))
+    speeds = tuple(round(rng.uniform(1.0, 4.0), 3) for _ in range(nodes))
+    raw = {(a, b): rng.uniform(0.5, 2.0) for a in range(nodes) for b in range(a + 1, nodes)}
+    mean_comp = sum(costs) / n * sum(1 / s for s in speeds) / nodes
+    mean_comm = sum(edges.values()) / len(edges) * sum(1 / x for x in raw.values()) / len(raw)
+    scale = mean_comm / mean_comp
+    strength = tuple(tuple(0.0 if a == b else raw[min(a, b), max(a, b)] * scale for b in range(nodes))
+                     for a in range(nodes))
+    net = RelatedNetwork(tuple(f"n{i + 1}" for i in range(nodes)), speeds, strength)
+    graph, _ = related_instance(f"rand{n}", [f"t{i}" for i in range(n)], costs,
+                                [(a, b, s) for (a, b), s in sorted(edges.items())], net)
+    return graph_to_dsl(graph), platform_toml(list(net.names), [list(r) for r in net.strength], "related")
+
+
+def commands(tmp: Path) -> dict[str, list[str]]:
+    """The two compiles, as arguments after ``mapper``; outputs go under ``tmp``."""
+    return {"big": ["compile", str(tmp / "g.tg"), "--platform", str(tmp / "p.toml"), "--time-limit", "10", "-q"],
+            "bert": ["compile", str(ROOT / "examples" / "bert_large.tg"), "--platform", "dgx-a100",
+                     "--parallel", "data", "--train", "-q", "--json", "{json}"]}
+
+
+def run(tree: Path, args: list[str], json_out: Path, env: dict[str, str]) -> float:
+    """Wall seconds of ``python -m mapper ARGS`` with ``tree`` first on the path."""
+    argv = [a.replace("{json}", str(json_out)) for a in args]
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "mapper", *argv], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(tree)}, cwd=tree)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: mapper {' '.join(argv)} failed: {done.stderr[-2000:]}")
+    return wall
+
+
+def _masked(path: Path) -> str:
+    """The report's text with the count of LNS windows (a timed stop) masked."""
+    return re.sub(r"LNS from (\S+): \d+ windows", r"LNS from \1: N windows", path.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rev", default="main", help="the revision to compare against (default main)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ns = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="idle_"))
+    old = tmp / "old"
+    try:
+        old.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ns.rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        dsl, plat = layered_dag(5000, seed=7)
+        (tmp / "g.tg").write_text(dsl)
+        (tmp / "p.toml").write_text(plat)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
+        sides = {"new": ROOT, "old": old}
+        cmds = commands(tmp)
+        for side, tree in sides.items():  # untimed: bytecode caches, and each side imports its own tree
+            where = subprocess.run([sys.executable, "-c", "import mapper; print(mapper.__file__)"], cwd=tree,
+                                   env={**env, "PYTHONPATH": str(tree)}, capture_output=True, text=True).stdout
+            if not where.startswith(str(tree)):
+                raise SystemExit(f"{side}: mapper comes from {where.strip()}, not {tree}")
+            run(tree, ["--version"], tmp / "x.json", env)
+        times: dict[tuple[str, str], list[float]] = {(c, s): [] for c in cmds for s in sides}
+        load0 = os.getloadavg()
+        for _ in range(ns.repeats):
+            for name, args in cmds.items():
+                for side, tree in sides.items():
+                    times[name, side].append(run(tree, args, tmp / f"{name}_{side}.json", env))
+        load1 = os.getloadavg()
+        print(f"this tree against {ns.rev}, median of {ns.repeats} interleaved runs; "
+              f"load average {load0[0]:.2f} before, {load1[0]:.2f} after\n")
+        print("| compile | new s | old s | new/old | runs new | runs old |")
+        print("|---|---:|---:|---:|---|---|")
+        for name in cmds:
+            med = {s: sorted(times[name, s])[ns.repeats // 2] for s in sides}
+            runs = {s: " ".join(f"{x:.2f}" for x in times[name, s]) for s in sides}
+            print(f"| {name} | {med['new']:.2f} | {med['old']:.2f} | {med['new'] / med['old']:.2f} | "
+                  f"{runs['new']} | {runs['old']} |")
+        same = _masked(tmp / "bert_new.json") == _masked(tmp / "bert_old.json")
+        print(f"\nbert JSON reports byte-identical: {'yes' if same else 'NO'}")
+        return 0 if same else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
