@@ -1,0 +1,112 @@
+"""No idle waiting: work a compile would redo or could not gain from is skipped
+(counted here, never timed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from randdag import make_cost, make_graph, make_platform
+
+from mapper.engine.validate import validate
+from mapper.frontend.lowering.program import lower
+from mapper.frontend.parse import parse
+from mapper.mapping import get_mapper, lns
+from mapper.mapping.base import MapOptions
+from mapper.mapping.exact import incumbent
+from mapper.parallel import search
+from mapper.pipeline import compile_graph
+from mapper.platform.loader import load_platform
+from mapper.report.json_text import dumps
+
+BLOCK = """
+param B = 4, S = 16, H = 64, A = 4, F = 256
+graph block {
+  input x : f32[B*S, H]
+  qkv = add(matmul(x, weight f32[H, 3*H]), weight f32[3*H])
+  att = attention(qkv, heads = A, seq = S)
+  proj = add(matmul(att, weight f32[H, H]), weight f32[H])
+  h1 = layernorm(add(x, proj))
+  ff = gelu(add(matmul(h1, weight f32[H, F]), weight f32[F]))
+  ff2 = add(matmul(ff, weight f32[F, H]), weight f32[H])
+  out = layernorm(add(h1, ff2))
+  output out
+}
+"""
+
+
+def _count_heuristics(monkeypatch) -> list[str]:
+    ran: list[str] = []
+    for cls in incumbent.HEURISTICS:
+        inner = cls.map
+
+        def counted(self, cost, options=MapOptions(), _inner=inner, _name=cls.name):
+            ran.append(_name)
+            return _inner(self, cost, options)
+
+        monkeypatch.setattr(cls, "map", counted)
+    return ran
+
+
+def _chain(n: int, slow: float):
+    """A chain of ``n`` tasks, each 1 s on cpu0 and ``slow`` s on cpu1: HEFT's all-on-cpu0
+    schedule meets the critical-path bound."""
+    plat = make_platform(["cpu", "cpu"], [(0, 1, 1.0, 0.0)])
+    g = make_graph(n, [(i, i + 1, 1e3, None) for i in range(n - 1)])
+    return make_cost(g, plat, [[1.0, slow] for _ in range(n)])
+
+
+def test_large_graph_stops_at_the_first_heuristic_that_meets_the_bound_and_runs_no_lns(monkeypatch):
+    ran = _count_heuristics(monkeypatch)
+    windows: list[int] = []
+    real_improve = lns.improve
+
+    def counted_improve(*args, **kwargs):
+        sched, stats = real_improve(*args, **kwargs)
+        windows.append(stats.windows)
+        return sched, stats
+
+    monkeypatch.setattr(lns, "improve", counted_improve)
+    cost = _chain(100, 2.0)
+    result = get_mapper("milp").map(cost, MapOptions(time_limit=10))
+    assert ran == ["heft"]  # HEFT meets the bound: the other five heuristics are not run
+    assert windows == []  # nor is any LNS window solved
+    assert result.status == "optimal" and result.objective_value == pytest.approx(100.0)
+    assert validate(result.schedule) == []
+
+
+def test_small_graph_still_runs_every_heuristic(monkeypatch):
+    ran = _count_heuristics(monkeypatch)
+    get_mapper("milp").map(_chain(10, 2.0), MapOptions(time_limit=5))
+    assert set(ran) == {cls.name for cls in incumbent.HEURISTICS}  # every one runs
+
+
+def test_data_parallel_prices_each_scored_plan_once(monkeypatch):
+    dgx = load_platform("dgx-a100")
+    priced: list[str] = []
+    real = search.build_cost_table
+
+    def counted(graph, platform):
+        priced.append(graph.name)
+        return real(graph, platform)
+
+    monkeypatch.setattr(search, "build_cost_table", counted)
+    c = compile_graph(lower(parse(BLOCK, "<test>")), dgx, mapper="heft", train="adam", parallel="data")
+    scored = c.parallel.to_json()["plans_scored"]
+    # the prepared graph once (devices ranked), then each scored plan: no unsplit pricing
+    # (data plans cut no pipeline stages), and the kept plan's table is the one mapped
+    assert len(priced) == 1 + scored
+    assert c.cost is c.parallel.cost
+    assert validate(c.result.schedule) == []
+
+
+def test_json_text_matches_the_standard_encoder():
+    cases = [{}, [], {"a": {}, "b": []}, [[], {}, 1], {"k": [{"a": [1, {"b": 2.5, "c": None}]}], "s": "é\n\u2028"},
+             {1: [1], 2.5: {"x": True}, None: [], False: "f"}, [1.0e300, -0.0, 10**30, "x"], (1, (2, 3))]
+    for case in cases:
+        assert dumps(case) == json.dumps(case, indent=2, ensure_ascii=False, allow_nan=False)
+    for bad in (float("nan"), {"a": [float("inf")]}):
+        with pytest.raises(ValueError):
+            dumps(bad)
+    with pytest.raises(TypeError):
+        dumps({"a": [object()]})
