@@ -27,8 +27,8 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from mapper.parallel.burst import DEFAULT_AMPLIFICATION, Fabric, data_parallel, plan_burst, read_profile
-from mapper.parallel.hybrid import fabric_of
+from mapper.parallel.burst import DEFAULT_AMPLIFICATION, data_parallel, plan_burst, read_profile
+from mapper.parallel.burst_graph import fabric_of
 from mapper.platform.cluster import flat_platform
 from mapper.platform.loader import load_platform
 
@@ -48,8 +48,7 @@ def main() -> None:
         ap.error("--amplification must be >= 1")
     selene = load_platform("selene")
     assert selene.cluster is not None
-    f = fabric_of(flat_platform(replace(selene, cluster=replace(selene.cluster, nodes=2))))
-    fabric = Fabric(f.alpha, f.beta)
+    fabric = fabric_of(flat_platform(replace(selene, cluster=replace(selene.cluster, nodes=2))))
     print(f"network: {fabric.alpha * 1e6:g} us, {1 / fabric.beta / 1e9:g} GB/s between GPUs; "
           f"amplification limit {args.amplification:g}; paper's claim {CLAIM} (MLSys 2022)")
     for label, name in MODELS:

@@ -14,8 +14,8 @@
    --train --optimizer sgd --parallel hybrid`. Constants: GPU rates, HBM bandwidth and memory
    from platforms/dgx-a100.toml (A100 SXM4 80GB datasheet), NVSwitch 300 GB/s per direction
    per GPU (A100 datasheet), PCIe 4.0 25 GB/s to the host (CUDA bandwidthTest), the collective
-   model's alpha-beta terms (mapper.parallel.collectives: Thakur et al. 2005), the pairwise
-   all-to-all (mapper.parallel.embedding_plan.alltoall_time), the UVM cache load factor 0.2
+   model's alpha-beta terms and its all-to-all with unequal blocks (mapper.parallel.collectives:
+   Thakur et al. 2005; NVSwitch at NCCL's collective efficiency), the UVM cache load factor 0.2
    (FBGEMM's default), SGD with one f32 state per parameter (mapper.costing.training).
    The reference README's own figure for 8 GPUs at a 65536 global batch (a run with Adagrad
    and DCNv2, so only a scale check): about 5.37 M samples/s, 12.2 ms a step.

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mapper.frontend.sources import ModelFile
 from mapper.mapping.base import MapOptions
 from mapper.parallel.collectives import (
     COLLECTIVES,
+    Network,
+    alltoallv,
     bus_bandwidth,
     collective,
     group,
@@ -90,6 +93,70 @@ def test_alltoall_by_hand_in_a_node_and_across():
     t, alg = collective(net, "alltoall", n, 4, 1)  # one rank per node: every step crosses the fabric
     assert alg == "pairwise" and t == pytest.approx(launch + 3 * (a_out + n / 4 / b_out))
     assert bus_bandwidth("alltoall", n, 1.0, 8) == pytest.approx(n / 1e9 * 7 / 8)
+
+
+def _alltoallv_by_steps(net, blocks, g):
+    """An unequal all-to-all played step by step: pairwise, rank r sends to r+s and receives from
+    r-s at step s, each rank's port busy for the bytes it moves on each kind of link; hierarchical,
+    every block routed by its hops (to its node's rank on the destination's lane, then across)."""
+    k = len(blocks)
+    nodes = k // g
+    b_in, b_out = net.intra_gbs * 1e9, net.rank_gbs * 1e9
+    ranks = []
+    for r in range(k):
+        moved = {True: [0.0, 0.0], False: [0.0, 0.0]}  # inside? -> [sent, received]
+        lat = 0.0
+        for step in range(1, k):
+            to, frm = (r + step) % k, (r - step) % k
+            moved[to // g == r // g][0] += blocks[r][to]
+            moved[frm // g == r // g][1] += blocks[frm][r]
+            lat += net.intra_latency if to // g == r // g else net.inter_latency
+        ranks.append(lat + max(moved[True]) / b_in + max(moved[False]) / b_out)
+    flat = max(ranks)
+    if nodes == 1 or g == 1:
+        return net.launch + flat
+    stage = [np.zeros((k, 2)), np.zeros((k, 2))]  # per stage, per rank: sent, received
+    for i in range(k):
+        for j in range(k):
+            if i == j:
+                continue
+            hops = [i, (i // g) * g + j % g, j]
+            for h, (a, b) in enumerate(zip(hops, hops[1:])):
+                if a != b:
+                    stage[h][a, 0] += blocks[i][j]
+                    stage[h][b, 1] += blocks[i][j]
+    two_d = (g - 1) * net.intra_latency + stage[0].max() / b_in \
+        + (nodes - 1) * net.inter_latency + stage[1].max() / b_out
+    return net.launch + min(flat, two_d)
+
+
+@pytest.mark.parametrize("k,g", [(2, 2), (4, 4), (4, 2), (4, 1), (6, 3), (6, 2), (8, 4)])
+def test_the_unequal_alltoall_against_brute_force(k, g):
+    net = Network(g, 240.0, 3e-6, 8 * 24.0, 5e-6, k // g, None, 3e-6)
+    rng = np.random.default_rng(k * 10 + g)
+    for scale in (1e3, 1e6, 1e9):  # latency-bound to bandwidth-bound
+        for _ in range(5):
+            blocks = (rng.random((k, k)) * scale * rng.integers(0, 2, (k, k))).tolist()
+            blocks[0][k - 1] = scale  # never all zero
+            assert alltoallv(net, blocks, g)[0] == pytest.approx(_alltoallv_by_steps(net, blocks, g), rel=1e-12)
+
+
+@pytest.mark.parametrize("k,g", [(8, 8), (32, 8), (4, 1), (16, 4), (3, 3)])
+def test_equal_blocks_are_the_alltoall(k, g):
+    net = network(with_nodes(load_platform("selene"), max(1, k // 8)))
+    net = Network(g, net.intra_gbs, net.intra_latency, net.node_gbs,
+                  net.inter_latency, k // g, net.intra_step, net.launch)
+    for n in SIZES + (2.0**32,):
+        blocks = [[n / k] * k for _ in range(k)]
+        t, alg = collective(net, "alltoall", n, k, g)
+        assert alltoallv(net, blocks, g) == (pytest.approx(t, rel=1e-12), alg)
+
+
+def test_an_alltoall_of_nothing_or_a_ragged_matrix():
+    net = Network(4, 240.0, 3e-6, 96.0, 5e-6, 1)
+    assert alltoallv(net, [[5.0, 0.0], [0.0, 5.0]], 2) == (0.0, "local")  # only to themselves
+    with pytest.raises(ValueError, match="square"):
+        alltoallv(net, [[0.0, 1.0], [1.0]], 2)
 
 
 def test_a_flattened_cluster_prices_every_collective_as_the_plan_models_do():

@@ -147,8 +147,8 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
             net = kinds[seq[s]].model.net
             outs = [0.0] + [blk.out_bytes / samples * lay.micro_batch for blk in blocks]
             if key[1]:  # to another kind: one rank's share of the between fabric
-                sends[key] = [between_latency + x / (between_gbs * 1e9 / net.gpus_per_node) if x > 0 else 0.0
-                              for x in outs]
+                between = replace(net, node_gbs=between_gbs, inter_latency=between_latency)
+                sends[key] = [send(between, x, True) for x in outs]
             else:
                 sends[key] = [send(net, x, t * d >= net.gpus_per_node) for x in outs]
         return sends[key][e]

@@ -22,7 +22,7 @@ from mapper.costing.latency import estimate
 from mapper.costing.training import training_step
 from mapper.errors import OptionsError
 from mapper.parallel.burst import BurstPlan, Fabric, Layer, data_parallel, plan_burst, widths_for
-from mapper.parallel.hybrid import fabric_of
+from mapper.parallel.hybrid import worst_route
 from mapper.parallel.pinned import EdgeData, graph_of, pinned
 from mapper.platform.devices import Platform
 
@@ -114,6 +114,12 @@ def build(layers: tuple[Layer, ...], plan: BurstPlan, names: tuple[str, ...], na
     return graph_of(f"{name}.burst", tasks, edges)
 
 
+def fabric_of(platform: Platform) -> Fabric:
+    """DeepPool's one switch: the worst latency and seconds per byte between two GPUs of
+    ``platform``, the alpha-beta :class:`~mapper.parallel.burst.Fabric` its collectives are priced on."""
+    return Fabric(*worst_route(platform))
+
+
 def plan_model(graph: TaskGraph, platform: Platform, optimizer: str, limit: float,
                relower: Callable[[int], TaskGraph], prepare: Callable[[TaskGraph], TaskGraph]) -> BurstChoice:
     """Plan ``graph`` (forward, global batch from its first input) on ``platform``'s GPUs."""
@@ -124,8 +130,7 @@ def plan_model(graph: TaskGraph, platform: Platform, optimizer: str, limit: floa
         raise OptionsError("--parallel burst needs a graph whose first input has a batch dimension", obj="--parallel")
     batch = int(graph.inputs[0][1].shape[0])
     g = len(gpus)
-    f = fabric_of(platform)
-    fabric = Fabric(f.alpha, f.beta)
+    fabric = fabric_of(platform)
     layers = model_layers(relower, prepare, optimizer, platform, gpus[0], batch, widths_for(batch, g))
     plan = plan_burst(layers, batch, g, fabric, limit)
     data = data_parallel(layers, batch, g, fabric)

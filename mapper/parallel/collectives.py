@@ -52,6 +52,9 @@ Tutel, Hwang et al., MLSys 2023): an all-to-all inside the node gathers each
 destination node's data on one rank per lane, ``(g-1) (a_in + n/g / B_in)``,
 then the ranks of a lane exchange across nodes, ``(N-1) (a_out + n/N / B_out)``:
 as many bytes cross the fabric, in ``N - 1`` steps instead of ``k - g``.
+:func:`alltoallv` prices unequal blocks (an embedding plan's pooled rows) by
+the slowest rank's volumes in the same two algorithms; equal blocks are this
+all-to-all.
 
 A **send** (point-to-point: a pipeline stage's activations) moves ``n`` at
 ``a + n / B`` inside a node or across. Every collective is a kernel and pays
@@ -241,15 +244,60 @@ def _tree(kind: str, n: float, k: int, rate: float, latency: float) -> float:
     return steps * latency + ((k - 1) / k * n / rate if rate > 0 else math.inf)
 
 
-def _alltoall(net: Network, n: float, k: int, g: int) -> tuple[float, str]:
+def _alltoall(net: Network, k: int, g: int, pairwise: float, stage1: float, stage2: float) -> tuple[float, str]:
+    """Seconds and algorithm of an all-to-all among ``k`` ranks, ``g`` a node, given the slowest
+    rank's pairwise byte-seconds and the slowest rank's bytes in each hierarchical stage."""
     nodes = max(1, k // g)
-    b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
-    flat = (g - 1) * (net.intra_latency + _over(n / k, b_in)) + (k - g) * (net.inter_latency + _over(n / k, b_out))
+    flat = (g - 1) * net.intra_latency + (k - g) * net.inter_latency + pairwise
     if nodes == 1 or g == 1:
         return flat, "pairwise"
-    two_d = (g - 1) * (net.intra_latency + _over(n / g, b_in)) \
-        + (nodes - 1) * (net.inter_latency + _over(n / nodes, b_out))
+    two_d = (g - 1) * net.intra_latency + _over(stage1, net.intra_gbs * GB) \
+        + (nodes - 1) * net.inter_latency + _over(stage2, net.rank_gbs * GB)
     return min((flat, "pairwise"), (two_d, "hierarchical"))
+
+
+def alltoallv(net: Network, blocks: Sequence[Sequence[float]], per_node: int) -> tuple[float, str]:
+    """Seconds and algorithm of an all-to-all with unequal blocks, rank ``i`` sending
+    ``blocks[i][j]`` bytes to rank ``j`` (ranks node by node, ``per_node`` a node, rank ``i`` on
+    lane ``i % per_node``), its kernel's launch included. Ports are per direction, so a rank's
+    sends and receives overlap and the rank that moves the most bytes finishes last (Thakur et
+    al. 2005, 4, with unequal blocks): pairwise, the slowest rank's ``max(sent, received)``
+    inside the node over ``B_in`` plus across over ``B_out``; hierarchically, stage one (rank to
+    the rank of its node on the destination's lane) and stage two (lane to lane across nodes)
+    each at their slowest rank's ``max(sent, received)``. Equal blocks ``n/k`` give
+    :func:`collective`'s all-to-all of ``n``."""
+    k = len(blocks)
+    if any(len(row) != k for row in blocks):
+        raise ValueError("an all-to-all's blocks must be a square matrix, one row per rank")
+    if k <= 1 or not any(blocks[i][j] > 0 for i in range(k) for j in range(k) if i != j):
+        return 0.0, "local"
+    g = max(1, min(per_node, k))
+    node, lane = [i // g for i in range(k)], [i % g for i in range(k)]
+    b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
+    s_in, s_out, r_in, r_out = [0.0] * k, [0.0] * k, [0.0] * k, [0.0] * k
+    s1, r1, s2, r2 = [0.0] * k, [0.0] * k, [0.0] * k, [0.0] * k
+    for i in range(k):
+        for j in range(k):
+            x = float(blocks[i][j])
+            if i == j or x <= 0:
+                continue
+            if node[i] == node[j]:
+                s_in[i] += x
+                r_in[j] += x
+            else:
+                s_out[i] += x
+                r_out[j] += x
+            relay = node[i] * g + lane[j]  # stage one: to the rank of i's node on j's lane
+            if relay != i:
+                s1[i] += x
+                r1[relay] += x
+            if relay != j:  # stage two: lane to lane across nodes
+                s2[relay] += x
+                r2[j] += x
+    pairwise = max(_over(max(s_in[r], r_in[r]), b_in) + _over(max(s_out[r], r_out[r]), b_out)
+                   if s_in[r] + r_in[r] + s_out[r] + r_out[r] > 0 else 0.0 for r in range(k))
+    seconds, algorithm = _alltoall(net, k, g, pairwise, max(max(s1), max(r1)), max(max(s2), max(r2)))
+    return net.launch + seconds, algorithm
 
 
 def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int) -> tuple[float, str]:
@@ -262,11 +310,12 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     k, g = ranks, max(1, min(per_node, ranks))
     nodes = max(1, k // g)
     n = float(nbytes)
-    if kind == "alltoall":
-        seconds, algorithm = _alltoall(net, n, k, g)
-        return net.launch + seconds, algorithm
     f = 2.0 if kind == "allreduce" else 1.0
     b_in, b_out = net.intra_gbs * GB, net.rank_gbs * GB
+    if kind == "alltoall":  # alltoallv's volumes for equal blocks n/k
+        pairwise = (g - 1) * _over(n / k, b_in) + (k - g) * _over(n / k, b_out)
+        seconds, algorithm = _alltoall(net, k, g, pairwise, (g - 1) * n / g, (nodes - 1) * n / nodes)
+        return net.launch + seconds, algorithm
     if nodes == 1:
         if kind == "broadcast":
             simple = (k - 1) * net.intra_latency + _over(n, b_in)

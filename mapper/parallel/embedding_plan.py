@@ -18,9 +18,10 @@ Each option's load on each GPU is its shards' forward, backward and
 optimizer time (:func:`mapper.costing.latency.estimate` on the tasks that
 :func:`mapper.costing.training.training_step` makes of the shard: one source
 of truth with the task graph) plus the seconds its exchange keeps the GPU's
-port busy (:func:`alltoall_time`'s per-byte term; the all-reduce's ring
-volume ``2 (G-1)/G`` for a replicated table). Its memory is the shard's rows
-with their optimizer state. The plan minimises the largest GPU load under
+port busy (its bytes at the worst route's seconds per byte, as TorchRec's
+estimator charges a shard's comms; the all-reduce's ring volume ``2 (G-1)/G``
+for a replicated table). Its memory is the shard's rows with their optimizer state.
+The plan minimises the largest GPU load under
 every GPU's and the host's memory: :func:`exact_plan` solves it as a MILP
 (:mod:`mapper.mapping.exact.solver`), started from and never worse than
 :func:`greedy_plan`, TorchRec's ``GreedyProposer`` with its
@@ -99,24 +100,10 @@ class Option:
 
 @dataclass(frozen=True, slots=True)
 class Fabric:
-    """The GPUs' exchange: worst latency and seconds per byte between two GPUs, and to the host."""
+    """The GPUs' exchange: the worst seconds per byte between two GPUs, and to the host."""
 
-    alpha: float
     beta: float
     host_beta: float
-
-
-def alltoall_time(sent: Sequence[float], received: Sequence[float], fabric: Fabric) -> float:
-    """An all-to-all among ``G`` GPUs, GPU ``g`` sending ``sent[g]`` and receiving ``received[g]``
-    bytes to and from the others: pairwise exchange, ``G - 1`` steps of ``alpha`` plus the busiest
-    port's bytes times ``beta`` (Thakur, Rabenseifner and Gropp, IJHPCA 19(1), 2005, 3.5, with
-    unequal blocks: the port that moves the most bytes finishes last). A switch port's bandwidth
-    is per direction, so sends and receives overlap. Belongs with the collectives of
-    :mod:`mapper.parallel.collectives` once that module prices an all-to-all."""
-    g = len(sent)
-    if g <= 1:
-        return 0.0
-    return (g - 1) * fabric.alpha + max(max(sent), max(received)) * fabric.beta
 
 
 def _shard_task(table: Table, shard: Shard) -> Task:

@@ -7,7 +7,7 @@ uses model parallelism for the embeddings and data parallelism for the MLPs"). E
 is placed by :mod:`mapper.parallel.embedding_solve` (the exact plan, never worse than
 TorchRec's greedy one); its shards' forward, gradient and update tasks run on their GPUs, a
 forward all-to-all brings each GPU its samples' pooled rows and a backward one returns their
-gradients (:func:`~mapper.parallel.embedding_plan.alltoall_time`); a data-parallel table keeps
+gradients (:func:`~mapper.parallel.collectives.alltoallv`); a data-parallel table keeps
 its replica's lookups and all-reduces its gradient. The plan is a task graph, mapped and
 validated like any other; its makespan is the step time.
 """
@@ -24,8 +24,8 @@ from mapper.costing.efficiency import op_class
 from mapper.costing.latency import estimate
 from mapper.costing.training import training_step
 from mapper.errors import InfeasibleError, OptionsError
-from mapper.parallel.collectives import collective, group, launch_time
-from mapper.parallel.embedding_plan import Fabric, Option, Table, alltoall_time, host_hit, options, shard_tasks
+from mapper.parallel.collectives import alltoallv, collective, group
+from mapper.parallel.embedding_plan import Fabric, Option, Table, host_hit, options, shard_tasks
 from mapper.parallel.embedding_solve import Solved, exact_plan, greedy_plan
 from mapper.parallel.pinned import graph_of, pinned
 from mapper.platform.devices import Platform
@@ -98,7 +98,6 @@ def plan_hybrid(graph: TaskGraph, platform: Platform, optimizer: str,
     if batch % g:
         raise OptionsError(f"--parallel hybrid: the batch {batch} must divide among the {g} GPUs", obj="BATCH")
     rep = training_step(prepare(relower(batch // g)), optimizer)
-    lat, spb, _ = route_tables(platform)
     hosts = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     fabric = fabric_of(platform)
     names = {t.name for t in tables}
@@ -120,18 +119,26 @@ def plan_hybrid(graph: TaskGraph, platform: Platform, optimizer: str,
         raise InfeasibleError(f"the {len(tables)} embedding tables do not fit the {g} GPUs' memory together",
                               obj="--parallel hybrid")
     names_g = tuple(platform.devices[i].name for i in gpus)
-    built = _build(rep, family, tables, solved.plan, platform, gpus, fabric, optimizer, lat, spb)
+    built = _build(rep, family, tables, solved.plan, platform, gpus, fabric, optimizer)
     return HybridChoice(built[0], tables, solved, greedy, names_g, batch, built[1], built[2])
 
 
-def fabric_of(platform: Platform) -> Fabric:
-    """The worst latency and seconds per byte between two GPUs of ``platform``, and from a GPU to
-    its nearest host (``inf`` without one: no host tier)."""
+def worst_route(platform: Platform) -> tuple[float, float]:
+    """The worst latency and seconds per byte between two GPUs of ``platform``."""
     lat, spb, _ = route_tables(platform)
     gpus = [i for i, d in enumerate(platform.devices) if d.kind == "gpu"]
-    hosts = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
     pairs = [(a, b) for a in gpus for b in gpus if a != b]
-    return Fabric(max((lat[a][b] for a, b in pairs), default=0.0), max((spb[a][b] for a, b in pairs), default=0.0),
+    return max((lat[a][b] for a, b in pairs), default=0.0), max((spb[a][b] for a, b in pairs), default=0.0)
+
+
+def fabric_of(platform: Platform) -> Fabric:
+    """The planner's exchange: the worst seconds per byte between two GPUs of ``platform`` (a
+    rank's port, as TorchRec's estimator charges it), and from a GPU to its nearest host
+    (``inf`` without one: no host tier)."""
+    _, spb, _ = route_tables(platform)
+    gpus = [i for i, d in enumerate(platform.devices) if d.kind == "gpu"]
+    hosts = [i for i, d in enumerate(platform.devices) if d.kind == "cpu"]
+    return Fabric(worst_route(platform)[1],
                   max((min((max(spb[a][h], spb[h][a]) for h in hosts), default=float("inf")) for a in gpus),
                       default=float("inf")))
 
@@ -159,8 +166,7 @@ def _dense_bytes(rep: TaskGraph, family: set[str]) -> float:
 
 
 def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tuple[Option, ...],
-           platform: Platform, gpus: list[int], fabric: Fabric, optimizer: str,
-           lat: Any, spb: Any) -> tuple[TaskGraph, float, float]:
+           platform: Platform, gpus: list[int], fabric: Fabric, optimizer: str) -> tuple[TaskGraph, float, float]:
     """The step's task graph: replicas, shards, all-to-alls and all-reduces (module docstring)."""
     g = len(gpus)
     names = [platform.devices[i].name for i in gpus]
@@ -185,7 +191,7 @@ def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tu
                 edge(m[e.src], m[e.dst], e.bytes, e.comm, e.tensor)
         local.append(m)
     item = {t.name: DTYPE_BYTES[t.dtype] for t in tables}
-    sent, received = [0.0] * g, [0.0] * g
+    blocks = [[0.0] * g for _ in range(g)]  # bytes of pooled rows from GPU i to GPU j
     fwd_src: list[int] = []
     bwd_dst: list[int] = []
     for t, o in zip(tables, plan):
@@ -208,11 +214,11 @@ def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tu
             fwd_src.append(ids[0])
             bwd_dst.append(ids[1])
             out = float(s.bags) * s.cols * item[t.name]
-            sent[s.device] += out * (g - 1) / g
             for r in range(g):
                 if r != s.device:
-                    received[r] += out / g
-    a2a = alltoall_time(sent, received, fabric) + launch_time(platform, names)
+                    blocks[s.device][r] += out / g
+    net, per_node = group(platform, names)
+    a2a = alltoallv(net, blocks, per_node)[0]
     for r, dev in enumerate(names):
         m = local[r]
         consumers = {e.dst for e in rep.edges if rep.tasks[e.src].name in family and e.dst in m
@@ -234,7 +240,6 @@ def _build(rep: TaskGraph, family: set[str], tables: tuple[Table, ...], plan: tu
         if u.name.endswith(".update") and u.name not in family:
             dense += sum(float(o.type.nbytes) for o in u.operands if o.kind == "weight"
                          and not o.name.endswith(f".{optimizer}"))
-    net, per_node = group(platform, names)
     ring = collective(net, "allreduce", dense, len(names), per_node)[0]
     _allreduce(rep, local, names, "allreduce.dense",
                [u.index for u in rep.tasks if u.name.endswith(".update") and u.name not in family], ring,
