@@ -73,9 +73,6 @@ class CompileOptions:
         check_parallel(self.parallel)
         check_precision(self.precision)
         if self.serving is not None:
-            if self.precision is not None:
-                raise OptionsError("--precision applies to training steps and graphs; --inference keeps the "
-                                   "model's 16-bit GEMMs", obj="--precision")
             if self.train is not None:
                 raise OptionsError("--inference prices generation; --train prices a training step: give one",
                                    obj="--inference")

@@ -239,8 +239,12 @@ def compile_graph(
         from mapper.serving.driver import plan_request
 
         assert not isinstance(source, TaskGraph)  # check_source refused it
-        requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, prepare,
-                                                              map_options.progress))
+        def marked(g: TaskGraph) -> TaskGraph:
+            """The request's graphs with the linear layers' GEMMs in --precision's format, then fused."""
+            return prepare(with_precision(g, opts.precision) if opts.precision is not None else g)
+
+        requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, marked,
+                                                              map_options.progress, opts.precision))
         served, graph, plat = requested.choice, requested.graph, requested.platform
     elif cluster_planner:
         from mapper.cluster.driver import plan_step

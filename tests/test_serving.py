@@ -340,3 +340,26 @@ def test_a_fleet_serves_on_its_best_kind_and_a_mixed_node_on_its_first_gpu_model
     assert any(f"({fleet.serving.kind} nodes of the fleet)" in n for n in fleet.result.notes)
     mixed = serve(small, "prefill=64,decode=4,batch=2", platform="mixed-gpu", parallel="auto")
     assert mixed.serving.best.layout.gpus * mixed.serving.best.layout.replicas <= mixed.serving.gpus
+
+
+def test_inference_in_fp8_runs_the_linear_gemms_faster_and_stores_their_weights_in_a_byte(tmp_path, capsys):
+    """``compile --inference --precision fp8`` (DESIGN section 9): the linear layers' GEMMs at the FP8
+    rate, their weights one byte each (the embedding and the LM head stay 16-bit); a GPU without
+    FP8 exits 2."""
+    figures = {}
+    for fmt in (None, "fp8"):
+        out = tmp_path / f"{fmt}.json"
+        args = ["compile", str(ROOT / "examples" / "llama.tg"), "--platform", "dgx-h100", "--inference",
+                "prefill=256,decode=32,batch=16", "--param", "LAYERS=4", "-q", "--json", str(out)]
+        assert main([*args, *(["--precision", fmt] if fmt else [])]) == 0
+        figures[fmt] = json.loads(out.read_text())["inference"]
+    plain, fp8 = figures[None], figures["fp8"]
+    assert fp8["tpot"] < plain["tpot"] and fp8["ttft"] < plain["ttft"]
+    # 4 layers of 218 M linear weights each, from 2 bytes to 1; the 1.05 G of embedding and head stay
+    saved = plain["peak_memory"]["weights"] - fp8["peak_memory"]["weights"]
+    linear = 4 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    assert saved == pytest.approx(linear, rel=1e-6)
+    capsys.readouterr()
+    code = main(["compile", str(ROOT / "examples" / "llama.tg"), "--platform", "dgx-a100", "--inference",
+                 "prefill=256,decode=32,batch=16", "--precision", "fp8", "-q"])
+    assert code == 2 and "no fp8 tensor rate" in capsys.readouterr().err

@@ -72,7 +72,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON ('-': stdout)")
     p.add_argument("--html", default=None, metavar="OUT",
                    help="write the report with the first replica's batch size, KV use and queue over time")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=run)
 
 

@@ -136,6 +136,14 @@ class Placement:
         return " ".join([f"@{a}" for a in self.allow] + [f"@!{d}" for d in self.deny])
 
 
+def attr_of(attrs: tuple[tuple[str, Any], ...], key: str, default: Any = None) -> Any:
+    """The value of ``key`` among ``(key, value)`` pairs, else ``default``."""
+    for k, v in attrs:
+        if k == key:
+            return v
+    return default
+
+
 @dataclass(frozen=True, slots=True)
 class SourceNode:
     """The model node a task was imported from (ONNX): its name, op type, attributes
@@ -150,10 +158,7 @@ class SourceNode:
     dtype: str = "f32"  # dtype of the node's first output
 
     def attr(self, key: str, default: Any = None) -> Any:
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
+        return attr_of(self.attrs, key, default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +201,7 @@ class Task:
         return self.bytes_read + self.bytes_written
 
     def attr(self, key: str, default: Any = None) -> Any:
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
+        return attr_of(self.attrs, key, default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,10 +101,11 @@ def lowerer(program: Program, blame: AbstractContextManager[None], source: str |
 def plan_request(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
                  platform: Platform, parallel: str, serving: Serving,
                  prepare: Callable[[TaskGraph], TaskGraph],
-                 progress: Callable[[Progress], None] | None = None) -> PlannedRequest:
+                 progress: Callable[[Progress], None] | None = None,
+                 precision: str | None = None) -> PlannedRequest:
     """The serving layout of ``serving``'s request on ``platform`` and its request graph; ``program``
     is ``source`` parsed (``blame``: the context its errors are raised in); ``progress`` hears how
-    a ``batch=auto`` search goes."""
+    a ``batch=auto`` search goes; ``precision``: the weights' format ``prepare`` marks (--precision)."""
     if parallel == "none":
         given = LayoutSpec(tensor=1, pipeline=1, data=1)
     else:
@@ -124,7 +125,7 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
         def make(batch: int, where: Platform = where, net: Network = net,
                  prices: dict[tuple[str, int, int, int], BlockCost] = prices) -> ServingModel:
             return ServingModel(lower, replace(serving.request, batch=batch), where, prepare, net, serving.runtime,
-                                prices)
+                                prices, precision)
 
         def pick(model: ServingModel, keys: LayoutSpec = FREE, skip: Callable[[ServingLayout], bool] | None = None,
                  kind: str = kind, net: Network = net) -> ServingChoice:

@@ -45,9 +45,11 @@ from dataclasses import dataclass, field, replace
 from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
+from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
 from mapper.mapping.pipeline import partition, pipelined
 from mapper.parallel.collectives import Network, collective, send
+from mapper.serving.precision import stored_fraction
 from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
 
 
@@ -116,11 +118,15 @@ class ServingModel:
 
     def __init__(self, lower: Callable[[int, int, int], TaskGraph], request: Request, platform,
                  prepare: Callable[[TaskGraph], TaskGraph], net: Network, runtime: str,
-                 shared: dict[tuple[str, int, int, int], BlockCost] | None = None) -> None:
+                 shared: dict[tuple[str, int, int, int], BlockCost] | None = None,
+                 precision: str | None = None) -> None:
         """``shared``: block prices kept across the models of one model file at other batches,
         by phase, signature, tensor degree and sequences per micro-batch (a block cut in ``m``
-        micro-batches of a batch ``b`` costs what it costs at batch ``b/m`` in one)."""
+        micro-batches of a batch ``b`` costs what it costs at batch ``b/m`` in one); ``precision``:
+        the format ``prepare`` marks the linear layers' GEMMs with (``--precision``), whose weights
+        are stored in it (:func:`mapper.serving.precision.stored_fraction`)."""
         self.shared = shared
+        self.precision = precision
         #: each block's kernels as its rank's stream sees them, by phase, block, tensor degree, micro-batches
         self._streams: dict[tuple[str, int, int, int], list[tuple[float, int]]] = {}
         gpus = [d for d in platform.devices if d.kind == "gpu"]
@@ -146,6 +152,8 @@ class ServingModel:
             raise OptionsError("the prefill and decode graphs cut into different blocks: the model's structure "
                                "must not depend on SEQ or CACHE", obj="--inference")
         self.blocks = self.profiles["prefill"].blocks
+        #: the prefill graph with the GEMMs ``prepare`` marks in ``precision`` (what its weights are stored in)
+        self.marked = self.graphs["prefill"] if precision is None else with_precision(self.graphs["prefill"], precision)
         graph = self.graphs["prefill"]
         last = len(self.blocks) - 1
         one = "first" if r.decode else "token"
@@ -212,7 +220,9 @@ class ServingModel:
         room = math.inf
         held: list[float] = []
         for a, b in zip(starts, ends):
-            weights = sum(self.block("prefill", i, t, m).param_bytes for i in range(a, b))
+            weights = sum(self.block("prefill", i, t, m).param_bytes
+                          * stored_fraction(self.marked, self.blocks[i], self.precision)
+                          for i in range(a, b))
             tasks = [k for i in range(a, b) for k in self.blocks[i].tasks]
             kv = cache_bytes(graph, tasks, t, self.request.context)
             act = max(max(self.block(ph, i, t, m).working for ph in self.profiles if ph != "token")
