@@ -250,3 +250,14 @@ def test_a_router_stays_in_16_bit(tmp_path):
                    "  y = matmul(up, weight f16[128, 8])\n  out = add(y, gate)\n  output out\n}\n")
     g = with_precision(load_graph(ModelFile(str(src))), "mxfp8")
     assert {t.name: t.precision for t in g.tasks if t.op == "matmul"} == {"score": "", "up": "mxfp8", "y": "mxfp8"}
+
+
+def test_run_takes_precision_as_compile_does(capsys):
+    """``mapper run --precision`` prices the modelled GPUs' GEMMs in the format; a GPU without it exits 2."""
+    from mapper.cli import main
+
+    args = ["run", "examples/gpt2_block.tg", "--param", "S=64", "--repeats", "1", "-q", "--no-check"]
+    assert main([*args, "--platform", "dgx-h100", "--precision", "fp8"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--platform", "dgx-a100", "--precision", "fp8"]) == 2
+    assert "no fp8 tensor rate" in capsys.readouterr().err

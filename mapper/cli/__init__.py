@@ -150,6 +150,11 @@ def add_train_options(p: Any) -> None:
                         "for the backward pass (docs/ops.md, Training)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
                    help="with --train: the optimizer step (default sgd, with momentum)")
+    add_precision_option(p)
+
+
+def add_precision_option(p: Any) -> None:
+    """``--precision``, as ``compile``, ``cost`` and ``run`` take it (mapper.costing.precision)."""
     p.add_argument("--precision", default=None, metavar="FORMAT",
                    help="the format the linear layers' GEMMs run in: bf16, fp8, mxfp8 or nvfp4 (attention, "
                         "norms, router, embeddings, LM head, master weights and optimizer states stay in "

@@ -20,6 +20,7 @@ from mapper.cli import (
     add_groups,
     add_parallel_option,
     add_platform_options,
+    add_precision_option,
     platform_arg,
     status_line,
 )
@@ -46,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
                    help=f"seconds for exact and search-based mappers (default {DEFAULT_TIME_LIMIT:g})")
     add_fuse_option(m)
+    add_precision_option(m)
     add_parallel_option(m, help="split ops across devices, a MODE: data (the batch), tensor (Megatron-style GEMM "
                                 "pairs, attention heads, conv channels), pipeline (stages and micro-batches) or "
                                 "auto (the best plan that fits in memory); default none: the graph as written. "
@@ -147,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     map_options = replace(map_options, progress=status)
     with status or nullcontext():
         compiled = compile_graph(graph, platform, CompileOptions(mapper=args.mapper, mapping=map_options,
-                                                                 fuse=args.fuse, parallel=args.parallel))
+                                                                 fuse=args.fuse, parallel=args.parallel,
+                                                                 precision=args.precision))
         if status is not None and not args.calibrate:
             status(Progress(0.0, None, None, f"running the kernels ({args.repeats} timed passes after a warm-up)"))
         trace = None if args.calibrate else _execute(compiled.result, args)
