@@ -254,9 +254,12 @@ def test_a_router_stays_in_16_bit(tmp_path):
 
 def test_run_takes_precision_as_compile_does(capsys):
     """``mapper run --precision`` prices the modelled GPUs' GEMMs in the format; a GPU without it exits 2."""
+    from pathlib import Path
+
     from mapper.cli import main
 
-    args = ["run", "examples/gpt2_block.tg", "--param", "S=64", "--repeats", "1", "-q", "--no-check"]
+    example = Path(__file__).resolve().parents[1] / "examples" / "gpt2_block.tg"
+    args = ["run", str(example), "--param", "S=64", "--repeats", "1", "-q", "--no-check"]
     assert main([*args, "--platform", "dgx-h100", "--precision", "fp8"]) == 0
     capsys.readouterr()
     assert main([*args, "--platform", "dgx-a100", "--precision", "fp8"]) == 2
