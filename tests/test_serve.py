@@ -209,10 +209,35 @@ def test_precision_stores_weights_and_cache_smaller(capsys):
     assert fp8.weights[-1] == base.weights[-1]  # the LM head stays 16-bit
     assert sum(fp8.weights) < sum(base.weights)
     for bad, why in ((["--platform", "dgx-a100", "--precision", "fp8"], "no fp8 tensor rate"),
-                     (["--platform", "dgx-h100", "--precision", "int4_awq"], "not priced yet"),
+                     (["--platform", "dgx-h100", "--precision", "int3"], "unknown precision"),
                      (["--platform", "dgx-h100", "--kv-precision", "int8"], "unknown KV-cache precision")):
         assert main(["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=8", "--rate", "inf", *bad]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_int4_awq_reads_a_quarter_of_the_linear_weights_at_the_16_bit_rate(capsys):
+    """``--precision int4_awq`` (AWQ, W4A16) on an A100: a memory-bound decode step is faster, a
+    compute-bound 8,192-token prefill stays within 1% of fp16, and the linear layers' weights take
+    0.5 + 2.5/128 bytes each (4 bits, an f16 scale and a 4-bit zero per 128) while the embedding and
+    LM head keep 2."""
+    from mapper.frontend.sources import ModelFile
+    from mapper.serving.runtimes import RUNTIMES
+    from mapper.serving.serve import server_for
+
+    src = ModelFile(LLAMA, params=(("LAYERS", 2),))  # Llama 3 8B's widths, two layers
+    base = server_for(src, "dgx-a100", RUNTIMES["trtllm"]).step_model(1, 1, 8192)
+    awq = server_for(src, "dgx-a100", RUNTIMES["trtllm"], precision="int4_awq").step_model(1, 1, 8192)
+    decode = Batch(8, 8, 8 * 512, 0, 8)
+    assert awq.step(decode) < 0.8 * base.step(decode)
+    prefill = Batch(8192, 1, 0, 8192 * 8193 / 2, 1)
+    assert awq.step(prefill) == pytest.approx(base.step(prefill), rel=0.01)
+    linear = 2 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)  # QKV, output, gate/up/down
+    assert sum(awq.weights) == pytest.approx(sum(base.weights) - 2 * linear + linear * (0.5 + 2.5 / 128), rel=1e-9)
+    assert awq.weights[0] == base.weights[0] and awq.weights[-1] == base.weights[-1]  # embedding, LM head
+    code = main(["serve", LLAMA, *SMALL, "--platform", "dgx-a100", "--workload", "isl=64,osl=8", "--rate", "inf",
+                 "--precision", "int4_awq", "--json", "-", "-q"])
+    plan = json.loads(capsys.readouterr().out)["serving"]["plan"]
+    assert code == 0 and plan["precision"] == "int4_awq" and plan["kv_precision"] == "fp16"
 
 
 def test_cost_per_million_tokens_from_a_price(tmp_path, capsys):

@@ -363,3 +363,19 @@ def test_inference_in_fp8_runs_the_linear_gemms_faster_and_stores_their_weights_
     code = main(["compile", str(ROOT / "examples" / "llama.tg"), "--platform", "dgx-a100", "--inference",
                  "prefill=256,decode=32,batch=16", "--precision", "fp8", "-q"])
     assert code == 2 and "no fp8 tensor rate" in capsys.readouterr().err
+
+
+def test_inference_in_int4_awq_decodes_faster_on_an_a100(capsys):
+    """``compile --inference --precision int4_awq``: 4-bit weights at the 16-bit rate, so an A100 runs
+    it; the decode reads fewer weight bytes; training refuses the weight-only format."""
+    args = ["compile", str(ROOT / "examples" / "llama.tg"), "--platform", "dgx-a100", "--inference",
+            "prefill=256,decode=32,batch=16", "--param", "LAYERS=2", "-q", "--json", "-"]
+    figures = {}
+    for fmt in (None, "int4_awq"):
+        assert main([*args, *(["--precision", fmt] if fmt else [])]) == 0
+        figures[fmt] = json.loads(capsys.readouterr().out)["inference"]
+    assert figures["int4_awq"]["tpot"] < figures[None]["tpot"]
+    assert figures["int4_awq"]["peak_memory"]["weights"] < figures[None]["peak_memory"]["weights"]
+    code = main(["compile", str(ROOT / "examples" / "llama.tg"), "--platform", "dgx-a100", "--precision", "int4_awq",
+                 "-q"])
+    assert code == 2 and "unknown precision" in capsys.readouterr().err

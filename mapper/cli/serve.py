@@ -58,7 +58,7 @@ def register(subparsers) -> None:
                    help="trtllm (default) or vllm: KV blocks, memory fraction, limits, scheduling")
     p.add_argument("--precision", default=None, metavar="FMT",
                    help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
-                        "nvfp4 (int4_awq: not priced yet); the GPU needs a tensor rate for it")
+                        "nvfp4, int4_awq (4-bit AWQ weights, 16-bit GEMMs); the GPU needs a tensor rate for it")
     p.add_argument("--kv-precision", default=None, metavar="FMT",
                    help="the KV cache: fp16, bf16 or fp8 (default: fp8 with fp8/nvfp4 weights under trtllm, "
                         "as TensorRT-LLM sets it; else fp16)")

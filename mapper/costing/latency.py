@@ -23,7 +23,7 @@ from mapper.costing.efficiency import (
     model_keys,
     rate_dtype,
 )
-from mapper.costing.precision import gemm_bytes
+from mapper.costing.precision import gemm_bytes, rate_format
 from mapper.costing.work import (
     attention_wave_efficiency,
     cold_bytes,
@@ -141,7 +141,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
     if flops > 0:
-        fmt = task.precision if cls in MATRIX_CLASSES else ""  # a GEMM's epilogue gradient keeps 16-bit
+        fmt = rate_format(task.precision) if cls in MATRIX_CLASSES else ""  # a GEMM's epilogue gradient keeps 16-bit
         tensor = device.tensor_peak(fmt or task.dtype) if cls in MATRIX_CLASSES else None
         if fmt and tensor is None and fmt != "bf16":
             return infeasible_estimate(f"no {fmt} rate in tensor_gflops")

@@ -29,6 +29,16 @@ the output gradient (read 2 bytes, write ``e``) and the two GEMMs reading it
 backward pass as it cast it, ``e`` bytes an element; weights stay at their 16
 bits (Megatron-Core's ``--fp8-param-gather`` holds FP8 weights and a transposed
 copy, about the same bytes).
+
+Weight-only formats (:data:`WEIGHT_ONLY`, serving): AWQ (Lin et al., "AWQ: Activation-aware Weight
+Quantization for LLM Compression and Acceleration", MLSys 2024) stores a linear layer's weights in
+4 bits with a 16-bit scale and a 4-bit zero point per group of 128 input channels (the paper's
+group size; AutoAWQ's GEMM layout packs the zeros eight to an int32 beside f16 scales), so
+``0.5 + 2.5/128`` bytes a weight. The kernel dequantises each tile to 16 bits in registers and
+runs the GEMM at the 16-bit tensor rate (W4A16): activations keep their 16-bit bytes and no cast.
+The dequantisation's arithmetic is not priced: it is modelled as the extra bytes of the scales and
+zeros only (an assumption: it overlaps the memory-bound decode GEMM and is small beside a large
+prefill GEMM's multiply-adds).
 """
 
 from __future__ import annotations
@@ -44,16 +54,22 @@ from mapper.platform.devices import Platform
 FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: Bytes per element, block scales included (module docstring).
 ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+#: Weight-only formats, their bytes per weight (scales and zeros included), run at the 16-bit rate.
+WEIGHT_ONLY = {"int4_awq": 0.5 + 2.5 / 128}
+#: The tensor rate a weight-only format needs.
+WEIGHT_ONLY_RATE = "f16"
 #: Ops whose reading of a GEMM's output marks it as a router (kept in f32/bf16): these, and any op
 #: whose name says router or top-k.
 ROUTER_READERS = frozenset({"softmax", "sigmoid"})
 
 
-def check_precision(text: str | None) -> str | None:
-    """``--precision``'s value, checked (an OptionsError, exit 2, otherwise)."""
-    if text is None or text in FORMATS:
+def check_precision(text: str | None, inference: bool = False) -> str | None:
+    """``--precision``'s value, checked (an OptionsError, exit 2, otherwise); the weight-only
+    formats only for ``inference``."""
+    if text is None or text in FORMATS or (inference and text in WEIGHT_ONLY):
         return text
-    raise OptionsError(f"unknown precision {text!r}; choose one of {', '.join(FORMATS)}", obj="--precision")
+    known = (*FORMATS, *WEIGHT_ONLY) if inference else FORMATS
+    raise OptionsError(f"unknown precision {text!r}; choose one of {', '.join(known)}", obj="--precision")
 
 
 def require_format(platform: Platform, fmt: str) -> None:
@@ -61,19 +77,26 @@ def require_format(platform: Platform, fmt: str) -> None:
     (every GPU of a fleet's kinds is checked)."""
     kinds = platform.fleet.kinds if platform.fleet is not None else ()
     platforms = [k.platform for k in kinds] or [platform]
+    rate = WEIGHT_ONLY_RATE if fmt in WEIGHT_ONLY else fmt
     for plat in platforms:
         for dev in plat.devices:
             if dev.kind != "gpu":
                 continue
-            if dev.tensor_peak(fmt) is None and not (fmt == "bf16" and dev.peak("bf16") is not None):
+            if dev.tensor_peak(rate) is None and not (rate == "bf16" and dev.peak("bf16") is not None):
                 have = ", ".join(k for k, _ in dev.tensor_gflops) or "none"
                 raise OptionsError(f"device {dev.name} of platform {plat.name} ({plat.description or plat.name}) "
-                                   f"has no {fmt} tensor rate (its tensor_gflops formats: {have}): it cannot run "
+                                   f"has no {rate} tensor rate (its tensor_gflops formats: {have}): it cannot run "
                                    f"{fmt} GEMMs", obj="--precision")
 
 
+def rate_format(fmt: str) -> str:
+    """The tensor-rate key a GEMM marked ``fmt`` runs at ("" for a weight-only format: the GEMM's
+    own 16-bit dtype)."""
+    return "" if fmt in WEIGHT_ONLY else fmt
+
+
 def _is_low(fmt: str) -> bool:
-    return fmt in FORMATS and fmt != "bf16"
+    return (fmt in FORMATS and fmt != "bf16") or fmt in WEIGHT_ONLY
 
 
 def with_precision(graph: TaskGraph, fmt: str | None) -> TaskGraph:
@@ -107,11 +130,13 @@ def gemm_bytes(task: Task) -> float:
     """Bytes a forward GEMM marked by :func:`with_precision` moves, its casts included (module
     docstring); ``task.bytes`` for every other task."""
     fmt = task.precision
-    if not fmt or task.backward or fmt not in ELEMENT_BYTES:
+    if not fmt or task.backward or (fmt not in ELEMENT_BYTES and fmt not in WEIGHT_ONLY):
         return float(task.bytes)
     main = task.parts[0] if task.parts else task
-    e = ELEMENT_BYTES[fmt]
     item = DTYPE_BYTES.get(main.operands[0].type.dtype, 2) if main.operands else 2
     acts = float(sum(o.type.numel for o in main.operands if o.kind != "weight"))
     weights = float(sum(o.type.numel for o in main.operands if o.kind == "weight"))
+    if fmt in WEIGHT_ONLY:  # 16-bit activations, no cast; the weights in the format
+        return float(task.bytes) - weights * item + weights * WEIGHT_ONLY[fmt]
+    e = ELEMENT_BYTES[fmt]
     return float(task.bytes) - (acts + weights) * item + acts * (item + 2 * e) + weights * e

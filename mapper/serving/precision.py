@@ -6,8 +6,10 @@ Weights (``--precision``): ``fp16`` and ``bf16`` serve the model file's 16-bit G
 format's tensor rate, reading their weights in it; the embedding, the LM head, attention and norms
 stay 16-bit, as NVIDIA's ModelOpt FP8 and NVFP4 checkpoints keep them). Those weights are also
 stored in the format (:func:`stored_fraction`), which is what frees memory for the KV cache.
-A GPU without a tensor rate for the format exits 2 naming it. ``int4_awq`` (4-bit weights, 16-bit
-arithmetic) is not priced yet and exits 2.
+A GPU without a tensor rate for the format exits 2 naming it. ``int4_awq`` is weight-only
+(AWQ, Lin et al., MLSys 2024; :data:`mapper.costing.precision.WEIGHT_ONLY`): the same GEMMs'
+weights in 4 bits with a 16-bit scale and 4-bit zero per 128 input channels, the GEMM at the
+16-bit tensor rate on dequantised tiles (W4A16), so any GPU with an f16 tensor rate runs it.
 
 KV cache (``--kv-precision fp16|bf16|fp8``): bytes per cached element; a decode's attention streams
 its cache, so its time scales with them. The default follows the engine: TensorRT-LLM sets an FP8
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from mapper.cluster.blocks import Block
 from mapper.core.graph import DTYPE_BYTES, TaskGraph
-from mapper.costing.precision import ELEMENT_BYTES
+from mapper.costing.precision import ELEMENT_BYTES, WEIGHT_ONLY
 from mapper.errors import OptionsError
 
 #: ``--precision`` values of ``mapper serve``; the 16-bit ones change nothing.
@@ -33,9 +35,6 @@ def weight_format(text: str | None) -> str | None:
     """The format the linear layers' GEMMs are marked with (None: the graph's 16-bit)."""
     if text is None or text in ("fp16", "bf16"):
         return None
-    if text == "int4_awq":
-        raise OptionsError("int4_awq (4-bit weights, 16-bit arithmetic) is not priced yet; give fp16, bf16, fp8 "
-                           "or nvfp4", obj="--precision")
     if text not in WEIGHTS:
         raise OptionsError(f"unknown precision {text!r}; choose one of {', '.join(WEIGHTS)}", obj="--precision")
     return text
@@ -54,7 +53,8 @@ def kv_format(text: str | None, weights: str | None, runtime: str) -> str:
 def stored_fraction(graph: TaskGraph, block: Block, fmt: str | None) -> float:
     """The bytes ``block``'s weights take stored with its marked GEMMs' weights in ``fmt``, over
     their 16-bit bytes."""
-    if fmt is None or fmt not in ELEMENT_BYTES:
+    per = ELEMENT_BYTES.get(fmt or "", WEIGHT_ONLY.get(fmt or ""))
+    if per is None:
         return 1.0
     total = stored = 0.0
     seen: set[str] = set()
@@ -65,5 +65,5 @@ def stored_fraction(graph: TaskGraph, block: Block, fmt: str | None) -> float:
                 seen.add(o.name)
                 nbytes = float(o.type.nbytes)
                 total += nbytes
-                stored += nbytes * ELEMENT_BYTES[fmt] / DTYPE_BYTES.get(o.type.dtype, 2) if task.precision else nbytes
+                stored += nbytes * per / DTYPE_BYTES.get(o.type.dtype, 2) if task.precision else nbytes
     return stored / total if total > 0 else 1.0
