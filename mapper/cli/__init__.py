@@ -158,8 +158,8 @@ def add_precision_option(p: Any) -> None:
     p.add_argument("--precision", default=None, metavar="FORMAT",
                    help="the format the linear layers' GEMMs run in: bf16, fp8, mxfp8 or nvfp4 (attention, "
                         "norms, router, embeddings, LM head, master weights and optimizer states stay in "
-                        "16/32-bit; a GPU without the format exits 2; docs/parallel.md, Precision); with "
-                        "--inference also int4_awq (4-bit AWQ weights, 16-bit GEMMs)")
+                        "16/32-bit; a GPU without the format exits 2; docs/parallel.md, Precision); compile "
+                        "--inference also takes int4_awq (4-bit AWQ weights, 16-bit GEMMs)")
 
 
 def train_option(args: argparse.Namespace) -> str | None:
