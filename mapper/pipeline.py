@@ -246,6 +246,8 @@ def compile_graph(
         requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, marked,
                                                               map_options.progress, opts.precision))
         served, graph, plat = requested.choice, requested.graph, requested.platform
+        if opts.precision is not None:
+            served = replace(served, precision=opts.precision)
     elif cluster_planner:
         from mapper.cluster.driver import plan_step
 

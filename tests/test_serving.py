@@ -354,6 +354,7 @@ def test_inference_in_fp8_runs_the_linear_gemms_faster_and_stores_their_weights_
         assert main([*args, *(["--precision", fmt] if fmt else [])]) == 0
         figures[fmt] = json.loads(out.read_text())["inference"]
     plain, fp8 = figures[None], figures["fp8"]
+    assert (plain["precision"], fp8["precision"]) == ("fp16", "fp8")
     assert fp8["tpot"] < plain["tpot"] and fp8["ttft"] < plain["ttft"]
     # 4 layers of 218 M linear weights each, from 2 bytes to 1; the 1.05 G of embedding and head stay
     saved = plain["peak_memory"]["weights"] - fp8["peak_memory"]["weights"]

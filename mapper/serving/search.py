@@ -89,6 +89,7 @@ class ServingChoice:
     latency: float = 0.0  # the built request graph's makespan (set by the driver)
     ttft: float = 0.0  # and its first token
     kind: str = ""  # on a fleet: the node kind that serves
+    precision: str = "fp16"  # the linear layers' weights and GEMMs (--precision; the model's 16-bit by default)
     step: Any = None  # the MapResult of one decode step per GPU (mapper.serving.decode_step), or None
     step_note: str = ""  # why there is none
     unbuilt: int = 0  # layouts left unscored: their request graph would pass MAX_TASKS tasks
@@ -112,7 +113,8 @@ class ServingChoice:
         return {"ttft": self.ttft, "tpot": self.tpot, "latency": self.latency, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s / used if used else 0.0, "batch": self.request.batch,
                 "max_batch": b.max_batch, "kv_cache_bytes": b.memory.get("kv_cache", 0.0),
-                **self.request.to_json(), "runtime": self.runtime, "gpus": self.gpus, "kind": self.kind or None,
+                **self.request.to_json(), "runtime": self.runtime, "precision": self.precision,
+                "gpus": self.gpus, "kind": self.kind or None,
                 "plan": lay.to_json(), "label": lay.label(), "fits": b.fits,
                 "peak_memory": {**b.memory, "total": b.peak},
                 "bounds": {"tpot": self.bounds.tpot, "ttft": self.bounds.ttft},
