@@ -3,6 +3,7 @@ tasks that fall back, with the reason (docs/platforms.md, Delegation)."""
 
 from __future__ import annotations
 
+from mapper.core.units import fmt_time
 from mapper.engine.schedule import Schedule, delegated_runs
 from mapper.platform.devices import ACCELERATOR_KINDS
 
@@ -43,3 +44,35 @@ def delegation(schedule: Schedule) -> dict | None:
             seen.add((name, d))
             fallbacks.append({"task": name, "op": op, "device": cost.platform.devices[d].name, "reason": why})
     return {"subgraphs": subgraphs, "fallbacks": fallbacks}
+
+
+def boundaries(schedule: Schedule) -> list[tuple[str, str, int, float]]:
+    """``(from, to, hand-overs, seconds)`` per device pair of the transfers into or out of an
+    ``npu`` or ``dla`` device (each a subgraph boundary: ``sync_us`` on a shared-memory link,
+    latency plus bytes / bandwidth otherwise), in device order."""
+    devs = schedule.cost.platform.devices
+    pairs: dict[tuple[int, int], list[float]] = {}
+    for tr in schedule.transfers:
+        if tr.src_device != tr.dst_device and any(
+                devs[d].kind in ACCELERATOR_KINDS for d in (tr.src_device, tr.dst_device)):
+            pairs.setdefault((tr.src_device, tr.dst_device), []).append(tr.end - tr.start)
+    return [(devs[a].name, devs[b].name, len(t), sum(t)) for (a, b), t in sorted(pairs.items())]
+
+
+def delegation_lines(schedule: Schedule) -> list[tuple[str, str]]:
+    """The text report's delegation section as ``(key, value)`` lines: the subgraph count
+    per accelerator, the boundary hand-overs, then each fallback with its reason."""
+    found = delegation(schedule)
+    if found is None:
+        return []
+    out = []
+    for dev in schedule.cost.platform.devices:
+        if dev.kind in ACCELERATOR_KINDS:
+            n = sum(1 for s in found["subgraphs"] if s["device"] == dev.name)
+            invoke = f", {fmt_time(dev.invoke_us * 1e-6)} per invocation" if dev.invoke_us > 0 else ""
+            out.append(("subgraphs", f"{dev.name}: {n}{invoke}"))
+    for a, b, n, secs in boundaries(schedule):
+        out.append(("boundaries", f"{a} -> {b}: {n} hand-overs, {fmt_time(secs)}"))
+    for fb in found["fallbacks"]:
+        out.append(("fallback", f"{fb['task']} ({fb['op']}) not on {fb['device']}: {fb['reason']}"))
+    return out

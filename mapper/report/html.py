@@ -1,6 +1,7 @@
 """The HTML report: one self-contained page (inline CSS, JS and SVG).
 
-Sections: summary, the plan kept (``plan``), Gantt chart with the critical path, device utilisation,
+Sections: summary, the plan kept (``plan``), Gantt chart with the critical path (delegated subgraphs
+and deadlines drawn on it), delegation and deadlines (when there are any), device utilisation,
 critical path, task graph, mapper comparison (``compare``) and predicted
 against measured times (``run``). Nothing is fetched from the network, and
 every user-provided string is HTML-escaped. See docs/reports.md.
@@ -16,6 +17,7 @@ from mapper.core.units import fmt_bytes, fmt_count, fmt_objective, fmt_pct, fmt_
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
+from mapper.report.delegation_html import deadline_section, delegation_section
 from mapper.report.svg_gantt import esc, gantt_svg, op_legend
 from mapper.report.svg_graph import graph_svg
 
@@ -44,6 +46,9 @@ svg text{font:11px system-ui,sans-serif}
 #gantt .link-lane .lane-label{font-weight:400;fill:#5b6572}
 #gantt .task rect,#gantt .transfer rect{stroke:#fff;stroke-width:.5}
 #gantt .crit-mark{fill:#b71c1c;stroke:none}
+#gantt .subgraph rect{fill:none;stroke:#6d4c9f;stroke-width:1.5;stroke-dasharray:4 2}#gantt .subgraph text{fill:#6d4c9f}
+#gantt .deadline line{stroke:#1d232b;stroke-width:1.5}#gantt .deadline path{fill:#1d232b}
+#gantt .deadline.missed line{stroke:#d32f2f}#gantt .deadline.missed path{fill:#d32f2f}
 #gantt .critical-path{fill:none;stroke:#b71c1c;stroke-width:1;stroke-dasharray:3 3;opacity:.55;pointer-events:none}
 .hl rect{stroke:#111 !important;stroke-width:2.5 !important}
 .bar{background:#eef0f2;width:320px;height:12px;border-radius:3px;display:inline-block;vertical-align:middle}
@@ -244,8 +249,11 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         '<section id="schedule"><h2>Schedule</h2>',
         op_legend(sched),
         '<p class="note">Lanes: devices, then links carrying transfers. Underlined in red and joined by '
-        "dashed lines: the critical path. Hover a bar for details.</p>",
+        "dashed lines: the critical path. Dashed outlines: delegated subgraphs; triangles: deadlines "
+        "(red when missed). Hover a bar for details.</p>",
         f'<div class="scroll">{gantt_svg(sched, path)}</div></section>',
+        delegation_section(sched),
+        deadline_section(sched),
         f'<section id="utilisation"><h2>Device utilisation</h2>{_utilisation(result)}</section>',
         f'<section id="critical-path"><h2>Critical path</h2>{_path_list(result, path)}</section>',
         '<section id="graph"><h2>Task graph</h2>',

@@ -4,8 +4,9 @@ One lane per device, then one lane per link that carries a transfer (a
 transfer is drawn on every link of its route; a transfer without links, such
 as an explicit ``comm`` edge on a platform with no links, gets a lane for its
 device pair). Link lanes that are nearly empty fold into one lane when
-there are several. Overlapping items in a lane are packed into sub-rows. Every
-name is HTML-escaped.
+there are several. Overlapping items in a lane are packed into sub-rows. Delegated
+subgraphs on an NPU or DLA lane are outlined and numbered, and each task's deadline
+is marked on its device's lane (red when missed). Every name is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import math
 from dataclasses import dataclass, field
 
 from mapper.core.units import fmt_bytes, fmt_count, fmt_time, time_unit
-from mapper.engine.schedule import Schedule
+from mapper.engine.schedule import Schedule, delegated_runs
+from mapper.platform.devices import ACCELERATOR_KINDS
 from mapper.report.common import (
     PathStep,
     clip_text,
@@ -155,7 +157,8 @@ def _attrs(attrs: dict) -> str:
 def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 1160) -> str:
     """The schedule as an ``<svg id="gantt">`` element (a string)."""
     crit_set = set(crit)
-    span = sched.makespan if sched.makespan > 0 else 1.0
+    deadlines = [dl for t in sched.cost.graph.tasks if (dl := t.deadline) is not None]
+    span = max([sched.makespan, *deadlines]) if sched.makespan > 0 else 1.0  # a later deadline stays in view
     tol = 1e-12 * span
     plot_w = width - LABEL_W - PAD_R
     lanes = _lanes(sched, crit_set)
@@ -215,6 +218,7 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
                 )
             out.append(f"<title>{esc(title)}</title></g>")
         out.append("</g>")
+    out += _overlays(sched, lanes, x)
     # the critical path: connectors from each element's end to the next one's start
     if len(crit) > 1:
         times = {(0, s.task): (s.start, s.end) for s in sched.slots}
@@ -227,6 +231,42 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
         out.append(f'<path class="critical-path" d="{" ".join(segs)}"/>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _overlays(sched: Schedule, lanes: list[_Lane], x) -> list[str]:
+    """Each delegated subgraph on an ``npu`` or ``dla`` lane outlined and numbered, then a marker
+    at each task's deadline on its device's lane (class ``missed`` when the task ends after it)."""
+    cost = sched.cost
+    graph, devs = cost.graph, cost.platform.devices
+    out = []
+    accel = [d.index for d in devs if d.kind in ACCELERATOR_KINDS]
+    for k, (d, run) in enumerate(delegated_runs(cost, sched.order, accel) if accel else ()):
+        lane = lanes[d]
+        s0 = min(sched.slots[t].start for t in run)
+        s1 = max(sched.slots[t].end for t in run)
+        names = ", ".join(graph.tasks[t].name for t in run[:8]) + (", ..." if len(run) > 8 else "")
+        title = (f"delegated subgraph {k + 1} on {devs[d].name}: {len(run)} tasks, "
+                 f"{fmt_time(s0)} \u2013 {fmt_time(s1)}, invocation {fmt_time(devs[d].invoke_us * 1e-6)}\n{names}")
+        out.append(f'<g class="subgraph" data-device="{esc(devs[d].name)}" data-subgraph="{k + 1}">'
+                   f'<rect x="{x(s0):.2f}" y="{lane.y + 1:.2f}" width="{max(x(s1) - x(s0), 1.0):.2f}" '
+                   f'height="{lane.height - 2:.2f}" rx="3"/>'
+                   f'<text x="{x(s0) + 2:.2f}" y="{lane.y + 9:.2f}">#{k + 1}</text>'
+                   f"<title>{esc(title)}</title></g>")
+    for sl in sched.slots:
+        task = graph.tasks[sl.task]
+        if task.deadline is None:
+            continue
+        lane = lanes[sl.device]
+        late = sl.end > task.deadline * (1 + 1e-9)  # the validator's tolerance
+        xd = x(task.deadline)
+        verdict = (f"missed by {fmt_time(sl.end - task.deadline)}" if late
+                   else f"met, {fmt_time(task.deadline - sl.end)} to spare")
+        title = f"deadline of {task.name}: {fmt_time(task.deadline)}, ends {fmt_time(sl.end)} ({verdict})"
+        out.append(f'<g class="deadline{" missed" if late else ""}" data-task="{sl.task}" '
+                   f'data-deadline="{task.deadline:.9g}"><line x1="{xd:.2f}" y1="{lane.y:.2f}" x2="{xd:.2f}" '
+                   f'y2="{lane.y + lane.height:.2f}"/><path d="M{xd - 4:.2f},{lane.y:.2f} h8 l-4,6 z"/>'
+                   f"<title>{esc(title)}</title></g>")
+    return out
 
 
 def op_legend(sched: Schedule) -> str:

@@ -11,6 +11,7 @@ from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report.common import device_stats
 from mapper.report.deadlines import bound_line, deadline_notes
+from mapper.report.delegation import delegation_lines
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[bool, ...]) -> list[str]:
@@ -32,7 +33,8 @@ def summary_table(result: MapResult, plan: Sequence[tuple[str, str]] = ()) -> st
     Then makespan, lower bound, gap, status, mapper, objective, solve time,
     the schedule options that were on, the plan kept (``plan``: its layout, stages,
     groups and batch, when a ``--parallel`` or ``--inference`` search chose one),
-    and the mapper's notes.
+    the mapper's notes, and on a platform with an NPU or a DLA the delegation
+    (:func:`mapper.report.delegation.delegation_lines`).
     """
     sched = result.schedule
     rows = [
@@ -58,7 +60,8 @@ def summary_table(result: MapResult, plan: Sequence[tuple[str, str]] = ()) -> st
         ("graph", f"{sched.cost.graph.name} ({len(sched.slots)} tasks, {len(sched.transfers)} transfers)"),
         ("platform", sched.cost.platform.name),
     ]
-    width = max(len(k) for k, _ in [*facts, *((f"  {k}", v) for k, v in plan)])
+    delegated = delegation_lines(sched)
+    width = max(len(k) for k, _ in [*facts, *((f"  {k}", v) for k, v in [*plan, *delegated])])
     lines.append("")
     lines += [f"{k.ljust(width)}  {v}" for k, v in facts]
     if plan:
@@ -69,6 +72,9 @@ def summary_table(result: MapResult, plan: Sequence[tuple[str, str]] = ()) -> st
     for miss in deadline_notes(result):
         kind, _, text = miss.partition(": ")
         lines.append(f"{('violation' if kind == 'deadline violation' else 'note').ljust(width)}  {text}")
+    if delegated:
+        lines.append("delegation")
+        lines += [f"{('  ' + k).ljust(width)}  {v}" for k, v in delegated]
     return "\n".join(lines) + "\n"
 
 
