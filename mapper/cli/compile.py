@@ -332,6 +332,12 @@ def _write_reports(args: argparse.Namespace, compiled, apps=None) -> None:
 
 def _each_report(args: argparse.Namespace, compiled, apps=None) -> None:
     result = compiled.result
+    if args.dot or args.png:  # before any report is written
+        from mapper.report.blocks import refuse_drawing
+
+        for flag, fmt in ((args.dot, "DOT"), (args.png, "PNG")):
+            if flag:
+                refuse_drawing(result.schedule, fmt)
     if args.json:
         from mapper.report.json_report import write_json
 

@@ -8,6 +8,9 @@ per link that carries transfers. Tasks and transfer pieces are complete
 events (``"ph": "X"``), each transfer also a flow (``"s"`` inside the
 producing task's slice, ``"f"`` with ``"bp": "e"`` inside the consuming
 task's slice) so viewers draw an arrow.
+Past :data:`mapper.report.blocks.DETAIL_LIMIT` tasks each thread holds busy
+blocks instead (``"cat": "block"``), without flows, and ``otherData.aggregated``
+says so.
 Timestamps are microseconds. Format: "Trace Event Format", Google, 2016
 (docs.google.com document 1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
 """
@@ -19,11 +22,14 @@ import os
 
 from mapper.core.files import atomic_write
 from mapper.mapping.base import MapResult
+from mapper.report import blocks
 from mapper.report.common import PathStep, TransferPiece, critical_path, link_tracks, resolve_run, round_sig
 
 TASK_TID = 1
 RUN_TID = 2
 _PHASE_ORDER = {"M": 0, "X": 1, "s": 2, "f": 3}
+TRACE_GAP = 1e-4  # aggregated traces merge busy time across gaps under this share of the makespan
+GAP_TEXT = "a ten-thousandth of the makespan"
 
 
 def _us(seconds: float) -> float:
@@ -83,7 +89,13 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
         name_meta(d.index + 1, TASK_TID, "tasks", 0)
         if rows:
             name_meta(d.index + 1, RUN_TID, "run (measured or modelled)", 1)
-    for s in sched.slots:
+    huge = blocks.aggregated(sched)
+    gap = TRACE_GAP * sched.makespan
+    for b in blocks.device_blocks(sched, gap) if huge else ():
+        events.append({"name": f"{b.items:,} tasks", "cat": "block", "ph": "X", "ts": _us(b.start),
+                       "dur": _dur(b.start, b.end), "pid": b.lane + 1, "tid": TASK_TID,
+                       "args": {"tasks": b.items, "busy_s": round_sig(b.busy)}})
+    for s in () if huge else sched.slots:
         t = graph.tasks[s.task]
         events.append(
             {
@@ -104,7 +116,7 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
             }
         )
     tracks, pieces = link_tracks(sched)
-    piece_rows = _rows(pieces, 1e-12 * max(sched.makespan, 1e-300))
+    piece_rows = [0] * len(pieces) if huge else _rows(pieces, 1e-12 * max(sched.makespan, 1e-300))
     lanes = sorted({(pc.track, row) for pc, row in zip(pieces, piece_rows)})
     tid = {lane: k + 1 for k, lane in enumerate(lanes)}
     if tracks:
@@ -114,7 +126,11 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
             label = track.key + ("" if track.link >= 0 else " (no link)") + (f" #{row + 1}" if row else "")
             name_meta(link_pid, k, label, k - 1)
     xfer = {tr.edge: tr for tr in sched.transfers}
-    for pc, row in zip(pieces, piece_rows):
+    for b in blocks.merge([(pc.track, pc.start, pc.end) for pc in pieces], gap) if huge else ():
+        events.append({"name": f"{b.items:,} transfers", "cat": "block", "ph": "X", "ts": _us(b.start),
+                       "dur": _dur(b.start, b.end), "pid": link_pid, "tid": tid[(b.lane, 0)],
+                       "args": {"transfers": b.items, "busy_s": round_sig(b.busy)}})
+    for pc, row in () if huge else zip(pieces, piece_rows):
         e = graph.edges[pc.edge]
         tr = xfer[pc.edge]
         events.append(
@@ -135,7 +151,7 @@ def trace_events(result: MapResult, run=None) -> list[dict]:
                 },
             }
         )
-    for tr in sorted(sched.transfers, key=lambda x: x.edge):
+    for tr in () if huge else sorted(sched.transfers, key=lambda x: x.edge):
         e = graph.edges[tr.edge]
         src, dst = sched.slots[e.src], sched.slots[e.dst]
         common = {"name": "transfer", "cat": "transfer", "id": tr.edge + 1}
@@ -183,6 +199,9 @@ def to_chrome_trace(result: MapResult, run=None) -> dict:
             "mapper": result.mapper,
             "status": result.status,
             "makespan_s": round_sig(sched.makespan),
+            **({"aggregated": {"tasks": len(sched.slots), "limit": blocks.DETAIL_LIMIT, "gap_s": round_sig(
+                TRACE_GAP * sched.makespan), "note": blocks.note(sched, "trace", GAP_TEXT)}}
+               if blocks.aggregated(sched) else {}),
         },
     }
 

@@ -16,6 +16,7 @@ from mapper.core.graph import TaskGraph
 from mapper.core.units import fmt_bytes, fmt_count, fmt_time
 from mapper.engine.schedule import Schedule
 from mapper.mapping.base import MapResult
+from mapper.report.blocks import refuse_drawing
 from mapper.report.common import critical_path, device_colours, text_colour
 
 
@@ -32,6 +33,8 @@ def to_dot(obj: MapResult | Schedule | TaskGraph) -> str:
     sched = obj.schedule if isinstance(obj, MapResult) else (obj if isinstance(obj, Schedule) else None)
     graph = sched.cost.graph if sched is not None else obj
     assert isinstance(graph, TaskGraph)
+    if sched is not None:
+        refuse_drawing(sched, "DOT")
     q = dot_quote
     title = graph.name
     if sched is not None:

@@ -16,6 +16,7 @@ from mapper.core.files import atomic_write
 from mapper.core.units import fmt_bytes, fmt_count, fmt_objective, fmt_pct, fmt_time
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
+from mapper.report import blocks
 from mapper.report.common import PathStep, RunRow, critical_path, device_colours, device_stats, resolve_run
 from mapper.report.delegation_html import deadline_section, delegation_section
 from mapper.report.svg_gantt import esc, gantt_svg, op_legend
@@ -251,6 +252,8 @@ def render_html(result: MapResult, *, compare: Sequence[MapResult] = (), run=Non
         '<p class="note">Lanes: devices, then links carrying transfers. Underlined in red and joined by '
         "dashed lines: the critical path. Dashed outlines: delegated subgraphs; triangles: deadlines "
         "(red when missed). Hover a bar for details.</p>",
+        *([f'<p class="note" id="aggregated">{esc(blocks.note(sched, "chart"))}</p>'] if blocks.aggregated(sched)
+          else []),
         f'<div class="scroll">{gantt_svg(sched, path)}</div></section>',
         delegation_section(sched),
         deadline_section(sched),

@@ -14,6 +14,7 @@ from mapper.core.files import atomic_write
 from mapper.core.units import time_unit
 from mapper.errors import OptionsError
 from mapper.mapping.base import MapResult
+from mapper.report.blocks import refuse_drawing
 from mapper.report.common import PathStep, critical_path, link_tracks, op_colour, text_colour
 
 
@@ -31,6 +32,7 @@ def _matplotlib():
 
 def render_png(result: MapResult, *, width_in: float = 10.0, dpi: int = 200, title: str | None = None) -> bytes:
     """The Gantt chart as PNG bytes (no timestamps or versions embedded)."""
+    refuse_drawing(result.schedule, "PNG")
     Figure, FigureCanvasAgg, Patch = _matplotlib()
     sched = result.schedule
     graph = sched.cost.graph

@@ -6,7 +6,10 @@ as an explicit ``comm`` edge on a platform with no links, gets a lane for its
 device pair). Link lanes that are nearly empty fold into one lane when
 there are several. Overlapping items in a lane are packed into sub-rows. Delegated
 subgraphs on an NPU or DLA lane are outlined and numbered, and each task's deadline
-is marked on its device's lane (red when missed). Every name is HTML-escaped.
+is marked on its device's lane (red when missed). Past
+:data:`mapper.report.blocks.DETAIL_LIMIT` tasks the lanes hold busy blocks
+(merged across gaps under one pixel) instead of tasks, without the critical
+path, outlines or deadline marks. Every name is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from mapper.core.units import fmt_bytes, fmt_count, fmt_time, time_unit
 from mapper.engine.schedule import Schedule, delegated_runs
 from mapper.platform.devices import ACCELERATOR_KINDS
+from mapper.report.blocks import Block, aggregated, device_blocks, merge
 from mapper.report.common import (
     PathStep,
     clip_text,
@@ -91,6 +95,26 @@ def _pack(items: list[_Item], tol: float) -> int:
     return max(1, min(len(ends), MAX_ROWS))
 
 
+def _block_item(b: Block, what: str, attrs: dict[str, object]) -> _Item:
+    title = (f"{b.items:,} {what}s, {fmt_time(b.start)} - {fmt_time(b.end)}\n"
+             f"busy {fmt_time(b.busy)} of {fmt_time(b.end - b.start)}")
+    return _Item(b.start, b.end, (2, 0), ("block", attrs, "#7b8794", f"{b.items:,} {what}s", title))
+
+
+def _block_lanes(sched: Schedule, gap: float) -> list[_Lane]:
+    """Device and link lanes of busy blocks (see :mod:`mapper.report.blocks`)."""
+    devs = sched.cost.platform.devices
+    lanes = [_Lane("device", d.name, f"{d.name} ({d.kind})") for d in devs]
+    for b in device_blocks(sched, gap):
+        attrs: dict[str, object] = {"data-device": devs[b.lane].name, "data-tasks": b.items, "data-busy": b.busy}
+        lanes[b.lane].items.append(_block_item(b, "task", attrs))
+    tracks, pieces = link_tracks(sched)
+    links = [_Lane("link", t.key, f"{t.src} \u2192 {t.dst}" + ("" if t.link >= 0 else " (no link)")) for t in tracks]
+    for b in merge([(pc.track, pc.start, pc.end) for pc in pieces], gap):
+        links[b.lane].items.append(_block_item(b, "transfer", {"data-link": tracks[b.lane].key, "data-busy": b.busy}))
+    return lanes + _fold(links, sched.makespan)
+
+
 def _lanes(sched: Schedule, crit: set[PathStep]) -> list[_Lane]:
     graph = sched.cost.graph
     plat = sched.cost.platform
@@ -161,7 +185,7 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
     span = max([sched.makespan, *deadlines]) if sched.makespan > 0 else 1.0  # a later deadline stays in view
     tol = 1e-12 * span
     plot_w = width - LABEL_W - PAD_R
-    lanes = _lanes(sched, crit_set)
+    lanes = _block_lanes(sched, span / plot_w) if aggregated(sched) else _lanes(sched, crit_set)
     y = float(AXIS_H)
     for lane in lanes:
         lane.rows = _pack(lane.items, tol)
@@ -218,9 +242,10 @@ def gantt_svg(sched: Schedule, crit: tuple[PathStep, ...] = (), width: int = 116
                 )
             out.append(f"<title>{esc(title)}</title></g>")
         out.append("</g>")
-    out += _overlays(sched, lanes, x)
+    if not aggregated(sched):
+        out += _overlays(sched, lanes, x)
     # the critical path: connectors from each element's end to the next one's start
-    if len(crit) > 1:
+    if len(crit) > 1 and not aggregated(sched):
         times = {(0, s.task): (s.start, s.end) for s in sched.slots}
         times.update({(1, tr.edge): (tr.start, tr.end) for tr in sched.transfers})
         keys = [(0 if p.kind == "task" else 1, p.index) for p in crit]
