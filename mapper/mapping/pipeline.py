@@ -7,6 +7,11 @@ GPipe, Huang et al., NeurIPS 2019; 1F1B, Narayanan et al., SC'21, equations 1 an
 model chunks per rank (the interleaved schedule) the bubble shrinks ``v`` times,
 ``m T_max + (sum T - T_max) / v``.
 
+:func:`decode_round`: ``m`` micro-batches each giving its sequences one token, a micro-batch
+starting its next token only once its last one left the last stage, take the longer of one pass
+through all stages and ``m`` passes through the slowest (FasterTransformer's pipeline of
+micro-batches; Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023).
+
 :func:`stage_partition`: contiguous non-empty stages whose largest is least, by bisection on the
 bottleneck with a greedy check (Bokhari, "Partitioning problems in parallel, pipelined, and
 distributed computing", IEEE TC 37(1), 1988).
@@ -25,6 +30,12 @@ def pipelined(total: Any, slowest: Any, m: int, v: int = 1) -> Any:
     slowest of which takes ``slowest``, ``v`` chunks per rank (module docstring). Numbers or
     linear expressions of a solver alike (``v`` 1)."""
     return m * slowest + ((total - slowest) / v if v != 1 else total - slowest)
+
+
+def decode_round(times: Sequence[float], m: int) -> float:
+    """Seconds of one token for each of ``m`` micro-batches through stages of ``times`` seconds
+    (module docstring)."""
+    return max(sum(times), m * max(times))
 
 
 def partition(weights: Sequence[float], parts: int, allowed: Sequence[int] | None = None) -> tuple[int, ...] | None:

@@ -35,11 +35,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mapper.cluster.model import RESERVE, partition
+from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
+from mapper.mapping.pipeline import decode_round, partition
 from mapper.parallel.collectives import Network, collective, send
 from mapper.platform.devices import Platform
 from mapper.serving.precision import stored_fraction
@@ -218,7 +219,7 @@ class StepModel:
         if batch.tokens <= 0:
             return 0.0
         times = self.stage_times(batch)
-        return max(sum(times), self.micro_batches(batch) * max(times))
+        return decode_round(times, self.micro_batches(batch))
 
     def memory(self, capacity: float, runtime: Runtime) -> tuple[dict[str, float], int]:
         """Bytes per GPU by part on the fullest stage, and the KV cache's tokens per replica

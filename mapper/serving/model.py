@@ -47,7 +47,7 @@ from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
-from mapper.mapping.pipeline import partition, pipelined
+from mapper.mapping.pipeline import decode_round, partition, pipelined
 from mapper.parallel.collectives import Network, collective, send
 from mapper.serving.precision import stored_fraction
 from mapper.serving.request import EAGER_DISPATCH_US, Request, framework_ops, stream_time
@@ -254,7 +254,7 @@ class ServingModel:
         if self.request.decode:
             first = self.stage_times("first", lay, starts)
             last = self.stage_times("last", lay, starts)
-            rounds = [max(sum(x), m * max(x)) for x in (first, last)]
+            rounds = [decode_round(x, m) for x in (first, last)]
             decode = self.request.decode * (rounds[0] + rounds[1]) / 2
         memory, max_batch, held = self.memory(lay, starts)
         return ServingEstimate(lay, starts, pre, first, last, ttft, decode, memory, self.capacity, max_batch, held)
