@@ -23,9 +23,7 @@ per second), so that count varies from run to run on either side.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -38,42 +36,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from related_dag import related_dag  # noqa: E402
 from saga_process import platform_toml  # noqa: E402
 
-from mapper.frontend.importers import RelatedNetwork, related_instance  # noqa: E402
+from mapper.frontend.importers import related_instance  # noqa: E402
 from mapper.frontend.importers.dsl_writer import graph_to_dsl  # noqa: E402
 
 
 def layered_dag(n: int, seed: int, nodes: int = 4) -> tuple[str, str]:
     """The DSL program and platform file of an ``n``-task layered random DAG on
-    ``nodes`` related machines, scaled to CCR 1."""
-    rng = random.Random(seed)
-    width = max(1, round(math.sqrt(n)))
-    layers: list[list[int]] = []
-    k = 0
-    while k < n:
-        w = min(n - k, max(1, round(rng.uniform(0.5, 1.5) * width)))
-        layers.append(list(range(k, k + w)))
-        k += w
-    costs = [rng.uniform(1.0, 20.0) for _ in range(n)]
-    edges: dict[tuple[int, int], float] = {}
-    for li in range(1, len(layers)):
-        for v in layers[li]:
-            edges[(rng.choice(layers[li - 1]), v)] = rng.uniform(1.0, 20.0)
-        for u in layers[li - 1]:
-            for _ in range(rng.randint(0, 2)):
-                lj = min(len(layers) - 1, li + rng.choice((0, 0, 1)))
-                edges.setdefault((u, rng.choice(layers[lj])), rng.uniform(1.0, 20.0))
-    speeds = tuple(round(rng.uniform(1.0, 4.0), 3) for _ in range(nodes))
-    raw = {(a, b): rng.uniform(0.5, 2.0) for a in range(nodes) for b in range(a + 1, nodes)}
-    mean_comp = sum(costs) / n * sum(1 / s for s in speeds) / nodes
-    mean_comm = sum(edges.values()) / len(edges) * sum(1 / x for x in raw.values()) / len(raw)
-    scale = mean_comm / mean_comp
-    strength = tuple(tuple(0.0 if a == b else raw[min(a, b), max(a, b)] * scale for b in range(nodes))
-                     for a in range(nodes))
-    net = RelatedNetwork(tuple(f"n{i + 1}" for i in range(nodes)), speeds, strength)
-    graph, _ = related_instance(f"rand{n}", [f"t{i}" for i in range(n)], costs,
-                                [(a, b, s) for (a, b), s in sorted(edges.items())], net)
+    ``nodes`` related machines, scaled to CCR 1 (vs_saga.py's random instances)."""
+    names, costs, edges, net = related_dag(n, 1.0, seed, nodes)
+    graph, _ = related_instance(f"rand{n}", names, costs, edges, net)
     return graph_to_dsl(graph), platform_toml(list(net.names), [list(r) for r in net.strength], "related")
 
 

@@ -43,7 +43,6 @@ import logging
 import math
 import os
 import platform as pyplatform
-import random
 import shutil
 import sys
 import tempfile
@@ -59,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import saga  # noqa: E402
+from related_dag import related_dag  # noqa: E402
 from saga.schedulers import CpopScheduler, HeftScheduler  # noqa: E402
 from saga.schedulers import cpop as saga_cpop  # noqa: E402
 from saga.schedulers.heft import heft_rank_sort  # noqa: E402
@@ -95,37 +95,10 @@ class Instance:
 # -- instances ------------------------------------------------------------------
 
 def random_dag(n: int, ccr: float, seed: int, nodes: int = 4) -> Instance:
-    """A layered random DAG (Topcuoglu et al. 2002, section 5.1: shape 1, out-degree
-    1-3 to later layers, costs U[1, 20]) on ``nodes`` nodes with speeds U[1, 4] and pair
-    strengths U[0.5, 2], scaled so that mean transfer / mean compute = ``ccr``."""
-    rng = random.Random(seed)
-    width = max(1, round(math.sqrt(n)))
-    layers: list[list[int]] = []
-    k = 0
-    while k < n:
-        w = min(n - k, max(1, round(rng.uniform(0.5, 1.5) * width)))
-        layers.append(list(range(k, k + w)))
-        k += w
-    names = [f"t{i}" for i in range(n)]
-    costs = [rng.uniform(1.0, 20.0) for _ in range(n)]
-    edges: dict[tuple[int, int], float] = {}
-    for li in range(1, len(layers)):
-        for v in layers[li]:  # every task below the top has a parent in the layer above
-            edges[(rng.choice(layers[li - 1]), v)] = rng.uniform(1.0, 20.0)
-        for u in layers[li - 1]:
-            for _ in range(rng.randint(0, 2)):
-                lj = min(len(layers) - 1, li + rng.choice((0, 0, 1)))
-                edges.setdefault((u, rng.choice(layers[lj])), rng.uniform(1.0, 20.0))
-    speeds = tuple(round(rng.uniform(1.0, 4.0), 3) for _ in range(nodes))
-    raw = {(a, b): rng.uniform(0.5, 2.0) for a in range(nodes) for b in range(a + 1, nodes)}
-    mean_comp = sum(costs) / n * sum(1 / s for s in speeds) / nodes
-    mean_comm = sum(edges.values()) / len(edges) * sum(1 / x for x in raw.values()) / len(raw)
-    scale = mean_comm / (ccr * mean_comp)
-    strength = tuple(tuple(0.0 if a == b else raw[min(a, b), max(a, b)] * scale for b in range(nodes))
-                     for a in range(nodes))
-    net = RelatedNetwork(tuple(f"n{k + 1}" for k in range(nodes)), speeds, strength)
+    """:func:`related_dag.related_dag` as an instance."""
+    names, costs, edges, net = related_dag(n, ccr, seed, nodes)
     return Instance(f"rand{n}_ccr{ccr:g}", "random", tuple(zip(names, costs)),
-                    tuple((names[a], names[b], s) for (a, b), s in sorted(edges.items())), net)
+                    tuple((names[a], names[b], s) for a, b, s in edges), net)
 
 
 def heft_paper() -> Instance:
