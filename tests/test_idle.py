@@ -7,6 +7,7 @@ import json
 
 import pytest
 from randdag import make_cost, make_graph, make_platform
+from test_parallel import BLOCK  # one transformer block, as the splitter's tests use it
 
 from mapper.engine.validate import validate
 from mapper.frontend.lowering.program import lower
@@ -18,21 +19,6 @@ from mapper.parallel import search
 from mapper.pipeline import compile_graph
 from mapper.platform.loader import load_platform
 from mapper.report.json_text import dumps
-
-BLOCK = """
-param B = 4, S = 16, H = 64, A = 4, F = 256
-graph block {
-  input x : f32[B*S, H]
-  qkv = add(matmul(x, weight f32[H, 3*H]), weight f32[3*H])
-  att = attention(qkv, heads = A, seq = S)
-  proj = add(matmul(att, weight f32[H, H]), weight f32[H])
-  h1 = layernorm(add(x, proj))
-  ff = gelu(add(matmul(h1, weight f32[H, F]), weight f32[F]))
-  ff2 = add(matmul(ff, weight f32[F, H]), weight f32[H])
-  out = layernorm(add(h1, ff2))
-  output out
-}
-"""
 
 
 def _count_heuristics(monkeypatch) -> list[str]:
