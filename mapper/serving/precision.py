@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from mapper.cluster.blocks import Block
 from mapper.core.graph import DTYPE_BYTES, TaskGraph
-from mapper.costing.precision import ELEMENT_BYTES, WEIGHT_ONLY
+from mapper.costing.precision import ELEMENT_BYTES, FORMATS, WEIGHT_ONLY
 from mapper.errors import OptionsError
 
 #: ``--precision`` values of ``mapper serve``; the 16-bit ones change nothing.
-WEIGHTS = ("fp16", "bf16", "fp8", "mxfp8", "nvfp4", "int4_awq")
+WEIGHTS = ("fp16", *FORMATS, *WEIGHT_ONLY)
 #: ``--kv-precision`` values and their bytes per element.
 KV = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 
