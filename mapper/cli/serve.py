@@ -10,17 +10,18 @@ import argparse
 import json
 import math
 import sys
+import time
 import warnings
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
-from mapper.cli import add_fuse_option
+from mapper.cli import add_fuse_option, status_line
 from mapper.cli.model_options import add_model_options, source
 from mapper.core.files import atomic_write, check_outputs, existing
+from mapper.core.progress import Progress
 from mapper.core.units import fmt_bytes, fmt_time
 from mapper.errors import InputWarning, OptionsError
-
-#: Width of the live progress line on a terminal.
-LINE = 78
 
 
 def register(subparsers) -> None:
@@ -121,10 +122,9 @@ def run(args: argparse.Namespace) -> int:
     if offers is not None:
         return _mix(args, runtime, offers, requests, rate, slo)
     server = _server(args, runtime, args.platform)
-    progress = None if args.quiet or not sys.stderr.isatty() else _live(sys.stderr)
-    outcome, tried = _simulate(server, given, requests, slo, args.disaggregate, progress)
-    if progress is not None and given is None:
-        sys.stderr.write("\r" + " " * LINE + "\r")
+    status = status_line(args)
+    with status or nullcontext():
+        outcome, tried = _simulate(server, given, requests, slo, args.disaggregate, _phases(status))
     price = server.prices.gpu.price_per_hour
     doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried,
                        server.formats)
@@ -170,10 +170,9 @@ def _mix(args: argparse.Namespace, runtime, offers, requests, rate: float | None
     if rate is None:
         raise OptionsError("--gpus needs --rate QPS: the mix is sized for a request rate", obj="--rate")
     servers = {o.kind: _server(args, runtime, o.platform) for o in offers}
-    progress = None if args.quiet or not sys.stderr.isatty() else _live(sys.stderr)
-    doc = plan_mix(servers, offers, requests, rate, slo, args.seed, progress)
-    if progress is not None:
-        sys.stderr.write("\r" + " " * LINE + "\r")
+    status = status_line(args)
+    with status or nullcontext():
+        doc = plan_mix(servers, offers, requests, rate, slo, args.seed, _phases(status))
     doc = _finite({**doc, "runtime": runtime.name})
     if args.json is not None:
         atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
@@ -182,12 +181,12 @@ def _mix(args: argparse.Namespace, runtime, offers, requests, rate: float | None
     return 0
 
 
-def _live(stream):
-    def show(text: str) -> None:
-        stream.write("\r  " + text[: LINE - 2].ljust(LINE - 2))
-        stream.flush()
-
-    return show
+def _phases(status: Any) -> Callable[[str], None] | None:
+    """The searches' phase texts as reports on the command's status line (None with ``-q``)."""
+    if status is None:
+        return None
+    start = time.perf_counter()
+    return lambda phase: status(Progress(time.perf_counter() - start, None, None, phase))
 
 
 def serving_json(outcome, gpu: str, cost: float | None, runtime: str, tried: int,
