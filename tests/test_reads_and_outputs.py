@@ -136,6 +136,16 @@ def test_a_pair_of_outputs_is_all_or_none_on_a_full_disk(tmp_path, capsys, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"] and plat.read_text() == "kept\n"
 
 
+def test_serve_writes_its_json_and_html_all_or_none_on_a_full_disk(tmp_path, capsys, monkeypatch):
+    out, page = tmp_path / "s.json", tmp_path / "s.html"
+    model = Path(__file__).resolve().parents[1] / "examples" / "llama.tg"
+    _full_disk_on(monkeypatch, 2)
+    assert main(["serve", str(model), "--platform", "dgx-a100", "--param", "LAYERS=2", "--workload",
+                 "isl=64,osl=8,requests=4", "--rate", "inf", "-q", "--json", str(out), "--html", str(page)]) == 2
+    assert "No space left" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_a_failed_rename_puts_back_what_was_replaced(tmp_path, monkeypatch):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text("old a\n")

@@ -18,7 +18,7 @@ from typing import Any
 
 from mapper.cli import add_fuse_option, status_line
 from mapper.cli.model_options import add_model_options, source
-from mapper.core.files import atomic_write, check_outputs, existing
+from mapper.core.files import atomic_write, check_outputs, existing, outputs_together
 from mapper.core.progress import Progress
 from mapper.core.units import fmt_bytes, fmt_time
 from mapper.errors import InputWarning, OptionsError
@@ -128,15 +128,16 @@ def run(args: argparse.Namespace) -> int:
     price = server.prices.gpu.price_per_hour
     doc = serving_json(outcome, server.prices.gpu.name, cost_per_million(outcome, price), runtime.name, tried,
                        server.formats)
-    if args.json is not None:
-        atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
     text = render(doc, outcome.memory)
-    if args.html is not None:
-        from mapper.report.serving_html import serving_html
+    with outputs_together({"--json": args.json, "--html": args.html}):  # both or neither (core/files.py)
+        if args.json is not None:
+            atomic_write(args.json, json.dumps({"serving": doc}, indent=1, sort_keys=False) + "\n", "--json")
+        if args.html is not None:
+            from mapper.report.serving_html import serving_html
 
-        run0 = outcome.runs[0]
-        atomic_write(args.html, serving_html(text, run0.timeline, run0.blocks, runtime.block, outcome.plan.max_batch),
-                     "--html")
+            run0 = outcome.runs[0]
+            atomic_write(args.html, serving_html(text, run0.timeline, run0.blocks, runtime.block,
+                                                 outcome.plan.max_batch), "--html")
     if args.json != "-":
         sys.stdout.write(text)
     return 0
