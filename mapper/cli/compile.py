@@ -255,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     full, reduced = reduced_platform(args)
     apps, program = _workload(args)
+    shared = _on_slices(args, reduced, apps, program)
+    if shared is not None:
+        program = shared.graph
     try:
         with interrupt, status or nullcontext():
             compiled = compile_graph(program, reduced, options, dump_after=args.dump_after,
@@ -265,11 +268,15 @@ def run(args: argparse.Namespace) -> int:
     if args.without is not None and compiled.parallel is not None and hasattr(compiled.parallel, "kind"):
         compiled = _replanned(args, compiled, full)
     result = compiled.result
-    _write_reports(args, compiled, apps)
+    _write_reports(args, compiled, apps, shared)
     if not args.quiet:
         from mapper.report.text import compare_table, schedule_table, summary_table
 
         out = [summary_table(result, compiled.plan_facts())]
+        if shared is not None:
+            from mapper.report.apps import sharing_table
+
+            out.append(sharing_table(shared.to_json(apps, compiled.platform)))
         if compiled.compare:
             out.append(compare_table((result, *compiled.compare)))
         if args.verbose:
@@ -324,13 +331,32 @@ def _workload(args: argparse.Namespace):
     return apps, merge([(a.label, load_graph(a.path)) for a in apps], "apps")
 
 
-def _write_reports(args: argparse.Namespace, compiled, apps=None) -> None:
+def _on_slices(args: argparse.Namespace, platform, apps, graph):
+    """For a jobs file on a platform with MIG slices or MPS shares, each job placed on one slice
+    (:mod:`mapper.serving.sharing`); else None."""
+    if apps is None:
+        return None
+    from mapper.platform.loader import load_platform
+    from mapper.serving.sharing import plan_on_slices, slice_devices
+
+    plat = platform if not isinstance(platform, str) else load_platform(platform)
+    if not slice_devices(plat):
+        return None
+    for flag, given in (("--train", args.train), ("--parallel", args.parallel != "none"),
+                        ("--inference", args.inference is not None)):
+        if given:
+            raise OptionsError(f"jobs on slices are inference requests placed whole on a slice; leave out {flag}",
+                               obj=flag)
+    return plan_on_slices(graph, plat, apps, args.fuse, args.precision)
+
+
+def _write_reports(args: argparse.Namespace, compiled, apps=None, shared=None) -> None:
     """Every report asked for, written all or none (:func:`mapper.core.files.outputs_together`)."""
     with outputs_together(_outputs(args)):
-        _each_report(args, compiled, apps)
+        _each_report(args, compiled, apps, shared)
 
 
-def _each_report(args: argparse.Namespace, compiled, apps=None) -> None:
+def _each_report(args: argparse.Namespace, compiled, apps=None, shared=None) -> None:
     result = compiled.result
     if args.dot or args.png:  # before any report is written
         from mapper.report.blocks import refuse_drawing
@@ -350,6 +376,8 @@ def _each_report(args: argparse.Namespace, compiled, apps=None) -> None:
             from mapper.report.apps import apps_json
 
             workload = apps_json(result.schedule, apps)
+            if shared is not None:
+                workload["sharing"] = shared.to_json(apps, compiled.platform)
         write_json(result, args.json, timings=args.timings, parallel=parallel, inference=inference, apps=workload)
     if args.html:
         from mapper.report.html import write_html

@@ -5,6 +5,11 @@ The format follows Band's workload files (Jeong et al., "Band: Coordinated Multi
 on Heterogeneous Mobile Processors", MobiSys 2022): ``{"models": [{"file", "period_ms",
 "slo_ms"}, ...]}``, each model requested every ``period_ms`` and due ``slo_ms`` after its
 request. ``file`` is a model or DSL program, relative to the workload file.
+
+A jobs file (``jobs.json``, several models placed on MIG slices or MPS shares,
+docs/platforms.md) is the same format: its list may be called ``"jobs"``, a job may give
+``rate`` (requests per second) instead of ``period_ms``, and ``slo_ms`` may be left out (no
+deadline).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from mapper.core.graph import Edge, Operand, Task, TaskGraph, TensorType
 from mapper.frontend.importers.json_input import JsonReader, read_json_file
 
 #: The keys of one model entry.
-MODEL_KEYS = ("file", "period_ms", "slo_ms")
+MODEL_KEYS = ("file", "period_ms", "slo_ms", "rate")
 #: The most models a workload may list.
 MAX_MODELS = 64
 
@@ -29,7 +34,7 @@ class App:
 
     file: str  # as the workload gives it
     period: float
-    slo: float
+    slo: float  # inf: none given
     label: str
     path: str = ""  # the file, relative to the working directory
 
@@ -44,16 +49,20 @@ def read_workload(path: str) -> tuple[App, ...]:
     doc = read_json_file(path, "the workload file")
     js = JsonReader(path)
     js.check(doc, "$", "object")
+    lists = [key for key in ("models", "jobs") if key in doc]
     for key in doc:
-        if key != "models":
-            raise js.fail(f"$.{key}", f"unknown key {key!r}; a workload file has \"models\"")
-    models = js.get(doc, "models", "$", "array")
+        if key not in ("models", "jobs"):
+            raise js.fail(f"$.{key}", f"unknown key {key!r}; a workload file has \"models\" (or \"jobs\")")
+    if len(lists) != 1:
+        raise js.fail("$", "expected one list of models: \"models\" or \"jobs\"")
+    top = lists[0]
+    models = js.get(doc, top, "$", "array")
     if not models or len(models) > MAX_MODELS:
-        raise js.fail("$.models", f"expected 1 to {MAX_MODELS} models, got {len(models)}")
+        raise js.fail(f"$.{top}", f"expected 1 to {MAX_MODELS} models, got {len(models)}")
     apps: list[App] = []
     base = os.path.dirname(path)
     for i, raw in enumerate(models):
-        where = f"$.models[{i}]"
+        where = f"$.{top}[{i}]"
         js.check(raw, where, "object")
         for key in raw:
             if key not in MODEL_KEYS:
@@ -61,12 +70,21 @@ def read_workload(path: str) -> tuple[App, ...]:
         file = js.get(raw, "file", where, "string")
         if not file or not os.path.isfile(os.path.join(base, file)):
             raise js.fail(f"{where}.file", f"no such model file {file!r} (paths are relative to the workload)")
+        if ("rate" in raw) == ("period_ms" in raw):
+            raise js.fail(where, "give a job's period_ms or its rate (requests per second), one of them")
         times = []
-        for key in ("period_ms", "slo_ms"):
+        for key in ("period_ms", "slo_ms", "rate"):
+            if key not in raw:
+                times.append(math.inf)
+                continue
             ms = js.get(raw, key, where, "number")
             if not ms > 0 or not math.isfinite(ms):
-                raise js.fail(f"{where}.{key}", f"expected a positive number of milliseconds, got {ms!r}")
-            times.append(ms * 1e-3)
+                what = "requests per second" if key == "rate" else "milliseconds"
+                raise js.fail(f"{where}.{key}", f"expected a positive number of {what}, got {ms!r}")
+            times.append(1.0 / ms if key == "rate" else ms * 1e-3)
+        if top == "models" and times[1] == math.inf:
+            raise js.fail(f"{where}.slo_ms", "missing key 'slo_ms' (a \"jobs\" list may leave it out)")
+        times[0] = min(times[0], times[2])
         stem = os.path.splitext(os.path.basename(file))[0]
         label = stem if all(a.label != stem for a in apps) else f"{stem}_{i}"
         apps.append(App(file, times[0], times[1], label, os.path.join(base, file)))

@@ -59,6 +59,8 @@ class Device:
     invoke_us: float = 0.0  # fixed cost of each delegated subgraph's invocation (docs/platforms.md)
     max_tasks: int | None = None  # tasks it may hold at most (a neuromorphic core's neurons); None: no limit
     max_inbound: int | None = None  # distinct nets produced elsewhere it may receive (input axons, ports)
+    mig: str = ""  # the MIG profile it is a GPU instance of (mapper.platform.slices); "": a whole device
+    mps_percent: float | None = None  # the SM share it has as a CUDA MPS client; None: not an MPS client
 
     def tensor_peak(self, dtype: str) -> float | None:
         """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""

@@ -77,7 +77,7 @@ def mig_slice(device: Device, profile: str) -> Device:
         raise ValueError(f"{model} has no MIG profile {profile!r}; its profiles: {', '.join(table)}")
     sms, gib, slices = table[profile]
     full = GPUS[model][0]
-    return _scaled(device, sms / full, slices / 8, sms, gib)
+    return replace(_scaled(device, sms / full, slices / 8, sms, gib), mig=profile)
 
 
 def mps_share(device: Device, percent: float) -> Device:
@@ -88,4 +88,4 @@ def mps_share(device: Device, percent: float) -> Device:
     if full is None:
         raise ValueError("mps_percent needs the GPU's compute_units (its SMs, which MPS limits)")
     units = math.ceil(full * percent / 100)
-    return _scaled(device, units / full, 1.0, units, device.memory_gib)
+    return replace(_scaled(device, units / full, 1.0, units, device.memory_gib), mps_percent=float(percent))

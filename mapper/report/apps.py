@@ -42,7 +42,26 @@ def apps_json(schedule: Schedule, apps: tuple[App, ...]) -> dict:
         overloaded = any(loads[schedule.slots[t].device] > 1.0 for t in tasks)
         requests = math.ceil(1.0 / app.period - 1e-9)
         misses = requests if overloaded or latency > app.slo * (1 + 1e-12) else 0
+        slo = app.slo * 1e3 if math.isfinite(app.slo) else None  # a job without slo_ms
         models.append({"name": app.label, "file": app.file, "period_ms": app.period * 1e3,
-                       "slo_ms": app.slo * 1e3, "latency": latency, "slo_met": misses == 0, "misses": misses})
+                       "slo_ms": slo, "latency": latency, "slo_met": misses == 0, "misses": misses})
     devices = schedule.cost.platform.devices
     return {"models": models, "loads": {devices[d].name: u for d, u in enumerate(loads)}}
+
+
+def sharing_table(sharing: dict) -> str:
+    """The text view of a jobs file placed on slices (:func:`mapper.serving.sharing.sharing_json`)."""
+    from mapper.core.terminal import escape_controls
+    from mapper.core.units import fmt_time
+
+    lines = [f"jobs on slices: largest slice load {sharing['load']:.3f} ({sharing['status']}, bound "
+             f"{sharing['bound']:.3f}); every rate x{sharing['scale']:.2f} fits" if sharing["scale"] else
+             "jobs on slices: no load"]
+    lines.append(f"  {'job':<16} {'slice':<12} {'request':>10} {'rate /s':>10} {'max /s':>10}")
+    for j in sharing["jobs"]:
+        most = "-" if j["throughput"] is None else f"{j['throughput']:.1f}"
+        lines.append(f"  {j['name']:<16} {j['slice']:<12} {fmt_time(j['request_s']):>10} {j['rate']:>10.1f} {most:>10}")
+    for s in sharing["slices"]:
+        lines.append(f"  slice {s['name']} ({s['kind']}): load {s['load']:.3f}")
+    lines += [f"  note: {n}" for n in sharing["interference"]]
+    return escape_controls("\n".join(lines) + "\n")

@@ -30,7 +30,7 @@ from mapper.platform.loader import Device, Platform
 #: it is listed here.
 KEPT_FIELDS: tuple[str, ...] = (
     "index", "name", "kind", "memory_gib", "power_active_w", "power_idle_w",
-    "area", "clock_mhz", "reconfig_ms", "streaming",
+    "area", "clock_mhz", "reconfig_ms", "streaming", "mig", "mps_percent",
 )
 
 #: The model numbers :func:`with_cpu_model` copies, in ``Device`` field order.
