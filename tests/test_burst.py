@@ -15,11 +15,13 @@ from mapper.parallel.burst import (
     Fabric,
     Layer,
     allowed,
+    background_seconds,
     evaluate,
     parse_burst,
     plan_burst,
     read_profile,
     transfer,
+    utilisation,
     widths_for,
 )
 from mapper.pipeline import compile_graph
@@ -42,6 +44,24 @@ def test_plan_matches_brute_force(limit: float) -> None:
     plan = plan_burst(layers, batch, gpus, FAB, limit)
     assert plan.time == pytest.approx(best, rel=1e-12)
     assert all(w in o for w, o in zip(plan.widths, options))
+
+
+def test_background_by_hand() -> None:
+    # layer a: 1 ms at 1 sample, 1.5 ms at 2 (best 1333/s: 75 % busy at 1 sample); layer b: 2 ms at 1 or 2
+    a = Layer("a", ((1, 1e-3), (2, 1.5e-3)), 0.0, 0.0)
+    b = Layer("b", ((1, 2e-3), (2, 2e-3)), 0.0, 0.0)
+    assert utilisation(a, 1) == pytest.approx(0.75) and utilisation(b, 2) == pytest.approx(1.0)
+    plan = evaluate([a, b], [2, 1], 2, 2, FAB)
+    # a on both GPUs leaves 25 % of 1 ms on each; b leaves GPU 1 idle for 2 ms; nothing beside transfers
+    assert background_seconds([a, b], plan) == pytest.approx(2 * 0.25e-3 + 2e-3)
+    assert background_seconds([a, b], plan, multiplex=False) == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize("widths", [(8, 1, 8), (1, 1, 1), (2, 4, 8), (8, 8, 8)])
+def test_idle_background_is_the_lent_time(widths) -> None:
+    plan = evaluate(_chain(), widths, 8, 8, FAB)
+    assert background_seconds(_chain(), plan, multiplex=False) == pytest.approx(plan.lent, rel=1e-12)
+    assert background_seconds(_chain(), plan) >= plan.lent * (1 - 1e-12)
 
 
 def test_width_change_prices_scatter_gather() -> None:

@@ -14,6 +14,15 @@ exchange ``B / min`` samples' activations, priced as an all-gather
 (:func:`mapper.parallel.collectives.collective`). Layers form a chain (DeepPool plans
 branches; a branchy model is taken in its layers' order). The plan is the chain's shortest
 path over (layer, width): exact.
+
+The background job (:func:`background_seconds`) runs on each GPU beside the foreground as
+DeepPool's runtime multiplexes it (``csrc/Manager.cpp``, ``GpuManager::DoWork``, in the
+artifact): in a low-priority stream, never starting while the foreground has communication
+queued on that GPU. So on each GPU it runs at full speed while the foreground leaves the GPU
+idle, not at all during the foreground's all-reduces and scatter/gathers, and during the
+foreground's compute in the share of the GPU the foreground leaves, ``1 - u``, where ``u`` is
+the layer's utilisation at its per-GPU batch (its samples per second there over its best rate in
+the profile): the foreground keeps priority and is not slowed.
 """
 
 from __future__ import annotations
@@ -93,6 +102,30 @@ class BurstPlan:
     @property
     def transfer(self) -> float:
         return sum(self.transfers)
+
+
+def utilisation(layer: Layer, batch: float) -> float:
+    """The share of its GPU ``layer`` keeps busy at ``batch`` samples: its samples per second
+    there over its best in the profile (1 for a layer without time)."""
+    best = max((b / t for b, t in layer.times if t > 0), default=0.0)
+    t = layer.time(batch)
+    return 1.0 if best <= 0 or t <= 0 else min(1.0, batch / t / best)
+
+
+def background_seconds(layers: Sequence[Layer], plan: BurstPlan, multiplex: bool = True) -> float:
+    """GPU-seconds of full speed the background job gets in one step of ``plan`` over all its GPUs
+    (module docstring); with ``multiplex`` False, only the foreground's idle GPU time."""
+    total = 0.0
+    for g in range(plan.gpus):
+        for i, (layer, w) in enumerate(zip(layers, plan.widths)):
+            moving = max(w, plan.widths[i - 1]) if i else w
+            if g >= moving:
+                total += plan.transfers[i]
+            if g >= w:
+                total += plan.layer_times[i]
+            elif multiplex:
+                total += (1.0 - utilisation(layer, plan.batch / w)) * layer.time(plan.batch / w)
+    return total
 
 
 def parse_burst(mode: str) -> float:
