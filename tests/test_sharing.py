@@ -12,7 +12,7 @@ import pytest
 
 from mapper.cli import main
 from mapper.platform.loader import load_platform
-from mapper.serving.sharing import Jobs, brute_force, greedy, slice_devices, solve
+from mapper.serving.sharing import Jobs, brute_force, greedy, slice_devices, solve, used
 
 SMALL = """
 graph {name} {{
@@ -52,6 +52,7 @@ def test_placement_matches_brute_force(seed):
     assert got is not None and jobs.fits(got.assign)
     assert max(jobs.loads(got.assign)) == pytest.approx(best.load, rel=1e-6)
     assert got.load == pytest.approx(best.load, rel=1e-6) and got.status == "optimal"
+    assert used(got.assign) == used(best.assign)
     assert got.bound <= got.load * (1 + 1e-6)
     start = greedy(jobs)
     assert start is None or start.load >= best.load * (1 - 1e-9)

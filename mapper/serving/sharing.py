@@ -7,7 +7,8 @@ on that device (a GPU runs one stream's kernels in order). The slices a platform
 by side; jobs sharing a slice take turns, so the slice's load is ``U_s = sum_j rate_j * t_js``.
 The plan minimises the largest load ``U = max_s U_s`` (minimum makespan on unrelated machines,
 ``R||Cmax``; Lenstra, Shmoys and Tardos, Math. Programming 1990), with each slice's memory
-holding the footprints of its jobs' tasks (what ``--memory`` sums per device). Every job can then
+holding the footprints of its jobs' tasks (what ``--memory`` sums per device), and of the plans
+with that ``U`` uses the most slices (fewer jobs taking turns). Every job can then
 be served at ``rate_j / U`` requests per second and at ``rate_j / U_s`` with its slice's other
 jobs scaled alike (``throughput`` below); ``U <= 1`` means every rate is met. The assignment is
 exact: a MILP through the shared solver (:mod:`mapper.mapping.exact.solver`), started from the
@@ -31,7 +32,7 @@ from mapper.core.graph import Placement, TaskGraph
 from mapper.costing.cost import CostTable
 from mapper.errors import InfeasibleError
 from mapper.frontend.workload import App
-from mapper.mapping.exact.solver import Problem, Terms, level, run
+from mapper.mapping.exact.solver import Problem, Terms, Var, level, run
 from mapper.platform.devices import Device, Platform
 
 #: Seconds the MILP may take (it starts from the greedy plan and keeps the better one).
@@ -119,7 +120,8 @@ def greedy(jobs: Jobs) -> SharePlan | None:
 
 
 def brute_force(jobs: Jobs) -> SharePlan | None:
-    """The best assignment by trying all of them (small cases; a check of :func:`solve`)."""
+    """The best assignment by trying all of them (small cases; a check of :func:`solve`): the
+    least largest load, then the most slices used."""
     n, m = len(jobs.rates), len(jobs.capacity)
     if m ** n > BRUTE_FORCE_MAX:
         raise ValueError(f"{m}^{n} assignments is too many to try")
@@ -127,17 +129,18 @@ def brute_force(jobs: Jobs) -> SharePlan | None:
     for assign in itertools.product(range(m), repeat=n):
         if jobs.fits(assign):
             u = max(jobs.loads(assign))
-            if best is None or u < best.load:
+            if best is None or u < best.load * (1 - 1e-9) or (u <= best.load * (1 + 1e-9)
+                                                                and used(assign) > used(best.assign)):
                 best = SharePlan(assign, u, "optimal", u)
     return best
 
 
-def solve(jobs: Jobs, time_limit: float = TIME_LIMIT_S) -> SharePlan | None:
-    """The assignment of least largest load (module docstring); None when no assignment fits."""
-    start = greedy(jobs)
+def _model(jobs: Jobs, cap: float | None) -> tuple[Problem, dict[tuple[int, int], Var], Var]:
+    """The assignment MILP: ``x[j, s]`` job ``j`` on slice ``s``, each slice's load ``<= z`` (and
+    ``z <= cap`` when given), each slice's memory within its capacity."""
     n, m = len(jobs.rates), len(jobs.capacity)
     p = Problem("slices")
-    z = p.continuous("z", 0.0)
+    z = p.continuous("z", 0.0, cap)
     x = {(j, s): p.binary(f"x_{j}_{s}") for j in range(n) for s in range(m) if jobs.times[j][s] < math.inf}
     for j in range(n):
         p.add_row({x[j, s]: 1.0 for s in range(m) if (j, s) in x}, 0.0, "==", 1.0)
@@ -152,6 +155,26 @@ def solve(jobs: Jobs, time_limit: float = TIME_LIMIT_S) -> SharePlan | None:
         p.add_row(load, 0.0, "<=", 0.0)
         if mem and jobs.capacity[s] < math.inf:
             p.add_row(mem, 0.0, "<=", jobs.capacity[s])
+    return p, x, z
+
+
+def _solved(jobs: Jobs, x: dict[tuple[int, int], Var]) -> tuple[int, ...]:
+    m = len(jobs.capacity)
+    return tuple(max((s for s in range(m) if (j, s) in x), key=lambda s: level(x[j, s]))
+                 for j in range(len(jobs.rates)))
+
+
+def used(assign: Sequence[int]) -> int:
+    """The slices an assignment uses."""
+    return len(set(assign))
+
+
+def solve(jobs: Jobs, time_limit: float = TIME_LIMIT_S) -> SharePlan | None:
+    """The assignment of least largest load (module docstring), and of those one that uses the
+    most slices (the fewest jobs taking turns: shorter waits, the same throughput); None when no
+    assignment fits. Two MILPs, the first started from :func:`greedy`."""
+    start = greedy(jobs)
+    p, x, z = _model(jobs, None)
     p.minimise({z: 1.0})
     begin = None
     if start is not None:
@@ -159,13 +182,35 @@ def solve(jobs: Jobs, time_limit: float = TIME_LIMIT_S) -> SharePlan | None:
     out = run(p, begin, time_limit, 0, len(x), lambda *_: None, False)
     if not out.has_solution:
         return start if start is not None and out.status != "kInfeasible" else None
-    assign = tuple(max((s for s in range(m) if (j, s) in x), key=lambda s: level(x[j, s])) for j in range(n))
-    value = max(jobs.loads(assign))
-    bound = out.bound if out.bound is not None else 0.0
-    status = "optimal" if out.status == "kOptimal" else "feasible"
-    if start is not None and (start.load <= value or not jobs.fits(assign)):
-        return replace(start, status=status if start.load <= bound * (1 + 1e-6) else "feasible", bound=bound)
-    return SharePlan(assign, value, status, min(bound, value))
+    assign = _solved(jobs, x)
+    if not jobs.fits(assign) or (start is not None and start.load <= max(jobs.loads(assign))):
+        if start is None:
+            return None
+        assign = start.assign
+    best = max(jobs.loads(assign))
+    bound = min(out.bound if out.bound is not None else 0.0, best)
+    assign = _spread(jobs, assign, best, time_limit)
+    status = "optimal" if best <= bound * (1 + 1e-6) else "feasible"
+    return SharePlan(assign, max(jobs.loads(assign)), status, bound)
+
+
+def _spread(jobs: Jobs, assign: tuple[int, ...], best: float, time_limit: float) -> tuple[int, ...]:
+    """Of the assignments with largest load at most ``best``, one that uses the most slices."""
+    m = len(jobs.capacity)
+    p, x, z = _model(jobs, best * (1 + 1e-9))
+    y = [p.continuous(f"y_{s}", 0.0, 1.0) for s in range(m)]
+    for s in range(m):
+        p.add_row({y[s]: 1.0, **{x[j, t]: -1.0 for j, t in x if t == s}}, 0.0, "<=", 0.0)
+    p.minimise({v: -1.0 for v in y})
+    begin = {"z": best, **{f"x_{j}_{s}": float(assign[j] == s) for j, s in x},
+             **{f"y_{s}": float(s in assign) for s in range(m)}}
+    out = run(p, begin, time_limit, 0, len(x), lambda *_: None, False)
+    if not out.has_solution:
+        return assign
+    spread = _solved(jobs, x)
+    if jobs.fits(spread) and max(jobs.loads(spread)) <= best * (1 + 1e-9) and used(spread) > used(assign):
+        return spread
+    return assign
 
 
 def plan_jobs(cost: CostTable, apps: Sequence[App], slices: Sequence[int]) -> tuple[Jobs, SharePlan]:
