@@ -99,6 +99,8 @@ def test_jobs_on_mig_slices_end_to_end(jobdir, capsys):
     for t in d["tasks"]:
         assert t["device"] == where[t["name"].split(".")[0]]
     assert [m["slo_ms"] for m in d["apps"]["models"]] == [None, None, 50.0]
+    assert [j["latency"] for j in share["jobs"]] == [m["latency"] for m in d["apps"]["models"]]
+    assert all(j["latency"] >= j["request_s"] * (1 - 1e-9) for j in share["jobs"])
     assert max(s["load"] for s in share["slices"]) == pytest.approx(share["load"])
 
 

@@ -274,9 +274,9 @@ def run(args: argparse.Namespace) -> int:
 
         out = [summary_table(result, compiled.plan_facts())]
         if shared is not None:
-            from mapper.report.apps import sharing_table
+            from mapper.report.apps import latencies, sharing_table
 
-            out.append(sharing_table(shared.to_json(apps, compiled.platform)))
+            out.append(sharing_table(shared.to_json(apps, compiled.platform, latencies(result.schedule, apps))))
         if compiled.compare:
             out.append(compare_table((result, *compiled.compare)))
         if args.verbose:
@@ -377,7 +377,8 @@ def _each_report(args: argparse.Namespace, compiled, apps=None, shared=None) -> 
 
             workload = apps_json(result.schedule, apps)
             if shared is not None:
-                workload["sharing"] = shared.to_json(apps, compiled.platform)
+                workload["sharing"] = shared.to_json(apps, compiled.platform,
+                                                     [m["latency"] for m in workload["models"]])
         write_json(result, args.json, timings=args.timings, parallel=parallel, inference=inference, apps=workload)
     if args.html:
         from mapper.report.html import write_html

@@ -22,6 +22,11 @@ def _of(schedule: Schedule, app: App) -> list[int]:
     return [t.index for t in schedule.cost.graph.tasks if t.name.startswith(prefix)]
 
 
+def latencies(schedule: Schedule, apps: tuple[App, ...]) -> list[float]:
+    """Each model's latency: its last task's end, all models released together."""
+    return [max((schedule.slots[t].end for t in _of(schedule, app)), default=0.0) for app in apps]
+
+
 def device_loads(schedule: Schedule, apps: tuple[App, ...]) -> list[float]:
     """``U_d`` of every device (the module docstring)."""
     load = [0.0] * schedule.cost.n_devices
@@ -57,10 +62,11 @@ def sharing_table(sharing: dict) -> str:
     lines = [f"jobs on slices: largest slice load {sharing['load']:.3f} ({sharing['status']}, bound "
              f"{sharing['bound']:.3f}); every rate x{sharing['scale']:.2f} fits" if sharing["scale"] else
              "jobs on slices: no load"]
-    lines.append(f"  {'job':<16} {'slice':<12} {'request':>10} {'rate /s':>10} {'max /s':>10}")
+    lines.append(f"  {'job':<16} {'slice':<12} {'request':>10} {'rate /s':>10} {'max /s':>10} {'latency':>10}")
     for j in sharing["jobs"]:
         most = "-" if j["throughput"] is None else f"{j['throughput']:.1f}"
-        lines.append(f"  {j['name']:<16} {j['slice']:<12} {fmt_time(j['request_s']):>10} {j['rate']:>10.1f} {most:>10}")
+        lines.append(f"  {j['name']:<16} {j['slice']:<12} {fmt_time(j['request_s']):>10} {j['rate']:>10.1f} {most:>10} "
+                     f"{fmt_time(j['latency']):>10}")
     for s in sharing["slices"]:
         lines.append(f"  slice {s['name']} ({s['kind']}): load {s['load']:.3f}")
     lines += [f"  note: {n}" for n in sharing["interference"]]

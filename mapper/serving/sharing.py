@@ -237,8 +237,8 @@ class OnSlices:
     slices: tuple[int, ...]
     graph: TaskGraph
 
-    def to_json(self, apps: Sequence[App], platform: Platform) -> dict:
-        return sharing_json(self.jobs, self.plan, apps, platform, self.slices)
+    def to_json(self, apps: Sequence[App], platform: Platform, latencies: Sequence[float]) -> dict:
+        return sharing_json(self.jobs, self.plan, apps, platform, self.slices, latencies)
 
 
 def plan_on_slices(graph: TaskGraph, platform: Platform, apps: Sequence[App], fuse: str = "auto",
@@ -279,15 +279,17 @@ def _kind(dev: Device) -> str:
 
 
 def sharing_json(jobs: Jobs, plan: SharePlan, apps: Sequence[App], platform: Platform,
-                 slices: Sequence[int]) -> dict:
-    """The ``apps.sharing`` report: per job its slice, request time and throughput; per slice its load."""
+                 slices: Sequence[int], latencies: Sequence[float]) -> dict:
+    """The ``apps.sharing`` report: per job its slice, request time, throughput and ``latency`` (in
+    the mapped schedule, every job released together); per slice its load."""
     loads = jobs.loads(plan.assign)
     devs = [platform.devices[d] for d in slices]
     rows = []
     for j, app in enumerate(apps):
         s = plan.assign[j]
         rows.append({"name": app.label, "slice": devs[s].name, "request_s": jobs.times[j][s],
-                     "rate": jobs.rates[j], "throughput": jobs.rates[j] / loads[s] if loads[s] > 0 else None})
+                     "rate": jobs.rates[j], "throughput": jobs.rates[j] / loads[s] if loads[s] > 0 else None,
+                     "latency": latencies[j]})
     notes = []
     if any(d.mig for d in devs):
         notes.append(MIG_NOTE)
