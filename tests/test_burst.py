@@ -115,6 +115,8 @@ def test_model_plan_is_a_valid_graph() -> None:
                         parallel="burst,amplification=1.5")
     choice = res.parallel
     assert choice is not None and choice.to_json()["mode"] == "burst"
+    doc = choice.to_json()
+    assert doc["background_gpu_seconds"] >= doc["lent_gpu_seconds"] * (1 - 1e-12)
     require_valid(res.result)
     assert res.result.schedule.makespan == pytest.approx(choice.plan.time, rel=1e-9)  # type: ignore[union-attr]
     changes = len(set(choice.plan.widths)) > 1  # type: ignore[union-attr]

@@ -21,7 +21,15 @@ from mapper.costing.efficiency import op_class
 from mapper.costing.latency import estimate
 from mapper.costing.training import training_step
 from mapper.errors import OptionsError
-from mapper.parallel.burst import BurstPlan, Fabric, Layer, data_parallel, plan_burst, widths_for
+from mapper.parallel.burst import (
+    BurstPlan,
+    Fabric,
+    Layer,
+    background_seconds,
+    data_parallel,
+    plan_burst,
+    widths_for,
+)
 from mapper.parallel.hybrid import worst_route
 from mapper.parallel.pinned import EdgeData, graph_of, pinned
 from mapper.platform.devices import Platform
@@ -45,6 +53,7 @@ class BurstChoice:
                 "amplification": self.amplification,
                 "layers": [{"layer": x.name, "gpus": w} for x, w in zip(self.layers, self.plan.widths)],
                 "step": self.plan.time, "transfer": self.plan.transfer, "lent_gpu_seconds": self.plan.lent,
+                "background_gpu_seconds": background_seconds(self.layers, self.plan),
                 "data_parallel_step": self.data.time}
 
     def notes(self) -> tuple[str, ...]:
