@@ -139,6 +139,17 @@ def test_bad_jobs_file_exits_2_naming_the_place(jobdir, capsys, doc, where, says
     assert f"{path}: {where}" in err and says in err and "Traceback" not in err
 
 
+def test_a_label_that_prefixes_another_keeps_its_own_tasks(jobdir):
+    (jobdir / "a.b.tg").write_text(SMALL.format(name="ab", n=64))
+    jobs = _jobs(jobdir, {"jobs": [{"file": "a.tg", "rate": 10}, {"file": "a.b.tg", "rate": 10}]})
+    out = jobdir / "out.json"
+    assert main(["compile", jobs, "--platform", "h100-mig", "-q", "--json", str(out)]) == 0
+    share = json.loads(out.read_text())["apps"]["sharing"]
+    assert [j["name"] for j in share["jobs"]] == ["a", "a.b"]
+    assert share["jobs"][0]["request_s"] < share["jobs"][1]["request_s"]  # batch 1 against batch 64
+    assert share["jobs"][0]["slice"] != share["jobs"][1]["slice"]
+
+
 def test_jobs_on_slices_refuse_training(jobdir, capsys):
     jobs = _jobs(jobdir, {"jobs": [{"file": "a.tg", "rate": 10}]})
     assert main(["compile", jobs, "--platform", "a100-mig", "--train", "-q"]) == 2

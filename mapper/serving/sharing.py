@@ -89,8 +89,15 @@ def slice_devices(platform: Platform) -> tuple[int, ...]:
 
 
 def job_tasks(graph: TaskGraph, apps: Sequence[App]) -> list[list[int]]:
-    """The tasks of each job in the merged graph (named ``label.task``)."""
-    return [[t.index for t in graph.tasks if t.name.startswith(a.label + ".")] for a in apps]
+    """The tasks of each job in the merged graph (named ``label.task``; a task goes to the longest
+    label it starts with, so job ``a`` does not take job ``a.b``'s tasks)."""
+    out: list[list[int]] = [[] for _ in apps]
+    by_length = sorted(range(len(apps)), key=lambda j: -len(apps[j].label))
+    for t in graph.tasks:
+        j = next((j for j in by_length if t.name.startswith(apps[j].label + ".")), None)
+        if j is not None:
+            out[j].append(t.index)
+    return out
 
 
 def problem(cost: CostTable, apps: Sequence[App], slices: Sequence[int]) -> Jobs:
@@ -106,16 +113,16 @@ def greedy(jobs: Jobs) -> SharePlan | None:
     """Largest job first (by its best load), each on the slice where the largest load grows least."""
     n, m = len(jobs.rates), len(jobs.capacity)
     order = sorted(range(n), key=lambda j: -min(jobs.rates[j] * t for t in jobs.times[j]))
-    load, used = [0.0] * m, [0.0] * m
+    load, held = [0.0] * m, [0.0] * m
     assign = [-1] * n
     for j in order:
-        ok = [s for s in range(m) if jobs.times[j][s] < math.inf and used[s] + jobs.memory[j] <= jobs.capacity[s]]
+        ok = [s for s in range(m) if jobs.times[j][s] < math.inf and held[s] + jobs.memory[j] <= jobs.capacity[s]]
         if not ok:
             return None
         s = min(ok, key=lambda s: (max(load[s] + jobs.rates[j] * jobs.times[j][s], *load), s))
         assign[j] = s
         load[s] += jobs.rates[j] * jobs.times[j][s]
-        used[s] += jobs.memory[j]
+        held[s] += jobs.memory[j]
     return SharePlan(tuple(assign), max(load), "heuristic", 0.0)
 
 
