@@ -209,7 +209,10 @@ def test_optimizer_state_is_sharded_by_zero():
     mem = {z: _choice({**base, "zero": z})[2].best.memory for z in range(4)}
     assert mem[1]["optimizer"] == pytest.approx(mem[0]["optimizer"] / 16)
     assert mem[2]["gradients"] == pytest.approx(mem[0]["gradients"] / 16)
-    assert mem[3]["weights"] == pytest.approx(mem[0]["weights"] / 16)
+    # ZeRO 3: the shards, and two neighbouring blocks gathered whole (the largest: the LM head, V h 16-bit
+    # weights, beside a smaller block; mapper.cluster.zero3.live)
+    v, h = 51200, 1024
+    assert 2 * v * h <= mem[3]["weights"] - mem[0]["weights"] / 16 <= 2 * v * h + 2 * 12 * h * h
     # Adam in Megatron-LM's mixed precision: f32 states, master weights and main gradients, 16 bytes per
     # 2-byte weight (20 bytes per parameter in all)
     assert mem[0]["optimizer"] == pytest.approx(8 * mem[0]["weights"])

@@ -56,6 +56,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mapper.cluster import zero3
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
@@ -233,6 +234,7 @@ class PlanModel:
         rank_act = [0.0] * p  # activation bytes of one micro-batch through all the rank's chunks
         rank_work = [0.0] * p  # bytes of the block being recomputed (once, whatever is in flight)
         rank_z3 = [0.0] * p
+        rank_live = [0.0] * p  # ZeRO 3: bytes of the gathered weights of two blocks (the one running, the next)
         chunk_times: list[tuple[float, float]] = []
         for ci, (a, e) in enumerate(zip(starts, ends)):
             s = ci % p
@@ -257,14 +259,14 @@ class PlanModel:
             kept, work = self._activations(lay, range(a, e))
             rank_act[s] += kept
             rank_work[s] = max(rank_work[s], work)
-            if lay.zero == 3 and d > 1:  # weights gathered for forward and backward, gradients scattered
-                pb = sum(sum(self.held(costs[i], lay)[1::2]) for i in range(a, e))
-                gb = self._grad_bytes(sum(sum(self.held(costs[i], lay)[0::2]) for i in range(a, e)), pb)
-                per_node = min(d, max(1, self.net.gpus_per_node // t))
-                z3 = (2 * collective(self.net, "allgather", pb, d, per_node)[0]
-                      + collective(self.net, "reducescatter", gb, d, per_node)[0])
-                rank_z3[s] += z3
-                chunk_times[-1] = (f + z3 / 3, b + 2 * z3 / 3)
+            if lay.zero == 3 and d > 1:  # each block gathered for forward and backward, its gradients scattered
+                gathers, scatters = self._sharded(lay, costs, range(a, e))
+                zf = zero3.forward(fw[a:e], gathers) - sum(fw[a:e])
+                zb = zero3.backward(bw[a:e], gathers, scatters) - sum(bw[a:e])
+                rank_z3[s] += zf + zb
+                whole = [sum(self.held(costs[i], lay)[1::2]) for i in range(a, e)]
+                rank_live[s] = max(rank_live[s], zero3.live(whole))
+                chunk_times[-1] = (f + zf, b + zb)
         rank_time = [x + z for x, z in zip(rank_time, rank_z3)]
         pipe = step_time(rank_time, m, v)
         opt = OPTIMIZERS[self.optimizer]
@@ -305,9 +307,26 @@ class PlanModel:
             rank_sync.append(exposed + upd)
         fullest, memory, ranks = self._memory(lay, (rank_params, rank_eparams), (rank_pbytes, rank_ebytes),
                                               rank_act, rank_work, m, opt.states, schedule == "gpipe")
+        if any(rank_live):  # ZeRO 3's gathered blocks beside the shards
+            ranks = tuple(r + x for r, x in zip(ranks, rank_live))
+            fullest = max(range(p), key=lambda r: ranks[r])
+            memory = {**memory, "weights": memory["weights"] + rank_live[fullest]}
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
                         blocked=next((c.unrunnable for c in costs if c.unrunnable), ""))
+
+    def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range) -> tuple[list[float], list[float]]:
+        """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients
+        over the ``data`` ranks (:func:`mapper.cluster.zero3.sharded`)."""
+        d = lay.data
+        per_node = min(d, max(1, self.net.gpus_per_node // lay.tensor))
+        gathers, scatters = [], []
+        for i in indices:
+            dp_, db_, ep_, eb_ = self.held(costs[i], lay)
+            gathers.append(zero3.sharded(self.net, "allgather", db_ + eb_, d, per_node))
+            scatters.append(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d,
+                                          per_node))
+        return gathers, scatters
 
     def _grad_bytes(self, params: float, pbytes: float) -> float:
         """Bytes of the gradient buffer of ``params`` parameters held in ``pbytes`` (:func:`state_bytes`)."""

@@ -300,9 +300,13 @@ def alltoallv(net: Network, blocks: Sequence[Sequence[float]], per_node: int) ->
     return net.launch + seconds, algorithm
 
 
-def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int) -> tuple[float, str]:
+def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int,
+               rings: bool = False) -> tuple[float, str]:
     """Seconds and algorithm of collective ``kind`` (:data:`COLLECTIVES`) of ``nbytes`` among
-    ``ranks`` ranks, ``per_node`` of them on each node, its kernel's launch included."""
+    ``ranks`` ranks, ``per_node`` of them on each node, its kernel's launch included; ``rings``:
+    the ring alone across nodes, as NCCL runs an all-gather or a reduce-scatter (its tuning
+    model, src/graph/tuning.cc, gives those two no tree; the hierarchical and tree algorithms
+    here are MPI's)."""
     if kind not in COLLECTIVES:
         raise ValueError(f"unknown collective {kind!r}")
     if ranks <= 1 or nbytes <= 0:
@@ -337,6 +341,8 @@ def collective(net: Network, kind: str, nbytes: float, ranks: int, per_node: int
     across = (f * (nodes - 1) / nodes * (n / g) / b_out if b_out > 0 else math.inf) \
         + f * math.ceil(math.log2(nodes)) * net.inter_latency
     tree = _tree(kind, n, k, b_out, net.inter_latency)
+    if rings:
+        return net.launch + flat, "ring"
     seconds, algorithm = min((flat, "ring"), (inside + across, "hierarchical"), (tree, "tree"))
     return net.launch + seconds, algorithm
 
