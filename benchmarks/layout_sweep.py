@@ -1,0 +1,239 @@
+"""A published layout sweep: Llama 13B/30B/65B on A100 clusters, predicted against measured.
+
+    python benchmarks/layout_sweep.py [--group 13B/2048]
+
+Hagemann, Weinbach, Dobler, Schall and de Melo, "Efficient Parallelization Layouts for
+Large-Scale Distributed Model Training" (arXiv 2311.05610, 2023): Llama models trained with
+Megatron-LM-style 3D parallelism on DGX A100 80 GB nodes (200 Gb/s HDR InfiniBand), global
+batches of 4M tokens (2,048 sequences of 2,048 tokens or 512 of 8,192: what their step times
+and MFU give), bf16, sweeping tensor and pipeline degrees, micro-batch size and activation
+checkpointing (every layer or none) per attention kernel; each layout's average step time, MFU
+or out-of-memory error. The rows here are every FlashAttention-2 run of the authors' sheets
+(their repository Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts,
+``data/llama_*_all_runs.xlsx``; the kernel of their micro-batch study, reproduce_figure_mb.py):
+(recompute, tensor, pipeline, micro-batch, measured seconds per step or None for out of memory,
+measured MFU). Layouts the authors list both with and without the RMSNorm kernel are the plain
+ones here (that kernel's memory saving is not modelled).
+
+Each is priced with its layout on platform ``selene`` (DGX A100 80 GB nodes; --nodes GPUs/8),
+examples/llama.tg with the Llama 1 sizes (Touvron et al. 2023, Table 2; FFN from the released
+configs, vocabulary 32,000), fused attention, ZeRO 1 (the optimizer states sharded over the data
+ranks: without it the 13B model cannot hold its states on one GPU, yet ran at tensor 1 x
+pipeline 2) and 16-bit gradients. Printed per group: out-of-memory agreement, predicted over
+measured step time for layouts that ran and fit, and whether the planner's pick among the
+layouts it predicts to fit is the measured best (its measured slowdown otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from mapper.cluster.model import refine
+from mapper.cluster.search import _setup
+from mapper.costing.fusion import fuse_for
+from mapper.frontend.load import load_graph
+from mapper.frontend.sources import ModelFile
+from mapper.parallel.layout import Layout
+from mapper.platform.cluster import with_nodes
+from mapper.platform.loader import load_platform
+
+#: Llama 1 sizes (layers, hidden, heads, FFN): Touvron et al. 2023, Table 2, and the released configs.
+MODELS = {"13B": (40, 5120, 40, 13824), "30B": (60, 6656, 52, 17920), "65B": (80, 8192, 64, 22016)}
+VOCAB = 32000
+#: Tokens per global batch (4M, Llama 2's; Touvron et al., "Llama 2", 2023, 2.2).
+TOKENS = 4 * 2**20
+#: (model, sequence, GPUs): [(recompute, tensor, pipeline, micro-batch, measured s/step or None = OOM, MFU)]
+SWEEP = {
+    ('13B', 2048, 64): [
+        ('full', 1, 1, 1, 37.51, 0.4989), ('full', 1, 1, 2, 36.69, 0.5102), ('full', 1, 1, 4, 36.66, 0.5104),
+        ('full', 1, 2, 1, 44.13, 0.4239), ('full', 1, 2, 2, 47.37, 0.3951), ('full', 1, 2, 4, 55.61, 0.3364),
+        ('full', 1, 2, 8, 72.82, 0.2569), ('full', 2, 1, 1, 47.12, 0.3972), ('full', 2, 1, 2, 44.45, 0.4209),
+        ('full', 2, 1, 4, 44.1, 0.424), ('full', 2, 1, 8, 43.24, 0.4326), ('full', 2, 2, 2, 53.57, 0.3494),
+        ('full', 2, 2, 4, 56.61, 0.3306), ('full', 2, 2, 8, 65.47, 0.2857), ('none', 1, 1, 1, None, None),
+        ('none', 1, 1, 2, None, None), ('none', 1, 1, 4, None, None), ('none', 1, 2, 1, 33.7, 0.5553),
+        ('none', 1, 2, 2, 38.27, 0.4886), ('none', 1, 2, 4, None, None), ('none', 1, 2, 8, None, None),
+        ('none', 2, 1, 1, 35.54, 0.5264), ('none', 2, 1, 2, 33.9, 0.5519), ('none', 2, 1, 4, None, None),
+        ('none', 2, 1, 8, None, None), ('none', 2, 2, 1, 39.64, 0.4719), ('none', 2, 2, 2, 39.83, 0.4697),
+        ('none', 2, 2, 4, None, None), ('none', 2, 2, 8, None, None),
+    ],
+    ('13B', 8192, 128): [
+        ('full', 1, 1, 1, 28.15, 0.3885), ('full', 1, 1, 2, None, None), ('full', 1, 1, 4, None, None),
+        ('full', 1, 2, 1, 24.62, 0.4442), ('full', 1, 2, 2, 27.53, 0.3973), ('full', 1, 2, 4, None, None),
+        ('full', 1, 4, 1, 26.29, 0.4181), ('full', 1, 4, 2, 29.08, 0.376), ('full', 1, 4, 4, None, None),
+        ('full', 2, 1, 1, 26.63, 0.4108), ('full', 2, 1, 2, None, None), ('full', 2, 1, 4, None, None),
+        ('full', 2, 2, 1, 27.42, 0.3989), ('full', 2, 2, 2, 29.19, 0.3749), ('full', 2, 2, 4, None, None),
+        ('full', 2, 4, 1, 28.08, 0.3894), ('full', 2, 4, 2, 30.08, 0.3636), ('full', 2, 4, 4, None, None),
+        ('full', 4, 1, 1, 32.57, 0.3358), ('full', 4, 1, 2, 32.13, 0.3404), ('full', 4, 1, 4, None, None),
+        ('full', 4, 2, 1, 34.76, 0.3146), ('full', 4, 2, 2, 34.64, 0.3158), ('full', 4, 2, 4, None, None),
+        ('full', 4, 4, 1, 36.71, 0.2992), ('full', 4, 4, 2, 36.07, 0.3032), ('full', 4, 4, 4, None, None),
+        ('none', 1, 1, 1, None, None), ('none', 1, 1, 2, None, None), ('none', 1, 1, 4, None, None),
+        ('none', 1, 2, 1, None, None), ('none', 1, 2, 2, None, None), ('none', 1, 2, 4, None, None),
+        ('none', 1, 4, 1, None, None), ('none', 1, 4, 2, None, None), ('none', 1, 4, 4, None, None),
+        ('none', 2, 1, 1, None, None), ('none', 2, 1, 2, None, None), ('none', 2, 1, 4, None, None),
+        ('none', 2, 2, 1, None, None), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, 21.93, 0.4988), ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None),
+        ('none', 4, 1, 1, None, None), ('none', 4, 1, 2, None, None), ('none', 4, 1, 4, None, None),
+        ('none', 4, 2, 1, 25.99, 0.4208), ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, 26.94, 0.4059), ('none', 4, 4, 2, None, None), ('none', 4, 4, 4, None, None),
+    ],
+    ('30B', 2048, 256): [
+        ('full', 1, 1, 1, None, None), ('full', 1, 1, 2, None, None), ('full', 1, 1, 4, None, None),
+        ('full', 1, 2, 1, 35.07, 0.3184), ('full', 1, 2, 2, 37.76, 0.2958), ('full', 1, 2, 4, None, None),
+        ('full', 1, 4, 1, 29.08, 0.3837), ('full', 1, 4, 2, 29.76, 0.3748), ('full', 1, 4, 4, 34.22, 0.3261),
+        ('full', 2, 1, 1, 39.7, 0.281), ('full', 2, 1, 2, None, None), ('full', 2, 1, 4, None, None),
+        ('full', 2, 2, 1, 31.94, 0.3493), ('full', 2, 2, 2, 32.27, 0.3457), ('full', 2, 2, 4, 34.45, 0.3239),
+        ('full', 2, 4, 1, 31.81, 0.3508), ('full', 2, 4, 2, 31.13, 0.3584), ('full', 2, 4, 4, 33.7, 0.3311),
+        ('full', 4, 1, 1, 44.09, 0.253), ('full', 4, 1, 2, 42.13, 0.2648), ('full', 4, 1, 4, 43.92, 0.254),
+        ('full', 4, 2, 1, 40.07, 0.2784), ('full', 4, 2, 2, 39.57, 0.2819), ('full', 4, 2, 4, 37.12, 0.3006),
+        ('full', 4, 4, 1, 41.01, 0.272), ('full', 4, 4, 2, 38.51, 0.2897), ('full', 4, 4, 4, 38.28, 0.2915),
+        ('none', 1, 1, 1, None, None), ('none', 1, 1, 2, None, None), ('none', 1, 1, 4, None, None),
+        ('none', 1, 2, 1, None, None), ('none', 1, 2, 2, None, None), ('none', 1, 2, 4, None, None),
+        ('none', 1, 4, 1, None, None), ('none', 1, 4, 2, None, None), ('none', 1, 4, 4, None, None),
+        ('none', 2, 1, 1, None, None), ('none', 2, 1, 2, None, None), ('none', 2, 1, 4, None, None),
+        ('none', 2, 2, 1, 29.13, 0.3832), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, 24.7, 0.4516), ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None),
+        ('none', 4, 1, 1, 39.81, 0.2803), ('none', 4, 1, 2, None, None), ('none', 4, 1, 4, None, None),
+        ('none', 4, 2, 1, 31.47, 0.3546), ('none', 4, 2, 2, 31.66, 0.3524), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, 30.08, 0.3709), ('none', 4, 4, 2, 29.45, 0.3788), ('none', 4, 4, 4, None, None),
+    ],
+    ('30B', 8192, 128): [
+        ('full', 2, 2, 1, 62.99, 0.4033), ('full', 2, 2, 2, None, None), ('full', 2, 2, 4, None, None),
+        ('full', 2, 4, 1, 62.84, 0.4043), ('full', 2, 4, 2, 66.71, 0.3808), ('full', 2, 4, 4, None, None),
+        ('full', 2, 8, 1, 63.99, 0.397), ('full', 2, 8, 2, 68.99, 0.3682), ('full', 2, 8, 4, None, None),
+        ('full', 2, 16, 1, 66.69, 0.3809), ('full', 2, 16, 2, 71.81, 0.3538), ('full', 2, 16, 4, None, None),
+        ('full', 4, 2, 1, 72.42, 0.3508), ('full', 4, 2, 2, 73.33, 0.3464), ('full', 4, 2, 4, None, None),
+        ('full', 4, 4, 1, 75.53, 0.3364), ('full', 4, 4, 2, 76.53, 0.332), ('full', 4, 4, 4, None, None),
+        ('full', 4, 8, 1, 77.86, 0.3263), ('full', 4, 8, 2, 79.74, 0.3186), ('full', 4, 8, 4, None, None),
+        ('full', 4, 16, 1, 82.62, 0.3075), ('full', 4, 16, 2, 85.34, 0.2977), ('full', 4, 16, 4, None, None),
+        ('none', 2, 2, 1, None, None), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, None, None), ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None),
+        ('none', 2, 8, 1, None, None), ('none', 2, 8, 2, None, None), ('none', 2, 8, 4, None, None),
+        ('none', 2, 16, 1, None, None), ('none', 2, 16, 2, None, None), ('none', 2, 16, 4, None, None),
+        ('none', 4, 2, 1, None, None), ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, None, None), ('none', 4, 4, 2, None, None), ('none', 4, 4, 4, None, None),
+        ('none', 4, 8, 1, None, None), ('none', 4, 8, 2, None, None), ('none', 4, 8, 4, None, None),
+        ('none', 4, 16, 1, None, None), ('none', 4, 16, 2, None, None), ('none', 4, 16, 4, None, None),
+    ],
+    ('65B', 2048, 128): [
+        ('full', 2, 2, 1, 118.68, 0.3693), ('full', 2, 2, 2, None, None), ('full', 2, 2, 4, None, None),
+        ('full', 2, 4, 1, 111.35, 0.3936), ('full', 2, 4, 2, 107.39, 0.4081), ('full', 2, 4, 4, 109.04, 0.4019),
+        ('full', 2, 8, 1, 118.39, 0.3702), ('full', 2, 8, 2, 112.77, 0.3886), ('full', 2, 8, 4, 114.42, 0.383),
+        ('full', 4, 2, 1, 136.43, 0.3212), ('full', 4, 2, 4, 126.61, 0.3461), ('full', 4, 4, 1, 140.95, 0.3109),
+        ('full', 4, 4, 2, 129.68, 0.338), ('full', 4, 4, 4, 125.11, 0.3503), ('full', 4, 8, 1, 156.54, 0.28),
+        ('full', 4, 8, 2, 141.87, 0.3089), ('full', 4, 8, 4, 133.56, 0.3281), ('full', 8, 2, 1, 192.69, 0.2275),
+        ('full', 8, 2, 2, 174.43, 0.2513), ('full', 8, 2, 4, 164.21, 0.2669), ('full', 8, 4, 1, 209.24, 0.2095),
+        ('full', 8, 4, 2, 180.93, 0.2422), ('full', 8, 4, 4, 168.97, 0.2594), ('full', 8, 8, 1, 237.99, 0.1842),
+        ('full', 8, 8, 2, 203.08, 0.2158), ('full', 8, 8, 4, 184.98, 0.2369), ('none', 2, 2, 1, None, None),
+        ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None), ('none', 2, 4, 1, None, None),
+        ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None), ('none', 2, 8, 1, 88.16, 0.4971),
+        ('none', 2, 8, 2, None, None), ('none', 2, 8, 4, None, None), ('none', 4, 2, 1, None, None),
+        ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None), ('none', 4, 4, 1, 101.97, 0.4298),
+        ('none', 4, 4, 2, None, None), ('none', 4, 4, 4, None, None), ('none', 4, 8, 1, 107.97, 0.4059),
+        ('none', 4, 8, 2, None, None), ('none', 4, 8, 4, None, None), ('none', 8, 2, 1, 139.67, 0.3138),
+        ('none', 8, 2, 2, None, None), ('none', 8, 2, 4, None, None), ('none', 8, 4, 1, 142.77, 0.307),
+        ('none', 8, 4, 2, None, None), ('none', 8, 4, 4, None, None), ('none', 8, 8, 1, 151.95, 0.2884),
+        ('none', 8, 8, 2, None, None), ('none', 8, 8, 4, None, None),
+    ],
+}
+
+
+def _group(selene, model: str, seq: int, gpus: int, rows: list) -> dict:
+    layers, hidden, heads, ffn = MODELS[model]
+    params = (("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads), ("KV_HEADS", heads), ("FFN", ffn),
+              ("SEQ", seq), ("VOCAB", VOCAB), ("BATCH", TOKENS // seq), ("FLASH", 1))
+    graph = load_graph(ModelFile("examples/llama.tg", params=params))
+    plat = with_nodes(selene, gpus // 8)
+    model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat)).model
+    out = []
+    for recompute, t, p, b, step, mfu in rows:
+        d = gpus // (t * p)
+        est = model_.estimate(Layout(t, p, d, b, 1, recompute, 1, False))
+        if est is not None and est.fits:
+            est = refine(est)
+        out.append((recompute, t, p, b, step, mfu, est))
+    return {"rows": out}
+
+
+def report(key, result) -> tuple[int, int, list[float], float | None]:
+    """Print one group; return (OOM agreements, rows, step ratios, the pick's slowdown)."""
+    model, seq, gpus = key
+    rows = result["rows"]
+    print(f"\nLlama {model}, sequence {seq:,}, {gpus} A100s ({TOKENS // seq:,} sequences a step)")
+    print(f"{'layout':34s} {'measured':>9s} {'predicted':>10s} {'ratio':>6s} {'GiB':>6s}  OOM meas/pred")
+    agree, ratios = 0, []
+    for recompute, t, p, b, step, _, est in rows:
+        pred_fit = est is not None and est.fits
+        agree += pred_fit == (step is not None)
+        label = f"t{t} p{p} mb{b} ckpt {'every layer' if recompute == 'full' else 'none'}"
+        meas = f"{step:9.2f}" if step is not None else f"{'OOM':>9s}"
+        pred = f"{est.step:10.2f}" if pred_fit else f"{'OOM':>10s}"
+        ratio = ""
+        if pred_fit and step is not None:
+            ratios.append(est.step / step)
+            ratio = f"{est.step / step:6.2f}"
+        gib = f"{est.peak / 2**30:6.1f}" if est is not None else f"{'-':>6s}"
+        mark = "" if pred_fit == (step is not None) else "  <- " + ("called OOM" if step is not None else "ran OOM")
+        print(f"{label:34s} {meas} {pred} {ratio:>6s} {gib}{mark}")
+    fitting = [r for r in rows if r[6] is not None and r[6].fits]
+    slowdown = None
+    ran = [r for r in rows if r[4] is not None]
+    if fitting and ran:
+        pick = min(fitting, key=lambda r: r[6].step)
+        best = min(ran, key=lambda r: r[4])
+        name = f"t{pick[1]} p{pick[2]} mb{pick[3]} {pick[0]}"
+        if pick[4] is None:
+            print(f"pick: {name}, which ran out of memory (measured best t{best[1]} p{best[2]} mb{best[3]} {best[0]})")
+        else:
+            slowdown = pick[4] / best[4]
+            print(f"pick: {name}: {'the measured best' if pick is best else f'{slowdown:.2f}x the measured best'}"
+                  f" (t{best[1]} p{best[2]} mb{best[3]} {best[0]}, {best[4]:.2f} s)")
+    both = [r for r in ran if r[6] is not None and r[6].fits]
+    ranked = None
+    if both and ran:
+        pick, best = min(both, key=lambda r: r[6].step), min(ran, key=lambda r: r[4])
+        ranked = pick[4] / best[4]
+        print(f"ranking alone (the predicted fastest of the layouts that ran): t{pick[1]} p{pick[2]} mb{pick[3]} "
+              f"{pick[0]}, {ranked:.2f}x the measured best")
+    result["ranked"] = ranked
+    if ratios:
+        print(f"OOM agreement {agree}/{len(rows)}; predicted/measured step: median {statistics.median(ratios):.2f}, "
+              f"range {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} layouts")
+    else:
+        print(f"OOM agreement {agree}/{len(rows)}")
+    return agree, len(rows), ratios, slowdown
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--group", help="one group, e.g. 13B/2048")
+    args = ap.parse_args()
+    selene = load_platform("selene")
+    total_agree = total = 0
+    all_ratios: list[float] = []
+    picks: list[float | None] = []
+    ranking: list[float | None] = []
+    t0 = time.perf_counter()
+    for key, rows in SWEEP.items():
+        if args.group and args.group != f"{key[0]}/{key[1]}":
+            continue
+        result = _group(selene, *key, rows)
+        agree, n, ratios, slowdown = report(key, result)
+        result_ranked = [result["ranked"]]
+        total_agree += agree
+        total += n
+        all_ratios += ratios
+        picks.append(slowdown)
+        ranking.append(result_ranked[0])
+    print(f"\nall: OOM agreement {total_agree}/{total}; predicted/measured step median "
+          f"{statistics.median(all_ratios):.2f}, range {min(all_ratios):.2f}-{max(all_ratios):.2f}, within 0.8-1.25: "
+          f"{sum(0.8 <= r <= 1.25 for r in all_ratios)}/{len(all_ratios)}; picks the measured best: "
+          f"{sum(1 for s in picks if s == 1.0)}/{len(picks)}, worst pick "
+          f"{max((s for s in picks if s is not None), default=float('nan')):.2f}x; ranking alone picks the best "
+          f"{sum(1 for r in ranking if r == 1.0)}/{len(ranking)}, worst "
+          f"{max((r for r in ranking if r is not None), default=float('nan')):.2f}x [{time.perf_counter() - t0:.0f} s]")
+
+
+if __name__ == "__main__":
+    main()
