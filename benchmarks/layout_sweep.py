@@ -44,9 +44,11 @@ MODELS = {"13B": (40, 5120, 40, 13824), "30B": (60, 6656, 52, 17920), "65B": (80
 VOCAB = 32000
 #: Tokens per global batch (4M, Llama 2's; Touvron et al., "Llama 2", 2023, 2.2).
 TOKENS = 4 * 2**20
-#: (model, sequence, GPUs): [(recompute, tensor, pipeline, micro-batch, measured s/step or None = OOM, MFU)]
+#: (model, sequence, GPUs, kernels): [(recompute, tensor, pipeline, micro-batch, measured s/step or None = OOM,
+#: MFU)]; kernels ``flash2``: FlashAttention-2 with PyTorch's RMSNorm, ``flash2+rms``: with FlashAttention's
+#: fused RMSNorm kernel too (no checkpointing: the authors found the two incompatible)
 SWEEP = {
-    ('13B', 2048, 64): [
+    ('13B', 2048, 64, 'flash2'): [
         ('full', 1, 1, 1, 37.51, 0.4989), ('full', 1, 1, 2, 36.69, 0.5102), ('full', 1, 1, 4, 36.66, 0.5104),
         ('full', 1, 2, 1, 44.13, 0.4239), ('full', 1, 2, 2, 47.37, 0.3951), ('full', 1, 2, 4, 55.61, 0.3364),
         ('full', 1, 2, 8, 72.82, 0.2569), ('full', 2, 1, 1, 47.12, 0.3972), ('full', 2, 1, 2, 44.45, 0.4209),
@@ -58,7 +60,7 @@ SWEEP = {
         ('none', 2, 1, 8, None, None), ('none', 2, 2, 1, 39.64, 0.4719), ('none', 2, 2, 2, 39.83, 0.4697),
         ('none', 2, 2, 4, None, None), ('none', 2, 2, 8, None, None),
     ],
-    ('13B', 8192, 128): [
+    ('13B', 8192, 128, 'flash2'): [
         ('full', 1, 1, 1, 28.15, 0.3885), ('full', 1, 1, 2, None, None), ('full', 1, 1, 4, None, None),
         ('full', 1, 2, 1, 24.62, 0.4442), ('full', 1, 2, 2, 27.53, 0.3973), ('full', 1, 2, 4, None, None),
         ('full', 1, 4, 1, 26.29, 0.4181), ('full', 1, 4, 2, 29.08, 0.376), ('full', 1, 4, 4, None, None),
@@ -78,7 +80,7 @@ SWEEP = {
         ('none', 4, 2, 1, 25.99, 0.4208), ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None),
         ('none', 4, 4, 1, 26.94, 0.4059), ('none', 4, 4, 2, None, None), ('none', 4, 4, 4, None, None),
     ],
-    ('30B', 2048, 256): [
+    ('30B', 2048, 256, 'flash2'): [
         ('full', 1, 1, 1, None, None), ('full', 1, 1, 2, None, None), ('full', 1, 1, 4, None, None),
         ('full', 1, 2, 1, 35.07, 0.3184), ('full', 1, 2, 2, 37.76, 0.2958), ('full', 1, 2, 4, None, None),
         ('full', 1, 4, 1, 29.08, 0.3837), ('full', 1, 4, 2, 29.76, 0.3748), ('full', 1, 4, 4, 34.22, 0.3261),
@@ -98,7 +100,7 @@ SWEEP = {
         ('none', 4, 2, 1, 31.47, 0.3546), ('none', 4, 2, 2, 31.66, 0.3524), ('none', 4, 2, 4, None, None),
         ('none', 4, 4, 1, 30.08, 0.3709), ('none', 4, 4, 2, 29.45, 0.3788), ('none', 4, 4, 4, None, None),
     ],
-    ('30B', 8192, 128): [
+    ('30B', 8192, 128, 'flash2'): [
         ('full', 2, 2, 1, 62.99, 0.4033), ('full', 2, 2, 2, None, None), ('full', 2, 2, 4, None, None),
         ('full', 2, 4, 1, 62.84, 0.4043), ('full', 2, 4, 2, 66.71, 0.3808), ('full', 2, 4, 4, None, None),
         ('full', 2, 8, 1, 63.99, 0.397), ('full', 2, 8, 2, 68.99, 0.3682), ('full', 2, 8, 4, None, None),
@@ -116,7 +118,7 @@ SWEEP = {
         ('none', 4, 8, 1, None, None), ('none', 4, 8, 2, None, None), ('none', 4, 8, 4, None, None),
         ('none', 4, 16, 1, None, None), ('none', 4, 16, 2, None, None), ('none', 4, 16, 4, None, None),
     ],
-    ('65B', 2048, 128): [
+    ('65B', 2048, 128, 'flash2'): [
         ('full', 2, 2, 1, 118.68, 0.3693), ('full', 2, 2, 2, None, None), ('full', 2, 2, 4, None, None),
         ('full', 2, 4, 1, 111.35, 0.3936), ('full', 2, 4, 2, 107.39, 0.4081), ('full', 2, 4, 4, 109.04, 0.4019),
         ('full', 2, 8, 1, 118.39, 0.3702), ('full', 2, 8, 2, 112.77, 0.3886), ('full', 2, 8, 4, 114.42, 0.383),
@@ -136,10 +138,61 @@ SWEEP = {
         ('none', 8, 4, 2, None, None), ('none', 8, 4, 4, None, None), ('none', 8, 8, 1, 151.95, 0.2884),
         ('none', 8, 8, 2, None, None), ('none', 8, 8, 4, None, None),
     ],
+    ('13B', 2048, 64, 'flash2+rms'): [
+        ('none', 1, 1, 1, 26.54, 0.7057), ('none', 1, 1, 2, None, None), ('none', 1, 1, 4, None, None),
+        ('none', 1, 1, 8, None, None), ('none', 1, 2, 1, 31.06, 0.6026), ('none', 1, 2, 2, 33.11, 0.5655),
+        ('none', 1, 2, 4, None, None), ('none', 1, 2, 8, None, None), ('none', 2, 1, 1, 31.29, 0.5982),
+        ('none', 2, 1, 2, 29.7, 0.6305), ('none', 2, 1, 4, None, None), ('none', 2, 1, 8, None, None),
+        ('none', 2, 2, 1, 34.84, 0.5369), ('none', 2, 2, 2, 35.05, 0.5337), ('none', 2, 2, 4, 37.57, 0.498),
+        ('none', 2, 2, 8, None, None),
+    ],
+    ('13B', 8192, 128, 'flash2+rms'): [
+        ('none', 1, 1, 1, None, None), ('none', 1, 1, 2, None, None), ('none', 1, 1, 4, None, None),
+        ('none', 1, 2, 1, None, None), ('none', 1, 2, 2, None, None), ('none', 1, 2, 4, None, None),
+        ('none', 1, 4, 1, None, None), ('none', 1, 4, 2, None, None), ('none', 1, 4, 4, None, None),
+        ('none', 2, 1, 1, None, None), ('none', 2, 1, 2, None, None), ('none', 2, 1, 4, None, None),
+        ('none', 2, 2, 1, 18.41, 0.5941), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, 19.32, 0.5661), ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None),
+        ('none', 4, 1, 1, 21.36, 0.5121), ('none', 4, 1, 2, None, None), ('none', 4, 1, 4, None, None),
+        ('none', 4, 2, 1, 21.94, 0.4993), ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, 23.46, 0.469), ('none', 4, 4, 2, 23.78, 0.4627), ('none', 4, 4, 4, None, None),
+    ],
+    ('30B', 2048, 256, 'flash2+rms'): [
+        ('none', 1, 1, 1, None, None), ('none', 1, 1, 2, None, None), ('none', 1, 1, 4, None, None),
+        ('none', 1, 2, 1, None, None), ('none', 1, 2, 2, None, None), ('none', 1, 2, 4, None, None),
+        ('none', 1, 4, 1, 24.0, 0.4676), ('none', 1, 4, 2, None, None), ('none', 1, 4, 4, None, None),
+        ('none', 2, 1, 1, None, None), ('none', 2, 1, 2, None, None), ('none', 2, 1, 4, None, None),
+        ('none', 2, 2, 1, 28.34, 0.3939), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, 22.67, 0.4922), ('none', 2, 4, 2, 24.26, 0.4601), ('none', 2, 4, 4, None, None),
+        ('none', 4, 1, 1, 31.77, 0.3515), ('none', 4, 1, 2, 35.32, 0.3161), ('none', 4, 1, 4, None, None),
+        ('none', 4, 2, 1, 26.94, 0.4142), ('none', 4, 2, 2, 26.26, 0.4248), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, 26.28, 0.4245), ('none', 4, 4, 2, 25.32, 0.4406), ('none', 4, 4, 4, 25.05, 0.4455),
+    ],
+    ('30B', 8192, 128, 'flash2+rms'): [
+        ('none', 2, 2, 1, None, None), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, None, None), ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None),
+        ('none', 2, 8, 1, None, None), ('none', 2, 8, 2, None, None), ('none', 2, 8, 4, None, None),
+        ('none', 2, 16, 1, None, None), ('none', 2, 16, 2, None, None), ('none', 2, 16, 4, None, None),
+        ('none', 4, 2, 1, None, None), ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, 49.43, 0.514), ('none', 4, 4, 2, None, None), ('none', 4, 4, 4, None, None),
+        ('none', 4, 8, 1, 50.23, 0.5057), ('none', 4, 8, 2, None, None), ('none', 4, 8, 4, None, None),
+        ('none', 4, 16, 1, 54.78, 0.4637), ('none', 4, 16, 2, None, None), ('none', 4, 16, 4, None, None),
+    ],
+    ('65B', 2048, 128, 'flash2+rms'): [
+        ('none', 2, 2, 1, None, None), ('none', 2, 2, 2, None, None), ('none', 2, 2, 4, None, None),
+        ('none', 2, 4, 1, 79.31, 0.5526), ('none', 2, 4, 2, None, None), ('none', 2, 4, 4, None, None),
+        ('none', 2, 8, 1, 79.54, 0.551), ('none', 2, 8, 2, None, None), ('none', 2, 8, 4, None, None),
+        ('none', 4, 2, 1, 87.14, 0.503), ('none', 4, 2, 2, None, None), ('none', 4, 2, 4, None, None),
+        ('none', 4, 4, 1, 86.61, 0.506), ('none', 4, 4, 2, 82.88, 0.5288), ('none', 4, 4, 4, None, None),
+        ('none', 4, 8, 1, 92.61, 0.4732), ('none', 4, 8, 2, 86.55, 0.5063), ('none', 4, 8, 4, None, None),
+        ('none', 8, 2, 1, 107.85, 0.4064), ('none', 8, 2, 2, 101.28, 0.4328), ('none', 8, 2, 4, None, None),
+        ('none', 8, 4, 1, 111.83, 0.3919), ('none', 8, 4, 2, 103.17, 0.4248), ('none', 8, 4, 4, None, None),
+        ('none', 8, 8, 1, 121.93, 0.3595), ('none', 8, 8, 2, 115.58, 0.3792), ('none', 8, 8, 4, None, None),
+    ],
 }
 
 
-def _group(selene, model: str, seq: int, gpus: int, rows: list) -> dict:
+def _group(selene, model: str, seq: int, gpus: int, kernels: str, rows: list) -> dict:
     layers, hidden, heads, ffn = MODELS[model]
     params = (("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads), ("KV_HEADS", heads), ("FFN", ffn),
               ("SEQ", seq), ("VOCAB", VOCAB), ("BATCH", TOKENS // seq), ("FLASH", 1))
@@ -158,9 +211,9 @@ def _group(selene, model: str, seq: int, gpus: int, rows: list) -> dict:
 
 def report(key, result) -> tuple[int, int, list[float], float | None]:
     """Print one group; return (OOM agreements, rows, step ratios, the pick's slowdown)."""
-    model, seq, gpus = key
+    model, seq, gpus, kernels = key
     rows = result["rows"]
-    print(f"\nLlama {model}, sequence {seq:,}, {gpus} A100s ({TOKENS // seq:,} sequences a step)")
+    print(f"\nLlama {model}, sequence {seq:,}, {gpus} A100s ({TOKENS // seq:,} sequences a step), {kernels}")
     print(f"{'layout':34s} {'measured':>9s} {'predicted':>10s} {'ratio':>6s} {'GiB':>6s}  OOM meas/pred")
     agree, ratios = 0, []
     for recompute, t, p, b, step, _, est in rows:
@@ -186,14 +239,14 @@ def report(key, result) -> tuple[int, int, list[float], float | None]:
         if pick[4] is None:
             print(f"pick: {name}, which ran out of memory (measured best t{best[1]} p{best[2]} mb{best[3]} {best[0]})")
         else:
-            slowdown = pick[4] / best[4]
+            slowdown = 1.0 if pick is best else pick[4] / best[4]
             print(f"pick: {name}: {'the measured best' if pick is best else f'{slowdown:.2f}x the measured best'}"
                   f" (t{best[1]} p{best[2]} mb{best[3]} {best[0]}, {best[4]:.2f} s)")
     both = [r for r in ran if r[6] is not None and r[6].fits]
     ranked = None
     if both and ran:
         pick, best = min(both, key=lambda r: r[6].step), min(ran, key=lambda r: r[4])
-        ranked = pick[4] / best[4]
+        ranked = 1.0 if pick is best else pick[4] / best[4]
         print(f"ranking alone (the predicted fastest of the layouts that ran): t{pick[1]} p{pick[2]} mb{pick[3]} "
               f"{pick[0]}, {ranked:.2f}x the measured best")
     result["ranked"] = ranked
@@ -208,31 +261,30 @@ def report(key, result) -> tuple[int, int, list[float], float | None]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--group", help="one group, e.g. 13B/2048")
+    ap.add_argument("--kernels", choices=("flash2", "flash2+rms"), help="one kernel set (default both)")
     args = ap.parse_args()
     selene = load_platform("selene")
-    total_agree = total = 0
-    all_ratios: list[float] = []
-    picks: list[float | None] = []
-    ranking: list[float | None] = []
     t0 = time.perf_counter()
+    tally: dict[str, list] = {}
     for key, rows in SWEEP.items():
-        if args.group and args.group != f"{key[0]}/{key[1]}":
+        if args.group and args.group != f"{key[0]}/{key[1]}" or args.kernels and args.kernels != key[3]:
             continue
         result = _group(selene, *key, rows)
-        agree, n, ratios, slowdown = report(key, result)
-        result_ranked = [result["ranked"]]
-        total_agree += agree
-        total += n
-        all_ratios += ratios
-        picks.append(slowdown)
-        ranking.append(result_ranked[0])
-    print(f"\nall: OOM agreement {total_agree}/{total}; predicted/measured step median "
-          f"{statistics.median(all_ratios):.2f}, range {min(all_ratios):.2f}-{max(all_ratios):.2f}, within 0.8-1.25: "
-          f"{sum(0.8 <= r <= 1.25 for r in all_ratios)}/{len(all_ratios)}; picks the measured best: "
-          f"{sum(1 for s in picks if s == 1.0)}/{len(picks)}, worst pick "
-          f"{max((s for s in picks if s is not None), default=float('nan')):.2f}x; ranking alone picks the best "
-          f"{sum(1 for r in ranking if r == 1.0)}/{len(ranking)}, worst "
-          f"{max((r for r in ranking if r is not None), default=float('nan')):.2f}x [{time.perf_counter() - t0:.0f} s]")
+        tally.setdefault(key[3], []).append((*report(key, result), result["ranked"]))
+    print()
+    for kernels, groups in tally.items():
+        agree, n = sum(g[0] for g in groups), sum(g[1] for g in groups)
+        ratios = [r for g in groups for r in g[2]]
+        picks, ranked = [g[3] for g in groups], [g[4] for g in groups]
+        steps = (f"predicted/measured step median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-"
+                 f"{max(ratios):.2f}, within 0.8-1.25 {sum(0.8 <= r <= 1.25 for r in ratios)}/{len(ratios)}; "
+                 if ratios else "")
+        print(f"{kernels}: OOM agreement {agree}/{n}; {steps}the pick ran and was the measured best in "
+              f"{sum(1 for x in picks if x == 1.0)}/{len(groups)} groups (ran out of memory in "
+              f"{sum(1 for x in picks if x is None)}); ranking the layouts that ran, the predicted fastest is the "
+              f"measured best in {sum(1 for x in ranked if x == 1.0)}/{len(groups)}, worst "
+              f"{max((x for x in ranked if x is not None), default=float('nan')):.2f}x")
+    print(f"[{time.perf_counter() - t0:.0f} s]")
 
 
 if __name__ == "__main__":
