@@ -20,20 +20,22 @@ includes the block's forward again, under the one gather (DeepSpeed's activation
 fetches the block once for the recomputation and its backward).
 
 **The group.** The gathers span every data-parallel rank; once they span nodes they are priced by
-:func:`mapper.parallel.collectives.collective` as NCCL runs them, rings (no tree for an all-gather or a
-reduce-scatter), each rank's shard crossing the fabric at the rank's share of its node's NICs
-(one rank a node: the sharded buffers are flat over all ``d`` ranks, so a node's ranks do
-not combine their traffic), with the fabric's latency at every ring step. That alone keeps
-ZeRO-3 far too fast: Narayanan et al. (SC'21, 5.2, Table 2) measure DeepSpeed's ZeRO-3 on the
-175B GPT-3 at 1,536 sequences per step at 144, 88 and 44 TFLOP/s per GPU on 384, 768 and 1,536
-A100s (PTD-P: 153, 149, 141), and the 530B model at 138, 98 and 48 on 640, 1,120 and 2,240.
-The two larger runs of each model take the same time per step (74 and 74 days; 137 and 140),
-so their collectives are bound by a per-GPU rate that does not depend on the number of GPUs:
-each GPU moves three times the model's 16-bit bytes per step whatever ``d`` is. The rate is
-:data:`SHARDED_EFFICIENCY` of the rank's NIC share, the one parameter here, fitted on the 175B
-run on 768 GPUs; ``benchmarks/zero3.py`` prints it against the others (MiCS, Zhang et al.,
-VLDB 2022, measure the same fall of collectives' bandwidth use with the number of their
-participants; we found no published breakdown that pins the rate itself).
+:func:`mapper.parallel.collectives.collective` as a ring of all ``d`` ranks (NCCL runs an
+all-gather or a reduce-scatter as rings only), with the fabric's latency at every step and each
+rank moving its bytes at :data:`SHARDED_EFFICIENCY` of its own share of the node's NICs.
+The collective model's NCCL rings, which combine a node's NICs, keep ZeRO-3 far too fast
+(2.1x and 3.5x the published throughput on 768 and 1,536 A100s): Narayanan et al. (SC'21, 5.2, Table 2) measure
+DeepSpeed's ZeRO-3 on the 175B GPT-3 at 1,536 sequences per step at 144, 88 and 44 TFLOP/s
+per GPU on 384, 768 and 1,536 A100s (PTD-P: 153, 149, 141), and the 530B model at 138, 98
+and 48 on 640, 1,120 and 2,240. The two larger runs of each model take the same time per step
+(74 and 74 days; 137 and 140), so their collectives are bound by a per-GPU rate that does
+not depend on the number of GPUs: each GPU moves three times the model's 16-bit bytes per
+step whatever ``d`` is, at some 16 GB/s, below one HDR NIC's 25. That rate is the one
+parameter here, fitted on the 175B run on 768 GPUs; ``benchmarks/zero3.py`` prints it
+against the other five rows. Why DeepSpeed's 2021 ZeRO-3 moved so little is not pinned
+down by a published breakdown (MiCS, Zhang et al., VLDB 2022, measure the bandwidth use of
+collectives falling with their number of participants); FSDP and later ZeRO-3 releases
+may well do better, and the parameter is theirs to refit.
 """
 
 from __future__ import annotations
