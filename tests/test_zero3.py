@@ -98,13 +98,15 @@ def _model(g, plat):
     return PlanModel(profile, network(domain_view(plat)), 64, "adam", 80 * GIB)
 
 
-def test_a_zero3_plan_graph_passes_the_validator():
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_a_zero3_plan_graph_passes_the_validator(pipeline):
     plat = _selene(4)
     g = _gpt()
-    est = plan_cluster(g, plat, LayoutSpec(tensor=1, pipeline=1, data=32, micro_batch=1, recompute="full", zero=3),
-                       "adam", lambda x: fuse_for(x, plat)).best
+    est = plan_cluster(g, plat, LayoutSpec(tensor=1, pipeline=pipeline, micro_batch=1, interleave=1,
+                                           recompute="full", zero=3), "adam", lambda x: fuse_for(x, plat)).best
+    assert est.layout.zero == 3 and est.layout.data == 32 // pipeline
     graph = plan_graph(est, g.name)
-    result = compile_graph(graph, replica_platform(plat, "gpu0", 1, plat.name), mapper="heft",
+    result = compile_graph(graph, replica_platform(plat, "gpu0", pipeline, plat.name), mapper="heft",
                            fuse="none")  # validated inside
     assert result.result.schedule.makespan == pytest.approx(est.step, rel=0.05)
 
@@ -131,3 +133,10 @@ def test_efficiency_is_a_share():
     net = network(_selene(2))
     slow = replace(net, node_gbs=net.node_gbs * zero3.SHARDED_EFFICIENCY)
     assert zero3.sharded(net, "allgather", 1e9, 16, 8) == collective(slow, "allgather", 1e9, 16, 1, rings=True)[0]
+
+
+def test_rings_alone_as_nccl_runs_a_gather():
+    net = network(_selene(16))
+    for n in (1e3, 1e6, 1e9):
+        ring, algo = collective(net, "allgather", n, 128, 8, rings=True)
+        assert algo == "ring" and ring >= collective(net, "allgather", n, 128, 8)[0]
