@@ -105,17 +105,22 @@ class _Writer(Emitter):
     def __init__(self, g: OnnxGraph, cache: int = 0) -> None:
         super().__init__(g)
         self.cache = cache
+        self.tokens: tuple[int, int] | None = None
 
     # -- the program --------------------------------------------------------------------------
     def run(self) -> Imported:
         g = self.g
+        matches = find_patterns(g, DECODER)
+        layer = next((m.attrs for m in matches if m.kind == "rotary_attention"), None)
+        #: a decoder's token ids [B, S], declared as the [B*S] rows its layers work on (token-major)
+        self.tokens = (layer["batch"], layer["seq"]) if layer is not None else None
         inputs = []
         for i in g.inputs:
             t = g.tensors[i]
             name = self.fresh(i)
             self.ref[i] = name
-            inputs.append(f"  input {name} : {t.dtype}{ints(t.shape)}")
-        matches = find_patterns(g, DECODER)
+            flat = t.dtype in ("i32", "i64") and t.shape == self.tokens
+            inputs.append(f"  input {name} : {t.dtype}{ints((math.prod(t.shape),) if flat else t.shape)}")
         replaced = {id(n): m for m in matches for n in m.nodes}
         done: set[int] = set()
         for n in g.nodes:
@@ -176,8 +181,8 @@ class _Writer(Emitter):
     def rows(self, raw: str, x: str) -> tuple[str, int]:
         """``x`` [..., D] as [T, D] (a view; ``x`` itself when 2-D) and T."""
         shape = self.g.tensors[x].shape
-        if len(shape) == 2:
-            return self.operand(x), shape[0]
+        if len(shape) == 2 or (self.tokens is not None and shape[:2] == self.tokens and len(shape) == 3):
+            return self.operand(x), math.prod(shape[:-1])  # already rows
         t = math.prod(shape[:-1])
         return self.emit(raw, f"reshape({self.operand(x)}, shape = {ints((t, shape[-1]))})"), t
 
@@ -211,7 +216,7 @@ class _Writer(Emitter):
         out = self.emit(out_mm.name if a["out_bias"] is None else f"{out_mm.name}_matmul", f"matmul({att}, {wo})")
         if a["out_bias"] is not None:
             out = self.emit(out_mm.name, f"add({out}, {self.operand(a['out_bias'])})")
-        self.emit(f"{out_mm.name}_view", f"reshape({out}, shape = {ints(self.g.tensors[m.output].shape)})", m.output)
+        self.rows_out(f"{out_mm.name}_view", out, m.output)
 
     def decoder_mlp(self, m: Match) -> None:
         """Gate and up projections as one GEMM, ``swiglu``, the down projection, on [T, D] rows."""
@@ -222,7 +227,16 @@ class _Writer(Emitter):
         both = self.emit(f"{gate.name}_gate_up", f"matmul({x}, {w})")
         act = self.emit(f"{gate.name}_swiglu", f"swiglu({both})")
         out = self.emit(down.name, f"matmul({act}, {self.operand(down_w)})")
-        self.emit(f"{down.name}_view", f"reshape({out}, shape = {ints(self.g.tensors[m.output].shape)})", m.output)
+        self.rows_out(f"{down.name}_view", out, m.output)
+
+    def rows_out(self, raw: str, rows: str, output: str) -> None:
+        """``rows`` [T, D] as ONNX tensor ``output``: itself in a token-major decoder (the ids were
+        declared [B*S]), else viewed as the shape ONNX gives it."""
+        shape = self.g.tensors[output].shape
+        if self.tokens is not None and shape[:2] == self.tokens:
+            self.ref[output] = rows
+        else:
+            self.emit(raw, f"reshape({rows}, shape = {ints(shape)})", output)
 
     # -- one node ---------------------------------------------------------------------------------
     def node(self, n: OnnxNode) -> None:
