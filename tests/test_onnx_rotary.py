@@ -28,6 +28,7 @@ LLAMA_TG = Path(__file__).parent.parent / "examples" / "llama.tg"
 CONFIG = {"LAYERS": 2, "HIDDEN": 64, "HEADS": 4, "KV_HEADS": 2, "FFN": 128, "VOCAB": 256}
 BATCH, SEQ = 2, 16
 MODELS = [f"{family}_{exporter}" for family in ("llama", "qwen2", "mistral") for exporter in ("dynamo", "legacy")]
+MODELS.append("llama_sdpa_dynamo")  # transformers' default attention (scaled_dot_product_attention)
 
 
 def _imported(name: str, batch: int = BATCH, seq: int = SEQ):

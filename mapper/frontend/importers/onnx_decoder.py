@@ -168,10 +168,10 @@ def rotary_attention(ix: Index, soft: OnnxNode) -> Match | None:
     q_in = scores.inputs[0]
     scale = ix.made_by(q_in, "Mul")
     q_nodes: list[OnnxNode] = []
-    if scale is not None and ix.const(scale.inputs[1]) is not None and ix.only_consumer(q_in) is scale:
+    if scale is not None and ix.const(scale.inputs[1]) is not None and ix.only_consumer(scale.inputs[0]) is scale:
         q_in, q_nodes = scale.inputs[0], [scale]
-    kt = ix.made_by(scores.inputs[1], "Transpose")
-    if kt is None or tuple(kt.attrs.get("perm", ())) != (0, 1, 3, 2) or ix.only_consumer(scores.inputs[1]) is None:
+    keys_t = _transposed(ix, scores.inputs[1])
+    if keys_t is None:
         return None
     qr = _rotated(ix, q_in)
     if qr is None:
@@ -183,7 +183,7 @@ def rotary_attention(ix: Index, soft: OnnxNode) -> Match | None:
     ctx = ix.only_consumer(probs)
     if ctx is None or ctx.op != "MatMul" or ctx.inputs[0] != probs:
         return None
-    k_heads, past, k_nodes = _keys_side(ix, kt.inputs[0], h)
+    k_heads, past, k_nodes = _keys_side(ix, keys_t[0], h)
     v_heads, v_past, v_nodes = _keys_side(ix, ctx.inputs[1], h)
     kr = _rotated(ix, k_heads)
     k = _projected_heads(ix, kr[0]) if kr is not None else None
@@ -217,12 +217,38 @@ def rotary_attention(ix: Index, soft: OnnxNode) -> Match | None:
     if ix.g.tensors[q.x].shape[:2] != (b, s):
         return None
     causal, window = _mask_kind(ix, mask, s, past)
-    nodes = (*q.nodes, *k.nodes, *v.nodes, *qr[1], *kr[1], *k_nodes, *v_nodes, *q_nodes, kt, scores, *around,
+    nodes = (*q.nodes, *k.nodes, *v.nodes, *qr[1], *kr[1], *k_nodes, *v_nodes, *q_nodes, *keys_t[1], scores, *around,
              soft, *guard, ctx, back, merge, *tail)
     attrs = {"heads": h, "kv_heads": k.heads, "head_dim": q.dh, "batch": b, "seq": s, "cache": past,
              "causal": int(causal), "window": window, "weights": (q.weight, k.weight, v.weight, wo),
              "biases": (q.bias, k.bias, v.bias) if q.bias is not None else None, "out_bias": bias_o}
     return Match("rotary_attention", nodes, (q.x,), tail[-1].outputs[0], attrs)
+
+
+def _transposed(ix: Index, tensor: str) -> tuple[str, list[OnnxNode]] | None:
+    """``tensor`` = K^T [* scale]: Transpose(0, 1, 3, 2) of K, or as torch exports
+    ``scaled_dot_product_attention``: K through [B*H, S, dh], Transpose(0, 2, 1), back to
+    [B, H, dh, S], scaled apart (its Q too). (K, nodes) or None."""
+    nodes: list[OnnxNode] = []
+    scale = ix.made_by(tensor, "Mul")
+    if scale is not None and ix.const(scale.inputs[1]) is not None and ix.only_consumer(scale.inputs[0]) is scale:
+        tensor, nodes = scale.inputs[0], [scale]
+    if ix.only_consumer(tensor) is None:
+        return None
+    tr = ix.made_by(tensor, "Transpose")
+    if tr is not None and tuple(tr.attrs.get("perm", ())) == (0, 1, 3, 2):
+        return tr.inputs[0], [tr, *nodes]
+    back = ix.made_by(tensor, "Reshape")
+    tr = ix.made_by(back.inputs[0], "Transpose") if back is not None else None
+    flat = ix.made_by(tr.inputs[0], "Reshape") if tr is not None else None
+    if back is None or tr is None or flat is None or tuple(tr.attrs.get("perm", ())) != (0, 2, 1):
+        return None
+    if ix.only_consumer(back.inputs[0]) is None or ix.only_consumer(tr.inputs[0]) is None:
+        return None
+    b, h, s, dh = ix.g.tensors[flat.inputs[0]].shape if len(ix.g.tensors[flat.inputs[0]].shape) == 4 else (0,) * 4
+    if ix.g.tensors[tensor].shape != (b, h, dh, s) or b == 0:
+        return None
+    return flat.inputs[0], [flat, tr, back, *nodes]
 
 
 def _keys_side(ix: Index, tensor: str, heads: int) -> tuple[str, int, list[OnnxNode]]:

@@ -7,10 +7,11 @@ Run once, offline, with torch and transformers installed (neither is a dependenc
 Each model is built from a config with random weights (nothing is downloaded): Llama
 (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``: biases on the Q, K and V projections) and
 Mistral (``MistralForCausalLM`` with a sliding window shorter than the exported sequence), all
-with grouped-query attention (4 query heads, 2 key-value heads of 16), 2 layers, width 64,
+with eager attention and grouped-query heads (4 query heads, 2 key-value heads of 16), 2 layers, width 64,
 16-bit weights. Each is exported twice: by torch's default (dynamo) exporter, which writes
 ``NAME.onnx`` and its weights in ``NAME.onnx.data``, and by the TorchScript exporter
-(``dynamo=False``), one file. Inputs are the token ids ``[batch, seq]`` (both dimensions dynamic);
+(``dynamo=False``), one file; ``llama_sdpa_dynamo`` has transformers' default attention
+(``scaled_dot_product_attention``). Inputs are the token ids ``[batch, seq]`` (both dimensions dynamic);
 ``llama_decode`` also takes a KV cache (``past_key_i``, ``past_value_i`` ``[batch, 2, past, 16]``)
 and returns it extended.
 """
@@ -67,11 +68,11 @@ class Decode(torch.nn.Module):
         return (out.logits, *present)
 
 
-def build(family: str) -> torch.nn.Module:
+def build(family: str, attention: str = "eager") -> torch.nn.Module:
     config_class, model_class, extra = FAMILIES[family]
     torch.manual_seed(0)
-    model = model_class(config_class(**SIZES, **extra)).to(torch.float16).eval()
-    return model
+    model = model_class(config_class(**{**SIZES, "attn_implementation": attention}, **extra))
+    return model.to(torch.float16).eval()
 
 
 def export(module: torch.nn.Module, args: tuple, path: str, dynamo: bool, names: list[str],
@@ -88,6 +89,7 @@ def export(module: torch.nn.Module, args: tuple, path: str, dynamo: bool, names:
 
 def main(out: str) -> None:
     os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
     ids = torch.randint(0, SIZES["vocab_size"], (BATCH, SEQ))
     for family in FAMILIES:
         model = build(family)
@@ -97,6 +99,12 @@ def main(out: str) -> None:
                 export(Logits(model), (ids,), name, dynamo, ["input_ids"], ["logits"],
                        {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
             print("wrote", name)
+    # transformers' default attention, torch's scaled_dot_product_attention (the TorchScript
+    # exporter cannot export it with grouped-query heads)
+    name = os.path.join(out, "llama_sdpa_dynamo.onnx")
+    with torch.no_grad():
+        export(Logits(build("llama", "sdpa")), (ids,), name, True, ["input_ids"], ["logits"], {})
+    print("wrote", name)
     model = build("llama")
     layers = SIZES["num_hidden_layers"]
     past = []
