@@ -10,11 +10,11 @@ import contextlib
 import dataclasses
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from mapper.core.graph import SourceNode, TaskGraph
-from mapper.errors import InputWarning
+from mapper.errors import InputWarning, OptionsError
 from mapper.frontend.lowering.program import lower, read_dsl_file
 from mapper.frontend.parse import parse
 from mapper.frontend.sources import ModelFile, is_model
@@ -85,3 +85,40 @@ def read_with_sources(path: str | os.PathLike[str]) -> tuple[str, AbstractContex
             warnings.warn(warning, InputWarning, stacklevel=2)
         return imported.text, imported.blame(), imported.sources
     return read_dsl_file(file, None, None), contextlib.nullcontext(), {}
+
+
+def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], TaskGraph]:
+    """``(seq, batch, cache) -> graph`` of an exported decoder whose only input is its token ids:
+    imported with the ids ``[batch, seq]``, each decoder attention also reading ``cache`` positions
+    of a KV cache (docs/importers.md, "Decoder layers"), as a DSL model with params SEQ, BATCH and
+    CACHE is lowered; ``command`` is named in the errors."""
+    from mapper.frontend.importers.onnx_dsl import import_onnx
+    from mapper.frontend.importers.onnx_model import graph_inputs
+
+    if model.dims or model.input_shapes:
+        flag = "--dim" if model.dims else "--input-shape"
+        raise OptionsError(f"{command} sets the token ids' shape [batch, seq] itself: drop {flag}", obj=flag)
+    inputs = graph_inputs(model.path)
+    ids = [name for name, dtype, rank in inputs if dtype in ("i32", "i64") and rank == 2]
+    if inputs and (len(inputs) != 1 or len(ids) != 1):
+        listed = ", ".join(name for name, _, _ in inputs)
+        raise OptionsError(f"{command} imports {model.path} at each step's sizes: it needs an export whose only "
+                           f"input is the token ids [batch, seq] (the model has: {listed})", obj="MODEL")
+    made: dict[tuple[int, int, int], TaskGraph] = {}
+
+    def at(seq: int, batch: int, cache: int) -> TaskGraph:
+        key = (seq, batch, cache)
+        if key not in made:
+            shapes = {ids[0]: (batch, seq)} if ids else {}
+            imported = import_onnx(model.path, None, shapes, dict(model.input_values), cache)
+            if not imported.fused.get("rotary_attention"):
+                raise OptionsError(f"{command} needs a decoder whose attention it recognises (rotary, grouped-query: "
+                                   f"docs/importers.md); {model.path} has none", obj="MODEL")
+            if not made and imported.warning():
+                warnings.warn(imported.warning() or "", InputWarning, stacklevel=2)
+            with imported.blame():
+                graph = graph_from_text(imported.text, model.path)
+            made[key] = without_spans(graph, imported.sources)
+        return made[key]
+
+    return at

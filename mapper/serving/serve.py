@@ -181,11 +181,12 @@ def cost_per_million(outcome: Outcome, price_per_gpu_hour: float | None) -> floa
 
 def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform, runtime: Runtime,
                fuse: str = "auto", precision: str | None = None, kv_precision: str | None = None) -> Server:
-    """The :class:`Server` of the DSL model ``src`` (params SEQ, BATCH, CACHE) on ``platform``'s GPUs,
+    """The :class:`Server` of the DSL model ``src`` (params SEQ, BATCH, CACHE) or exported decoder
+    (:func:`mapper.frontend.load.model_lowerer`) on ``platform``'s GPUs,
     weights and cache in ``precision`` and ``kv_precision`` (:mod:`mapper.serving.precision`)."""
     from mapper.costing.fusion import fuse_for
     from mapper.costing.precision import require_format
-    from mapper.frontend.load import read_program
+    from mapper.frontend.load import model_lowerer, read_program
     from mapper.frontend.parse import parse
     from mapper.frontend.sources import is_model
     from mapper.parallel.collectives import network
@@ -193,18 +194,18 @@ def server_for(src: str | os.PathLike[str] | ModelFile, platform: str | Platform
     from mapper.serving.driver import lowerer
     from mapper.serving.precision import KV, kv_format, weight_format
 
-    if is_model(os.fspath(src)):
-        raise OptionsError("mapper serve lowers the model at each step's sizes: give a DSL model with params SEQ, "
-                           "BATCH and CACHE (examples/llama.tg); an imported model is one fixed graph", obj="MODEL")
     fmt = weight_format(precision)
     kv = kv_format(kv_precision, fmt, runtime.name)
     plat = platform if isinstance(platform, Platform) else load_platform(platform)
     if fmt is not None:
         require_format(plat, fmt)
-    text, blame = read_program(src)
-    with blame:
-        program = parse(text, os.fspath(src))
-    lower = lowerer(program, blame, src, True, "mapper serve")
+    if is_model(os.fspath(src)):  # an exported decoder, imported at each step's sizes
+        lower = model_lowerer(src if isinstance(src, ModelFile) else ModelFile(os.fspath(src)), "mapper serve")
+    else:
+        text, blame = read_program(src)
+        with blame:
+            program = parse(text, os.fspath(src))
+        lower = lowerer(program, blame, src, True, "mapper serve")
 
     def prepare(g: TaskGraph) -> TaskGraph:
         return fuse_for(g, plat, fuse)

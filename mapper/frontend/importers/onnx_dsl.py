@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from mapper.core.graph import SourceNode
 from mapper.errors import DslError, InputError
 from mapper.frontend.importers.dsl_writer import comment_text, dsl_name, dsl_number
+from mapper.frontend.importers.onnx_decoder import DECODER
 from mapper.frontend.importers.onnx_emit import TYPED, Emitter, ints
 from mapper.frontend.importers.onnx_fold import MAX_FOLDED_ELEMENTS
 from mapper.frontend.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
@@ -81,14 +82,15 @@ class Imported:
 
 def import_onnx(path: str, dims: Mapping[str, int] | None = None,
                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                input_values: Mapping[str, tuple[float, ...]] | None = None) -> Imported:
-    """Read the ONNX model at ``path`` (see :func:`~mapper.frontend.importers.onnx_model.read_onnx`) as DSL text."""
-    return onnx_to_dsl(read_onnx(path, dims, input_shapes, input_values))
+                input_values: Mapping[str, tuple[float, ...]] | None = None, cache: int = 0) -> Imported:
+    """Read the ONNX model at ``path`` (see :func:`~mapper.frontend.importers.onnx_model.read_onnx`) as DSL text;
+    ``cache``: positions a KV cache holds beyond the model's own (its decoder attention's ``cache``)."""
+    return onnx_to_dsl(read_onnx(path, dims, input_shapes, input_values), cache)
 
 
-def onnx_to_dsl(g: OnnxGraph) -> Imported:
+def onnx_to_dsl(g: OnnxGraph, cache: int = 0) -> Imported:
     try:
-        return _Writer(g).run()
+        return _Writer(g, cache).run()
     except KeyError as err:  # a tensor whose producer wrote nothing (an input-less node mapper cannot express)
         raise InputError(f"the model uses tensor {err.args[0]!r}, which no node it can import produces",
                          obj=g.file) from None
@@ -100,16 +102,25 @@ def _describe(n: OnnxNode) -> str:
 
 
 class _Writer(Emitter):
+    def __init__(self, g: OnnxGraph, cache: int = 0) -> None:
+        super().__init__(g)
+        self.cache = cache
+        self.tokens: tuple[int, int] | None = None
+
     # -- the program --------------------------------------------------------------------------
     def run(self) -> Imported:
         g = self.g
+        matches = find_patterns(g, DECODER)
+        layer = next((m.attrs for m in matches if m.kind == "rotary_attention"), None)
+        #: a decoder's token ids [B, S], declared as the [B*S] rows its layers work on (token-major)
+        self.tokens = (layer["batch"], layer["seq"]) if layer is not None else None
         inputs = []
         for i in g.inputs:
             t = g.tensors[i]
             name = self.fresh(i)
             self.ref[i] = name
-            inputs.append(f"  input {name} : {t.dtype}{ints(t.shape)}")
-        matches = find_patterns(g)
+            flat = t.dtype in ("i32", "i64") and t.shape == self.tokens
+            inputs.append(f"  input {name} : {t.dtype}{ints((math.prod(t.shape),) if flat else t.shape)}")
         replaced = {id(n): m for m in matches for n in m.nodes}
         done: set[int] = set()
         for n in g.nodes:
@@ -139,9 +150,12 @@ class _Writer(Emitter):
         placed.append(("}", None))
         origins = {k: origin for k, (_, origin) in enumerate(placed, 1) if origin is not None}
         fused = Counter(m.kind for m in matches)
+        windows = sorted({m.attrs["window"] for m in matches if m.kind == "rotary_attention" and m.attrs["window"]})
+        notes = g.notes + ((f"sliding-window attention (window {', '.join(map(str, windows))}) is priced as full "
+                            "causal attention",) if windows else ())
         return Imported("\n".join(line for line, _ in placed) + "\n", len(g.nodes) + g.evaluated, self.tasks,
                         sum(n.folded for n in g.nodes) + g.evaluated, dict(fused), dict(self.unsupported), g.file,
-                        origins, g.notes, dict(self.sources))
+                        origins, notes, dict(self.sources))
 
     def pattern(self, m: Match, first: OnnxNode) -> None:
         last = m.nodes[-1]
@@ -150,6 +164,10 @@ class _Writer(Emitter):
         elif m.kind in ("layernorm", "rmsnorm"):
             eps = dsl_number(m.attrs["eps"])
             self.emit(last.name, f"{m.kind}({self.operand(m.inputs[0])}, eps = {eps})", m.output)
+        elif m.kind == "rotary_attention":
+            self.decoder_attention(m)
+        elif m.kind == "swiglu":
+            self.decoder_mlp(m)
         else:  # attention on [B*S, D] views of the projections
             b, s, d = m.attrs["batch"], m.attrs["seq"], m.attrs["width"]
             flat = [self.emit(f"{first.name}_{part}", f"reshape({self.operand(x)}, shape = {ints((b * s, d))})")
@@ -158,6 +176,67 @@ class _Writer(Emitter):
             att = self.emit(f"{last.name}_attention",
                             f"attention({', '.join(flat)}, heads = {m.attrs['heads']}, seq = {s}{causal})")
             self.emit(last.name, f"reshape({att}, shape = {ints(self.g.tensors[m.output].shape)})", m.output)
+
+    # -- decoder layers (:mod:`.onnx_decoder`) ------------------------------------------------------
+    def rows(self, raw: str, x: str) -> tuple[str, int]:
+        """``x`` [..., D] as [T, D] (a view; ``x`` itself when 2-D) and T."""
+        shape = self.g.tensors[x].shape
+        if len(shape) == 2 or (self.tokens is not None and shape[:2] == self.tokens and len(shape) == 3):
+            return self.operand(x), math.prod(shape[:-1])  # already rows
+        t = math.prod(shape[:-1])
+        return self.emit(raw, f"reshape({self.operand(x)}, shape = {ints((t, shape[-1]))})"), t
+
+    def fused_weight(self, raw: str, parts: tuple[str, ...], axis: int) -> str:
+        """One weight declared for the constant ``parts`` joined along ``axis`` (Q|K|V, gate|up)."""
+        shapes = [self.g.tensors[p].shape for p in parts]
+        shape = list(shapes[0])
+        shape[axis] = sum(sh[axis] for sh in shapes)
+        name = self.fresh(raw)
+        self.weights.append((f"  weight {name} : {self.g.tensors[parts[0]].dtype}{ints(shape)}", self.origin))
+        return name
+
+    def decoder_attention(self, m: Match) -> None:
+        """Q, K, V projections as one GEMM laid out by query groups (as ``attention`` takes a
+        grouped-query ``qkv``), ``rotary``, ``attention`` and the output projection, on [T, D] rows
+        (docs/importers.md, "Decoder layers")."""
+        a = m.attrs
+        q_mm, soft, out_mm = m.nodes[0], next(n for n in m.nodes if n.op == "Softmax"), m.nodes[-1]
+        h, kv, s = a["heads"], a["kv_heads"], a["seq"]
+        x, _ = self.rows(f"{q_mm.name}_rows", m.inputs[0])
+        w = self.fused_weight(f"{a['weights'][0]}_qkv", a["weights"][:3], 1)
+        qkv = self.emit(f"{q_mm.name}_qkv", f"matmul({x}, {w})")
+        if a["biases"] is not None:
+            bias = self.fused_weight(f"{a['biases'][0]}_qkv", a["biases"], 0)
+            qkv = self.emit(f"{q_mm.name}_qkv_bias", f"add({qkv}, {bias})")
+        sizes = f"heads = {h}, kv_heads = {kv}, seq = {s}"
+        rot = self.emit(f"{soft.name}_rotary", f"rotary({qkv}, {sizes})")
+        flags = "".join(f", {k} = {v}" for k, v in (("causal", a["causal"]), ("cache", a["cache"] + self.cache)) if v)
+        att = self.emit(f"{soft.name}_attention", f"attention({rot}, {sizes}{flags})")
+        wo = self.operand(a["weights"][3])
+        out = self.emit(out_mm.name if a["out_bias"] is None else f"{out_mm.name}_matmul", f"matmul({att}, {wo})")
+        if a["out_bias"] is not None:
+            out = self.emit(out_mm.name, f"add({out}, {self.operand(a['out_bias'])})")
+        self.rows_out(f"{out_mm.name}_view", out, m.output)
+
+    def decoder_mlp(self, m: Match) -> None:
+        """Gate and up projections as one GEMM, ``swiglu``, the down projection, on [T, D] rows."""
+        gate, down = m.nodes[0], m.nodes[-1]
+        gate_w, up_w, down_w = m.attrs["weights"]
+        x, _ = self.rows(f"{gate.name}_rows", m.inputs[0])
+        w = self.fused_weight(f"{gate_w}_gate_up", (gate_w, up_w), 1)
+        both = self.emit(f"{gate.name}_gate_up", f"matmul({x}, {w})")
+        act = self.emit(f"{gate.name}_swiglu", f"swiglu({both})")
+        out = self.emit(down.name, f"matmul({act}, {self.operand(down_w)})")
+        self.rows_out(f"{down.name}_view", out, m.output)
+
+    def rows_out(self, raw: str, rows: str, output: str) -> None:
+        """``rows`` [T, D] as ONNX tensor ``output``: itself in a token-major decoder (the ids were
+        declared [B*S]), else viewed as the shape ONNX gives it."""
+        shape = self.g.tensors[output].shape
+        if self.tokens is not None and shape[:2] == self.tokens:
+            self.ref[output] = rows
+        else:
+            self.emit(raw, f"reshape({rows}, shape = {ints(shape)})", output)
 
     # -- one node ---------------------------------------------------------------------------------
     def node(self, n: OnnxNode) -> None:

@@ -230,6 +230,21 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
                      outputs, tuple(nodes), tensors, notes, evaluated, loaders)
 
 
+def graph_inputs(path: str | os.PathLike[str]) -> tuple[tuple[str, str, int], ...]:
+    """The model's inputs that are not initializers: (name, DSL dtype, rank); () for a file that is
+    not a readable ONNX model (:func:`read_onnx` says what is wrong with it)."""
+    file = os.fspath(path)
+    try:
+        if not stat.S_ISREG(os.stat(file).st_mode) or os.path.getsize(file) > MAX_MODEL_BYTES:
+            return ()
+        model = _onnx().load(file, load_external_data=False)
+    except Exception:  # protobuf's decode errors have no common base worth naming
+        return ()
+    init = {t.name for t in model.graph.initializer}
+    return tuple((vi.name, DTYPES.get(vi.type.tensor_type.elem_type, "?"), len(vi.type.tensor_type.shape.dim))
+                 for vi in model.graph.input if vi.name not in init)
+
+
 def _first_line(err: BaseException) -> str:
     """The first line of an exception's message (never its class name, unless it has no message)."""
     lines = str(err).strip().splitlines()

@@ -16,7 +16,7 @@ op that computes it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ class Match:
     attrs: Mapping[str, Any]
 
 
-class _Index:
+class Index:
     """Producers and consumers of the graph's tensors."""
 
     def __init__(self, g: OnnxGraph) -> None:
@@ -70,9 +70,11 @@ class _Index:
         return node.inputs[1] if node.inputs[0] == tensor else node.inputs[0]
 
 
-def find_patterns(g: OnnxGraph) -> list[Match]:
-    """Every non-overlapping GELU, layer-norm, RMS-norm and attention subgraph, in node order."""
-    ix = _Index(g)
+def find_patterns(g: OnnxGraph, extra: Mapping[str, Callable[[Index, OnnxNode], Match | None]] | None = None
+                  ) -> list[Match]:
+    """Every non-overlapping GELU, layer-norm, RMS-norm and attention subgraph, in node order;
+    ``extra`` matchers by the op type they start from are tried where these find nothing."""
+    ix = Index(g)
     found: list[Match] = []
     used: set[int] = set()
     for n in g.nodes:
@@ -87,36 +89,38 @@ def find_patterns(g: OnnxGraph) -> list[Match]:
             m = _layernorm(ix, n) or _rmsnorm(ix, n)
         elif n.op == "Softmax":
             m = _attention(ix, n)
+        if m is None and extra and n.op in extra:
+            m = extra[n.op](ix, n)
         if m is not None and not any(id(x) in used for x in m.nodes):
             used.update(id(x) for x in m.nodes)
             found.append(m)
     return found
 
 
-def _close(value: float | None, want: float, rel: float = 1e-3) -> bool:
+def close(value: float | None, want: float, rel: float = 1e-3) -> bool:
     return value is not None and math.isclose(value, want, rel_tol=rel)
 
 
-def _gelu(ix: _Index, erf: OnnxNode) -> Match | None:
+def _gelu(ix: Index, erf: OnnxNode) -> Match | None:
     """x * 0.5 * (1 + erf(x / sqrt(2))), in either order of the two multiplies."""
     scale = ix.producer.get(erf.inputs[0])
     if scale is None or scale.op not in ("Div", "Mul") or ix.only_consumer(erf.inputs[0]) is not erf:
         return None
     x = next((i for i in scale.inputs if ix.const(i) is None), None)
     c = ix.const(ix.other(scale, x) or "") if x is not None else None
-    if x is None or not (_close(c, math.sqrt(2)) if scale.op == "Div" else _close(c, 1 / math.sqrt(2))):
+    if x is None or not (close(c, math.sqrt(2)) if scale.op == "Div" else close(c, 1 / math.sqrt(2))):
         return None
     return _gelu_tail(ix, x, [scale, erf])
 
 
-def _gelu_tanh(ix: _Index, tanh: OnnxNode) -> Match | None:
+def _gelu_tanh(ix: Index, tanh: OnnxNode) -> Match | None:
     """x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), the approximation GPT-2 uses
     (Hendrycks and Gimpel, arXiv:1606.08415, section 2), in either order of the multiplies."""
     scale = ix.made_by(tanh.inputs[0], "Mul")
     if scale is None or ix.only_consumer(tanh.inputs[0]) is not tanh:
         return None
     inner = next((i for i in scale.inputs if ix.const(i) is None), None)
-    if inner is None or not _close(ix.const(ix.other(scale, inner) or ""), math.sqrt(2 / math.pi)):
+    if inner is None or not close(ix.const(ix.other(scale, inner) or ""), math.sqrt(2 / math.pi)):
         return None
     plus = ix.made_by(inner, "Add")
     if plus is None or ix.only_consumer(inner) is not scale:
@@ -126,19 +130,19 @@ def _gelu_tanh(ix: _Index, tanh: OnnxNode) -> Match | None:
         if cubic is None or ix.only_consumer(cubic.outputs[0]) is not plus:
             continue
         power = next((ix.made_by(i, "Pow") for i in cubic.inputs if ix.made_by(i, "Pow") is not None), None)
-        if power is None or power.inputs[0] != x or not _close(ix.const(power.inputs[1]), 3.0) \
+        if power is None or power.inputs[0] != x or not close(ix.const(power.inputs[1]), 3.0) \
                 or ix.only_consumer(power.outputs[0]) is not cubic \
-                or not _close(ix.const(ix.other(cubic, power.outputs[0]) or ""), 0.044715):
+                or not close(ix.const(ix.other(cubic, power.outputs[0]) or ""), 0.044715):
             continue
         return _gelu_tail(ix, x, [power, cubic, plus, scale, tanh])
     return None
 
 
-def _gelu_tail(ix: _Index, x: str, head: list[OnnxNode]) -> Match | None:
+def _gelu_tail(ix: Index, x: str, head: list[OnnxNode]) -> Match | None:
     """The end both GELU forms share: 0.5 * x * (1 + f), f the output of ``head``'s last node."""
     f = head[-1].outputs[0]
     plus = ix.only_consumer(f)
-    if plus is None or plus.op != "Add" or not _close(ix.const(ix.other(plus, f) or ""), 1.0):
+    if plus is None or plus.op != "Add" or not close(ix.const(ix.other(plus, f) or ""), 1.0):
         return None
     mul = ix.only_consumer(plus.outputs[0])
     if mul is None or mul.op != "Mul":
@@ -146,20 +150,20 @@ def _gelu_tail(ix: _Index, x: str, head: list[OnnxNode]) -> Match | None:
     partner = ix.other(mul, plus.outputs[0])
     if partner == x:  # (x * (1 + f)) * 0.5
         half = ix.only_consumer(mul.outputs[0])
-        if half is None or half.op != "Mul" or not _close(ix.const(ix.other(half, mul.outputs[0]) or ""), 0.5):
+        if half is None or half.op != "Mul" or not close(ix.const(ix.other(half, mul.outputs[0]) or ""), 0.5):
             return None
         nodes = (*head, plus, mul, half)
     else:  # (x * 0.5) * (1 + f)
         half = ix.made_by(partner or "", "Mul")
         if half is None or ix.only_consumer(half.outputs[0]) is not mul or x not in half.inputs:
             return None
-        if not _close(ix.const(ix.other(half, x) or ""), 0.5):
+        if not close(ix.const(ix.other(half, x) or ""), 0.5):
             return None
         nodes = (half, *head, plus, mul)
     return Match("gelu", nodes, (x,), nodes[-1].outputs[0] if partner == x else mul.outputs[0], {})
 
 
-def _last_axis(node: OnnxNode, ix: _Index) -> bool:
+def _last_axis(node: OnnxNode, ix: Index) -> bool:
     axes = node.attrs.get("axes")
     if axes is None and len(node.inputs) > 1:
         t = ix.g.tensors.get(node.inputs[1])
@@ -168,7 +172,7 @@ def _last_axis(node: OnnxNode, ix: _Index) -> bool:
     return axes is not None and len(axes) == 1 and axes[0] % rank == rank - 1
 
 
-def _layernorm(ix: _Index, mean: OnnxNode) -> Match | None:
+def _layernorm(ix: Index, mean: OnnxNode) -> Match | None:
     """(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) [* gamma] [+ beta], over the last axis."""
     x = mean.inputs[0]
     sub = ix.only_consumer(mean.outputs[0])
@@ -179,7 +183,7 @@ def _layernorm(ix: _Index, mean: OnnxNode) -> Match | None:
     div = next((u for u in users if u.op == "Div"), None)
     if power is None or div is None or len(users) != 2:
         return None
-    if power.op == "Pow" and not _close(ix.const(power.inputs[1] if len(power.inputs) > 1 else ""), 2.0):
+    if power.op == "Pow" and not close(ix.const(power.inputs[1] if len(power.inputs) > 1 else ""), 2.0):
         return None
     if power.op == "Mul" and power.inputs != (sub.outputs[0], sub.outputs[0]):
         return None
@@ -207,14 +211,14 @@ def _layernorm(ix: _Index, mean: OnnxNode) -> Match | None:
     return Match("layernorm", tuple(nodes), (x,), last.outputs[0], {"eps": eps})
 
 
-def _rmsnorm(ix: _Index, var: OnnxNode) -> Match | None:
+def _rmsnorm(ix: Index, var: OnnxNode) -> Match | None:
     """x / sqrt(mean(x**2) + eps) [* gamma] over the last axis (Zhang and Sennrich, NeurIPS 2019),
     as exporters write Llama's and T5's: the inverse root as ``Reciprocal``, ``Div(1, .)`` or ``x / .``."""
     square = ix.made_by(var.inputs[0], "Pow") or ix.made_by(var.inputs[0], "Mul")
     if square is None or ix.only_consumer(square.outputs[0]) is not var or not _last_axis(var, ix):
         return None
     x = square.inputs[0]
-    if square.op == "Pow" and not _close(ix.const(square.inputs[1] if len(square.inputs) > 1 else ""), 2.0):
+    if square.op == "Pow" and not close(ix.const(square.inputs[1] if len(square.inputs) > 1 else ""), 2.0):
         return None
     if square.op == "Mul" and square.inputs != (x, x):
         return None
@@ -233,12 +237,18 @@ def _rmsnorm(ix: _Index, var: OnnxNode) -> Match | None:
         last = inv
     else:
         one = inv.op == "Reciprocal" or (inv.op == "Div" and inv.inputs[1] == root.outputs[0]
-                                         and _close(ix.const(inv.inputs[0]), 1.0))
+                                         and close(ix.const(inv.inputs[0]), 1.0))
         mul = ix.only_consumer(inv.outputs[0]) if one else None
         if mul is None or mul.op != "Mul" or ix.other(mul, inv.outputs[0]) != x:
             return None
         nodes.append(mul)
         last = mul
+    back = ix.only_consumer(last.outputs[0])  # a float32 norm of 16-bit activations: Cast in and back
+    ahead = ix.made_by(x, "Cast")
+    if back is not None and back.op == "Cast" and ahead is not None and len(ix.consumers.get(x, [])) == 2 \
+            and x not in ix.outputs and ix.g.tensors[back.outputs[0]].dtype == ix.g.tensors[ahead.inputs[0]].dtype:
+        nodes = [ahead, *nodes, back]
+        x, last = ahead.inputs[0], back
     nxt = ix.only_consumer(last.outputs[0])  # the gain, when it is constant
     partner = ix.other(nxt, last.outputs[0]) if nxt is not None and nxt.op == "Mul" else None
     if nxt is not None and partner is not None and ix.g.tensors[partner].const:
@@ -247,7 +257,7 @@ def _rmsnorm(ix: _Index, var: OnnxNode) -> Match | None:
     return Match("rmsnorm", tuple(nodes), (x,), last.outputs[0], {"eps": eps})
 
 
-def _heads(ix: _Index, tensor: str, perm: tuple[int, ...]) -> tuple[str, int, int, int, list[OnnxNode]] | None:
+def _heads(ix: Index, tensor: str, perm: tuple[int, ...]) -> tuple[str, int, int, int, list[OnnxNode]] | None:
     """``tensor`` = Transpose(perm)(Reshape(x[B, S, D] -> [B, S, H, dh])): (x, B, S, H, nodes)."""
     tr = ix.made_by(tensor, "Transpose")
     if tr is None or tuple(tr.attrs.get("perm", ())) != perm or ix.only_consumer(tensor) is None:
@@ -262,7 +272,7 @@ def _heads(ix: _Index, tensor: str, perm: tuple[int, ...]) -> tuple[str, int, in
     return x, src[0], src[1], dst[2], [rs, tr]
 
 
-def _scaled(ix: _Index, tensor: str) -> tuple[str, list[OnnxNode]]:
+def _scaled(ix: Index, tensor: str) -> tuple[str, list[OnnxNode]]:
     """``tensor`` = Mul(x, scalar constant) read only here: (x, [the Mul]); else (tensor, [])."""
     mul = ix.made_by(tensor, "Mul")
     if mul is None or ix.only_consumer(tensor) is None or ix.const(mul.inputs[1]) is None:
@@ -270,7 +280,7 @@ def _scaled(ix: _Index, tensor: str) -> tuple[str, list[OnnxNode]]:
     return mul.inputs[0], [mul]
 
 
-def _keys_transposed(ix: _Index, tensor: str) -> tuple[str, int, int, int, list[OnnxNode]] | None:
+def _keys_transposed(ix: Index, tensor: str) -> tuple[str, int, int, int, list[OnnxNode]] | None:
     """K^T as torch's scaled_dot_product_attention exports it: Reshape to [B*H, S, dh],
     Transpose(0, 2, 1), Reshape to [B, H, dh, S], of the keys' heads [B, H, S, dh]."""
     back = ix.made_by(tensor, "Reshape")
@@ -292,7 +302,7 @@ def _keys_transposed(ix: _Index, tensor: str) -> tuple[str, int, int, int, list[
     return x, b, s, h, [*nodes, flat, tr, back]
 
 
-def _nan_guarded(ix: _Index, soft: OnnxNode) -> tuple[str, list[OnnxNode]]:
+def nan_guarded(ix: Index, soft: OnnxNode) -> tuple[str, list[OnnxNode]]:
     """The probabilities after ``soft``: Where(IsNaN(p), 0, p) as torch exports a fully masked row's
     guard (the tensor and [IsNaN, Where]), or the softmax output itself."""
     p = soft.outputs[0]
@@ -306,15 +316,13 @@ def _nan_guarded(ix: _Index, soft: OnnxNode) -> tuple[str, list[OnnxNode]]:
     return where.outputs[0], [isnan, where]
 
 
-def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
-    """softmax(Q K^T [* or / scale] [+ mask]) V over heads, back to [B, S, D]."""
-    rank = len(ix.g.tensors[soft.inputs[0]].shape)
-    if rank != 4 or int(soft.attrs.get("axis", -1)) % rank != 3:
-        return None
+def score_inputs(ix: Index, soft: OnnxNode) -> tuple[OnnxNode, str | None, list[OnnxNode]] | None:
+    """The ``Q K^T`` MatMul before ``soft``, the additive mask (or None) and the mask and scale
+    nodes between them (as exported: (QK^T / sqrt(dh)) + mask), or None."""
     nodes: list[OnnxNode] = []
     t = soft.inputs[0]
     mask = None
-    for op in ("Add", "Div", "Mul"):  # mask, then scale (as exported: (QK^T / sqrt(dh)) + mask)
+    for op in ("Add", "Div", "Mul"):
         node = ix.made_by(t, op)
         if node is None or ix.only_consumer(t) is None:
             continue
@@ -329,11 +337,23 @@ def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
     scores = ix.made_by(t, "MatMul")
     if scores is None or ix.only_consumer(t) is None:
         return None
+    return scores, mask, nodes
+
+
+def _attention(ix: Index, soft: OnnxNode) -> Match | None:
+    """softmax(Q K^T [* or / scale] [+ mask]) V over heads, back to [B, S, D]."""
+    rank = len(ix.g.tensors[soft.inputs[0]].shape)
+    if rank != 4 or int(soft.attrs.get("axis", -1)) % rank != 3:
+        return None
+    scored = score_inputs(ix, soft)
+    if scored is None:
+        return None
+    scores, mask, nodes = scored
     q_in, q_scale = _scaled(ix, scores.inputs[0])
     k_in, k_scale = _scaled(ix, scores.inputs[1])
     q = _heads(ix, q_in, (0, 2, 1, 3))
     k = _heads(ix, k_in, (0, 2, 3, 1)) or _keys_transposed(ix, k_in)
-    probs, guard = _nan_guarded(ix, soft)
+    probs, guard = nan_guarded(ix, soft)
     ctx = ix.only_consumer(probs)
     if q is None or k is None or ctx is None or ctx.op != "MatMul" or ctx.inputs[0] != probs:
         return None
@@ -360,7 +380,7 @@ def _attention(ix: _Index, soft: OnnxNode) -> Match | None:
                  {"heads": h, "seq": s, "batch": b, "width": d, "causal": int(_causal(ix, mask, s))})
 
 
-def _causal(ix: _Index, mask: str | None, s: int) -> bool:
+def _causal(ix: Index, mask: str | None, s: int) -> bool:
     """True when the additive ``mask`` is a constant that hides every later position
     (large negative above the diagonal of its last two axes, zero on and below)."""
     import numpy as np

@@ -1,0 +1,163 @@
+"""Exported decoders (Llama, Qwen2, Mistral; torch's dynamo and TorchScript exporters) import with
+their rotary grouped-query attention as ``attention`` and serve and split like examples/llama.tg.
+
+The models are tests/data/rotary/*.onnx, written once by tests/data/rotary/make_fixtures.py
+(2 layers, width 64, 4 query heads and 2 key-value heads of 16, FFN 128, vocabulary 256)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mapper.cli import main
+from mapper.frontend.importers.onnx_dsl import import_onnx
+from mapper.frontend.load import load_graph
+from mapper.frontend.lowering.program import lower
+from mapper.frontend.parse import parse
+from mapper.frontend.sources import ModelFile
+from mapper.parallel.roles import tensor_regions
+
+pytest.importorskip("onnx")
+
+DATA = Path(__file__).parent / "data" / "rotary"
+LLAMA_TG = Path(__file__).parent.parent / "examples" / "llama.tg"
+#: examples/llama.tg's params for the fixtures' config
+CONFIG = {"LAYERS": 2, "HIDDEN": 64, "HEADS": 4, "KV_HEADS": 2, "FFN": 128, "VOCAB": 256}
+BATCH, SEQ = 2, 16
+MODELS = [f"{family}_{exporter}" for family in ("llama", "qwen2", "mistral") for exporter in ("dynamo", "legacy")]
+MODELS.append("llama_sdpa_dynamo")  # transformers' default attention (scaled_dot_product_attention)
+
+
+def _imported(name: str, batch: int = BATCH, seq: int = SEQ):
+    with pytest.warns(Warning) if name.startswith("mistral") else _no_warning():
+        return load_graph(ModelFile(str(DATA / f"{name}.onnx"), (("batch", batch), ("seq", seq))))
+
+
+class _no_warning:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _written(batch: int = BATCH, seq: int = SEQ):
+    return lower(parse(LLAMA_TG.read_text(), str(LLAMA_TG)), {**CONFIG, "BATCH": batch, "SEQ": seq})
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_attention_matched_per_layer(name: str) -> None:
+    imported = import_onnx(str(DATA / f"{name}.onnx"), {"batch": BATCH, "seq": SEQ})
+    assert imported.fused["rotary_attention"] == CONFIG["LAYERS"]
+    assert imported.fused["swiglu"] == CONFIG["LAYERS"]
+    assert not imported.unsupported
+    g = _imported(name)
+    att = [t for t in g.tasks if t.op == "attention"]
+    assert len(att) == CONFIG["LAYERS"]
+    for t in att:
+        assert (t.attr("heads"), t.attr("kv_heads"), t.attr("seq"), t.attr("causal")) == (4, 2, SEQ, 1)
+        assert t.output is not None and t.output.shape == (BATCH * SEQ, 64)
+        assert any(s.op == "Softmax" for s in t.source)  # the ONNX nodes it replaces, by name, for reports
+    assert sum(t.op == "rotary" for t in g.tasks) == CONFIG["LAYERS"]
+    assert g.inputs[0][1].shape == (BATCH * SEQ,)  # token-major, as the DSL models are
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_flops_equal_the_written_model(name: str) -> None:
+    """Every op's FLOPs as examples/llama.tg counts them (attention and rotary by the DSL ops' rules);
+    Qwen2 adds its Q, K and V biases."""
+    ours, theirs = Counter(), Counter()
+    for g, into in ((_imported(name), ours), (_written(), theirs)):
+        for t in g.tasks:
+            into[t.op] += t.flops
+    if name.startswith("qwen2"):
+        theirs["add"] += CONFIG["LAYERS"] * BATCH * SEQ * (4 + 2 * 2) * 16
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tensor_regions_as_the_written_model(name: str) -> None:
+    """Megatron's column-then-row pairs: one around each attention, one around each MLP."""
+    ours, theirs = _imported(name), _written()
+    for g in (ours, theirs):
+        regions = tensor_regions(g, 2)
+        assert len(regions) == 2 * CONFIG["LAYERS"]
+        assert sum(any(g.tasks[m].op == "attention" for m in r.members) for r in regions) == CONFIG["LAYERS"]
+
+
+def test_mistral_window_is_noted() -> None:
+    imported = import_onnx(str(DATA / "mistral_dynamo.onnx"), {"batch": BATCH, "seq": SEQ})
+    assert any("window 8" in n for n in imported.notes)
+    short = import_onnx(str(DATA / "mistral_dynamo.onnx"), {"batch": 1, "seq": 8})  # no query's view is cut
+    assert short.fused["rotary_attention"] == 2 and not short.notes
+
+
+def test_kv_cache_decode_export() -> None:
+    """A decode step's export (past keys and values in, present out): the cache's Concat is the
+    attention's ``cache``."""
+    imported = import_onnx(str(DATA / "llama_decode_legacy.onnx"), {"batch": BATCH, "seq": 1, "past": 12})
+    assert imported.fused["rotary_attention"] == 2
+    assert imported.text.count("attention(") == 2 and imported.text.count("cache = 12") == 2
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _params() -> list[str]:
+    return [x for k, v in CONFIG.items() for x in ("--param", f"{k}={v}")]
+
+
+@pytest.mark.parametrize("name", ["llama_dynamo", "mistral_legacy"])
+def test_serve_as_the_written_model(tmp_path: Path, name: str) -> None:
+    args = ["--platform", "dgx-h100", "--workload", "isl=128,osl=128,requests=64", "--rate", "inf",
+            "--parallel", "tensor=2"]
+    assert main(["serve", str(LLAMA_TG), *_params(), *args, "--json", str(tmp_path / "tg.json")]) == 0
+    assert main(["serve", str(DATA / f"{name}.onnx"), *args, "--json", str(tmp_path / "onnx.json")]) == 0
+    tg, onnx = _json(tmp_path / "tg.json")["serving"], _json(tmp_path / "onnx.json")["serving"]
+    assert onnx["plan"] == tg["plan"] and onnx["plan"]["tensor"] == 2
+    assert onnx["kv_capacity_tokens"] == tg["kv_capacity_tokens"]
+    # the same kernels; the ids are 64-bit in the export (32-bit in llama.tg): a few bytes more read
+    assert onnx["output_tokens_per_s"] == pytest.approx(tg["output_tokens_per_s"], rel=1e-3)
+
+
+def test_compile_tensor_split_as_the_written_model(tmp_path: Path) -> None:
+    args = ["--platform", "dgx-a100", "--parallel", "tensor=2", "--train"]
+    sizes = ["--param", f"SEQ={SEQ}", "--param", f"BATCH={BATCH}"]
+    assert main(["compile", str(LLAMA_TG), *_params(), *sizes, *args, "--json", str(tmp_path / "tg.json")]) == 0
+    assert main(["compile", str(DATA / "llama_legacy.onnx"), "--dim", f"batch={BATCH}", "--dim", f"seq={SEQ}",
+                 *args, "--json", str(tmp_path / "onnx.json")]) == 0
+    tg, onnx = _json(tmp_path / "tg.json")["parallel"], _json(tmp_path / "onnx.json")["parallel"]
+    assert onnx["plan"] == tg["plan"] and onnx["plan"]["tensor"] == 2
+    assert onnx["step_time"] == pytest.approx(tg["step_time"], rel=1e-6)  # 64-bit ids
+
+
+def test_serve_refuses_what_it_cannot_resize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--platform", "dgx-h100", "--workload", "isl=16,osl=4,requests=2", "--rate", "inf"]
+    assert main(["serve", str(DATA / "llama_decode_legacy.onnx"), *args]) == 2
+    err = capsys.readouterr().err
+    assert "only input is the token ids" in err and "past_key_0" in err and "Traceback" not in err
+    assert main(["serve", str(DATA / "llama_dynamo.onnx"), "--dim", "batch=2", *args]) == 2
+    assert "--dim" in capsys.readouterr().err
+    plain = tmp_path / "mlp.onnx"
+    _mlp(plain)
+    assert main(["serve", str(plain), *args]) == 2
+    assert "recognises" in capsys.readouterr().err
+
+
+def _mlp(path: Path) -> None:
+    """A model with token ids [batch, seq] and no attention."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.zeros((16, 8), dtype=np.float32), "table")
+    w = numpy_helper.from_array(np.zeros((8, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("MatMul", ["e", "w"], ["y"], name="proj")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])], [table, w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
