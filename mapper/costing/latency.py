@@ -23,7 +23,7 @@ from mapper.costing.efficiency import (
     model_keys,
     rate_dtype,
 )
-from mapper.costing.precision import gemm_bytes, rate_format
+from mapper.costing.precision import cast_bytes, gemm_bytes, rate_format
 from mapper.costing.work import (
     attention_wave_efficiency,
     cold_bytes,
@@ -170,6 +170,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         else:
             t_mem = (in_cache_bytes(task) if cached else nbytes) / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6
+    cast = cast_bytes(task)  # a training step's quantisation kernel, run before the GEMM: not under it
+    t_cast = launch + cast / (EFF_MEMORY[kind] * device.mem_bandwidth_gbs * 1e9) \
+        if cast > 0 and device.mem_bandwidth_gbs else 0.0
     per_mib = lookup(device.overhead_us_per_mib, fitted) or 0.0
     overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6 + fill
     t_comp = t_par + t_ser + t_copy
@@ -181,4 +184,4 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         bound = "serial" if t_ser > t_par else "compute"
     else:
         bound = "memory"
-    return Estimate(launch + overhead + body, bound, "", t_par, t_ser, t_mem, cached, overhead, t_copy)
+    return Estimate(launch + overhead + body + t_cast, bound, "", t_par, t_ser, t_mem, cached, overhead, t_copy)

@@ -30,6 +30,27 @@ backward pass as it cast it, ``e`` bytes an element; weights stay at their 16
 bits (Megatron-Core's ``--fp8-param-gather`` holds FP8 weights and a transposed
 copy, about the same bytes).
 
+Casts of a training step (:func:`cast_bytes`): Transformer Engine quantises a GEMM's
+16-bit input in a kernel of its own before the GEMM runs, so in a training step that
+kernel's time adds to the GEMM's rather than hiding under its multiply-adds. Each cast
+reads the 16-bit tensor and writes it twice in the format: Hopper's FP8 tensor cores take
+only the TN layout, so TE's ``cast_transpose`` writes a row-wise and a transposed copy (the
+wgrad GEMM reads the transposed input and output gradient; Micikevicius et al.,
+arXiv:2209.05433, and the TE user guide, "FP8 tensors ... transposes"), and the MX and
+NVFP4 block scales run along the contraction dimension, so the column-wise operand of the
+backward GEMMs needs its own quantised copy (TE's ``rowwise`` and ``columnwise`` MXFP8
+data). Per-tensor FP8 as NVIDIA's recipes run it since NeMo 25.04 scales with the current
+step's amax (TE's ``Float8CurrentScaling``: "per-tensor FP8 quantization, leveraging
+scaling factors computed in the current step", NeMo performance summary), which needs a
+reduction over the tensor before it can be cast: one more 16-bit read (:data:`AMAX_PASS`);
+the block formats compute each block's scale inside the cast. A step casts every quantised
+GEMM's input (forward) and its output gradient (backward): :func:`cast_bytes` charges the
+input's cast to the wgrad GEMM and the output gradient's to the dgrad GEMM, tasks only a
+training step has, so serving (whose runtimes fuse the quantisation into the kernel before,
+with static scales) keeps its cost. The weights' casts run once per step, not per
+micro-batch, and are left out. The forward's own cast bytes stay under the forward GEMM's
+roofline as before (:func:`gemm_bytes`).
+
 Weight-only formats (:data:`WEIGHT_ONLY`, serving): AWQ (Lin et al., "AWQ: Activation-aware Weight
 Quantization for LLM Compression and Acceleration", MLSys 2024) stores a linear layer's weights in
 4 bits with a 16-bit scale and a 4-bit zero point per group of 128 input channels (the paper's
@@ -54,6 +75,9 @@ from mapper.platform.devices import Platform
 FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: Bytes per element, block scales included (module docstring).
 ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+#: Formats whose scale comes from the tensor's amax of the same step: a reduction pass before the cast
+#: (module docstring, "Casts of a training step").
+AMAX_PASS = frozenset({"fp8"})
 #: Weight-only formats, their bytes per weight (scales and zeros included), run at the 16-bit rate.
 WEIGHT_ONLY = {"int4_awq": 0.5 + 2.5 / 128}
 #: The tensor rate a weight-only format needs.
@@ -140,3 +164,26 @@ def gemm_bytes(task: Task) -> float:
         return float(task.bytes) - weights * item + weights * WEIGHT_ONLY[fmt]
     e = ELEMENT_BYTES[fmt]
     return float(task.bytes) - (acts + weights) * item + acts * (item + 2 * e) + weights * e
+
+
+def cast_bytes(task: Task) -> float:
+    """Bytes of the standalone quantisation kernels charged to a backward GEMM marked by
+    :func:`with_precision` (module docstring, "Casts of a training step"): the wgrad GEMM
+    carries its forward input's cast, the dgrad GEMM its output gradient's, each reading the
+    16-bit tensor (twice for an amax-scaled format) and writing two quantised copies; 0 for
+    every other task."""
+    fmt = task.precision
+    if not task.backward or fmt not in ELEMENT_BYTES or fmt == "bf16":
+        return 0.0
+    main = task.parts[0] if task.parts else task
+    item = DTYPE_BYTES.get(main.operands[0].type.dtype, 2) if main.operands else 2
+    weights = float(sum(o.type.nbytes for o in main.operands if o.kind == "weight"))
+    acts = float(sum(o.type.nbytes for o in main.operands if o.kind != "weight"))
+    if task.name.endswith(".wgrad"):
+        tensor = acts  # the forward input, 16-bit
+    elif task.name.endswith(".dgrad"):
+        tensor = max(float(task.bytes_read) - weights, 0.0)  # the output gradient it reads
+    else:
+        return 0.0
+    per = item * (2 if fmt in AMAX_PASS else 1) + 2 * ELEMENT_BYTES[fmt]
+    return tensor / item * per
