@@ -23,6 +23,10 @@ Not priced, and said so: rows with context parallelism (CP > 1) while the planne
 prediction module; rows on GB300 and B300 (no platform) and the hybrid Mamba models
 (Nemotron 3, NemotronH) and LoRA rows are left out of :data:`ROWS` altogether.
 
+Not here: MLPerf Training (GPT-3 175B, Llama 2 70B LoRA, Llama 3.1 405B/8B). Its results
+publish time to train, which folds in evaluation and convergence; a per-step throughput would
+have to be read from each submission's logs, which this script does not vendor.
+
 Models: Nemotron-4 15B and 340B (squared-ReLU MLP of width F, not gated) are written with
 ``examples/llama.tg`` at a SwiGLU width of 2F/3, which gives the same MLP parameters and FLOPs
 (3 h 2F/3 = 2 h F); GPT-3 with ``examples/gpt.tg`` at FlashAttention (``FLASH = 1``, as
@@ -387,6 +391,7 @@ def main() -> None:
           f"{'ratio':>6}  layout")
     groups: dict[str, list[float]] = defaultdict(list)
     skipped: dict[str, int] = defaultdict(int)
+    newest: dict[tuple[Any, ...], tuple[tuple[int, ...], float]] = {}
     start = time.perf_counter()
     for i, row in enumerate(ROWS, 1):
         src, rel, task, model, system, gpus, prec = row[:7]
@@ -415,9 +420,14 @@ def main() -> None:
         groups["MoE" if model in MOE else "dense"].append(ratio)
         groups[f"source {src}"].append(ratio)
         groups[f"{'MoE' if model in MOE else 'dense'} {system} {prec}"].append(ratio)
+        groups[f"model {model}"].append(ratio)
+        key, when = row[2:16], tuple(int(x) for x in rel.lstrip("v").split("."))
+        if key not in newest or newest[key][0] < when:
+            newest[key] = (when, ratio)
     if not groups:
         return
     print(f"\npredicted / published tokens/s/GPU ({time.perf_counter() - start:.0f} s):")
+    groups["newest release per layout"] = [r for _, r in newest.values()]
     for label in sorted(groups, key=lambda k: (k != "all", k)):
         print(summary(label, groups[label]))
     for reason, n in sorted(skipped.items()):
@@ -445,6 +455,18 @@ def speedups() -> None:
                 pub_all.append(pub)
             print(f"  {key[0]:<7} {key[1]:<9} {key[3]:<15} {key[4]:<5} {key[5]:>5} {formats[0] + '->' + fmt:<14} "
                   f"{pred} {pub:>5.2f}")
+    by_model: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key, by in same.items():
+        formats = [f for f in ORDER if f in by]
+        for fmt in formats[1:]:
+            pa, pb = _priced.get(by[fmt]), _priced.get(by[formats[0]])
+            if pa and pb:
+                pub = ROWS[by[fmt] - 1][16] / ROWS[by[formats[0]] - 1][16]
+                by_model[f"{key[3]} {key[4]} {formats[0]}->{fmt}"].append((pa / pb, pub))
+    for label, pairs in sorted(by_model.items()):
+        pred_m = statistics.median(p for p, _ in pairs)
+        pub_m = statistics.median(q for _, q in pairs)
+        print(f"  {label:<34} {len(pairs):>3} pairs: predicted median {pred_m:.2f}, published median {pub_m:.2f}")
     if pred_all:
         off = [p / q for p, q in zip(pred_all, pub_all)]
         print(f"  {len(off)} priced pairs: predicted / published speedup median {statistics.median(off):.2f}, "
