@@ -23,9 +23,11 @@ Not priced, and said so: rows with context parallelism (CP > 1) while the planne
 prediction module; rows on GB300 and B300 (no platform) and the hybrid Mamba models
 (Nemotron 3, NemotronH) and LoRA rows are left out of :data:`ROWS` altogether.
 
-Not here: MLPerf Training (GPT-3 175B, Llama 2 70B LoRA, Llama 3.1 405B/8B). Its results
-publish time to train, which folds in evaluation and convergence; a per-step throughput would
-have to be read from each submission's logs, which this script does not vendor.
+MLPerf Training: its results publish time to train, which folds in evaluation and
+convergence; here one GPT-3 175B submission (v4.0, 512 H100s) is compared by its per-step
+throughput between evaluations, read from its log (:data:`SOURCES`). NVIDIA's larger GPT-3
+submissions (10,752 and 11,616 H100s) exceed the platform's 1,024 nodes; Llama 2 70B LoRA
+(frozen weights) is not expressible.
 
 Models: Nemotron-4 15B and 340B (squared-ReLU MLP of width F, not gated) are written with
 ``examples/llama.tg`` at a SwiGLU width of 2F/3, which gives the same MLP parameters and FLOPs
@@ -65,6 +67,12 @@ SOURCES = {
     "dgxc": "DGX Cloud benchmarking recipes, READMEs' step times: " + DGXC
             + "v24.11.1/{nemo_megatron,nemotron,llama3.1}/README_*.md (35a9aecc), v25.04.01/... (85380ffe), "
               "v25.05.01/{nemotron,llama3.1}/README.md (85d92846)",
+    "mlperf": "MLPerf Training v4.0, NVIDIA closed division, GPT-3 175B on Eos, 64 DGX H100 (FP8, TP4 PP8 VP4, "
+              "MBS 2, GBS 2,304, sequence 2,048): https://github.com/mlcommons/training_results_v4.0/blob/"
+              "62f111b7690f163b269f32e4f93dcaaa13717c9c/NVIDIA/results/eos_n64_ngc24.04_nemo/gpt3/result_0.txt "
+              "and .../benchmarks/gpt3/implementations/nemo/config_DGXH100_64x8x128x4x8_mbs2.sh; per-step "
+              "throughput between evaluations (a block_start-block_stop interval is 11 steps: 119.86, 119.95, "
+              "119.87 s for the first three), not time to train",
 }
 
 _L = "examples/llama.tg"
@@ -268,6 +276,8 @@ ROWS: list[tuple[Any, ...]] = [
     ("nemo-ug","25.04","pretrain","nemotron4_340b","gb200",128,"fp8",32,1,4096,0,8,4,1,12,1,737,1551),
     ("nemo-ug","25.04","pretrain","mixtral_8x7b","gb200",64,"fp8",256,2,4096,0,1,1,1,1,8,19275,1598),
     ("nemo-ug","25.04","pretrain","mixtral_8x22b","gb200",256,"fp8",64,1,65536,0,2,4,8,14,8,2731,0),
+    ("mlperf","v4.0","pretrain","gpt3_175b","h100",512,"fp8",2304,2,2048,0,4,8,1,4,1,
+     round(2304 * 2048 * 11 / ((119.856 + 119.949 + 119.865) / 3) / 512, 1),0),
 ]
 
 _G1 = (128, 256, 512, 1024, 2048)
@@ -377,7 +387,8 @@ def summary(label: str, ratios: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", default="", help="comma-separated sources (mb, nemo, nemo-ug, dgxc); all by default")
+    ap.add_argument("--source", default="", help="comma-separated sources (mb, nemo, nemo-ug, dgxc, mlperf); "
+                    "all by default")
     ap.add_argument("--system", default="", help="comma-separated systems (h100, b200, gb200); all by default")
     ap.add_argument("--rows", default="", help="comma-separated row numbers (1-based); all by default")
     args = ap.parse_args()
