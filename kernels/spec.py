@@ -192,6 +192,9 @@ def _attention(op, xs, at):
     if at["cache"] not in (0, None):
         raise fail(op, f"cache = {at['cache']!r}: a kernel call holds no KV cache; only cache = 0 runs",
                    hint="run the prefill graph (cache 0); decode steps are priced by mapper compile --inference")
+    if at.get("window") not in (0, None):
+        raise fail(op, f"window = {at['window']!r}: the kernels run no sliding window; only window = 0 runs",
+                   hint="price sliding-window attention with mapper compile or mapper serve")
     causal, fused = at["causal"], at["fused"]
     for key, flag in (("causal", causal), ("fused", fused)):
         if flag not in (0, 1, True, False):
@@ -445,7 +448,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("instancenorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 3), ("eps", 1e-5)),
     *(_spec(b, (2, 2), NUMERIC, _binary) for b in ("add", "mul", "sub", "div")),
     _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0),
-          ("kv_heads", None), ("fused", 1), ("cache", 0)),
+          ("kv_heads", None), ("fused", 1), ("cache", 0), ("window", 0)),
     _spec("rmsnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5)),
     _spec("swiglu", (1, 1), FLOAT, _swiglu),
     _spec("rotary", (1, 1), FLOAT, _rotary, ("heads", REQUIRED), ("seq", REQUIRED), ("kv_heads", None),

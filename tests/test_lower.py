@@ -54,7 +54,7 @@ def test_operands_and_inline_weights_per_instance():
 def test_attrs_are_normalised_and_sorted():
     g = graph_from_text(BERT)
     att = g.tasks[1]
-    assert att.attrs == (("cache", 0), ("causal", 0), ("fused", 1), ("heads", 2), ("kv_heads", None), ("seq", 8))
+    assert att.attrs == (("cache", 0), ("causal", 0), ("fused", 1), ("heads", 2), ("kv_heads", None), ("seq", 8), ("window", 0))
     assert att.attr("heads") == 2
 
 

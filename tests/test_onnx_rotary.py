@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from mapper.cli import main
+from mapper.costing.work import kernel_flops
 from mapper.frontend.importers.onnx_dsl import import_onnx
-from mapper.frontend.load import load_graph
+from mapper.frontend.load import load_graph, model_lowerer
 from mapper.frontend.lowering.program import lower
 from mapper.frontend.parse import parse
 from mapper.frontend.sources import ModelFile
@@ -31,21 +32,17 @@ MODELS = [f"{family}_{exporter}" for family in ("llama", "qwen2", "mistral") for
 MODELS.append("llama_sdpa_dynamo")  # transformers' default attention (scaled_dot_product_attention)
 
 
+#: the fixtures' Mistral sliding window
+WINDOW = 8
+
+
 def _imported(name: str, batch: int = BATCH, seq: int = SEQ):
-    with pytest.warns(Warning) if name.startswith("mistral") else _no_warning():
-        return load_graph(ModelFile(str(DATA / f"{name}.onnx"), (("batch", batch), ("seq", seq))))
+    return load_graph(ModelFile(str(DATA / f"{name}.onnx"), (("batch", batch), ("seq", seq))))
 
 
-class _no_warning:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _written(batch: int = BATCH, seq: int = SEQ):
-    return lower(parse(LLAMA_TG.read_text(), str(LLAMA_TG)), {**CONFIG, "BATCH": batch, "SEQ": seq})
+def _written(batch: int = BATCH, seq: int = SEQ, window: int = 0):
+    return lower(parse(LLAMA_TG.read_text(), str(LLAMA_TG)),
+                 {**CONFIG, "BATCH": batch, "SEQ": seq, "WINDOW": window})
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -59,6 +56,7 @@ def test_attention_matched_per_layer(name: str) -> None:
     assert len(att) == CONFIG["LAYERS"]
     for t in att:
         assert (t.attr("heads"), t.attr("kv_heads"), t.attr("seq"), t.attr("causal")) == (4, 2, SEQ, 1)
+        assert t.attr("window") == (WINDOW if name.startswith("mistral") else 0)
         assert t.output is not None and t.output.shape == (BATCH * SEQ, 64)
         assert any(s.op == "Softmax" for s in t.source)  # the ONNX nodes it replaces, by name, for reports
     assert sum(t.op == "rotary" for t in g.tasks) == CONFIG["LAYERS"]
@@ -68,13 +66,16 @@ def test_attention_matched_per_layer(name: str) -> None:
 @pytest.mark.parametrize("name", MODELS)
 def test_flops_equal_the_written_model(name: str) -> None:
     """Every op's FLOPs as examples/llama.tg counts them (attention and rotary by the DSL ops' rules);
-    Qwen2 adds its Q, K and V biases."""
+    Qwen2 adds its Q, K and V biases; the kernels' FLOPs (Mistral's window counted) are equal too."""
     ours, theirs = Counter(), Counter()
-    for g, into in ((_imported(name), ours), (_written(), theirs)):
+    window = WINDOW if name.startswith("mistral") else 0
+    for g, into in ((_imported(name), ours), (_written(window=window), theirs)):
         for t in g.tasks:
             into[t.op] += t.flops
+            into[f"{t.op} kernel"] += kernel_flops(t)
     if name.startswith("qwen2"):
         theirs["add"] += CONFIG["LAYERS"] * BATCH * SEQ * (4 + 2 * 2) * 16
+        theirs["add kernel"] += CONFIG["LAYERS"] * BATCH * SEQ * (4 + 2 * 2) * 16
     assert ours == theirs
 
 
@@ -88,11 +89,23 @@ def test_tensor_regions_as_the_written_model(name: str) -> None:
         assert sum(any(g.tasks[m].op == "attention" for m in r.members) for r in regions) == CONFIG["LAYERS"]
 
 
-def test_mistral_window_is_noted() -> None:
+def test_mistral_window_is_read_from_its_mask() -> None:
     imported = import_onnx(str(DATA / "mistral_dynamo.onnx"), {"batch": BATCH, "seq": SEQ})
-    assert any("window 8" in n for n in imported.notes)
+    assert imported.masks == ((1, WINDOW),) * 2 and imported.text.count(f"window = {WINDOW}") == 2
+    assert not imported.notes
     short = import_onnx(str(DATA / "mistral_dynamo.onnx"), {"batch": 1, "seq": 8})  # no query's view is cut
-    assert short.fused["rotary_attention"] == 2 and not short.notes
+    assert short.fused["rotary_attention"] == 2 and short.masks == ((1, 0),) * 2
+    # the serving lowerer reads the mask once where it shows the window and keeps it at every size
+    at = model_lowerer(ModelFile(str(DATA / "mistral_dynamo.onnx")), "mapper serve")
+    for seq, batch, cache in ((8, 1, 0), (1, 4, 100), (3000, 1, 0)):
+        att = [t for t in at(seq, batch, cache).tasks if t.op == "attention"]
+        assert [(t.attr("causal"), t.attr("window"), t.attr("cache")) for t in att] == [(1, WINDOW, cache)] * 2
+
+
+def test_causal_past_the_folded_mask() -> None:
+    """A mask too large to fold (3,000 x 3,000) keeps the causality read at a smaller size."""
+    at = model_lowerer(ModelFile(str(DATA / "llama_dynamo.onnx")), "mapper serve")
+    assert all(t.attr("causal") == 1 for t in at(3000, 1, 0).tasks if t.op == "attention")
 
 
 def test_kv_cache_decode_export() -> None:
@@ -111,11 +124,14 @@ def _params() -> list[str]:
     return [x for k, v in CONFIG.items() for x in ("--param", f"{k}={v}")]
 
 
-@pytest.mark.parametrize("name", ["llama_dynamo", "mistral_legacy"])
+@pytest.mark.parametrize("name", ["llama_dynamo", "mistral_legacy", "llama_decode_legacy"])
 def test_serve_as_the_written_model(tmp_path: Path, name: str) -> None:
+    """The export (token ids alone, or with a KV cache's past keys and values) serves as
+    examples/llama.tg does at its config (Mistral: WINDOW = 8)."""
     args = ["--platform", "dgx-h100", "--workload", "isl=128,osl=128,requests=64", "--rate", "inf",
             "--parallel", "tensor=2"]
-    assert main(["serve", str(LLAMA_TG), *_params(), *args, "--json", str(tmp_path / "tg.json")]) == 0
+    window = ["--param", f"WINDOW={WINDOW}"] if name.startswith("mistral") else []
+    assert main(["serve", str(LLAMA_TG), *_params(), *window, *args, "--json", str(tmp_path / "tg.json")]) == 0
     assert main(["serve", str(DATA / f"{name}.onnx"), *args, "--json", str(tmp_path / "onnx.json")]) == 0
     tg, onnx = _json(tmp_path / "tg.json")["serving"], _json(tmp_path / "onnx.json")["serving"]
     assert onnx["plan"] == tg["plan"] and onnx["plan"]["tensor"] == 2
@@ -137,19 +153,21 @@ def test_compile_tensor_split_as_the_written_model(tmp_path: Path) -> None:
 
 def test_serve_refuses_what_it_cannot_resize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--platform", "dgx-h100", "--workload", "isl=16,osl=4,requests=2", "--rate", "inf"]
-    assert main(["serve", str(DATA / "llama_decode_legacy.onnx"), *args]) == 2
-    err = capsys.readouterr().err
-    assert "only input is the token ids" in err and "past_key_0" in err and "Traceback" not in err
     assert main(["serve", str(DATA / "llama_dynamo.onnx"), "--dim", "batch=2", *args]) == 2
     assert "--dim" in capsys.readouterr().err
     plain = tmp_path / "mlp.onnx"
     _mlp(plain)
     assert main(["serve", str(plain), *args]) == 2
     assert "recognises" in capsys.readouterr().err
+    masked = tmp_path / "masked.onnx"
+    _mlp(masked, extra="attention_mask")
+    assert main(["serve", str(masked), *args]) == 2
+    err = capsys.readouterr().err
+    assert "alone or with a KV cache" in err and "attention_mask" in err and "Traceback" not in err
 
 
-def _mlp(path: Path) -> None:
-    """A model with token ids [batch, seq] and no attention."""
+def _mlp(path: Path, extra: str | None = None) -> None:
+    """A model with token ids [batch, seq] (and an ``extra`` input [batch, seq]) and no attention."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -158,6 +176,7 @@ def _mlp(path: Path) -> None:
     w = numpy_helper.from_array(np.zeros((8, 8), dtype=np.float32), "w")
     nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
              helper.make_node("MatMul", ["e", "w"], ["y"], name="proj")]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["b", "s"]) for n in ("ids", extra) if n]
+    graph = helper.make_graph(nodes, "mlp", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])], [table, w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))

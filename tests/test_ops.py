@@ -189,7 +189,7 @@ def test_resolved_attrs_fill_defaults_sorted():
     assert infer("axpy", [T("f32", 3), T("f32", 3)], {}).attrs == (("alpha", 1.0),)
     assert infer("reshape", [T("f32", 6)], {"shape": [2, 3]}).attrs == (("shape", (2, 3)),)
     assert infer("attention", [T("f32", 4, 6)], {"heads": 2, "seq": 4, "causal": True}).attrs == (
-        ("cache", 0), ("causal", 1), ("fused", 1), ("heads", 2), ("kv_heads", None), ("seq", 4))
+        ("cache", 0), ("causal", 1), ("fused", 1), ("heads", 2), ("kv_heads", None), ("seq", 4), ("window", 0))
 
 
 def test_catalogue_fields():

@@ -12,9 +12,9 @@ that is three times (forward and backward, no recomputation) the forward's
 GEMMs with weights at ``2 m n k`` each (QKV, the attention output, the three
 SwiGLU matrices of every expert a token visits, the LM head) and attention's
 two products over the whole ``s x s`` score matrix (``4 s^2 h`` per layer: no
-causal saving), nothing for norms, activations, softmax or the embedding
-lookup (multi-head latent attention: its products at query-key width ``dn + dr`` and value
-width ``dv``). :func:`model_flops` counts exactly that from the graph, so it is the
+causal saving; with a sliding window of ``W`` each query counts ``min(s, W)`` keys), nothing
+for norms, activations, softmax or the embedding lookup (multi-head latent attention: its
+products at query-key width ``dn + dr`` and value width ``dv``). :func:`model_flops` counts exactly that from the graph, so it is the
 formula for a Llama graph and the same convention for any other (a GPT's GELU
 MLP gives Megatron-LM's ``72 B s l h^2 (1 + s/6h + V/12lh)``, Narayanan et al.,
 SC'21, appendix).
@@ -32,6 +32,8 @@ def forward_flops(task: Task) -> float:
     if task.op == "attention" and task.output is not None:
         seq = int(task.attr("seq"))
         keys = seq + int(task.attr("cache") or 0)
+        window = int(task.attr("window") or 0)
+        keys = min(keys, window) if window else keys  # a sliding window's whole band
         tokens, width = task.output.shape[0], task.output.shape[1]
         return 4.0 * tokens * keys * width  # Q K^T and P V, the whole matrix
     if task.op == "mla_attention" and task.output is not None:  # query-key width dn + dr, value width dv

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from mapper.cluster.blocks import Block, block_graph, cut_blocks
 from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.core.opdefs.dnn import held_positions
 from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.cost import build_cost_table
 from mapper.costing.efficiency import op_class
@@ -124,13 +125,15 @@ def _cut(node: Platform, names: tuple[str, ...]) -> Platform:
 def kv_bytes(task: Task, positions: int, tensor: int = 1) -> float:
     """Bytes of the keys and values attention ``task`` keeps for ``positions`` of every sequence on
     one of ``tensor`` ranks: ``2 kv_heads/t head_dim`` elements a position (a rank keeps whole
-    key-value heads; with fewer heads than ranks each rank keeps one)."""
+    key-value heads; with fewer heads than ranks each rank keeps one); a sliding window keeps its
+    last ``W`` positions only (:func:`~mapper.core.opdefs.dnn.held_positions`)."""
     if task.op != "attention" or task.output is None:
         return 0.0
     heads = int(task.attr("heads"))
     kv = int(task.attr("kv_heads") or heads)
     dh = task.output.shape[1] // heads
     sequences = task.output.shape[0] // int(task.attr("seq"))
+    positions = held_positions(positions, int(task.attr("window") or 0))
     return 2.0 * max(kv // tensor, 1) * dh * positions * sequences * DTYPE_BYTES.get(task.output.dtype, 2)
 
 

@@ -87,11 +87,12 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("instancenorm", (1, 1), "norm", "8 * numel", dnn.instancenorm, "x[N, C, ...]", _EPS),
     *(_spec(op, (2, 2), "elementwise", "1 * out.numel", dnn.binary, "a, b")
       for op in ("add", "mul", "sub", "div")),
-    # cache = C: each sequence's queries also attend to C earlier positions held in a KV cache
+    # cache = C: each sequence's queries also attend to C earlier positions held in a KV cache;
+    # window = W: each query sees its last W positions only (causal sliding window)
     _spec("attention", (1, 3), "attention", "4*B*S*(C+S)*D + 5*B*heads*S*(C+S)", dnn.attention,
           "qkv[T, 3D] or q[T, D], k[T, D], v[T, D] (grouped-query: kv_heads)",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0),
-          ("kv_heads", "int", None), ("fused", "bool", 1), ("cache", "int", 0)),
+          ("kv_heads", "int", None), ("fused", "bool", 1), ("cache", "int", 0), ("window", "int", 0)),
     # root-mean-square layer norm (Zhang and Sennrich, NeurIPS 2019)
     _spec("rmsnorm", (1, 1), "norm", "4 * numel", dnn.per_element(4, min_ndim=1, form="at least 1-D"),
           "x", _EPS),
@@ -158,8 +159,8 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
 
 #: Lower bounds of integer attributes; ``axis`` has none (negative counts from the end).
 _INT_LOW = {"stride": 1, "groups": 1, "kernel": 1, "heads": 1, "kv_heads": 1, "seq": 1, "steps": 1, "parts": 1,
-            "points": 1, "pooling": 1, "padding": 0, "output_padding": 0, "index": 0, "cache": 0, "batch_dims": 0,
-            "rank": 0, "k": 1, "topk": 1}
+            "points": 1, "pooling": 1, "padding": 0, "output_padding": 0, "index": 0, "cache": 0, "window": 0,
+            "batch_dims": 0, "rank": 0, "k": 1, "topk": 1}
 
 
 def _close(word: str, options: Iterable[str]) -> str | None:

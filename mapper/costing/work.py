@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from mapper.core.graph import DTYPE_BYTES, Task
+from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.core.ops import ATTENTION_OPS
 from mapper.platform.loader import Device
 
@@ -75,15 +76,16 @@ def kernel_flops(task: Task) -> float:
     """FLOPs the kernel performs: the catalogue's count (``task.flops``),
     except for causal ``attention``, whose kernel visits only the keys up to
     each query, ``(S + 1) / (2 S)`` of the score matrix the catalogue counts (after ``C`` cached
-    positions, ``(C + (S + 1) / 2) / (C + S)``)
+    positions, ``(C + (S + 1) / 2) / (C + S)``; with a sliding window only the last ``W`` of them,
+    :func:`~mapper.core.opdefs.dnn.visible_keys`)
     (measured: 512-token causal attention takes 0.57 of the full one's time);
     unfused attention (``fused = 0``) computes the whole matrix and masks it."""
     flops = float(task.flops)
     attrs = dict(task.attrs)
     if task.op in ATTENTION_OPS and attrs.get("causal") and attrs.get("fused", 1):
         seq, cache = int(attrs.get("seq") or 0), int(attrs.get("cache") or 0)
-        if seq > 0:  # a query sees the cache and the new keys up to its own
-            flops *= (cache + (seq + 1) / 2) / (cache + seq)
+        if seq > 0:  # a query sees the cache and the new keys up to its own (in its window)
+            flops *= visible_keys(seq, cache, int(attrs.get("window") or 0)) / (seq * (cache + seq))
     return flops
 
 
@@ -363,7 +365,7 @@ def attention_wave_efficiency(task: Task, tile_rows: int, units: int) -> float:
     rows = gemm_tile((tile_rows, 1, 1), per_block)[0]
     blocks = batch * groups * math.ceil(per_block / rows)
     if seq < tile_rows:
-        keys = seq + int(attrs.get("cache") or 0)
+        keys = seq + held_positions(int(attrs.get("cache") or 0), int(attrs.get("window") or 0))
         split = max(1, min(units // blocks, math.ceil(keys / tile_rows)))
     waves = math.ceil(blocks * split / units)
     return (batch * groups * per_block / rows) * split / (waves * units)

@@ -12,6 +12,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from typing import Any
 
 from mapper.core.graph import SourceNode, TaskGraph
 from mapper.errors import InputWarning, OptionsError
@@ -87,11 +88,22 @@ def read_with_sources(path: str | os.PathLike[str]) -> tuple[str, AbstractContex
     return read_dsl_file(file, None, None), contextlib.nullcontext(), {}
 
 
+#: The sequence length an exported decoder is first imported at to read its attention mask
+#: (causal, sliding window): the longest whose ``[S, S]`` mask the importer folds (2^22 values).
+PROBE_SEQ = 2048
+#: The cache length a KV-cache decode export is first imported at, one new token a sequence:
+#: its ``[1, P + 1]`` mask shows any sliding window up to ``P`` positions.
+PROBE_PAST = 2**20
+
+
 def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], TaskGraph]:
-    """``(seq, batch, cache) -> graph`` of an exported decoder whose only input is its token ids:
-    imported with the ids ``[batch, seq]``, each decoder attention also reading ``cache`` positions
-    of a KV cache (docs/importers.md, "Decoder layers"), as a DSL model with params SEQ, BATCH and
-    CACHE is lowered; ``command`` is named in the errors."""
+    """``(seq, batch, cache) -> graph`` of an exported decoder: imported with its token ids
+    ``[batch, seq]`` (its only input, or with its KV cache's past keys and values ``[batch, kv,
+    past, dh]``, past = ``cache``), each decoder attention reading ``cache`` positions of a KV
+    cache (docs/importers.md, "Decoder layers"), as a DSL model with params SEQ, BATCH and CACHE
+    is lowered; its mask (causal, sliding window) read once at :data:`PROBE_SEQ` tokens (at
+    :data:`PROBE_PAST` cached ones for a KV-cache export) and kept at every size; ``command`` is
+    named in the errors."""
     from mapper.frontend.importers.onnx_dsl import import_onnx
     from mapper.frontend.importers.onnx_model import graph_inputs
 
@@ -99,21 +111,38 @@ def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], T
         flag = "--dim" if model.dims else "--input-shape"
         raise OptionsError(f"{command} sets the token ids' shape [batch, seq] itself: drop {flag}", obj=flag)
     inputs = graph_inputs(model.path)
-    ids = [name for name, dtype, rank in inputs if dtype in ("i32", "i64") and rank == 2]
-    if inputs and (len(inputs) != 1 or len(ids) != 1):
+    ids = [name for name, dtype, dims in inputs if dtype in ("i32", "i64") and len(dims) == 2]
+    pasts = {name: (dims[1], dims[3]) for name, dtype, dims in inputs if name not in ids and len(dims) == 4
+             and isinstance(dims[1], int) and isinstance(dims[3], int) and dims[1] > 0 and dims[3] > 0
+             and not isinstance(dims[2], int) and dtype.startswith(("f", "bf"))}
+    if inputs and (len(ids) != 1 or len(inputs) != 1 + len(pasts)):
         listed = ", ".join(name for name, _, _ in inputs)
-        raise OptionsError(f"{command} imports {model.path} at each step's sizes: it needs an export whose only "
-                           f"input is the token ids [batch, seq] (the model has: {listed})", obj="MODEL")
+        raise OptionsError(f"{command} imports {model.path} at each step's sizes: it needs an export whose inputs "
+                           "are the token ids [batch, seq], alone or with a KV cache's past keys and values "
+                           f"[batch, kv_heads, past, head_dim] (the model has: {listed})", obj="MODEL")
     made: dict[tuple[int, int, int], TaskGraph] = {}
+    mask = (0, 0)
+
+    def imported_at(seq: int, batch: int, cache: int) -> Any:
+        shapes: dict[str, tuple[int, ...]] = {ids[0]: (batch, seq)} if ids else {}
+        past = max(cache, 1)  # an empty past is no tensor ONNX holds: one position, taken off the cache
+        shapes.update({name: (batch, kv, past, dh) for name, (kv, dh) in pasts.items()})
+        own = past if pasts else 0
+        imported = import_onnx(model.path, None, shapes, dict(model.input_values), cache - own, mask)
+        if not imported.fused.get("rotary_attention"):
+            raise OptionsError(f"{command} needs a decoder whose attention it recognises (rotary, grouped-query: "
+                               f"docs/importers.md); {model.path} has none", obj="MODEL")
+        return imported
 
     def at(seq: int, batch: int, cache: int) -> TaskGraph:
+        nonlocal mask
         key = (seq, batch, cache)
         if key not in made:
-            shapes = {ids[0]: (batch, seq)} if ids else {}
-            imported = import_onnx(model.path, None, shapes, dict(model.input_values), cache)
-            if not imported.fused.get("rotary_attention"):
-                raise OptionsError(f"{command} needs a decoder whose attention it recognises (rotary, grouped-query: "
-                                   f"docs/importers.md); {model.path} has none", obj="MODEL")
+            if not made:
+                probe = imported_at(1, 1, PROBE_PAST) if pasts else imported_at(PROBE_SEQ, 1, 0)
+                windows = {w for _, w in probe.masks}
+                mask = (max(c for c, _ in probe.masks), windows.pop() if len(windows) == 1 else 0)
+            imported = imported_at(seq, batch, cache)
             if not made and imported.warning():
                 warnings.warn(imported.warning() or "", InputWarning, stacklevel=2)
             with imported.blame():

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mapper.core.opdefs.dnn import held_positions
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.parallel.collectives import send
 from mapper.serving.inflight import Run, Scheduler, Served, simulate
@@ -124,7 +125,8 @@ def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Sl
     n = len(requests)
     arrive = [r.arrival or 0.0 for r in requests]
     rp, rd = plan.prefill.replicas, plan.decode.replicas
-    psched = Scheduler(pre_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead)
+    psched = Scheduler(pre_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
+                       pre.window)
     prefilled: dict[int, Served] = {}
     runs_p = []
     for r in range(rp):
@@ -139,8 +141,9 @@ def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Sl
     for k in range(n):
         if requests[k].output_tokens > 1:
             across = crosses(plan, k % rp, k % rd, per_node)
-            moved[k] = transfer_time(requests[k].input_tokens, pre, dec, across)
-    dsched = Scheduler(dec_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead)
+            moved[k] = transfer_time(held_positions(requests[k].input_tokens, pre.window), pre, dec, across)
+    dsched = Scheduler(dec_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
+                       dec.window)
     final: dict[int, Served] = {}
     runs_d = []
     for r in range(rd):

@@ -23,6 +23,11 @@ admitted, first come first served, when its blocks are free (for its whole outpu
 runtime reserves them) and decodes from the next batch on; a preempted one recomputes its prompt
 here as in the colocated case.
 
+With a sliding window of ``W`` (``window``) a sequence keeps its last ``W`` positions only
+(:func:`mapper.core.opdefs.dnn.held_positions`: vLLM frees the blocks that leave the window,
+TensorRT-LLM keeps a cyclic cache of ``max_attention_window_size`` tokens), a decode reads at
+most ``W`` of them and a chunk's query ``i`` computes ``min(p + i + 1, W)`` pairs.
+
 Decodes take one token of the budget each and prefill chunks the rest (Agrawal et al.,
 Sarathi-Serve, OSDI 2024: stall-free batching). The step's time is ``step(batch)``
 (:class:`mapper.serving.iteration.StepModel`) plus the runtime's per-step overhead. A prompt's
@@ -37,6 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.errors import InfeasibleError
 from mapper.serving.iteration import Batch
 from mapper.serving.workload import Arrival
@@ -52,6 +58,7 @@ class Scheduler:
     chunk: int
     reserve_output: bool
     overhead: float = 0.0
+    window: int = 0  # a sliding window's positions kept per sequence (0: all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +85,8 @@ class Run:
     blocks: int = 0  # KV blocks of the replica
 
 
-def _blocks(tokens: int, block: int) -> int:
-    return -(-tokens // block)
+def _blocks(tokens: int, block: int, window: int = 0) -> int:
+    return -(-held_positions(tokens, window) // block)
 
 
 def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Scheduler,
@@ -91,10 +98,10 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
     inp = [r.input_tokens for r in requests]
     out = [r.output_tokens for r in requests]
     total_blocks = sched.capacity // sched.block
-    bs = sched.block
+    bs, w = sched.block, sched.window
     for i in range(n):
         need = inp[i] + out[i] - 1  # cached at its last step: a longer request could never end
-        if _blocks(need, bs) > total_blocks:
+        if _blocks(need, bs, w) > total_blocks:
             raise InfeasibleError(f"request {i + 1} needs {need:,} tokens of KV cache; a replica holds "
                                   f"{sched.capacity:,}: give more GPUs per replica or a shorter request")
     target = inp[:]  # tokens to have cached before the next token comes from a prefill
@@ -133,7 +140,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
             continue
         while cached and waiting and math.isnan(admitted[waiting[0]]) and len(running) < sched.max_batch:
             i = waiting[0]
-            need = _blocks(inp[i] + (out[i] - 1 if sched.reserve_output else 0), bs)
+            need = _blocks(inp[i] + (out[i] - 1 if sched.reserve_output else 0), bs, w)
             if need > free:
                 break
             waiting.popleft()
@@ -152,7 +159,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         while k < len(running) and budget > 0:
             i = running[k]
             if done[i] >= target[i]:  # decode one token
-                if not sched.reserve_output and done[i] + 1 > held[i] * bs:
+                if not sched.reserve_output and held_positions(done[i] + 1, w) > held[i] * bs:
                     while free == 0 and running[-1] != i:
                         evict()
                     if free == 0:  # it is the last admitted: it waits itself
@@ -161,13 +168,13 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                     free -= 1
                     held[i] += 1
                 decodes.append(i)
-                dctx += done[i] + 1
+                dctx += held_positions(done[i] + 1, w)
                 budget -= 1
             else:
-                c = _chunk(i, budget, done, target, held, free, bs, sched.reserve_output)
+                c = _chunk(i, budget, done, target, held, free, bs, sched.reserve_output, w)
                 if c > 0:
                     if not sched.reserve_output:
-                        grow = _blocks(done[i] + c, bs) - held[i]
+                        grow = _blocks(done[i] + c, bs, w) - held[i]
                         free -= grow
                         held[i] += grow
                     chunks.append((i, c))
@@ -177,15 +184,15 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                and not (cached and math.isnan(admitted[waiting[0]]))):
             i = waiting[0]
             if sched.reserve_output:
-                need = _blocks(target[i] + out[i] - emitted[i] - 1, bs)
+                need = _blocks(target[i] + out[i] - emitted[i] - 1, bs, w)
                 if need > free:
                     break
                 c = min(target[i], budget)
             else:
-                c = _chunk(i, budget, done, target, held, free, bs, False)
+                c = _chunk(i, budget, done, target, held, free, bs, False, w)
                 if c <= 0:
                     break
-                need = _blocks(c, bs)
+                need = _blocks(c, bs, w)
             waiting.popleft()
             free -= need
             held[i] = need
@@ -201,7 +208,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         peak = max(peak, total_blocks - free)
         tokens = len(decodes) + sum(c for _, c in chunks)
         sampled = len(decodes) + sum(1 for i, c in chunks if done[i] + c >= target[i])
-        pairs = sum(c * done[i] + c * (c + 1) / 2 for i, c in chunks)
+        pairs = sum(visible_keys(c, done[i], w) for i, c in chunks)
         now += step(Batch(tokens, sampled, dctx, pairs, len(decodes) + len(chunks))) + sched.overhead
         steps += 1
         timeline.append((now, len(decodes) + len(chunks), total_blocks - free, len(waiting)))
@@ -232,10 +239,10 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
 
 
 def _chunk(i: int, budget: int, done: list[int], target: list[int], held: list[int], free: int, bs: int,
-           reserved: bool) -> int:
+           reserved: bool, window: int = 0) -> int:
     """The prompt tokens sequence ``i`` computes this step: its rest, up to the budget and, with
-    blocks taken as tokens arrive, what the free blocks hold."""
+    blocks taken as tokens arrive, what the free blocks hold (all of it when they hold its window)."""
     c = min(target[i] - done[i], budget)
-    if not reserved:
+    if not reserved and not (0 < window <= (held[i] + free) * bs):
         c = min(c, (held[i] + free) * bs - done[i])
     return max(c, 0)

@@ -14,7 +14,9 @@ Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarath
   (memory-bound), a prefill chunk of ``c`` tokens after ``p`` cached ones computes ``c p +
   c (c+1)/2`` query-key pairs. Both are priced by the cost model's attention kernel: a decode
   batch at two cache lengths gives seconds per cached position read, a prompt at two lengths
-  seconds per pair.
+  seconds per pair. With a sliding window of ``W`` (every attention's ``window``) a decode reads
+  at most ``W`` positions and a query computes at most ``W`` pairs
+  (:func:`mapper.core.opdefs.dnn.visible_keys`); the two cache lengths then lie within ``W``.
 
 A replica of ``t`` tensor ranks and ``p`` pipeline stages cuts the blocks into stages as
 ``--inference`` does (:func:`mapper.cluster.model.partition`); the batch runs as ``p``
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
+from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
 from mapper.mapping.pipeline import decode_round, partition
@@ -128,6 +131,12 @@ class StepModel:
         self.attention_blocks = [any(graph.tasks[i].op == "attention" for i in b.tasks) for b in profs[0].blocks]
         if not any(self.attention_blocks):
             raise OptionsError("the model has no attention op: nothing keeps a KV cache to serve from", obj="MODEL")
+        windows = sorted({int(t.attr("window") or 0) for t in graph.tasks if t.op == "attention"})
+        if len(windows) > 1:
+            raise OptionsError("serving prices one sliding window for every attention layer; the model's differ "
+                               f"({', '.join(str(w) if w else 'none' for w in windows)})", obj="MODEL")
+        #: the sliding window every attention keeps (0: none)
+        self.window = windows[0]
         self.head = not self.attention_blocks[-1]
         t = tensor
         #: per block, seconds of its other kernels at each of ``points``
@@ -169,11 +178,14 @@ class StepModel:
             b = next(i for i, a in enumerate(self.attention_blocks) if a)
             return _split(prices.cost(prof, b, t), net, t)[1]
 
-        lo, hi = (att(prices.profile(1, ATT_BATCH, c)) for c in ATT_CACHES)
-        beta = max(hi - lo, 0.0) / (ATT_BATCH * (ATT_CACHES[1] - ATT_CACHES[0]))
-        alpha = max(lo - beta * ATT_BATCH * ATT_CACHES[0], 0.0)
+        w = self.window
+        caches = ATT_CACHES if not w else (min(ATT_CACHES[0], w // 8), min(ATT_CACHES[1], w))
+        lo, hi = (att(prices.profile(1, ATT_BATCH, c)) for c in caches)
+        read = [held_positions(c, w) for c in caches]  # cached positions a decode reads
+        beta = max(hi - lo, 0.0) / (ATT_BATCH * (read[1] - read[0])) if read[1] > read[0] else 0.0
+        alpha = max(lo - beta * ATT_BATCH * read[0], 0.0)
         p_lo, p_hi = (att(prices.profile(n)) for n in ATT_PROMPTS)
-        pairs = [n * (n + 1) / 2 for n in ATT_PROMPTS]
+        pairs = [visible_keys(n, 0, w) for n in ATT_PROMPTS]
         return alpha, beta, max(p_hi - p_lo, 0.0) / (pairs[1] - pairs[0])
 
     def _at(self, ys: list[float], n: float) -> float:

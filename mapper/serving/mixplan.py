@@ -8,6 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from mapper.core.opdefs.dnn import held_positions
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.serving.inflight import Scheduler, simulate
 from mapper.serving.metrics import Slo
@@ -32,8 +33,9 @@ def _instances(server, longest: int, most: int) -> list[tuple[int, Callable[[lis
         except OptionsError:
             break
         _, tokens = model.memory(capacity_bytes, rt)
-        if tokens >= max(longest, rt.block):
-            sched = Scheduler(tokens, rt.block, rt.max_batch, rt.chunk, rt.reserve_output, rt.overhead)
+        if tokens >= max(held_positions(longest, model.window), rt.block):
+            sched = Scheduler(tokens, rt.block, rt.max_batch, rt.chunk, rt.reserve_output, rt.overhead,
+                              model.window)
             out.append((t, partial(_serve, model.step, sched)))
         t *= 2
     return out

@@ -126,7 +126,7 @@ class Server:
                                   f"({memory['weights'] / 2 ** 30:.1f} GiB of weights per GPU of "
                                   f"{capacity / 2 ** 30:.0f} GiB): give more GPUs per replica")
         sched = Scheduler(tokens, self.runtime.block, plan.max_batch, plan.chunk, self.runtime.reserve_output,
-                          self.runtime.overhead)
+                          self.runtime.overhead, model.window)
         runs = tuple(simulate(requests[r::plan.replicas], model.step, sched) for r in range(plan.replicas)
                      if requests[r::plan.replicas])
         served = tuple(s for run in runs for s in run.served)

@@ -204,7 +204,11 @@ def attention(c: Call) -> OpInfo:
     scores, a softmax kernel, dropout, then the product with V): :data:`UNFUSED_SCORE_BYTES`.
     ``cache = C``: a generation step's queries also attend to ``C`` earlier positions per sequence
     whose keys and values a KV cache holds (Pope et al., "Efficiently Scaling Transformer
-    Inference", MLSys 2023): they are read (``2 b kv C dh`` elements) and the new ones appended."""
+    Inference", MLSys 2023): they are read (``2 b kv C dh`` elements) and the new ones appended.
+    ``window = W`` (causal only): each query sees its last ``W`` positions, itself included
+    (Mistral 7B's sliding window, Jiang et al., arXiv:2310.06825), and the cache is a rolling
+    buffer of ``min(C, W)`` positions (:func:`held_positions`); the count stays the catalogue's
+    dense one, the kernel's is :func:`visible_keys` (:func:`mapper.costing.work.kernel_flops`)."""
     if len(c.args) == 2:
         raise c.fail("takes one operand qkv[T, 3D] or three q[T, D], k[T, D], v[T, D]; got 2", arg=1)
     c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
@@ -220,6 +224,9 @@ def attention(c: Call) -> OpInfo:
         raise c.fail(f"seq = {s} must divide the token count T = {t} (T = batch * seq)", attr="seq")
     b = t // s
     cache = int(c.attrs.get("cache") or 0)
+    window = int(c.attrs.get("window") or 0)
+    if window and not c.attrs.get("causal"):
+        raise c.fail(f"window = {window} is a causal sliding window: give causal = 1 too", attr="window")
     keys = cache + s  # keys per sequence: the cached positions and the new ones
     flops = 2 * b * h * s * keys * dh + 5 * b * h * s * keys + 2 * b * h * s * keys * dh
     out = dense((t, d), c.args[0].dtype)
@@ -227,13 +234,34 @@ def attention(c: Call) -> OpInfo:
     read = sum(x.nbytes for x in c.args)
     written = out.nbytes
     if cache:  # the cached keys and values read, the new ones appended
-        read += 2 * b * kv * cache * dh * item
+        read += 2 * b * kv * held_positions(cache, window) * dh * item
         written += 2 * b * kv * s * dh * item
     if not c.attrs.get("fused", 1):
         scores = b * h * s * keys * item
         read += UNFUSED_SCORE_BYTES[0] * scores
         written += UNFUSED_SCORE_BYTES[1] * scores
     return c.info(out, flops, read, written)
+
+
+def held_positions(positions: int, window: int) -> int:
+    """Positions of a sequence a KV cache keeps: all of them, or with a sliding window of ``W``
+    the last ``W`` (the rolling buffer of Mistral's reference implementation, arXiv:2310.06825
+    section 2; vLLM frees the blocks that leave the window, TensorRT-LLM keeps a cyclic cache of
+    ``max_attention_window_size`` tokens)."""
+    return min(positions, window) if window > 0 else positions
+
+
+def visible_keys(seq: int, cache: int, window: int) -> int:
+    """Query-key pairs a causal kernel computes for one sequence and head: query ``i`` of ``seq``
+    new ones after ``cache`` cached positions sees ``min(cache + i + 1, W)`` keys (all ``cache + i
+    + 1`` without a window), summed exactly over ``i``."""
+    first, last = cache + 1, cache + seq  # the keys the first and the last query see, unwindowed
+    if seq <= 0:
+        return 0
+    if window <= 0 or window >= last:
+        return (first + last) * seq // 2
+    below = (first + window) * (window - first + 1) // 2 if window >= first else 0  # views not yet cut
+    return below + window * (last - max(window, first - 1))
 
 
 #: Score-matrix traffic of unfused attention, in score-sized tensors (read, written): the scores

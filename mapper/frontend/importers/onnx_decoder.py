@@ -145,7 +145,12 @@ def _cached(ix: Index, tensor: str) -> tuple[str, int, list[OnnxNode]]:
     if len(cat.inputs) != 2:
         return tensor, 0, []
     past = ix.g.tensors[cat.inputs[0]].shape[2]
-    return cat.inputs[1], past, [cat]
+    nodes = [cat]
+    alias = ix.made_by(cat.inputs[0], "Concat")  # the past through a one-input Concat read for its length
+    if alias is not None and len(alias.inputs) == 1 and cat.inputs[0] not in ix.outputs \
+            and all(n is cat or n.folded for n in ix.consumers.get(cat.inputs[0], [])):
+        nodes.append(alias)
+    return cat.inputs[1], past, nodes
 
 
 def _keys(ix: Index, tensor: str, groups: int) -> tuple[str, int, list[OnnxNode]]:

@@ -52,6 +52,7 @@ class Imported:
     origins: Mapping[int, str] = field(default_factory=dict)  # DSL line -> the ONNX node it comes from
     notes: tuple[str, ...] = ()  # what the reader left out
     sources: Mapping[str, tuple[SourceNode, ...]] = field(default_factory=dict)  # task -> its ONNX nodes
+    masks: tuple[tuple[int, int], ...] = ()  # (causal, window) of each decoder attention, as its mask reads
 
     def warning(self) -> str | None:
         """One line listing the op types imported as ``opaque`` tasks (and what the
@@ -82,15 +83,18 @@ class Imported:
 
 def import_onnx(path: str, dims: Mapping[str, int] | None = None,
                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                input_values: Mapping[str, tuple[float, ...]] | None = None, cache: int = 0) -> Imported:
+                input_values: Mapping[str, tuple[float, ...]] | None = None, cache: int = 0,
+                mask: tuple[int, int] = (0, 0)) -> Imported:
     """Read the ONNX model at ``path`` (see :func:`~mapper.frontend.importers.onnx_model.read_onnx`) as DSL text;
-    ``cache``: positions a KV cache holds beyond the model's own (its decoder attention's ``cache``)."""
-    return onnx_to_dsl(read_onnx(path, dims, input_shapes, input_values), cache)
+    ``cache``: positions a KV cache holds beyond the model's own (its decoder attention's ``cache``);
+    ``mask``: (causal, window) of the model's decoder attention where its mask at these sizes
+    does not show them (a window no longer than the sequence, a mask too large to fold)."""
+    return onnx_to_dsl(read_onnx(path, dims, input_shapes, input_values), cache, mask)
 
 
-def onnx_to_dsl(g: OnnxGraph, cache: int = 0) -> Imported:
+def onnx_to_dsl(g: OnnxGraph, cache: int = 0, mask: tuple[int, int] = (0, 0)) -> Imported:
     try:
-        return _Writer(g, cache).run()
+        return _Writer(g, cache, mask).run()
     except KeyError as err:  # a tensor whose producer wrote nothing (an input-less node mapper cannot express)
         raise InputError(f"the model uses tensor {err.args[0]!r}, which no node it can import produces",
                          obj=g.file) from None
@@ -102,9 +106,10 @@ def _describe(n: OnnxNode) -> str:
 
 
 class _Writer(Emitter):
-    def __init__(self, g: OnnxGraph, cache: int = 0) -> None:
+    def __init__(self, g: OnnxGraph, cache: int = 0, mask: tuple[int, int] = (0, 0)) -> None:
         super().__init__(g)
         self.cache = cache
+        self.mask = mask
         self.tokens: tuple[int, int] | None = None
 
     # -- the program --------------------------------------------------------------------------
@@ -150,12 +155,10 @@ class _Writer(Emitter):
         placed.append(("}", None))
         origins = {k: origin for k, (_, origin) in enumerate(placed, 1) if origin is not None}
         fused = Counter(m.kind for m in matches)
-        windows = sorted({m.attrs["window"] for m in matches if m.kind == "rotary_attention" and m.attrs["window"]})
-        notes = g.notes + ((f"sliding-window attention (window {', '.join(map(str, windows))}) is priced as full "
-                            "causal attention",) if windows else ())
+        masks = tuple((m.attrs["causal"], m.attrs["window"]) for m in matches if m.kind == "rotary_attention")
         return Imported("\n".join(line for line, _ in placed) + "\n", len(g.nodes) + g.evaluated, self.tasks,
                         sum(n.folded for n in g.nodes) + g.evaluated, dict(fused), dict(self.unsupported), g.file,
-                        origins, notes, dict(self.sources))
+                        origins, g.notes, dict(self.sources), masks)
 
     def pattern(self, m: Match, first: OnnxNode) -> None:
         last = m.nodes[-1]
@@ -210,7 +213,10 @@ class _Writer(Emitter):
             qkv = self.emit(f"{q_mm.name}_qkv_bias", f"add({qkv}, {bias})")
         sizes = f"heads = {h}, kv_heads = {kv}, seq = {s}"
         rot = self.emit(f"{soft.name}_rotary", f"rotary({qkv}, {sizes})")
-        flags = "".join(f", {k} = {v}" for k, v in (("causal", a["causal"]), ("cache", a["cache"] + self.cache)) if v)
+        causal = a["causal"] or self.mask[0]
+        window = (a["window"] or self.mask[1]) if causal else 0
+        flags = "".join(f", {k} = {v}" for k, v in (("causal", causal), ("cache", a["cache"] + self.cache),
+                                                    ("window", window)) if v)
         att = self.emit(f"{soft.name}_attention", f"attention({rot}, {sizes}{flags})")
         wo = self.operand(a["weights"][3])
         out = self.emit(out_mm.name if a["out_bias"] is None else f"{out_mm.name}_matmul", f"matmul({att}, {wo})")

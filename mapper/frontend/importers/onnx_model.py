@@ -230,9 +230,10 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
                      outputs, tuple(nodes), tensors, notes, evaluated, loaders)
 
 
-def graph_inputs(path: str | os.PathLike[str]) -> tuple[tuple[str, str, int], ...]:
-    """The model's inputs that are not initializers: (name, DSL dtype, rank); () for a file that is
-    not a readable ONNX model (:func:`read_onnx` says what is wrong with it)."""
+def graph_inputs(path: str | os.PathLike[str]) -> tuple[tuple[str, str, tuple[int | str, ...]], ...]:
+    """The model's inputs that are not initializers: (name, DSL dtype, dimensions: sizes, or the
+    names of open ones, "" where unnamed); () for a file that is not a readable ONNX model
+    (:func:`read_onnx` says what is wrong with it)."""
     file = os.fspath(path)
     try:
         if not stat.S_ISREG(os.stat(file).st_mode) or os.path.getsize(file) > MAX_MODEL_BYTES:
@@ -241,7 +242,8 @@ def graph_inputs(path: str | os.PathLike[str]) -> tuple[tuple[str, str, int], ..
     except Exception:  # protobuf's decode errors have no common base worth naming
         return ()
     init = {t.name for t in model.graph.initializer}
-    return tuple((vi.name, DTYPES.get(vi.type.tensor_type.elem_type, "?"), len(vi.type.tensor_type.shape.dim))
+    return tuple((vi.name, DTYPES.get(vi.type.tensor_type.elem_type, "?"),
+                  tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim))
                  for vi in model.graph.input if vi.name not in init)
 
 
