@@ -14,8 +14,8 @@ SwiGLU matrices of every expert a token visits, the LM head) and attention's
 two products over the whole ``s x s`` score matrix (``4 s^2 h`` per layer: no
 causal saving; with a sliding window of ``W`` each query counts ``min(s, W)`` keys), nothing
 for norms, activations, softmax or the embedding lookup (multi-head latent attention: its
-products at query-key width ``dn + dr`` and value width ``dv``). :func:`model_flops` counts exactly that from the graph, so it is the
-formula for a Llama graph and the same convention for any other (a GPT's GELU
+products at query-key width ``dn + dr`` and value width ``dv``). :func:`model_flops` counts
+exactly that from the graph, so it is the formula for a Llama graph and the same convention for any other (a GPT's GELU
 MLP gives Megatron-LM's ``72 B s l h^2 (1 + s/6h + V/12lh)``, Narayanan et al.,
 SC'21, appendix).
 """
