@@ -160,8 +160,17 @@ def compile_graph(
             raise StoppedAfter(name, product)
         return product
 
+    imported = None
+    if serving is not None and not isinstance(source, TaskGraph):
+        from mapper.serving.driver import model_lower
+
+        imported = model_lower(source)
     if isinstance(source, TaskGraph):
         graph = source
+    elif imported is not None and serving is not None:  # an exported decoder, imported at the request's sizes
+        first = imported
+        request = serving.request
+        graph = stage("lower", lambda: first(request.prefill, max(request.batch, 1), 0))
     else:
         from mapper.frontend.load import read_with_sources, without_spans
         from mapper.frontend.lowering.program import lower
@@ -243,8 +252,9 @@ def compile_graph(
             """The request's graphs with the linear layers' GEMMs in --precision's format, then fused."""
             return prepare(with_precision(g, opts.precision) if opts.precision is not None else g)
 
-        requested = stage("split", lambda: plan_request(program, blame, source, plat, parallel, serving, marked,
-                                                              map_options.progress, opts.precision))
+        requested = stage("split", lambda: plan_request(None if imported else program, None if imported else blame,
+                                                        source, plat, parallel, serving, marked,
+                                                        map_options.progress, opts.precision, imported))
         served, graph, plat = requested.choice, requested.graph, requested.platform
         if opts.precision is not None:
             served = replace(served, precision=opts.precision)

@@ -180,3 +180,28 @@ def _mlp(path: Path, extra: str | None = None) -> None:
     graph = helper.make_graph(nodes, "mlp", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])], [table, w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("name", ["llama_legacy", "llama_decode_legacy", "mistral_dynamo"])
+def test_compile_inference_as_the_written_model(tmp_path: Path, name: str) -> None:
+    """``compile --inference`` imports the export at the request's sizes (its KV cache too) and plans
+    the static batch as examples/llama.tg (Mistral: WINDOW = 8, its cache holding 8 positions)."""
+    args = ["--platform", "dgx-h100", "--inference", "prefill=128,decode=64,batch=8", "--parallel", "tensor=2"]
+    window = ["--param", f"WINDOW={WINDOW}"] if name.startswith("mistral") else []
+    assert main(["compile", str(LLAMA_TG), *_params(), *window, *args, "--json", str(tmp_path / "tg.json")]) == 0
+    assert main(["compile", str(DATA / f"{name}.onnx"), *args, "--json", str(tmp_path / "onnx.json")]) == 0
+    tg, onnx = _json(tmp_path / "tg.json"), _json(tmp_path / "onnx.json")
+    assert onnx["parallel"]["plan"] == tg["parallel"]["plan"]
+    assert onnx["inference"]["kv_cache_bytes"] == tg["inference"]["kv_cache_bytes"]
+    assert onnx["inference"]["latency"] == pytest.approx(tg["inference"]["latency"], rel=1e-5)  # 64-bit ids
+
+
+def test_compile_inference_refuses_what_it_cannot_resize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--platform", "dgx-h100", "--inference", "prefill=16,decode=4,batch=2"]
+    assert main(["compile", str(DATA / "llama_dynamo.onnx"), "--dim", "seq=16", *args]) == 2
+    assert "--dim" in capsys.readouterr().err
+    plain = tmp_path / "mlp.onnx"
+    _mlp(plain)
+    assert main(["compile", str(plain), *args]) == 2
+    err = capsys.readouterr().err
+    assert "recognises" in err and "--inference" in err and "Traceback" not in err

@@ -56,14 +56,22 @@ class PlannedRequest:
 
 
 def check_source(source: Any) -> None:
-    """OptionsError unless ``source`` is a DSL file (``--inference`` lowers it at the request's sizes)."""
+    """OptionsError unless ``source`` is a file: a DSL model or an exported decoder (``--inference``
+    lowers it at the request's sizes)."""
     if isinstance(source, TaskGraph):
-        raise OptionsError("--inference lowers the model at the request's sizes: give a DSL file, "
-                           "not a lowered graph", obj="--inference")
-    if is_model(os.fspath(source)):
-        raise OptionsError("--inference needs a DSL model with params SEQ, BATCH and CACHE (examples/gpt.tg, "
-                           "examples/llama.tg); an imported model is one fixed graph: compile it as it is",
-                           obj="--inference")
+        raise OptionsError("--inference lowers the model at the request's sizes: give a DSL file or an "
+                           "exported decoder, not a lowered graph", obj="--inference")
+
+
+def model_lower(source: str | os.PathLike[str] | ModelFile) -> Callable[[int, int, int], TaskGraph] | None:
+    """The exported decoder ``source`` imported at each size (:func:`mapper.frontend.load.model_lowerer`),
+    or None for a DSL file."""
+    from mapper.frontend.load import model_lowerer
+
+    path = os.fspath(source)
+    if not is_model(path):
+        return None
+    return model_lowerer(source if isinstance(source, ModelFile) else ModelFile(path), "--inference")
 
 
 def lowerer(program: Program, blame: AbstractContextManager[None], source: str | os.PathLike[str] | ModelFile,
@@ -98,14 +106,16 @@ def lowerer(program: Program, blame: AbstractContextManager[None], source: str |
     return at
 
 
-def plan_request(program: Program, blame: AbstractContextManager[None], source: str | Path | ModelFile,
+def plan_request(program: Program | None, blame: AbstractContextManager[None] | None, source: str | Path | ModelFile,
                  platform: Platform, parallel: str, serving: Serving,
                  prepare: Callable[[TaskGraph], TaskGraph],
                  progress: Callable[[Progress], None] | None = None,
-                 precision: str | None = None) -> PlannedRequest:
+                 precision: str | None = None,
+                 imported: Callable[[int, int, int], TaskGraph] | None = None) -> PlannedRequest:
     """The serving layout of ``serving``'s request on ``platform`` and its request graph; ``program``
     is ``source`` parsed (``blame``: the context its errors are raised in); ``progress`` hears how
-    a ``batch=auto`` search goes; ``precision``: the weights' format ``prepare`` marks (--precision)."""
+    a ``batch=auto`` search goes; ``precision``: the weights' format ``prepare`` marks (--precision);
+    ``imported``: an exported decoder's lowerer (:func:`model_lower`), used instead of ``program``."""
     if parallel == "none":
         given = LayoutSpec(tensor=1, pipeline=1, data=1)
     else:
@@ -113,7 +123,11 @@ def plan_request(program: Program, blame: AbstractContextManager[None], source: 
     if serving.request.auto_batch and given.micro_batch is not None:
         raise OptionsError("micro_batch fixes the sequences of a micro-batch; with batch=auto the batch is "
                            "searched: give batch=B instead", obj="--parallel")
-    lower = lowerer(program, blame, source, serving.request.decode > 0)
+    if imported is not None:
+        lower = imported
+    else:
+        assert program is not None and blame is not None
+        lower = lowerer(program, blame, source, serving.request.decode > 0)
     fleet = platform.fleet
     kinds = [(k.kind, k.platform) for k in fleet.kinds] if fleet is not None else [("", platform)]
     best: tuple[ServingChoice, ServingModel, Platform] | None = None
