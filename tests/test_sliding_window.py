@@ -87,6 +87,15 @@ def test_a_window_needs_causal(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "causal = 1" in err and "Traceback" not in err
 
 
+def test_a_run_refuses_a_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "w.tg"
+    model.write_text("graph g {\n  input x : f32[16, 48]\n"
+                     "  y = attention(x, heads = 4, seq = 16, causal = 1, window = 4)\n  output y\n}\n")
+    assert main(["run", str(model), "--platform", "dev-vm"]) == 2
+    err = capsys.readouterr().err
+    assert "sliding-window" in err and "Traceback" not in err
+
+
 def test_admission_holds_the_window_only() -> None:
     """A request of 40 + 10 tokens on a 32-token cache: infeasible without a window; with a
     16-token window it holds one 16-token block and its decodes read 16 positions."""

@@ -370,6 +370,12 @@ def refuse_kernel_less(graph: TaskGraph) -> None:
             f"graph {graph.name!r} has attention that reads a KV cache ({', '.join(cached[:3])}"
             f"{' ...' if len(cached) > 3 else ''}: cache > 0), which a run does not hold; run the prefill "
             "graph (cache 0), or price generation with `mapper compile --inference`", obj=graph.name)
+    windowed = [t.name for t in leaf_tasks(graph) if t.op == "attention" and t.attr("window", 0)]
+    if windowed:
+        raise InputError(
+            f"graph {graph.name!r} has sliding-window attention ({', '.join(windowed[:3])}"
+            f"{' ...' if len(windowed) > 3 else ''}: window > 0), which the kernels do not run; price it "
+            "with `mapper compile` or `mapper serve`", obj=graph.name)
     bad = [t.name for t in graph.tasks if t.op == "task"]
     if bad:
         listed = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
