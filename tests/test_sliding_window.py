@@ -18,6 +18,7 @@ from mapper.errors import InfeasibleError
 from mapper.frontend.load import graph_from_text
 from mapper.serving.inflight import Scheduler, simulate
 from mapper.serving.iteration import Batch
+from mapper.serving.model import decode_growth
 from mapper.serving.workload import Arrival
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,3 +134,16 @@ def test_serving_a_window_prices_the_window(tmp_path: Path) -> None:
     assert windowed["output_tokens_per_s"] > full["output_tokens_per_s"]
     # a window longer than every context the model prices changes nothing
     assert _serve(tmp_path, "long", "--param", "WINDOW=16384")["output_tokens_per_s"] == full["output_tokens_per_s"]
+
+
+@pytest.mark.parametrize("prefill,decode,window", [(128, 64, 0), (100, 50, 120), (200, 50, 120), (1, 9, 4),
+                                                   (16, 1, 8), (5, 20, 0)])
+def test_static_decode_steps_sum_over_the_window(prefill: int, decode: int, window: int) -> None:
+    """``compile --inference``: the steps' time, affine in the positions each reads, from the first
+    and the last step, against the sum step by step."""
+    def step(context: int) -> float:  # any affine function of the positions held
+        return 3.0 + 0.25 * held_positions(context, window)
+
+    first, last = step(prefill), step(prefill + decode - 1)
+    exact = sum(step(prefill + k) for k in range(decode))
+    assert decode * first + (last - first) * decode_growth(prefill, decode, window) == pytest.approx(exact)

@@ -22,7 +22,9 @@ A layout of ``t`` tensor ranks, ``p`` pipeline stages and ``m`` micro-batches:
   (FasterTransformer's pipeline of micro-batches; Pope et al., MLSys 2023);
 * a decode step's time is affine in its context (only attention reads the
   cache), so ``S_OUT`` steps take ``S_OUT`` times the mean of the first and
-  the last;
+  the last; with a sliding window of ``W`` it is affine in the positions the
+  cache holds, ``min(context, W)``, and the steps are summed exactly over them
+  (:func:`decode_growth`);
 * the prefill's last block, where it holds no attention (the final norm and
   the LM head), runs on each sequence's last token only, as serving runtimes
   keep only the logits they sample from (vLLM's logits processor prunes the
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.core.graph import TaskGraph
+from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
 from mapper.mapping.pipeline import decode_round, partition, pipelined
@@ -147,6 +150,9 @@ class ServingModel:
         elif r.prefill > 1:
             self.graphs["token"] = lower(1, r.batch, 0)  # the prefill's last block on one token per sequence
         self.profiles = {k: Profile(g, platform, self.gpu.name, prepare, None) for k, g in self.graphs.items()}
+        windows = {int(t.attr("window") or 0) for t in self.graphs["prefill"].tasks if t.op == "attention"}
+        #: the decode steps' growth past the first, in units of the last step's (:func:`decode_growth`)
+        self.growth = decode_growth(r.prefill, r.decode, windows.pop() if len(windows) == 1 else 0)
         counts = {len(p.blocks) for p in self.profiles.values()}
         if len(counts) > 1:
             raise OptionsError("the prefill and decode graphs cut into different blocks: the model's structure "
@@ -255,6 +261,17 @@ class ServingModel:
             first = self.stage_times("first", lay, starts)
             last = self.stage_times("last", lay, starts)
             rounds = [decode_round(x, m) for x in (first, last)]
-            decode = self.request.decode * (rounds[0] + rounds[1]) / 2
+            decode = self.request.decode * rounds[0] + (rounds[1] - rounds[0]) * self.growth
         memory, max_batch, held = self.memory(lay, starts)
         return ServingEstimate(lay, starts, pre, first, last, ttft, decode, memory, self.capacity, max_batch, held)
+
+
+def decode_growth(prefill: int, decode: int, window: int) -> float:
+    """``sum_k (h(S_IN + k) - h(S_IN)) / (h(S_IN + S_OUT - 1) - h(S_IN))`` over the ``S_OUT`` decode
+    steps ``k``, ``h`` the cached positions a step reads (``min(context, W)`` with a window of
+    ``W``): the steps' time is ``S_OUT`` first steps plus this many times the last's excess
+    (``S_OUT / 2`` without a window: the mean of the first and the last)."""
+    first, end = held_positions(prefill, window), held_positions(prefill + decode - 1, window)
+    if decode <= 1 or end == first:
+        return 0.0
+    return (visible_keys(decode, prefill - 1, window) - decode * first) / (end - first)
