@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from mapper.core.graph import SourceNode, TaskGraph
-from mapper.errors import InputWarning, OptionsError
+from mapper.errors import InputError, InputWarning, OptionsError
 from mapper.frontend.lowering.program import lower, read_dsl_file
 from mapper.frontend.parse import parse
 from mapper.frontend.sources import ModelFile, is_model
@@ -139,9 +139,13 @@ def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], T
         key = (seq, batch, cache)
         if key not in made:
             if not made:
-                probe = imported_at(1, 1, PROBE_PAST) if pasts else imported_at(PROBE_SEQ, 1, 0)
-                windows = {w for _, w in probe.masks}
-                mask = (max(c for c, _ in probe.masks), windows.pop() if len(windows) == 1 else 0)
+                try:
+                    probe = imported_at(1, 1, PROBE_PAST) if pasts else imported_at(PROBE_SEQ, 1, 0)
+                except InputError:  # a model that takes no such length: each size's mask is read alone
+                    probe = None
+                if probe is not None:
+                    windows = {w for _, w in probe.masks}
+                    mask = (max(c for c, _ in probe.masks), windows.pop() if len(windows) == 1 else 0)
             imported = imported_at(seq, batch, cache)
             if not made and imported.warning():
                 warnings.warn(imported.warning() or "", InputWarning, stacklevel=2)
