@@ -10,7 +10,10 @@ released config, the GEMMs at ``--precision`` (FP8 on H100, MXFP8 on GB200), the
 distributed optimizer (ZeRO 1) with f32 main gradients, sequence parallelism
 with tensor parallelism, micro-batch 1 where the table gives none (the recipes'
 default), and the activation recomputation left to the planner (the fastest
-that fits). Nothing is fitted to these rows. A row whose layout needs a key the
+that fits) unless the recipe names its modules. Where a recipe sets it, the
+recompute modules (Megatron-Core's ``recompute_modules``) and the layers of the
+first and last pipeline chunks are the recipe's (``recompute=``, ``first=``,
+``last=``; each row cites its source below). Nothing is fitted to these rows. A row whose layout needs a key the
 planner does not model yet (context parallelism) is printed as not priced.
 Predictions do not depend on the machine's load.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 from mapper.cluster.search import plan_cluster
 from mapper.costing.fusion import fuse_for
@@ -38,20 +42,31 @@ QWEN3_30B = ("examples/moe.tg", {"SEQ": 4096})  # its defaults are Qwen3-30B-A3B
 QWEN3_235B = ("examples/moe.tg", {"LAYERS": 94, "HIDDEN": 4096, "HEADS": 64, "EXPERT_FFN": 1536, "SEQ": 4096})
 DEEPSEEK_V3 = ("examples/deepseek_v3.tg", {"SEQ": 4096})  # its defaults are DeepSeek-V3 671B
 
+#: Megatron-Bridge's Llama 3.1 405B recipe (``recipes/llama/llama3.py``, ``llama31_405b_pretrain_config``)
+#: sets ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``: with
+#: the embedding and the loss counted as a layer each, the first and last chunks hold one layer less.
+LLAMA31_405B_ENDS = {"first": 1, "last": 1}
+#: Megatron-Bridge's DeepSeek-V3 GB200 MXFP8 recipe (``recipes/deepseek/deepseek_v3_perf.py``,
+#: ``deepseek_v3_pretrain_256gpu_gb200_fp8mx_config``; ``scripts/performance/configs/deepseek/``
+#: ``deepseek_workload_base_configs.py``, ``DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX``):
+#: ``recompute_modules = ["mla_up_proj"]``, and the pipeline layout of ``deepseek_v3.py`` for PP 4,
+#: VP 4: the embedding and 4 layers, 14 chunks of 4, then 1 layer with the loss.
+DEEPSEEK_V3_GB200 = {"recompute": "mla_up_proj", "first": 4, "last": 1}
+
 # (name, model, platform, GPUs per node, GPUs, precision, global batch, layout keys, published tokens/s/GPU)
 ROWS = [
     ("Llama 3 70B", LLAMA3_70B, "dgx-h100-superpod", 8, 64, "fp8", 256,
      {"tensor": 4, "pipeline": 8, "interleave": 5}, 1664),
     ("Llama 3.1 405B", LLAMA31_405B, "dgx-h100-superpod", 8, 1024, "fp8", 1536,
-     {"tensor": 8, "pipeline": 8, "interleave": 8, "context": 2}, 328),
+     {"tensor": 8, "pipeline": 8, "interleave": 8, "context": 2, **LLAMA31_405B_ENDS}, 328),
     ("Qwen3-30B-A3B", QWEN3_30B, "dgx-h100-superpod", 8, 16, "fp8", 1024, {"tensor": 1, "pipeline": 1, "expert": 16},
      8960),
     ("Qwen3-235B-A22B", QWEN3_235B, "dgx-h100-superpod", 8, 256, "fp8", 8192,
      {"tensor": 2, "pipeline": 8, "interleave": 4, "expert": 32}, 1712),
     ("Llama 3.1 405B", LLAMA31_405B, "gb200-nvl72", 4, 256, "fp8", 1536,
-     {"tensor": 4, "pipeline": 16, "interleave": 4}, 843),
+     {"tensor": 4, "pipeline": 16, "interleave": 4, **LLAMA31_405B_ENDS}, 843),
     ("DeepSeek-V3", DEEPSEEK_V3, "gb200-nvl72", 4, 256, "mxfp8", 4096,
-     {"tensor": 1, "pipeline": 4, "interleave": 4, "expert": 64}, 4912),
+     {"tensor": 1, "pipeline": 4, "interleave": 4, "expert": 64, **DEEPSEEK_V3_GB200}, 4912),
     ("Qwen3-30B-A3B", QWEN3_30B, "gb200-nvl72", 4, 8, "mxfp8", 512,
      {"tensor": 1, "pipeline": 1, "expert": 8, "micro_batch": 4}, 39936),
     ("Qwen3-235B-A22B", QWEN3_235B, "gb200-nvl72", 4, 256, "mxfp8", 8192,
@@ -62,14 +77,14 @@ UNMODELLED = ("context",)
 
 
 def price(model: tuple[str, dict[str, int]], platform: str, per_node: int, gpus: int, precision: str, batch: int,
-          keys: dict[str, int]) -> tuple[float, str, float]:
-    """Predicted tokens/s per GPU, the layout kept and its peak memory (GiB) of one row."""
+          keys: dict[str, Any]) -> tuple[float, str, float, bool]:
+    """Predicted tokens/s per GPU, the layout kept, its peak memory (GiB) and whether it fits, of one row."""
     path, params = model
     graph = with_precision(load_graph(ModelFile(path, params=tuple({**params, "BATCH": batch}.items()))), precision)
     plat = with_nodes(load_platform(platform), gpus // per_node)
     given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **keys, "sequence": keys.get("tensor", 1) > 1})
     choice = plan_cluster(graph, plat, given, "adam", lambda g: fuse_for(g, plat), precision=precision)
-    return choice.tokens_per_s / choice.gpus, choice.best.layout.label(), choice.best.peak / 2**30
+    return choice.tokens_per_s / choice.gpus, choice.best.layout.label(), choice.best.peak / 2**30, choice.best.fits
 
 
 def main() -> None:
@@ -89,10 +104,11 @@ def main() -> None:
                   f"{'-':>6} {'-':>5}  not priced: {', '.join(missing)} parallelism is not modelled yet")
             continue
         start = time.perf_counter()
-        pred, label, peak = price(model, platform, per_node, gpus, prec, batch, keys)
+        pred, label, peak, fits = price(model, platform, per_node, gpus, prec, batch, keys)
         ratios.append(pred / published)
         print(f"{i:>2} {name:<16} {platform:<18} {gpus:>5} {prec:<6} {pred:>8,.0f} {published:>7,} "
-              f"{pred / published:>6.2f} {peak:>6.1f} {time.perf_counter() - start:>5.1f}  {label}", flush=True)
+              f"{pred / published:>6.2f} {peak:>6.1f} {time.perf_counter() - start:>5.1f}  {label}"
+              + ("" if fits else "  (does not fit)"), flush=True)
     if ratios:
         inside = sum(0.8 <= r <= 1.25 for r in ratios)
         print(f"ratio predicted / published: median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-"

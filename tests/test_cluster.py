@@ -320,14 +320,14 @@ def test_progress_is_reported():
     seen = []
     g = small_gpt()
     plat = with_nodes(load_platform("selene"), 4)
-    import mapper.cluster.search as search
+    import mapper.cluster.sweep as sweep
 
-    old = search.PROGRESS_EVERY
-    search.PROGRESS_EVERY = 0.0
+    old = sweep.PROGRESS_EVERY
+    sweep.PROGRESS_EVERY = 0.0
     try:
         plan_cluster(g, plat, LayoutSpec(), "adam", lambda x: fuse_for(x, plat), seen.append)
     finally:
-        search.PROGRESS_EVERY = old
+        sweep.PROGRESS_EVERY = old
     assert seen and seen[-1].phase.startswith("cluster layouts") and seen[-1].incumbent is not None
 
 

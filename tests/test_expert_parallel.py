@@ -8,7 +8,7 @@ import pytest
 
 from mapper.cli import main
 from mapper.cluster.plan_graph import plan_graph, replica_platform
-from mapper.cluster.search import plan_cluster
+from mapper.cluster.search import layouts, plan_cluster
 from mapper.costing.fusion import fuse_for
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
@@ -113,8 +113,12 @@ def test_expert_plan_graph_passes_the_validator():
 
 
 def test_auto_considers_expert_parallelism():
-    _, ch = _plan({"tensor": 1, "pipeline": 1, "micro_batch": 1, "recompute": "none", "zero": 1})
-    assert {e.layout.expert for e in ch.ranked} == {1, 2, 4, 8, 16}
+    keys = {"tensor": 1, "pipeline": 1, "micro_batch": 1, "recompute": "none", "zero": 1}
+    _, ch = _plan(keys)
+    space = layouts(ch.gpus, 8, ch.samples, 512, LayoutSpec(**keys), 16)
+    # every expert degree is scored (those that cannot beat the best by their time floor unestimated)
+    assert {lay.expert for lay in space} == {1, 2, 4, 8, 16} and ch.scored == len(space)
+    assert {e.layout.expert for e in ch.ranked} <= {1, 2, 4, 8, 16}
 
 
 @pytest.mark.parametrize("key", ["expert=3", "expert=32", "expert=16,expert_tensor=3"])

@@ -95,8 +95,10 @@ PARALLEL_HELP = (
     "MODE: none (default: the graph as written), data (split the batch), tensor (Megatron-style GEMM pairs, "
     "attention heads, conv channels), pipeline (stages and micro-batches) or auto (the fastest plan that fits "
     "in memory). LAYOUT: KEY=VALUE items joined by commas, keys tensor=T, pipeline=P, data=D, micro_batch=B, "
-    "interleave=V, recompute=none|selective|full, zero=0|1|2|3, sequence=on|off, grad=fp32|bf16 (the "
-    "gradient buffer's format); keys left out are chosen. "
+    "interleave=V, recompute=none|selective|full|MODULE+MODULE (Megatron-Core's recompute_modules: core_attn, "
+    "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts), zero=0|1|2|3, sequence=on|off, grad=fp32|bf16 "
+    "(the gradient buffer's format), first=N and last=N (Transformer layers of the first and last pipeline "
+    "chunks; the others get equal shares); keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 
 

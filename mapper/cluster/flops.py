@@ -23,7 +23,6 @@ SC'21, appendix).
 from __future__ import annotations
 
 from mapper.core.graph import Task, TaskGraph
-from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.efficiency import op_class
 
 
@@ -48,7 +47,3 @@ def model_flops(graph: TaskGraph) -> float:
     """FLOPs of one training step of the forward ``graph`` (module docstring): 3x the counted forward."""
     return 3.0 * sum(forward_flops(t) for t in graph.tasks)
 
-
-def attention_flops(graph: TaskGraph) -> float:
-    """The forward FLOPs of attention's products (what selective recomputation runs again)."""
-    return sum(forward_flops(t) for t in graph.tasks if t.op in ATTENTION_OPS)

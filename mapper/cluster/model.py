@@ -7,10 +7,12 @@ batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
 
 * the blocks are cut into ``p v`` contiguous chunks of balanced time
   (:func:`mapper.mapping.pipeline.partition`, Bokhari's bottleneck partition by bisection): stages are
-  uneven in layers when blocks differ (the embedding and the LM head);
+  uneven in layers when blocks differ (the embedding and the LM head); with ``first``/``last``,
+  into chunks of whole Transformer layers as Megatron-Core cuts them (:mod:`mapper.cluster.layers`);
 * a chunk's time per micro-batch is its blocks' forward and backward kernels,
   their tensor-parallel collectives (on the critical path), the recomputation
-  (selective: attention again; full: the whole forward again) and the sends
+  (full: the whole forward again; selective or named modules: those modules' forward
+  again, :mod:`mapper.cluster.recompute`) and the sends
   to the next chunk (across nodes each tensor rank sends ``1/t`` of it and the
   ranks all-gather it over NVSwitch: SC'21, 4.1);
 * the pipeline takes :func:`mapper.cluster.schedule.step_time`; then each rank
@@ -54,10 +56,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Any
 
 from mapper.cluster import zero3
+from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.profile import BlockCost, Profile
+from mapper.cluster.recompute import BIT, mask
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
 from mapper.mapping.pipeline import partition
@@ -151,20 +156,51 @@ class PlanModel:
         self.capacity = capacity
         self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float]]] = {}
         self._times: dict[tuple, tuple[list[float], list[float]]] = {}
+        self._layers: tuple[int, ...] | None = None  # blocks where Transformer layers begin
+        # memos of the layout search (each layout reads them per chunk, not per block)
+        self._costs: dict[tuple[int, int], list[BlockCost]] = {}
+        self._colls: dict[tuple, float] = {}
+        self._sums: dict[tuple, tuple[list[float], ...]] = {}
+        self._acts: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
 
     def block_costs(self, t: int, b: int) -> list[BlockCost]:
+        """Each block's price on one of ``t`` ranks for micro-batches of ``b`` samples (kept)."""
         chunks = self.samples // b
-        return [self.profile.cost(blk.signature, t, chunks) for blk in self.profile.blocks]
+        if (t, chunks) not in self._costs:
+            self._costs[(t, chunks)] = [self.profile.cost(blk.signature, t, chunks) for blk in self.profile.blocks]
+        return self._costs[(t, chunks)]
 
-    def _comm(self, c: BlockCost, t: int, backward: bool, etp: int | None = None) -> float:
+    def _coll(self, kind: str, nbytes: float, ranks: int, per_node: int) -> float:
+        """:func:`mapper.parallel.collectives.collective`'s seconds, kept."""
+        key = (kind, nbytes, ranks, per_node)
+        if key not in self._colls:
+            self._colls[key] = collective(self.net, kind, nbytes, ranks, per_node)[0]
+        return self._colls[key]
+
+    def _held_sums(self, lay: Layout) -> tuple[list[float], ...]:
+        """Prefix sums over the blocks of :meth:`held`'s four parts and of the optimizer's time
+        (dense blocks; blocks with experts: their dense share, their experts' share), kept."""
+        key = (lay.tensor, lay.expert, lay.etp)  # none of it depends on the micro-batch
+        if key not in self._sums:
+            rows = []
+            priced = next((n for t, n in self._costs if t == lay.tensor), None)
+            for c in self._costs[(lay.tensor, priced)] if priced else self.block_costs(lay.tensor, lay.micro_batch):
+                dp_, db_, ep_, eb_ = self.held(c, lay)
+                moe = c.update / c.params if c.expert_params else 0.0
+                rows.append((dp_, db_, ep_, eb_, 0.0 if c.expert_params else c.update, moe * dp_, moe * ep_))
+            self._sums[key] = tuple([0.0, *accumulate(col)] for col in zip(*rows))
+        return self._sums[key]
+
+    def _comm(self, c: BlockCost, t: int, backward: bool, etp: int | None = None, only: int = 0) -> float:
         """Seconds of a block's tensor-parallel collectives in one pass; the experts' own among their
-        ``etp`` ranks (none with ``expert_tensor = 1``: each rank computes whole experts)."""
+        ``etp`` ranks (none with ``expert_tensor = 1``: each rank computes whole experts); ``only``:
+        those of the modules with these bits alone (:mod:`mapper.cluster.recompute`)."""
         total = 0.0
         for i, (kind, nbytes, bwd) in enumerate(c.collectives):
-            if bwd != backward:
+            if bwd != backward or only and not (i < len(c.comm_modules) and c.comm_modules[i] & only):
                 continue
             k = etp if etp is not None and i < len(c.expert_comm) and c.expert_comm[i] else t
-            total += collective(self.net, kind, nbytes, k, min(k, self.net.gpus_per_node))[0]
+            total += self._coll(kind, nbytes, k, min(k, self.net.gpus_per_node))
         return total
 
     def _alltoalls(self, c: BlockCost, lay: Layout) -> float:
@@ -175,7 +211,16 @@ class PlanModel:
         if e <= 1 or not c.routed:
             return 0.0
         per_node = min(e, max(1, self.net.gpus_per_node // lay.etp))
-        return sum(2 * collective(self.net, "alltoall", r / lay.tensor, e, per_node)[0] for r in c.routed)
+        return sum(2 * self._coll("alltoall", r / lay.tensor, e, per_node) for r in c.routed)
+
+    def _redo(self, c: BlockCost, lay: Layout, bits: int, etp: int | None) -> float:
+        """Seconds of recomputing modules ``bits`` of a block: their forward kernels, their
+        tensor-parallel collectives, and a recomputed ``moe``'s all-to-alls once more."""
+        if not bits:
+            return 0.0
+        comm = self._comm(c, lay.tensor, False, etp, only=bits)
+        a2a = self._alltoalls(c, lay) if bits & BIT["moe"] else 0.0
+        return c.redo_seconds(bits) + comm + a2a
 
     def held(self, c: BlockCost, lay: Layout) -> tuple[float, float, float, float]:
         """Parameters and their bytes a rank holds of block price ``c``: the dense ones, then its
@@ -192,6 +237,7 @@ class PlanModel:
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
+        bits = mask(lay.recompute)
         for c in self.block_costs(t, lay.micro_batch):
             f = c.forward
             b = c.backward
@@ -203,7 +249,7 @@ class PlanModel:
             a2a = self._alltoalls(c, lay)  # dispatch and combine, forward and backward alike
             cf += a2a
             cb += a2a
-            redo = {"none": 0.0, "selective": c.attention, "full": f + cf}[lay.recompute]
+            redo = f + cf if lay.recompute == "full" else self._redo(c, lay, bits, etp)
             fw.append(f + cf)
             bw.append(b + cb + redo)
         self._times[key] = (fw, bw)
@@ -213,15 +259,17 @@ class PlanModel:
         """The layout's :class:`Estimate`, or None when its blocks cannot be cut into its chunks."""
         t, p, d, v = lay.tensor, lay.pipeline, lay.data, lay.interleave
         m = self.samples // (d * lay.micro_batch)
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, p * v)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, p * v, lay.first, lay.last)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
-            starts = partition([f + b for f, b in zip(fw, bw)], p * v)
+            starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
+                [f + b for f, b in zip(fw, bw)], p * v)
             if starts is None:
                 return None
             self._parts[key] = (starts, fw, bw)
         starts, fw, bw = self._parts[key]
         costs = self.block_costs(t, lay.micro_batch)
+        sums = self._held_sums(lay)
         blocks = self.profile.blocks
         ends = [*starts[1:], len(blocks)]
         across = t * d >= self.net.gpus_per_node  # pipeline neighbours are t d ranks apart
@@ -242,7 +290,7 @@ class PlanModel:
             out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch  # the tensor sent on
             if ci + 1 < p * v and out > 0:
                 if across and t > 1:
-                    hop = send(self.net, out / t, True) + collective(self.net, "allgather", out, t, t)[0]
+                    hop = send(self.net, out / t, True) + self._coll("allgather", out, t, t)
                 else:
                     hop = send(self.net, out, across)
                 f += hop
@@ -250,12 +298,10 @@ class PlanModel:
             rank_time[s] += f + b
             rank_bwd[s] += b
             chunk_times.append((f, b))
-            for i in range(a, e):
-                dp_, db_, ep_, eb_ = self.held(costs[i], lay)
-                rank_params[s] += dp_
-                rank_pbytes[s] += db_
-                rank_eparams[s] += ep_
-                rank_ebytes[s] += eb_
+            rank_params[s] += sums[0][e] - sums[0][a]
+            rank_pbytes[s] += sums[1][e] - sums[1][a]
+            rank_eparams[s] += sums[2][e] - sums[2][a]
+            rank_ebytes[s] += sums[3][e] - sums[3][a]
             kept, work = self._activations(lay, range(a, e))
             rank_act[s] += kept
             rank_work[s] = max(rank_work[s], work)
@@ -277,13 +323,8 @@ class PlanModel:
         moe_updates = [0.0] * p  # blocks with experts: the optimizer's time splits as its parameters
         shards = (d, lay.expert_data) if lay.zero >= 1 else (1, 1)
         for ci, (a, e) in enumerate(zip(starts, ends)):
-            for i in range(a, e):
-                c = costs[i]
-                if not c.expert_params:
-                    updates[ci % p] += c.update
-                    continue
-                dense, _, experts, _ = self.held(c, lay)
-                moe_updates[ci % p] += c.update * (dense / shards[0] + experts / shards[1]) / c.params
+            updates[ci % p] += sums[4][e] - sums[4][a]
+            moe_updates[ci % p] += (sums[5][e] - sums[5][a]) / shards[0] + (sums[6][e] - sums[6][a]) / shards[1]
         de = lay.expert_data
         per_node_e = min(de, max(1, self.net.gpus_per_node // (lay.expert * lay.etp)))
         for s in range(p):
@@ -296,10 +337,9 @@ class PlanModel:
                 if group <= 1 or lay.zero >= 3 or g <= 0:
                     continue
                 if lay.zero >= 1:  # the distributed optimizer: gradients scattered, new weights gathered
-                    total += (collective(self.net, "reducescatter", g, group, pn)[0]
-                              + collective(self.net, "allgather", pbytes, group, pn)[0])
+                    total += self._coll("reducescatter", g, group, pn) + self._coll("allgather", pbytes, group, pn)
                 else:
-                    total += collective(self.net, "allreduce", g, group, pn)[0]
+                    total += self._coll("allreduce", g, group, pn)
             buckets = max(1, math.ceil(grads / BUCKET))
             exposed = max(total - rank_bwd[s] / max(1, v), total / buckets) if total > 0 else 0.0
             upd = updates[s] / shards[0] + moe_updates[s]
@@ -328,6 +368,45 @@ class PlanModel:
                                           per_node))
         return gathers, scatters
 
+    def memory_floor(self, lay: Layout) -> float:
+        """Bytes per GPU the fullest pipeline rank of ``lay`` holds at least, whatever its cut: the
+        weights, gradients and optimizer state of all blocks and one micro-batch's activations
+        (every rank keeps at least one in flight) over its ``pipeline`` ranks (the fullest holds
+        no less than their mean), and :data:`RESERVE`. Activations grow linearly with the
+        micro-batch, so they are scaled from a micro-batch already priced (no block is priced
+        for it). Rank ``s`` holds ``x_s = S_s + A_s f_s`` (states, one micro-batch's activations,
+        ``f_s`` in flight), so the fullest also holds at least the mean of ``x_s`` weighted by
+        ``1 / f_s``: ``(A + S / max f) / sum 1/f``; the larger of the two floors. A layout above
+        the GPU's memory cannot fit (:mod:`mapper.cluster.sweep`)."""
+        sums = self._held_sums(lay)
+        states = OPTIMIZERS[self.optimizer].states
+        dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.data)
+        experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data)
+        chunks = next((n for t, n in self._costs if t == lay.tensor), self.samples // lay.micro_batch)
+        ref = replace(lay, micro_batch=self.samples // chunks)
+        kept, inputs, _ = self._act_sums(ref)
+        act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref.micro_batch
+        held, act = sum(dense.values()) + sum(experts.values()), act * (1 - 1e-9)
+        # and the mean over ranks weighted by 1/flight: rank s holds its states and act_s flight_s
+        flights = in_flight(lay.pipeline, lay.interleave, self.samples // (lay.data * lay.micro_batch))
+        weighted = (act + held / max(flights)) / sum(1 / f for f in flights)
+        return max((held + act) / lay.pipeline, weighted) + RESERVE
+
+    def time_floor(self, lay: Layout) -> float:
+        """Seconds no step of ``lay`` goes below (closed form or simulated): each of ``m``
+        micro-batches passes every block forward and backward, spread at best evenly over the
+        ``pipeline`` ranks."""
+        fw, bw = self._block_times(lay)
+        return self.samples // (lay.data * lay.micro_batch) * (sum(fw) + sum(bw)) / lay.pipeline * (1 - 1e-9)
+
+    def _by_layers(self, lay: Layout) -> tuple[int, ...] | None:
+        """Chunk starts with ``first``/``last`` layers at the ends and equal shares between
+        (:mod:`mapper.cluster.layers`); None when the layers do not divide so."""
+        if self._layers is None:
+            self._layers = layer_starts(self.profile.graph, self.profile.blocks)
+        counts = layer_counts(len(self._layers), lay.pipeline * lay.interleave, lay.first, lay.last)
+        return None if isinstance(counts, str) else chunk_starts(self._layers, counts, len(self.profile.blocks))
+
     def _grad_bytes(self, params: float, pbytes: float) -> float:
         """Bytes of the gradient buffer of ``params`` parameters held in ``pbytes`` (:func:`state_bytes`)."""
         per = GRAD_BYTES.get(self.grad)
@@ -336,19 +415,27 @@ class PlanModel:
     def _activations(self, lay: Layout, indices: range) -> tuple[float, float]:
         """Activation bytes one micro-batch leaves in blocks ``indices`` until its backward pass, and
         with full recomputation the bytes of the largest block while it is recomputed."""
-        t = lay.tensor
-        costs = [self.profile.cost(self.profile.blocks[i].signature, t, self.samples // lay.micro_batch)
-                 for i in indices]
+        kept, inputs, stash = self._act_sums(lay)
+        a, e = indices.start, indices.stop
         if lay.recompute == "full":  # each block's input, and one block's worth while recomputing
-            keep = sum(c.input_bytes for c in costs if c.params > 0)
-            return keep / (t if lay.sequence else 1), max((c.stash for c in costs), default=0.0)
-        total = 0.0
-        for i, c in zip(indices, costs):
-            if lay.sequence and t > 1:  # every activation cut by t (Korthikanti et al., 4.2.2)
-                c = self.profile.cost(self.profile.blocks[i].signature, 1, self.samples // lay.micro_batch)
-            total += (c.stash - (c.scores if lay.recompute == "selective" else 0.0)) / (
-                t if lay.sequence and t > 1 else 1)
-        return total, 0.0
+            return inputs[e] - inputs[a], max(stash[a:e], default=0.0)
+        return kept[e] - kept[a], 0.0
+
+    def _act_sums(self, lay: Layout) -> tuple[list[float], list[float], list[float]]:
+        """Prefix sums over the blocks of what one micro-batch keeps (recomputed modules freed:
+        :mod:`mapper.cluster.recompute`; sequence parallelism cuts every activation by ``t``,
+        Korthikanti et al., 4.2.2) and of the block inputs full recomputation keeps, and each
+        block's stash (kept)."""
+        t, sp = lay.tensor, lay.sequence and lay.tensor > 1
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence)
+        if key not in self._acts:
+            costs = self.block_costs(t, lay.micro_batch)
+            whole = self.block_costs(1, lay.micro_batch) if sp else costs
+            bits = mask(lay.recompute)
+            kept = [(c.stash - c.dropped(bits)) / (t if sp else 1) for c in whole]
+            inputs = [c.input_bytes / (t if lay.sequence else 1) if c.params > 0 else 0.0 for c in costs]
+            self._acts[key] = ([0.0, *accumulate(kept)], [0.0, *accumulate(inputs)], [c.stash for c in costs])
+        return self._acts[key]
 
     def _memory(self, lay: Layout, params: tuple[list[float], list[float]], pbytes: tuple[list[float], list[float]],
                 act: list[float], work: list[float], m: int, states: int,
@@ -360,13 +447,7 @@ class PlanModel:
         best: dict[str, float] = {}
         fullest = 0
         ranks: list[float] = []
-        for s in range(p):
-            if gpipe:  # every micro-batch's forward before the first backward
-                flight = float(m)
-            elif v > 1:  # interleaved: its warm-up forwards plus one, over its v chunks
-                flight = min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
-            else:
-                flight = min(p - s, m)
+        for s, flight in enumerate(in_flight(p, v, m, gpipe)):
             dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d)
             experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data)
             parts = {**{k: dense[k] + experts[k] for k in dense},
@@ -375,6 +456,15 @@ class PlanModel:
             if sum(parts.values()) > sum(best.values()):
                 best, fullest = parts, s
         return fullest, best, tuple(ranks)
+
+
+def in_flight(p: int, v: int, m: int, gpipe: bool = False) -> list[float]:
+    """Micro-batches whose activations each pipeline rank holds at its peak (module docstring)."""
+    if gpipe:  # every micro-batch's forward before the first backward
+        return [float(m)] * p
+    if v > 1:  # interleaved: its warm-up forwards plus one, over its v chunks
+        return [min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v for s in range(p)]
+    return [float(min(p - s, m)) for s in range(p)]
 
 
 def refine(est: Estimate) -> Estimate:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mapper.cluster.blocks import Block, block_graph, cut_blocks
+from mapper.cluster.recompute import dropped, names, origin
 from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.core.opdefs.dnn import held_positions
 from mapper.core.ops import ATTENTION_OPS
@@ -105,6 +106,19 @@ class BlockCost:
     expert_param_bytes: float = 0.0  # their bytes
     routed: tuple[float, ...] = ()  # bytes of the rows each MoE dispatch sends to the experts (one per MoE layer)
     expert_comm: tuple[bool, ...] = ()  # per collective: the experts' own (cut over expert_tensor ranks)
+    #: forward kernels of recomputable modules (:mod:`mapper.cluster.recompute`): (module bits, seconds)
+    redo: tuple[tuple[int, float], ...] = ()
+    comm_modules: tuple[int, ...] = ()  # per collective: the module bits of the op it belongs to
+    #: what the forward keeps, per tensor: (bytes, consumer's module bits, producer's, the tensor)
+    kept: tuple[tuple[float, int, int, str], ...] = ()
+
+    def redo_seconds(self, bits: int) -> float:
+        """Forward kernel seconds of the modules ``bits`` (their recomputation)."""
+        return sum(s for b, s in self.redo if b & bits)
+
+    def dropped(self, bits: int) -> float:
+        """Activation bytes recomputing modules ``bits`` frees (:func:`mapper.cluster.recompute.dropped`)."""
+        return dropped(self.kept, bits) if bits else 0.0
 
 
 def _cut(node: Platform, names: tuple[str, ...]) -> Platform:
@@ -137,27 +151,27 @@ def kv_bytes(task: Task, positions: int, tensor: int = 1) -> float:
     return 2.0 * max(kv // tensor, 1) * dh * positions * sequences * DTYPE_BYTES.get(task.output.dtype, 2)
 
 
-def _kept(task: Task) -> tuple[float, float]:
-    """Activation bytes ``task`` keeps for its backward pass, and of those its attention scores."""
-    parts = task.parts or (task,)
-    kept = scores = 0.0
-    for p in parts:
+def _kept_items(task: Task) -> list[tuple[float, str, bool]]:
+    """What ``task`` keeps for its backward pass, one entry per tensor: bytes, the tensor's
+    producer (the part's own name for its attention scores or log-sum-exp rows), and whether
+    it is attention scores."""
+    out: list[tuple[float, str, bool]] = []
+    for p in task.parts or (task,):
         if p.op in LINEAR_OPS or op_class(p.op, None) == "movement":
             continue
-        if p.precision in ELEMENT_BYTES:  # a quantised GEMM keeps its input as it cast it
-            kept += sum(o.type.numel * ELEMENT_BYTES[p.precision] for o in p.operands if o.kind != "weight")
-        else:
-            kept += sum(float(o.type.nbytes) for o in p.operands if o.kind != "weight")
+        for o in p.operands:
+            if o.kind == "weight":
+                continue
+            per = o.type.numel * ELEMENT_BYTES[p.precision] if p.precision in ELEMENT_BYTES else float(o.type.nbytes)
+            out.append((per, o.name, False))  # a quantised GEMM keeps its input as it cast it
         if p.op in ATTENTION_OPS and p.output is not None:
             tokens, heads = p.output.shape[0], int(p.attr("heads"))
             if p.attr("fused", 1):  # the log-sum-exp rows only
-                kept += LSE_BYTES * heads * tokens
+                out.append((LSE_BYTES * heads * tokens, p.name, False))
                 continue
             keys = int(p.attr("seq")) + int(p.attr("cache") or 0)
-            s = SCORE_BYTES * heads * keys * tokens * DTYPE_BYTES.get(p.output.dtype, 2) / 2
-            kept += s
-            scores += s
-    return kept, scores
+            out.append((SCORE_BYTES * heads * keys * tokens * DTYPE_BYTES.get(p.output.dtype, 2) / 2, p.name, True))
+    return out
 
 
 def _expert_weights(g: TaskGraph) -> tuple[str, ...]:
@@ -244,6 +258,10 @@ class Profile:
         eparams = ebytes = 0.0
         routed: list[float] = []
         seen: set[str] = set()
+        tags = names(sub)
+        redo: list[tuple[int, float]] = []
+        comm_modules: list[int] = []
+        kept: list[tuple[float, int, int, str]] = []
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
@@ -265,6 +283,7 @@ class Profile:
                 nbytes = task.operands[0].type.nbytes * (1 if kind == "allreduce" else len(task.operands))
                 comms.append((kind, float(nbytes), task.backward))
                 expert_comm.append(bool(experts) and task.name.startswith(experts))
+                comm_modules.append(0 if task.backward else origin(task.name, tags))
                 if not task.backward:
                     kernels.append((0.0, (task.op,), len(comms) - 1))
             elif task.backward and task.name.endswith(".update"):
@@ -285,9 +304,15 @@ class Profile:
                     att += seconds
                 elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):
                     rep += seconds
-                k, s = _kept(task)
-                stash += k
-                scores += s
+                items = _kept_items(task)
+                stash += sum(n for n, _, _ in items)
+                scores += sum(n for n, _, sc in items if sc)
+                if tags:
+                    bits = origin(parts[0].name, tags)
+                    if bits:
+                        redo.append((bits, seconds))
+                    kept += [(n, origin(p_.name, tags), origin(src, tags), src)
+                             for p_ in parts for n, src, _ in _kept_items(p_)]
                 for p in parts:
                     if p.op == "moe_dispatch" and p.output is not None:
                         routed.append(float(p.output.nbytes))
@@ -301,4 +326,5 @@ class Profile:
                                 ebytes += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
-                         tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed), tuple(expert_comm))
+                         tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed), tuple(expert_comm),
+                         tuple(redo), tuple(comm_modules), tuple(kept))

@@ -24,9 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mapper.cluster.flops import attention_flops, model_flops
+from mapper.cluster.flops import model_flops
+from mapper.cluster.layers import uneven_reason
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import MAX_TENSOR, Profile, check_tensor
+from mapper.cluster.recompute import mask, module_flops
+from mapper.cluster.sweep import more, score
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
@@ -42,8 +45,6 @@ from mapper.platform.devices import Platform
 RUNNERS_UP = 8
 #: Leading layouts whose pipeline is simulated before the final choice.
 REFINED = 8
-#: Seconds between progress reports.
-PROGRESS_EVERY = 0.5
 #: The largest global batch planned, in sequences (2^20: over 300 times the largest of Megatron-LM's
 #: runs, 3,072 sequences; Narayanan et al., SC'21, Table 1).
 MAX_SAMPLES = 2**20
@@ -63,7 +64,7 @@ class ClusterChoice:
     model_flops: float  # FLOPs of one training step as NVIDIA counts them (mapper.cluster.flops)
     peak_tflops: float  # a GPU's 16-bit tensor peak
     scored: int
-    attention_flops: float = 0.0  # of the forward's FLOPs, those of attention (selective recomputation)
+    redo_flops: tuple[tuple[int, float], ...] = ()  # forward FLOPs by recomputable module bits (recompute.py)
 
     seq: int = 1  # rows of the batch per sample (tokens per sequence)
     kind: str = ""  # on a fleet: the node kind the layout runs on
@@ -96,7 +97,8 @@ class ClusterChoice:
         """The same with the recomputed forward work counted (SC'21, equation 3, counts it: its
         96 B s l h^2 ... is four passes with full recomputation)."""
         e = est or self.best
-        redo = {"none": 0.0, "selective": self.attention_flops, "full": self.model_flops / 3}[e.layout.recompute]
+        bits = mask(e.layout.recompute)
+        redo = self.model_flops / 3 if e.layout.recompute == "full" else sum(f for b, f in self.redo_flops if b & bits)
         return (self.model_flops + redo) / e.step / self.gpus / 1e12 if e.step > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -254,7 +256,7 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
                             for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
                                 for e, et in _experts(_fixed_or(given.expert, _pow2(min(experts, t * d)) or [1]), t, d,
                                                       experts, given):
-                                    out.append(Layout(t, p, d, b, v, rc, z, sp, e, et))
+                                    out.append(Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last))
     return out
 
 
@@ -384,7 +386,7 @@ def _plan_mixed(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
     peak = sum(pk * n for pk, n in peaks) / sum(n for _, n in peaks)
     used = best.layout.tensor * best.layout.data * best.layout.pipeline
     flops = model_flops(graph)
-    attention = attention_flops(graph)
+    attention = module_flops(graph, first.model.profile.blocks, first.model.profile.rep)
     if best.shares:
         used = best.layout.tensor * best.layout.data
     return ClusterChoice(best, tuple(top), used, first.samples, flops, peak, len(found), attention, first.seq,
@@ -470,7 +472,6 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
     blocks priced already)."""
     start = time.perf_counter()
-    shown = start
     setup = setup or _setup(graph, platform, optimizer, prepare, grad)
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
@@ -481,38 +482,30 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
                            f"({given.text()}) and a global batch "
                            f"of {samples}: {_why_none(gpus, samples, len(profile.blocks), given)}", obj="--parallel")
-    scored: list[Estimate] = []
-    reasons: list[str] = []
-    best = None
-    for i, lay in enumerate(cands):
-        try:
-            est = model.estimate(lay)
-        except SplitError as err:
-            reasons.append(err.message)
-            continue
-        if est is not None:
-            scored.append(est)
-            if est.fits and (best is None or est.step < best):
-                best = est.step
-        now = time.perf_counter()
-        if progress is not None and now - shown >= PROGRESS_EVERY:
-            shown = now
-            progress(Progress(now - start, best, None, f"cluster layouts {i + 1:,} of {len(cands):,}"))
+    sweep = score(model, cands, progress, start)
+    scored = sweep.estimates()
     if not scored:
+        reasons = sweep.reasons + ([uneven_reason(profile, cands[0])]
+                                   if given.first is not None or given.last is not None else [])
         raise OptionsError("no layout can cut this graph" + (f" ({reasons[0]})" if reasons else ""),
                            obj="--parallel")
-    fitting = sorted((e for e in scored if e.fits), key=lambda e: (e.step, e.peak))
-    rest = sorted((e for e in scored if not e.fits), key=lambda e: (e.peak, e.step))
-    # the leaders' pipelines simulated in their schedule's order, then ranked again
-    top = sorted((refine(e) for e in (fitting or rest)[:REFINED]),
-                 key=lambda e: (e.step, e.peak) if fitting else (e.peak, e.step))
+    while True:
+        fitting = sorted((e for e in scored if e.fits), key=lambda e: (e.step, e.peak))
+        rest = sorted((e for e in scored if not e.fits), key=lambda e: (e.peak, e.step))
+        # the leaders' pipelines simulated in their schedule's order, then ranked again
+        top = sorted((refine(e) for e in (fitting or rest)[:REFINED]),
+                     key=lambda e: (e.step, e.peak) if fitting else (e.peak, e.step))
+        if not (fitting and any(f <= top[0].step for f, _ in sweep.waiting)):
+            break
+        more(model, cands, sweep, top[0].step)  # layouts set aside that the simulated best no longer beats
+        scored = sweep.estimates()
     ranked = tuple(top + (fitting[REFINED:] if fitting else []) + (rest if fitting else rest[REFINED:]))
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
     flops = model_flops(graph)
-    attention = attention_flops(graph)
+    attention = module_flops(graph, profile.blocks, profile.rep)
     layers = _stage_layers(graph, profile, ranked[0])
-    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(scored), attention, seq,
+    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(cands), attention, seq,
                          stage_layers=layers, bound=_space_bound(top, fitting))
 
 
@@ -575,21 +568,4 @@ def _sequence(graph: TaskGraph) -> int:
     return next((int(t.attr("seq")) for t in graph.tasks if t.op in ATTENTION_OPS), 1)
 
 
-def given_fits(choice: ClusterChoice, gpu: str) -> None:
-    """Exit 3 when a layout the user gave cannot fit, naming the GPU and the bytes over."""
-    from mapper.errors import InfeasibleError
-
-    b = choice.best
-    if not b.fits and b.peak <= b.capacity:  # memory fits, but a kernel cannot run at this size
-        raise InfeasibleError(
-            f"layout {b.layout.label()} cannot run: {gpu} cannot run kernel "
-            f"{b.blocked or 'of a pipeline stage'} at micro-batch {b.layout.micro_batch} (a smaller micro_batch "
-            "or a wider tensor group cuts it)", obj="--parallel")
-    if not b.fits:
-        over = b.peak - b.capacity
-        raise InfeasibleError(
-            f"layout {b.layout.label()} does not fit: {gpu} of pipeline rank {b.fullest} would hold "
-            f"{b.peak:,.0f} bytes ({memory_parts(b.memory, b.capacity)}), {over:,.0f} bytes over", obj="--parallel")
-
-
-__all__ = ["ClusterChoice", "given_fits", "layouts", "plan_cluster"]
+__all__ = ["ClusterChoice", "layouts", "plan_cluster"]

@@ -1,14 +1,19 @@
 """A training layout on a cluster and the ``--parallel`` text that gives one (:mod:`mapper.cluster`).
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
-[,recompute=none|selective|full][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
+[,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
+[,grad=fp32|bf16][,first=N][,last=N]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
 the gradient buffer's format (Megatron-Core's ``--grad-reduce-in-bf16`` against its
 f32 default), left out: the training precision's default
-(:func:`mapper.cluster.model.state_bytes`).
+(:func:`mapper.cluster.model.state_bytes`); ``first`` and ``last`` give the first and the last
+pipeline chunk that many Transformer layers and the other chunks equal shares
+(:mod:`mapper.cluster.layers`); ``recompute`` is none, ``selective`` (Megatron-Core's
+default module, ``core_attn``), ``full`` (every layer from its input), or the modules of
+Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
+:mod:`mapper.cluster.recompute`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,16 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad")
+        "expert_tensor", "grad", "first", "last")
+#: Keys whose value may be 0.
+ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
+#: Megatron-Core's ``recompute_modules`` names (``recompute=MOD+MOD``), in the order layouts write them.
+MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts")
+#: Modules Megatron-Core checkpoints without their output (``CheckpointWithoutOutput``).
+WITHOUT_OUTPUT = ("moe_act", "layernorm", "mla_up_proj")
+#: What ``recompute=selective`` recomputes: Megatron-Core's default ``recompute_modules``.
+SELECTIVE = ("core_attn",)
 #: Formats of the gradient buffer (``grad=``).
 GRADS = ("fp32", "bf16")
 #: The largest degree a layout may give.
@@ -49,6 +62,8 @@ class Layout:
     sequence: bool = False
     expert: int = 1
     expert_tensor: int = 0  # 0: the tensor degree (Megatron-Core's default)
+    first: int | None = None  # Transformer layers of the first chunk (None: chunks cut by time)
+    last: int | None = None  # of the last chunk (:mod:`mapper.cluster.layers`)
 
     @property
     def etp(self) -> int:
@@ -71,6 +86,8 @@ class Layout:
         extra += ["sequence parallel"] if self.sequence else []
         extra += [f"expert {self.expert}"] if self.expert > 1 else []
         extra += [f"expert tensor {self.etp}"] if self.expert > 1 and self.etp != self.tensor else []
+        extra += [f"{k} chunk {n} layer{'s' if n != 1 else ''}" for k, n in (("first", self.first), ("last", self.last))
+                  if n is not None]
         return (f"tensor {self.tensor} x pipeline {self.pipeline} x data {self.data}, micro-batch "
                 f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
 
@@ -78,7 +95,8 @@ class Layout:
         return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
                 "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
                 "zero": self.zero, "sequence": self.sequence, "expert": self.expert,
-                "expert_tensor": self.etp}
+                "expert_tensor": self.etp,
+                **{k: n for k, n in (("first", self.first), ("last", self.last)) if n is not None}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +117,8 @@ class LayoutSpec:
     expert: int | None = None
     expert_tensor: int | None = None
     grad: str | None = None
+    first: int | None = None
+    last: int | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""
@@ -156,11 +176,22 @@ def parse_layout(text: str) -> LayoutSpec:
     return LayoutSpec(**given)
 
 
+def recompute_value(value: str) -> str:
+    """``none``, ``selective``, ``full``, or '+'-joined :data:`MODULES` in their order; an
+    OptionsError naming --parallel for anything else."""
+    if value in RECOMPUTE:
+        return value
+    names = [x.strip() for x in value.split("+")]
+    bad = [x for x in names if x not in MODULES]
+    if bad or len(set(names)) < len(names):
+        raise OptionsError(f"recompute={value!r}: choose {', '.join(RECOMPUTE)}, or modules joined by '+' (each "
+                           f"once) from {', '.join(MODULES)}", obj="--parallel")
+    return "+".join(m for m in MODULES if m in names)
+
+
 def _value(key: str, value: str) -> Any:
     if key == "recompute":
-        if value not in RECOMPUTE:
-            raise OptionsError(f"recompute={value!r}: choose one of {', '.join(RECOMPUTE)}", obj="--parallel")
-        return value
+        return recompute_value(value)
     if key == "sequence":
         if value not in ("on", "off"):
             raise OptionsError(f"sequence={value!r}: choose on or off", obj="--parallel")
@@ -170,11 +201,12 @@ def _value(key: str, value: str) -> Any:
             raise OptionsError(f"grad={value!r}: choose one of {', '.join(GRADS)}", obj="--parallel")
         return value
     if not (value.isascii() and value.isdigit()) or len(value) > 8:
-        raise OptionsError(f"{key}={value!r}: expected a positive integer", obj="--parallel")
+        raise OptionsError(f"{key}={value!r}: expected a {'non-negative' if key in ZERO_OK else 'positive'} integer",
+                           obj="--parallel")
     n = int(value)
-    if key == "zero":
-        if n > 3:
-            raise OptionsError(f"zero={n}: ZeRO stages are 0, 1, 2 and 3", obj="--parallel")
+    if key == "zero" and n > 3:
+        raise OptionsError(f"zero={n}: ZeRO stages are 0, 1, 2 and 3", obj="--parallel")
+    if key in ZERO_OK and n <= MAX_DEGREE:
         return n
     if not 1 <= n <= MAX_DEGREE:
         raise OptionsError(f"{key}={value}: expected an integer from 1 to {MAX_DEGREE:,}", obj="--parallel")

@@ -29,7 +29,8 @@ def check_parallel(mode: str) -> str:
         raise OptionsError(f"unknown --parallel mode {mode!r}; choose one of {', '.join(PARALLEL_MODES)}, "
                            "burst[,amplification=X], or give "
                            "a layout: tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]"
-                           "[,recompute=none|selective|full][,zero=0..3][,sequence=on|off]", obj="--parallel")
+                           "[,recompute=none|selective|full|MODULES][,zero=0..3][,sequence=on|off]"
+                           "[,first=N][,last=N]", obj="--parallel")
     return mode
 
 

@@ -1,0 +1,110 @@
+"""Scoring a plan space fast: layouts that cannot fit or cannot win are set aside before their
+estimate (:mod:`mapper.cluster.search`).
+
+Two floors, each no larger than what :meth:`mapper.cluster.model.PlanModel.estimate` would
+answer, so setting a layout aside by them never changes the layout kept:
+
+* memory (:meth:`~mapper.cluster.model.PlanModel.memory_floor`): a layout whose fullest GPU
+  must hold more than the GPU has cannot fit; it is priced only when nothing fits (to report the
+  one that needs least memory);
+* time (:meth:`~mapper.cluster.model.PlanModel.time_floor`): the layouts are estimated in the
+  order of their floors, and once a floor passes the :data:`KEPT`-th fastest fitting step
+  found, the rest can neither win nor be a runner-up the reports list. Since the leaders are
+  then simulated (:func:`mapper.cluster.model.refine`), which may lengthen their step, the
+  planner estimates the layouts set aside whose floor is below the simulated best before it
+  ranks (:func:`more`).
+
+Estimates come back in the plan space's order, so ties are broken as a full sweep breaks them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from mapper.cluster.model import Estimate, PlanModel
+from mapper.core.progress import Progress
+from mapper.parallel.layout import Layout
+from mapper.parallel.rewrite import SplitError
+
+#: Seconds between progress reports.
+PROGRESS_EVERY = 0.5
+#: Fitting layouts estimated before the time floor may set the rest aside: the one kept and the
+#: runners-up the reports list (:data:`mapper.cluster.search.RUNNERS_UP` after the best).
+KEPT = 9
+#: Relative margin on the time floor: a layout whose step may tie the best is always estimated.
+SLACK = 1e-9
+
+
+@dataclass(slots=True)
+class Sweep:
+    """What scoring found: estimates (with their index in the plan space), the reasons layouts
+    could not be cut, and the layouts set aside (index, time floor), over memory or not yet
+    estimated."""
+
+    found: list[tuple[int, Estimate]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    over: list[int] = field(default_factory=list)
+    waiting: list[tuple[float, int]] = field(default_factory=list)
+
+    def estimates(self) -> list[Estimate]:
+        return [e for _, e in sorted(self.found, key=lambda x: x[0])]
+
+
+def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progress], None] | None = None,
+          start: float = 0.0) -> Sweep:
+    """Estimates of the layouts ``cands`` that may fit and may win (module docstring)."""
+    out = Sweep()
+    fit: list[int] = []
+    for i, lay in enumerate(cands):
+        (out.over if model.memory_floor(lay) > model.capacity else fit).append(i)
+    queue = sorted((model.time_floor(cands[i]), i) for i in fit)
+    best = _run(model, cands, queue, out, progress, start, len(cands), stop=True)
+    if best is None:  # nothing fits: the layouts over memory too, for the least memory among them
+        _run(model, cands, [(0.0, i) for i in out.over], out, progress, start, len(cands), stop=False)
+        out.over = []
+    return out
+
+
+def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float) -> None:
+    """Estimate the layouts set aside whose time floor is below ``below`` (module docstring)."""
+    todo = [w for w in out.waiting if w[0] <= below * (1 + SLACK)]
+    out.waiting = [w for w in out.waiting if w[0] > below * (1 + SLACK)]
+    _run(model, cands, todo, out, None, 0.0, len(cands), stop=False)
+
+
+def _run(model: PlanModel, cands: Sequence[Layout], queue: list[tuple[float, int]], out: Sweep,
+         progress: Callable[[Progress], None] | None, start: float, total: int, stop: bool) -> float | None:
+    """Estimate ``queue`` in order; with ``stop``, set aside the rest once a floor reaches the
+    :data:`KEPT`-th fastest fitting step (the reports list that many). Returns the fastest
+    fitting step (None: nothing fits)."""
+    steps = [-e.step for _, e in out.found if e.fits]  # a max-heap of the KEPT fastest
+    heapq.heapify(steps)
+    while len(steps) > KEPT:
+        heapq.heappop(steps)
+    best = min((e.step for _, e in out.found if e.fits), default=None)
+    shown = time.perf_counter()
+    for k, (floor, i) in enumerate(queue):
+        if stop and len(steps) == KEPT and floor > -steps[0] * (1 + SLACK):
+            out.waiting += queue[k:]
+            break
+        try:
+            est = model.estimate(cands[i])
+        except SplitError as err:
+            out.reasons.append(err.message)
+            continue
+        if est is not None:
+            out.found.append((i, est))
+            if est.fits:
+                best = est.step if best is None else min(best, est.step)
+                heapq.heappush(steps, -est.step)
+                if len(steps) > KEPT:
+                    heapq.heappop(steps)
+        now = time.perf_counter()
+        if progress is not None and now - shown >= PROGRESS_EVERY:
+            shown = now
+            progress(Progress(now - start, best, None, f"cluster layouts {len(out.found):,} priced, "
+                                                       f"{len(out.over):,} over memory, of {total:,}"))
+    return best
