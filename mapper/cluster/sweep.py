@@ -58,9 +58,18 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
     """Estimates of the layouts ``cands`` that may fit and may win (module docstring)."""
     out = Sweep()
     fit: list[int] = []
+    shown = time.perf_counter()
     for i, lay in enumerate(cands):
         (out.over if model.memory_floor(lay) > model.capacity else fit).append(i)
-    queue = sorted((model.time_floor(cands[i]), i) for i in fit)
+    queue = []
+    for k, i in enumerate(fit):  # the time floors price the blocks of each tensor degree and micro-batch
+        queue.append((model.time_floor(cands[i]), i))
+        now = time.perf_counter()
+        if progress is not None and now - shown >= PROGRESS_EVERY:
+            shown = now
+            progress(Progress(now - start, None, None, f"cluster layouts: floors {k + 1:,} of {len(fit):,} "
+                                                       f"({len(out.over):,} over memory)"))
+    queue.sort()
     best = _run(model, cands, queue, out, progress, start, len(cands), stop=True)
     if best is None:  # nothing fits: the layouts over memory too, for the least memory among them
         _run(model, cands, [(0.0, i) for i in out.over], out, progress, start, len(cands), stop=False)
