@@ -29,8 +29,21 @@ TensorRT-LLM keeps a cyclic cache of ``max_attention_window_size`` tokens), a de
 most ``W`` of them and a chunk's query ``i`` computes ``min(p + i + 1, W)`` pairs.
 
 Decodes take one token of the budget each and prefill chunks the rest (Agrawal et al.,
-Sarathi-Serve, OSDI 2024: stall-free batching). The step's time is ``step(batch)``
-(:class:`mapper.serving.iteration.StepModel`) plus the runtime's per-step overhead. A prompt's
+Sarathi-Serve, OSDI 2024: stall-free batching). With ``mixed`` off a step runs prompts or
+decodes, never both, prompts first: a step that can give a prompt its next chunk or admit a
+waiting request runs prompts only, and the running sequences decode in the steps between
+(vLLM's V0 scheduler without chunked prefill and SGLang's default: the "prefill-prioritizing"
+schedule Sarathi-Serve describes, whose prefills stall the decodes). With ``steps`` =
+``n`` > 1 the scheduler decides once per ``n`` decode steps (vLLM's ``--num-scheduler-steps``,
+multi-step scheduling, vLLM blog 2024-09-05): a step that only decodes starts a run of ``n``
+decode steps of the same sequences (those that end drop out), and no prompt is scheduled or
+request admitted until the run ends. With ``lag`` = ``k`` a token reaches the client at the end of
+the ``k``-th step after the one that computed it (vLLM V0's asynchronous output processing, which
+processes a step's outputs while the next step runs: same blog post), or at the replica's last
+step when fewer follow; the first token and the end move, the tokens per second do not.
+
+The step's time is ``step(batch)`` (:class:`mapper.serving.iteration.StepModel`) plus the
+runtime's per-step overhead. A prompt's
 last chunk yields the request's first token (its time to first token is the step's end less
 its arrival); each decode one more; a request ends with its last output token.
 """
@@ -59,6 +72,9 @@ class Scheduler:
     reserve_output: bool
     overhead: float = 0.0
     window: int = 0  # a sliding window's positions kept per sequence (0: all)
+    mixed: bool = True  # prompts and decodes share a step (stall-free batching), else prefill-first steps
+    steps: int = 1  # decode steps the scheduler runs per decision (multi-step scheduling)
+    lag: int = 0  # steps after the one that computes a token before it is returned (async output processing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +136,8 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
     peak = 0
     left = n
     timeline: list[tuple[float, int, int, int]] = []
+    run = 0  # decode steps left in the current multi-step run
+    stalled = False  # a prefill-first step found no prompt it could schedule: the next one decodes
 
     def evict() -> None:
         """Preempt the most recently admitted running sequence: free its blocks; it recomputes."""
@@ -156,9 +174,14 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         chunks: list[tuple[int, int]] = []
         dctx = 0
         k = 0
+        prompts = run == 0 and (sched.mixed or (not stalled and _prompt_step(running, waiting, done, target,
+                                                                             admitted, cached)))
         while k < len(running) and budget > 0:
             i = running[k]
             if done[i] >= target[i]:  # decode one token
+                if not sched.mixed and prompts:
+                    k += 1
+                    continue
                 if not sched.reserve_output and held_positions(done[i] + 1, w) > held[i] * bs:
                     while free == 0 and running[-1] != i:
                         evict()
@@ -170,7 +193,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                 decodes.append(i)
                 dctx += held_positions(done[i] + 1, w)
                 budget -= 1
-            else:
+            elif prompts:
                 c = _chunk(i, budget, done, target, held, free, bs, sched.reserve_output, w)
                 if c > 0:
                     if not sched.reserve_output:
@@ -180,7 +203,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                     chunks.append((i, c))
                     budget -= c
             k += 1
-        while (waiting and budget > 0 and len(running) < sched.max_batch and preempt == evicted
+        while (prompts and waiting and budget > 0 and len(running) < sched.max_batch and preempt == evicted
                and not (cached and math.isnan(admitted[waiting[0]]))):
             i = waiting[0]
             if sched.reserve_output:
@@ -201,9 +224,18 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                 admitted[i] = now
             chunks.append((i, c))
             budget -= c
-        if not decodes and not chunks:  # prompts part-way hold every block: the last admitted waits again
-            evict()
+        if not decodes and not chunks:
+            if run:  # a multi-step run with nothing left to decode ends early
+                run = 0
+                continue
+            if not sched.mixed and prompts and any(done[i] >= target[i] for i in running):
+                stalled = True  # no prompt could take a block: the running sequences decode instead
+                continue
+            evict()  # prompts part-way hold every block: the last admitted waits again
             continue
+        stalled = False
+        if sched.steps > 1:
+            run = run - 1 if run > 0 else (sched.steps - 1 if not chunks else 0)
         max_running = max(max_running, len(running))
         peak = max(peak, total_blocks - free)
         tokens = len(decodes) + sum(c for _, c in chunks)
@@ -234,8 +266,22 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
                 held[i] = 0
             running = [i for i in running if i not in gone]
             left -= len(ended)
+    if sched.lag:
+        ends = [t[0] for t in timeline]
+        index = {t: k for k, t in enumerate(ends)}  # step ends are strictly increasing
+        last = len(ends) - 1
+        first = [ends[min(index[t] + sched.lag, last)] if t in index else t for t in first]
+        finish = [ends[min(index[t] + sched.lag, last)] for t in finish]
     served = tuple(Served(arrive[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(n))
     return Run(served, steps, preempt, max_running, peak, tuple(timeline), total_blocks)
+
+
+def _prompt_step(running: list[int], waiting: deque[int], done: list[int], target: list[int],
+                 admitted: list[float], cached: bool) -> bool:
+    """Whether a prefill-first scheduler gives this step to prompts: one is part-way or one waits
+    to be admitted (a cached request, already past its prompt, is admitted beside the decodes)."""
+    return (any(done[i] < target[i] for i in running)
+            or any(not (cached and math.isnan(admitted[i])) for i in waiting))
 
 
 def _chunk(i: int, budget: int, done: list[int], target: list[int], held: list[int], free: int, bs: int,

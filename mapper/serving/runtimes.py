@@ -22,6 +22,13 @@ launches (the device's ``launch_us``), as :mod:`mapper.serving.request`'s ``grap
 prices them. Host-side scheduling is taken as hidden behind the GPU (TensorRT-LLM's C++ runtime;
 vLLM V1's separate engine-core process): no per-step overhead is added, since neither engine
 publishes one; docs/serving.md lists this among what the model leaves out.
+
+Two scheduler policies are fields with these engines' values as defaults (both mix prompt chunks
+into decode steps, both decide every step); :mod:`mapper.serving.inflight` gives them meaning:
+``mixed=False`` is the prefill-first schedule of vLLM's V0 engine with chunked prefill off (its
+default up to 32K-token contexts) and of SGLang's default, ``steps=n`` vLLM V0's
+``--num-scheduler-steps n`` and ``lag=1`` its asynchronous output processing;
+``benchmarks/serving_online.py`` sets them as the runs it checks used them.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ class Runtime:
     chunk: int  # tokens per step (max_num_tokens)
     reserve_output: bool  # admission reserves blocks for the whole output (no eviction)
     overhead: float = 0.0  # host seconds per step not hidden behind the GPU (module docstring)
+    mixed: bool = True  # prompt chunks and decodes share a step; False: prefill-first steps
+    steps: int = 1  # decode steps per scheduling decision (multi-step scheduling)
+    lag: int = 0  # steps before a computed token is returned (asynchronous output processing)
 
 
 RUNTIMES = {

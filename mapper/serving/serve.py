@@ -125,8 +125,9 @@ class Server:
             raise InfeasibleError(f"{plan.label()}: the weights and workspace leave no room for a KV cache "
                                   f"({memory['weights'] / 2 ** 30:.1f} GiB of weights per GPU of "
                                   f"{capacity / 2 ** 30:.0f} GiB): give more GPUs per replica")
-        sched = Scheduler(tokens, self.runtime.block, plan.max_batch, plan.chunk, self.runtime.reserve_output,
-                          self.runtime.overhead, model.window)
+        rt = self.runtime
+        sched = Scheduler(tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead, model.window,
+                          mixed=rt.mixed, steps=rt.steps, lag=rt.lag)
         runs = tuple(simulate(requests[r::plan.replicas], model.step, sched) for r in range(plan.replicas)
                      if requests[r::plan.replicas])
         served = tuple(s for run in runs for s in run.served)
