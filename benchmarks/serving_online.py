@@ -119,7 +119,8 @@ class Tally:
         ratio = predicted / published
         self.groups.setdefault(group, []).append(ratio)
         flag = "" if 0.8 <= ratio <= 1.25 else ("  (outside 0.67-1.5)" if not 0.67 <= ratio <= 1.5 else "  (*)")
-        print(f"  {label:<46} {published:>10,.1f} {predicted:>10,.1f} {unit:<5} {ratio:5.2f}{flag}")
+        digits = 2 if unit == "x" else 1
+        print(f"  {label:<54} {published:>10,.{digits}f} {predicted:>10,.{digits}f} {unit:<5} {ratio:5.2f}{flag}")
 
     def report(self) -> None:
         every: list[float] = []
@@ -137,7 +138,7 @@ def _line(label: str, ratios: list[float]) -> None:
 
 
 def _header() -> None:
-    print(f"  {'row':<46} {'published':>10} {'predicted':>10} {'unit':<5} {'ratio':>5}")
+    print(f"  {'row':<54} {'published':>10} {'predicted':>10} {'unit':<5} {'ratio':>5}")
 
 
 # ---- 1. online runs at set request rates (SGLang v0.3.0 and vLLM v0.6.0) ----------------------
@@ -272,7 +273,8 @@ def mlperf(tally: Tally, quick: bool) -> None:
     reqs = arrivals(lengths(n, mean_in, pub[0] / pub[1]), math.inf, 0)
     pp = _serve(servers, "L2-70B", platform, replace(MLPERF_RT, kv_fraction=fraction), reqs, layout, "fp8")
     ratio = float(pp.metrics["output_tokens_per_s"]) / _offline(servers, first, mean_in, n)  # type: ignore[arg-type]
-    tally.add("mlperf", "8xH100 4xPP2 (1,024 chunk) over 4xTP2, Offline", published, ratio, "x")
+    tally.add("layout ranking (issue 47's figure, v4.1 to v5.0 software)", "8xH100 4xPP2 (1,024 chunk) over 4xTP2, "
+              "Offline", published, ratio, "x")
 
 
 # ---- 3. first-token latency at batch 1 (TensorRT-LLM v0.5) ----------------------------------
