@@ -33,7 +33,7 @@ def _instances(server, longest: int, most: int) -> list[tuple[int, Callable[[lis
         except OptionsError:
             break
         _, tokens = model.memory(capacity_bytes, rt)
-        if tokens >= max(held_positions(longest, model.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag), rt.block):
+        if tokens >= max(held_positions(longest, model.window), rt.block):
             sched = Scheduler(tokens, rt.block, rt.max_batch, rt.chunk, rt.reserve_output, rt.overhead,
                               model.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag)
             out.append((t, partial(_serve, model.step, sched)))
