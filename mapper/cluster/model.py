@@ -39,9 +39,12 @@ block's price. Each MoE layer adds a dispatch and a combine all-to-all over
 the ``E`` ranks in the forward pass and their two transposes in the backward
 (each rank sends its ``T k / t`` routed rows, sequence-parallel tokens when
 ``t > 1``), priced by :func:`mapper.parallel.collectives.collective` on the
-critical path: nothing is overlapped, as Megatron-Core runs them unless
-``--moe-a2a-overlap`` is set (its MoE guide: overlap is an option of the
-interleaved 1F1B schedule, off by default).
+critical path, as Megatron-Core runs them unless
+``--overlap-moe-expert-parallel-comm`` is set (its MoE guide: an option of the
+(interleaved) 1F1B schedule, off by default): with ``overlap=a2a`` they hide
+under the other micro-batch's computation of a merged forward and backward, and
+with ``overlap=tp`` the tensor-parallel collectives under their GEMMs, as far as
+that computation lasts (:mod:`mapper.cluster.overlap`).
 
 Memory per GPU: weights, gradients and optimizer state in the bytes
 Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
@@ -59,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Any
 
-from mapper.cluster import zero3
+from mapper.cluster import overlap, zero3
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
@@ -203,6 +206,14 @@ class PlanModel:
             total += self._coll(kind, nbytes, k, min(k, self.net.gpus_per_node))
         return total
 
+    def _comm_each(self, c: BlockCost, t: int, etp: int | None = None) -> list[float]:
+        """Seconds of each of a block's tensor-parallel collectives, both passes (:meth:`_comm`'s terms)."""
+        out = []
+        for i, (kind, nbytes, _) in enumerate(c.collectives):
+            k = etp if etp is not None and i < len(c.expert_comm) and c.expert_comm[i] else t
+            out.append(self._coll(kind, nbytes, k, min(k, self.net.gpus_per_node)))
+        return out
+
     def _alltoalls(self, c: BlockCost, lay: Layout) -> float:
         """Seconds of a block's dispatch and combine all-to-alls over the ``expert`` ranks (module
         docstring); the expert ranks are consecutive global ranks (tensor innermost), ``expert_tensor``
@@ -233,12 +244,14 @@ class PlanModel:
         """Forward and backward seconds per micro-batch of each block, collectives and
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
         bits = mask(lay.recompute)
-        for c in self.block_costs(t, lay.micro_batch):
+        costs = self.block_costs(t, lay.micro_batch)
+        hide = overlap.parts(lay.overlap)  # communication hidden under computation (mapper.cluster.overlap)
+        for n, c in enumerate(costs):
             f = c.forward
             b = c.backward
             if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
@@ -246,7 +259,12 @@ class PlanModel:
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
             etp = lay.etp if lay.expert > 1 else None
             cf, cb = self._comm(c, t, False, etp), self._comm(c, t, True, etp)
+            if "tp" in hide:
+                cf, cb = overlap.tp_exposed(c, self._comm_each(c, t, etp), [x[2] for x in c.collectives], t,
+                                            overlap.first_gemm(costs[n + 1]) if n + 1 < len(costs) else 0.0)
             a2a = self._alltoalls(c, lay)  # dispatch and combine, forward and backward alike
+            if "a2a" in hide:
+                a2a = overlap.alltoall_exposed(a2a, f, b)
             cf += a2a
             cb += a2a
             redo = f + cf if lay.recompute == "full" else self._redo(c, lay, bits, etp)
@@ -259,7 +277,8 @@ class PlanModel:
         """The layout's :class:`Estimate`, or None when its blocks cannot be cut into its chunks."""
         t, p, d, v = lay.tensor, lay.pipeline, lay.data, lay.interleave
         m = self.samples // (d * lay.micro_batch)
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, p * v, lay.first, lay.last)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, p * v, lay.first,
+               lay.last)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mapper.cluster import overlap
 from mapper.cluster.flops import model_flops
 from mapper.cluster.layers import uneven_reason
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
@@ -256,7 +257,9 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
                             for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
                                 for e, et in _experts(_fixed_or(given.expert, _pow2(min(experts, t * d)) or [1]), t, d,
                                                       experts, given):
-                                    out.append(Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last))
+                                    lay = Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last,
+                                                 overlap=given.overlap or "none")
+                                    out += [] if overlap.why_not(lay) else [lay]
     return out
 
 
@@ -539,6 +542,8 @@ def _why_none(gpus: int, samples: int, units: int, given: LayoutSpec) -> str:
         return (f"{m:,} micro-batches of {b} per replica through {p} pipeline stage{'s' if p > 1 else ''} make a "
                 f"schedule of {2 * m * p:,} ops, more than the {MAX_SCHEDULE_OPS:,} planned (a larger micro-batch "
                 "that divides the batch makes fewer)")
+    if why := overlap.why_given(given):
+        return why
     if given.expert or given.expert_tensor:
         return (f"expert x expert_tensor must divide the data x tensor = {gpus // p} ranks of a stage "
                 "(experts are folded inside them)")

@@ -2,7 +2,8 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp]``: keys left out are chosen by the
+planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
@@ -13,7 +14,10 @@ pipeline chunk that many Transformer layers and the other chunks equal shares
 (:mod:`mapper.cluster.layers`); ``recompute`` is none, ``selective`` (Megatron-Core's
 default module, ``core_attn``), ``full`` (every layer from its input), or the modules of
 Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
-:mod:`mapper.cluster.recompute`).
+:mod:`mapper.cluster.recompute`); ``overlap`` the communication overlaps the run sets
+(:mod:`mapper.cluster.overlap`: ``a2a`` Megatron-Core's ``--overlap-moe-expert-parallel-comm``,
+``tp`` its ``--tp-comm-overlap``), off unless given, as Megatron-Core defaults them: the planner
+never turns one on by itself.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last")
+        "expert_tensor", "grad", "first", "last", "overlap")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -38,6 +42,8 @@ WITHOUT_OUTPUT = ("moe_act", "layernorm", "mla_up_proj")
 SELECTIVE = ("core_attn",)
 #: Formats of the gradient buffer (``grad=``).
 GRADS = ("fp32", "bf16")
+#: Communication overlaps (``overlap=``), each a set of ``a2a`` and ``tp`` in this order.
+OVERLAPS = ("none", "a2a", "tp", "a2a+tp")
 #: The largest degree a layout may give.
 MAX_DEGREE = 1 << 20
 
@@ -64,6 +70,7 @@ class Layout:
     expert_tensor: int = 0  # 0: the tensor degree (Megatron-Core's default)
     first: int | None = None  # Transformer layers of the first chunk (None: chunks cut by time)
     last: int | None = None  # of the last chunk (:mod:`mapper.cluster.layers`)
+    overlap: str = "none"  # communication overlapped with computation (:data:`OVERLAPS`)
 
     @property
     def etp(self) -> int:
@@ -88,6 +95,7 @@ class Layout:
         extra += [f"expert tensor {self.etp}"] if self.expert > 1 and self.etp != self.tensor else []
         extra += [f"{k} chunk {n} layer{'s' if n != 1 else ''}" for k, n in (("first", self.first), ("last", self.last))
                   if n is not None]
+        extra += [f"overlap {self.overlap}"] if self.overlap != "none" else []
         return (f"tensor {self.tensor} x pipeline {self.pipeline} x data {self.data}, micro-batch "
                 f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
 
@@ -95,7 +103,7 @@ class Layout:
         return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
                 "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
                 "zero": self.zero, "sequence": self.sequence, "expert": self.expert,
-                "expert_tensor": self.etp,
+                "expert_tensor": self.etp, "overlap": self.overlap,
                 **{k: n for k, n in (("first", self.first), ("last", self.last)) if n is not None}}
 
 
@@ -119,6 +127,7 @@ class LayoutSpec:
     grad: str | None = None
     first: int | None = None
     last: int | None = None
+    overlap: str | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""
@@ -199,6 +208,13 @@ def _value(key: str, value: str) -> Any:
     if key == "grad":
         if value not in GRADS:
             raise OptionsError(f"grad={value!r}: choose one of {', '.join(GRADS)}", obj="--parallel")
+        return value
+    if key == "overlap":  # a2a and tp in either order, each once
+        parts = value.split("+")
+        if len(set(parts)) == len(parts) and set(parts) <= {"a2a", "tp"}:
+            value = "+".join(k for k in ("a2a", "tp") if k in parts)
+        if value not in OVERLAPS:
+            raise OptionsError(f"overlap={value!r}: choose one of {', '.join(OVERLAPS)}", obj="--parallel")
         return value
     if not (value.isascii() and value.isdigit()) or len(value) > 8:
         raise OptionsError(f"{key}={value!r}: expected a {'non-negative' if key in ZERO_OK else 'positive'} integer",

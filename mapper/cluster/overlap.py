@@ -1,0 +1,136 @@
+"""Communication hidden under computation (``--parallel ...,overlap=a2a|tp|a2a+tp``) for the plan
+model (:mod:`mapper.cluster.model`). Both are off unless given, as Megatron-Core defaults them.
+
+``tp``: Transformer Engine's userbuffers overlap (Megatron-Core ``--tp-comm-overlap``; it needs
+sequence parallelism) cuts each tensor-parallel all-gather and reduce-scatter into chunks
+pipelined with the GEMM that consumes or produces it: the decomposition of Wang et al.,
+"Overlap Communication with Dependent Computation via Decomposition in Large Deep Learning
+Models", ASPLOS 2023. With ``n`` chunks a collective of ``c`` seconds beside a GEMM of ``g``
+takes ``max(c, g) + min(c, g) / n``: one chunk stays exposed, and what is longer than the GEMM
+too (:func:`pipelined`). An all-reduce after a row-parallel GEMM is its reduce-scatter (half
+its time, under that GEMM) and the all-gather before the next column-parallel GEMM (the other
+half, under that one), as Megatron-LM's sequence parallelism splits it (Korthikanti et al.,
+MLSys 2023, 4.2.2). ``n`` is the tensor degree: the ring exchange that NeMo's H100 FP8 configs
+use for every forward GEMM passes one chunk per rank (``RingExchangeOverlapCfg``,
+``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py``). In the backward pass a
+GEMM becomes two of the same FLOPs (its input and weight gradients), and TE hides each
+backward collective under them (ring exchange with the input-gradient GEMM, bulk overlap with
+the weight-gradient one): the backward collectives, which mirror the forward ones in reverse
+order, hide under twice the forward neighbours' time. Left out: the SMs the communication
+kernels take from the GEMM (the same configs give the ring exchange one SM of H100's 132 and
+the BF16 configs' pipelined reduce-scatter 16-24, ``set_sm_margin``), no measured slowdown
+being published for them.
+
+``a2a``: Megatron-Core's expert-parallel all-to-all overlap (``--overlap-moe-expert-parallel-comm``,
+its MoE guide; ``combined_1f1b.py``) merges one micro-batch's forward with another's backward in
+the (interleaved) 1F1B steady state and runs each one's dispatch and combine on a second
+stream under the other's attention and MLP computation (the dual-stream overlap of
+DeepSeek-V3's technical report, 3.2.1). A MoE block's merged forward and backward then takes
+``max(a2a, compute)`` for its all-to-alls (four per micro-batch) against both passes'
+computation, not their sum; what exceeds the computation stays exposed, split evenly between
+the two passes (:func:`alltoall_exposed`). Megatron-Core allows it with ``expert > 1``, with a
+pipeline only interleaved, and without full recomputation or the ``moe`` module's (Megatron-Bridge's
+``CommOverlapConfig`` checks, ``src/megatron/bridge/training/comm_overlap.py``): other layouts
+are refused (:func:`why_not`). Left out: the warm-up and cool-down forwards and backwards of
+the pipeline, which have no partner to merge with (a share ``(2 (p-1) + (v-1) p) / (m v)`` of
+a rank's passes or less), and the SMs the all-to-all kernels take.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from mapper.cluster.profile import BlockCost
+from mapper.core.ops import ATTENTION_OPS
+from mapper.costing.efficiency import op_class
+
+
+def parts(overlap: str) -> set[str]:
+    """The overlaps ``overlap`` names (``none``: none)."""
+    return set() if overlap == "none" else set(overlap.split("+"))
+
+
+def why_not(lay: Any) -> str:
+    """Why layout ``lay`` cannot run its overlaps ("" when it can), as Megatron-Core refuses them."""
+    want = parts(lay.overlap)
+    if "a2a" in want:
+        if lay.expert <= 1:
+            return "overlap=a2a hides the expert-parallel all-to-alls: it needs expert > 1"
+        if lay.pipeline > 1 and lay.interleave <= 1:
+            return "overlap=a2a with a pipeline needs the interleaved schedule (interleave > 1)"
+        if lay.recompute == "full" or "moe" in lay.recompute.split("+"):
+            return f"overlap=a2a does not run with recompute={lay.recompute}"
+    if "tp" in want and (lay.tensor <= 1 or not lay.sequence):
+        return "overlap=tp overlaps sequence-parallel collectives: it needs tensor > 1 and sequence=on"
+    return ""
+
+
+def why_given(given: Any) -> str:
+    """Why no layout with the keys ``given`` (a LayoutSpec) can run its overlaps ("" when some may):
+    :func:`why_not` of a layout with the given keys and the others as the overlaps need them."""
+    return why_not(SimpleNamespace(overlap=given.overlap or "none", expert=given.expert or 1,
+                                   pipeline=given.pipeline or 1, interleave=given.interleave or 2,
+                                   recompute=given.recompute or "none", tensor=given.tensor or 2,
+                                   sequence=given.sequence is not False))
+
+
+def pipelined(comm: float, gemm: float, chunks: int) -> float:
+    """Seconds a collective of ``comm`` seconds adds beside a GEMM of ``gemm`` seconds when both are
+    cut into ``chunks`` and pipelined (Wang et al., ASPLOS 2023): ``max(comm, gemm) +
+    min(comm, gemm) / chunks - gemm``; all of it without a GEMM."""
+    if gemm <= 0:
+        return comm
+    return max(comm, gemm) + min(comm, gemm) / max(1, chunks) - gemm
+
+
+def _is_gemm(ops: tuple[str, ...]) -> bool:
+    return any(op_class(o, None) == "gemm" for o in ops) and not any(o in ATTENTION_OPS for o in ops)
+
+
+def neighbours(c: BlockCost) -> list[tuple[int, float, float]]:
+    """Each forward collective of block ``c``: its index in ``c.collectives`` and the seconds of
+    the GEMM kernels just before and just after it in the block (0 for none)."""
+    ks = c.kernels
+    out = []
+    for i, (_, _, idx) in enumerate(ks):
+        if idx < 0:
+            continue
+        before = next((s for s, ops, j in reversed(ks[:i]) if j < 0 and _is_gemm(ops)), 0.0)
+        after = next((s for s, ops, j in ks[i + 1:] if j < 0 and _is_gemm(ops)), 0.0)
+        out.append((idx, before, after))
+    return out
+
+
+def first_gemm(c: BlockCost) -> float:
+    """Seconds of block ``c``'s first GEMM kernel (0 without one): what the previous block's last
+    collective's all-gather half hides under."""
+    return next((s for s, ops, j in c.kernels if j < 0 and _is_gemm(ops)), 0.0)
+
+
+def tp_exposed(c: BlockCost, seconds: list[float], backward: list[bool], t: int,
+               next_gemm: float) -> tuple[float, float]:
+    """Forward and backward seconds of block ``c``'s tensor-parallel collectives (``seconds`` each,
+    ``backward`` their pass) that userbuffers overlap leaves exposed (module docstring);
+    ``next_gemm``: the next block's first GEMM, under which a last collective's all-gather half
+    hides."""
+    near = {idx: (before, after) for idx, before, after in neighbours(c)}
+    fwd_ids = [i for i, b in enumerate(backward) if not b]
+    bwd_ids = [i for i, b in enumerate(backward) if b]
+    mirror = [near.get(i, (0.0, 0.0)) for i in reversed(fwd_ids)]
+    fwd = bwd = 0.0
+    for i in fwd_ids:
+        before, after = near.get(i, (0.0, 0.0))
+        after = after or next_gemm
+        fwd += pipelined(seconds[i] / 2, before, t) + pipelined(seconds[i] / 2, after, t)
+    for k, i in enumerate(bwd_ids):
+        before, after = mirror[k] if k < len(mirror) else (0.0, 0.0)
+        bwd += pipelined(seconds[i] / 2, 2 * before, t) + pipelined(seconds[i] / 2, 2 * (after or next_gemm), t)
+    return fwd, bwd
+
+
+def alltoall_exposed(a2a: float, forward: float, backward: float) -> float:
+    """Seconds of a MoE block's all-to-alls (``a2a`` per pass: dispatch and combine) left exposed
+    in each pass when a merged forward and backward hides them under the other micro-batch's
+    ``forward + backward`` computation (module docstring)."""
+    return max(0.0, 2 * a2a - (forward + backward)) / 2
