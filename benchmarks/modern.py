@@ -1,6 +1,6 @@
 """Today's LLM training on Hopper and Blackwell: predicted against published tokens/s per GPU.
 
-    python benchmarks/modern.py [--rows NAME,...]
+    python benchmarks/modern.py [--rows N,...] [--overlap recipe|off]
 
 The rows are NVIDIA's published training throughputs (NVIDIA-NeMo/Megatron-Bridge,
 ``docs/performance-summary.md`` and its archive), each priced with its published
@@ -9,7 +9,8 @@ layout by the cluster planner (:mod:`mapper.cluster`): the model from
 released config, the GEMMs at ``--precision`` (FP8 on H100, MXFP8 on GB200), the
 distributed optimizer (ZeRO 1) with f32 main gradients, sequence parallelism
 with tensor parallelism, micro-batch 1 where the table gives none (the recipes'
-default), and the activation recomputation left to the planner (the fastest
+default), the communication overlaps each recipe sets (``overlap=``, :mod:`mapper.cluster.overlap`;
+``--overlap off`` prices them without), and the activation recomputation left to the planner (the fastest
 that fits) unless the recipe names its modules. Where a recipe sets it, the
 recompute modules (Megatron-Core's ``recompute_modules``) and the layers of the
 first and last pipeline chunks are the recipe's (``recompute=``, ``first=``,
@@ -53,35 +54,41 @@ LLAMA31_405B_ENDS = {"first": 1, "last": 1}
 #: VP 4: the embedding and 4 layers, 14 chunks of 4, then 1 layer with the loss.
 DEEPSEEK_V3_GB200 = {"recompute": "mla_up_proj", "first": 4, "last": 1}
 
-# (name, model, platform, GPUs per node, GPUs, precision, global batch, layout keys, published tokens/s/GPU)
+# (name, model, platform, GPUs per node, GPUs, precision, global batch, layout keys, published tokens/s/GPU);
+# ``overlap`` as each row's Megatron-Bridge perf recipe sets it (benchmarks/recipes.py, A2A_RECIPES and
+# TP_RECIPES: llama/{h100,gb200}/llama3{,1}.py give a tp_comm_overlap_cfg; qwen/h100/qwen3_moe.py sets
+# moe_a2a_overlap for 235B and not for 30B fp8cs; the GB200 MXFP8 MoE recipes turn on
+# overlap_moe_expert_parallel_comm through qwen/common.py and deepseek/common.py)
 ROWS = [
     ("Llama 3 70B", LLAMA3_70B, "dgx-h100-superpod", 8, 64, "fp8", 256,
-     {"tensor": 4, "pipeline": 8, "interleave": 5}, 1664),
+     {"tensor": 4, "pipeline": 8, "interleave": 5, "overlap": "tp"}, 1664),
     ("Llama 3.1 405B", LLAMA31_405B, "dgx-h100-superpod", 8, 1024, "fp8", 1536,
-     {"tensor": 8, "pipeline": 8, "interleave": 8, "context": 2, **LLAMA31_405B_ENDS}, 328),
+     {"tensor": 8, "pipeline": 8, "interleave": 8, "context": 2, **LLAMA31_405B_ENDS, "overlap": "tp"}, 328),
     ("Qwen3-30B-A3B", QWEN3_30B, "dgx-h100-superpod", 8, 16, "fp8", 1024, {"tensor": 1, "pipeline": 1, "expert": 16},
      8960),
     ("Qwen3-235B-A22B", QWEN3_235B, "dgx-h100-superpod", 8, 256, "fp8", 8192,
-     {"tensor": 2, "pipeline": 8, "interleave": 4, "expert": 32}, 1712),
+     {"tensor": 2, "pipeline": 8, "interleave": 4, "expert": 32, "overlap": "a2a"}, 1712),
     ("Llama 3.1 405B", LLAMA31_405B, "gb200-nvl72", 4, 256, "fp8", 1536,
-     {"tensor": 4, "pipeline": 16, "interleave": 4, **LLAMA31_405B_ENDS}, 843),
+     {"tensor": 4, "pipeline": 16, "interleave": 4, **LLAMA31_405B_ENDS, "overlap": "tp"}, 843),
     ("DeepSeek-V3", DEEPSEEK_V3, "gb200-nvl72", 4, 256, "mxfp8", 4096,
-     {"tensor": 1, "pipeline": 4, "interleave": 4, "expert": 64, **DEEPSEEK_V3_GB200}, 4912),
+     {"tensor": 1, "pipeline": 4, "interleave": 4, "expert": 64, **DEEPSEEK_V3_GB200, "overlap": "a2a"}, 4912),
     ("Qwen3-30B-A3B", QWEN3_30B, "gb200-nvl72", 4, 8, "mxfp8", 512,
-     {"tensor": 1, "pipeline": 1, "expert": 8, "micro_batch": 4}, 39936),
+     {"tensor": 1, "pipeline": 1, "expert": 8, "micro_batch": 4, "overlap": "a2a"}, 39936),
     ("Qwen3-235B-A22B", QWEN3_235B, "gb200-nvl72", 4, 256, "mxfp8", 8192,
-     {"tensor": 1, "pipeline": 8, "interleave": 3, "expert": 32}, 7280),
+     {"tensor": 1, "pipeline": 8, "interleave": 3, "expert": 32, "overlap": "a2a"}, 7280),
 ]
 #: Layout keys the planner does not model yet: a row needing one is not priced.
 UNMODELLED = ("context",)
 
 
 def price(model: tuple[str, dict[str, int]], platform: str, per_node: int, gpus: int, precision: str, batch: int,
-          keys: dict[str, Any]) -> tuple[float, str, float, bool]:
-    """Predicted tokens/s per GPU, the layout kept, its peak memory (GiB) and whether it fits, of one row."""
+          keys: dict[str, Any], overlaps: bool = True) -> tuple[float, str, float, bool]:
+    """Predicted tokens/s per GPU, the layout kept, its peak memory (GiB) and whether it fits, of one row;
+    ``overlaps``: with the communication overlaps its recipe sets."""
     path, params = model
     graph = with_precision(load_graph(ModelFile(path, params=tuple({**params, "BATCH": batch}.items()))), precision)
     plat = with_nodes(load_platform(platform), gpus // per_node)
+    keys = {k: v for k, v in keys.items() if k != "overlap" or overlaps}
     given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **keys, "sequence": keys.get("tensor", 1) > 1})
     choice = plan_cluster(graph, plat, given, "adam", lambda g: fuse_for(g, plat), precision=precision)
     return choice.tokens_per_s / choice.gpus, choice.best.layout.label(), choice.best.peak / 2**30, choice.best.fits
@@ -90,6 +97,8 @@ def price(model: tuple[str, dict[str, int]], platform: str, per_node: int, gpus:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="", help="comma-separated row numbers (1-based) to run; all by default")
+    ap.add_argument("--overlap", choices=("recipe", "off"), default="recipe",
+                    help="communication overlaps as each row's recipe sets them (default), or none")
     args = ap.parse_args()
     pick = {int(x) for x in args.rows.split(",") if x.strip()}
     print(f"{'#':>2} {'model':<16} {'platform':<18} {'GPUs':>5} {'prec':<6} {'pred':>8} {'pub':>7} {'ratio':>6} "
@@ -104,7 +113,7 @@ def main() -> None:
                   f"{'-':>6} {'-':>5}  not priced: {', '.join(missing)} parallelism is not modelled yet")
             continue
         start = time.perf_counter()
-        pred, label, peak, fits = price(model, platform, per_node, gpus, prec, batch, keys)
+        pred, label, peak, fits = price(model, platform, per_node, gpus, prec, batch, keys, args.overlap == "recipe")
         ratios.append(pred / published)
         print(f"{i:>2} {name:<16} {platform:<18} {gpus:>5} {prec:<6} {pred:>8,.0f} {published:>7,} "
               f"{pred / published:>6.2f} {peak:>6.1f} {time.perf_counter() - start:>5.1f}  {label}"

@@ -1,6 +1,7 @@
 """Published recipe runs we were not fitted on: predicted against published tokens/s per GPU.
 
     python benchmarks/recipes.py [--source mb,nemo,dgxc] [--system h100,b200,gb200] [--rows N,...]
+                                 [--overlap recipe|off]
 
 Every pre-training (and full fine-tuning) row of NVIDIA's performance summaries for the
 platforms the planner has (DGX H100, DGX B200, GB200 NVL72) and the models it can write:
@@ -14,7 +15,8 @@ each with its address and commit. Each row is priced as ``benchmarks/modern.py``
 rows: the model at its released config, the GEMMs at the row's precision (FP8 rows on H100
 are per-tensor current scaling, ``fp8``; FP8-MX is ``mxfp8``), the distributed optimizer
 (ZeRO 1; ZeRO 3 where the row says FSDP), sequence parallelism with tensor parallelism, the
-row's TP, PP, VP, EP, micro- and global batch and sequence length, the recomputation left to
+row's TP, PP, VP, EP, micro- and global batch and sequence length, the communication overlaps
+its recipe sets (:func:`recipe_overlap`; ``--overlap off``: none), the recomputation left to
 the planner. Nothing is fitted to these rows.
 
 Not priced, and said so: rows with context parallelism (CP > 1) while the planner has no
@@ -339,6 +341,39 @@ MODELS["mixtral_8x22b"] = (_M, {"LAYERS": 56, "HIDDEN": 6144, "HEADS": 48, "KV_H
                                 "EXPERTS": 8, "TOPK": 2, "EXPERT_FFN": 16384, "VOCAB": 32768})
 MOE.add("mixtral_8x22b")
 
+BRIDGE = ("https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/"
+          "src/megatron/bridge/perf_recipes/")
+NEMO2 = "https://github.com/NVIDIA/NeMo/blob/8cfedd7203/nemo/collections/llm/recipes/"
+#: Rows of Megatron-Bridge whose perf recipe sets ``overlap_moe_expert_parallel_comm``: (model, system) ->
+#: precisions. qwen/h100/qwen3_moe.py (235B, bf16 and fp8cs: ``moe_a2a_overlap = True``; 30B fp8cs: False),
+#: qwen/{gb200,b200}/qwen3_moe.py fp8mx (``_enable_hybridep_full_iteration_mxfp8`` of qwen/common.py; b200
+#: 30B fp8mx directly), deepseek/{gb200,b200}/deepseek_v3.py fp8mx (``_enable_deepseek_full_iteration_mxfp8``
+#: of deepseek/common.py; b200 directly); the other MoE recipes leave it off.
+A2A_RECIPES = {("qwen3_235b", "h100"): {"bf16", "fp8"}, ("qwen3_235b", "gb200"): {"mxfp8"},
+               ("qwen3_30b", "gb200"): {"mxfp8"}, ("qwen3_235b", "b200"): {"mxfp8"}, ("qwen3_30b", "b200"): {"mxfp8"},
+               ("deepseek_v3", "gb200"): {"mxfp8"}, ("deepseek_v3", "b200"): {"mxfp8"}}
+#: Models whose recipes set ``tp_comm_overlap`` (Transformer Engine userbuffers) with TP > 1: Megatron-Bridge's
+#: llama/{h100,b200,gb200}/llama3{,1}.py (each TP > 1 config gives a ``tp_comm_overlap_cfg``; the nvfp4 ones
+#: turn it off), and NeMo 2's performance recipes (``pretrain_performance_optimizations`` in
+#: nemotron4_340b.py, nemotron4_15b.py, llama3_70b.py, llama31_405b.py, gpt3_175b.py: ``tp_comm_overlap=True``)
+#: that the NeMo user guide's 25.02/25.04 tables and the DGX Cloud recipes ran. NeMo 24.07's runs (NeMo 1
+#: launcher configs) and MLPerf's are not checked here and keep it off.
+TP_RECIPES = {"mb": {"llama3_70b", "llama31_405b"},
+              "nemo-ug": {"nemotron4_340b", "nemotron4_15b", "llama3_70b", "llama31_405b", "gpt3_175b"},
+              "dgxc": {"nemotron4_340b", "nemotron4_15b", "llama3_70b", "llama31_405b", "gpt3_175b"}}
+
+
+def recipe_overlap(row: tuple[Any, ...]) -> str:
+    """The ``overlap=`` key of a row as its recipe sets it (:data:`A2A_RECIPES`, :data:`TP_RECIPES`),
+    where the layout allows it (:func:`mapper.cluster.overlap.why_not`: a2a with a pipeline needs
+    interleaving, tp needs TP > 1)."""
+    src, _, _, model, system, _, prec = row[:7]
+    tp, pp, vp, ep = row[11], row[12], row[14], row[15]
+    a2a = src == "mb" and prec in A2A_RECIPES.get((model, system), set()) and ep > 1 and (pp == 1 or vp > 1)
+    tpo = model in TP_RECIPES.get(src, set()) and tp > 1 and prec != "nvfp4"
+    return "+".join(k for k, on in (("a2a", a2a), ("tp", tpo)) if on) or "none"
+
+
 #: Low-precision formats in order, the base of a speedup first.
 ORDER = ("bf16", "fp8", "mxfp8", "nvfp4")
 
@@ -355,8 +390,9 @@ def why_not(row: tuple[Any, ...]) -> str:
     return ""
 
 
-def price(row: tuple[Any, ...]) -> tuple[float, str]:
-    """Predicted tokens/s per GPU of one row and the layout kept."""
+def price(row: tuple[Any, ...], overlaps: bool = True) -> tuple[float, str]:
+    """Predicted tokens/s per GPU of one row and the layout kept; ``overlaps``: with the communication
+    overlaps its recipe sets (:func:`recipe_overlap`)."""
     _, _, _, model, system, gpus, prec, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ep = row[:16]
     path, params = MODELS[model]
     graph = load_graph(ModelFile(path, params=tuple({**params, "SEQ": seq, "BATCH": gbs}.items())))
@@ -369,8 +405,11 @@ def price(row: tuple[Any, ...]) -> tuple[float, str]:
         keys["expert"] = ep
     if cp > 1:
         keys["context"] = cp
+    if overlaps and recipe_overlap(row) != "none":
+        keys["overlap"] = recipe_overlap(row)
     choice = plan_cluster(graph, plat, LayoutSpec(**keys), "adam", lambda g: fuse_for(g, plat), precision=prec)
-    return choice.tokens_per_s / choice.gpus, choice.best.layout.label()
+    return choice.tokens_per_s / choice.gpus, choice.best.layout.label() + ("" if choice.best.fits else
+                                                                           " (does not fit)")
 
 
 def layout_text(row: tuple[Any, ...]) -> str:
@@ -391,6 +430,8 @@ def main() -> None:
                     "all by default")
     ap.add_argument("--system", default="", help="comma-separated systems (h100, b200, gb200); all by default")
     ap.add_argument("--rows", default="", help="comma-separated row numbers (1-based); all by default")
+    ap.add_argument("--overlap", choices=("recipe", "off"), default="recipe",
+                    help="communication overlaps as each row's recipe sets them (default), or none")
     args = ap.parse_args()
     sources = {s for s in args.source.split(",") if s}
     systems = {s for s in args.system.split(",") if s}
@@ -416,14 +457,16 @@ def main() -> None:
             print(f"{head} {'-':>8} {published:>8,.0f} {'-':>6}  {layout_text(row)}: not priced, {reason}")
             continue
         try:
-            pred, _ = price(row)
+            pred, kept = price(row, args.overlap == "recipe")
         except MapperError as err:
             skipped["planner refused: " + str(err).splitlines()[0][:60]] += 1
             print(f"{head} {'-':>8} {published:>8,.0f} {'-':>6}  {layout_text(row)}: {str(err).splitlines()[0]}")
             continue
         ratio = pred / published
         _priced[i] = pred
+        ov = recipe_overlap(row) if args.overlap == "recipe" else "none"
         print(f"{head} {pred:>8,.0f} {published:>8,.0f} {ratio:>6.2f}  {layout_text(row)}"
+              + (f" overlap {ov}" if ov != "none" else "") + (" (does not fit)" if "does not fit" in kept else "")
               + (f" ({task})" if task != "pretrain" else "") + (f" [{row[18]}]" if len(row) > 18 else ""), flush=True)
         groups["all"].append(ratio)
         groups[f"system {system}"].append(ratio)

@@ -41,11 +41,14 @@ def test_pipelined_hand_values():
     assert overlap.pipelined(4.0, 10.0, 4) == pytest.approx(1.0)  # hidden but one chunk
     assert overlap.pipelined(10.0, 4.0, 4) == pytest.approx(10.0 + 1.0 - 4.0)  # the rest and one chunk
     assert overlap.pipelined(3.0, 0.0, 8) == 3.0  # no GEMM: all of it
+    # all-to-alls of 1 s a pass under 6 s of computation: the SMs they take (20 of 132) stay exposed
+    assert overlap.alltoall_exposed(1.0, 3.0, 3.0) == pytest.approx(20 / 132)
+    assert overlap.alltoall_exposed(5.0, 1.0, 1.0) == pytest.approx((10.0 - 2.0) / 2)  # longer than it
 
 
 def test_alltoall_overlap_hand_values_on_a_moe_block():
     """A MoE block's four all-to-alls per micro-batch hide under the other micro-batch's forward and
-    backward computation: each pass keeps max(0, 2 a2a - (F + B)) / 2 of them."""
+    backward computation slowed by the SMs they take: each pass keeps max(2 a2a - (F + B), s 2 a2a) / 2."""
     pm = _model()
     off = Layout(**{**BASE, "overlap": "none"})
     on = Layout(**{**BASE, "overlap": "a2a"})
@@ -58,7 +61,7 @@ def test_alltoall_overlap_hand_values_on_a_moe_block():
         a2a = pm._alltoalls(c, off)
         f = c.forward - c.replicated / 2  # sequence parallelism cuts norms and adds by t = 2
         b = c.backward - OTHER_BACKWARD * c.replicated / 2
-        exposed = max(0.0, 2 * a2a - (f + b)) / 2
+        exposed = max(2 * a2a - (f + b), 20 / 132 * 2 * a2a) / 2
         assert fw1[i] == pytest.approx(fw0[i] - a2a + exposed, rel=1e-12, abs=1e-15)
         assert bw1[i] == pytest.approx(bw0[i] - a2a + exposed, rel=1e-12, abs=1e-15)
         if i in moe:

@@ -28,12 +28,18 @@ stream under the other's attention and MLP computation (the dual-stream overlap 
 DeepSeek-V3's technical report, 3.2.1). A MoE block's merged forward and backward then takes
 ``max(a2a, compute)`` for its all-to-alls (four per micro-batch) against both passes'
 computation, not their sum; what exceeds the computation stays exposed, split evenly between
-the two passes (:func:`alltoall_exposed`). Megatron-Core allows it with ``expert > 1``, with a
-pipeline only interleaved, and without full recomputation or the ``moe`` module's (Megatron-Bridge's
+the two passes (:func:`alltoall_exposed`). The all-to-all kernels take SMs from the computation
+beside them: DeepSeek-V3's report (3.2.2) runs them on 20 of H800's 132 SMs
+(:data:`A2A_SM_SHARE`), so the computation under them runs at ``1 - s`` of its rate and a
+merged step of ``c`` seconds of all-to-alls beside ``W`` of computation takes
+``max(c, W + s c)``: at least ``s c`` of them stays exposed. Megatron-Core allows it with
+``expert > 1``, with a pipeline only interleaved, and without full recomputation or the ``moe``
+module's (Megatron-Bridge's
 ``CommOverlapConfig`` checks, ``src/megatron/bridge/training/comm_overlap.py``): other layouts
 are refused (:func:`why_not`). Left out: the warm-up and cool-down forwards and backwards of
 the pipeline, which have no partner to merge with (a share ``(2 (p-1) + (v-1) p) / (m v)`` of
-a rank's passes or less), and the SMs the all-to-all kernels take.
+a rank's passes or less), and the pairing of sub-modules (Megatron-Core pairs each all-to-all
+with one of the other micro-batch's attention or MLP, not with both).
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ from typing import Any
 from mapper.cluster.profile import BlockCost
 from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.efficiency import op_class
+
+#: Share of a GPU's SMs the all-to-all kernels take while they run beside computation: 20 of H800's
+#: 132 (DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv 2412.19437, 3.2.2), the one published
+#: figure, used for every GPU.
+A2A_SM_SHARE = 20 / 132
 
 
 def parts(overlap: str) -> set[str]:
@@ -132,5 +143,7 @@ def tp_exposed(c: BlockCost, seconds: list[float], backward: list[bool], t: int,
 def alltoall_exposed(a2a: float, forward: float, backward: float) -> float:
     """Seconds of a MoE block's all-to-alls (``a2a`` per pass: dispatch and combine) left exposed
     in each pass when a merged forward and backward hides them under the other micro-batch's
-    ``forward + backward`` computation (module docstring)."""
-    return max(0.0, 2 * a2a - (forward + backward)) / 2
+    ``forward + backward`` computation, slowed by the SMs the all-to-alls take (module docstring):
+    ``max(c - W, s c) / 2`` for ``c = 2 a2a`` and ``W`` that computation."""
+    comm = 2 * a2a
+    return max(comm - (forward + backward), A2A_SM_SHARE * comm) / 2
