@@ -98,7 +98,8 @@ PARALLEL_HELP = (
     "interleave=V, recompute=none|selective|full|MODULE+MODULE (Megatron-Core's recompute_modules: core_attn, "
     "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts), zero=0|1|2|3, sequence=on|off, grad=fp32|bf16 "
     "(the gradient buffer's format), first=N and last=N (Transformer layers of the first and last pipeline "
-    "chunks; the others get equal shares); keys left out are chosen. "
+    "chunks; the others get equal shares), overlap=none|a2a|tp|a2a+tp (communication hidden under computation; "
+    "none unless given); keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 
 
