@@ -109,8 +109,9 @@ class BlockCost:
     #: forward kernels of recomputable modules (:mod:`mapper.cluster.recompute`): (module bits, seconds)
     redo: tuple[tuple[int, float], ...] = ()
     comm_modules: tuple[int, ...] = ()  # per collective: the module bits of the op it belongs to
-    #: what the forward keeps, per tensor: (bytes, consumer's module bits, producer's, the tensor)
-    kept: tuple[tuple[float, int, int, str], ...] = ()
+    #: what the forward keeps, per tensor: (bytes, consumer's module bits, producer's, the tensor's
+    #: index in order of first use)
+    kept: tuple[tuple[float, int, int, int], ...] = ()
 
     def redo_seconds(self, bits: int) -> float:
         """Forward kernel seconds of the modules ``bits`` (their recomputation)."""
@@ -261,7 +262,8 @@ class Profile:
         tags = names(sub)
         redo: list[tuple[int, float]] = []
         comm_modules: list[int] = []
-        kept: list[tuple[float, int, int, str]] = []
+        kept: list[tuple[float, int, int, int]] = []
+        tensor_ids: dict[str, int] = {}  # tensors by first use: a block's cost never names its chunk
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
@@ -311,7 +313,7 @@ class Profile:
                     bits = origin(parts[0].name, tags)
                     if bits:
                         redo.append((bits, seconds))
-                    kept += [(n, origin(p_.name, tags), origin(src, tags), src)
+                    kept += [(n, origin(p_.name, tags), origin(src, tags), tensor_ids.setdefault(src, len(tensor_ids)))
                              for p_ in parts for n, src, _ in _kept_items(p_)]
                 for p in parts:
                     if p.op == "moe_dispatch" and p.output is not None:

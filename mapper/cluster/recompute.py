@@ -149,11 +149,11 @@ def _ancestors(prod: list[list[int]], start: Iterable[int]) -> set[int]:
     return seen
 
 
-def dropped(kept: Iterable[tuple[float, int, int, str]], bits: int) -> float:
+def dropped(kept: Iterable[tuple[float, int, int, int]], bits: int) -> float:
     """Bytes no longer kept when modules ``bits`` are recomputed, of what a block's ops keep:
     ``(bytes, consumer's bits, producer's bits, tensor)`` each (module docstring)."""
     total = 0.0
-    inputs: dict[str, tuple[float, float]] = {}  # tensor read from outside a recomputed module: (sum, largest)
+    inputs: dict[int, tuple[float, float]] = {}  # tensor read from outside a recomputed module: (sum, largest)
     for nbytes, consumer, producer, tensor in kept:
         if consumer & producer & bits or producer & bits & DISCARD:
             total += nbytes
