@@ -99,7 +99,8 @@ PARALLEL_HELP = (
     "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts), zero=0|1|2|3, sequence=on|off, grad=fp32|bf16 "
     "(the gradient buffer's format), first=N and last=N (Transformer layers of the first and last pipeline "
     "chunks; the others get equal shares), overlap=none|a2a|tp|a2a+tp (communication hidden under computation; "
-    "none unless given); keys left out are chosen. "
+    "none unless given), expert=E, expert_tensor=ET, context=C (each sequence cut over C ranks, 1 unless "
+    "given); keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 
 

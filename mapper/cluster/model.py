@@ -46,6 +46,14 @@ under the other micro-batch's computation of a merged forward and backward, and
 with ``overlap=tp`` the tensor-parallel collectives under their GEMMs, as far as
 that computation lasts (:mod:`mapper.cluster.overlap`).
 
+Context parallelism (``context = C``, :mod:`mapper.cluster.context`): the
+blocks are priced at ``S / C`` tokens a sequence, attention as the ring's
+``C`` steps with its K/V sends exposed only past each step's attention; the
+``data x context`` ranks hold the same weights, so ``d`` below is ``data x
+context`` for the gradient synchronisation and the optimizer's shards (the
+micro-batches are still ``B / (data b)``), and the ring's buffers add to the
+memory of the block running.
+
 Memory per GPU: weights, gradients and optimizer state in the bytes
 Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
 says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the micro-batches
@@ -63,6 +71,7 @@ from itertools import accumulate
 from typing import Any
 
 from mapper.cluster import overlap, zero3
+from mapper.cluster.context import Ring, block_kv, context_profile, ring_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
@@ -128,6 +137,9 @@ class Estimate:
     split_floor: float | None = None  # a mixed pipeline: a bound on the step of every split of its layers
     rank_memory: tuple[float, ...] = ()  # bytes per GPU of each pipeline rank (the fullest's is ``peak``)
     blocked: str = ""  # a kernel no GPU of the layout can run, and why (its footprint alone is too large)
+    #: context parallelism: each chunk's ring sends not hidden under attention, forward and backward
+    #: seconds per micro-batch (inside ``chunk_times``; the plan graph shows them as tasks of their own)
+    chunk_ring: tuple[tuple[float, float], ...] = ()
 
     @property
     def peak(self) -> float:
@@ -165,13 +177,42 @@ class PlanModel:
         self._colls: dict[tuple, float] = {}
         self._sums: dict[tuple, tuple[list[float], ...]] = {}
         self._acts: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
+        self._rings: dict[tuple, list[Ring]] = {}
+        self._profiles: dict[int, Profile] = {1: profile}
+        self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
 
-    def block_costs(self, t: int, b: int) -> list[BlockCost]:
-        """Each block's price on one of ``t`` ranks for micro-batches of ``b`` samples (kept)."""
+    def block_costs(self, t: int, b: int, c: int = 1) -> list[BlockCost]:
+        """Each block's price on one of ``t`` ranks for micro-batches of ``b`` samples, each
+        sequence cut over ``c`` context ranks (kept)."""
+        if c > 1:
+            key = (t, b, c)
+            if key not in self._context_costs:
+                prof = self.context_profile(c)
+                self._context_costs[key] = [prof.cost(blk.signature, t, self.samples * c // b) for blk in prof.blocks]
+            return self._context_costs[key]
         chunks = self.samples // b
         if (t, chunks) not in self._costs:
             self._costs[(t, chunks)] = [self.profile.cost(blk.signature, t, chunks) for blk in self.profile.blocks]
         return self._costs[(t, chunks)]
+
+    def context_profile(self, c: int) -> Profile:
+        """The block prices at ``S / c`` tokens a sequence (:mod:`mapper.cluster.context`)."""
+        if c not in self._profiles:
+            self._profiles[c] = context_profile(self.profile, c)
+        return self._profiles[c]
+
+    def rings(self, lay: Layout) -> list[Ring]:
+        """What context parallelism's ring adds to each block (:func:`mapper.cluster.context.ring_times`)."""
+        t, c = lay.tensor, lay.context
+        key = (t, lay.micro_batch, c)
+        if key not in self._rings:
+            prof = self.context_profile(c)
+            seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
+            across = t * c > self.net.gpus_per_node  # the group's ranks are t apart
+            self._rings[key] = [ring_times(cost, block_kv(self.profile.graph, blk.tasks, t),
+                                           lay.micro_batch * seq // c, c, self.net, across)
+                                for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
+        return self._rings[key]
 
     def _coll(self, kind: str, nbytes: float, ranks: int, per_node: int) -> float:
         """:func:`mapper.parallel.collectives.collective`'s seconds, kept."""
@@ -187,7 +228,8 @@ class PlanModel:
         if key not in self._sums:
             rows = []
             priced = next((n for t, n in self._costs if t == lay.tensor), None)
-            for c in self._costs[(lay.tensor, priced)] if priced else self.block_costs(lay.tensor, lay.micro_batch):
+            for c in self._costs[(lay.tensor, priced)] if priced else self.block_costs(lay.tensor, lay.micro_batch,
+                                                                                      lay.context):
                 dp_, db_, ep_, eb_ = self.held(c, lay)
                 moe = c.update / c.params if c.expert_params else 0.0
                 rows.append((dp_, db_, ep_, eb_, 0.0 if c.expert_params else c.update, moe * dp_, moe * ep_))
@@ -244,16 +286,16 @@ class PlanModel:
         """Forward and backward seconds per micro-batch of each block, collectives and
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
         bits = mask(lay.recompute)
-        costs = self.block_costs(t, lay.micro_batch)
+        costs = self.block_costs(t, lay.micro_batch, lay.context)
         hide = overlap.parts(lay.overlap)  # communication hidden under computation (mapper.cluster.overlap)
-        for n, c in enumerate(costs):
-            f = c.forward
-            b = c.backward
+        for n, (c, ring) in enumerate(zip(costs, self.rings(lay))):
+            f = c.forward + ring.forward  # every ring step of attention, its sends as far as exposed
+            b = c.backward + ring.backward
             if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
@@ -268,6 +310,7 @@ class PlanModel:
             cf += a2a
             cb += a2a
             redo = f + cf if lay.recompute == "full" else self._redo(c, lay, bits, etp)
+            redo += ring.forward if bits & BIT["core_attn"] and lay.recompute != "full" else 0.0  # the whole ring again
             fw.append(f + cf)
             bw.append(b + cb + redo)
         self._times[key] = (fw, bw)
@@ -275,10 +318,11 @@ class PlanModel:
 
     def estimate(self, lay: Layout, schedule: str = "1f1b") -> Estimate | None:
         """The layout's :class:`Estimate`, or None when its blocks cannot be cut into its chunks."""
-        t, p, d, v = lay.tensor, lay.pipeline, lay.data, lay.interleave
-        m = self.samples // (d * lay.micro_batch)
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, p * v, lay.first,
-               lay.last)
+        t, p, v = lay.tensor, lay.pipeline, lay.interleave
+        m = self.samples // (lay.data * lay.micro_batch)
+        d = lay.replicas  # the ranks that reduce gradients together: data x context
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, p * v,
+               lay.first, lay.last)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
@@ -287,11 +331,11 @@ class PlanModel:
                 return None
             self._parts[key] = (starts, fw, bw)
         starts, fw, bw = self._parts[key]
-        costs = self.block_costs(t, lay.micro_batch)
+        costs = self.block_costs(t, lay.micro_batch, lay.context)
         sums = self._held_sums(lay)
         blocks = self.profile.blocks
         ends = [*starts[1:], len(blocks)]
-        across = t * d >= self.net.gpus_per_node  # pipeline neighbours are t d ranks apart
+        across = t * d >= self.net.gpus_per_node  # pipeline neighbours are t c d ranks apart
         rank_time = [0.0] * p
         rank_bwd = [0.0] * p
         rank_params = [0.0] * p
@@ -303,10 +347,13 @@ class PlanModel:
         rank_z3 = [0.0] * p
         rank_live = [0.0] * p  # ZeRO 3: bytes of the gathered weights of two blocks (the one running, the next)
         chunk_times: list[tuple[float, float]] = []
+        rings = self.rings(lay)
+        chunk_ring = tuple((sum(r.exposed_forward for r in rings[a:e]), sum(r.exposed_backward for r in rings[a:e]))
+                           for a, e in zip(starts, ends)) if lay.context > 1 else ()
         for ci, (a, e) in enumerate(zip(starts, ends)):
             s = ci % p
             f, b = sum(fw[a:e]), sum(bw[a:e])
-            out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch  # the tensor sent on
+            out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch / lay.context  # the tensor sent on
             if ci + 1 < p * v and out > 0:
                 if across and t > 1:
                     hop = send(self.net, out / t, True) + self._coll("allgather", out, t, t)
@@ -323,7 +370,8 @@ class PlanModel:
             rank_ebytes[s] += sums[3][e] - sums[3][a]
             kept, work = self._activations(lay, range(a, e))
             rank_act[s] += kept
-            rank_work[s] = max(rank_work[s], work)
+            ring = max((r.buffers for r in rings[a:e]), default=0.0)  # the ring's, while a layer runs
+            rank_work[s] = max(rank_work[s], work + ring)
             if lay.zero == 3 and d > 1:  # each block gathered for forward and backward, its gradients scattered
                 gathers, scatters = self._sharded(lay, costs, range(a, e))
                 zf = zero3.forward(fw[a:e], gathers) - sum(fw[a:e])
@@ -372,12 +420,12 @@ class PlanModel:
             memory = {**memory, "weights": memory["weights"] + rank_live[fullest]}
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
-                        blocked=next((c.unrunnable for c in costs if c.unrunnable), ""))
+                        blocked=next((c.unrunnable for c in costs if c.unrunnable), ""), chunk_ring=chunk_ring)
 
     def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range) -> tuple[list[float], list[float]]:
         """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients
-        over the ``data`` ranks (:func:`mapper.cluster.zero3.sharded`)."""
-        d = lay.data
+        over the ``data x context`` ranks (:func:`mapper.cluster.zero3.sharded`)."""
+        d = lay.replicas  # the ranks holding the same weights: data x context
         per_node = min(d, max(1, self.net.gpus_per_node // lay.tensor))
         gathers, scatters = [], []
         for i in indices:
@@ -399,10 +447,10 @@ class PlanModel:
         the GPU's memory cannot fit (:mod:`mapper.cluster.sweep`)."""
         sums = self._held_sums(lay)
         states = OPTIMIZERS[self.optimizer].states
-        dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.data)
+        dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.replicas)
         experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data)
         chunks = next((n for t, n in self._costs if t == lay.tensor), self.samples // lay.micro_batch)
-        ref = replace(lay, micro_batch=self.samples // chunks)
+        ref = replace(lay, micro_batch=self.samples // chunks) if lay.context == 1 else lay
         kept, inputs, _ = self._act_sums(ref)
         act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref.micro_batch
         held, act = sum(dense.values()) + sum(experts.values()), act * (1 - 1e-9)
@@ -446,10 +494,10 @@ class PlanModel:
         Korthikanti et al., 4.2.2) and of the block inputs full recomputation keeps, and each
         block's stash (kept)."""
         t, sp = lay.tensor, lay.sequence and lay.tensor > 1
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.context)
         if key not in self._acts:
-            costs = self.block_costs(t, lay.micro_batch)
-            whole = self.block_costs(1, lay.micro_batch) if sp else costs
+            costs = self.block_costs(t, lay.micro_batch, lay.context)
+            whole = self.block_costs(1, lay.micro_batch, lay.context) if sp else costs
             bits = mask(lay.recompute)
             kept = [(c.stash - c.dropped(bits)) / (t if sp else 1) for c in whole]
             inputs = [c.input_bytes / (t if lay.sequence else 1) if c.params > 0 else 0.0 for c in costs]
@@ -462,7 +510,7 @@ class PlanModel:
         """The pipeline rank whose GPUs hold the most, what they hold by part, and each rank's bytes
         (``params`` and ``pbytes``: the dense ones, sharded over ``data``, and the expert shards, over
         the expert-data ranks)."""
-        p, d, v = lay.pipeline, lay.data, lay.interleave
+        p, d, v = lay.pipeline, lay.replicas, lay.interleave
         best: dict[str, float] = {}
         fullest = 0
         ranks: list[float] = []

@@ -11,6 +11,9 @@ gradient synchronisation and optimizer step. Scheduled and validated by the
 ordinary engine, it shows the 1F1B pattern in every report, and its makespan
 checks the closed-form step time. Each rank's synchronisation task carries the bytes the
 plan model puts on that rank's GPUs (``memory``), so the reports' peak memory is the plan's.
+With context parallelism each forward and backward is followed by its ring task
+(``ring.fwd.c0.mb0``): the K/V sends of the chunk's attention that its ring steps do not
+hide (:mod:`mapper.cluster.context`), out of the chunk's time.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
     lay = est.layout
     p, v, m = lay.pipeline, lay.interleave, est.micro_batches
     chunks = p * v
-    index: dict[Op, int] = {}
+    index: dict[Op, int] = {}  # an op's first task
+    last: dict[Op, int] = {}  # and its last (its ring task under context parallelism)
     tasks: list[Task] = []
     edges: list[tuple[int, int]] = []
     seqs = orders(est.schedule, p, v, m)
@@ -63,21 +67,27 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
             kind, c, mb = op
             f, b = est.chunk_times[c]
             seconds = f if kind == "F" else b
-            index[op] = len(tasks)
-            tasks.append(Task(len(tasks), f"{'fwd' if kind == 'F' else 'bwd'}.c{c}.mb{mb}", "task",
-                              placement=Placement(allow=(dev,)), explicit_cost=((dev, seconds),),
-                              backward=kind == "B"))
+            ring = est.chunk_ring[c][0 if kind == "F" else 1] if est.chunk_ring else None
+            name = f"{'fwd' if kind == 'F' else 'bwd'}.c{c}.mb{mb}"
+            index[op] = last[op] = len(tasks)
+            tasks.append(Task(len(tasks), name, "task", placement=Placement(allow=(dev,)),
+                              explicit_cost=((dev, seconds - (ring or 0.0)),), backward=kind == "B"))
+            if ring is not None:
+                last[op] = len(tasks)
+                tasks.append(Task(len(tasks), f"ring.{name}", "task", placement=Placement(allow=(dev,)),
+                                  explicit_cost=((dev, ring),), backward=kind == "B"))
+                edges.append((index[op], last[op]))
     for s, seq in enumerate(seqs):
         for a, b_ in zip(seq, seq[1:]):
-            edges.append((index[a], index[b_]))  # the rank runs them in this order
+            edges.append((last[a], index[b_]))  # the rank runs them in this order
         for op in seq:
             for d in deps(op, chunks):
-                edges.append((index[d], index[op]))
+                edges.append((last[d], index[op]))
         dev = stage_device(s, est.kinds)
         sync = len(tasks)
         tasks.append(Task(sync, f"sync.stage{s}", "task", placement=Placement(allow=(dev,)),
                           explicit_cost=((dev, est.rank_sync[s]),), backward=True, memory=held[s]))
-        edges.append((index[seq[-1]], sync))
+        edges.append((last[seq[-1]], sync))
     unique = sorted(set(edges), key=lambda e: (e[1], e[0]))
     return TaskGraph(f"{name}.pipeline", tuple(tasks),
                      tuple(Edge(i, a, b, 0.0, 0.0, "") for i, (a, b) in enumerate(unique)), (),

@@ -112,6 +112,7 @@ class BlockCost:
     #: what the forward keeps, per tensor: (bytes, consumer's module bits, producer's, the tensor's
     #: index in order of first use)
     kept: tuple[tuple[float, int, int, int], ...] = ()
+    attention_backward: float = 0.0  # backward seconds of attention kernels (context parallelism's ring steps)
 
     def redo_seconds(self, bits: int) -> float:
         """Forward kernel seconds of the modules ``bits`` (their recomputation)."""
@@ -238,7 +239,8 @@ class Profile:
 
     def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
         node, mesh = self._platform(tensor)
-        plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True)
+        plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True,
+                    parallel_loss=self.optimizer is not None)  # training: no logits gathered
         split = split_graph(sub, plan, node, first_chunk=True)
         if self.optimizer is None:  # inference: the forward kernels and their collectives only
             g = self.prepare(split.graph)
@@ -249,7 +251,7 @@ class Profile:
         shards = _expert_weights(g)
         rank0 = mesh[0]
         d = node.device_index(rank0)
-        fwd = bwd = upd = att = rep = stash = scores = params = pbytes = 0.0
+        fwd = bwd = upd = att = att_b = rep = stash = scores = params = pbytes = 0.0
         comms: list[tuple[str, float, bool]] = []
         experts = tuple(t.name + "." for t in sub.tasks if t.op == "grouped_matmul")
         expert_comm: list[bool] = []
@@ -292,6 +294,7 @@ class Profile:
                 upd += seconds
             elif task.backward:
                 bwd += seconds
+                att_b += seconds if any(p.op in ATTENTION_OPS for p in task.parts or (task,)) else 0.0
             else:
                 fwd += seconds
                 parts = task.parts or (task,)
@@ -329,4 +332,5 @@ class Profile:
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
                          tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed), tuple(expert_comm),
-                         tuple(redo), tuple(comm_modules), tuple(kept))
+                         tuple(redo), tuple(comm_modules), tuple(kept),
+                         att_b)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.cluster import overlap
+from mapper.cluster.context import check_context, context_ranks
 from mapper.cluster.flops import model_flops
 from mapper.cluster.layers import uneven_reason
 from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
@@ -106,7 +107,7 @@ class ClusterChoice:
         b = self.best
         lay = b.layout
         kinds = b.kinds or (self.kind or None,) * len(self.stage_layers)
-        stages = [{"kind": kind, "devices": lay.tensor * lay.data, "data": lay.data,
+        stages = [{"kind": kind, "devices": lay.tensor * lay.replicas, "data": lay.data,
                    "tensor": lay.tensor, "layers": layers, "share": 1.0 / lay.data}
                   for kind, layers in zip(kinds, self.stage_layers)]
         if self.shares:  # one stage, its replicas on several kinds with their own batch shares
@@ -164,7 +165,7 @@ class ClusterChoice:
         b = self.best
         lay = b.layout
         rows = [("layout", describe(b)),
-                ("GPUs", f"{self.gpus:,}: {fmt_n(lay.data, 'data-parallel replica')} x "
+                ("GPUs", f"{self.gpus:,}: {fmt_n(lay.data, 'data-parallel replica')} x {context_ranks(lay)}"
                          f"{fmt_n(lay.pipeline, 'pipeline stage')} x {fmt_n(lay.tensor, 'tensor-parallel GPU')}"
                          + (f" ({self.kind} nodes)" if self.kind and self.kind != MIXED else ""))]
         held = b.rank_memory or (b.peak,)
@@ -232,6 +233,8 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
     """The layouts of the plan space that ``given`` allows (module docstring); ``experts``: the
     graph's experts per MoE layer (0 without any)."""
     out = []
+    c = given.context or 1  # context ranks: given, else none (mapper.cluster.context)
+    gpus //= c
     for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus, MAX_TENSOR))):
         if gpus % t:
             continue
@@ -255,10 +258,10 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
                             if given.zero is None and (z and d == 1 or z == 3 and p > 1):
                                 continue
                             for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
-                                for e, et in _experts(_fixed_or(given.expert, _pow2(min(experts, t * d)) or [1]), t, d,
-                                                      experts, given):
+                                for e, et in _experts(_fixed_or(given.expert, _pow2(min(experts, t * d * c)) or [1]),
+                                                      t, d * c, experts, given):
                                     lay = Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last,
-                                                 overlap=given.overlap or "none")
+                                                 overlap=given.overlap or "none", context=c)
                                     out += [] if overlap.why_not(lay) else [lay]
     return out
 
@@ -480,6 +483,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
                                                 setup.seq)
     profile = model.profile
     experts = _check_experts(graph, gpus, given)
+    check_context(graph, gpus, given)
     cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts)
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "

@@ -2,8 +2,8 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp]``: keys left out are chosen by the
-planner (:mod:`mapper.cluster.search`);
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C]``: keys left out are
+chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
@@ -17,7 +17,9 @@ Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
 :mod:`mapper.cluster.recompute`); ``overlap`` the communication overlaps the run sets
 (:mod:`mapper.cluster.overlap`: ``a2a`` Megatron-Core's ``--overlap-moe-expert-parallel-comm``,
 ``tp`` its ``--tp-comm-overlap``), off unless given, as Megatron-Core defaults them: the planner
-never turns one on by itself.
+never turns one on by itself; ``context`` cuts every sequence over ``C`` ranks
+(context parallelism, Megatron-Core's ``context_parallel_size``: :mod:`mapper.cluster.context`),
+1 unless given.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap")
+        "expert_tensor", "grad", "first", "last", "overlap", "context")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -55,8 +57,10 @@ class Layout:
     SC'21, 2.2.2); activation ``recompute``; ZeRO stage ``zero`` (Rajbhandari et al., SC'20;
     3 = FSDP); ``sequence`` parallelism (Korthikanti et al., 2023); ``expert`` ranks sharing a
     mixture of experts' experts, each expert cut over ``expert_tensor`` ranks, both folded
-    inside the ``data x tensor`` ranks (Megatron-Core's MoE parallel folding). (``grad`` is the plan
-    model's, the same for every layout: :class:`mapper.cluster.model.PlanModel`.)"""
+    inside the ``data x context x tensor`` ranks (Megatron-Core's MoE parallel folding); ``context``
+    ranks sharing each sequence (:mod:`mapper.cluster.context`), between tensor and data in rank
+    order, so ``gpus = tensor x pipeline x context x data``. (``grad`` is the plan model's, the same
+    for every layout: :class:`mapper.cluster.model.PlanModel`.)"""
 
     tensor: int = 1
     pipeline: int = 1
@@ -71,6 +75,7 @@ class Layout:
     first: int | None = None  # Transformer layers of the first chunk (None: chunks cut by time)
     last: int | None = None  # of the last chunk (:mod:`mapper.cluster.layers`)
     overlap: str = "none"  # communication overlapped with computation (:data:`OVERLAPS`)
+    context: int = 1
 
     @property
     def etp(self) -> int:
@@ -79,12 +84,17 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return self.tensor * self.pipeline * self.data
+        return self.tensor * self.pipeline * self.context * self.data
 
     @property
     def expert_data(self) -> int:
-        """Replicas of each expert shard: the ``data x tensor`` ranks over ``expert x expert_tensor``."""
-        return max(1, self.tensor * self.data // (self.expert * self.etp))
+        """Replicas of each expert shard: the ``data x context x tensor`` ranks over ``expert x expert_tensor``."""
+        return max(1, self.tensor * self.context * self.data // (self.expert * self.etp))
+
+    @property
+    def replicas(self) -> int:
+        """Ranks that hold the same weights and reduce their gradients together: ``data x context``."""
+        return self.data * self.context
 
     def label(self) -> str:
         extra = [f"interleave {self.interleave}"] if self.interleave > 1 else []
@@ -96,14 +106,15 @@ class Layout:
         extra += [f"{k} chunk {n} layer{'s' if n != 1 else ''}" for k, n in (("first", self.first), ("last", self.last))
                   if n is not None]
         extra += [f"overlap {self.overlap}"] if self.overlap != "none" else []
-        return (f"tensor {self.tensor} x pipeline {self.pipeline} x data {self.data}, micro-batch "
+        ctx = f" x context {self.context}" if self.context > 1 else ""
+        return (f"tensor {self.tensor} x pipeline {self.pipeline}{ctx} x data {self.data}, micro-batch "
                 f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
 
     def to_json(self) -> dict[str, Any]:
         return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
                 "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
                 "zero": self.zero, "sequence": self.sequence, "expert": self.expert,
-                "expert_tensor": self.etp, "overlap": self.overlap,
+                "expert_tensor": self.etp, "overlap": self.overlap, "context": self.context,
                 **{k: n for k, n in (("first", self.first), ("last", self.last)) if n is not None}}
 
 
@@ -128,6 +139,7 @@ class LayoutSpec:
     first: int | None = None
     last: int | None = None
     overlap: str | None = None
+    context: int | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""

@@ -53,6 +53,10 @@ class Plan:
     cuts: tuple[int, ...] = ()
     bucket_mib: float = 25.0  # gradient all-reduce bucket (PyTorch DDP's bucket_cap_mb default)
     vocab: bool = False  # also cut embeddings and the output GEMM by the vocabulary (roles.tensor_regions)
+    #: with ``vocab``, leave the output GEMM's logits cut by the vocabulary for a loss that takes them so
+    #: (Megatron's vocabulary-parallel cross entropy: ranks exchange per-token scalars, not logits;
+    #: Shoeybi et al., arXiv 1909.08053, section 3)
+    parallel_loss: bool = False
 
     def __post_init__(self) -> None:
         if min(self.data, self.tensor, self.stages, self.micro_batches) < 1:

@@ -189,7 +189,7 @@ def split_graph(graph: TaskGraph, plan: Plan, platform: Platform, first_chunk: b
                                       float(b_.tasks[pieces[0]].operands[0].type.nbytes)))
             if t in row_of:
                 _combine(b_, task, b, pieces, mesh, "allreduce", view)
-            elif t in end_of:
+            elif t in end_of and not (plan.parallel_loss and task.name in graph.outputs):
                 _combine(b_, task, b, pieces, mesh, "allgather", view)
     names = {t.name: t.index for t in graph.tasks}
     for out in () if first_chunk else graph.outputs:

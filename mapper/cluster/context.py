@@ -1,0 +1,169 @@
+"""Context parallelism: every sequence cut over ``C`` ranks (``--parallel ...,context=C``).
+
+Megatron-Core's context parallelism (``context_parallel_size``; its
+"Context parallelism" guide) splits each sequence of ``S`` tokens over the
+``C`` ranks of a context group, placed between the tensor and data ranks
+(``world = tensor x pipeline x context x data``). Every op but attention
+sees ``S / C`` tokens of each sequence, so the plan model prices a block at
+``S / C`` tokens (:func:`context_graph` marks attention and the rotary
+embedding with sequences of ``S / C``; :func:`context_profile` prices it).
+
+Attention runs as Transformer Engine's ring (``cp_comm_type = "p2p"``,
+Megatron-Core's default; TE's ``AttnFuncWithCPAndKVP2P``): the sequence is cut
+in ``2C`` chunks and rank ``r`` holds chunks ``r`` and ``2C - 1 - r``, so
+under a causal mask every rank does the same work. In ``C`` steps each rank
+attends its queries to one rank's keys and values while it passes them on to
+the next rank. Every step covers half of an ``S/C x S/C`` block of the score
+matrix (the diagonal step causally, the others half the queries or half the
+keys), which is what a causal attention over ``S / C`` tokens costs: the block
+price holds one step, ``a_f`` forward and ``a_b`` backward. A step's
+send of ``n`` bytes (the rank's K and V of ``S / C`` positions) is priced by
+:func:`mapper.parallel.collectives.send` (across nodes once the group's ranks,
+``tensor`` apart, span more than a node) and overlaps the step's attention
+only as far as that compute lasts::
+
+    forward   a_f + (C - 1) max(a_f, send(n))
+    backward  2 max(a_b, send(n)) + (C - 2) max(a_b, send(2 n))
+
+(the backward's buffer holds K, V and the partial dK, dV of the chunk it
+visits: its first step sends K and V on, the middle ones both, the last the
+finished dK and dV to their owner, each send beside that step's attention:
+TE's ``AttnFuncWithCPAndKVP2P.backward``). The Llama 3 paper's all-gather of
+K and V before attention (Grattafiori et al., arXiv 2407.21783, section
+3.3.2) is the other form; the ring is what Megatron-Core runs by default
+and what NVIDIA's published long-sequence runs use, so it is the one priced.
+
+Memory: activations are those of ``S / C`` tokens (the block priced there),
+plus the ring's buffers while a layer runs, once per rank (not per
+micro-batch in flight): forward, TE keeps each step's received K and V in a
+list of ``C`` buffers until the layer's forward returns (``C n``); backward,
+K, V and their gradients, double-buffered (``4 n``): ``max(C, 4) n``. Gradients are reduced, and the
+distributed optimizer sharded, over the ``data x context`` ranks that hold
+the same weights (Megatron-Core's ``data_parallel_group_with_cp``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mapper.cluster.profile import BlockCost, Profile
+from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
+from mapper.core.ops import ATTENTION_OPS, infer
+from mapper.errors import OptionsError
+from mapper.parallel.collectives import Network, send
+from mapper.parallel.layout import Layout, LayoutSpec
+
+#: Ops that carry the sequence length as ``seq``: under context parallelism a rank's sequences are ``S / C``.
+SEQ_OPS = frozenset({"attention", "mla_attention", "rotary"})
+#: Buffers of K and V and their gradients the ring's backward holds, in units of one step's send
+#: (double-buffered; the forward holds ``C``: module docstring).
+RING_BUFFERS = 4
+
+
+def sequence_of(graph: TaskGraph) -> int:
+    """The sequence length of ``graph``'s attention (0 without attention)."""
+    return next((int(t.attr("seq")) for t in graph.tasks if t.op in ATTENTION_OPS), 0)
+
+
+def check_context(graph: TaskGraph, gpus: int, given: LayoutSpec) -> None:
+    """An OptionsError (exit 2) for a ``context`` the graph or the GPUs cannot take: a graph
+    without attention, a sequence that does not cut into ``2 C`` chunks (Transformer Engine's
+    load-balanced ring needs that), or ``C`` not dividing the GPUs."""
+    c = given.context
+    if c is None or c == 1:
+        return
+    seq = sequence_of(graph)
+    if not seq:
+        raise OptionsError(f"context={c} cuts sequences over ranks; this graph has no attention op",
+                           obj="--parallel")
+    if seq % (2 * c):
+        raise OptionsError(f"context={c}: the sequence of {seq:,} tokens does not cut into 2 x {c} = {2 * c} equal "
+                           "chunks (the load-balanced causal ring gives each rank two)", obj="--parallel")
+    ranks = (given.tensor or 1) * (given.pipeline or 1) * c * (given.data or 1)
+    if gpus % ranks:
+        raise OptionsError(f"context={c}: tensor x pipeline x context{' x data' if given.data else ''} = "
+                           f"{ranks:,} does not divide the {gpus:,} GPUs", obj="--parallel")
+
+
+def context_ranks(lay: Layout) -> str:
+    """``4 context-parallel ranks x `` for the reports' GPU count of a layout with context parallelism."""
+    return f"{lay.context} context-parallel ranks x " if lay.context > 1 else ""
+
+
+def context_graph(graph: TaskGraph, c: int) -> TaskGraph:
+    """``graph`` with every sequence-carrying op's ``seq`` cut to ``S / C`` (the same rows): a
+    batch of ``B`` sequences becomes ``B C`` of ``S / C``, so a micro-batch cut of it holds one
+    rank's share of a context group, and a causal attention over it costs one ring step."""
+    if c == 1:
+        return graph
+    tasks = []
+    for t in graph.tasks:
+        if t.op in SEQ_OPS and t.output is not None:
+            attrs = {**dict(t.attrs), "seq": int(t.attr("seq")) // c}
+            info = infer(t.op, [o.type for o in t.operands], attrs)
+            t = replace(t, attrs=info.attrs, flops=info.flops, bytes_read=info.bytes_read,
+                        bytes_written=info.bytes_written)
+        tasks.append(t)
+    return replace(graph, tasks=tuple(tasks))
+
+
+def context_profile(profile: Profile, c: int) -> Profile:
+    """The block prices of ``profile``'s graph at ``S / C`` tokens a sequence (module docstring)."""
+    return Profile(context_graph(profile.graph, c), profile.node, profile.gpu, profile.prepare, profile.optimizer)
+
+
+def kv_per_position(task: Task, tensor: int) -> float:
+    """Bytes of keys and values one of ``tensor`` ranks holds per position of a sequence for
+    attention ``task``: ``2 kv_heads/t head_dim`` elements (whole heads; at least one) for
+    ``attention``; for multi-head latent attention its up-projected keys (``heads (dn + dr)``, the
+    shared rotary part per head) and values (``heads dv``) over ``t``; 0 for other ops."""
+    if task.output is None:
+        return 0.0
+    size = DTYPE_BYTES.get(task.output.dtype, 2)
+    heads = int(task.attr("heads"))
+    if task.op == "attention":
+        kv = int(task.attr("kv_heads") or heads)
+        return 2.0 * max(kv // tensor, 1) * (task.output.shape[1] // heads) * size
+    if task.op == "mla_attention":
+        kv, kr = task.operands[1].type.shape[1], task.operands[2].type.shape[1]
+        return (kv + heads * kr) / tensor * size
+    return 0.0
+
+
+def block_kv(graph: TaskGraph, tasks: tuple[int, ...], tensor: int) -> tuple[float, ...]:
+    """:func:`kv_per_position` of each attention op among ``graph``'s ``tasks`` (a block's)."""
+    return tuple(kv_per_position(graph.tasks[i], tensor) for i in tasks if graph.tasks[i].op in ATTENTION_OPS)
+
+
+@dataclass(frozen=True, slots=True)
+class Ring:
+    """What the ring adds to a block priced at ``S / C`` tokens (which holds one step of each
+    attention): seconds forward and backward, of which sends not hidden under a step's attention,
+    the bytes of the largest step's send, and of the buffers held while the layer runs."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    exposed_forward: float = 0.0
+    exposed_backward: float = 0.0
+    step_bytes: float = 0.0
+    buffers: float = 0.0
+
+
+def ring_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network,
+               across: bool) -> Ring:
+    """The :class:`Ring` of block price ``cost``: ``kv`` bytes per position of each attention op,
+    ``positions`` = the micro-batch's sequences x ``S / C``, ``across``: the group's ranks span
+    nodes (module docstring)."""
+    if c <= 1 or not kv:
+        return Ring()
+    a_f, a_b = cost.attention / len(kv), cost.attention_backward / len(kv)
+    fwd = bwd = hid_f = hid_b = 0.0
+    for per in kv:
+        n = per * positions
+        k, k2 = send(net, n, across), send(net, 2 * n, across)
+        fwd += (c - 1) * max(a_f, k)
+        bwd += 2 * max(a_b, k) + (c - 2) * max(a_b, k2) - a_b  # the block holds one a_b already
+        hid_f += (c - 1) * a_f
+        hid_b += (c - 1) * a_b
+    step = max(kv) * positions
+    return Ring(fwd, bwd, fwd - hid_f, bwd - hid_b, step, max(c, RING_BUFFERS) * step)
