@@ -279,6 +279,8 @@ def compile_graph(
                                                     progress=map_options.progress))
         graph = choice.graph
     else:
+        if not isinstance(source, TaskGraph):  # no stage relowers: the text and syntax tree go, and
+            del text, program                  # a huge graph's later stages reuse their memory
         if plat.cluster is not None:  # mapped task by task: every node's devices
             plat = flat_platform(plat)
         if fuse == "auto":

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 
 from mapper.errors import OptionsError
 
-#: The largest file read as a program, a platform or an imported workflow.
-MAX_INPUT_BYTES = 64 * 2**20
+#: The largest file read as a program, a platform or an imported workflow: room for a program of a
+#: million explicit-cost tasks (the lowering's task limit) on 16 devices, about 400 bytes a task.
+MAX_INPUT_BYTES = 512 * 2**20
 #: The output path that means standard output.
 STDOUT = "-"
 
