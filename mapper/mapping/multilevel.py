@@ -120,8 +120,9 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
     rank = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
     seeds = [(s, name) for s, name in ((_timed(cost, dev, order, options), "the uncoarsened mapping"),)
              if s is not None]
+    fastest = [min(cost.feasible_devices(t), key=row.__getitem__) for t, row in enumerate(cost.time)]
     for hint, name in ((dev, "the uncoarsened devices"), (block, "the partition")):
-        guided = _guided(cost, hint, rank, options)
+        guided = _guided(cost, hint, fastest, rank, options)
         if guided is not None:
             seeds.append((guided, f"earliest finish near {name}"))
     if cost.n_tasks * cost.n_devices <= HEFT_MAX_CELLS:
@@ -134,7 +135,7 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
     return _refined(cost, options, best, note, t0)
 
 
-def _guided(cost: CostTable, hint, rank: tuple[int, ...], options: MapOptions) -> Schedule | None:
+def _guided(cost: CostTable, hint, fastest: list[int], rank: tuple[int, ...], options: MapOptions) -> Schedule | None:
     """HEFT's placement (upward rank, insertion, earliest finish) over a few devices per task: its
     ``hint``, its fastest, the one where it would end first after the tasks placed there, and that of
     its predecessor with the latest input. Its cost follows the edges, not the edges times the devices
@@ -142,14 +143,15 @@ def _guided(cost: CostTable, hint, rank: tuple[int, ...], options: MapOptions) -
     g = cost.graph
     placer = Placer(cost, options.schedule)
     comm = mean_comm(cost)
+    end, edges, last_end = placer.end, g.edges, placer.timeline.last_end
     try:
         for t in rank:
-            feasible = cost.feasible_devices(t)
-            cand = {hint[t], min(feasible, key=lambda d: (cost.time[t][d], d)),
-                    min(feasible, key=lambda d: (placer.timeline.last_end(d) + cost.time[t][d], d))}
-            if g.preds[t]:
-                e = max(g.preds[t], key=lambda e: (placer.end[g.edges[e].src] + comm[e], -e))
-                cand.add(placer.device[g.edges[e].src])
+            row = cost.time[t]
+            cand = {hint[t], fastest[t], min(cost.feasible_devices(t), key=lambda d: (last_end(d) + row[d], d))}
+            preds = g.preds[t]
+            if preds:
+                e = max(preds, key=lambda e: (end[edges[e].src] + comm[e], -e))
+                cand.add(placer.device[edges[e].src])
             if not any(placer.fits(t, d) for d in cand):
                 cand = set(cost.feasible_devices(t))
             placer.place_best(t, devices=sorted(cand))

@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 _SCALARS = (str, int, float, bool, type(None))
+#: The exact types of a row of scalars and of its keys (subclasses take the general path).
+_FLAT = frozenset(_SCALARS)
+_KEYS = frozenset((str,))
 _INDENT = "  "
 #: Containers this deep or less are streamed member by member (a report's task and transfer lists are at 1).
 STREAM_DEPTH = 2
@@ -101,6 +104,9 @@ def _brackets(obj: Any) -> str:
 def _encode(obj: Any, depth: int, runs: _Runs) -> str:
     if isinstance(obj, _SCALARS) or not isinstance(obj, (dict, list, tuple)):
         return runs.scalar(obj)  # raises TypeError for other types, as json.dumps does
+    if type(obj) is dict and obj and _FLAT.issuperset(map(type, obj.values())) and _KEYS.issuperset(map(type, obj)):
+        # a row of scalars (a report's task): one run, one call of the C encoder
+        return f"{{\n{_INDENT * (depth + 1)}{runs.items(obj, depth)}\n{_INDENT * depth}}}"
     parts = [text + _encode(value, depth + 1, runs) if nested else text
              for text, value, nested in _members(obj, depth, runs)]
     brackets = _brackets(obj)
