@@ -106,7 +106,7 @@ def test_streamed_json_text_is_the_whole_text():
 
     def value(depth: int):
         if depth > 4 or rng.random() < 0.3:
-            return rng.choice([1, 2.5, -0.0, "x\u00e9\"\n", None, True, False, 10**20, 1e-300])
+            return rng.choice([1, 2.5, -0.0, "x\u00e9\"\n", None, True, False, 10**20, 1e-300, [], {}])
         if rng.random() < 0.5:
             return [value(depth + 1) for _ in range(rng.randrange(4))]
         return {rng.choice(["a", "b", 1, 2.5, None, True]): value(depth + 1) for _ in range(rng.randrange(4))}

@@ -19,6 +19,7 @@ _SCALARS = (str, int, float, bool, type(None))
 #: The exact types of a row of scalars and of its keys (subclasses take the general path).
 _FLAT = frozenset(_SCALARS)
 _KEYS = frozenset((str,))
+_EMPTY = frozenset((list, dict))
 _INDENT = "  "
 #: Containers this deep or less are streamed member by member (a report's task and transfer lists are at 1).
 STREAM_DEPTH = 2
@@ -97,6 +98,13 @@ def _members(obj: dict | list | tuple, depth: int, runs: _Runs) -> Iterator[tupl
         yield runs.items(items, depth), None, False
 
 
+def _flat(values: Any) -> bool:
+    """Whether ``values`` are scalars or empty lists and dicts, which the C encoder writes as the
+    indented encoder does (``[]``, ``{}``)."""
+    return _FLAT.issuperset(map(type, values)) or all(
+        type(v) in _FLAT or (type(v) in _EMPTY and not v) for v in values)
+
+
 def _brackets(obj: Any) -> str:
     return "{}" if isinstance(obj, dict) else "[]"
 
@@ -104,9 +112,11 @@ def _brackets(obj: Any) -> str:
 def _encode(obj: Any, depth: int, runs: _Runs) -> str:
     if isinstance(obj, _SCALARS) or not isinstance(obj, (dict, list, tuple)):
         return runs.scalar(obj)  # raises TypeError for other types, as json.dumps does
-    if type(obj) is dict and obj and _FLAT.issuperset(map(type, obj.values())) and _KEYS.issuperset(map(type, obj)):
-        # a row of scalars (a report's task): one run, one call of the C encoder
+    if type(obj) is dict and obj and _KEYS.issuperset(map(type, obj)) and _flat(obj.values()):
+        # a row of scalars (a report's task or transfer): one run, one call of the C encoder
         return f"{{\n{_INDENT * (depth + 1)}{runs.items(obj, depth)}\n{_INDENT * depth}}}"
+    if type(obj) is list and obj and _FLAT.issuperset(map(type, obj)):  # a transfer's links, say
+        return f"[\n{_INDENT * (depth + 1)}{runs.items(obj, depth)}\n{_INDENT * depth}]"
     parts = [text + _encode(value, depth + 1, runs) if nested else text
              for text, value, nested in _members(obj, depth, runs)]
     brackets = _brackets(obj)
