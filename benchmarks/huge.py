@@ -11,11 +11,12 @@ Graphs (deterministic, seed 0), explicit costs on ``--devices`` heterogeneous de
 * ``workflow``: WfCommons-style (Epigenomics-shaped): a split task per lane group of
   100 lanes, chains of 5 tasks per lane, a merge per group, a final merge.
 
-Each row runs ``mapper compile`` as a separate process and prints its whole-process time,
-its peak resident memory, and the makespan of ``--coarsen multilevel`` (what ``auto`` picks past
-10,000 tasks), of ``--coarsen chains`` (the chain-coarsening path; skipped past
-``--chains-max`` tasks) and of ``--mapper heft`` on the full graph (also skipped past
-``--heft-max``), plus km1 (connectivity - 1 over the nets, net weights as the partitioner
+Each row runs ``mapper compile`` as a separate process and prints its whole-process time
+(wall and CPU: user plus system, about what it would take on an idle machine, the
+partitioner's second thread aside), its peak resident memory, and the makespan of
+``--coarsen multilevel`` (what ``auto`` picks past 10,000 tasks), of ``--coarsen chains`` (the
+chain-coarsening path; skipped past ``--chains-max`` tasks) and of ``--mapper heft`` on the full
+graph (also skipped past ``--heft-max``), plus km1 (connectivity - 1 over the nets, net weights as the partitioner
 sees them) of the default mapping's devices against one direct Mt-KaHyPar call for as many
 blocks under the same balance. The load average is printed beside every timing (the machine
 is shared).
@@ -99,7 +100,7 @@ def write_platform(path: str, nd: int) -> None:
 
 
 def compile_run(graph: str, platform: str, out: str, extra: list[str], limit: float) -> dict:
-    """One ``mapper compile`` process: wall seconds, peak MiB, makespan, devices."""
+    """One ``mapper compile`` process: wall and CPU seconds, peak MiB, makespan, devices."""
     cmd = [sys.executable, "-m", "mapper", "compile", graph, "--platform", platform, "--json", out, "-q",
            "--time-limit", str(limit), *extra]
     load = _load()
@@ -107,13 +108,14 @@ def compile_run(graph: str, platform: str, out: str, extra: list[str], limit: fl
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    cpu = usage.ru_utime + usage.ru_stime
     err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
-        return {"wall": wall, "mib": usage.ru_maxrss / 1024, "load": load, "error": err.strip()[-200:]}
+        return {"wall": wall, "cpu": cpu, "mib": usage.ru_maxrss / 1024, "load": load, "error": err.strip()[-200:]}
     with open(out) as f:
         report = json.load(f)
     names = {t["name"]: t["device"] for t in report["tasks"]}
-    return {"wall": wall, "mib": usage.ru_maxrss / 1024, "load": load, "makespan": report["makespan"],
+    return {"wall": wall, "cpu": cpu, "mib": usage.ru_maxrss / 1024, "load": load, "makespan": report["makespan"],
             "devices": names, "notes": report.get("notes", [])}
 
 
@@ -141,11 +143,16 @@ def _fmt(r: dict | None, key: str = "makespan") -> str:
     return f"{r[key]:.6g}"
 
 
+def _secs(r: dict | None, key: str) -> str:
+    return "-" if r is None else f"{r[key]:.1f}"
+
+
 def run_graphs(args, tmp: str) -> None:
     plat = os.path.join(tmp, "huge.toml")
     write_platform(plat, args.devices)
-    print(f"{'shape':9} {'tasks':>8} {'wall s':>7} {'load':>5} {'MiB':>6} {'makespan':>10} {'chains':>10} "
-          f"{'c wall':>7} {'heft':>10} {'h wall':>7} {'km1':>9} {'km1 mtk':>9}")
+    print(f"{'shape':9} {'tasks':>8} {'wall s':>7} {'cpu s':>6} {'load':>5} {'MiB':>6} {'makespan':>10} "
+          f"{'chains':>10} {'c wall':>7} {'c cpu':>6} {'heft':>10} {'h wall':>7} {'h cpu':>6} {'km1':>9} "
+          f"{'km1 mtk':>9}")
     for size in args.sizes:
         for shape in ("layered", "workflow"):
             path = os.path.join(tmp, f"{shape}{size}.tg")
@@ -160,9 +167,10 @@ def run_graphs(args, tmp: str) -> None:
             if "devices" in ml and n <= args.km1_max:
                 a, b = km1_pair(path, args.devices, ml["devices"])
                 k_ours, k_direct = str(a), str(b)
-            print(f"{shape:9} {n:>8} {ml['wall']:>7.1f} {ml['load']:>5} {ml['mib']:>6.0f} {_fmt(ml):>10} "
-                  f"{_fmt(chains):>10} {_fmt(chains, 'wall') if chains else '-':>7} {_fmt(heft):>10} "
-                  f"{_fmt(heft, 'wall') if heft else '-':>7} {k_ours:>9} {k_direct:>9}", flush=True)
+            print(f"{shape:9} {n:>8} {ml['wall']:>7.1f} {ml['cpu']:>6.1f} {ml['load']:>5} {ml['mib']:>6.0f} "
+                  f"{_fmt(ml):>10} {_fmt(chains):>10} {_secs(chains, 'wall'):>7} {_secs(chains, 'cpu'):>6} "
+                  f"{_fmt(heft):>10} {_secs(heft, 'wall'):>7} {_secs(heft, 'cpu'):>6} {k_ours:>9} {k_direct:>9}",
+                  flush=True)
             if "error" in ml:
                 print(f"  error: {ml['error']}")
 

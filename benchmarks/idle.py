@@ -3,7 +3,8 @@
 Two whole processes, each run against this tree and against ``--rev``
 (exported with ``git archive`` into a temporary folder, removed on exit),
 interleaved ``--repeats`` times; prints the median wall time of each side,
-their ratio and the load average:
+their ratio, the median CPU seconds (user plus system: what a shared, loaded
+machine does not inflate) and their ratio, and the load average:
 
 * ``big``: a default compile (``--time-limit 10``) of a 5,000-task layered
   random DAG on 4 related machines with explicit costs (Topcuoglu et al.
@@ -58,16 +59,18 @@ def commands(tmp: Path) -> dict[str, list[str]]:
                      "--parallel", "data", "--train", "-q", "--json", "{json}"]}
 
 
-def run(tree: Path, args: list[str], json_out: Path, env: dict[str, str]) -> float:
-    """Wall seconds of ``python -m mapper ARGS`` with ``tree`` first on the path."""
+def run(tree: Path, args: list[str], json_out: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user plus system) seconds of ``python -m mapper ARGS`` with ``tree`` first on the path."""
     argv = [a.replace("{json}", str(json_out)) for a in args]
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "mapper", *argv], capture_output=True, text=True,
-                          env={**env, "PYTHONPATH": str(tree)}, cwd=tree)
+    proc = subprocess.Popen([sys.executable, "-m", "mapper", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**env, "PYTHONPATH": str(tree)}, cwd=tree)
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: mapper {' '.join(argv)} failed: {done.stderr[-2000:]}")
-    return wall
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{tree}: mapper {' '.join(argv)} failed: {err[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def _masked(path: Path) -> str:
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             if not where.startswith(str(tree)):
                 raise SystemExit(f"{side}: mapper comes from {where.strip()}, not {tree}")
             run(tree, ["--version"], tmp / "x.json", env)
-        times: dict[tuple[str, str], list[float]] = {(c, s): [] for c in cmds for s in sides}
+        times: dict[tuple[str, str], list[tuple[float, float]]] = {(c, s): [] for c in cmds for s in sides}
         load0 = os.getloadavg()
         for _ in range(ns.repeats):
             for name, args in cmds.items():
@@ -108,12 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         load1 = os.getloadavg()
         print(f"this tree against {ns.rev}, median of {ns.repeats} interleaved runs; "
               f"load average {load0[0]:.2f} before, {load1[0]:.2f} after\n")
-        print("| compile | new s | old s | new/old | runs new | runs old |")
-        print("|---|---:|---:|---:|---|---|")
+        print("| compile | new s | old s | new/old | new CPU s | old CPU s | CPU new/old | runs new | runs old |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|---|")
         for name in cmds:
-            med = {s: sorted(times[name, s])[ns.repeats // 2] for s in sides}
-            runs = {s: " ".join(f"{x:.2f}" for x in times[name, s]) for s in sides}
+            med = {s: sorted(w for w, _ in times[name, s])[ns.repeats // 2] for s in sides}
+            cpu = {s: sorted(c for _, c in times[name, s])[ns.repeats // 2] for s in sides}
+            runs = {s: " ".join(f"{w:.2f}" for w, _ in times[name, s]) for s in sides}
             print(f"| {name} | {med['new']:.2f} | {med['old']:.2f} | {med['new'] / med['old']:.2f} | "
+                  f"{cpu['new']:.2f} | {cpu['old']:.2f} | {cpu['new'] / cpu['old']:.2f} | "
                   f"{runs['new']} | {runs['old']} |")
         same = _masked(tmp / "bert_new.json") == _masked(tmp / "bert_old.json")
         print(f"\nbert JSON reports byte-identical: {'yes' if same else 'NO'}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mapper.core.graph import TaskGraph
+from mapper.core.heap import settle
 from mapper.core.progress import Progress
 from mapper.costing.cost import CostTable, build_cost_table
 from mapper.costing.fusion import fuse_for
@@ -146,12 +147,15 @@ def compile_graph(
             raise OptionsError(f"with --inference the {dump_after} stage runs inside the split stage; "
                                "use --dump-after split", obj="--dump-after")
     times: list[tuple[str, float]] = []
+    size: list[int] = []  # the graph's task count, once lowered (mapper.core.heap)
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:
         if map_options.progress is not None:  # what the status line says until a search reports
             map_options.progress(Progress(0.0, None, None, STAGE_WORDS[name]))
         t0 = time.perf_counter()
         product = fn()
+        if size:
+            settle(size[0])
         dt = time.perf_counter() - t0
         times.append((name, dt))
         if on_stage is not None:
@@ -184,6 +188,8 @@ def compile_graph(
                                                  else None))
         if is_model(path):
             graph = without_spans(graph, sources)
+    size.append(len(graph.tasks))
+    settle(size[0])
     plat = platform if isinstance(platform, Platform) else stage("platform", lambda: load_platform(platform))
     if opts.precision is not None:
         require_format(plat, opts.precision)
@@ -273,6 +279,8 @@ def compile_graph(
                                                     progress=map_options.progress))
         graph = choice.graph
     else:
+        if not isinstance(source, TaskGraph):  # no stage relowers: the text and syntax tree go, and
+            del text, program                  # a huge graph's later stages reuse their memory
         if plat.cluster is not None:  # mapped task by task: every node's devices
             plat = flat_platform(plat)
         if fuse == "auto":

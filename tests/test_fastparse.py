@@ -96,6 +96,13 @@ def test_one_line_readers_agree_with_the_token_path():
         line_reader = reader.task_line(line, 3) if "task" in line else reader.edge_line(line, 3)
         token_reader = reader.task(toks, 3) if toks[0][0] == "task" else reader.edge(toks, 3)
         assert line_reader is None or line_reader == token_reader, line
+    for line in ("  task t0 cost { p0: 8.5998ms, p1: 12.8997ms }", "  t0 -> t1 comm 1.5ms",
+                 "  task a cost { p1: 2us , p2: 3 }", "  a -> b bytes 1e3MiB"):
+        # a unit right after its number (the generated benchmarks' form) takes the one-line reader too
+        toks = P_tokens(line)
+        line_reader = reader.task_line(line, 3) if "task" in line else reader.edge_line(line, 3)
+        token_reader = reader.task(toks, 3) if toks[0][0] == "task" else reader.edge(toks, 3)
+        assert line_reader is not None and line_reader == token_reader, line
 
 
 def P_tokens(line: str):

@@ -18,7 +18,7 @@ from mapper.mapping.exact import incumbent
 from mapper.parallel import search
 from mapper.pipeline import compile_graph
 from mapper.platform.loader import load_platform
-from mapper.report.json_text import dumps
+from mapper.report.json_text import chunks, dumps
 
 
 def _count_heuristics(monkeypatch) -> list[str]:
@@ -96,3 +96,26 @@ def test_json_text_matches_the_standard_encoder():
             dumps(bad)
     with pytest.raises(TypeError):
         dumps({"a": [object()]})
+
+
+def test_streamed_json_text_is_the_whole_text():
+    # chunks() gives dumps()'s text piece by piece, whatever the chunk size, random nestings included
+    import random
+
+    rng = random.Random(3)
+
+    def value(depth: int):
+        if depth > 4 or rng.random() < 0.3:
+            return rng.choice([1, 2.5, -0.0, "x\u00e9\"\n", None, True, False, 10**20, 1e-300, [], {}])
+        if rng.random() < 0.5:
+            return [value(depth + 1) for _ in range(rng.randrange(4))]
+        return {rng.choice(["a", "b", 1, 2.5, None, True]): value(depth + 1) for _ in range(rng.randrange(4))}
+
+    for _ in range(400):
+        case = value(0)
+        whole = json.dumps(case, indent=2, ensure_ascii=False, allow_nan=False)
+        for size in (1, 10, 1 << 20):
+            assert "".join(chunks(case, size)) == whole
+    assert len(list(chunks({"tasks": [{"a": k} for k in range(1000)]}, 100))) > 10  # streamed, not one string
+    with pytest.raises(ValueError):
+        "".join(chunks({"a": [1, float("nan")]}))

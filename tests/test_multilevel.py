@@ -192,3 +192,44 @@ def test_unknown_coarsening_exits_2():
         from mapper.mapping.base import check_options
 
         check_options(MapOptions(coarsen="bogus"))
+
+
+@needs_mtkahypar
+def test_huge_path_same_seed_same_bytes(tmp_path, monkeypatch):
+    # the path of 10^5+ tasks, made to run on 400: heap frozen after each stage (mapper.core.heap),
+    # one earliest-finish refinement (past HEFT_MAX_CELLS), one-pass timing, the JSON streamed in
+    # small chunks; LNS stopped (its windows follow the clock): same seed, same bytes, valid
+    import gc
+
+    from mapper.core import heap
+    from mapper.mapping import multilevel as ml
+    from mapper.pipeline import compile_graph
+    from mapper.report import json_text
+    from mapper.report.json_report import to_json, write_json
+
+    monkeypatch.setattr(heap, "SETTLE_TASKS", 100)
+    monkeypatch.setattr(ml, "HEFT_MAX_CELLS", 100)
+    monkeypatch.setattr(json_text, "CHUNK_CHARS", 512)
+    rng = random.Random(2)
+    lines = ["graph g {"]
+    for i in range(400):
+        w = rng.uniform(1, 10)
+        lines.append(f"  task t{i} cost {{ " + ", ".join(f"p{d}: {w * (1 + d % 2):.4f}ms" for d in range(4)) + " }")
+    lines += [f"  t{j} -> t{i} comm {rng.uniform(0.5, 5):.3f}ms"
+              for i in range(40, 400) for j in sorted({rng.randrange(i - 40, i) for _ in range(2)})]
+    (tmp_path / "g.tg").write_text("\n".join(lines) + "\n}\n")
+    plat = parse_platform('name = "four"\n' + "\n".join(f'[[device]]\nname = "p{d}"\nkind = "cpu"' for d in range(4)),
+                          "p.toml")
+    outs = []
+    try:
+        for k in range(2):
+            res = compile_graph(tmp_path / "g.tg", plat, mapper="multilevel",
+                                mapping=MapOptions(time_limit=5.0, seed=3, stop=lambda: True)).result
+            assert validate(res.schedule) == []
+            assert not any("near the partition" in n for n in res.notes)
+            write_json(res, tmp_path / f"r{k}.json")
+            outs.append((tmp_path / f"r{k}.json").read_bytes())
+            assert outs[-1] == to_json(res).encode()
+    finally:
+        gc.unfreeze()
+    assert outs[0] == outs[1]

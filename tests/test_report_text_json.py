@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_report_common import random_result, small_result
 
 from mapper.engine.schedule import ScheduleOptions
+from mapper.errors import MapperError
 from mapper.report.json_report import to_json, to_json_dict, write_json
 from mapper.report.text import schedule_table, summary_table
 
@@ -79,6 +81,27 @@ def test_json_byte_identical_and_rounded(tmp_path):
     for t in parsed["tasks"]:  # at most 12 significant digits
         assert float(f"{t['end']:.12g}") == t["end"]
     assert to_json(random_result(60, seed=1)) == text
+
+
+def test_streamed_json_file_equals_the_text_and_fails_whole(tmp_path, monkeypatch):
+    # write_json streams chunks to the file: the bytes are to_json's, and a failure part way
+    # leaves neither the target nor a temporary behind
+    from mapper.report import json_text
+
+    res = random_result(300, seed=4)
+    path = tmp_path / "r.json"
+    monkeypatch.setattr(json_text, "CHUNK_CHARS", 64)
+    write_json(res, path)
+    assert path.read_bytes() == to_json(res).encode()
+
+    def broken(obj, size=64):
+        yield "{"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(json_text, "chunks", broken)
+    with pytest.raises(MapperError, match="space"):
+        write_json(res, tmp_path / "s.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
 def test_json_none_bounds():

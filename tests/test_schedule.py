@@ -260,3 +260,22 @@ def test_numpy_integers_are_accepted():
     assert all(type(t) is int for seq in s.order for t in seq)
     with pytest.raises(OptionsError, match="device 1.5"):
         build_schedule(cost, Assignment((1.5,) * 10))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_pass_timing_equals_the_event_simulation(seed, monkeypatch):
+    # without contention and streamed chains build_schedule times in one topological pass
+    # (schedule._plain_times); its schedule is the event simulation's, bit for bit
+    import random
+
+    from mapper.engine import schedule as sc
+
+    rng = random.Random(seed)
+    cost = random_instance(seed, 40, ("layered", "random")[seed % 2], explicit_comm=bool(seed % 3))
+    dev = tuple(rng.choice(cost.feasible_devices(t)) for t in range(cost.n_tasks))
+    order = list_schedule(cost, dev, cost.graph.topo_order).assignment.order
+    fast = build_schedule(cost, Assignment(dev, order))
+    monkeypatch.setattr(sc, "_plain_times", lambda *a: None)
+    slow = build_schedule(cost, Assignment(dev, order))
+    assert fast.slots == slow.slots and fast.transfers == slow.transfers and fast.makespan == slow.makespan
+    assert fast.order == slow.order and fast.streamed == slow.streamed and validate(fast) == []

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 
 from mapper.errors import OptionsError
 
-#: The largest file read as a program, a platform or an imported workflow.
-MAX_INPUT_BYTES = 64 * 2**20
+#: The largest file read as a program, a platform or an imported workflow: room for a program of a
+#: million explicit-cost tasks (the lowering's task limit) on 16 devices, about 400 bytes a task.
+MAX_INPUT_BYTES = 512 * 2**20
 #: The output path that means standard output.
 STDOUT = "-"
 
@@ -182,8 +183,9 @@ def check_output_path(path: str, opt: str) -> None:
                            obj=opt)
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes, opt: str | None = None) -> None:
-    """Write ``data`` to ``path`` atomically (``-``: standard output).
+def atomic_write(path: str | os.PathLike[str], data: str | bytes | Iterable[str], opt: str | None = None) -> None:
+    """Write ``data`` to ``path`` atomically (``-``: standard output); ``data`` may be an iterable of
+    text chunks, written as they come (a huge report is never one string).
 
     The data goes to a temporary file in the same folder, is flushed and
     fsynced, then renamed over ``path``; on any error, interruption or
@@ -194,15 +196,22 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, opt: str | Non
     file = os.fspath(path)
     batch = _BATCH.get()
     if file == STDOUT:
+        whole = data if isinstance(data, (str, bytes)) else "".join(data)
         if batch is not None:
-            batch.stdout.append(data)
+            batch.stdout.append(whole)
         else:
-            _to_stdout(data)
+            _to_stdout(whole)
         return
     where = opt or (batch.options.get(file) if batch is not None else None) or file
     check_output_path(file, where)
     refuse_inputs(file, where)
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    pieces: Iterable[bytes]
+    if isinstance(data, str):
+        pieces = (data.encode("utf-8"),)
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        pieces = (bytes(data),)
+    else:
+        pieces = (chunk.encode("utf-8") for chunk in data)
     folder = os.path.dirname(os.path.abspath(file))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(file)[:32]}.", suffix=".tmp", dir=folder)
@@ -211,7 +220,8 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, opt: str | Non
     try:
         os.chmod(tmp, _file_mode(file))
         with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+            for piece in pieces:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
         if batch is not None:

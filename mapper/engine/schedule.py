@@ -400,12 +400,71 @@ def invocations(cost: CostTable, order: Sequence[Sequence[int]]) -> list[float]:
     return extra
 
 
+def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
+                 extra: list[float], options: ScheduleOptions) -> Schedule | None:
+    """The event simulation's times when no link is shared and no chain streams, in one pass
+    over the tasks in a topological order of the edges and the devices' orders (each task
+    starts at the latest of its device's previous end and its inputs' arrivals, as there;
+    ``max`` is exact, so the times are the same floats). None on a deadlock (the event
+    simulation names the tasks)."""
+    g = cost.graph
+    n = cost.n_tasks
+    time, edges, succs = cost.time, g.edges, g.succs
+    waiting = [len(p) for p in g.preds]
+    after = [-1] * n
+    for seq in order:
+        for a, b in zip(seq, seq[1:]):
+            after[a] = b
+            waiting[b] += 1
+    ready = [0.0] * n
+    start = [0.0] * n
+    end = [0.0] * n
+    arrival: dict[int, float] = {}
+    todo = [seq[0] for seq in order if seq and not waiting[seq[0]]]
+    done = 0
+    while todo:
+        t = todo.pop()
+        done += 1
+        d = device[t]
+        s = start[t] = ready[t]
+        f = end[t] = s + (time[t][d] + extra[t])
+        for e in succs[t]:
+            v = edges[e].dst
+            at = f
+            if device[v] != d:
+                at = arrival[e] = f + cost.comm(e, d, device[v])
+            if at > ready[v]:
+                ready[v] = at
+            waiting[v] -= 1
+            if not waiting[v]:
+                todo.append(v)
+        v = after[t]
+        if v >= 0:
+            if f > ready[v]:
+                ready[v] = f
+            waiting[v] -= 1
+            if not waiting[v]:
+                todo.append(v)
+    if done < n:
+        return None
+    slots = tuple(TaskSlot(t, device[t], start[t], end[t]) for t in range(n))
+    routes = cost.routes
+    transfers = tuple(Transfer(e, device[edges[e].src], device[edges[e].dst], end[edges[e].src], arrival[e],
+                               tuple(routes[device[edges[e].src]][device[edges[e].dst]]), ())
+                      for e in sorted(arrival))
+    return Schedule(cost, options, slots, transfers, max(end, default=0.0), order, ())
+
+
 def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
               options: ScheduleOptions) -> Schedule:
     g = cost.graph
     n, nd = cost.n_tasks, cost.n_devices
     extra = invocations(cost, order)
     units = _units(cost, order, options.streaming)
+    if not options.contention and all(len(u) == 1 for us in units for u in us):
+        plain = _plain_times(cost, device, order, extra, options)
+        if plain is not None:
+            return plain
     pending = [len(g.preds[t]) for t in range(n)]
     ready = [0.0] * n
     start: list[float] = [0.0] * n

@@ -30,10 +30,10 @@ _N = r"[A-Za-z_][A-Za-z0-9_]*"
 _NUM = r"[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]+"
 #: A task line with the usual spacing, read in one match (other spacings take the token path).
 _TASK_LINE = re.compile(rf"[ \t\f]*task[ \t\f]+({_N})[ \t\f]+cost[ \t\f]*\{{(.*)\}}[ \t\f]*(?:#.*)?")
-_ITEM = re.compile(rf"[ \t\f]*({_N})[ \t\f]*:[ \t\f]*({_NUM})(?:[ \t\f]+({_N}))?[ \t\f]*(?:,|$)")
+_ITEM = re.compile(rf"[ \t\f]*({_N})[ \t\f]*:[ \t\f]*({_NUM})(?:[ \t\f]*({_N}))?[ \t\f]*(?:,|$)")
 #: An edge line with the usual spacing, read in one match.
 _EDGE_LINE = re.compile(rf"[ \t\f]*({_N})[ \t\f]*->[ \t\f]*({_N})"
-                        rf"(?:[ \t\f]+({_N})[ \t\f]+({_NUM})(?:[ \t\f]+({_N}))?)?[ \t\f]*(?:#.*)?")
+                        rf"(?:[ \t\f]+({_N})[ \t\f]+({_NUM})(?:[ \t\f]*({_N}))?)?[ \t\f]*(?:#.*)?")
 #: Below this many lines Lark is fast enough, and its messages are the same anyway.
 MIN_LINES = 200
 

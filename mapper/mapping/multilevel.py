@@ -15,8 +15,8 @@ scheduler of Özkaya, Benoit, Uçar, Herrmann, Çatalyürek, IPDPS 2019):
 4. uncoarsen: every task takes its cluster's device and its place in the
    cluster's order, and :func:`~mapper.engine.schedule.build_schedule` re-times
    the full graph (a task starts when its own inputs arrive, never later than
-   its cluster would); the best of that, two earliest-finish placements guided
-   by it and by the partition (:func:`_guided`) and, on small graphs, HEFT is
+   its cluster would); the best of that, an earliest-finish placement guided
+   by it (:func:`_guided`) and, on small graphs, one guided by the partition and HEFT is
    refined by MILP-window LNS along the critical path
    (:func:`~mapper.mapping.lns.improve`) while time is left.
 
@@ -51,8 +51,9 @@ from mapper.mapping.ranks import mean_comm, mean_times, priority_order, upward_r
 COARSE_TASKS = 1000
 #: Mt-KaHyPar's allowed imbalance over each block's target weight.
 EPSILON = 0.03
-#: HEFT on the full graph joins the candidates up to this many task-device pairs (its time grows with
-#: them and with the edges: seconds at 10^5 pairs in pure Python).
+#: HEFT on the full graph, and the earliest-finish placement near the partition, join the candidates
+#: up to this many task-device pairs (their time grows with them and with the edges: seconds at 10^5
+#: pairs in pure Python); past it the placement near the uncoarsened devices is the one refinement.
 HEFT_MAX_CELLS = 100_000
 #: The objectives the final LNS refines (the others keep the best candidate).
 LNS_OBJECTIVES = ("makespan", "energy")
@@ -120,8 +121,10 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
     rank = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
     seeds = [(s, name) for s, name in ((_timed(cost, dev, order, options), "the uncoarsened mapping"),)
              if s is not None]
-    for hint, name in ((dev, "the uncoarsened devices"), (block, "the partition")):
-        guided = _guided(cost, hint, rank, options)
+    fastest = [min(cost.feasible_devices(t), key=row.__getitem__) for t, row in enumerate(cost.time)]
+    hints = ((dev, "the uncoarsened devices"), (block, "the partition"))
+    for hint, name in hints if cost.n_tasks * cost.n_devices <= HEFT_MAX_CELLS else hints[:1]:
+        guided = _guided(cost, hint, fastest, rank, options)
         if guided is not None:
             seeds.append((guided, f"earliest finish near {name}"))
     if cost.n_tasks * cost.n_devices <= HEFT_MAX_CELLS:
@@ -134,7 +137,7 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
     return _refined(cost, options, best, note, t0)
 
 
-def _guided(cost: CostTable, hint, rank: tuple[int, ...], options: MapOptions) -> Schedule | None:
+def _guided(cost: CostTable, hint, fastest: list[int], rank: tuple[int, ...], options: MapOptions) -> Schedule | None:
     """HEFT's placement (upward rank, insertion, earliest finish) over a few devices per task: its
     ``hint``, its fastest, the one where it would end first after the tasks placed there, and that of
     its predecessor with the latest input. Its cost follows the edges, not the edges times the devices
@@ -142,14 +145,15 @@ def _guided(cost: CostTable, hint, rank: tuple[int, ...], options: MapOptions) -
     g = cost.graph
     placer = Placer(cost, options.schedule)
     comm = mean_comm(cost)
+    end, edges, last_end = placer.end, g.edges, placer.timeline.last_end
     try:
         for t in rank:
-            feasible = cost.feasible_devices(t)
-            cand = {hint[t], min(feasible, key=lambda d: (cost.time[t][d], d)),
-                    min(feasible, key=lambda d: (placer.timeline.last_end(d) + cost.time[t][d], d))}
-            if g.preds[t]:
-                e = max(g.preds[t], key=lambda e: (placer.end[g.edges[e].src] + comm[e], -e))
-                cand.add(placer.device[g.edges[e].src])
+            row = cost.time[t]
+            cand = {hint[t], fastest[t], min(cost.feasible_devices(t), key=lambda d: (last_end(d) + row[d], d))}
+            preds = g.preds[t]
+            if preds:
+                e = max(preds, key=lambda e: (end[edges[e].src] + comm[e], -e))
+                cand.add(placer.device[edges[e].src])
             if not any(placer.fits(t, d) for d in cand):
                 cand = set(cost.feasible_devices(t))
             placer.place_best(t, devices=sorted(cand))

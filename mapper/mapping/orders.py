@@ -149,13 +149,14 @@ def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     """Classes (size >= 2, ascending) of pairwise interchangeable devices."""
     nd = cost.n_devices
     cols = []
+    placed = [t for t in cost.graph.tasks if t.placement.allow or t.placement.deny]  # the others permit all
     for d in range(nd):
         dev = cost.platform.devices[d]
         cols.append(
             (
                 replace(dev, index=0, name=""),
                 tuple(row[d] for row in cost.time),
-                tuple(t.placement.permits(dev.name, dev.kind) for t in cost.graph.tasks),
+                tuple(t.placement.permits(dev.name, dev.kind) for t in placed),
                 tuple(row[d] for row in cost.energy),
                 tuple(row[d] for row in cost.area),
                 cost.memory_capacity[d],

@@ -17,8 +17,27 @@ from mapper.costing.cost import CostTable
 INF = math.inf
 
 
+#: The last few means computed, by table (identity): the multilevel path and the heuristics it
+#: runs ask for the same table's means several times.
+_MEMO: list[tuple[CostTable, object, tuple[float, ...]]] = []
+
+
+def _memo(cost: CostTable, key: object, compute) -> tuple[float, ...]:
+    for known, k, value in _MEMO:
+        if known is cost and k == key:
+            return value
+    value = compute()
+    _MEMO.insert(0, (cost, key, value))
+    del _MEMO[4:]
+    return value
+
+
 def mean_times(cost: CostTable) -> tuple[float, ...]:
     """``w̄[t]``: the mean of ``time[t][d]`` over the devices where ``t`` can run."""
+    return _memo(cost, "times", lambda: _mean_times(cost))
+
+
+def _mean_times(cost: CostTable) -> tuple[float, ...]:
     out = []
     for t in range(cost.n_tasks):
         feas = [x for x in cost.time[t] if x < INF]
@@ -38,6 +57,10 @@ def mean_comm(cost: CostTable, same_device: bool = False) -> tuple[float, ...]:
     arXiv:2403.07120, ``saga.schedulers.cpop.upward_rank``); on symmetric links
     the two means are the same but for the same-device pairs.
     """
+    return _memo(cost, same_device, lambda: _mean_comm(cost, same_device))
+
+
+def _mean_comm(cost: CostTable, same_device: bool) -> tuple[float, ...]:
     out = []
     pairs: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float, int, int]] = {}
     for e in cost.graph.edges:

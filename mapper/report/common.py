@@ -120,7 +120,10 @@ def round_sig(x: float, digits: int = 12) -> float | None:
     """``x`` rounded to ``digits`` significant digits; None when not finite."""
     if x is None or not math.isfinite(x):
         return None
-    return float(f"{x:.{digits}g}") + 0.0  # + 0.0 turns -0.0 into 0.0
+    return float(format(x, _SPECS.get(digits) or f".{digits}g")) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+_SPECS = {12: ".12g"}
 
 
 # -- per-device statistics ------------------------------------------------------

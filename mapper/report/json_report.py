@@ -13,6 +13,7 @@ input gives byte-identical output. See docs/reports.md.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from mapper.core.files import atomic_write
@@ -134,5 +135,7 @@ def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None =
 
 def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False,
                parallel: dict | None = None, inference: dict | None = None, apps: dict | None = None) -> None:
-    """Write :func:`to_json` to ``path`` atomically."""
-    atomic_write(path, to_json(result, timings=timings, parallel=parallel, inference=inference, apps=apps))
+    """Write :func:`to_json`'s text to ``path`` atomically, in chunks as it is encoded
+    (:func:`~mapper.report.json_text.chunks`)."""
+    report = to_json_dict(result, timings=timings, parallel=parallel, inference=inference, apps=apps)
+    atomic_write(path, itertools.chain(json_text.chunks(report), ("\n",)))

@@ -6,15 +6,25 @@ per token; without one it uses its C encoder. Here each run of scalar
 members of a container (a report's task and transfer rows, but for their
 nested lists) goes through the C encoder in one call, its item separator
 carrying the newline and the indent; only the containers are walked in Python.
+:func:`chunks` gives the same text in pieces, for writing it as it is made.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 _SCALARS = (str, int, float, bool, type(None))
+#: The exact types of a row of scalars and of its keys (subclasses take the general path).
+_FLAT = frozenset(_SCALARS)
+_KEYS = frozenset((str,))
+_EMPTY = frozenset((list, dict))
 _INDENT = "  "
+#: Containers this deep or less are streamed member by member (a report's task and transfer lists are at 1).
+STREAM_DEPTH = 2
+#: About this many characters a chunk of :func:`chunks`.
+CHUNK_CHARS = 1 << 20
 
 
 def _refuse(obj: Any) -> Any:
@@ -59,44 +69,96 @@ def _key(key: Any, runs: _Runs) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
-def _encode(obj: Any, depth: int, runs: _Runs) -> str:
-    if isinstance(obj, _SCALARS):
-        return runs.scalar(obj)
-    parts: list[str] = []
+def _members(obj: dict | list | tuple, depth: int, runs: _Runs) -> Iterator[tuple[str, Any, bool]]:
+    """``obj``'s members in order: ``(text, None, False)`` for a run of scalars, ``(key prefix, value,
+    True)`` for a container member."""
     if isinstance(obj, dict):
-        open_, close = "{", "}"
         run: dict = {}
         for k, v in obj.items():
             if isinstance(v, _SCALARS) and isinstance(k, str):
                 run[k] = v
                 continue
             if run:
-                parts.append(runs.items(run, depth))
+                yield runs.items(run, depth), None, False
                 run = {}
-            parts.append(f"{_key(k, runs)}: {_encode(v, depth + 1, runs)}")
+            yield f"{_key(k, runs)}: ", v, True
         if run:
-            parts.append(runs.items(run, depth))
-    elif isinstance(obj, (list, tuple)):
-        open_, close = "[", "]"
-        items: list = []
-        for v in obj:
-            if isinstance(v, _SCALARS):
-                items.append(v)
-                continue
-            if items:
-                parts.append(runs.items(items, depth))
-                items = []
-            parts.append(_encode(v, depth + 1, runs))
+            yield runs.items(run, depth), None, False
+        return
+    items: list = []
+    for v in obj:
+        if isinstance(v, _SCALARS):
+            items.append(v)
+            continue
         if items:
-            parts.append(runs.items(items, depth))
-    else:
-        return runs.scalar(obj)  # raises TypeError as json.dumps does
+            yield runs.items(items, depth), None, False
+            items = []
+        yield "", v, True
+    if items:
+        yield runs.items(items, depth), None, False
+
+
+def _flat(values: Any) -> bool:
+    """Whether ``values`` are scalars or empty lists and dicts, which the C encoder writes as the
+    indented encoder does (``[]``, ``{}``)."""
+    return _FLAT.issuperset(map(type, values)) or all(
+        type(v) in _FLAT or (type(v) in _EMPTY and not v) for v in values)
+
+
+def _brackets(obj: Any) -> str:
+    return "{}" if isinstance(obj, dict) else "[]"
+
+
+def _encode(obj: Any, depth: int, runs: _Runs) -> str:
+    if isinstance(obj, _SCALARS) or not isinstance(obj, (dict, list, tuple)):
+        return runs.scalar(obj)  # raises TypeError for other types, as json.dumps does
+    if type(obj) is dict and obj and _KEYS.issuperset(map(type, obj)) and _flat(obj.values()):
+        # a row of scalars (a report's task or transfer): one run, one call of the C encoder
+        return f"{{\n{_INDENT * (depth + 1)}{runs.items(obj, depth)}\n{_INDENT * depth}}}"
+    if type(obj) is list and obj and _FLAT.issuperset(map(type, obj)):  # a transfer's links, say
+        return f"[\n{_INDENT * (depth + 1)}{runs.items(obj, depth)}\n{_INDENT * depth}]"
+    parts = [text + _encode(value, depth + 1, runs) if nested else text
+             for text, value, nested in _members(obj, depth, runs)]
+    brackets = _brackets(obj)
     if not parts:
-        return open_ + close
+        return brackets
     pad = "\n" + _INDENT * (depth + 1)
-    return f"{open_}{pad}{(',' + pad).join(parts)}\n{_INDENT * depth}{close}"
+    return f"{brackets[0]}{pad}{(',' + pad).join(parts)}\n{_INDENT * depth}{brackets[1]}"
+
+
+def _pieces(obj: Any, depth: int, runs: _Runs) -> Iterator[str]:
+    """:func:`_encode`'s text in pieces: the members of the containers down to :data:`STREAM_DEPTH`
+    one by one."""
+    if depth >= STREAM_DEPTH or not isinstance(obj, (dict, list, tuple)) or not obj:
+        yield _encode(obj, depth, runs)
+        return
+    brackets = _brackets(obj)
+    pad = "\n" + _INDENT * (depth + 1)
+    sep = brackets[0] + pad
+    for text, value, nested in _members(obj, depth, runs):
+        yield sep + text
+        if nested:
+            yield from _pieces(value, depth + 1, runs)
+        sep = "," + pad
+    yield f"\n{_INDENT * depth}{brackets[1]}"
 
 
 def dumps(obj: Any) -> str:
     """``json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False)``, the same text."""
     return _encode(obj, 0, _Runs())
+
+
+def chunks(obj: Any, size: int | None = None) -> Iterator[str]:
+    """:func:`dumps`'s text in chunks of about ``size`` characters (default :data:`CHUNK_CHARS`),
+    encoded as they are written: a report of a million tasks is never one string."""
+    size = CHUNK_CHARS if size is None else size
+    buf: list[str] = []
+    held = 0
+    for piece in _pieces(obj, 0, _Runs()):
+        buf.append(piece)
+        held += len(piece)
+        if held >= size:
+            yield "".join(buf)
+            buf, held = [], 0
+    if buf:
+        yield "".join(buf)
