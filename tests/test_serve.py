@@ -151,7 +151,7 @@ def test_serve_json_contract(tmp_path, capsys):
         assert set(doc[key]) == {"mean", "p50", "p90", "p99"}
     assert doc["plan"] == {"replicas": 2, "tensor": 2, "pipeline": 2, "gpus": 8, "chunk": 8192, "max_batch": 2048,
                            "gpu": "gpu0", "precision": "fp16", "kv_precision": "fp16"}
-    assert doc["cost_per_million_tokens"] is None  # dgx-a100 gives no price
+    assert doc["cost_per_million_tokens"] > 0  # dgx-a100 gives its on-demand price per GPU hour
     assert doc["requests"] == 12 and doc["goodput"] == doc["requests_per_s"]
     assert "output tokens/s" in text and "goodput" in text
     again, page = tmp_path / "again.json", tmp_path / "serve.html"
@@ -242,9 +242,9 @@ def test_int4_awq_reads_a_quarter_of_the_linear_weights_at_the_16_bit_rate(capsy
 
 def test_cost_per_million_tokens_from_a_price(tmp_path, capsys):
     text = (ROOT / "platforms" / "dgx-a100.toml").read_text()
-    head, sep, rest = text.partition('kind = "gpu"')
+    assert "price_per_hour = 3.431 " in text  # the shipped on-demand price, replaced by another
     priced = tmp_path / "priced.toml"
-    priced.write_text(head + sep + "\nprice_per_hour = 4.0" + rest)
+    priced.write_text(text.replace("price_per_hour = 3.431 ", "price_per_hour = 4.0 "))
     args = ["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=16,requests=32", "--rate", "inf", "--json", "-"]
     assert main([*args, "--platform", str(priced)]) == 0
     doc = json.loads(capsys.readouterr().out)["serving"]

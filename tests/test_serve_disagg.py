@@ -149,8 +149,12 @@ def test_gpu_mix_end_to_end(tmp_path):
     out = tmp_path / "m.json"
     args = ["serve", LLAMA, *SMALL, "--workload", "isl=128,osl=8,requests=20", "--rate", "40", "--slo-ttft", "0.05",
             "--slo-tpot", "0.01"]
-    assert main([*args, "--gpus", "a100=2"]) == 2  # no price anywhere
+    assert main([*args, "--gpus", "b200=2"]) == 2  # no price anywhere: dgx-b200 gives none
     assert main([*args, "--gpus", "a100=2@1.5", "--platform", "dgx-a100"]) == 2
+    listed = tmp_path / "listed.json"
+    assert main([*args, "--gpus", "a100=2,l4=4", "--json", str(listed)]) == 0  # the platforms' own prices
+    prices = {m["kind"]: m["price_per_gpu_hour"] for m in json.loads(listed.read_text())["serving"]["mix"]}
+    assert prices == {"a100": pytest.approx(3.431), "l4": pytest.approx(1.669)}
     assert main([*args, "--gpus", "a100=2@1.5,l4=4@0.5", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())["serving"]
     assert doc["cost_per_hour"] == pytest.approx(sum(m["gpus"] * m["price_per_gpu_hour"] for m in doc["mix"]))

@@ -24,6 +24,7 @@ from mapper.costing.efficiency import (
     rate_dtype,
 )
 from mapper.costing.precision import cast_bytes, gemm_bytes, rate_format
+from mapper.costing.tiles import TilePlan, overlap_share, tile_time
 from mapper.costing.work import (
     attention_wave_efficiency,
     cold_bytes,
@@ -37,7 +38,6 @@ from mapper.costing.work import (
     kernel_flops,
     pipeline_fill_time,
     vector_length,
-    wave_efficiency,
     working_set,
 )
 from mapper.platform.loader import Device
@@ -66,8 +66,9 @@ class Estimate:
 
 
 def _streams_weight(task: Task, cls: str, dims: tuple[int, int, int, int] | None, device: Device) -> bool:
-    """A GEMM with fewer rows than the device's tile (or a matrix-vector product): the libraries'
-    small-M kernels stream its weight (:data:`~mapper.costing.efficiency.EFF_MEMORY_GEMM`).
+    """A GEMM whose rows fit one of the device's tiles (or a matrix-vector product): the libraries'
+    small-M kernels stream its weight once, through one row of tiles
+    (:data:`~mapper.costing.efficiency.EFF_MEMORY_GEMM`).
     Unfused attention in a decode step (fewer queries than the tile) is two such batched GEMMs,
     streaming the cached keys and then the values."""
     out = task.output
@@ -77,7 +78,7 @@ def _streams_weight(task: Task, cls: str, dims: tuple[int, int, int, int] | None
         return False
     if dims is None:  # the device has no GEMM model, or a matrix-vector product
         return math.prod(out.shape[:-1]) == 1 or out.shape[-1] == 1
-    return device.gemm_tile is not None and dims[1] < device.gemm_tile[0]
+    return device.gemm_tile is not None and dims[1] <= device.gemm_tile[0]
 
 
 def infeasible_estimate(reason: str) -> Estimate:
@@ -119,11 +120,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     if e_c is None:
         return infeasible_estimate(f"op {task.op} ({cls}) has no {kind} implementation in the model")
     t_copy = fill = 0.0
+    plan: TilePlan | None = None
+    tiled = dims is not None and device.gemm_tile is not None and device.compute_units is not None
     if dims is not None:
-        if device.gemm_tile is not None and device.compute_units is not None:
-            e_c *= wave_efficiency(task, dims, device.gemm_tile, device.compute_units, device.gemm_split_k)
-            fill = pipeline_fill_time(task, dims, device.gemm_tile, device.compute_units, device.gemm_split_k,
-                                      device.gemm_stages, device.mem_bandwidth_gbs or 0.0)
         if device.gemm_half_lengths is not None:
             e_c *= gemm_shape_factor(dims, device.gemm_half_lengths)
         if device.gemm_pack_ns is not None:
@@ -149,6 +148,11 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         if rd is None and tensor is None:
             return infeasible_estimate(f"no {task.dtype} rate in peak_gflops")
         peak = e_c * (tensor or device.peak(rd or "") or 0.0) * 1e9
+        if tiled and dims is not None and peak > 0:  # tiles, waves and split-K (mapper.costing.tiles)
+            plan = tile_time(task, dims, device, peak)
+            peak *= plan.efficiency
+            fill = pipeline_fill_time(task, dims, plan.tile, device.compute_units or 1, plan.split,
+                                      device.gemm_stages, device.mem_bandwidth_gbs or 0.0)
         p = min(max(float(task.parallel), 0.0), 1.0)
         serial = device.serial_gflops * 1e9 if device.serial_gflops is not None else peak
         t_par = p * flops / peak
@@ -177,7 +181,10 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6 + fill
     t_comp = t_par + t_ser + t_copy
     q = device.overlap_exponent
-    body = max(t_comp, t_mem) if q is None else (t_comp ** q + t_mem ** q) ** (1.0 / q)
+    body = max(t_comp, t_mem)
+    if q is not None:  # imperfect overlap; a tiled GEMM's only outside its pipeline's steady state
+        share = overlap_share(plan, device.gemm_stages) if plan is not None else 1.0
+        body += share * ((t_comp ** q + t_mem ** q) ** (1.0 / q) - body)
     if body == 0.0 or launch + overhead >= body:
         bound = "launch"
     elif t_comp >= t_mem:

@@ -284,7 +284,7 @@ def gemm_tile(tile: tuple[int, int, int], m: int) -> tuple[int, int, int]:
     return min(tm, MMA_ROWS * max(1, math.ceil(m / MMA_ROWS))), tn, tk
 
 
-def _gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
+def gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
                max_split: int) -> tuple[int, int, int, int]:
     """``(useful, blocks, split, waves)`` of a GEMM's grid (:func:`wave_efficiency`)."""
     batch, m, n, k = dims
@@ -310,7 +310,7 @@ def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int
     split)``; a GEMM of fewer rows than the tile runs a shorter one
     (:func:`gemm_tile`). conv2d runs as an implicit GEMM whose rows are all images'
     output pixels (Chetlur et al., "cuDNN", arXiv:1410.0759, 2014)."""
-    useful, blocks, split, waves = _gemm_grid(task, dims, tile, units, max_split)
+    useful, blocks, split, waves = gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
         return 1.0
     tm, tn, _ = gemm_tile(tile, dims[1])
@@ -329,7 +329,7 @@ def pipeline_fill_time(task: Task, dims: tuple[int, int, int, int], tile: tuple[
     one- or two-wave GEMM cannot hide, paid once per call."""
     if stages <= 0 or bandwidth_gbs <= 0:
         return 0.0
-    _, blocks, split, _ = _gemm_grid(task, dims, tile, units, max_split)
+    _, blocks, split, _ = gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
         return 0.0
     tm, tn, tk = gemm_tile(tile, dims[1])

@@ -47,6 +47,7 @@ from mapper.mapping.pipeline import decode_round, partition
 from mapper.parallel.collectives import Network, collective, send
 from mapper.platform.devices import Platform
 from mapper.serving.precision import stored_fraction
+from mapper.serving.request import framework_ops
 from mapper.serving.runtimes import Runtime
 
 #: Token counts a step's non-attention kernels are priced at (and the chunk itself).
@@ -88,15 +89,18 @@ class Prices:
         return prof.cost(prof.blocks[b].signature, tensor, 1)
 
 
-def _split(cost: BlockCost, net: Network, tensor: int) -> tuple[float, float]:
-    """Seconds of a block's kernels other than attention (collectives priced), and of attention."""
+def _split(cost: BlockCost, net: Network, tensor: int, dispatch: float = 0.0) -> tuple[float, float]:
+    """Seconds of a block's kernels other than attention (collectives priced), and of attention;
+    each call at least its framework ops' ``dispatch`` (the runtime's per-op CPU time: a kernel
+    shorter than its dispatch leaves the GPU waiting, :mod:`mapper.serving.runtimes`)."""
     per_node = min(tensor, net.gpus_per_node)
     other = att = 0.0
     for seconds, ops, ci in cost.kernels:
         if ci >= 0:
             kind, nbytes, _ = cost.collectives[ci]
-            other += collective(net, kind, nbytes, tensor, per_node)[0]
-        elif "attention" in ops:
+            seconds, ops = collective(net, kind, nbytes, tensor, per_node)[0], ()
+        seconds = max(seconds, framework_ops(ops, True) * dispatch if ops else dispatch)
+        if "attention" in ops:
             att += seconds
         else:
             other += seconds
@@ -118,8 +122,10 @@ class Batch:
 class StepModel:
     """Step times and memory of one replica of ``tensor`` x ``pipeline`` GPUs (module docstring)."""
 
-    def __init__(self, prices: Prices, net: Network, tensor: int, pipeline: int, chunk: int) -> None:
+    def __init__(self, prices: Prices, net: Network, tensor: int, pipeline: int, chunk: int,
+                 dispatch: float = 0.0) -> None:
         self.tensor, self.pipeline, self.chunk = tensor, pipeline, chunk
+        self.dispatch = dispatch  # the runtime's CPU seconds per framework op (0: CUDA graphs)
         self.net = net
         self.points = tuple(sorted({p for p in POINTS if p < chunk} | {chunk}))
         profs = [prices.profile(n) for n in self.points]
@@ -140,7 +146,7 @@ class StepModel:
         self.head = not self.attention_blocks[-1]
         t = tensor
         #: per block, seconds of its other kernels at each of ``points``
-        self.curve = [[_split(prices.cost(p, b, t), net, t)[0] for p in profs] for b in range(nblocks)]
+        self.curve = [[_split(prices.cost(p, b, t), net, t, dispatch)[0] for p in profs] for b in range(nblocks)]
         ones = [prices.cost(profs[0], b, t) for b in range(nblocks)]
         kv_scale = prices.kv_bytes / 2.0  # the graph's cache is 16-bit
         self.kv_per_token = [kv_scale * sum(kv_bytes(graph.tasks[i], 1, t) for i in blk.tasks)
@@ -176,7 +182,7 @@ class StepModel:
         per query-key pair a prefill computes."""
         def att(prof: Profile) -> float:
             b = next(i for i, a in enumerate(self.attention_blocks) if a)
-            return _split(prices.cost(prof, b, t), net, t)[1]
+            return _split(prices.cost(prof, b, t), net, t, self.dispatch)[1]
 
         w = self.window
         caches = ATT_CACHES if not w else (min(ATT_CACHES[0], w // 8), min(ATT_CACHES[1], w))

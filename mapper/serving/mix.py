@@ -37,7 +37,8 @@ STEPS = 8
 #: Requests a capacity search simulates per bucket (the first ones of the bucket, repeated).
 PROFILE_REQUESTS = 200
 #: Short names of the shipped single-node platforms' GPUs (any platform name or TOML path works too).
-KINDS = {"a100": "dgx-a100", "h100": "dgx-h100", "h200": "dgx-h200", "b200": "dgx-b200", "l4": "l4-node"}
+KINDS = {"a100": "dgx-a100", "h100": "dgx-h100", "h200": "dgx-h200", "b200": "dgx-b200", "l4": "l4-node",
+         "l40s": "l40s-node"}
 #: Seconds the solver may take.
 TIME_LIMIT = 30.0
 

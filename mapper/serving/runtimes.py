@@ -16,8 +16,20 @@ Each field is the engine's own default, from its documentation or source:
   (``EngineArgs`` defaults for the OpenAI server on a data-centre GPU); blocks are taken as tokens
   are computed, and when a running sequence cannot grow the most recently admitted one is
   preempted and later recomputed (Kwon et al., "vLLM", SOSP 2023, section 4.5: recomputation).
+* ``eager``: vLLM's scheduler (as ``vllm``) with ``enforce_eager=True`` (``EngineArgs``: "Always use
+  eager-mode PyTorch"), the way a PyTorch model served without CUDA graphs or a compiled engine
+  runs: every framework op is dispatched from Python on the CPU, :data:`EAGER_DISPATCH_US` each
+  (Python, the C++ dispatcher, the caching allocator and ``cudaLaunchKernel``; fitted on PyTorch's
+  eager Llama-2-7B row of "Accelerating Generative AI with PyTorch II: GPT, Fast", 2023, and
+  checked on Megatron-LM's eager latencies, benchmarks/inference.py, and on the smallest of
+  LLMCompass's eager GEMM timings, benchmarks/gemm_tiles.py). A kernel shorter than its dispatch leaves the
+  GPU waiting, so each call costs at least its framework ops' dispatch: a per-call floor that
+  decode steps of small models hit on their norms, rotary and element-wise kernels.
 
-Both run their steps from CUDA graphs or a compiled engine: a step costs its kernels and their
+The other two run their steps from CUDA graphs or a compiled engine, which removes that floor (a
+graph's kernels are launched by one CPU call: NVIDIA, "Getting Started with CUDA Graphs", 2019;
+PyTorch, "Accelerating PyTorch with CUDA Graphs", 2021; vLLM captures its decode steps in CUDA
+graphs unless ``enforce_eager``): a step costs its kernels and their
 launches (the device's ``launch_us``), as :mod:`mapper.serving.request`'s ``graph`` runtime
 prices them. Host-side scheduling is taken as hidden behind the GPU (TensorRT-LLM's C++ runtime;
 vLLM V1's separate engine-core process): no per-step overhead is added, since neither engine
@@ -36,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mapper.errors import OptionsError
+from mapper.serving.request import EAGER_DISPATCH_US
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +64,13 @@ class Runtime:
     mixed: bool = True  # prompt chunks and decodes share a step; False: prefill-first steps
     steps: int = 1  # decode steps per scheduling decision (multi-step scheduling)
     lag: int = 0  # steps before a computed token is returned (asynchronous output processing)
+    dispatch_us: float = 0.0  # CPU microseconds per framework op, each call's floor (0: CUDA graphs)
 
 
 RUNTIMES = {
     "trtllm": Runtime("trtllm", 64, 0.9, False, 2048, 8192, True),
     "vllm": Runtime("vllm", 16, 0.9, True, 256, 8192, False),
+    "eager": Runtime("eager", 16, 0.9, True, 256, 8192, False, dispatch_us=EAGER_DISPATCH_US),
 }
 
 

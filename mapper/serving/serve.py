@@ -101,7 +101,8 @@ class Server:
     def step_model(self, tensor: int, pipeline: int, chunk: int) -> StepModel:
         key = (tensor, pipeline, chunk)
         if key not in self._steps:
-            self._steps[key] = StepModel(self.prices, self.net, tensor, pipeline, chunk)
+            self._steps[key] = StepModel(self.prices, self.net, tensor, pipeline, chunk,
+                                          self.runtime.dispatch_us * 1e-6)
         return self._steps[key]
 
     def plan(self, given: dict[str, int]) -> Plan:
