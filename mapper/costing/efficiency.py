@@ -87,8 +87,9 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
     and the value of each of its string attributes with fixed choices;
     ``attention.causal``: the op and each of its flags in
     :data:`mapper.core.ops.FLAG_VARIANTS` that is set), its op, its op class;
-    each first for the task's dtype (``reduce.max:f64``), since a kernel's
-    rate need not scale between dtypes as the peaks do."""
+    each first for the task's GEMM format where ``--precision`` marks one (``gemm:fp8``) and then
+    its dtype (``reduce.max:f64``), since a kernel's rate need not scale between dtypes and
+    formats as the peaks do."""
     from mapper.core.ops import FLAG_VARIANTS, OPS
 
     spec = OPS.get(task.op)
@@ -100,7 +101,8 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
             if isinstance(value, str):
                 variants.append(f"{task.op}.{value}")
     variants += [f"{task.op}.{flag}" for flag in FLAG_VARIANTS.get(task.op, ()) if attrs.get(flag)]
-    return tuple(k for key in (*variants, task.op, cls) for k in (f"{key}:{task.dtype}", key))
+    formats = (task.precision, task.dtype) if task.precision else (task.dtype,)
+    return tuple(k for key in (*variants, task.op, cls) for k in (*(f"{key}:{f}" for f in formats), key))
 
 
 def fitted_keys(device: Device, keys: tuple[str, ...]) -> tuple[str, ...]:

@@ -366,7 +366,8 @@ class Checker:
                 raise self.fail(kpath, f"unknown op class, op or op variant {name!r}; expected an op class "
                                        f"({', '.join(OP_CLASSES)}), an op of docs/ops.md, or an op and one of "
                                        "its string choices or flags such as \"reduce.max\" or \"attention.causal\", "
-                                       "each optionally with \":dtype\" (\"elementwise:f64\")")
+                                       "each optionally with \":dtype\" (\"elementwise:f64\") or a GEMM "
+                                       "format (\"gemm:fp8\")")
             out.append((name, read(sub[name], kpath)))
         return tuple(out)
 
@@ -525,9 +526,10 @@ def model_key_ok(key: str) -> bool:
     class, an op, or an op variant ``op.choice`` (a value of one of the op's
     string attributes with fixed choices, e.g. ``reduce.max``, or one of its
     :data:`mapper.core.ops.FLAG_VARIANTS`, ``attention.causal``), each
-    optionally for one dtype, ``key:dtype`` (``elementwise:f64``)."""
+    optionally for one dtype, ``key:dtype`` (``elementwise:f64``), or for a GEMM format of
+    ``--precision`` with a tensor rate, ``key:fp8``."""
     key, colon, dtype = key.partition(":")
-    if colon and dtype not in DTYPE_BYTES:
+    if colon and dtype not in DTYPE_BYTES and dtype not in TENSOR_DTYPES:
         return False
     if key in OP_CLASSES or key in OPS:
         return True
