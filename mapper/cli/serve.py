@@ -53,10 +53,11 @@ def register(subparsers) -> None:
                         "--parallel keys prefill=R,decode=R and prefill_tensor, decode_pipeline, ... or auto")
     p.add_argument("--gpus", default=None, metavar="KIND=N[@PRICE],...",
                    help="choose the cheapest mix of these GPUs that meets the SLOs at --rate (Melange): KIND a100, "
-                        "h100, h200, b200, l4, a platform name or TOML path; PRICE dollars per GPU hour where the "
-                        "platform gives none")
+                        "h100, h200, b200, l4, l40s, a platform name or TOML path; PRICE dollars per GPU hour, "
+                        "else the platform's price_per_hour")
     p.add_argument("--runtime", default="trtllm", metavar="NAME",
-                   help="trtllm (default) or vllm: KV blocks, memory fraction, limits, scheduling")
+                   help="trtllm (default), vllm, or eager (vllm without CUDA graphs: each kernel at least "
+                        "its framework ops' CPU dispatch): KV blocks, memory fraction, limits, scheduling")
     p.add_argument("--precision", default=None, metavar="FMT",
                    help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
                         "nvfp4, int4_awq (4-bit AWQ weights, 16-bit GEMMs); the GPU needs a tensor rate for it")

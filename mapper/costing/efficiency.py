@@ -38,7 +38,7 @@ EFF_COMPUTE["npu"] = EFF_COMPUTE["dla"] = EFF_COMPUTE["gpu"]
 #: kernels reach (STREAM / BabelStream / Shuhai), per device kind (an NPU and a DLA as a GPU).
 EFF_MEMORY: dict[str, float] = {"cpu": 0.80, "gpu": 0.90, "fpga": 0.90, "npu": 0.90, "dla": 0.90}
 
-#: Memory efficiency on a GPU (where the device declares none) of GEMMs with fewer rows than a tile
+#: Memory efficiency on a GPU (where the device declares none) of GEMMs whose rows fit one tile
 #: and of matrix-vector products: the libraries' small-M kernels stream the weight through the
 #: tile pipeline, below a copy's rate. Fitted on one
 #: published row (benchmarks/inference.py prints it): Llama-2-7B decoding at batch 1 on an A100
