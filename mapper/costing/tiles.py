@@ -71,8 +71,8 @@ def tile_time(task: Task, dims: tuple[int, int, int, int], device: Device, rate:
 
 def overlap_share(plan: TilePlan, stages: int) -> float:
     """The share of a tile's mainloop that runs outside the pipeline's steady state, where loads
-    and multiply-adds overlap imperfectly: its ``stages`` K blocks of fill (and as many of drain)
-    over its K blocks, at most 1. A device's ``overlap_exponent`` law applies to this share
+    and multiply-adds overlap imperfectly: its ``stages`` K blocks in flight over its K blocks,
+    at most 1. A device's ``overlap_exponent`` law applies to this share
     (:mod:`mapper.costing.latency`); a long mainloop (a 12,288-deep K in 32-deep blocks: 384)
     overlaps its loads all but entirely."""
     if stages <= 0 or plan.iterations <= 0:
