@@ -223,7 +223,9 @@ def test_the_cluster_planner_prices_fp8_blocks_at_the_fp8_rate():
                           "adam", lambda x: fuse_for(x, plat), precision=fmt)
         steps[fmt] = ch.best.step
         assert ch.to_json()["plan"]["precision"] == fmt
-    assert steps["fp8"] < 0.8 * steps["bf16"]  # the layers 1.6x faster; LM head, attention and sync not
+    # the GEMMs some 1.76x faster (FP8's measured share of its peak against BF16's), less their casts;
+    # the LM head, attention and sync not at all
+    assert steps["fp8"] < 0.85 * steps["bf16"]
 
 
 def test_cost_takes_precision(capsys):
