@@ -250,7 +250,7 @@ def test_compile_delegate_json_names_onnx_nodes(tmp_path):
     assert [s["device"] for s in dl["subgraphs"]] == ["hexagon", "hexagon"]
     assert dl["fallbacks"] == [{"task": "soft", "op": "Softplus", "device": "hexagon",
                                 "reason": "Softplus is not in the qnn-htp list"}]
-    assert dl["subgraphs"][1]["tasks"] == ["conv2", "relu2"]
+    assert dl["subgraphs"][1]["tasks"] == ["conv2"]  # conv2 with relu2 fused into it
     assert d["makespan"] == max(t["end"] for t in d["tasks"])
 
 

@@ -121,3 +121,19 @@ def test_qlinear_model_imports_with_its_dtypes_and_falls_back_where_the_list_say
     assert {"task": "qconv", "op": "QLinearConv", "device": "hexagon",
             "reason": "QLinearConv is not in the qnn-htp list"} in dl["fallbacks"]
     assert dl["subgraphs"] == [{"device": "hexagon", "tasks": ["dequant"]}]
+
+
+def test_mlperf_mobilenetv4_runs_int8_in_one_npu_subgraph(tmp_path):
+    """MLPerf Mobile v4.0's MobileNetV4-Conv-L (int8 QDQ, benchmarks/mlperf_models.py): every convolution
+    a node unit in int8, the whole model one Hexagon subgraph under --delegate greedy."""
+    from pathlib import Path
+
+    model = Path(__file__).parent / "data" / "mlperf_mobile" / "mobilenetv4.onnx"
+    graph = load_graph(str(model))
+    convs = [t for t in graph.tasks if t.op == "conv2d"]
+    assert len(convs) == 102 and {t.dtype for t in convs} == {"i8"}
+    out = tmp_path / "out.json"
+    assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
+                 "-q"]) == 0
+    dl = json.loads(out.read_text())["delegation"]
+    assert [s["device"] for s in dl["subgraphs"]] == ["hexagon"] and dl["fallbacks"] == []
