@@ -137,3 +137,25 @@ def test_mlperf_mobilenetv4_runs_int8_in_one_npu_subgraph(tmp_path):
                  "-q"]) == 0
     dl = json.loads(out.read_text())["delegation"]
     assert [s["device"] for s in dl["subgraphs"]] == ["hexagon"] and dl["fallbacks"] == []
+
+
+def test_a_dequantizelinear_shared_with_a_float_op_keeps_both_float(tmp_path):
+    """x -> Q -> DQ feeds a unit Conv and a float Relu: the DQ stays a task, so the Conv stays float."""
+    inits = [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.int8), "w_q"),
+             _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.int8)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
+        helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["wd"], name="dqw"),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["y", "s", "zp"], ["yq"], name="qy"),
+        helper.make_node("DequantizeLinear", ["yq", "s", "zp"], ["yd"], name="dqy"),
+        helper.make_node("Relu", ["xd"], ["r"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("yd", TensorProto.FLOAT, [1, 4, 8, 8]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 3, 8, 8])], inits)
+    path = tmp_path / "shared.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    tasks = _by_node(load_graph(str(path)))
+    assert {t.dtype for t in tasks["conv"]} == {"f32"} and {t.dtype for t in tasks["dq"]} == {"f32"}

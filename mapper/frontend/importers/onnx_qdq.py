@@ -54,6 +54,17 @@ def node_units(g: OnnxGraph) -> OnnxGraph:
                                                                 for c in qs):
             continue
         units[id(n)] = g.tensors[qs[0].outputs[0]].dtype
+    # a DequantizeLinear read by an op outside the units stays a task (float out), and so the unit op
+    # reading it would see a float input: that op is no unit either (to a fixpoint)
+    changed = True
+    while changed:
+        changed = False
+        for n in g.nodes:
+            if id(n) in units and any(
+                    dq_input(i) and any(id(c) not in units for c in consumers[i]) or i in outputs
+                    for i in n.inputs if g.tensors[i].dtype in FLOAT and not g.tensors[i].const):
+                del units[id(n)]
+                changed = True
     if not units:
         return g
     unit_of = {o: units[id(n)] for n in g.nodes if id(n) in units for o in n.outputs}
