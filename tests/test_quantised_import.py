@@ -19,16 +19,26 @@ def _scalar(name, value, dtype):
     return numpy_helper.from_array(np.array(value, dtype=dtype), name)
 
 
-def _qdq_model(path):
-    """x -> QuantizeLinear -> DequantizeLinear -> Conv (weight dequantised from int8) -> QuantizeLinear
-    -> DequantizeLinear -> Relu: the QDQ form ONNX Runtime's quantiser writes for the QNN EP."""
-    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.int8), "w_q")
-    inits = [w, _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.int8)]
-    nodes = [
+def _conv_inits():
+    return [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.int8), "w_q"),
+            _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.int8)]
+
+
+def _conv_nodes():
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv, its weight dequantised from int8."""
+    return [
         helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="quant_in"),
         helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dequant_in"),
         helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["wd"], name="dequant_w"),
         helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    ]
+
+
+def _qdq_model(path):
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv (weight dequantised from int8) -> QuantizeLinear
+    -> DequantizeLinear -> Relu: the QDQ form ONNX Runtime's quantiser writes for the QNN EP."""
+    inits, nodes = _conv_inits(), _conv_nodes()
+    nodes += [
         helper.make_node("QuantizeLinear", ["y", "s", "zp"], ["yq"], name="quant_out"),
         helper.make_node("DequantizeLinear", ["yq", "s", "zp"], ["yd"], name="dequant_out"),
         helper.make_node("Relu", ["yd"], ["z"], name="relu"),
@@ -92,20 +102,13 @@ def test_qdq_node_units_price_int8_bytes(tmp_path):
 
 def test_a_dequantizelinear_feeding_a_float_op_stays(tmp_path):
     """A DequantizeLinear whose consumer is not bracketed by QuantizeLinear stays a task (f32 out)."""
-    inits = [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.int8), "w_q"),
-             _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.int8)]
-    nodes = [
-        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
-        helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
-        helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["wd"], name="dqw"),
-        helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-    ]
+    inits, nodes = _conv_inits(), _conv_nodes()
     g = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
     path = tmp_path / "dq.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     tasks = _by_node(load_graph(str(path)))
-    assert {t.dtype for t in tasks["conv"]} == {"f32"} and {t.dtype for t in tasks["dq"]} == {"f32"}
+    assert {t.dtype for t in tasks["conv"]} == {"f32"} and {t.dtype for t in tasks["dequant_in"]} == {"f32"}
 
 
 def test_qlinear_model_imports_with_its_dtypes_and_falls_back_where_the_list_says(tmp_path):
@@ -141,13 +144,8 @@ def test_mlperf_mobilenetv4_runs_int8_in_one_npu_subgraph(tmp_path):
 
 def test_a_dequantizelinear_shared_with_a_float_op_keeps_both_float(tmp_path):
     """x -> Q -> DQ feeds a unit Conv and a float Relu: the DQ stays a task, so the Conv stays float."""
-    inits = [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.int8), "w_q"),
-             _scalar("s", 0.02, np.float32), _scalar("zp", 0, np.int8)]
-    nodes = [
-        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
-        helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
-        helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["wd"], name="dqw"),
-        helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    inits, nodes = _conv_inits(), _conv_nodes()
+    nodes += [
         helper.make_node("QuantizeLinear", ["y", "s", "zp"], ["yq"], name="qy"),
         helper.make_node("DequantizeLinear", ["yq", "s", "zp"], ["yd"], name="dqy"),
         helper.make_node("Relu", ["xd"], ["r"], name="relu"),
@@ -158,4 +156,4 @@ def test_a_dequantizelinear_shared_with_a_float_op_keeps_both_float(tmp_path):
     path = tmp_path / "shared.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     tasks = _by_node(load_graph(str(path)))
-    assert {t.dtype for t in tasks["conv"]} == {"f32"} and {t.dtype for t in tasks["dq"]} == {"f32"}
+    assert {t.dtype for t in tasks["conv"]} == {"f32"} and {t.dtype for t in tasks["dequant_in"]} == {"f32"}
