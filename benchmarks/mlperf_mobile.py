@@ -40,6 +40,15 @@ PUBLISHED = {
     "mobilebert": ("mobileBERT", 2307969e-9),
     "edsr": ("EDSR", 6175729e-9),
 }
+#: The other SoCs of v4.0 (same commit; Qualcomm's results/<SoC>/<model>/SingleStream/log_performance and
+#: Samsung's results/exynos2400/<task>-performance mlperf_log_summary.txt), p90 seconds for the models
+#: above in their order: printed for reference, not predicted (no platform files for them).
+OTHER_ROWS = {
+    "Snapdragon 8s Gen 3 (QRD)": (1381354e-9, 3113646e-9, 7519166e-9),
+    "Snapdragon 7 Gen 3 (Honor 100)": (3846406e-9, 5720730e-9, 21812969e-9),
+    "Snapdragon X Elite (QRD)": (1256200e-9, 3346100e-9, 5294900e-9),
+    "Exynos 2400 (ENN)": (1037070e-9, 3153477e-9, 7150625e-9),
+}
 FIT_ON = "mobilenetv4"
 NPU = "hexagon"
 
@@ -134,6 +143,8 @@ def main() -> None:
         role = "fit" if model == FIT_ON else "check"
         print(f"{model:<12} {published * 1e3:>8.3f}ms {pred * 1e3:>8.3f}ms {pred / published:>5.2f}x  {role:<6} "
               f"SD8G3/{folder}")
+    print(f"other v4.0 rows, p90 ({', '.join(PUBLISHED)}): "
+          + "; ".join(f"{soc} " + " / ".join(f"{t * 1e3:.3f}" for t in row) + " ms" for soc, row in OTHER_ROWS.items()))
     print()
     workloads(solo)
     print()
