@@ -6,9 +6,9 @@ fallback nodes under ``--delegate greedy`` (what the runtimes do), the predicted
 ``greedy`` and of ``mapped`` (the mapper's choice with the same invocation and hand-over costs),
 and of the best single processor. Every schedule is checked by the independent validator.
 
-Left out: whole-model latency against MLPerf Mobile v4.0's Snapdragon 8 Gen 3 rows (its
-MobileNetV4 and MobileBERT graphs are not among these models and the published rows were not
-at hand), and ONNX Runtime QNN's own partitions (the optional oracle in tests/test_delegation.py).
+Whole-model latency against MLPerf Mobile v4.0's Snapdragon 8 Gen 3 rows, CPU+GPU co-execution and
+several models' SLOs are benchmarks/mlperf_mobile.py's; ONNX Runtime QNN's own partitions are the
+optional oracle in tests/test_delegation.py.
 
     python benchmarks/mobile.py [--models squeezenet,resnet50] [--time-limit 5]
 """

@@ -56,7 +56,8 @@ def test_lists_check_dtypes_of_outputs_and_inputs():
     assert "inputs of i8" in qnn.why_not(_node("MatMul", "f16", ("f16", "f16")))
     assert qnn.why_not(_node("LpNormalization", p=2)) is None
     assert "p in [2]" in qnn.why_not(_node("LpNormalization", p=1))
-    assert "Reshape is not in the qnn-htp list" in qnn.why_not(_node("Reshape"))
+    assert qnn.why_not(_node("Reshape")) is None  # in the EP's registry (the published table left it out)
+    assert "Dropout is not in the qnn-htp list" in qnn.why_not(_node("Dropout"))
 
 
 def test_shipped_lists_cite_their_table():
@@ -220,17 +221,36 @@ def test_greedy_puts_every_supported_task_on_the_npu_and_mapped_is_no_worse():
 LIGHT = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light"
 
 
+def probe_model(path):
+    """conv1 -> relu1 -> soft (Softplus, outside the QNN EP's registry) -> conv2 -> relu2 (onnx.helper)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w1"),
+             numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Softplus", ["r1"], ["s"], name="soft"),
+             helper.make_node("Conv", ["s", "w2"], ["c2"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
+    g = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 64, 64])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
 def test_compile_delegate_json_names_onnx_nodes(tmp_path):
     out = tmp_path / "out.json"
-    model = LIGHT / "light_resnet50.onnx"
+    model = probe_model(tmp_path / "probe.onnx")
     assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
                  "-q"]) == 0
     d = json.loads(out.read_text())
     dl = d["delegation"]
     assert [s["device"] for s in dl["subgraphs"]] == ["hexagon", "hexagon"]
-    assert dl["fallbacks"] == [{"task": "n173", "op": "Reshape", "device": "hexagon",
-                                "reason": "Reshape is not in the qnn-htp list"}]
-    assert dl["subgraphs"][1]["tasks"] == ["n174", "n175"]
+    assert dl["fallbacks"] == [{"task": "soft", "op": "Softplus", "device": "hexagon",
+                                "reason": "Softplus is not in the qnn-htp list"}]
+    assert dl["subgraphs"][1]["tasks"] == ["conv2"]  # conv2 with relu2 fused into it
     assert d["makespan"] == max(t["end"] for t in d["tasks"])
 
 
@@ -243,22 +263,65 @@ def test_delegate_needs_an_accelerator(tmp_path, capsys):
 
 # -- the optional oracle: ONNX Runtime's QNN execution provider ----------------------------------------
 
-@pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50", "light_inception_v1"])
-def test_greedy_partitions_match_onnxruntime_qnn(name, tmp_path):
-    ort = pytest.importorskip("onnxruntime", reason="the QNN oracle needs the onnxruntime-qnn wheel")
-    if "QNNExecutionProvider" not in ort.get_available_providers():
-        pytest.skip("onnxruntime has no QNNExecutionProvider (install onnxruntime-qnn)")
-    onnx = pytest.importorskip("onnx")
-    model, ctx = LIGHT / f"{name}.onnx", tmp_path / f"{name}_ctx.onnx"
+def _normalised(onnx, src, dst):
+    """``src`` less its Dropout and Identity nodes (aliases mapper's importer drops), so that both
+    sides see the same nodes."""
+    m = onnx.load(str(src))
+    outputs = {o.name for o in m.graph.output}
+    nodes, alias = [], {}
+    for n in m.graph.node:
+        n.input[:] = [alias.get(i, i) for i in n.input]
+        if n.op_type in ("Dropout", "Identity") and n.output[0] not in outputs:
+            alias[n.output[0]] = n.input[0]
+        else:
+            nodes.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.save(m, str(dst))
+
+
+def _qnn_partitions(ort, onnx, model, ctx):
+    """The QNN EP's HTP partitions of ``model``, prepared offline (a context model, graph
+    optimisations off): its EPContext node count and the names of the nodes left to the CPU."""
+    import onnxruntime_qnn
+
+    if "QNNExecutionProvider" not in {d.ep_name for d in ort.get_ep_devices()}:
+        ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # both sides see the same nodes
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.add_session_config_entry("ep.context_enable", "1")
     options.add_session_config_entry("ep.context_file_path", str(ctx))
-    ort.InferenceSession(str(model), sess_options=options,
-                         providers=[("QNNExecutionProvider", {"backend_path": "libQnnHtp.so"})])
+    # HTP v75 and SoC model 57: the Snapdragon 8 Gen 3 (SM8650), prepared on this host
+    options.add_provider_for_devices(devices, {"backend_path": onnxruntime_qnn.get_qnn_htp_path(),
+                                               "htp_arch": "75", "soc_model": "57"})
+    ort.InferenceSession(str(model), sess_options=options)
     nodes = onnx.load(str(ctx), load_external_data=False).graph.node
-    theirs_subgraphs = sum(1 for n in nodes if n.op_type == "EPContext")
-    theirs_fallbacks = {n.name for n in nodes if n.op_type != "EPContext"}
+    # ConstantOfShape nodes (the light models' weights) stay on the CPU; mapper folds them into constants
+    left = {n.name for n in nodes if n.op_type not in ("EPContext", "ConstantOfShape")}
+    return sum(1 for n in nodes if n.op_type == "EPContext"), left
+
+
+#: QNN's BatchNormalization builder needs its scale, bias, mean and variance as initializers: in densenet121
+#: and shufflenet they are ConstantOfShape outputs, which stay nodes with graph optimisations off, so QNN
+#: leaves those BatchNormalizations to the CPU (119 and 48); mapper folds them into constants first.
+_COMPUTED_BN = ("QNN leaves BatchNormalization with computed (ConstantOfShape) parameters to the CPU; "
+                "mapper folds them into constants")
+ORACLE_DIFFERS = {"light_densenet121": _COMPUTED_BN, "light_shufflenet": _COMPUTED_BN}
+
+
+@pytest.mark.parametrize("name", [pytest.param(p.stem, marks=pytest.mark.xfail(reason=ORACLE_DIFFERS[p.stem]))
+                                  if p.stem in ORACLE_DIFFERS else p.stem
+                                  for p in sorted(LIGHT.glob("light_*.onnx"))])
+def test_greedy_partitions_match_onnxruntime_qnn(name, tmp_path):
+    """The onnxruntime-qnn wheel (``pip install onnxruntime-qnn``) prepares the HTP context offline
+    on x86-64 Linux; minutes per model on two cores."""
+    ort = pytest.importorskip("onnxruntime", reason="the QNN oracle needs the onnxruntime-qnn wheel")
+    pytest.importorskip("onnxruntime_qnn", reason="the QNN oracle needs the onnxruntime-qnn wheel")
+    onnx = pytest.importorskip("onnx")
+    model = tmp_path / f"{name}.onnx"
+    _normalised(onnx, LIGHT / f"{name}.onnx", model)
+    theirs_subgraphs, theirs_fallbacks = _qnn_partitions(ort, onnx, model, tmp_path / f"{name}_ctx.onnx")
     out = tmp_path / "out.json"
     assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
                  "-q"]) == 0

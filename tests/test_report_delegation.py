@@ -4,14 +4,12 @@ with their reasons, boundary hand-overs, deadline markers (red when missed); eve
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
+from test_delegation import probe_model
 from test_report_common import XSS, small_result
 
 from mapper.cli import main
 from mapper.report.html import render_html
-
-LIGHT = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light"
 
 PROGRAM = """\
 graph g deadline = 8 ms {
@@ -32,17 +30,16 @@ def _compile(tmp_path, capsys, args: list[str]) -> tuple[str, str]:
 
 
 def test_delegated_onnx_model_shows_subgraphs_fallbacks_and_boundaries(tmp_path, capsys):
-    page, text = _compile(tmp_path, capsys, [str(LIGHT / "light_resnet50.onnx"), "--platform", "sd8gen3",
-                                     "--delegate", "greedy"])
+    model = str(probe_model(tmp_path / "probe.onnx"))
+    page, text = _compile(tmp_path, capsys, [model, "--platform", "sd8gen3", "--delegate", "greedy"])
     assert page.count('<g class="subgraph" data-device="hexagon"') == 2
     assert '<section id="delegation">' in page and 'id="boundary-table"' in page
-    assert "<td>n173</td><td>Reshape</td><td>hexagon</td><td>Reshape is not in the qnn-htp list</td>" in page
+    assert "<td>soft</td><td>Softplus</td><td>hexagon</td><td>Softplus is not in the qnn-htp list</td>" in page
     assert "200 us" in page  # the invocation cost of each subgraph
     assert "  subgraphs   hexagon: 2, 200 us per invocation" in text
-    assert "  fallback    n173 (Reshape) not on hexagon: Reshape is not in the qnn-htp list" in text
+    assert "  fallback    soft (Softplus) not on hexagon: Softplus is not in the qnn-htp list" in text
     assert "  boundaries  kryo_perf -> hexagon: 1 hand-overs" in text
-    again, _ = _compile(tmp_path, capsys, [str(LIGHT / "light_resnet50.onnx"), "--platform", "sd8gen3",
-                                   "--delegate", "greedy"])
+    again, _ = _compile(tmp_path, capsys, [model, "--platform", "sd8gen3", "--delegate", "greedy"])
     assert again == page
 
 

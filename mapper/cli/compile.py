@@ -328,7 +328,7 @@ def _workload(args: argparse.Namespace):
     from mapper.frontend.workload import merge, read_workload
 
     apps = read_workload(args.file)
-    return apps, merge([(a.label, load_graph(a.path)) for a in apps], "apps")
+    return apps, merge([(a.label, load_graph(a.path)) for a in apps], "apps", [a.slo for a in apps])
 
 
 def _on_slices(args: argparse.Namespace, platform, apps, graph):

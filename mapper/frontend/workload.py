@@ -91,15 +91,19 @@ def read_workload(path: str) -> tuple[App, ...]:
     return tuple(apps)
 
 
-def merge(graphs: list[tuple[str, TaskGraph]], name: str) -> TaskGraph:
+def merge(graphs: list[tuple[str, TaskGraph]], name: str, slos: list[float] | None = None) -> TaskGraph:
     """One graph holding every ``(label, graph)``: tasks renamed ``label.task`` (their model nodes
-    ``label.node``), edges renumbered; the graphs stay unconnected."""
+    ``label.node``), edges renumbered; the graphs stay unconnected. With ``slos`` (seconds, one a
+    graph), each graph's last tasks (those nothing follows) are due at its SLO, or at their own
+    deadline when it is earlier, so that the mappers that weigh deadlines see the SLOs."""
     tasks: list[Task] = []
     edges: list[Edge] = []
     inputs: list[tuple[str, TensorType]] = []
     outputs: list[str] = []
-    for label, g in graphs:
+    for k, (label, g) in enumerate(graphs):
         base, ebase = len(tasks), len(edges)
+        sinks = {t.index for t in g.tasks} - {e.src for e in g.edges}
+        slo = None if slos is None else slos[k]
 
         def ren(op: Operand, label: str = label, base: int = base) -> Operand:
             if op.kind != "task":
@@ -108,8 +112,12 @@ def merge(graphs: list[tuple[str, TaskGraph]], name: str) -> TaskGraph:
                                        producer=None if op.producer is None else op.producer + base)
 
         for t in g.tasks:
+            due = t.deadline
+            if slo is not None and t.index in sinks:
+                due = slo if due is None else min(due, slo)
             tasks.append(dataclasses.replace(
                 t, index=base + t.index, name=f"{label}.{t.name}", operands=tuple(ren(o) for o in t.operands),
+                deadline=due,
                 source=tuple(dataclasses.replace(s, name=f"{label}.{s.name}") for s in t.source),
                 colocate=f"{label}.{t.colocate}" if t.colocate else ""))
         edges.extend(Edge(ebase + e.index, e.src + base, e.dst + base, e.bytes, e.comm, e.tensor) for e in g.edges)

@@ -12,6 +12,10 @@ from mapper.core.graph import TensorType
 from mapper.errors import DslError
 
 FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
+#: What a DNN layer takes: a float tensor, or an int8 one of a quantised model (its QDQ node units,
+#: mapper.frontend.importers.onnx_qdq; Jacob et al., "Quantization and Training of Neural Networks for
+#: Efficient Integer-Arithmetic-Only Inference", CVPR 2018).
+LAYER_DTYPES = FLOAT_DTYPES + ("i8",)
 COMPLEX_DTYPES = ("c64", "c128")
 INT_DTYPES = ("i8", "i32", "i64")
 NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES + COMPLEX_DTYPES

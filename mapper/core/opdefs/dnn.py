@@ -12,6 +12,7 @@ from mapper.core.opdefs.call import (
     FLOAT_DTYPES,
     INEXACT_DTYPES,
     INT_DTYPES,
+    LAYER_DTYPES,
     NUMERIC_DTYPES,
     Call,
     OpInfo,
@@ -51,8 +52,9 @@ def _window(c: Call, hw: Sequence[int], kern: tuple[int, int], what: str, at: di
 
 
 def _conv_args(c: Call, w_form: str) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """The shapes of a convolution's ``x[N, C, H, W]`` and 4-D filter ``w_form`` (real float), and its groups."""
-    c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+    """The shapes of a convolution's ``x[N, C, H, W]`` and 4-D filter ``w_form`` (real float or
+    quantised int8), and its groups."""
+    c.dtypes(LAYER_DTYPES, "a real floating-point or quantised int8 tensor")
     c.ndim(0, (4,), "4-D [N, C, H, W]")
     c.ndim(1, (4,), w_form)
     return c.args[0].shape, c.args[1].shape, c.attrs["groups"]
@@ -100,7 +102,7 @@ def pool(c: Call) -> OpInfo:
     if c.spec.name == "maxpool":
         c.dtypes(INT_DTYPES + FLOAT_DTYPES, "a real tensor")
     else:
-        c.dtypes(FLOAT_DTYPES, "a real floating-point tensor")
+        c.dtypes(LAYER_DTYPES, "a real floating-point or quantised int8 tensor")
     c.ndim(0, (4,), "4-D [N, C, H, W]")
     if c.attrs["stride"] is None:
         c.attrs["stride"] = c.attrs["kernel"]
@@ -114,8 +116,8 @@ def pool(c: Call) -> OpInfo:
     return c.info(out, kern[0] * kern[1] * out.numel)
 
 
-def per_element(flops_per_element: int, dtypes: Sequence[str] = FLOAT_DTYPES,
-                 what: str = "a real floating-point tensor", min_ndim: int = 0,
+def per_element(flops_per_element: int, dtypes: Sequence[str] = LAYER_DTYPES,
+                 what: str = "a real floating-point or quantised int8 tensor", min_ndim: int = 0,
                  form: str = "") -> Callable[[Call], OpInfo]:
     """An op whose output has its operand's type and costs a fixed count per element."""
 

@@ -28,6 +28,7 @@ from mapper.frontend.importers.onnx_emit import TYPED, Emitter, ints
 from mapper.frontend.importers.onnx_fold import MAX_FOLDED_ELEMENTS
 from mapper.frontend.importers.onnx_model import OnnxGraph, OnnxNode, read_onnx
 from mapper.frontend.importers.onnx_patterns import Match, find_patterns
+from mapper.frontend.importers.onnx_qdq import node_units
 
 #: ONNX elementwise ops and the DSL ``elementwise`` function each is.
 UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Abs": "abs",
@@ -85,11 +86,12 @@ def import_onnx(path: str, dims: Mapping[str, int] | None = None,
                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                 input_values: Mapping[str, tuple[float, ...]] | None = None, cache: int = 0,
                 mask: tuple[int, int] = (0, 0)) -> Imported:
-    """Read the ONNX model at ``path`` (see :func:`~mapper.frontend.importers.onnx_model.read_onnx`) as DSL text;
+    """Read the ONNX model at ``path`` (see :func:`~mapper.frontend.importers.onnx_model.read_onnx`) as DSL text,
+    its QDQ node units run quantised (:mod:`.onnx_qdq`);
     ``cache``: positions a KV cache holds beyond the model's own (its decoder attention's ``cache``);
     ``mask``: (causal, window) of the model's decoder attention where its mask at these sizes
     does not show them (a window no longer than the sequence, a mask too large to fold)."""
-    return onnx_to_dsl(read_onnx(path, dims, input_shapes, input_values), cache, mask)
+    return onnx_to_dsl(node_units(read_onnx(path, dims, input_shapes, input_values)), cache, mask)
 
 
 def onnx_to_dsl(g: OnnxGraph, cache: int = 0, mask: tuple[int, int] = (0, 0)) -> Imported:
