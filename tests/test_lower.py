@@ -262,3 +262,24 @@ def test_crlf_line_ends_and_byte_order_mark(tmp_path):
     path = tmp_path / "bom.tg"
     path.write_text("graph g {\n  task t work { flops 1 }\n}\n", encoding="utf-8-sig")
     assert load_graph(path).tasks[0].name == "t"
+
+
+def test_lowering_leaves_no_cycle_holding_the_syntax_tree():
+    """The lowerer's own reference cycle is broken when it returns: a huge graph's heap is
+    frozen right after (mapper.core.heap), where an uncollected cycle would keep the syntax
+    tree and the text's lines for the rest of the compile."""
+    import gc
+
+    from mapper.frontend.lowering.program import lower
+    from mapper.frontend.parse import parse
+
+    program = parse(BERT, "bert.tg")
+    gc.collect()
+    gc.disable()
+    try:
+        graph = lower(program)
+        del program
+        left = [o for o in gc.get_objects() if type(o).__name__ in ("_Lowerer", "Program")]
+    finally:
+        gc.enable()
+    assert graph.tasks and left == []

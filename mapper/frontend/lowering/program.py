@@ -60,13 +60,18 @@ def lower(program: S.Program, params: Mapping[str, int | float] | None = None) -
     collecting = gc.isenabled()
     gc.disable()  # lowering allocates many acyclic objects; collection passes only cost time
     try:
-        return lowerer.run()
+        graph = lowerer.run()
     except RecursionError:
         raise DslError("the program is nested too deeply", span=SourceSpan(program.file, 1, 1),
                        source_line=next(iter(program.text.splitlines()), None)) from None
     finally:
         if collecting:
             gc.enable()
+    # the lowerer is a reference cycle (its helpers hold its bound ``err``) holding the syntax tree
+    # and the text's lines: broken here, they go by reference counting, also when a huge graph's
+    # heap is frozen next (mapper.core.heap), which would keep an uncollected cycle for good
+    vars(lowerer).clear()
+    return graph
 
 
 def read_dsl_file(file: str, span: SourceSpan | None, err: Any) -> str:
