@@ -73,10 +73,21 @@ def fast_parse(text: str, file: str) -> S.Program | None:
         return None
 
 
+class _Words(dict[str, str]):
+    """Strings by themselves: ``words[s]`` is the first string equal to ``s`` looked up."""
+
+    def __missing__(self, key: str) -> str:
+        self[key] = key
+        return key
+
+
 class _Reader:
     def __init__(self, text: str, file: str) -> None:
         self.text = text
         self.file = file
+        # one string object per distinct word (device names, units, ``comm``, task names): each
+        # match returns a new string, and a huge graph repeats a few words millions of times
+        self.word = _Words().__getitem__
 
     def span(self, line: int, col: int, end: int | None) -> SourceSpan:
         return SourceSpan(self.file, line, col, end)
@@ -134,12 +145,12 @@ class _Reader:
         items: list[S.Measure] = []
         pos = 0
         span = SourceSpan
-        file = self.file
+        file, word = self.file, self.word
         for it in _ITEM.finditer(inner):
             if it.start() != pos or it.end() == it.start():
                 return None
             pos = it.end()
-            key, num, unit = it.group(1), it.group(2), it.group(3)
+            key, num, unit = word(it.group(1)), it.group(2), it.group(3)
             if key in KEYWORDS or unit in KEYWORDS:
                 return None
             kc, nc = base + it.start(1), base + it.start(2)
@@ -147,6 +158,7 @@ class _Reader:
             end = nc + len(num)
             unit_span = None
             if unit is not None:
+                unit = word(unit)
                 uc = base + it.start(3)
                 end = uc + len(unit)
                 unit_span = span(file, line, uc, end)
@@ -160,7 +172,7 @@ class _Reader:
         task_col = raw.index("task") + 1
         name_col = m.start(1) + 1
         cost_col = raw.index("cost", m.end(1)) + 1
-        name = S.Name(m.group(1), (), span(file, line, name_col, name_col + len(m.group(1))))
+        name = S.Name(word(m.group(1)), (), span(file, line, name_col, name_col + len(m.group(1))))
         cost = S.Cost(tuple(items), span(file, line, cost_col, close + 1))
         return S.TaskStmt(name, (cost,), span(file, line, task_col, close + 1))
 
@@ -231,7 +243,8 @@ class _Reader:
         m = _EDGE_LINE.fullmatch(raw)
         if m is None:
             return None
-        a, b, kind, num, unit = m.groups()
+        word = self.word
+        a, b, kind, num, unit = word(m.group(1)), word(m.group(2)), m.group(3), m.group(4), m.group(5)
         if a in KEYWORDS or b in KEYWORDS or (kind is not None and kind not in ("comm", "bytes")):
             return None
         if unit in KEYWORDS:
@@ -244,6 +257,7 @@ class _Reader:
         whole = span(file, line, ac, last + 1)
         if kind is None:
             return S.EdgeStmt(src, dst, None, None, None, whole, None)
+        kind, unit = word(kind), unit if unit is None else word(unit)
         nc = m.start(4) + 1
         value: int | float = float(num) if ("." in num or "e" in num or "E" in num) else int(num)
         unit_span = span(file, line, m.start(5) + 1, m.end(5) + 1) if unit is not None else None
