@@ -113,6 +113,7 @@ class _Lowerer:
     def __init__(self, program: S.Program, overrides: dict[str, int | float] | None = None) -> None:
         self.root = program
         self.overrides = overrides or {}
+        self.texts: dict[str, str] = {}  # each file's text, split into lines only for a message
         self.lines: dict[str, list[str]] = {}
         self.params: dict[str, Any] = {}
         self.param_spans: dict[str, SourceSpan] = {}
@@ -137,6 +138,8 @@ class _Lowerer:
         line = None
         if span is not None:
             lines = self.lines.get(span.file)
+            if lines is None and span.file in self.texts:
+                lines = self.lines[span.file] = self.texts[span.file].splitlines()
             if lines is not None and 0 < span.line <= len(lines):
                 line = lines[span.line - 1]
         return DslError(message, span=span, hint=hint, source_line=line)
@@ -178,7 +181,7 @@ class _Lowerer:
 
     def _load(self, program: S.Program, chain: list[str]) -> None:
         """Register the items of ``program``, splicing includes in place."""
-        self.lines[program.file] = program.text.splitlines()
+        self.texts[program.file] = program.text
         self.included.add(chain[-1])
         for item in program.items:
             if isinstance(item, S.Include):
