@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import runpy
+from pathlib import Path
+
 import pytest
 
 from mapper.costing.efficiency import EFF_COMPUTE
@@ -50,3 +53,18 @@ def test_gemm_efficiency_scales_the_h100_default_by_measured_reach(system):
     assert eff["gemm"] == pytest.approx(bf16, abs=6e-4)
     assert eff["gemm:fp8"] == pytest.approx(bf16 * _reach(system, "fp8") / _reach(system, "bf16"), abs=6e-4)
     assert eff["gemm"] < EFF_COMPUTE["gpu"]["gemm"]
+
+
+def test_attention_half_length_is_the_cudnn_fit():
+    """The fused causal attention's half-length on both Blackwell platforms is the one parameter
+    benchmarks/blackwell_attention.py fits to cuDNN on a B200, and the fit tracks the measured
+    forward-plus-backward reach over the fitted sequences within 25 %."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "blackwell_attention.py"
+    bench = runpy.run_path(str(path))
+    half = bench["fit"]()
+    for system in GPU:
+        assert dict(_gpu(system).half_length)["attention.causal"] == pytest.approx(half)
+    lo, hi = bench["FIT"]
+    for seq, *row in bench["ROWS"]:
+        if lo <= seq <= hi:
+            assert 0.8 <= bench["model"](seq, half) / bench["reach"](*row) <= 1.25, seq
