@@ -67,8 +67,11 @@ L2_70B = (("LAYERS", 80), ("HIDDEN", 8192), ("HEADS", 64), ("KV_HEADS", 8), ("FF
 #: vLLM v0.6.0 as the online rows ran it (``--num-scheduler-steps 10 --max_model_len 4096``):
 #: V0 engine, chunked prefill off below 32K-token contexts (prefill-first steps),
 #: ``max_num_batched_tokens`` = max(max_model_len, 2048) = 4,096, ``max_num_seqs`` 256,
-#: ``gpu_memory_utilization`` 0.9, 16-token blocks, asynchronous output processing (one step late).
-VLLM_060 = replace(RUNTIMES["vllm"], chunk=4096, mixed=False, steps=10, lag=1)
+#: ``gpu_memory_utilization`` 0.9, 16-token blocks, asynchronous output processing (one step late);
+#: 4 ms of host time the GPU waits for per scheduling decision (V0's scheduler, input preparation
+#: and output processing: "about 4ms of GPU bubble" per decode in the traces of vLLM's RFC
+#: "Multi-Step Scheduling", vllm-project/vllm issue 6854, paid once per multi-step run), not fitted.
+VLLM_060 = replace(RUNTIMES["vllm"], chunk=4096, mixed=False, steps=10, lag=1, overhead=0.004)
 #: SGLang v0.3.0 (``--disable-radix-cache``): prefill-first steps (``enable_mixed_chunk`` off),
 #: ``chunked_prefill_size`` 8,192, ``mem_fraction_static`` of the whole GPU (0.88 at TP1, 0.85 at
 #: TP4 as launched online, 0.88 offline per the README's notes), up to ``max_total_num_tokens // 2``

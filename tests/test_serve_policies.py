@@ -76,6 +76,20 @@ def test_multi_step_runs_hold_new_prompts_until_the_run_ends():
     assert _times(one) == [(1.0, 6.0), (3.0, 4.0)]
 
 
+def test_host_overhead_is_paid_once_per_scheduling_decision():
+    """The requests above with 0.25 s of host time per decision (vLLM RFC 6854): a multi-step run pays it once."""
+    reqs = [Arrival(0.0, 2, 5), Arrival(1.5, 2, 2)]
+    log: list[Batch] = []
+    multi = simulate(reqs, _steps(log), replace(BASE, mixed=False, steps=3, overhead=0.25))
+    # step 1 [0,1.25]: A's prompt; steps 2-4 one decision: [1.25,2.5], [2.5,3.5], [3.5,4.5]
+    # step 5 [4.5,5.75]: B's prompt; step 6 [5.75,7]: a new decision, A's fifth and B's second token
+    assert _times(multi) == [(1.25, 7.0), (5.75, 7.0)]
+    one = simulate(reqs, lambda b: 1.0, replace(BASE, mixed=False, overhead=0.25))
+    # every step a decision, 1.25 s each: A [0,1.25], A [1.25,2.5], B's prompt [2.5,3.75],
+    # A and B [3.75,5], A [5,6.25], A [6.25,7.5]
+    assert _times(one) == [(1.25, 7.5), (3.75, 5.0)]
+
+
 def test_a_lag_of_one_step_delays_first_tokens_and_ends():
     """Outputs processed while the next step runs reach the client one step later (or at the last step)."""
     reqs = [Arrival(0.0, 2, 3), Arrival(0.5, 2, 2)]

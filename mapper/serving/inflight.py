@@ -42,8 +42,11 @@ the ``k``-th step after the one that computed it (vLLM V0's asynchronous output 
 processes a step's outputs while the next step runs: same blog post), or at the replica's last
 step when fewer follow; the first token and the end move, the tokens per second do not.
 
-The step's time is ``step(batch)`` (:class:`mapper.serving.iteration.StepModel`) plus the
-runtime's per-step overhead. A prompt's
+The step's time is ``step(batch)`` (:class:`mapper.serving.iteration.StepModel`) plus, on a step
+that follows a scheduling decision, the runtime's host ``overhead`` (the CPU time of scheduling,
+preparing inputs and returning outputs that the GPU waits for; a multi-step run pays it once,
+which is what multi-step scheduling is for: vLLM RFC "Multi-Step Scheduling", vllm-project/vllm
+issue 6854). A prompt's
 last chunk yields the request's first token (its time to first token is the step's end less
 its arrival); each decode one more; a request ends with its last output token.
 """
@@ -234,6 +237,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
             evict()  # prompts part-way hold every block: the last admitted waits again
             continue
         stalled = False
+        decided = run == 0  # this step follows a scheduling decision (not the middle of a multi-step run)
         if sched.steps > 1:
             run = run - 1 if run > 0 else (sched.steps - 1 if not chunks else 0)
         max_running = max(max_running, len(running))
@@ -241,7 +245,8 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         tokens = len(decodes) + sum(c for _, c in chunks)
         sampled = len(decodes) + sum(1 for i, c in chunks if done[i] + c >= target[i])
         pairs = sum(visible_keys(c, done[i], w) for i, c in chunks)
-        now += step(Batch(tokens, sampled, dctx, pairs, len(decodes) + len(chunks))) + sched.overhead
+        host = sched.overhead if decided else 0.0
+        now += step(Batch(tokens, sampled, dctx, pairs, len(decodes) + len(chunks))) + host
         steps += 1
         timeline.append((now, len(decodes) + len(chunks), total_blocks - free, len(waiting)))
         ended = []

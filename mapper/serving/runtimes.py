@@ -33,7 +33,11 @@ graphs unless ``enforce_eager``): a step costs its kernels and their
 launches (the device's ``launch_us``), as :mod:`mapper.serving.request`'s ``graph`` runtime
 prices them. Host-side scheduling is taken as hidden behind the GPU (TensorRT-LLM's C++ runtime;
 vLLM V1's separate engine-core process): no per-step overhead is added, since neither engine
-publishes one; docs/serving.md lists this among what the model leaves out.
+publishes one; docs/serving.md lists this among what the model leaves out. ``overhead`` is the
+host time an engine whose scheduler runs in the GPU's loop adds per scheduling decision (once per
+multi-step run, :mod:`mapper.serving.inflight`): vLLM's V0 engine, about 4 ms (its RFC
+"Multi-Step Scheduling", vllm-project/vllm issue 6854), as ``benchmarks/serving_online.py`` sets
+for vLLM v0.6.0.
 
 Two scheduler policies are fields with these engines' values as defaults (both mix prompt chunks
 into decode steps, both decide every step); :mod:`mapper.serving.inflight` gives them meaning:
@@ -60,7 +64,7 @@ class Runtime:
     max_batch: int
     chunk: int  # tokens per step (max_num_tokens)
     reserve_output: bool  # admission reserves blocks for the whole output (no eviction)
-    overhead: float = 0.0  # host seconds per step not hidden behind the GPU (module docstring)
+    overhead: float = 0.0  # host seconds per scheduling decision not hidden behind the GPU (module docstring)
     mixed: bool = True  # prompt chunks and decodes share a step; False: prefill-first steps
     steps: int = 1  # decode steps per scheduling decision (multi-step scheduling)
     lag: int = 0  # steps before a computed token is returned (asynchronous output processing)
