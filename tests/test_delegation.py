@@ -113,11 +113,37 @@ def test_shipped_soc_platforms_have_their_accelerators():
      "expected a number"),
     ('[{ op = "Conv", dtypes = ["int8"] }]', "device[1].supports[0].dtypes", "unknown dtype 'int8'"),
     ('[{ type = "Conv" }]', "device[1].supports[0].type", "unknown key 'type'"),
+    ('[{ op = "BatchNormalization", static = [1, -2] }]', "device[1].supports[0].static",
+     "expected an array of input positions"),
+    ('[{ op = "BatchNormalization", static = "scale" }]', "device[1].supports[0].static",
+     "expected an array of input positions"),
+    ('[{ op = "BatchNormalization", static = [true] }]', "device[1].supports[0].static",
+     "expected an array of input positions"),
 ])
 def test_bad_supports_names_the_place(bad, where, says):
     with pytest.raises(PlatformError) as err:
         _soc(bad)
     assert err.value.obj == f"soc.toml: {where}" and says in err.value.message
+
+
+def test_bad_static_in_a_list_file_names_the_rule():
+    def fail(path: str, message: str) -> Exception:
+        return PlatformError(message, obj=path)
+    doc = {"name": "npu", "source": "https://example.org/table", "rule": [{"op": "Relu"},
+                                                                          {"op": "Pad", "static": [1.5]}]}
+    with pytest.raises(PlatformError) as err:
+        read_support(doc, "npu.toml", "npu", fail)
+    assert err.value.obj == "npu.toml.rule[1].static" and "input positions" in err.value.message
+
+
+def test_bad_static_exits_2_naming_the_place(tmp_path, capsys):
+    plat = tmp_path / "soc.toml"
+    plat.write_text(SOC.format(supports='[{ op = "Relu", static = ["x"] }]', invoke=0, sync=0))
+    prog = tmp_path / "g.tg"
+    prog.write_text(PROGRAM)
+    assert main(["compile", str(prog), "--platform", str(plat), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "device[1].supports[0].static" in err and "input positions" in err and "Traceback" not in err
 
 
 def test_bad_supports_name_exits_2_naming_it(tmp_path, capsys):
@@ -238,6 +264,56 @@ def probe_model(path):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 64, 64])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
+
+
+def bn_model(path, computed: bool):
+    """conv -> bn -> relu (onnx.helper); the BatchNormalization's scale, bias, mean and variance
+    are initializers, or (``computed``) ConstantOfShape outputs, as in the onnx package's light
+    DenseNet-121 and ShuffleNet."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    for p in ("scale", "bias", "mean", "var"):
+        if computed:
+            inits.append(numpy_helper.from_array(np.array([8], np.int64), f"{p}_shape"))
+            nodes.append(helper.make_node("ConstantOfShape", [f"{p}_shape"], [p], name=f"make_{p}",
+                                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])))
+        else:
+            inits.append(numpy_helper.from_array(np.ones(8, np.float32), p))
+    nodes += [helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"], name="bn"),
+              helper.make_node("Relu", ["b"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32, 32])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("computed", [False, True])
+def test_bn_with_computed_parameters_falls_back(tmp_path, computed):
+    out = tmp_path / "out.json"
+    model = bn_model(tmp_path / "bn.onnx", computed)
+    assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
+                 "-q"]) == 0
+    dl = json.loads(out.read_text())["delegation"]
+    if not computed:
+        assert dl["fallbacks"] == [] and [s["device"] for s in dl["subgraphs"]] == ["hexagon"]
+        return
+    assert dl["fallbacks"] == [{"task": "bn", "op": "BatchNormalization", "device": "hexagon",
+                                "reason": "BatchNormalization needs input 1 as an initializer in the model file, "
+                                          "the node's comes from a ConstantOfShape node (qnn-htp list)"}]
+
+
+def test_static_rule_reads_where_inputs_come_from():
+    qnn = _list("qnn-htp")
+    held = SourceNode("bn", "BatchNormalization", (), ("f16",) * 5, "f16")
+    assert qnn.why_not(held) is None
+    fed = replace(held, computed=((0, "Conv node"), (4, "graph input")))
+    assert qnn.why_not(fed) == ("BatchNormalization needs input 4 as an initializer in the model file, the node's "
+                                "comes from a graph input (qnn-htp list)")
+    assert qnn.why_not(replace(held, computed=((0, "Conv node"),))) is None  # the data input may be computed
 
 
 def test_compile_delegate_json_names_onnx_nodes(tmp_path):

@@ -147,8 +147,10 @@ def attr_of(attrs: tuple[tuple[str, Any], ...], key: str, default: Any = None) -
 @dataclass(frozen=True, slots=True)
 class SourceNode:
     """The model node a task was imported from (ONNX): its name, op type, attributes
-    (sorted; values as ints, floats, strings or tuples of them) and the dtypes of its
-    inputs and first output, so a device's op-support list can decide per node
+    (sorted; values as ints, floats, strings or tuples of them), the dtypes of its
+    inputs and first output, and which of its inputs the model file computes at run
+    time rather than holds as initializers (even where mapper folds them into
+    constants), so a device's op-support list can decide per node
     (mapper.platform.support)."""
 
     name: str
@@ -156,6 +158,9 @@ class SourceNode:
     attrs: tuple[tuple[str, Any], ...] = ()
     inputs: tuple[str, ...] = ()  # dtypes of the node's inputs, in order
     dtype: str = "f32"  # dtype of the node's first output
+    # (ONNX input position, what computes it: "ConstantOfShape node", "graph input", ...) for each
+    # input that is no initializer (nor Constant node) in the model file
+    computed: tuple[tuple[int, str], ...] = ()
 
     def attr(self, key: str, default: Any = None) -> Any:
         return attr_of(self.attrs, key, default)

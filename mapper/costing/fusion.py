@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 from mapper.core.graph import Edge, Operand, Task, TaskGraph
+from mapper.costing.cost import refusal
 from mapper.errors import OptionsError
 from mapper.platform.devices import Platform
 
@@ -77,9 +78,10 @@ def _starts(task: Task) -> bool:
         task.explicit_cost or task.streamable or task.parts)
 
 
-def fusion_groups(graph: TaskGraph) -> tuple[tuple[int, ...], ...]:
+def fusion_groups(graph: TaskGraph, key: Callable[[Task], Any] | None = None) -> tuple[tuple[int, ...], ...]:
     """Groups of two or more task indices to fuse, each in execution order,
-    ordered by their first task's topological position."""
+    ordered by their first task's topological position; with ``key``, only tasks
+    of the first one's key join its group."""
     taken: set[int] = set()
     groups: list[tuple[int, ...]] = []
     for t in graph.topo_order:
@@ -93,7 +95,7 @@ def fusion_groups(graph: TaskGraph) -> tuple[tuple[int, ...], ...]:
             if len(succ) != 1 or succ[0] in taken:
                 break
             nxt = graph.tasks[succ[0]]
-            if not _joins(graph, last, nxt, first):
+            if not _joins(graph, last, nxt, first) or (key is not None and key(nxt) != key(first)):
                 break
             group.append(nxt.index)
             last = nxt
@@ -137,15 +139,21 @@ def external_slots(parts: Sequence[Task]) -> tuple[tuple[int, int], ...]:
 
 def fuse_for(graph: TaskGraph, platform: Platform, mode: str = "auto") -> TaskGraph:
     """``graph`` as ``platform`` runs it: fused (:func:`fuse`) when ``mode`` is
-    ``auto`` and a device of the platform fuses, else as written."""
+    ``auto`` and a device of the platform fuses, else as written. A group never
+    mixes tasks that a device with an op-support list or ``dtypes`` runs with tasks
+    it refuses: a runtime delegates per node, so a fused task must not carry an
+    unsupported node onto the device nor drag supported ones off it."""
     check_fuse(mode)
-    return fuse(graph) if mode == "auto" and any(d.fuses for d in platform.devices) else graph
+    if mode != "auto" or not any(d.fuses for d in platform.devices):
+        return graph
+    picky = [d for d in platform.devices if d.supports is not None or d.dtypes]
+    return fuse(graph, (lambda t: tuple(refusal(t, d) is None for d in picky)) if picky else None)
 
 
-def fuse(graph: TaskGraph) -> TaskGraph:
-    """``graph`` with every :func:`fusion_groups` group merged into one task
-    (``graph`` itself when there is nothing to fuse)."""
-    groups = fusion_groups(graph)
+def fuse(graph: TaskGraph, key: Callable[[Task], Any] | None = None) -> TaskGraph:
+    """``graph`` with every :func:`fusion_groups` group (``key``: as there) merged into
+    one task (``graph`` itself when there is nothing to fuse)."""
+    groups = fusion_groups(graph, key)
     if not groups:
         return graph
     head = {g[0]: g for g in groups}

@@ -3,7 +3,10 @@
 A list names ONNX op types, each with optional conditions: the dtypes it takes
 (of its output, ``dtypes``, or of its inputs, ``inputs``), attributes that must
 take one of some values (``attrs``) and attributes whose every element is at
-most a bound (``max``). A node is supported when some rule of its op type holds
+most a bound (``max``), and inputs that must be initializers in the model file
+(``static``, ONNX input positions: an execution provider that bakes them into
+its graph, such as QNN's BatchNormalization, leaves the node to the CPU when the
+file computes them, though mapper folds such inputs). A node is supported when some rule of its op type holds
 for it; an attribute the node does not set satisfies every condition on it (the
 node takes ONNX's default). Shipped lists live in ``platforms/support/`` and
 cite the runtime's published table they copy (the ONNX Runtime QNN execution
@@ -19,7 +22,7 @@ from typing import Any
 from mapper.core.graph import DTYPE_BYTES, SourceNode
 
 #: A rule's keys in a list file.
-RULE_KEYS = ("op", "dtypes", "inputs", "attrs", "max", "note")
+RULE_KEYS = ("op", "dtypes", "inputs", "attrs", "max", "static", "note")
 #: A list file's top-level keys.
 LIST_KEYS = ("name", "source", "dtypes", "rule")
 
@@ -34,6 +37,7 @@ class OpRule:
     attrs: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # attribute -> the values allowed
     max: tuple[tuple[str, float], ...] = ()  # attribute -> bound on each of its elements
     note: str = ""
+    static: tuple[int, ...] = ()  # input positions that must be initializers in the model file
 
     def why_not(self, node: SourceNode, dtypes: tuple[str, ...]) -> str | None:
         """Why ``node`` is not of this form; None when it is."""
@@ -52,6 +56,10 @@ class OpRule:
             items = v if isinstance(v, tuple) else (v,)
             if v is not None and any(isinstance(x, (int, float)) and x > bound for x in items):
                 return f"{node.op} needs {key} <= {bound:g}, the node has {key} = {_show(v)}"
+        for j, what in node.computed:
+            if j in self.static:
+                return (f"{node.op} needs input {j} as an initializer in the model file, the node's comes from "
+                        f"a {what}")
         return None
 
 
@@ -125,8 +133,14 @@ def _rule(raw: Any, path: str, fail: Fail) -> OpRule:
     note = raw.get("note", "")
     if not isinstance(note, str):
         raise fail(f"{path}.note", "expected a string")
+    static = raw.get("static", [])
+    if not isinstance(static, list) or not all(isinstance(j, int) and not isinstance(j, bool) and j >= 0
+                                               for j in static):
+        raise fail(f"{path}.static", "expected an array of input positions (0, 1, ...) that must be "
+                                     "initializers in the model file")
     return OpRule(op, _dtypes(raw.get("dtypes", []), f"{path}.dtypes", fail),
-                  _dtypes(raw.get("inputs", []), f"{path}.inputs", fail), tuple(attrs), tuple(bounds), note)
+                  _dtypes(raw.get("inputs", []), f"{path}.inputs", fail), tuple(attrs), tuple(bounds), note,
+                  tuple(sorted(set(static))))
 
 
 def _table(v: Any, path: str, fail: Fail) -> dict[str, Any]:

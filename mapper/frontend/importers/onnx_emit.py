@@ -47,11 +47,12 @@ def _attr_value(v: Any) -> Any:
 
 
 def source_node(g: OnnxGraph, n: OnnxNode) -> SourceNode:
-    """What a task keeps of ONNX node ``n``: name, op type, plain attributes, dtypes."""
+    """What a task keeps of ONNX node ``n``: name, op type, plain attributes, dtypes, and
+    which inputs the file computes rather than holds."""
     attrs = tuple(sorted((k, v) for k, v in ((k, _attr_value(raw)) for k, raw in n.attrs.items()) if v is not None))
     dtypes = tuple(g.tensors[i].dtype for i in n.inputs if i in g.tensors)
     out = g.tensors[n.outputs[0]].dtype if n.outputs and n.outputs[0] in g.tensors else "f32"
-    return SourceNode(n.name, n.op, attrs, dtypes, out)
+    return SourceNode(n.name, n.op, attrs, dtypes, out, n.computed)
 
 
 class Emitter:

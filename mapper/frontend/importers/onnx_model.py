@@ -68,6 +68,9 @@ class OnnxNode:
     folded: bool  # computed from constants only: never a task
     slots: tuple[int, ...] = ()  # each output's position among the node's outputs
     arity: int = 1  # how many outputs the node has, used or not
+    # (input position, what computes it) for each input that is no initializer (nor Constant
+    # node's output) in the file as written, folded by mapper or not
+    computed: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,7 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     refuse_segments(graph, file)
     inline_held_tensors(onnx, graph, file, lambda t, what: _held_bytes(t, what, file))  # before onnx_fold
     init_names = {t.name for t in graph.initializer}
+    origin = _origins(graph, init_names)
     _set_dims(graph, init_names, dict(dims or {}), dict(input_shapes or {}), file)
     if input_values:
         _set_values(onnx, graph, init_names, dict(input_values), file)
@@ -214,8 +218,9 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
         name = n.name or (n.output[0] if n.output else f"node{k}")
         # an unused output (a dropout mask) is dropped; ``slots`` keeps each kept output's position
         kept = [(j, o) for j, o in enumerate(n.output) if o and o in used]
+        computed = tuple((j, origin.get(i, "node")) for j, i in enumerate(n.input) if i and origin.get(i) != "")
         nodes.append(OnnxNode(name, n.op_type, inputs, tuple(o for _, o in kept), attrs, folded,
-                              tuple(j for j, _ in kept), len(n.output)))
+                              tuple(j for j, _ in kept), len(n.output), computed))
         for o in nodes[-1].outputs:
             dtype, shape = shape_of(o, f"output of {n.op_type} node '{name}'")
             value = None
@@ -383,6 +388,20 @@ def _constant_value(onnx: Any, t: Any, what: str, file: str) -> Any:
     if count > MAX_VALUE_ELEMENTS:
         return None
     return onnx.numpy_helper.to_array(t)
+
+
+def _origins(graph: Any, init_names: set[str]) -> dict[str, str]:
+    """Where each tensor of the file as written comes from: "" for an initializer or a Constant
+    node's output (ONNX Runtime makes Constant nodes initializers when it loads a graph, so an
+    execution provider sees both as initializers; a DequantizeLinear of one too, as QNN's QDQ node
+    units take the quantised initializer), else "graph input" or the op type of the node computing
+    it ("ConstantOfShape node")."""
+    origin = {vi.name: "graph input" for vi in graph.input}
+    origin.update((t, "") for t in init_names)
+    for n in graph.node:
+        held = n.op_type == "Constant" or (n.op_type == "DequantizeLinear" and origin.get(n.input[0]) == "")
+        origin.update((o, "" if held else f"{n.op_type} node") for o in n.output if o)
+    return origin
 
 
 def _strip_weights(onnx: Any, graph: Any, initializers: Mapping[str, tuple[OnnxTensor, str | None]]) -> None:
