@@ -136,24 +136,18 @@ def test_bad_static_in_a_list_file_names_the_rule():
     assert err.value.obj == "npu.toml.rule[1].static" and "input positions" in err.value.message
 
 
-def test_bad_static_exits_2_naming_the_place(tmp_path, capsys):
+@pytest.mark.parametrize("supports, where, says", [
+    ('"nope"', "device[1].supports", "unknown op-support list 'nope'"),
+    ('[{ op = "Relu", static = ["x"] }]', "device[1].supports[0].static", "input positions"),
+])
+def test_bad_supports_exits_2_naming_the_place(tmp_path, capsys, supports, where, says):
     plat = tmp_path / "soc.toml"
-    plat.write_text(SOC.format(supports='[{ op = "Relu", static = ["x"] }]', invoke=0, sync=0))
+    plat.write_text(SOC.format(supports=supports, invoke=0, sync=0))
     prog = tmp_path / "g.tg"
     prog.write_text(PROGRAM)
     assert main(["compile", str(prog), "--platform", str(plat), "-q"]) == 2
     err = capsys.readouterr().err
-    assert "device[1].supports[0].static" in err and "input positions" in err and "Traceback" not in err
-
-
-def test_bad_supports_name_exits_2_naming_it(tmp_path, capsys):
-    plat = tmp_path / "soc.toml"
-    plat.write_text(SOC.format(supports='"nope"', invoke=0, sync=0))
-    prog = tmp_path / "g.tg"
-    prog.write_text(PROGRAM)
-    assert main(["compile", str(prog), "--platform", str(plat), "-q"]) == 2
-    err = capsys.readouterr().err
-    assert "device[1].supports" in err and "unknown op-support list 'nope'" in err and "Traceback" not in err
+    assert where in err and says in err and "Traceback" not in err
 
 
 def test_sync_us_needs_shared_memory():
