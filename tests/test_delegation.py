@@ -48,6 +48,21 @@ def test_dla_list_checks_attribute_bounds_and_values():
     assert "not in the tensorrt-dla list" in dla.why_not(_node("Gelu"))
 
 
+def test_dla_list_checks_deconvolution_comparison_and_resize():
+    dla = _list("tensorrt-dla")
+    assert dla.why_not(_node("ConvTranspose", kernel_shape=(2, 2), strides=(2, 2))) is None
+    assert "group in [1]" in dla.why_not(_node("ConvTranspose", kernel_shape=(2, 2), group=2))
+    assert "dilations <= 1" in dla.why_not(_node("ConvTranspose", kernel_shape=(2, 2), dilations=(2, 2)))
+    assert dla.why_not(_node("Equal", "bool", ("i8", "i8"))) is None
+    assert "inputs of i8" in dla.why_not(_node("Equal", "bool", ("f16", "f16")))
+    assert dla.why_not(_node("Resize", mode="nearest")) is None
+    assert dla.why_not(_node("Resize", mode="linear")) is None  # ONNX's default: half_pixel
+    assert dla.why_not(_node("Resize", mode="linear", coordinate_transformation_mode="half_pixel")) is None
+    assert "mode in ['nearest']" in dla.why_not(_node("Resize", mode="linear",
+                                                      coordinate_transformation_mode="align_corners"))
+    assert dla.why_not(_node("Resize", mode="cubic")) is not None
+
+
 def test_lists_check_dtypes_of_outputs_and_inputs():
     dla, qnn = _list("tensorrt-dla"), _list("qnn-htp")
     assert dla.why_not(_node("Relu", "i8", ("i8",))) is None
