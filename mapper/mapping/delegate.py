@@ -9,8 +9,8 @@ Inference on Heterogeneous Mobile Processors", MobiSys 2022). One
 accelerator takes every partition, as a runtime session binds one EP or one
 DLA core.
 
-``mapped`` lets the mapper choose with the same costs: from the better of the
-greedy placement and HEFT's, a first-improvement local search moves whole
+``mapped`` lets the mapper choose with the same costs: from the best of the
+greedy placement, HEFT's and each processor alone, a first-improvement local search moves whole
 delegated subgraphs and single tasks between devices while the schedule,
 timed by :func:`mapper.engine.schedule.build_schedule` with its invocation
 and hand-over costs, improves. Without deadlines, better is a shorter
@@ -119,6 +119,13 @@ class DelegateMappedMapper(Mapper):
         starts = [(timed(cost, greedy, options, order), order)
                   for order in dict.fromkeys((tuple(cost.graph.topo_order), ranked, due_order(cost)))]
         starts.append((HeftMapper().map(cost, options).schedule, ranked))
+        topo = tuple(cost.graph.topo_order)
+        for d in range(cost.n_devices):  # and each processor alone: mapped is never worse than the best one
+            if all(d in cost.feasible_devices(t) for t in topo):
+                try:
+                    starts.append((timed(cost, [d] * cost.n_tasks, options, topo), topo))
+                except InfeasibleError:  # a capacity the whole model breaks there
+                    pass
         best, prio = min(starts, key=lambda sp: quality(sp[0]))
         device = list(best.device_of)
         count = 0
@@ -141,7 +148,8 @@ class DelegateMappedMapper(Mapper):
                 if count >= budget:
                     break
         notes = (summary(best),
-                 f"delegation: local search from the best of greedy (three task orders) and HEFT, "
+                 f"delegation: local search from the best of greedy (three task orders), HEFT and each "
+                 f"processor alone, "
                  f"{count} schedules timed")
         return heuristic_result(self.name, best, options, started, notes)
 
