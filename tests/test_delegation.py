@@ -275,10 +275,10 @@ def probe_model(path):
     return path
 
 
-def bn_model(path, computed: bool):
+def bn_model(path, params: str):
     """conv -> bn -> relu (onnx.helper); the BatchNormalization's scale, bias, mean and variance
-    are initializers, or (``computed``) ConstantOfShape outputs, as in the onnx package's light
-    DenseNet-121 and ShuffleNet."""
+    are initializers, Constant nodes' outputs, or ConstantOfShape outputs (as in the onnx
+    package's light DenseNet-121 and ShuffleNet): ``params``."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -286,10 +286,13 @@ def bn_model(path, computed: bool):
     inits = [numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
     for p in ("scale", "bias", "mean", "var"):
-        if computed:
+        if params == "ConstantOfShape":
             inits.append(numpy_helper.from_array(np.array([8], np.int64), f"{p}_shape"))
             nodes.append(helper.make_node("ConstantOfShape", [f"{p}_shape"], [p], name=f"make_{p}",
                                           value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])))
+        elif params == "Constant":
+            nodes.append(helper.make_node("Constant", [], [p], name=f"make_{p}",
+                                          value=numpy_helper.from_array(np.ones(8, np.float32), p)))
         else:
             inits.append(numpy_helper.from_array(np.ones(8, np.float32), p))
     nodes += [helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"], name="bn"),
@@ -300,14 +303,16 @@ def bn_model(path, computed: bool):
     return path
 
 
-@pytest.mark.parametrize("computed", [False, True])
-def test_bn_with_computed_parameters_falls_back(tmp_path, computed):
+@pytest.mark.parametrize("params", ["initializer", "Constant", "ConstantOfShape"])
+def test_bn_with_computed_parameters_falls_back(tmp_path, params):
+    """ONNX Runtime makes Constant nodes initializers when it loads a model; a ConstantOfShape
+    stays a node, and QNN's BatchNormalization builder refuses its output."""
     out = tmp_path / "out.json"
-    model = bn_model(tmp_path / "bn.onnx", computed)
+    model = bn_model(tmp_path / "bn.onnx", params)
     assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
                  "-q"]) == 0
     dl = json.loads(out.read_text())["delegation"]
-    if not computed:
+    if params != "ConstantOfShape":
         assert dl["fallbacks"] == [] and [s["device"] for s in dl["subgraphs"]] == ["hexagon"]
         return
     # the BatchNormalization alone leaves the NPU: fusion stops at it, so conv and relu stay delegated
