@@ -394,7 +394,15 @@ def _qnn_partitions(ort, onnx, model, ctx):
     return sum(1 for n in nodes if n.op_type == "EPContext"), left
 
 
-@pytest.mark.parametrize("name", [p.stem for p in sorted(LIGHT.glob("light_*.onnx"))])
+#: Inception v2: both sides leave the same 56 BatchNormalizations to the CPU, but ONNX Runtime
+#: groups the NPU's nodes into 29 partitions, merging parallel branches that no CPU node separates,
+#: where mapper's runs (a task joins the run of one of its predecessors) count 82.
+ORACLE_DIFFERS = {"light_inception_v2": "QNN merges parallel branches into one partition (29 against 82)"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(p.stem, marks=pytest.mark.xfail(reason=ORACLE_DIFFERS[p.stem]))
+                                  if p.stem in ORACLE_DIFFERS else p.stem
+                                  for p in sorted(LIGHT.glob("light_*.onnx"))])
 def test_greedy_partitions_match_onnxruntime_qnn(name, tmp_path):
     """The onnxruntime-qnn wheel (``pip install onnxruntime-qnn``) prepares the HTP context offline
     on x86-64 Linux; minutes per model on two cores. DenseNet-121's and ShuffleNet's
