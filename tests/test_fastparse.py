@@ -152,3 +152,19 @@ def test_a_large_explicit_cost_compile_does_not_import_lark(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_fast_node_builders_make_the_dataclasses_objects():
+    """mapper.frontend.nodes builds nodes equal to (same hash, repr, fields) the dataclasses' own."""
+    from mapper.errors import SourceSpan
+    from mapper.frontend import nodes as N
+    from mapper.frontend import syntax as S
+
+    sp = SourceSpan("f.tg", 3, 4, 9)
+    for make, cls, args in ((N.span, SourceSpan, ("f.tg", 3, 4, None)), (N.num, S.Num, (2.5, sp)),
+                            (N.measure, S.Measure, ("gpu", S.Num(1, sp), "ms", sp, None)),
+                            (N.name, S.Name, ("t1", (), sp))):
+        built, ref = make(*args), cls(*args)
+        assert type(built) is cls and built == ref and hash(built) == hash(ref) and repr(built) == repr(ref)
+    with pytest.raises(TypeError):
+        N.span("f.tg", 1)  # every field is given

@@ -283,3 +283,17 @@ def test_lowering_leaves_no_cycle_holding_the_syntax_tree():
     finally:
         gc.enable()
     assert graph.tasks and left == []
+
+
+def test_literal_times_take_the_checked_path_when_out_of_range():
+    """A literal time is converted without the evaluator's calls only within its limits; outside
+    them (or with another unit) the evaluator gives the same message as before."""
+    from mapper.errors import SourceSpan
+    from mapper.frontend.lowering.values import literal_seconds
+    from mapper.frontend.syntax import Num
+
+    sp = SourceSpan("f.tg", 1, 1, None)
+    assert literal_seconds(Num(40, sp), "us") == 40 / 1e6
+    assert literal_seconds(Num(2, sp), None) == 2.0 and literal_seconds(Num(0, sp), "ms") == 0.0
+    for value, unit in ((1e-20, "s"), (1e13, None), (-1.0, "ms"), (3.0, "min"), (float("nan"), None)):
+        assert literal_seconds(Num(value, sp), unit) is None

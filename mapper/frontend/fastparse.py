@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from mapper.errors import SourceSpan
+from mapper.frontend import nodes as N
 from mapper.frontend import syntax as S
 from mapper.frontend.syntax import KEYWORDS
 
@@ -144,13 +145,15 @@ class _Reader:
         inner, base = m.group(2), m.start(2) + 1
         items: list[S.Measure] = []
         pos = 0
-        span = SourceSpan
+        span, num_, measure = N.span, N.num, N.measure
         file, word = self.file, self.word
         for it in _ITEM.finditer(inner):
-            if it.start() != pos or it.end() == it.start():
+            start, end = it.span()
+            if start != pos or end == start:
                 return None
-            pos = it.end()
-            key, num, unit = word(it.group(1)), it.group(2), it.group(3)
+            pos = end
+            key, num, unit = it.groups()
+            key = word(key)
             if key in KEYWORDS or unit in KEYWORDS:
                 return None
             kc, nc = base + it.start(1), base + it.start(2)
@@ -162,9 +165,9 @@ class _Reader:
                 uc = base + it.start(3)
                 end = uc + len(unit)
                 unit_span = span(file, line, uc, end)
-            items.append(S.Measure(key, S.Num(value, span(file, line, nc, nc + len(num))), unit,
-                                   span(file, line, kc, end), unit_span))
-            if inner[it.end() - 1:it.end()] != ",":
+            items.append(measure(key, num_(value, span(file, line, nc, nc + len(num))), unit,
+                                 span(file, line, kc, end), unit_span))
+            if inner[pos - 1] != ",":
                 break
         if pos != len(inner.rstrip(" \t\f")) and pos != len(inner) or not items:
             return None
@@ -172,7 +175,7 @@ class _Reader:
         task_col = raw.index("task") + 1
         name_col = m.start(1) + 1
         cost_col = raw.index("cost", m.end(1)) + 1
-        name = S.Name(word(m.group(1)), (), span(file, line, name_col, name_col + len(m.group(1))))
+        name = N.name(word(m.group(1)), (), span(file, line, name_col, name_col + len(m.group(1))))
         cost = S.Cost(tuple(items), span(file, line, cost_col, close + 1))
         return S.TaskStmt(name, (cost,), span(file, line, task_col, close + 1))
 
@@ -249,10 +252,10 @@ class _Reader:
             return None
         if unit in KEYWORDS:
             return None
-        file, span = self.file, SourceSpan
+        file, span, name = self.file, N.span, N.name
         ac, bc = m.start(1) + 1, m.start(2) + 1
-        src = S.Name(a, (), span(file, line, ac, ac + len(a)))
-        dst = S.Name(b, (), span(file, line, bc, bc + len(b)))
+        src = name(a, (), span(file, line, ac, ac + len(a)))
+        dst = name(b, (), span(file, line, bc, bc + len(b)))
         last = m.end(5) if unit is not None else m.end(4) if num is not None else m.end(2)
         whole = span(file, line, ac, last + 1)
         if kind is None:
@@ -261,7 +264,7 @@ class _Reader:
         nc = m.start(4) + 1
         value: int | float = float(num) if ("." in num or "e" in num or "E" in num) else int(num)
         unit_span = span(file, line, m.start(5) + 1, m.end(5) + 1) if unit is not None else None
-        return S.EdgeStmt(src, dst, kind, S.Num(value, span(file, line, nc, nc + len(num))), unit, whole, unit_span)
+        return S.EdgeStmt(src, dst, kind, N.num(value, span(file, line, nc, nc + len(num))), unit, whole, unit_span)
 
     def edge(self, toks: list[tuple[str, str, int]], line: int) -> S.EdgeStmt:
         # NAME -> NAME [(comm | bytes) NUM [UNIT]]

@@ -11,13 +11,12 @@ from mapper.errors import SourceSpan
 from mapper.frontend import syntax as S
 from mapper.frontend.lowering.values import (
     BYTE_UNITS,
-    MAX_SECONDS,
     MAX_WORK,
-    MIN_SECONDS,
     TIME_UNITS,
     ErrorAt,
     Evaluator,
     hint,
+    literal_seconds,
 )
 
 _WORK_KEYS = ("flops", "bytes", "bytes_read", "bytes_written")
@@ -132,9 +131,9 @@ class Annotator:
             if m.key in got:
                 raise self.err(f"device '{m.key}' is given twice", m.span)
             value = m.value
-            if m.unit is None and isinstance(value, S.Num) and (value.value == 0 or
-                                                                MIN_SECONDS <= value.value <= MAX_SECONDS):
-                got[m.key] = float(value.value)  # a plain number of seconds (the common case, checked as below)
+            seconds = literal_seconds(value, m.unit)
+            if seconds is not None:
+                got[m.key] = seconds
                 continue
             t = self.ev.number(value, values, "a time")
             seconds = self.ev.unit(t, m.unit, m.unit_span, TIME_UNITS, "time")

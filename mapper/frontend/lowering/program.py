@@ -33,6 +33,7 @@ from mapper.frontend.lowering.values import (
     check_elements,
     check_overrides,
     hint,
+    literal_seconds,
 )
 from mapper.frontend.parse import parse
 
@@ -554,6 +555,8 @@ class _Lowerer:
         size, comm = 0.0, None
         if st.value is None:  # a plain edge
             pass
+        elif st.kind == "comm" and (comm := literal_seconds(st.value, st.unit)) is not None:
+            pass  # a literal time (the common case): checked as below
         elif st.kind == "comm":
             comm = self.ev.unit(self.ev.number(st.value, scope.values, "comm"), st.unit, st.unit_span,
                                 TIME_UNITS, "time")

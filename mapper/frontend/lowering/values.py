@@ -34,6 +34,23 @@ BYTE_UNITS: dict[str, float] = {
 }
 
 
+def literal_seconds(value: S.Expr, unit: str | None) -> float | None:
+    """Seconds of a literal time ``value unit`` within the limits, the same float as
+    :meth:`Evaluator.number`, :meth:`Evaluator.unit` and :meth:`Evaluator.time` give; None for
+    anything else (an expression, another unit, out of range), which those then check, with
+    the message. The common case of a huge explicit-cost program, without their calls."""
+    if not isinstance(value, S.Num):
+        return None
+    if unit is None:
+        seconds = float(value.value)
+    else:
+        scale = TIME_UNITS.get(unit)
+        if scale is None:
+            return None
+        seconds = float(value.value) / scale
+    return seconds if seconds == 0 or MIN_SECONDS <= seconds <= MAX_SECONDS else None
+
+
 class ErrorAt(Protocol):
     """Makes the :class:`DslError` of a construct: message, span and an optional hint."""
 
