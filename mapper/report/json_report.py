@@ -40,7 +40,7 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
     plat = sched.cost.platform
     dev = plat.devices
     link_names = [f"{lk.src}->{lk.dst}" for lk in plat.links]
-    r = round_sig
+    r = _Rounded().__getitem__  # a task's end is often a transfer's start, and most sizes are 0
     tasks = [
         {
             "name": graph.tasks[s.task].name,
@@ -112,6 +112,14 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
         **({"inference": _rounded(inference)} if inference is not None else {}),
         **({"apps": _rounded(apps)} if apps is not None else {}),
     }
+
+
+class _Rounded(dict):
+    """:func:`round_sig` of each number, each distinct number rounded once."""
+
+    def __missing__(self, x: float) -> float | None:
+        self[x] = out = round_sig(x)
+        return out
 
 
 def _rounded(value):

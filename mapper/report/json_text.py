@@ -20,6 +20,7 @@ _SCALARS = (str, int, float, bool, type(None))
 _FLAT = frozenset(_SCALARS)
 _KEYS = frozenset((str,))
 _EMPTY = frozenset((list, dict))
+_FLAT_OR_EMPTY = _FLAT | _EMPTY
 _INDENT = "  "
 #: Containers this deep or less are streamed member by member (a report's task and transfer lists are at 1).
 STREAM_DEPTH = 2
@@ -101,8 +102,10 @@ def _members(obj: dict | list | tuple, depth: int, runs: _Runs) -> Iterator[tupl
 def _flat(values: Any) -> bool:
     """Whether ``values`` are scalars or empty lists and dicts, which the C encoder writes as the
     indented encoder does (``[]``, ``{}``)."""
-    return _FLAT.issuperset(map(type, values)) or all(
-        type(v) in _FLAT or (type(v) in _EMPTY and not v) for v in values)
+    types = set(map(type, values))
+    if types <= _FLAT:
+        return True
+    return types <= _FLAT_OR_EMPTY and not any(v for v in values if type(v) in _EMPTY)  # a transfer's []
 
 
 def _brackets(obj: Any) -> str:
