@@ -297,3 +297,21 @@ def test_literal_times_take_the_checked_path_when_out_of_range():
     assert literal_seconds(Num(2, sp), None) == 2.0 and literal_seconds(Num(0, sp), "ms") == 0.0
     for value, unit in ((1e-20, "s"), (1e13, None), (-1.0, "ms"), (3.0, "min"), (float("nan"), None)):
         assert literal_seconds(Num(value, sp), unit) is None
+
+
+def test_only_the_command_line_freezes_the_heap(monkeypatch):
+    """mapper.core.heap: the Python API leaves a caller's heap alone; the one-shot command line freezes."""
+    import gc
+
+    from mapper.core import heap
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(heap, "_one_shot", [False])
+    heap.settle(heap.SETTLE_TASKS)
+    assert not frozen
+    heap.one_shot()
+    heap.settle(heap.SETTLE_TASKS - 1)
+    assert not frozen
+    heap.settle(heap.SETTLE_TASKS)
+    assert frozen == [True]

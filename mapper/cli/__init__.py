@@ -20,6 +20,7 @@ from typing import Any
 
 from mapper import __version__
 from mapper.core.files import recording
+from mapper.core.heap import one_shot
 from mapper.core.progress import Progress, StatusLine, erase_status
 from mapper.core.terminal import EscapingStream
 from mapper.costing.fusion import FUSE_MODES
@@ -208,6 +209,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error ends as a message and an exit code (docs/architecture.md)."""
+    one_shot()  # a huge graph's heap may be frozen (mapper.core.heap)
     stdout, stderr = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = EscapingStream(stdout), EscapingStream(stderr)
     previous = signal.getsignal(signal.SIGTERM)

@@ -7,7 +7,9 @@ a large share of a compile. :func:`settle` moves the objects alive after a stage
 to the permanent generation (:func:`gc.freeze`, the remedy the CPython docs give
 for large long-lived heaps, ``gc`` module documentation): later collections walk
 only what the later stages allocate. The frozen objects are still freed by
-reference counting; only cycles among them outlive their use.
+reference counting; only cycles among them outlive their use, so only a
+one-shot process freezes: the command line turns it on (:func:`one_shot`); the
+Python API leaves its caller's heap to the collector.
 """
 
 from __future__ import annotations
@@ -16,9 +18,16 @@ import gc
 
 #: Graphs of at least this many tasks freeze their heap after each stage.
 SETTLE_TASKS = 10_000
+_one_shot = [False]
+
+
+def one_shot() -> None:
+    """Let :func:`settle` freeze: this process runs one command and exits (the command line)."""
+    _one_shot[0] = True
 
 
 def settle(n_tasks: int) -> None:
-    """Freeze the heap when a graph of ``n_tasks`` is large (module docstring)."""
-    if n_tasks >= SETTLE_TASKS:
+    """Freeze the heap when a graph of ``n_tasks`` is large and the process is one-shot (module
+    docstring)."""
+    if _one_shot[0] and n_tasks >= SETTLE_TASKS:
         gc.freeze()
