@@ -162,9 +162,6 @@ def _keys(ix: Index, tensor: str, groups: int) -> tuple[str, int, list[OnnxNode]
 
 def rotary_attention(ix: Index, soft: OnnxNode) -> Match | None:
     """A decoder layer's attention from its projections to its output projection (module docstring)."""
-    rank = len(ix.g.tensors[soft.inputs[0]].shape)
-    if rank != 4 or int(soft.attrs.get("axis", -1)) % rank != 3:
-        return None
     scored = score_inputs(ix, soft)
     if scored is None:
         return None

@@ -317,8 +317,12 @@ def nan_guarded(ix: Index, soft: OnnxNode) -> tuple[str, list[OnnxNode]]:
 
 
 def score_inputs(ix: Index, soft: OnnxNode) -> tuple[OnnxNode, str | None, list[OnnxNode]] | None:
-    """The ``Q K^T`` MatMul before ``soft``, the additive mask (or None) and the mask and scale
-    nodes between them (as exported: (QK^T / sqrt(dh)) + mask), or None."""
+    """The ``Q K^T`` MatMul before ``soft`` (a softmax over the last axis of 4-D scores), the
+    additive mask (or None) and the mask and scale nodes between them (as exported:
+    (QK^T / sqrt(dh)) + mask), or None."""
+    rank = len(ix.g.tensors[soft.inputs[0]].shape)
+    if rank != 4 or int(soft.attrs.get("axis", -1)) % rank != 3:
+        return None
     nodes: list[OnnxNode] = []
     t = soft.inputs[0]
     mask = None
@@ -342,9 +346,6 @@ def score_inputs(ix: Index, soft: OnnxNode) -> tuple[OnnxNode, str | None, list[
 
 def _attention(ix: Index, soft: OnnxNode) -> Match | None:
     """softmax(Q K^T [* or / scale] [+ mask]) V over heads, back to [B, S, D]."""
-    rank = len(ix.g.tensors[soft.inputs[0]].shape)
-    if rank != 4 or int(soft.attrs.get("axis", -1)) % rank != 3:
-        return None
     scored = score_inputs(ix, soft)
     if scored is None:
         return None
