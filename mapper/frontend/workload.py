@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mapper.core.graph import Edge, Operand, Task, TaskGraph, TensorType
@@ -89,6 +90,18 @@ def read_workload(path: str) -> tuple[App, ...]:
         label = stem if all(a.label != stem for a in apps) else f"{stem}_{i}"
         apps.append(App(file, times[0], times[1], label, os.path.join(base, file)))
     return tuple(apps)
+
+
+def app_tasks(graph: TaskGraph, apps: Sequence[App]) -> list[list[int]]:
+    """The tasks of each of ``apps`` in the graph :func:`merge` made (named ``label.task``; a task
+    goes to the longest label it starts with, so model ``a`` does not take model ``a.b``'s tasks)."""
+    out: list[list[int]] = [[] for _ in apps]
+    by_length = sorted(range(len(apps)), key=lambda j: -len(apps[j].label))
+    for t in graph.tasks:
+        j = next((j for j in by_length if t.name.startswith(apps[j].label + ".")), None)
+        if j is not None:
+            out[j].append(t.index)
+    return out
 
 
 def merge(graphs: list[tuple[str, TaskGraph]], name: str, slos: list[float] | None = None) -> TaskGraph:

@@ -14,24 +14,20 @@ from __future__ import annotations
 import math
 
 from mapper.engine.schedule import Schedule
-from mapper.frontend.workload import App
-
-
-def _of(schedule: Schedule, app: App) -> list[int]:
-    prefix = app.label + "."
-    return [t.index for t in schedule.cost.graph.tasks if t.name.startswith(prefix)]
+from mapper.frontend.workload import App, app_tasks
 
 
 def latencies(schedule: Schedule, apps: tuple[App, ...]) -> list[float]:
     """Each model's latency: its last task's end, all models released together."""
-    return [max((schedule.slots[t].end for t in _of(schedule, app)), default=0.0) for app in apps]
+    return [max((schedule.slots[t].end for t in tasks), default=0.0)
+            for tasks in app_tasks(schedule.cost.graph, apps)]
 
 
 def device_loads(schedule: Schedule, apps: tuple[App, ...]) -> list[float]:
     """``U_d`` of every device (the module docstring)."""
     load = [0.0] * schedule.cost.n_devices
-    for app in apps:
-        for t in _of(schedule, app):
+    for app, tasks in zip(apps, app_tasks(schedule.cost.graph, apps)):
+        for t in tasks:
             sl = schedule.slots[t]
             load[sl.device] += (sl.end - sl.start) / app.period
     return load
@@ -41,8 +37,7 @@ def apps_json(schedule: Schedule, apps: tuple[App, ...]) -> dict:
     """``{"models": [{name, file, period_ms, slo_ms, latency, slo_met, misses}], "loads": {device: U}}``."""
     loads = device_loads(schedule, apps)
     models = []
-    for app in apps:
-        tasks = _of(schedule, app)
+    for app, tasks in zip(apps, app_tasks(schedule.cost.graph, apps)):
         latency = max((schedule.slots[t].end for t in tasks), default=0.0)
         overloaded = any(loads[schedule.slots[t].device] > 1.0 for t in tasks)
         requests = math.ceil(1.0 / app.period - 1e-9)

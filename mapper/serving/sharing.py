@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from mapper.core.graph import Placement, TaskGraph
 from mapper.costing.cost import CostTable
 from mapper.errors import InfeasibleError
-from mapper.frontend.workload import App
+from mapper.frontend.workload import App, app_tasks
 from mapper.mapping.exact.solver import Problem, Terms, Var, level, run
 from mapper.platform.devices import Device, Platform
 
@@ -88,21 +88,9 @@ def slice_devices(platform: Platform) -> tuple[int, ...]:
     return tuple(d.index for d in devs if d.kind == "gpu")
 
 
-def job_tasks(graph: TaskGraph, apps: Sequence[App]) -> list[list[int]]:
-    """The tasks of each job in the merged graph (named ``label.task``; a task goes to the longest
-    label it starts with, so job ``a`` does not take job ``a.b``'s tasks)."""
-    out: list[list[int]] = [[] for _ in apps]
-    by_length = sorted(range(len(apps)), key=lambda j: -len(apps[j].label))
-    for t in graph.tasks:
-        j = next((j for j in by_length if t.name.startswith(apps[j].label + ".")), None)
-        if j is not None:
-            out[j].append(t.index)
-    return out
-
-
 def problem(cost: CostTable, apps: Sequence[App], slices: Sequence[int]) -> Jobs:
     """The placement problem of ``apps`` on devices ``slices`` from the merged graph's costs."""
-    members = job_tasks(cost.graph, apps)
+    members = app_tasks(cost.graph, apps)
     times = tuple(tuple(sum(cost.time[t][d] for t in ts) for d in slices) for ts in members)
     memory = tuple(sum(cost.footprint[t] for t in ts) for ts in members)
     return Jobs(tuple(1.0 / a.period for a in apps), times, memory,
@@ -269,7 +257,7 @@ def plan_on_slices(graph: TaskGraph, platform: Platform, apps: Sequence[App], fu
 def pin_jobs(graph: TaskGraph, apps: Sequence[App], plan: SharePlan, names: Sequence[str]) -> TaskGraph:
     """``graph`` (the merged jobs) with each job's tasks allowed on its slice only."""
     where: dict[int, str] = {}
-    for j, ts in enumerate(job_tasks(graph, apps)):
+    for j, ts in enumerate(app_tasks(graph, apps)):
         for t in ts:
             where[t] = names[plan.assign[j]]
     tasks = tuple(replace(t, placement=Placement(allow=(where[t.index],))) if t.index in where else t
