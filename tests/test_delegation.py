@@ -58,8 +58,8 @@ def test_dla_list_checks_deconvolution_comparison_and_resize():
     assert dla.why_not(_node("Resize", mode="nearest")) is None
     assert dla.why_not(_node("Resize", mode="linear")) is None  # ONNX's default: half_pixel
     assert dla.why_not(_node("Resize", mode="linear", coordinate_transformation_mode="half_pixel")) is None
-    assert "mode in ['nearest']" in dla.why_not(_node("Resize", mode="linear",
-                                                      coordinate_transformation_mode="align_corners"))
+    assert "coordinate_transformation_mode in ['half_pixel']" in dla.why_not(
+        _node("Resize", mode="linear", coordinate_transformation_mode="align_corners"))
     assert dla.why_not(_node("Resize", mode="cubic")) is not None
 
 
@@ -319,7 +319,8 @@ def test_bn_with_computed_parameters_falls_back(tmp_path, params):
     assert dl["subgraphs"] == [{"device": "hexagon", "tasks": ["conv"]}, {"device": "hexagon", "tasks": ["relu"]}]
     assert dl["fallbacks"] == [{"task": "bn", "op": "BatchNormalization", "device": "hexagon",
                                 "reason": "BatchNormalization needs input 1 as an initializer in the model file, "
-                                          "the node's comes from a ConstantOfShape node (qnn-htp list)"}]
+                                          "the node's comes from a ConstantOfShape node (qnn-htp list: fp16 supported "
+                                          "since 1.18.0)"}]
 
 
 def test_static_rule_reads_where_inputs_come_from():
@@ -328,7 +329,7 @@ def test_static_rule_reads_where_inputs_come_from():
     assert qnn.why_not(held) is None
     fed = replace(held, computed=((0, "Conv node"), (4, "graph input")))
     assert qnn.why_not(fed) == ("BatchNormalization needs input 4 as an initializer in the model file, the node's "
-                                "comes from a graph input (qnn-htp list)")
+                                "comes from a graph input (qnn-htp list: fp16 supported since 1.18.0)")
     assert qnn.why_not(replace(held, computed=((0, "Conv node"),))) is None  # the data input may be computed
 
 

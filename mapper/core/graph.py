@@ -150,8 +150,8 @@ class SourceNode:
     (sorted; values as ints, floats, strings or tuples of them), the dtypes of its
     inputs and first output, and which of its inputs the model file computes at run
     time rather than holds as initializers (even where mapper folds them into
-    constants), so a device's op-support list can decide per node
-    (mapper.platform.support)."""
+    constants), its inputs' shapes and the values of its small constant inputs, so a
+    device's op-support list can decide per node (mapper.platform.support)."""
 
     name: str
     op: str
@@ -161,6 +161,8 @@ class SourceNode:
     # (ONNX input position, what computes it: "ConstantOfShape node", "graph input", ...) for each
     # input that is no initializer (nor Constant node) in the model file
     computed: tuple[tuple[int, str], ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()  # shapes of the node's inputs, as ``inputs``; (): not known
+    values: tuple[tuple[int, tuple[float, ...]], ...] = ()  # (ONNX input position, elements) of small constants
 
     def attr(self, key: str, default: Any = None) -> Any:
         return attr_of(self.attrs, key, default)

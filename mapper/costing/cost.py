@@ -314,7 +314,8 @@ def refusal(task: Task, dev: Device) -> str | None:
         op = str(part.attr("kind", "")) if part.op == "opaque" else DSL_ONNX.get(part.op, "")
         if not op:
             return f"{part.op} has no ONNX op type to look up in the {dev.supports.name} list"
-        nodes.append(SourceNode(part.name, op, (), tuple(o.type.dtype for o in part.operands), part.dtype))
+        nodes.append(SourceNode(part.name, op, (), tuple(o.type.dtype for o in part.operands), part.dtype,
+                                shapes=tuple(o.type.shape for o in part.operands)))
     for node in nodes:
         why = dev.supports.why_not(_as_run(node, dev))
         if why is not None:

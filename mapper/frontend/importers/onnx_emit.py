@@ -46,13 +46,25 @@ def _attr_value(v: Any) -> Any:
     return None
 
 
+#: Constant inputs up to this many elements keep their values for op-support lists (scales, steps, axes).
+SUPPORT_VALUES = 16
+
+
 def source_node(g: OnnxGraph, n: OnnxNode) -> SourceNode:
-    """What a task keeps of ONNX node ``n``: name, op type, plain attributes, dtypes, and
-    which inputs the file computes rather than holds."""
+    """What a task keeps of ONNX node ``n``: name, op type, plain attributes, dtypes, which
+    inputs the file computes rather than holds, input shapes and small constant inputs' values."""
     attrs = tuple(sorted((k, v) for k, v in ((k, _attr_value(raw)) for k, raw in n.attrs.items()) if v is not None))
     dtypes = tuple(g.tensors[i].dtype for i in n.inputs if i in g.tensors)
     out = g.tensors[n.outputs[0]].dtype if n.outputs and n.outputs[0] in g.tensors else "f32"
-    return SourceNode(n.name, n.op, attrs, dtypes, out, n.computed)
+    shapes = tuple(g.tensors[i].shape for i in n.inputs if i in g.tensors)
+    values = []
+    for j, i in zip(n.positions, n.inputs, strict=False):
+        t = g.tensors.get(i)
+        if t is not None and t.const and math.prod(t.shape) <= SUPPORT_VALUES:
+            v = g.value(i, SUPPORT_VALUES)
+            if v is not None:
+                values.append((j, tuple(float(x) for x in v.reshape(-1).tolist())))
+    return SourceNode(n.name, n.op, attrs, dtypes, out, n.computed, shapes, tuple(values))
 
 
 class Emitter:

@@ -71,6 +71,7 @@ class OnnxNode:
     # (input position, what computes it) for each input that is no initializer (nor Constant
     # node's output) in the file as written, folded by mapper or not
     computed: tuple[tuple[int, str], ...] = ()
+    positions: tuple[int, ...] = ()  # each of ``inputs``' position among the node's ONNX inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,8 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
         kept = [(j, o) for j, o in enumerate(n.output) if o and o in used]
         computed = tuple((j, origin.get(i, "node")) for j, i in enumerate(n.input) if i and origin.get(i) != "")
         nodes.append(OnnxNode(name, n.op_type, inputs, tuple(o for _, o in kept), attrs, folded,
-                              tuple(j for j, _ in kept), len(n.output), computed))
+                              tuple(j for j, _ in kept), len(n.output), computed,
+                              tuple(j for j, i in enumerate(n.input) if i)))
         for o in nodes[-1].outputs:
             dtype, shape = shape_of(o, f"output of {n.op_type} node '{name}'")
             value = None
