@@ -77,6 +77,55 @@ def resnet50_macs() -> int:
     return macs + 2048 * 1000  # fc
 
 
+# (bottleneck width, blocks, first stride) of ResNeXt-50 32x4d's four stages (Xie et al., Table 1)
+RESNEXT_STAGES = ((128, 3, 1), (256, 4, 2), (512, 6, 2), (1024, 3, 2))
+
+
+def retinanet_macs(img: int = 800, classes: int = 264, anchors: int = 9) -> tuple[int, int]:
+    """Conv multiply-accumulates and declared weights of RetinaNet (ResNeXt-50 32x4d FPN, P3-P7, the
+    heads computed on each level), from the layer tables of Lin et al. and Xie et al."""
+    macs = weights = 0
+
+    def conv(cin: int, cout: int, k: int, hw: int, groups: int = 1) -> None:
+        nonlocal macs, weights
+        macs += cout * (cin // groups) * k * k * hw * hw
+        weights += cout * (cin // groups) * k * k
+
+    conv(3, 64, 7, img // 2)
+    hw_in, cin, side = img // 4, 64, []
+    for i, (w, blocks, stride) in enumerate(RESNEXT_STAGES):
+        c, hw = 256 * 2**i, hw_in // stride
+        for b in range(blocks):
+            conv(cin if b == 0 else c, w, 1, hw_in if b == 0 else hw)
+            conv(w, w, 3, hw, 32)
+            conv(w, c, 1, hw)
+            if b == 0:
+                conv(cin, c, 1, hw)
+        side.append(hw)
+        cin, hw_in = c, hw
+    for c, hw in zip((512, 1024, 2048), side[1:], strict=True):  # laterals and 3x3 outputs on C3..C5
+        conv(c, 256, 1, hw)
+        conv(256, 256, 3, hw)
+    p6 = (side[3] + 1) // 2
+    conv(256, 256, 3, p6)
+    conv(256, 256, 3, (p6 + 1) // 2)
+    for hw in (*side[1:], p6, (p6 + 1) // 2):
+        for cout in (anchors * classes, anchors * 4):
+            for _ in range(4):
+                conv(256, 256, 3, hw)
+            conv(256, cout, 3, hw)
+    return macs, weights
+
+
+def test_retinanet_matches_its_layer_tables():
+    g = load("retinanet")
+    macs, weights = retinanet_macs()
+    assert flops_of(g, "conv2d") == 2 * macs and weight_elements(g) == weights
+    assert macs == pytest.approx(201.2e9, rel=1e-3)  # the header's figure
+    outs = [g.tasks[g.task_index(o)].output for o in g.outputs]
+    assert [o.shape for o in outs if o is not None][:2] == [(1, 2376, 100, 100), (1, 2376, 50, 50)]
+
+
 def test_resnet50_matches_published_macs():
     g = load("resnet50")
     assert ops(g) == Counter(conv2d=53, batchnorm=53, relu=49, add=17, maxpool=1, avgpool=1,
