@@ -126,6 +126,67 @@ def test_retinanet_matches_its_layer_tables():
     assert [o.shape for o in outs if o is not None][:2] == [(1, 2376, 100, 100), (1, 2376, 50, 50)]
 
 
+# MobileDet-EdgeTPU's blocks after its stem and Tucker C1 (tensorflow/models ssd_mobiledet_feature_extractor.py):
+# (kind, output channels, expansion, kernel, stride, residual)
+MOBILEDET_BLOCKS = (("fused", 16, 8, 3, 2, False), ("fused", 16, 4, 3, 1, True), ("fused", 16, 8, 3, 1, True),
+                    ("fused", 16, 4, 3, 1, True), ("fused", 40, 8, 5, 2, False), ("fused", 40, 4, 3, 1, True),
+                    ("fused", 40, 4, 3, 1, True), ("fused", 40, 4, 3, 1, True), ("ibn", 72, 8, 3, 2, False),
+                    ("ibn", 72, 8, 3, 1, True), ("fused", 72, 4, 3, 1, True), ("fused", 72, 4, 3, 1, True),
+                    ("ibn", 96, 8, 5, 1, False), ("ibn", 96, 8, 5, 1, True), ("ibn", 96, 8, 3, 1, True),
+                    ("ibn", 96, 8, 3, 1, True), ("ibn", 120, 8, 5, 2, False), ("ibn", 120, 8, 3, 1, True),
+                    ("ibn", 120, 4, 5, 1, True), ("ibn", 120, 8, 3, 1, True), ("ibn", 384, 8, 5, 1, False))
+
+
+def mobiledet_ssd_macs() -> tuple[int, int]:
+    """Conv multiply-accumulates and weights of SSDLite MobileDet-EdgeTPU at 320x320 from its block
+    list, feature-map layout (512, 256, 256, 128 after C5) and depthwise box predictor (3 anchors on
+    the first map, 6 on the others; 4 box codes, 91 class slots)."""
+    macs = weights = 0
+
+    def conv(cin: int, cout: int, k: int, hw: int, groups: int = 1) -> None:
+        nonlocal macs, weights
+        macs += cout * (cin // groups) * k * k * hw * hw
+        weights += cout * (cin // groups) * k * k
+
+    conv(3, 32, 3, 160)
+    conv(32, 8, 1, 160)
+    conv(8, 16, 3, 160)
+    conv(16, 16, 1, 160)
+    c, hw, maps = 16, 160, []
+    for i, (kind, cout, e, k, s, _res) in enumerate(MOBILEDET_BLOCKS):
+        out = (hw + s - 1) // s
+        if kind == "fused":
+            conv(c, c * e, k, out)
+        else:
+            conv(c, c * e, 1, hw)
+            conv(c * e, c * e, k, out, c * e)
+        conv(c * e, cout, 1, out)
+        c, hw = cout, out
+        if i in (15, 20):  # C4, C5
+            maps.append((c, hw))
+    for d in (512, 256, 256, 128):
+        out = (hw + 1) // 2
+        conv(c, d // 2, 1, hw)
+        conv(d // 2, d // 2, 3, out, d // 2)
+        conv(d // 2, d, 1, out)
+        c, hw = d, out
+        maps.append((c, hw))
+    for i, (ch, size) in enumerate(maps):
+        for slots in (4, 91):
+            conv(ch, ch, 3, size, ch)
+            conv(ch, (3 if i == 0 else 6) * slots, 1, size)
+    return macs, weights
+
+
+def test_mobiledet_ssd_matches_its_config():
+    g = load("mobiledet_ssd")
+    macs, weights = mobiledet_ssd_macs()
+    assert flops_of(g, "conv2d") == 2 * macs and weight_elements(g) == weights
+    assert macs == pytest.approx(1.53e9, rel=0.005)  # the config's "1.53B MulAdds"
+    outs = [g.tasks[g.task_index(o)].output for o in g.outputs]
+    assert [o.shape for o in outs if o is not None][-2:] == [(1, 24, 1, 1), (1, 546, 1, 1)]
+
+
 def test_resnet50_matches_published_macs():
     g = load("resnet50")
     assert ops(g) == Counter(conv2d=53, batchnorm=53, relu=49, add=17, maxpool=1, avgpool=1,
