@@ -99,9 +99,19 @@ def test_a_lag_of_one_step_delays_first_tokens_and_ends():
     assert _times(run) == [(2.0, 3.0), (3.0, 3.0)]
 
 
+def test_a_front_end_latency_moves_first_tokens_and_ends_not_the_steps_between():
+    """The scheduler sees each request 0.25 s after it arrives: the mixed schedule above shifted."""
+    reqs = [Arrival(0.0, 2, 3), Arrival(0.5, 2, 2)]
+    run = simulate(reqs, lambda b: 1.0, replace(BASE, front=0.25))
+    # A reaches the scheduler at 0.25: steps end at 1.25, 2.25, 3.25 (B, seen at 0.75, joins step 2)
+    assert _times(run) == [(1.25, 3.25), (2.25, 3.25)]
+    assert [s.arrival for s in run.served] == [0.0, 0.5]  # latencies count from the arrival
+
+
 def test_policies_default_to_what_trtllm_and_vllm_v1_do():
-    for rt in RUNTIMES.values():
-        assert (rt.mixed, rt.steps, rt.lag) == (True, 1, 0)
+    for name, rt in RUNTIMES.items():
+        assert (rt.mixed, rt.steps, rt.lag) == ((name != "sglang"), 1, 0)
+        assert rt.front == 0.0 or name == "sglang"
 
 
 def test_policies_serve_every_request_on_random_streams():
@@ -112,7 +122,8 @@ def test_policies_serve_every_request_on_random_streams():
         reserve = rng.random() < 0.5
         sched = Scheduler(rng.choice((80, 200, 1000)), rng.choice((1, 4, 16)), rng.randint(1, 8),
                           rng.randint(1, 64), reserve, window=rng.choice((0, 0, 24)), mixed=rng.random() < 0.5,
-                          steps=rng.randint(1, 4), lag=rng.randint(0, 2))
+                          steps=rng.randint(1, 4), lag=rng.randint(0, 2),
+                          front=rng.choice((0.0, 0.3)))
         run = simulate(reqs, lambda b: 0.01 + 0.001 * b.tokens, sched)
         for a, s in zip(reqs, run.served):
             assert a.arrival is not None and a.arrival <= s.admitted <= s.first <= s.done

@@ -56,8 +56,9 @@ def register(subparsers) -> None:
                         "h100, h200, b200, l4, l40s, a platform name or TOML path; PRICE dollars per GPU hour, "
                         "else the platform's price_per_hour")
     p.add_argument("--runtime", default="trtllm", metavar="NAME",
-                   help="trtllm (default), vllm, or eager (vllm without CUDA graphs: each kernel at least "
-                        "its framework ops' CPU dispatch): KV blocks, memory fraction, limits, scheduling")
+                   help="trtllm (default), vllm, sglang (v0.3.0: prefill-first steps, a front-end latency per "
+                        "request), or eager (vllm without CUDA graphs: each kernel at least its framework ops' CPU "
+                        "dispatch): KV blocks, memory fraction, limits, scheduling")
     p.add_argument("--precision", default=None, metavar="FMT",
                    help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
                         "nvfp4, int4_awq (4-bit AWQ weights, 16-bit GEMMs); the GPU needs a tensor rate for it")

@@ -126,7 +126,7 @@ def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Sl
     arrive = [r.arrival or 0.0 for r in requests]
     rp, rd = plan.prefill.replicas, plan.decode.replicas
     psched = Scheduler(pre_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
-                       pre.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag)
+                       pre.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front)
     prefilled: dict[int, Served] = {}
     runs_p = []
     for r in range(rp):

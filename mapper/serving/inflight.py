@@ -48,7 +48,10 @@ preparing inputs and returning outputs that the GPU waits for; a multi-step run 
 which is what multi-step scheduling is for: vLLM RFC "Multi-Step Scheduling", vllm-project/vllm
 issue 6854). A prompt's
 last chunk yields the request's first token (its time to first token is the step's end less
-its arrival); each decode one more; a request ends with its last output token.
+its arrival); each decode one more; a request ends with its last output token. A runtime's
+``front`` delays each request's arrival at the scheduler (its HTTP server, tokenizer and
+inter-process hops, :mod:`mapper.serving.runtimes`): it adds to time to first token and end to
+end, not to the time between tokens.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class Scheduler:
     mixed: bool = True  # prompts and decodes share a step (stall-free batching), else prefill-first steps
     steps: int = 1  # decode steps the scheduler runs per decision (multi-step scheduling)
     lag: int = 0  # steps after the one that computes a token before it is returned (async output processing)
+    front: float = 0.0  # seconds from a request's arrival until the scheduler sees it (the runtime's front end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,8 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
     """Serve ``requests`` (arrival times given, in order) on one replica (module docstring);
     ``cached``: they arrive with their prompt cached and their first token given."""
     n = len(requests)
-    arrive = [r.arrival or 0.0 for r in requests]
+    given = [r.arrival or 0.0 for r in requests]
+    arrive = [t + sched.front for t in given]
     inp = [r.input_tokens for r in requests]
     out = [r.output_tokens for r in requests]
     total_blocks = sched.capacity // sched.block
@@ -277,7 +282,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         last = len(ends) - 1
         first = [ends[min(index[t] + sched.lag, last)] if t in index else t for t in first]
         finish = [ends[min(index[t] + sched.lag, last)] for t in finish]
-    served = tuple(Served(arrive[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(n))
+    served = tuple(Served(given[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(n))
     return Run(served, steps, preempt, max_running, peak, tuple(timeline), total_blocks)
 
 

@@ -35,7 +35,8 @@ def _instances(server, longest: int, most: int) -> list[tuple[int, Callable[[lis
         _, tokens = model.memory(capacity_bytes, rt)
         if tokens >= max(held_positions(longest, model.window), rt.block):
             sched = Scheduler(tokens, rt.block, rt.max_batch, rt.chunk, rt.reserve_output, rt.overhead,
-                              model.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag)
+                              model.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag,
+                              front=rt.front)
             out.append((t, partial(_serve, model.step, sched)))
         t *= 2
     return out
