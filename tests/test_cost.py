@@ -717,3 +717,17 @@ def test_weights_and_inputs_come_from_memory_and_a_matrix_vector_product_is_not_
     rest = gemv.bytes - cold_bytes(gemv)
     want = dev.launch_us * 1e-6 + (cold_bytes(gemv) / 10e9 + rest / 40e9) / 0.5
     assert table.bound[0][0] == "memory" and table.time[0][0] == pytest.approx(want, rel=1e-9)
+
+
+def test_an_attention_s_vector_length_is_the_keys_a_query_attends():
+    """A decode's one query over a 2,048-token cache is a long kernel: Blackwell's attention
+    half-length (3,640 keys) must not price it as a length-1 one."""
+    from mapper.costing.work import vector_length
+    from mapper.frontend.load import graph_from_text
+
+    graph = graph_from_text(
+        "graph g {\n  input q : f16[16, 9216]\n  input p : f16[2048, 9216]\n"
+        "  d = attention(q, heads = 24, seq = 1, cache = 2048, causal = 1)\n"
+        "  f = attention(p, heads = 24, seq = 2048, causal = 1)\n  output d, f\n}\n", "att.tg")
+    d, f = graph.tasks
+    assert (vector_length(d), vector_length(f)) == (2049, 2048)

@@ -271,3 +271,35 @@ def test_simulator_invariants_on_random_streams():
         assert reserve is False or run.preemptions == 0
         for r in run.served:
             assert r.arrival <= r.admitted < r.first <= r.done
+
+
+@pytest.mark.parametrize("platform,fmt,price", [("dgx-h200", "fp8", 7.912), ("dgx-b200", "nvfp4", 14.2416),
+                                                ("gb200-nvl72", "nvfp4", 10.50)])
+def test_hopper_next_and_blackwell_serve_with_their_prices(platform, fmt, price, capsys):
+    args = ["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=16,requests=16", "--rate", "inf", "--precision", fmt,
+            "--parallel", "tensor=1,pipeline=1,replicas=1", "--platform", platform, "--json", "-", "-q"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)["serving"]
+    per_hour = doc["output_tokens_per_s"] * 3600 / 1e6
+    assert doc["cost_per_million_tokens"] == pytest.approx(price / per_hour)
+    assert doc["plan"]["precision"] == fmt
+
+
+def test_h200_has_no_nvfp4(capsys):
+    args = ["serve", LLAMA, *SMALL, "--workload", "isl=64,osl=16", "--rate", "inf", "--precision", "nvfp4",
+            "--platform", "dgx-h200"]
+    assert main(args) == 2
+    assert "no nvfp4 tensor rate" in capsys.readouterr().err
+
+
+def test_blackwell_decode_attention_streams_its_cache():
+    """A B200 reads a decode's cache at its 8 TB/s as an H200 at 4.8: the attention half-length fitted
+    on training kernels (long queries) does not slow a one-query decode."""
+    from mapper.frontend.sources import ModelFile
+    from mapper.serving.runtimes import RUNTIMES
+    from mapper.serving.serve import server_for
+
+    src = ModelFile(LLAMA, params=(("LAYERS", 2),))
+    per_position = [server_for(src, p, RUNTIMES["trtllm"], precision="fp8").step_model(1, 1, 8192).beta_decode
+                    for p in ("dgx-h200", "dgx-b200")]
+    assert per_position[1] < per_position[0]

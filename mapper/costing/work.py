@@ -94,8 +94,9 @@ def vector_length(task: Task) -> int | None:
     ``task``'s kernel: for ``matmul`` and ``conv2d`` (an im2col GEMM per
     image) the smallest of the GEMM's dimensions ``M, N, K`` (output rows or
     channels, output columns or pixels, the reduction), since a GEMM short in
-    any one of them runs below the asymptotic rate; for ``attention`` the
-    sequence length; for ``maxpool`` and ``avgpool`` the output row's width
+    any one of them runs below the asymptotic rate; for ``attention`` the keys
+    a query attends, the sequence plus its cache (a decode's one query over a
+    long cache is a long kernel, not a length-1 one); for ``maxpool`` and ``avgpool`` the output row's width
     (the kernel sweeps a row's window taps at a time, and a row's edges cost
     the same however long it is: one thread's maxpool 3x3 stride 2 took 10.1,
     11.2, 13.1 and 16.8 ns per output at rows of 112, 56, 28 and 14, a
@@ -117,8 +118,9 @@ def vector_length(task: Task) -> int | None:
         dims = _grouped_dims(task)
         return int(min(dims[1:])) if dims is not None else None
     if task.op in ATTENTION_OPS:
-        seq = dict(task.attrs).get("seq")
-        return int(seq) if seq else None
+        attrs = dict(task.attrs)
+        seq = attrs.get("seq")
+        return int(seq) + int(attrs.get("cache") or 0) if seq else None
     if task.op in ("maxpool", "avgpool") and out is not None and len(out.shape) == 4:
         return int(out.shape[3]) or None
     return None
