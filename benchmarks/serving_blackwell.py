@@ -1,0 +1,124 @@
+"""``mapper serve`` on Blackwell and H200 against TensorRT-LLM's later published offline throughput.
+
+    python benchmarks/serving_blackwell.py [--quick]
+
+Source: NVIDIA/TensorRT-LLM, docs/source/performance/perf-overview.md at commit 00f37686aa85 (the
+v1.0 tables: "Starting with v0.19, testing was performed using the PyTorch backend"):
+``trtllm-bench throughput`` fed every request at once, fixed input/output lengths, total output
+tokens per second. Llama 3.3 70B (Llama 3.1 70B's architecture) on one B200, one GB200 (FP4
+weights, ``nvidia/Llama-3.3-70B-Instruct-FP4``) and one H200 (FP8); Llama 3.1 405B on four B200s
+and four GB200s (FP4) and eight H200s (FP8). A check only: nothing is fitted to these rows; the
+model, the ``trtllm`` runtime and the platforms are those ``benchmarks/serving.py`` checks on the
+v0.17 tables.
+
+Each row is simulated as
+
+    mapper serve examples/llama.tg [params] --platform P --workload isl=I,osl=O,requests=R
+        --rate inf --parallel tensor=T,pipeline=1,replicas=1 --kv-fraction 0.95
+        --precision nvfp4|fp8 --kv-precision fp8
+
+with the doc's request counts and KV fraction ("In many cases, we also use a higher KV cache
+percentage by setting ``--kv_cache_free_gpu_mem_fraction 0.95``"); NVIDIA's FP4 and FP8
+checkpoints both keep an FP8 KV cache. The PyTorch backend's engine limits are taken as the
+``trtllm`` runtime's (max batch 2,048, max tokens 8,192). ``--quick`` caps each row at 1,000
+requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from serving import KV_FRACTION, LLAMA, MODELS, PAIRS, REQUESTS  # noqa: E402
+
+from mapper.errors import InfeasibleError  # noqa: E402
+from mapper.frontend.sources import ModelFile  # noqa: E402
+from mapper.serving.metrics import Slo  # noqa: E402
+from mapper.serving.runtimes import RUNTIMES  # noqa: E402
+from mapper.serving.serve import Server, server_for  # noqa: E402
+from mapper.serving.workload import Arrival, arrivals  # noqa: E402
+
+SOURCE = "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, commit 00f37686aa85 (v1.0)"
+#: Llama 3.1 405B (Grattafiori et al., arXiv 2407.21783, Table 3).
+L405B = (("LAYERS", 126), ("HIDDEN", 16384), ("HEADS", 128), ("KV_HEADS", 8), ("FFN", 53248))
+PARAMS = {"70B": MODELS["70B"], "405B": L405B}
+#: the doc's 128/4096, 500/2000 ... order; its tenth pair, 1000/2000, is priced too
+LATER = (*PAIRS[:5], (1000, 2000), *PAIRS[5:])
+REQUESTS_LATER = {**REQUESTS, (1000, 2000): 1500}
+
+
+def _later(*values: float) -> tuple[tuple[tuple[int, int], float], ...]:
+    return tuple(zip(LATER, values))
+
+
+#: (model, tensor, GPU, weights) -> published output tokens/s per (input, output), the doc's column
+#: order 128/128, 128/2048, 128/4096, 500/2000, 1000/1000, 1000/2000, 2048/128, 2048/2048, 5000/500,
+#: 20000/2000
+PUBLISHED = {
+    ("70B", 1, "B200", "nvfp4"): _later(11147, 9922, 6831, 7762, 7007, 6271, 1339, 4783, 1459, 665),
+    ("70B", 1, "GB200", "nvfp4"): _later(12189, 11309, 7849, 9028, 7326, 6513, 1450, 5646, 1602, 755),
+    ("70B", 1, "H200", "fp8"): _later(3803, 4336, 2872, 3666, 2909, 2994, 442, 2003, 566, 283),
+    ("405B", 4, "B200", "nvfp4"): _later(6281, 8020, 6345, 6244, 5209, 4933, 749, 4212, 1048, 672),
+    ("405B", 4, "GB200", "nvfp4"): _later(6740, 8151, 6608, 6540, 5389, 5135, 797, 4407, 1112, 739),
+    ("405B", 8, "H200", "fp8"): _later(3814, 5348, 4741, 4724, 3330, 3722, 456, 2948, 650, 505),
+}
+PLATFORMS = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "H200": "dgx-h200"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="at most 1,000 requests a row")
+    args = ap.parse_args()
+    runtime = replace(RUNTIMES["trtllm"], kv_fraction=KV_FRACTION)
+    start = time.perf_counter()
+    print(f"{SOURCE}: output tokens/s, trtllm runtime, --kv-fraction {KV_FRACTION}, --rate inf; a check, "
+          "nothing fitted")
+    ratios: dict[str, list[float]] = {}
+    servers: dict[tuple[str, str, str], Server] = {}
+    for (model, tensor, gpu, fmt), cells in PUBLISHED.items():
+        platform = PLATFORMS[gpu]
+        key = (model, platform, fmt)
+        if key not in servers:
+            servers[key] = server_for(ModelFile(LLAMA, params=PARAMS[model]), platform, runtime, "auto", fmt, "fp8")
+        server = servers[key]
+        params = "".join(f" --param {k}={v}" for k, v in PARAMS[model])
+        print(f"\nLlama {model} TP{tensor} {gpu} {fmt}: mapper serve examples/llama.tg{params} --platform {platform} "
+              f"--workload isl=I,osl=O,requests=R --rate inf --parallel tensor={tensor},pipeline=1,replicas=1 "
+              f"--kv-fraction {KV_FRACTION} --precision {fmt} --kv-precision fp8")
+        print(f"  {'ISL/OSL':>11} {'requests':>8} {'published':>10} {'predicted':>10} {'ratio':>6} "
+              f"{'kv tokens':>10} {'concurrent':>10}")
+        plan = server.plan({"tensor": tensor, "pipeline": 1, "replicas": 1})
+        for (isl, osl), published in cells:
+            n = REQUESTS_LATER[(isl, osl)]
+            n = min(n, 1000) if args.quick else n
+            reqs = arrivals([Arrival(None, isl, osl)] * n, float("inf"), 0)
+            try:
+                out = server.run(plan, reqs, Slo())
+            except InfeasibleError as err:
+                print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {'-':>10} {'-':>6}  ({err})")
+                continue
+            got = float(out.metrics["output_tokens_per_s"])  # type: ignore[arg-type]
+            ratios.setdefault(gpu, []).append(got / published)
+            print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {got:>10,.0f} {got / published:>6.2f} "
+                  f"{out.metrics['kv_capacity_tokens']:>10,} {out.metrics['max_concurrency']:>10,}")
+    print("\nSummary (predicted / published):")
+    every = [r for rs in ratios.values() for r in rs]
+    for label, rs in (*ratios.items(), ("all", every)):
+        within = sum(1 for r in rs if 0.8 <= r <= 1.25)
+        outside = sum(1 for r in rs if not 0.67 <= r <= 1.5)
+        print(f"  {label}: {len(rs)} rows, {within} within 0.8-1.25x, {outside} outside 0.67-1.5x, geometric mean "
+              f"{statistics.geometric_mean(rs):.2f}, range {min(rs):.2f}-{max(rs):.2f}")
+    print(f"simulated in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
