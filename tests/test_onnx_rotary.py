@@ -102,6 +102,31 @@ def test_mistral_window_is_read_from_its_mask() -> None:
         assert [(t.attr("causal"), t.attr("window"), t.attr("cache")) for t in att] == [(1, WINDOW, cache)] * 2
 
 
+@pytest.mark.parametrize("name", ["mistral4k_dynamo", "mistral4k_legacy"])
+def test_a_window_longer_than_the_probe_is_read_from_its_constant(name: str) -> None:
+    """Mistral with a 4,096-token window exported without a cache: no mask mapper folds shows the
+    window (every query of 2,048 tokens sees all it precedes), its construction's constant does."""
+    imported = import_onnx(str(DATA / f"{name}.onnx"), {"batch": 1, "seq": SEQ})
+    assert imported.masks == ((1, 0),) * 2  # causal only at this size
+    at = model_lowerer(ModelFile(str(DATA / f"{name}.onnx")), "mapper serve")
+    for seq, batch, cache in ((8, 1, 0), (1, 4, 5000), (6000, 1, 0)):
+        att = [t for t in at(seq, batch, cache).tasks if t.op == "attention"]
+        assert [(t.attr("causal"), t.attr("window"), t.attr("cache")) for t in att] == [(1, 4096, cache)] * 2
+
+
+def test_the_window_s_constant_follows_its_mask_whatever_its_sign_and_offset() -> None:
+    """Hand-worked: a constant the masks ignore is passed over; ``-W`` (an Add's) and ``W - 1``
+    (a comparison that keeps the key at the window's edge) give ``W``."""
+    from mapper.frontend.importers.onnx_window import constant_window
+
+    def masks(rule):
+        return lambda values: ((1, rule(values["w"])),) * 2 if "w" in values else ((1, 0),) * 2
+
+    assert constant_window((("n", 3.0), ("w", -4096.0)), masks(lambda v: int(-v))) == 4096
+    assert constant_window((("w", 4095.0),), masks(lambda v: int(v) + 1)) == 4096
+    assert constant_window((("w", 64.0),), masks(lambda v: 3)) == 0  # no one-for-one change: not a window
+
+
 def test_causal_past_the_folded_mask() -> None:
     """A mask too large to fold (3,000 x 3,000) keeps the causality read at a smaller size."""
     at = model_lowerer(ModelFile(str(DATA / "llama_dynamo.onnx")), "mapper serve")

@@ -102,10 +102,13 @@ def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], T
     past, dh]``, past = ``cache``), each decoder attention reading ``cache`` positions of a KV
     cache (docs/importers.md, "Decoder layers"), as a DSL model with params SEQ, BATCH and CACHE
     is lowered; its mask (causal, sliding window) read once at :data:`PROBE_SEQ` tokens (at
-    :data:`PROBE_PAST` cached ones for a KV-cache export) and kept at every size; ``command`` is
-    named in the errors."""
+    :data:`PROBE_PAST` cached ones for a KV-cache export; a window longer than the probe from the
+    constant the mask is built with, :mod:`mapper.frontend.importers.onnx_window`) and kept at
+    every size; ``command`` is named in the errors."""
     from mapper.frontend.importers.onnx_dsl import import_onnx
-    from mapper.frontend.importers.onnx_model import graph_inputs
+    from mapper.frontend.importers.onnx_model import graph_inputs, mask_constants
+    from mapper.frontend.importers.onnx_window import PROBE_SEQ as WINDOW_PROBE_SEQ
+    from mapper.frontend.importers.onnx_window import constant_window
 
     if model.dims or model.input_shapes:
         flag = "--dim" if model.dims else "--input-shape"
@@ -123,12 +126,12 @@ def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], T
     made: dict[tuple[int, int, int], TaskGraph] = {}
     mask = (0, 0)
 
-    def imported_at(seq: int, batch: int, cache: int) -> Any:
+    def imported_at(seq: int, batch: int, cache: int, constants: dict[str, float] | None = None) -> Any:
         shapes: dict[str, tuple[int, ...]] = {ids[0]: (batch, seq)} if ids else {}
         past = max(cache, 1)  # an empty past is no tensor ONNX holds: one position, taken off the cache
         shapes.update({name: (batch, kv, past, dh) for name, (kv, dh) in pasts.items()})
         own = past if pasts else 0
-        imported = import_onnx(model.path, None, shapes, dict(model.input_values), cache - own, mask)
+        imported = import_onnx(model.path, None, shapes, dict(model.input_values), cache - own, mask, constants)
         if not imported.fused.get("rotary_attention"):
             raise OptionsError(f"{command} needs a decoder whose attention it recognises (rotary, grouped-query: "
                                f"docs/importers.md); {model.path} has none", obj="MODEL")
@@ -146,6 +149,9 @@ def model_lowerer(model: ModelFile, command: str) -> Callable[[int, int, int], T
                 if probe is not None:
                     windows = {w for _, w in probe.masks}
                     mask = (max(c for c, _ in probe.masks), windows.pop() if len(windows) == 1 else 0)
+                    if mask == (1, 0) and not pasts:  # a window past the probe: read from its constant
+                        mask = (1, constant_window(mask_constants(model.path), lambda values: imported_at(
+                            WINDOW_PROBE_SEQ, 1, 0, values).masks))
             imported = imported_at(seq, batch, cache)
             if not made and imported.warning():
                 warnings.warn(imported.warning() or "", InputWarning, stacklevel=2)

@@ -85,13 +85,14 @@ class Imported:
 def import_onnx(path: str, dims: Mapping[str, int] | None = None,
                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                 input_values: Mapping[str, tuple[float, ...]] | None = None, cache: int = 0,
-                mask: tuple[int, int] = (0, 0)) -> Imported:
+                mask: tuple[int, int] = (0, 0), constants: Mapping[str, float] | None = None) -> Imported:
     """Read the ONNX model at ``path`` (see :func:`~mapper.frontend.importers.onnx_model.read_onnx`) as DSL text,
     its QDQ node units run quantised (:mod:`.onnx_qdq`);
     ``cache``: positions a KV cache holds beyond the model's own (its decoder attention's ``cache``);
     ``mask``: (causal, window) of the model's decoder attention where its mask at these sizes
-    does not show them (a window no longer than the sequence, a mask too large to fold)."""
-    return onnx_to_dsl(node_units(read_onnx(path, dims, input_shapes, input_values)), cache, mask)
+    does not show them (a window no longer than the sequence, a mask too large to fold);
+    ``constants``: scalar constants given other values (:mod:`.onnx_window`)."""
+    return onnx_to_dsl(node_units(read_onnx(path, dims, input_shapes, input_values, constants)), cache, mask)
 
 
 def onnx_to_dsl(g: OnnxGraph, cache: int = 0, mask: tuple[int, int] = (0, 0)) -> Imported:

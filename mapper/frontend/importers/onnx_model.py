@@ -28,6 +28,7 @@ from mapper.errors import InputError
 from mapper.frontend.importers.external_data import check_size, parse_ref, read_bytes, resolve
 from mapper.frontend.importers.onnx_fold import fold_constants
 from mapper.frontend.importers.onnx_tensors import inline_held_tensors, refuse_segments
+from mapper.frontend.importers.onnx_window import candidates, set_constants
 
 #: The largest ONNX file read (weights included).
 MAX_MODEL_BYTES = 2 * 2**30
@@ -111,11 +112,13 @@ def _onnx() -> Any:
 
 def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = None,
               input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-              input_values: Mapping[str, tuple[float, ...]] | None = None) -> OnnxGraph:
+              input_values: Mapping[str, tuple[float, ...]] | None = None,
+              constants: Mapping[str, float] | None = None) -> OnnxGraph:
     """Load, set ``dims`` (dynamic dimension name -> size) and ``input_shapes`` (input
     name -> its whole shape), make the inputs of ``input_values`` constants (a mode flag such
-    as a sample rate: branches on it are then taken, :mod:`.onnx_fold`), infer shapes; see the
-    module docstring.
+    as a sample rate: branches on it are then taken, :mod:`.onnx_fold`), give the scalar
+    constants named in ``constants`` those values instead (:mod:`.onnx_window`), infer shapes;
+    see the module docstring.
 
     Raises
     ------
@@ -155,6 +158,8 @@ def read_onnx(path: str | os.PathLike[str], dims: Mapping[str, int] | None = Non
     if input_values:
         _set_values(onnx, graph, init_names, dict(input_values), file)
         init_names = {t.name for t in graph.initializer}
+    if constants:
+        set_constants(onnx, graph, constants)
     loaders: dict[str, Callable[[], Any]] = {}
     shaping = _shaping(graph)
     initializers = {t.name: _initializer(onnx, t, file, loaders, shaping) for t in graph.initializer}
@@ -241,17 +246,31 @@ def graph_inputs(path: str | os.PathLike[str]) -> tuple[tuple[str, str, tuple[in
     """The model's inputs that are not initializers: (name, DSL dtype, dimensions: sizes, or the
     names of open ones, "" where unnamed); () for a file that is not a readable ONNX model
     (:func:`read_onnx` says what is wrong with it)."""
-    file = os.fspath(path)
-    try:
-        if not stat.S_ISREG(os.stat(file).st_mode) or os.path.getsize(file) > MAX_MODEL_BYTES:
-            return ()
-        model = _onnx().load(file, load_external_data=False)
-    except Exception:  # protobuf's decode errors have no common base worth naming
+    model = _proto(path)
+    if model is None:
         return ()
     init = {t.name for t in model.graph.initializer}
     return tuple((vi.name, DTYPES.get(vi.type.tensor_type.elem_type, "?"),
                   tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim))
                  for vi in model.graph.input if vi.name not in init)
+
+
+def mask_constants(path: str | os.PathLike[str]) -> tuple[tuple[str, float], ...]:
+    """The scalar constants a decoder's sliding-window mask may be built with
+    (:func:`.onnx_window.candidates`); () for a file that is not a readable ONNX model."""
+    model = _proto(path)
+    return () if model is None else candidates(_onnx(), model.graph)
+
+
+def _proto(path: str | os.PathLike[str]) -> Any:
+    """The model as written (its weights left in their files), or None when it does not read."""
+    file = os.fspath(path)
+    try:
+        if not stat.S_ISREG(os.stat(file).st_mode) or os.path.getsize(file) > MAX_MODEL_BYTES:
+            return None
+        return _onnx().load(file, load_external_data=False)
+    except Exception:  # protobuf's decode errors have no common base worth naming
+        return None
 
 
 def _first_line(err: BaseException) -> str:

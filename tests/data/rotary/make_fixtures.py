@@ -2,11 +2,13 @@
 
 Run once, offline, with torch and transformers installed (neither is a dependency of mapper):
 
-    python tests/data/rotary/make_fixtures.py [OUT_DIR]
+    python tests/data/rotary/make_fixtures.py [OUT_DIR [FAMILY ...]]
 
 Each model is built from a config with random weights (nothing is downloaded): Llama
 (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``: biases on the Q, K and V projections) and
-Mistral (``MistralForCausalLM`` with a sliding window shorter than the exported sequence), all
+Mistral (``MistralForCausalLM`` with a sliding window shorter than the exported sequence) and
+``mistral4k`` (Mistral with a 4,096-token window, longer than any sequence whose mask mapper
+folds; written with torch 2.13 CPU and transformers 5.25), all
 with eager attention and grouped-query heads (4 query heads, 2 key-value heads of 16), 2 layers, width 64,
 16-bit weights. Each is exported twice: by torch's default (dynamo) exporter, which writes
 ``NAME.onnx`` and its weights in ``NAME.onnx.data``, and by the TorchScript exporter
@@ -32,6 +34,7 @@ FAMILIES = {
     "llama": (LlamaConfig, LlamaForCausalLM, {"rope_theta": 500000.0}),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, {"rope_theta": 1000000.0, "use_sliding_window": False}),
     "mistral": (MistralConfig, MistralForCausalLM, {"rope_theta": 10000.0, "sliding_window": 8}),
+    "mistral4k": (MistralConfig, MistralForCausalLM, {"rope_theta": 10000.0, "sliding_window": 4096}),
 }
 BATCH, SEQ = 2, 16
 
@@ -87,11 +90,12 @@ def export(module: torch.nn.Module, args: tuple, path: str, dynamo: bool, names:
                           dynamic_axes=dynamic, opset_version=17)
 
 
-def main(out: str) -> None:
+def main(out: str, only: list[str]) -> None:
+    """Write every fixture, or only the token-ids exports of the families in ``only``."""
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     ids = torch.randint(0, SIZES["vocab_size"], (BATCH, SEQ))
-    for family in FAMILIES:
+    for family in only or FAMILIES:
         model = build(family)
         for dynamo in (True, False):
             name = os.path.join(out, f"{family}_{'dynamo' if dynamo else 'legacy'}.onnx")
@@ -99,6 +103,8 @@ def main(out: str) -> None:
                 export(Logits(model), (ids,), name, dynamo, ["input_ids"], ["logits"],
                        {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
             print("wrote", name)
+    if only:
+        return
     # transformers' default attention, torch's scaled_dot_product_attention (the TorchScript
     # exporter cannot export it with grouped-query heads)
     name = os.path.join(out, "llama_sdpa_dynamo.onnx")
@@ -123,4 +129,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)), sys.argv[2:])
