@@ -128,6 +128,9 @@ def test_l40s_and_l4_nodes_load_with_cited_rates_and_prices():
     assert l4.price_per_hour == pytest.approx(13.3504 / 8, abs=1e-3)
     assert _gpu("dgx-a100").price_per_hour == pytest.approx(27.44705 / 8, abs=1e-3)
     assert _gpu("dgx-h100").price_per_hour == pytest.approx(55.04 / 8, abs=1e-3)
+    assert _gpu("dgx-h200").price_per_hour == pytest.approx(63.296 / 8, abs=1e-3)
+    assert _gpu("dgx-b200").price_per_hour == pytest.approx(113.9328 / 8, abs=1e-3)
+    assert _gpu("gb200-nvl72").price_per_hour == pytest.approx(42.00 / 4, abs=1e-3)
     assert KINDS["l40s"] == "l40s-node" and parse_gpus("l40s=8,l4=4")[0].price is None
 
 

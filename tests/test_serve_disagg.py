@@ -149,7 +149,10 @@ def test_gpu_mix_end_to_end(tmp_path):
     out = tmp_path / "m.json"
     args = ["serve", LLAMA, *SMALL, "--workload", "isl=128,osl=8,requests=20", "--rate", "40", "--slo-ttft", "0.05",
             "--slo-tpot", "0.01"]
-    assert main([*args, "--gpus", "b200=2"]) == 2  # no price anywhere: dgx-b200 gives none
+    bare = tmp_path / "bare.toml"  # dgx-b200 without its price
+    bare.write_text("\n".join(line for line in (ROOT / "platforms" / "dgx-b200.toml").read_text().splitlines()
+                              if not line.startswith("price_per_hour")))
+    assert main([*args, "--gpus", f"{bare}=2"]) == 2  # no price anywhere
     assert main([*args, "--gpus", "a100=2@1.5", "--platform", "dgx-a100"]) == 2
     listed = tmp_path / "listed.json"
     assert main([*args, "--gpus", "a100=2,l4=4", "--json", str(listed)]) == 0  # the platforms' own prices
