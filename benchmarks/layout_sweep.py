@@ -13,7 +13,11 @@ or out-of-memory error. The rows here are every FlashAttention-2 run of the auth
 ``data/llama_*_all_runs.xlsx``; the kernel of their micro-batch study, reproduce_figure_mb.py):
 (recompute, tensor, pipeline, micro-batch, measured seconds per step or None for out of memory,
 measured MFU). Layouts the authors list both with and without the RMSNorm kernel are the plain
-ones here (that kernel's memory saving is not modelled).
+ones here. Their framework's SwiGLU is PyTorch's ``silu(gate) * up`` (as in its released form,
+Aleph-Alpha/scaling, ``ParallelSwiGLUMLP``) and, without the kernel, its RMSNorm is PyTorch's
+too: llama.tg's ``FUSED_SWIGLU = 0`` and ``FUSED_NORM = 0`` (what they keep: docs/parallel.md).
+The runs predate PyTorch's expandable segments (2.1, October 2023): ``allocator=caching``, whose
+fragmentation is GMLake's measured 15 % (mapper.cluster.model.FRAGMENTATION).
 
 Each is priced with its layout on platform ``selene`` (DGX A100 80 GB nodes; --nodes GPUs/8),
 examples/llama.tg with the Llama 1 sizes (Touvron et al. 2023, Table 2; FFN from the released
@@ -195,10 +199,11 @@ SWEEP = {
 def _group(selene, model: str, seq: int, gpus: int, kernels: str, rows: list) -> dict:
     layers, hidden, heads, ffn = MODELS[model]
     params = (("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads), ("KV_HEADS", heads), ("FFN", ffn),
-              ("SEQ", seq), ("VOCAB", VOCAB), ("BATCH", TOKENS // seq), ("FLASH", 1))
+              ("SEQ", seq), ("VOCAB", VOCAB), ("BATCH", TOKENS // seq), ("FLASH", 1),
+              ("FUSED_NORM", int(kernels == "flash2+rms")), ("FUSED_SWIGLU", 0))
     graph = load_graph(ModelFile("examples/llama.tg", params=params))
     plat = with_nodes(selene, gpus // 8)
-    model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat)).model
+    model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat), allocator="caching").model
     out = []
     for recompute, t, p, b, step, mfu in rows:
         d = gpus // (t * p)

@@ -449,8 +449,9 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     *(_spec(b, (2, 2), NUMERIC, _binary) for b in ("add", "mul", "sub", "div")),
     _spec("attention", (1, 3), FLOAT, _attention, ("heads", REQUIRED), ("seq", REQUIRED), ("causal", 0),
           ("kv_heads", None), ("fused", 1), ("cache", 0), ("window", 0)),
-    _spec("rmsnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5)),
-    _spec("swiglu", (1, 1), FLOAT, _swiglu),
+    # fused marks how training frameworks run it (what their backward keeps); the result is the same
+    _spec("rmsnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5), ("fused", 1)),
+    _spec("swiglu", (1, 1), FLOAT, _swiglu, ("fused", 1)),
     _spec("rotary", (1, 1), FLOAT, _rotary, ("heads", REQUIRED), ("seq", REQUIRED), ("kv_heads", None),
           ("base", 10000.0)),
     _spec("embedding", (2, 2), ANY, _embedding),

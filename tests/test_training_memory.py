@@ -7,16 +7,16 @@ import json
 import pytest
 
 from mapper.cli import main
-from mapper.cluster.model import state_bytes
+from mapper.cluster.model import FRAGMENTATION, state_bytes
 from mapper.cluster.profile import Profile
-from mapper.cluster.search import plan_cluster
+from mapper.cluster.search import _setup, plan_cluster
 from mapper.costing.cost import build_cost_table
 from mapper.costing.fusion import fuse_for
 from mapper.costing.precision import ELEMENT_BYTES, gemm_bytes, with_precision
 from mapper.errors import OptionsError
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
-from mapper.parallel.layout import LayoutSpec, parse_layout
+from mapper.parallel.layout import Layout, LayoutSpec, parse_layout
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
@@ -60,6 +60,54 @@ def test_fused_llama_layer_counts_its_swiglu_inputs():
     # in FP8 the four GEMMs keep their inputs as they cast them, a byte an element
     fp8, _ = _layer_stash("examples/llama.tg", 1, (("FFN", f), ("KV_HEADS", g)), "fp8")
     assert fp8 == pytest.approx(want - S * B * (3 * H + f), rel=1e-9)
+
+
+def test_composite_norm_and_swiglu_keep_their_saved_tensors():
+    """PyTorch's composite RMSNorm (``norm(x.float()).type_as(x) * weight``, the LLaMA reference
+    code) keeps its input in f32 (4 sbh) and its output before the gain (2 sbh) instead of its
+    16-bit input (2 sbh): 4 sbh more for each of a layer's two norms; its composite SwiGLU
+    (``silu(gate) * up``) keeps silu's output too (2 sbF)."""
+    f, g = 2816, 4
+    fused, _ = _layer_stash("examples/llama.tg", 1, (("FFN", f), ("KV_HEADS", g)))
+    plain, _ = _layer_stash("examples/llama.tg", 1, (("FFN", f), ("KV_HEADS", g), ("FUSED_NORM", 0),
+                                                      ("FUSED_SWIGLU", 0)))
+    assert plain - fused == pytest.approx(2 * 4 * S * B * H + 2 * S * B * f, rel=1e-9)
+    norm_only, _ = _layer_stash("examples/llama.tg", 1, (("FFN", f), ("KV_HEADS", g), ("FUSED_NORM", 0)))
+    assert norm_only - fused == pytest.approx(2 * 4 * S * B * H, rel=1e-9)
+
+
+@pytest.mark.parametrize("tensor", [1, 2])
+def test_the_loss_keeps_f32_logits_of_the_ranks_vocabulary(tensor):
+    """The LM head's block (the final norm is a block of its own) keeps the head's input (2 sbh) and
+    the loss's logits in f32, cut by the vocabulary over the tensor ranks (Korthikanti et al., 4.3:
+    4 s b v / t)."""
+    v = 4096
+    params = (("LAYERS", 2), ("HIDDEN", H), ("HEADS", A), ("SEQ", S), ("VOCAB", v), ("BATCH", 2 * B))
+    g = load_graph(ModelFile("examples/llama.tg", params=params))
+    plat = load_platform("dgx-a100")
+    prof = Profile(g, plat, "gpu0", lambda x: fuse_for(x, plat), "adam")
+    head = prof.cost(prof.blocks[-1].signature, tensor, 2)
+    assert head.stash == pytest.approx(2 * S * B * H + 4 * S * B * v / tensor, rel=1e-9)
+    inference = Profile(g, plat, "gpu0", lambda x: fuse_for(x, plat), None)
+    assert inference.cost(inference.blocks[-1].signature, tensor, 2).stash == pytest.approx(2 * S * B * H)
+
+
+def test_the_allocators_fragmentation_is_a_share_of_the_activations():
+    """With allocator=caching the allocator holds FRAGMENTATION of the activations' memory beside
+    them (GMLake's measured 15 %), a part of its own; with expandable segments (the default) none;
+    the memory floor of the layout search stays below the peak."""
+    params = (("LAYERS", 4), ("HIDDEN", H), ("HEADS", A), ("SEQ", S), ("VOCAB", 4096), ("BATCH", 64))
+    g = load_graph(ModelFile("examples/llama.tg", params=params))
+    plat = with_nodes(load_platform("selene"), 1)
+    model = _setup(g, plat, "adam", lambda x: fuse_for(x, plat), allocator="caching").model
+    assert _setup(g, plat, "adam", lambda x: fuse_for(x, plat)).model.fragmentation == 0.0  # expandable
+    for lay in (Layout(2, 2, 2, 2, 1, "none", 1, False), Layout(1, 4, 2, 1, 1, "full", 1, False)):
+        est = model.estimate(lay)
+        assert est is not None
+        whole = est.memory["activations"] + est.memory["fragmentation"]
+        assert FRAGMENTATION["caching"] == 0.15
+        assert est.memory["fragmentation"] == pytest.approx(FRAGMENTATION["caching"] * whole, rel=1e-12)
+        assert model.memory_floor(lay) <= est.peak
 
 
 def test_13b_at_2048_tokens_fits_with_flash_attention():

@@ -101,7 +101,8 @@ PARALLEL_HELP = (
     "(the gradient buffer's format), first=N and last=N (Transformer layers of the first and last pipeline "
     "chunks; the others get equal shares), overlap=none|a2a|tp|a2a+tp (communication hidden under computation; "
     "none unless given), expert=E, expert_tensor=ET, context=C (each sequence cut over C ranks, 1 unless "
-    "given); keys left out are chosen. "
+    "given), allocator=caching|expandable (PyTorch's caching allocator: its default mode, whose fragmentation "
+    "is counted, or expandable segments, the default here); keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 
 

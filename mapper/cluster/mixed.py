@@ -24,7 +24,7 @@ from itertools import combinations, permutations
 
 import numpy as np
 
-from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, state_bytes
+from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, activation_parts, state_bytes
 from mapper.cluster.profile import MAX_TENSOR
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
@@ -203,7 +203,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
         rank_sync.append(exposed + update)
         kept, work = km.model._activations(lay, range(a, e))
         memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d),
-                  "activations": kept * min(p - s, m) + work, "reserve": RESERVE}
+                  **activation_parts(kept * min(p - s, m) + work, km.model.fragmentation), "reserve": RESERVE}
         held.append(sum(memory.values()))
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
         if worst is None or over > worst[0]:
@@ -240,8 +240,10 @@ def _stage_costs(kinds: list[KindModel], lay: Layout, seq: list[int], weights: l
         work = np.zeros((n + 1, n + 1))
         for a in range(n):
             work[a, a + 1:] = np.maximum.accumulate([w for _, w in acts[a:]])
-        fixed = sum(state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d).values()) + work + RESERVE
-        per_kind[k] = (span(weights[k]), fixed, span([kept for kept, _ in acts]), km.model.capacity)
+        fixed = (sum(state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d).values())
+                 + sum(activation_parts(work, km.model.fragmentation).values()) + RESERVE)
+        kept_span = span([sum(activation_parts(kept, km.model.fragmentation).values()) for kept, _ in acts])
+        per_kind[k] = (span(weights[k]), fixed, kept_span, km.model.capacity)
     out = []
     for s, k in enumerate(seq):
         time, fixed, kept, capacity = per_kind[k]
@@ -345,7 +347,7 @@ def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: f
     for km in kinds:
         kept, work = km.model._activations(lay, range(len(km.model.profile.blocks)))
         memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d),
-                  "activations": kept + work, "reserve": RESERVE}
+                  **activation_parts(kept + work, km.model.fragmentation), "reserve": RESERVE}
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
         if worst is None or over > worst[0]:
             worst = (over, memory, km.model.capacity)

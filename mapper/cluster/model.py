@@ -59,8 +59,9 @@ Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
 says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the micro-batches
 in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
 count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
-parallelism dividing them by ``t``; and :data:`RESERVE` for the CUDA context,
-library workspaces and communication buffers.
+parallelism dividing them by ``t`` (what each op keeps: :mod:`mapper.cluster.profile`); the
+caching allocator's fragmentation of them (:data:`FRAGMENTATION`, ``allocator=``); and :data:`RESERVE` for the
+CUDA context, library workspaces and communication buffers.
 """
 
 from __future__ import annotations
@@ -86,6 +87,25 @@ GIB = float(2**30)
 #: A100/H100), cuBLAS and cuDNN workspaces, NCCL's buffers (NCCL_BUFFSIZE, 4 MiB per channel and
 #: peer) and the caching allocator's fragmentation; PyTorch reports some 1-3 GiB of it.
 RESERVE = 2.0 * GIB
+#: Share of the activations' memory the caching allocator holds but cannot hand out, by its mode
+#: (``--parallel ...,allocator=``): activations are freed and allocated anew in every micro-batch,
+#: in sizes that split the cached blocks, while weights, gradients and optimizer states live in
+#: buffers allocated once. ``caching``: PyTorch's default splitting allocator, which GMLake measures
+#: at 15 % fragmentation on average over eight LLMs' training on A100 80 GB (Guo et al., ASPLOS
+#: 2024, abstract: 9.2 GB on average); ``expandable``: its ``expandable_segments`` mode, which maps
+#: more memory into a segment instead of splitting cached blocks (PyTorch's CUDA semantics notes),
+#: counted as none.
+FRAGMENTATION = {"caching": 0.15, "expandable": 0.0}
+#: The mode a plan assumes unless given.
+DEFAULT_ALLOCATOR = "expandable"
+
+
+def activation_parts(act: Any, share: float) -> dict[str, Any]:
+    """The memory parts of ``act`` activation bytes: themselves and the allocator's fragmentation
+    beside them (``share`` of the whole: :data:`FRAGMENTATION`). Works elementwise on arrays."""
+    return {"activations": act, "fragmentation": act * share / (1.0 - share)}
+
+
 #: Bytes per element of the gradient buffer by its format (``grad=``; "" the weights' own).
 GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}
 
@@ -162,9 +182,10 @@ class PlanModel:
     """Step time and memory of layouts of one graph on one cluster (module docstring)."""
 
     def __init__(self, profile: Profile, net: Network, samples: int, optimizer: str, capacity: float,
-                 grad: str = "") -> None:
+                 grad: str = "", allocator: str = DEFAULT_ALLOCATOR) -> None:
         self.profile = profile
         self.grad = grad  # the gradient buffer's format (state_bytes)
+        self.fragmentation = FRAGMENTATION[allocator]  # of the activations' memory (activation_parts)
         self.net = net
         self.samples = samples
         self.optimizer = optimizer
@@ -439,12 +460,13 @@ class PlanModel:
         """Bytes per GPU the fullest pipeline rank of ``lay`` holds at least, whatever its cut: the
         weights, gradients and optimizer state of all blocks and one micro-batch's activations
         (every rank keeps at least one in flight) over its ``pipeline`` ranks (the fullest holds
-        no less than their mean), and :data:`RESERVE`. Activations grow linearly with the
-        micro-batch, so they are scaled from a micro-batch already priced (no block is priced
-        for it). Rank ``s`` holds ``x_s = S_s + A_s f_s`` (states, one micro-batch's activations,
-        ``f_s`` in flight), so the fullest also holds at least the mean of ``x_s`` weighted by
-        ``1 / f_s``: ``(A + S / max f) / sum 1/f``; the larger of the two floors. A layout above
-        the GPU's memory cannot fit (:mod:`mapper.cluster.sweep`)."""
+        no less than their mean), the allocator's fragmentation of those activations, and
+        :data:`RESERVE`. Activations grow linearly with the micro-batch, so they are scaled from a
+        micro-batch already priced (no block is priced for it). Rank ``s`` holds ``x_s = S_s +
+        A_s f_s`` (states, one micro-batch's activations, ``f_s`` in flight), so the fullest also
+        holds at least the mean of ``x_s`` weighted by ``1 / f_s``: ``(A + S / max f) / sum
+        1/f``; the larger of the two floors. A layout above the GPU's memory cannot fit
+        (:mod:`mapper.cluster.sweep`)."""
         sums = self._held_sums(lay)
         states = OPTIMIZERS[self.optimizer].states
         dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.replicas)
@@ -453,7 +475,8 @@ class PlanModel:
         ref = replace(lay, micro_batch=self.samples // chunks) if lay.context == 1 else lay
         kept, inputs, _ = self._act_sums(ref)
         act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref.micro_batch
-        held, act = sum(dense.values()) + sum(experts.values()), act * (1 - 1e-9)
+        held = sum(dense.values()) + sum(experts.values())
+        act = sum(activation_parts(act, self.fragmentation).values()) * (1 - 1e-9)  # and its fragmentation
         # and the mean over ranks weighted by 1/flight: rank s holds its states and act_s flight_s
         flights = in_flight(lay.pipeline, lay.interleave, self.samples // (lay.data * lay.micro_batch))
         weighted = (act + held / max(flights)) / sum(1 / f for f in flights)
@@ -518,7 +541,7 @@ class PlanModel:
             dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d)
             experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data)
             parts = {**{k: dense[k] + experts[k] for k in dense},
-                     "activations": act[s] * flight + work[s], "reserve": RESERVE}
+                     **activation_parts(act[s] * flight + work[s], self.fragmentation), "reserve": RESERVE}
             ranks.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best, fullest = parts, s

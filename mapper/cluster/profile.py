@@ -63,6 +63,9 @@ LINEAR_OPS = frozenset({"add", "sub", "allreduce", "concat", "rotary"})
 #: Bytes fused attention keeps per head and query row: the f32 log-sum-exp of its softmax
 #: (FlashAttention's ``softmax_lse``, Dao et al., NeurIPS 2022, algorithm 2 line 13).
 LSE_BYTES = 4.0
+#: Bytes of an f32 element: what the cross-entropy loss keeps of each logit (Korthikanti et al., 4.3:
+#: ``4 s b v / t``, the logits in f32) and PyTorch's composite RMSNorm of each input element.
+F32_BYTES = 4.0
 #: The widest tensor group priced: a block is split into ``t`` pieces priced on ``t`` GPUs (work
 #: that grows as ``t^2``); four times the widest of Megatron-LM, 8 GPUs, one node's NVLink
 #: (Narayanan et al., SC'21, Table 1).
@@ -165,7 +168,11 @@ def _kept_items(task: Task) -> list[tuple[float, str, bool]]:
             if o.kind == "weight":
                 continue
             per = o.type.numel * ELEMENT_BYTES[p.precision] if p.precision in ELEMENT_BYTES else float(o.type.nbytes)
+            if p.op == "rmsnorm" and not p.attr("fused", 1):  # its input in f32 and its output before the gain
+                per = o.type.numel * (F32_BYTES + DTYPE_BYTES.get(o.type.dtype, 2))
             out.append((per, o.name, False))  # a quantised GEMM keeps its input as it cast it
+        if p.op == "swiglu" and not p.attr("fused", 1) and p.output is not None:  # silu(gate), kept by the product
+            out.append((float(p.output.nbytes), p.name, False))
         if p.op in ATTENTION_OPS and p.output is not None:
             tokens, heads = p.output.shape[0], int(p.attr("heads"))
             if p.attr("fused", 1):  # the log-sum-exp rows only
@@ -266,6 +273,8 @@ class Profile:
         comm_modules: list[int] = []
         kept: list[tuple[float, int, int, int]] = []
         tensor_ids: dict[str, int] = {}  # tensors by first use: a block's cost never names its chunk
+        # training: the model's outputs (the logits) feed the loss, which keeps them in f32
+        loss = set(self.graph.outputs) & set(sub.outputs) if self.optimizer is not None else set()
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
@@ -310,6 +319,8 @@ class Profile:
                 elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):
                     rep += seconds
                 items = _kept_items(task)
+                if task.name.split(".")[0] in loss and task.output is not None:
+                    items.append((F32_BYTES * task.output.numel, task.name, False))
                 stash += sum(n for n, _, _ in items)
                 scores += sum(n for n, _, sc in items if sc)
                 if tags:

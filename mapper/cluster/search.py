@@ -28,7 +28,7 @@ from mapper.cluster import overlap
 from mapper.cluster.context import check_context, context_ranks
 from mapper.cluster.flops import model_flops
 from mapper.cluster.layers import uneven_reason
-from mapper.cluster.model import GIB, Estimate, PlanModel, lower_bound, refine
+from mapper.cluster.model import DEFAULT_ALLOCATOR, GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import MAX_TENSOR, Profile, check_tensor
 from mapper.cluster.recompute import mask, module_flops
 from mapper.cluster.sweep import more, score
@@ -78,6 +78,7 @@ class ClusterChoice:
     bound: float | None = None  # no layout of the plan space is faster under the model (model.lower_bound)
     precision: str = ""  # the GEMMs' format (--precision, else the graph's own: fp16)
     grad: str = ""  # the gradient buffer's format (fp32, bf16, or the weights' own)
+    allocator: str = ""  # the caching allocator's mode (allocator=, mapper.cluster.model.FRAGMENTATION)
 
     @property
     def proven(self) -> bool:
@@ -114,7 +115,8 @@ class ClusterChoice:
             stages = [{"kind": kind, "devices": lay.tensor * r, "data": r, "tensor": lay.tensor,
                        "layers": sum(self.stage_layers), "share": share} for kind, r, share in self.shares]
         est = b.to_json()
-        est["plan"] = {**est["plan"], "grad": self.grad, "precision": self.precision}
+        est["plan"] = {**est["plan"], "grad": self.grad, "precision": self.precision,
+                       **({"allocator": self.allocator} if self.allocator else {})}
         return {"mode": "cluster", **est, "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 **({"kinds_used": list(self.kinds_used)} if self.kinds_used else {}),
@@ -279,10 +281,11 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     (Megatron-LM's fp16 training, as SC'21 ran it)."""
     check_tensor(given)
     grad = given.grad or ("fp32" if precision else "")
-    given = replace(given, grad=None)
-    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad)
+    allocator = given.allocator or DEFAULT_ALLOCATOR
+    given = replace(given, grad=None, allocator=None)
+    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator)
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
-    choice = replace(choice, precision=precision or own, grad=grad or own)
+    choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator)
     gpu = next((d for d in platform.devices if d.kind == "gpu"), None)
     peak = gpu.tensor_peak(precision) if precision is not None and gpu is not None else None
     if peak and platform.fleet is None:
@@ -296,14 +299,14 @@ FORMAT_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 
 def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                 prepare: Callable[[TaskGraph], TaskGraph], progress: Callable[[Progress], None] | None,
-                grad: str) -> ClusterChoice:
-    """:func:`plan_cluster` with the gradient buffer's format resolved."""
+                grad: str, allocator: str = "") -> ClusterChoice:
+    """:func:`plan_cluster` with the gradient buffer's format and the allocator resolved."""
     if platform.fleet is not None:
         choices = []
         setups: list[_Setup] = []  # each kind's priced blocks, for its own plans and the mixed ones
         for k in platform.fleet.kinds:
             try:
-                setups.append(_setup(graph, k.platform, optimizer, prepare, grad))
+                setups.append(_setup(graph, k.platform, optimizer, prepare, grad, allocator))
                 choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress,
                                                  setups[-1]), kind=k.kind))
             except OptionsError:
@@ -311,7 +314,7 @@ def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
                     raise
         if not choices:
             return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress,
-                             grad=grad)
+                             grad=grad, allocator=allocator)
         whole = len(setups) == len(platform.fleet.kinds) > 1
         if whole:  # every kind, and every subset of two or more kinds (the slowest may only slow it down)
             for subset in _subsets(len(setups)):
@@ -333,7 +336,7 @@ def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
         return replace(best, others=tuple((label(c), c.best.step, c.best.fits) for c in choices if c is not best),
                        kinds_used=best.kinds_used if len(best.kinds_used) < every else (),
                        bound=min(bounds) if bounds else None)
-    return _plan_one(graph, platform, given, optimizer, prepare, progress, grad=grad)
+    return _plan_one(graph, platform, given, optimizer, prepare, progress, grad=grad, allocator=allocator)
 
 
 #: The ``kind`` of a choice whose pipeline stages sit on several node kinds.
@@ -448,7 +451,7 @@ class _Setup:
 
 
 def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
-           prepare: Callable[[TaskGraph], TaskGraph], grad: str = "") -> _Setup:
+           prepare: Callable[[TaskGraph], TaskGraph], grad: str = "", allocator: str = "") -> _Setup:
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
         raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
@@ -466,7 +469,8 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
                            f"{MAX_SAMPLES:,} (set the batch param, e.g. --param BATCH, lower)", obj="--parallel")
     # collectives see a scale-up domain larger than a node (NVL72) as one node of its GPUs
     view = domain_view(platform)
-    model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad)
+    model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad,
+                      allocator or DEFAULT_ALLOCATOR)
     per_node = sum(1 for d in view.devices if d.kind == "gpu")
     return _Setup(model, gpu, per_node, len(gpus_here) * nodes, samples, seq)
 
@@ -474,11 +478,11 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
 def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
               progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None,
-              grad: str = "") -> ClusterChoice:
+              grad: str = "", allocator: str = "") -> ClusterChoice:
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
     blocks priced already)."""
     start = time.perf_counter()
-    setup = setup or _setup(graph, platform, optimizer, prepare, grad)
+    setup = setup or _setup(graph, platform, optimizer, prepare, grad, allocator)
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
     profile = model.profile

@@ -93,11 +93,12 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           "qkv[T, 3D] or q[T, D], k[T, D], v[T, D] (grouped-query: kv_heads)",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("causal", "bool", 0),
           ("kv_heads", "int", None), ("fused", "bool", 1), ("cache", "int", 0), ("window", "int", 0)),
-    # root-mean-square layer norm (Zhang and Sennrich, NeurIPS 2019)
+    # root-mean-square layer norm (Zhang and Sennrich, NeurIPS 2019); fused = 0: PyTorch's
+    # composite form, whose saved tensors training keeps (mapper.cluster.profile)
     _spec("rmsnorm", (1, 1), "norm", "4 * numel", dnn.per_element(4, min_ndim=1, form="at least 1-D"),
-          "x", _EPS),
-    # SwiGLU (Shazeer, arXiv:2002.05202): silu(gate) * up of x = [gate | up]
-    _spec("swiglu", (1, 1), "activation", "6 * out.numel", dnn.swiglu, "x[..., 2F]"),
+          "x", _EPS, ("fused", "bool", 1)),
+    # SwiGLU (Shazeer, arXiv:2002.05202): silu(gate) * up of x = [gate | up]; fused = 0 as rmsnorm's
+    _spec("swiglu", (1, 1), "activation", "6 * out.numel", dnn.swiglu, "x[..., 2F]", ("fused", "bool", 1)),
     # rotary position embedding of the q and k heads (Su et al., RoFormer, arXiv:2104.09864)
     _spec("rotary", (1, 1), "elementwise", "3 * T * (heads + kv_heads) * dh", dnn.rotary,
           "qkv[T, (heads + 2 kv_heads) dh] as attention takes it",

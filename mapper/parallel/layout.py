@@ -2,8 +2,8 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C]``: keys left out are
-chosen by the planner (:mod:`mapper.cluster.search`);
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C]
+[,allocator=caching|expandable]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
@@ -19,7 +19,9 @@ Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
 ``tp`` its ``--tp-comm-overlap``), off unless given, as Megatron-Core defaults them: the planner
 never turns one on by itself; ``context`` cuts every sequence over ``C`` ranks
 (context parallelism, Megatron-Core's ``context_parallel_size``: :mod:`mapper.cluster.context`),
-1 unless given.
+1 unless given; ``allocator`` is PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
+which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unless given
+(:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap", "context")
+        "expert_tensor", "grad", "first", "last", "overlap", "context", "allocator")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -44,6 +46,8 @@ WITHOUT_OUTPUT = ("moe_act", "layernorm", "mla_up_proj")
 SELECTIVE = ("core_attn",)
 #: Formats of the gradient buffer (``grad=``).
 GRADS = ("fp32", "bf16")
+#: Modes of the caching allocator (``allocator=``).
+ALLOCATORS = ("caching", "expandable")
 #: Communication overlaps (``overlap=``), each a set of ``a2a`` and ``tp`` in this order.
 OVERLAPS = ("none", "a2a", "tp", "a2a+tp")
 #: The largest degree a layout may give.
@@ -140,6 +144,7 @@ class LayoutSpec:
     last: int | None = None
     overlap: str | None = None
     context: int | None = None
+    allocator: str | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""
@@ -147,8 +152,8 @@ class LayoutSpec:
 
     def allows(self, layout: Any) -> bool:
         """True when ``layout`` (a :class:`Layout`, or anything with its keys) has every key given
-        (``grad``, the plan's, aside)."""
-        return all(getattr(layout, k) == v for k, v in self.fixed().items() if k != "grad")
+        (``grad`` and ``allocator``, the plan's, aside)."""
+        return all(getattr(layout, k) == v for k, v in self.fixed().items() if k not in ("grad", "allocator"))
 
     def text(self) -> str:
         """The keys given as ``--parallel`` writes them (``none`` when none is)."""
@@ -220,6 +225,10 @@ def _value(key: str, value: str) -> Any:
     if key == "grad":
         if value not in GRADS:
             raise OptionsError(f"grad={value!r}: choose one of {', '.join(GRADS)}", obj="--parallel")
+        return value
+    if key == "allocator":
+        if value not in ALLOCATORS:
+            raise OptionsError(f"allocator={value!r}: choose one of {', '.join(ALLOCATORS)}", obj="--parallel")
         return value
     if key == "overlap":  # a2a and tp in either order, each once
         parts = value.split("+")

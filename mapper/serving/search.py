@@ -26,7 +26,8 @@ from mapper.serving.request_graph import MAX_CELLS, MAX_TASKS, buildable, reques
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 4
 #: Keys of a training layout that mean nothing when serving.
-TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence", "grad", "first", "last", "overlap", "context")
+TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence", "grad", "first", "last", "overlap", "context",
+                 "allocator")
 
 
 @dataclass(frozen=True, slots=True)
