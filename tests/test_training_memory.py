@@ -143,6 +143,25 @@ def test_grad_key_parses_and_rejects():
         parse_layout("grad=fp16")
 
 
+def test_allocator_key_parses_rejects_and_reaches_the_report(tmp_path, capsys):
+    assert parse_layout("tensor=2,allocator=caching") == LayoutSpec(tensor=2, allocator="caching")
+    with pytest.raises(OptionsError):
+        parse_layout("allocator=cuda")
+    out = tmp_path / "r.json"
+    base = ["compile", "examples/llama.tg", "--param", "LAYERS=2", "--param", "BATCH=16", "--platform", "selene",
+            "--nodes", "2", "--train", "--optimizer", "adam", "--json", str(out), "--parallel"]
+    peaks = {}
+    for mode in ("caching", "expandable"):
+        assert main([*base, f"tensor=1,pipeline=1,zero=1,allocator={mode}"]) == 0
+        par = json.loads(out.read_text())["parallel"]
+        assert par["plan"]["allocator"] == mode
+        peaks[mode] = par["peak_memory"]
+    assert peaks["expandable"]["fragmentation"] == 0.0
+    assert peaks["caching"]["fragmentation"] == pytest.approx(peaks["caching"]["activations"] * 0.15 / 0.85)
+    assert main([*base, "allocator=none"]) == 2
+    assert "allocator" in capsys.readouterr().err
+
+
 # -- precision -----------------------------------------------------------------------------------
 
 def _llama(layers=2, batch=8):
