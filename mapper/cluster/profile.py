@@ -24,8 +24,13 @@ from Q, K, V, its output and the log-sum-exp of each query row and head, one
 f32 each (:data:`LSE_BYTES`; ``softmax_lse`` of ``flash_attn``'s forward), so
 a fused layer keeps ``34 s b h`` less the dropout masks plus ``4 a s b``. The
 graph has no dropout ops, so their masks (``2 s b h`` bytes of the paper's
-``34 s b h``) are not counted. A GEMM run in a low-precision format
-(``--precision``) keeps its input as it cast it, ``e`` bytes an element
+``34 s b h``) are not counted. In training the model's outputs (the logits) feed
+the loss, which keeps them in f32 (Korthikanti et al., 4.3: ``4 s b v / t``, cut by
+the vocabulary). Ops written as PyTorch's composite forms (``fused = 0``) keep what
+autograd saves: RMSNorm as the LLaMA reference code writes it
+(``norm(x.float()).type_as(x) * weight``) its input in f32 and its output before the
+gain, SwiGLU (``silu(gate) * up``) silu's output besides its input. A GEMM run in a
+low-precision format (``--precision``) keeps its input as it cast it, ``e`` bytes an element
 (Transformer Engine's linear layers save the quantised input for the weight
 gradient; :data:`mapper.costing.precision.ELEMENT_BYTES`).
 """
