@@ -71,7 +71,7 @@ class CompileOptions:
         for name in self.compare:
             get_mapper(name, "--compare")
         check_parallel(self.parallel)
-        check_precision(self.precision, self.serving is not None)
+        check_precision(self.precision, self.serving is not None, self.serving is None and self.train is None)
         if self.serving is not None:
             if self.train is not None:
                 raise OptionsError("--inference prices generation; --train prices a training step: give one",

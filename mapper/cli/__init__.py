@@ -165,7 +165,8 @@ def add_precision_option(p: Any) -> None:
                    help="the format the linear layers' GEMMs run in: bf16, fp8, mxfp8 or nvfp4 (attention, "
                         "norms, router, embeddings, LM head, master weights and optimizer states stay in "
                         "16/32-bit; a GPU without the format exits 2; docs/parallel.md, Precision); compile "
-                        "--inference also takes int4_awq (4-bit AWQ weights, 16-bit GEMMs)")
+                        "--inference also takes int4_awq (4-bit AWQ weights, 16-bit GEMMs), a forward pass "
+                        "int8 (statically scaled INT8 GEMMs, TensorRT's)")
 
 
 def train_option(args: argparse.Namespace) -> str | None:

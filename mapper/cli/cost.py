@@ -61,7 +61,7 @@ def run(args) -> int:
     plat = platform_arg(args)
     platform = flat_platform(load_platform(plat) if isinstance(plat, str) else plat)
     graph = load_graph(source(args))
-    if check_precision(args.precision) is not None:
+    if check_precision(args.precision, forward=not args.train) is not None:
         require_format(platform, args.precision)
         graph = with_precision(graph, args.precision)
     graph = fuse_for(graph, platform, args.fuse)

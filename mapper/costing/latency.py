@@ -23,7 +23,7 @@ from mapper.costing.efficiency import (
     model_keys,
     rate_dtype,
 )
-from mapper.costing.precision import cast_bytes, gemm_bytes, rate_format
+from mapper.costing.precision import STATIC, cast_bytes, gemm_bytes, rate_format
 from mapper.costing.tiles import TilePlan, overlap_share, tile_time
 from mapper.costing.work import (
     attention_wave_efficiency,
@@ -142,6 +142,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     if flops > 0:
         fmt = rate_format(task.precision) if cls in MATRIX_CLASSES else ""  # a GEMM's epilogue gradient keeps 16-bit
         tensor = device.tensor_peak(fmt or task.dtype) if cls in MATRIX_CLASSES else None
+        if fmt and tensor is None and task.precision in STATIC:  # an integer array without tensor cores
+            tensor = device.peak(fmt)
         if fmt and tensor is None and fmt != "bf16":
             return infeasible_estimate(f"no {fmt} rate in tensor_gflops")
         rd = rate_dtype(device, task.dtype)

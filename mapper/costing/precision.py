@@ -60,6 +60,18 @@ runs the GEMM at the 16-bit tensor rate (W4A16): activations keep their 16-bit b
 The dequantisation's arithmetic is not priced: it is modelled as the extra bytes of the scales and
 zeros only (an assumption: it overlaps the memory-bound decode GEMM and is small beside a large
 prefill GEMM's multiply-adds).
+
+Statically scaled INT8 (:data:`STATIC`, a forward pass only): TensorRT's INT8 inference (TensorRT
+Developer Guide, "Working with Quantized Types": post-training calibration or Q/DQ scales, fixed at
+build time) runs a linear layer's GEMM on the integer tensor cores with 8-bit weights and inputs;
+the quantisation of its input is fused into the producer's epilogue (a Q node fuses into the layer
+before it) and the dequantisation into the GEMM's own (a DQ node fuses into the layer after it),
+so there is no cast kernel and no 16-bit read of the input: 1 byte an input element and a weight,
+the output written in the graph's 16 bits for the layers that stay there. Attention, norms,
+activations and embeddings keep the graph's dtype, as TensorRT keeps a layer in FP16 where no INT8
+kernel or scale is given (``--int8 --fp16`` builds; NVIDIA's MLPerf BERT engines are INT8 builds,
+mlcommons/inference_results_v3.1, closed/NVIDIA, BERT ``precision = "int8"``). A device with no
+integer tensor rate but an ``i8`` peak (a DLA, an NPU) runs such a GEMM at that peak.
 """
 
 from __future__ import annotations
@@ -82,17 +94,20 @@ AMAX_PASS = frozenset({"fp8"})
 WEIGHT_ONLY = {"int4_awq": 0.5 + 2.5 / 128}
 #: The tensor rate a weight-only format needs.
 WEIGHT_ONLY_RATE = "f16"
+#: Statically scaled integer formats of a forward pass (module docstring) and the rate key they run at.
+STATIC = {"int8": "i8"}
 #: Ops whose reading of a GEMM's output marks it as a router (kept in f32/bf16): these, and any op
 #: whose name says router or top-k.
 ROUTER_READERS = frozenset({"softmax", "sigmoid"})
 
 
-def check_precision(text: str | None, inference: bool = False) -> str | None:
+def check_precision(text: str | None, inference: bool = False, forward: bool = False) -> str | None:
     """``--precision``'s value, checked (an OptionsError, exit 2, otherwise); the weight-only
-    formats only for ``inference``."""
-    if text is None or text in FORMATS or (inference and text in WEIGHT_ONLY):
+    formats only for ``inference``, the statically scaled ones only for a ``forward`` pass (a
+    compile without ``--train`` or ``--inference``)."""
+    if text is None or text in FORMATS or (inference and text in WEIGHT_ONLY) or (forward and text in STATIC):
         return text
-    known = (*FORMATS, *WEIGHT_ONLY) if inference else FORMATS
+    known = (*FORMATS, *WEIGHT_ONLY) if inference else (*FORMATS, *STATIC) if forward else FORMATS
     raise OptionsError(f"unknown precision {text!r}; choose one of {', '.join(known)}", obj="--precision")
 
 
@@ -101,7 +116,7 @@ def require_format(platform: Platform, fmt: str) -> None:
     (every GPU of a fleet's kinds is checked)."""
     kinds = platform.fleet.kinds if platform.fleet is not None else ()
     platforms = [k.platform for k in kinds] or [platform]
-    rate = WEIGHT_ONLY_RATE if fmt in WEIGHT_ONLY else fmt
+    rate = WEIGHT_ONLY_RATE if fmt in WEIGHT_ONLY else STATIC.get(fmt, fmt)
     for plat in platforms:
         for dev in plat.devices:
             if dev.kind != "gpu":
@@ -116,11 +131,11 @@ def require_format(platform: Platform, fmt: str) -> None:
 def rate_format(fmt: str) -> str:
     """The tensor-rate key a GEMM marked ``fmt`` runs at ("" for a weight-only format: the GEMM's
     own 16-bit dtype)."""
-    return "" if fmt in WEIGHT_ONLY else fmt
+    return "" if fmt in WEIGHT_ONLY else STATIC.get(fmt, fmt)
 
 
 def _is_low(fmt: str) -> bool:
-    return (fmt in FORMATS and fmt != "bf16") or fmt in WEIGHT_ONLY
+    return (fmt in FORMATS and fmt != "bf16") or fmt in WEIGHT_ONLY or fmt in STATIC
 
 
 def with_precision(graph: TaskGraph, fmt: str | None) -> TaskGraph:
@@ -154,7 +169,7 @@ def gemm_bytes(task: Task) -> float:
     """Bytes a forward GEMM marked by :func:`with_precision` moves, its casts included (module
     docstring); ``task.bytes`` for every other task."""
     fmt = task.precision
-    if not fmt or task.backward or (fmt not in ELEMENT_BYTES and fmt not in WEIGHT_ONLY):
+    if not fmt or task.backward or (fmt not in ELEMENT_BYTES and fmt not in WEIGHT_ONLY and fmt not in STATIC):
         return float(task.bytes)
     main = task.parts[0] if task.parts else task
     item = DTYPE_BYTES.get(main.operands[0].type.dtype, 2) if main.operands else 2
@@ -162,6 +177,8 @@ def gemm_bytes(task: Task) -> float:
     weights = float(sum(o.type.numel for o in main.operands if o.kind == "weight"))
     if fmt in WEIGHT_ONLY:  # 16-bit activations, no cast; the weights in the format
         return float(task.bytes) - weights * item + weights * WEIGHT_ONLY[fmt]
+    if fmt in STATIC:  # 8-bit inputs and weights, no cast (fused into the producer); the output as it was
+        return float(task.bytes) - (acts + weights) * (item - DTYPE_BYTES[STATIC[fmt]])
     e = ELEMENT_BYTES[fmt]
     return float(task.bytes) - (acts + weights) * item + acts * (item + 2 * e) + weights * e
 
