@@ -20,12 +20,13 @@ from above. SQuAD's length distribution is not shipped, so the p90 sample's leng
 
 Two numbers are fitted, on the two ResNet-50 rows (NVIDIA's own figures of INT8 convolution on this
 GPU, neither of them RetinaNet's): the GPU's per-kernel launch cost ``launch_us`` (no figure for
-Orin is published; the platform declares none), set by the batch-1 row that fixed costs dominate,
+Orin is published), set by the batch-1 row that fixed costs dominate,
 and the GPU's INT8 convolution efficiency ``efficiency["conv:i8"]`` (no microbenchmark of TensorRT's
 INT8 convolutions on Orin is published; the model's GPU table says 0.75 for every dtype), set by the
 batch-8 row whose convolutions run compute-bound; alternating bisections until both hold. RetinaNet
 (both scenarios) and BERT are checked with them. The last columns map each graph on the whole SoC
 (the GPU and both DLAs, the DLAs' TensorRT layer list deciding what they take) with the fitted numbers.
+The platform file carries both fitted numbers, citing this fit; the ``shipped`` column prices with it.
 
     python benchmarks/jetson_orin.py
 """
@@ -73,7 +74,8 @@ def fitted(platform: Platform, launch_us: float, conv: float | None = None) -> P
     """``platform`` with its GPU's per-kernel launch cost ``launch_us`` and, given ``conv``, its INT8
     convolution efficiency."""
     def gpu(d):
-        eff = tuple(d.efficiency) + (((CONV_KEY, conv),) if conv is not None else ())
+        eff = tuple(kv for kv in d.efficiency if conv is None or kv[0] != CONV_KEY)
+        eff += ((CONV_KEY, conv),) if conv is not None else ()
         return dataclasses.replace(d, launch_us=launch_us, efficiency=eff)
 
     devices = tuple(gpu(d) if d.kind == "gpu" else d for d in platform.devices)
@@ -137,7 +139,7 @@ def main() -> None:
         print(f"fitted on the ResNet-50 rows (GPU as MLPerf ran it): launch {launch:.2f} us per kernel on "
               f"{FIT_LAUNCH} (shipped: {shipped.launch_us:g}), INT8 convolution efficiency {conv:.3f} on "
               f"{FIT_CONV} (the model's GPU conv class: 0.75)")
-        head = (f"{'row':<13} {'graph':<10} {'published':>10} {'unfitted':>10} {'GPU':>10} {'ratio':>6}  "
+        head = (f"{'row':<13} {'graph':<10} {'published':>10} {'shipped':>10} {'GPU':>10} {'ratio':>6}  "
                 f"{'role':<6} {'GPU+2 DLA':>10} {'ratio':>6}  MLPerf row")
         print(head)
         print("-" * len(head))

@@ -95,7 +95,9 @@ def test_compile_int8_on_orin_and_usage_errors(tmp_path, capsys):
 
 def test_a_gpus_own_int8_conv_efficiency_prices_int8_convs_only(tmp_path):
     gpu = _orin("gpu")
-    slower = dataclasses.replace(gpu, efficiency=(*gpu.efficiency, ("conv:i8", 0.5)))
+    shipped = dict(gpu.efficiency)["conv:i8"]  # the fit on MLPerf's ResNet-50 rows (benchmarks/jetson_orin.py)
+    slower = dataclasses.replace(gpu, efficiency=tuple(
+        (k, 0.5 if k == "conv:i8" else v) for k, v in gpu.efficiency))
     text = open("examples/resnet50.tg").read().replace("f32", "i8")
     for dtype, graph_text in (("i8", text), ("f16", text.replace("i8", "f16"))):
         path = tmp_path / f"resnet50_{dtype}.tg"
@@ -104,6 +106,6 @@ def test_a_gpus_own_int8_conv_efficiency_prices_int8_convs_only(tmp_path):
         conv = max((t for t in g.tasks if t.op == "conv2d"), key=lambda t: t.flops)
         a, b = estimate(conv, "conv", gpu), estimate(conv, "conv", slower)
         if dtype == "i8":
-            assert b.t_parallel / a.t_parallel == pytest.approx(0.75 / 0.5)
+            assert b.t_parallel / a.t_parallel == pytest.approx(shipped / 0.5)
         else:
             assert b.t_parallel == a.t_parallel
