@@ -40,8 +40,9 @@ EFF_COMPUTE["npu"] = EFF_COMPUTE["dla"] = EFF_COMPUTE["gpu"]
 #: section 3.1.2). Fitted (the median over sequences 2,048-32,768, 0.80) to cuDNN 9.10.2's causal BF16
 #: forward and backward TFLOP/s on a B200 (NVIDIA/cudnn-frontend, benchmark/sdpa_benchmark_training
 #: artifacts) and checked on cuDNN 9.1 and 9.19 and FlashAttention-2 on an H200 (the same repository's
-#: 2024 benchmark_results.csv and h200_919_only_cudnn results): ``python benchmarks/blackwell_attention.py``.
-#: A device's own ``attention.backward`` efficiency entry replaces the share times the forward rate.
+#: 2024 benchmark_results.csv and h200_919_only_cudnn results): ``python benchmarks/attention_rates.py``.
+#: A device's own ``attention.backward`` efficiency entry replaces the share times the forward rate; an
+#: NPU and a DLA take a GPU's share, as they take its efficiency factors.
 ATTENTION_BACKWARD_SHARE: dict[str, float] = {"gpu": 0.80, "npu": 0.80, "dla": 0.80}
 
 #: Memory efficiency: the fraction of the declared bandwidth that streaming
