@@ -45,6 +45,7 @@ from dataclasses import replace
 
 from mapper.cluster.profile import _cut
 from mapper.cluster.search import plan_cluster
+from mapper.costing.efficiency import ATTENTION_BACKWARD_SHARE, EFF_COMPUTE
 from mapper.costing.fusion import fuse_for
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
@@ -139,6 +140,11 @@ def main() -> None:
     args = ap.parse_args()
     pick = {int(x) for x in args.tables.split(",") if x.strip()}
     print(f"source: {SOURCE}")
+    b200 = next(d for d in load_platform("dgx-b200").devices if d.kind == "gpu")
+    print(f"attention: forward {EFF_COMPUTE['gpu']['attention']:.2f} of the 16-bit peak (cited); backward "
+          f"{ATTENTION_BACKWARD_SHARE['gpu']:.2f} of that and the B200 causal half-length "
+          f"{dict(b200.half_length)['attention.causal']:,.0f} (fitted on cuDNN on a B200: "
+          "python benchmarks/attention_rates.py)")
     for n, (title, model, cluster, node, per_node, rows, attention) in enumerate(TABLES, 1):
         if pick and n not in pick:
             continue
