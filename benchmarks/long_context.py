@@ -17,16 +17,18 @@ recomputation left to the planner. TFLOP/s are NVIDIA's model FLOPs
 (:mod:`mapper.cluster.flops`: the whole score matrix, no causal saving), as the
 table counts them. Nothing is fitted to these rows.
 
-Two predictions are printed for the H100 table: the cost model's own rates
-(attention at 60 % of the 16-bit tensor peak, FlashAttention-2 on an A100:
-docs/cost_model.md) and attention at FlashAttention-2's utilisation of an
-H100, 35 % (:data:`FA2_H100`; Shah et al., "FlashAttention-3", arXiv
-2407.08608, abstract): what the 2024 container's attention reached if it ran
-FlashAttention-2's kernels (Transformer Engine's ring calls either those or
-cuDNN's fused attention; which one these runs used is not published).
-Neither is fitted to these rows; the second is a cited kernel rate, shown to
-say how much of the gap is attention's rate. The B200 table has only the
-first (no published attention rate on Blackwell to cite).
+Two predictions are printed for the H100 table: the cost model's own rates (fused attention's
+forward at 60 % of the 16-bit tensor peak and its backward at 0.80 of that, 0.51 forward plus
+backward, which cuDNN 9.1's causal attention on an H200 in 2024 reached within 0.97-1.08:
+docs/cost_model.md, ``python benchmarks/attention_rates.py``) and attention's forward at
+FlashAttention-2's utilisation of an H100, 35 % (:data:`FA2_H100`; Shah et al., "FlashAttention-3",
+arXiv 2407.08608, abstract), its backward at the same share of that (0.30 forward plus backward,
+as FlashAttention-2 measured on an H200 in 2024: 0.27-0.33). Neither is fitted to these rows; the
+second is a cited kernel rate, shown to say how much of the gap is attention's rate: the
+container's Transformer Engine (the commit NeMo 24.03's Dockerfile pins) runs cuDNN's fused
+attention on an H100 with context parallelism, and the rate these runs imply (about 0.32 of the
+peak at 1M tokens) is below every published cuDNN measurement of that year. The B200 table has
+only the first (its half-length fitted on cuDNN on a B200, docs/cost_model.md).
 
 The B200 table's "# of GPUs"
 column repeats the sequence column at that commit; the GPUs priced are its
@@ -43,6 +45,7 @@ from dataclasses import replace
 
 from mapper.cluster.profile import _cut
 from mapper.cluster.search import plan_cluster
+from mapper.costing.efficiency import ATTENTION_BACKWARD_SHARE, EFF_COMPUTE
 from mapper.costing.fusion import fuse_for
 from mapper.costing.precision import with_precision
 from mapper.errors import OptionsError
@@ -137,6 +140,11 @@ def main() -> None:
     args = ap.parse_args()
     pick = {int(x) for x in args.tables.split(",") if x.strip()}
     print(f"source: {SOURCE}")
+    b200 = next(d for d in load_platform("dgx-b200").devices if d.kind == "gpu")
+    print(f"attention: forward {EFF_COMPUTE['gpu']['attention']:.2f} of the 16-bit peak (cited); backward "
+          f"{ATTENTION_BACKWARD_SHARE['gpu']:.2f} of that and the B200 causal half-length "
+          f"{dict(b200.half_length)['attention.causal']:,.0f} (fitted on cuDNN on a B200: "
+          "python benchmarks/attention_rates.py)")
     for n, (title, model, cluster, node, per_node, rows, attention) in enumerate(TABLES, 1):
         if pick and n not in pick:
             continue

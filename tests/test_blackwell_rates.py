@@ -56,15 +56,17 @@ def test_gemm_efficiency_scales_the_h100_default_by_measured_reach(system):
 
 
 def test_attention_half_length_is_the_cudnn_fit():
-    """The fused causal attention's half-length on both Blackwell platforms is the one parameter
-    benchmarks/blackwell_attention.py fits to cuDNN on a B200, and the fit tracks the measured
-    forward-plus-backward reach over the fitted sequences within 25 %."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "blackwell_attention.py"
+    """The fused causal attention's half-length on both Blackwell platforms is the parameter
+    benchmarks/attention_rates.py fits to cuDNN on a B200 (with the backward's fitted share of the
+    forward's rate), and the fit tracks the measured forward-plus-backward reach over the fitted
+    sequences within 25 %."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_rates.py"
     bench = runpy.run_path(str(path))
-    half = bench["fit"]()
+    share = bench["fit_share"]()
+    half = bench["fit"](share)
     for system in GPU:
         assert dict(_gpu(system).half_length)["attention.causal"] == pytest.approx(half)
     lo, hi = bench["FIT"]
     for seq, *row in bench["ROWS"]:
         if lo <= seq <= hi:
-            assert 0.8 <= bench["model"](seq, half) / bench["reach"](*row) <= 1.25, seq
+            assert 0.8 <= bench["model"](seq, half, share) / bench["reach"](*row) <= 1.25, seq

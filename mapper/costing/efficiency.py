@@ -6,7 +6,7 @@ them."""
 from __future__ import annotations
 
 from mapper.core.graph import Task
-from mapper.core.ops import OPS
+from mapper.core.ops import ATTENTION_OPS, OPS
 from mapper.errors import InputError, SourceSpan
 from mapper.platform.loader import DEVICE_KINDS, Device
 
@@ -33,6 +33,17 @@ EFF_COMPUTE: dict[str, dict[str, float]] = {
 #: An NPU or a DLA, without factors of its own (its ``efficiency`` table), takes a GPU's:
 #: like a GPU it is a wide array fed from DRAM by DMA, and no vendor publishes per-op fractions.
 EFF_COMPUTE["npu"] = EFF_COMPUTE["dla"] = EFF_COMPUTE["gpu"]
+
+#: The rate of a fused attention's backward kernel as a share of its forward's rate, per device kind:
+#: the backward recomputes the scores and runs five matrix products against two with more shared-memory
+#: traffic and an accumulation of dQ across key blocks (Dao, "FlashAttention-2", arXiv 2307.08691,
+#: section 3.1.2). Fitted (the median over sequences 2,048-32,768, 0.80) to cuDNN 9.10.2's causal BF16
+#: forward and backward TFLOP/s on a B200 (NVIDIA/cudnn-frontend, benchmark/sdpa_benchmark_training
+#: artifacts) and checked on cuDNN 9.1 and 9.19 and FlashAttention-2 on an H200 (the same repository's
+#: 2024 benchmark_results.csv and h200_919_only_cudnn results): ``python benchmarks/attention_rates.py``.
+#: A device's own ``attention.backward`` efficiency entry replaces the share times the forward rate; an
+#: NPU and a DLA take a GPU's share, as they take its efficiency factors.
+ATTENTION_BACKWARD_SHARE: dict[str, float] = {"gpu": 0.80, "npu": 0.80, "dla": 0.80}
 
 #: Memory efficiency: the fraction of the declared bandwidth that streaming
 #: kernels reach (STREAM / BabelStream / Shuhai), per device kind (an NPU and a DLA as a GPU).
@@ -86,7 +97,8 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
     to ``task``, most specific first: its op variants (``reduce.max``: the op
     and the value of each of its string attributes with fixed choices;
     ``attention.causal``: the op and each of its flags in
-    :data:`mapper.core.ops.FLAG_VARIANTS` that is set), its op, its op class;
+    :data:`mapper.core.ops.FLAG_VARIANTS` that is set, after ``attention.backward`` for an
+    attention's gradient task), its op, its op class;
     each first for the task's GEMM format where ``--precision`` marks one (``gemm:fp8``) and then
     its dtype (``reduce.max:f64``), since a kernel's rate need not scale between dtypes and
     formats as the peaks do."""
@@ -101,6 +113,8 @@ def model_keys(task: Task, cls: str) -> tuple[str, ...]:
             if isinstance(value, str):
                 variants.append(f"{task.op}.{value}")
     variants += [f"{task.op}.{flag}" for flag in FLAG_VARIANTS.get(task.op, ()) if attrs.get(flag)]
+    if task.backward and task.op in ATTENTION_OPS:
+        variants.insert(0, f"{task.op}.backward")
     formats = (task.precision, task.dtype) if task.precision else (task.dtype,)
     return tuple(k for key in (*variants, task.op, cls) for k in (*(f"{key}:{f}" for f in formats), key))
 
@@ -119,6 +133,18 @@ def fitted_keys(device: Device, keys: tuple[str, ...]) -> tuple[str, ...]:
         if key in rated:
             return keys[:i + 1]
     return keys
+
+
+def backward_share(device: Device, task: Task, keys: tuple[str, ...]) -> float:
+    """The factor on the rate of ``task`` for an attention's backward pass: the device kind's
+    :data:`ATTENTION_BACKWARD_SHARE`, or 1 where the device declares the backward's own efficiency
+    (``attention.backward``) or the task is no attention gradient."""
+    if not task.backward or task.op not in ATTENTION_OPS:
+        return 1.0
+    own = {k for k, _ in device.efficiency}
+    if any(k in own for k in keys if k.startswith(f"{task.op}.backward")):
+        return 1.0
+    return ATTENTION_BACKWARD_SHARE.get(device.kind, 1.0)
 
 
 def lookup(table: tuple[tuple[str, float], ...], keys: tuple[str, ...]) -> float | None:

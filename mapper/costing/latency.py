@@ -18,6 +18,7 @@ from mapper.costing.efficiency import (
     EFF_COMPUTE,
     EFF_MEMORY,
     EFF_MEMORY_GEMM,
+    backward_share,
     fitted_keys,
     lookup,
     model_keys,
@@ -119,6 +120,7 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         e_c = EFF_COMPUTE[kind].get(cls)
     if e_c is None:
         return infeasible_estimate(f"op {task.op} ({cls}) has no {kind} implementation in the model")
+    e_c *= backward_share(device, task, fitted)
     t_copy = fill = 0.0
     plan: TilePlan | None = None
     tiled = dims is not None and device.gemm_tile is not None and device.compute_units is not None

@@ -353,12 +353,16 @@ def attention_wave_efficiency(task: Task, tile_rows: int, units: int) -> float:
     fill the units the keys are split into chunks of at least ``tile_rows``
     run side by side (Dao, Haziza, Massa, Sizov, "Flash-Decoding for
     long-context inference", 2023; FlashAttention's ``num_splits``), as
-    split-K splits a GEMM. 1 for other tasks and undeclared shapes."""
+    split-K splits a GEMM. An attention's gradient task has the forward's grid (its sequences from
+    the forward's query rows). 1 for other tasks and undeclared shapes."""
     attrs = dict(task.attrs)
     seq, heads, out = int(attrs.get("seq") or 0), int(attrs.get("heads") or 0), task.output
     if task.op not in ATTENTION_OPS or seq <= 0 or heads <= 0 or out is None or not out.shape:
         return 1.0
-    batch = max(out.shape[0] // seq, 1)
+    tokens = out.shape[0]
+    if task.backward and task.operands and task.operands[0].type.shape:  # its output is the flat gradients
+        tokens = task.operands[0].type.shape[0]
+    batch = max(tokens // seq, 1)
     groups, per_block, split = heads, seq, 1  # blocks per sequence, and query rows each
     if seq < tile_rows:
         kv = int(attrs.get("kv_heads") or heads)

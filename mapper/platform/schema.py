@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from mapper.core.graph import DTYPE_BYTES
-from mapper.core.ops import FLAG_VARIANTS, OP_CLASSES, OPS
+from mapper.core.ops import ATTENTION_OPS, FLAG_VARIANTS, OP_CLASSES, OPS
 from mapper.errors import PlatformError
 from mapper.platform.devices import DEVICE_KINDS, Device, Link, Platform, Switch
 from mapper.platform.slices import mig_slice, mps_share
@@ -365,7 +365,8 @@ class Checker:
             if not model_key_ok(name):
                 raise self.fail(kpath, f"unknown op class, op or op variant {name!r}; expected an op class "
                                        f"({', '.join(OP_CLASSES)}), an op of docs/ops.md, or an op and one of "
-                                       "its string choices or flags such as \"reduce.max\" or \"attention.causal\", "
+                                       "its string choices or flags such as \"reduce.max\", \"attention.causal\" "
+                                       "or \"attention.backward\", "
                                        "each optionally with \":dtype\" (\"elementwise:f64\") or a GEMM "
                                        "format (\"gemm:fp8\")")
             out.append((name, read(sub[name], kpath)))
@@ -525,7 +526,8 @@ def model_key_ok(key: str) -> bool:
     ``overhead_us_per_mib`` and ``half_length`` tables: an op
     class, an op, or an op variant ``op.choice`` (a value of one of the op's
     string attributes with fixed choices, e.g. ``reduce.max``, or one of its
-    :data:`mapper.core.ops.FLAG_VARIANTS`, ``attention.causal``), each
+    :data:`mapper.core.ops.FLAG_VARIANTS`, ``attention.causal``, or ``attention.backward``, the
+    gradient kernel of an attention op in a training step), each
     optionally for one dtype, ``key:dtype`` (``elementwise:f64``), or for a GEMM format of
     ``--precision`` with a tensor rate, ``key:fp8``."""
     key, colon, dtype = key.partition(":")
@@ -536,7 +538,8 @@ def model_key_ok(key: str) -> bool:
     op, _, choice = key.partition(".")
     spec = OPS.get(op)
     return spec is not None and (any(choice in values for _, values in spec.choices)
-                                 or choice in FLAG_VARIANTS.get(op, ()))
+                                 or choice in FLAG_VARIANTS.get(op, ())
+                                 or (choice == "backward" and op in ATTENTION_OPS))
 
 
 def _join(path: str, key: str) -> str:

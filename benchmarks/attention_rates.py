@@ -1,0 +1,127 @@
+"""Fused causal attention's rates: the backward's share of the forward's rate and Blackwell's half-length.
+
+    python benchmarks/attention_rates.py
+
+Two parameters of the cost model's attention price (docs/cost_model.md) are fitted here, both on
+one source, cuDNN 9.10.2's causal BF16 attention on a B200 (NVIDIA/cudnn-frontend,
+``benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv``: batch 1,
+128 query and 8 key-value heads of 128, PyTorch's cuDNN backend, forward and backward timed apart):
+
+* the backward's share of the forward's rate (:data:`mapper.costing.efficiency.ATTENTION_BACKWARD_SHARE`):
+  the median of backward over forward TFLOP/s over sequences 2,048-32,768 (the backward recomputes
+  the scores and runs five matrix products against two, with more shared-memory traffic: Dao,
+  "FlashAttention-2", arXiv 2307.08691, section 3.1.2);
+* Blackwell's half-length ``s_1/2`` (the ``half_length`` of ``attention.causal`` on ``dgx-b200`` and
+  ``gb200-tray``): the forward at ``r_f s / (s + s_1/2)`` and the backward at the share times that,
+  ``r_f`` the GPU default attention efficiency (0.60, not refitted); least squares of the log ratio
+  of modelled to measured forward-plus-backward reach over sequences 1,024-32,768 (longer runs lose
+  clock as well: printed, not fitted). On a B200 the tensor cores doubled over the H100's while the
+  exponential units and the shared memory did not (Zadouri et al., "FlashAttention-4", 2026): the
+  softmax, whose cost per score does not shrink with the head's work, weighs on short sequences.
+
+Checks, not fitted: the README's separate cuDNN-frontend run on the B200 (sequence 32,768); on an
+H200 (the H100's SMs and tensor peak) cuDNN 9.1 and PyTorch's FlashAttention-2 in 2024 (the
+repository's first ``benchmark/benchmark_results.csv``, commit b740542: 16 heads of 128, causal rows)
+and cuDNN 9.19 in 2026 (``results/h200_919_only_cudnn/llama3.1_20260227_034703.csv``: 64 query and 8
+key-value heads of 128, causal rows). End to end the parameters are checked on NVIDIA's long-sequence
+tables (``benchmarks/long_context.py``) and recipe rows (``benchmarks/recipes.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+R_F = 0.60  # the GPU default attention efficiency (mapper.costing.efficiency.EFF_COMPUTE), the forward's
+PEAK = {"B200": 2250.0, "H200": 989.0}  # dense BF16 tensor TFLOP/s (HGX B200 datasheet; H200 = H100 SXM)
+BACKWARD_FLOPS = 2.5  # the backward's FLOPs over the forward's (mapper.costing.training.ATTENTION_BACKWARD)
+#: sequence, forward ms, backward ms, forward TFLOP/s, backward TFLOP/s (pyt_cudnn rows of the B200 CSV)
+ROWS = [
+    (512, 0.102, 0.160, 83.991, 134.164),
+    (1024, 0.135, 0.278, 254.501, 308.529),
+    (2048, 0.287, 0.925, 478.921, 371.486),
+    (4096, 0.642, 1.960, 855.678, 701.265),
+    (8192, 1.877, 5.833, 1171.278, 942.509),
+    (16384, 6.602, 20.460, 1332.415, 1074.776),
+    (32768, 24.795, 79.338, 1419.000, 1108.688),
+    (65536, 101.812, 327.889, 1382.330, 1073.059),
+    (131072, 415.333, 1343.117, 1355.418, 1047.843),
+]
+SHARE_FIT = (2048, 32768)
+FIT = (1024, 32768)
+#: The README's cuDNN-frontend run: sequence, forward ms, backward ms, forward and backward TFLOP/s.
+CHECK = (32768, 24.543, 73.210, 1434.0, 1201.0)
+#: H200, causal BF16, head dim 128: (source, sequence, forward TFLOP/s, backward TFLOP/s)
+H200 = [
+    ("cuDNN 9.1 (2024)", 4096, 542.3, 443.6), ("cuDNN 9.1 (2024)", 8192, 572.9, 463.5),
+    ("cuDNN 9.1 (2024)", 16384, 586.8, 497.7), ("cuDNN 9.1 (2024)", 32768, 577.3, 499.7),
+    ("cuDNN 9.1 (2024)", 65536, 567.0, 503.8),
+    ("FlashAttention-2 (2024)", 4096, 314.1, 248.8), ("FlashAttention-2 (2024)", 8192, 325.1, 277.4),
+    ("FlashAttention-2 (2024)", 16384, 324.8, 305.2), ("FlashAttention-2 (2024)", 32768, 345.3, 317.3),
+    ("FlashAttention-2 (2024)", 65536, 342.7, 323.2),
+    ("cuDNN 9.19 (2026)", 2048, 484.0, 370.0), ("cuDNN 9.19 (2026)", 4096, 591.0, 474.0),
+    ("cuDNN 9.19 (2026)", 8192, 644.0, 541.0), ("cuDNN 9.19 (2026)", 16384, 673.0, 579.0),
+    ("cuDNN 9.19 (2026)", 32768, 688.0, 581.0),
+]
+
+
+def reach(fwd_ms: float, bwd_ms: float, fwd_tf: float, bwd_tf: float, peak: float = PEAK["B200"]) -> float:
+    """Forward plus backward FLOPs over their time, as a share of the peak."""
+    return (fwd_tf * fwd_ms + bwd_tf * bwd_ms) / (fwd_ms + bwd_ms) / peak
+
+
+def combined(fwd: float, share: float) -> float:
+    """The forward-plus-backward rate of a forward at ``fwd`` and a backward at ``share`` of it."""
+    return (1.0 + BACKWARD_FLOPS) / (1.0 / fwd + BACKWARD_FLOPS / (share * fwd))
+
+
+def model(seq: int, half: float, share: float) -> float:
+    """The model's forward-plus-backward reach at sequence ``seq``."""
+    return combined(R_F, share) * seq / (seq + half)
+
+
+def fit_share() -> float:
+    """The backward's share of the forward's rate (to 0.01): the median over the fitted sequences."""
+    ratios = [b / f for s, _, _, f, b in ROWS if SHARE_FIT[0] <= s <= SHARE_FIT[1]]
+    return round(statistics.median(ratios), 2)
+
+
+def fit(share: float | None = None) -> float:
+    """The half-length (to 10 elements) of least squared log ratio over the fitted sequences."""
+    share = fit_share() if share is None else share
+    rows = [(s, reach(*r)) for s, *r in ROWS if FIT[0] <= s <= FIT[1]]
+    return min((10.0 * i for i in range(1, 2001)),
+               key=lambda h: sum(math.log(model(s, h, share) / e) ** 2 for s, e in rows))
+
+
+def main() -> None:
+    share = fit_share()
+    print(f"fit 1, backward share of the forward's rate: {share:.2f} (cuDNN 9.10.2 on a B200, median over "
+          f"sequences {SHARE_FIT[0]:,}-{SHARE_FIT[1]:,})")
+    print(f"{'seq':>8} {'fwd':>6} {'bwd':>6} {'bwd/fwd':>8}")
+    for s, _, _, f, b in ROWS:
+        note = "" if SHARE_FIT[0] <= s <= SHARE_FIT[1] else "  (not fitted)"
+        print(f"{s:>8,} {f / PEAK['B200']:>6.3f} {b / PEAK['B200']:>6.3f} {b / f:>8.2f}{note}")
+    half = fit(share)
+    print(f"\nfit 2, Blackwell half-length: s_1/2 = {half:,.0f} (forward {R_F}, backward {share:.2f} of it, "
+          f"fwd+bwd asymptote {combined(R_F, share):.3f}; sequences {FIT[0]:,}-{FIT[1]:,})")
+    print(f"{'seq':>8} {'measured':>9} {'model':>6} {'ratio':>6}")
+    for s, *r in ROWS:
+        e = reach(*r)
+        note = "" if FIT[0] <= s <= FIT[1] else "  (not fitted)"
+        print(f"{s:>8,} {e:>9.3f} {model(s, half, share):>6.3f} {model(s, half, share) / e:>6.2f}{note}")
+    s, *r = CHECK
+    e = reach(*r)
+    print(f"check, cuDNN frontend on the B200 at {s:,}: measured {e:.3f}, model {model(s, half, share):.3f}, "
+          f"ratio {model(s, half, share) / e:.2f}; backward share {r[3] / r[2]:.2f}")
+    print(f"\nchecks on an H200 (no half-length on Hopper: the model's fwd+bwd reach is "
+          f"{combined(R_F, share):.3f} at every sequence)")
+    print(f"{'source':<24} {'seq':>7} {'fwd':>6} {'bwd':>6} {'bwd/fwd':>8} {'fwd+bwd':>8} {'model/measured':>15}")
+    for src, s, f, b in H200:
+        both = combined(f / PEAK["H200"], b / f)
+        print(f"{src:<24} {s:>7,} {f / PEAK['H200']:>6.3f} {b / PEAK['H200']:>6.3f} {b / f:>8.2f} {both:>8.3f} "
+              f"{combined(R_F, share) / both:>15.2f}")
+
+
+if __name__ == "__main__":
+    main()
