@@ -263,6 +263,28 @@ def report(key, result) -> tuple[int, int, list[float], float | None]:
     return agree, len(rows), ratios, slowdown
 
 
+def kernel_check(results: dict) -> None:
+    """Print, for the layouts run with both kernel sets, PyTorch's RMSNorm over the fused kernel:
+    measured and predicted step ratios (a check: nothing is fitted to it)."""
+    pairs = []
+    for (model, seq, gpus, kernels), result in results.items():
+        other = results.get((model, seq, gpus, "flash2+rms"))
+        if kernels != "flash2" or other is None:
+            continue
+        fused = {r[:4]: r for r in other["rows"]}
+        for r in result["rows"]:
+            f = fused.get(r[:4])
+            if f is not None and r[4] and f[4] and r[6] is not None and r[6].fits and f[6] is not None and f[6].fits:
+                pairs.append((f"{model}/{seq} t{r[1]} p{r[2]} mb{r[3]}", r[4] / f[4], r[6].step / f[6].step))
+    if not pairs:
+        return
+    print("\nPyTorch's RMSNorm (flash2) over the fused kernel (flash2+rms), same layout: measured, predicted")
+    for name, meas, pred in pairs:
+        print(f"  {name:26s} {meas:6.3f} {pred:6.3f}")
+    print(f"  median over {len(pairs)} layouts: measured {statistics.median(p[1] for p in pairs):.3f}, "
+          f"predicted {statistics.median(p[2] for p in pairs):.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--group", help="one group, e.g. 13B/2048")
@@ -271,11 +293,13 @@ def main() -> None:
     selene = load_platform("selene")
     t0 = time.perf_counter()
     tally: dict[str, list] = {}
+    results = {}
     for key, rows in SWEEP.items():
         if args.group and args.group != f"{key[0]}/{key[1]}" or args.kernels and args.kernels != key[3]:
             continue
-        result = _group(selene, *key, rows)
+        results[key] = result = _group(selene, *key, rows)
         tally.setdefault(key[3], []).append((*report(key, result), result["ranked"]))
+    kernel_check(results)
     print()
     for kernels, groups in tally.items():
         agree, n = sum(g[0] for g in groups), sum(g[1] for g in groups)
