@@ -15,7 +15,9 @@ or out-of-memory error. The rows here are every FlashAttention-2 run of the auth
 measured MFU). Layouts the authors list both with and without the RMSNorm kernel are the plain
 ones here. Their framework's SwiGLU is PyTorch's ``silu(gate) * up`` (as in its released form,
 Aleph-Alpha/scaling, ``ParallelSwiGLUMLP``) and, without the kernel, its RMSNorm is PyTorch's
-too: llama.tg's ``FUSED_SWIGLU = 0`` and ``FUSED_NORM = 0`` (what they keep: docs/parallel.md).
+too, and its rotary embedding is PyTorch's ``x * cos + rotate_half(x) * sin``
+(``apply_rotary_pos_emb``): llama.tg's ``FUSED_SWIGLU = 0``, ``FUSED_NORM = 0`` and ``FUSED_ROPE = 0``
+(what they keep: docs/parallel.md; their kernels: docs/cost_model.md, composite ops).
 The runs predate PyTorch's expandable segments (2.1, October 2023): ``allocator=caching``, whose
 fragmentation is GMLake's measured 15 % (mapper.cluster.model.FRAGMENTATION).
 
@@ -200,7 +202,7 @@ def _group(selene, model: str, seq: int, gpus: int, kernels: str, rows: list) ->
     layers, hidden, heads, ffn = MODELS[model]
     params = (("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads), ("KV_HEADS", heads), ("FFN", ffn),
               ("SEQ", seq), ("VOCAB", VOCAB), ("BATCH", TOKENS // seq), ("FLASH", 1),
-              ("FUSED_NORM", int(kernels == "flash2+rms")), ("FUSED_SWIGLU", 0))
+              ("FUSED_NORM", int(kernels == "flash2+rms")), ("FUSED_SWIGLU", 0), ("FUSED_ROPE", 0))
     graph = load_graph(ModelFile("examples/llama.tg", params=params))
     plat = with_nodes(selene, gpus // 8)
     model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat), allocator="caching").model

@@ -24,7 +24,7 @@ T = S * B
 def _step(fused: int):
     g = load_graph(ModelFile("examples/llama.tg", params=(
         ("LAYERS", 1), ("HIDDEN", H), ("HEADS", 8), ("KV_HEADS", 8), ("FFN", F), ("SEQ", S), ("BATCH", B),
-        ("VOCAB", 4096), ("FUSED_NORM", fused), ("FUSED_SWIGLU", fused))))
+        ("VOCAB", 4096), ("FUSED_NORM", fused), ("FUSED_SWIGLU", fused), ("FUSED_ROPE", fused))))
     return training_step(g, "adam")
 
 
@@ -43,6 +43,9 @@ def test_bytes_and_kernels_by_hand():
     # SwiGLU on [T, 2F]: silu (2e) and the product (3e) per output element; backward 3 kernels of 3e
     assert eager_kernels(_first(g, "swiglu", False)) == (2, pytest.approx(5 * e * T * F))
     assert eager_kernels(_first(g, "swiglu", True)) == (3, pytest.approx(9 * e * T * F))
+    # rotary on q and k (8 heads each, v untouched): per tensor 5 kernels of 10e forward, 8 of 15e backward
+    assert eager_kernels(_first(g, "rotary", False)) == (10, pytest.approx(10 * e * T * 2 * H))
+    assert eager_kernels(_first(g, "rotary", True)) == (16, pytest.approx(15 * e * T * 2 * H))
     fused = _step(1)
     assert all(eager_kernels(t) is None for t in fused.tasks)  # fused kernels are one each, priced as before
 
@@ -65,6 +68,15 @@ def test_each_kernel_pays_a_launch_and_moves_its_bytes_at_memory_rate():
         one = estimate(replace(task, attrs=tuple((k, 1 if k == "fused" else v) for k, v in task.attrs)),
                        op_class(task.op, task.span), gpu)
         assert est.time > 5 * one.time  # the fused kernel moves 4 (forward) or 8 (backward) bytes an element
+
+
+def test_grouped_query_rotary_rotates_q_and_the_kv_heads_keys_only():
+    g = load_graph(ModelFile("examples/llama.tg", params=(
+        ("LAYERS", 1), ("HIDDEN", H), ("HEADS", 8), ("KV_HEADS", 2), ("FFN", F), ("SEQ", S), ("BATCH", B),
+        ("VOCAB", 4096), ("FUSED_ROPE", 0))))
+    rot = _first(g, "rotary", False)
+    assert rot.operands[0].type.numel == T * (8 + 2 * 2) * (H // 8)
+    assert eager_kernels(rot)[1] == pytest.approx(10 * 2 * T * (8 + 2) * (H // 8))
 
 
 def test_a_composite_norm_ends_no_elementwise_chain():

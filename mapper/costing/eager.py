@@ -23,12 +23,25 @@ SwiGLU, ``silu(gate) * up``:
 * forward, 2 kernels: ``silu`` (2e), the product (3e): ``5e``;
 * backward, 3 kernels: the product's two gradients (3e each) and ``silu_backward`` (3e): ``9e``.
 
-Each kernel pays the device's launch (:func:`mapper.costing.latency.estimate`). The forward
-counts are PyTorch's dispatched ops of the serving model's eager runtime
-(:data:`mapper.serving.request.EAGER_OPS`; a test keeps them equal).
+Rotary embedding, ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``
+(GPT-NeoX's and Hugging Face's form; Aleph-Alpha/scaling's ``apply_rotary_pos_emb``), for each of
+``q`` and ``k`` (``v`` is not touched), per rotated element:
+
+* forward, 5 kernels: ``x * cos`` (2e), ``-x2`` (e: half the elements), ``cat`` (2e),
+  ``* sin`` (2e), the sum (3e): ``10e``;
+* backward, 8 kernels: ``g * sin`` (2e), the negation's gradient (e), ``g * cos`` (2e), each
+  half's slice gradient (zeros, then the half copied in: 2e each), and the three gradients of
+  ``x`` summed (two adds, 3e each): ``15e``.
+
+Each kernel pays the device's launch (:func:`mapper.costing.latency.estimate`). The norm's and
+SwiGLU's forward counts are PyTorch's dispatched ops of the serving model's eager runtime
+(:data:`mapper.serving.request.EAGER_OPS`; a test keeps them equal; its rotary count is Hugging
+Face's, which also rebuilds ``cos`` and ``sin`` each call).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from mapper.core.graph import DTYPE_BYTES, Task
 
@@ -44,9 +57,21 @@ def _swiglu(e: float, backward: bool) -> tuple[int, float]:
     return (3, 9 * e) if backward else (2, 5 * e)
 
 
-#: op -> (kernels, bytes per element) from the 16-bit element size and the pass; and the
-#: elements per element of the op's first operand (SwiGLU's ``[gate | up]`` is twice its output).
-EAGER = {"rmsnorm": (_rmsnorm, 1.0), "swiglu": (_swiglu, 0.5)}
+def _rotary(e: float, backward: bool) -> tuple[int, float]:
+    return (2 * 8, 15 * e) if backward else (2 * 5, 10 * e)  # q and k: each tensor's kernels
+
+
+def _rotated(task: Task) -> float:
+    """Of the rotary op's ``qkv`` elements, the share it rotates: ``q`` and ``k``'s heads."""
+    heads = int(task.attr("heads") or 1)
+    kv = int(task.attr("kv_heads") or heads)
+    return (heads + kv) / (heads + 2 * kv)
+
+
+#: op -> (kernels, bytes per element) from the 16-bit element size and the pass; and the share of
+#: the op's first operand's elements they count per (SwiGLU's ``[gate | up]`` is twice its output).
+EAGER: dict[str, tuple[Callable[[float, bool], tuple[int, float]], Callable[[Task], float]]] = {
+    "rmsnorm": (_rmsnorm, lambda t: 1.0), "swiglu": (_swiglu, lambda t: 0.5), "rotary": (_rotary, _rotated)}
 
 
 def eager_kernels(task: Task) -> tuple[int, float] | None:
@@ -57,4 +82,4 @@ def eager_kernels(task: Task) -> tuple[int, float] | None:
     rule, share = EAGER[task.op]
     x = task.operands[0].type
     kernels, per = rule(float(DTYPE_BYTES.get(x.dtype, 2)), task.backward)
-    return kernels, per * x.numel * share
+    return kernels, per * x.numel * share(task)
