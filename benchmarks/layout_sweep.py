@@ -287,6 +287,27 @@ def kernel_check(results: dict) -> None:
           f"predicted {statistics.median(p[2] for p in pairs):.3f}")
 
 
+def uniform_check(results: dict) -> None:
+    """Print how much of the remaining gap is one factor for every layout: the median measured
+    over predicted step fitted on the 13B groups, the other groups' ratios divided by it (a
+    diagnostic of the benchmark: nothing of it enters the model)."""
+    ratios: dict[str, list[float]] = {}
+    for (model, _, _, _), result in results.items():
+        for r in result["rows"]:
+            if r[4] is not None and r[6] is not None and r[6].fits:
+                ratios.setdefault(model, []).append(r[4] / r[6].step)
+    if "13B" not in ratios or len(ratios) < 2:
+        return
+    factor = statistics.median(ratios["13B"])
+    print(f"\none factor fitted on the 13B layouts (measured / predicted step, median): {factor:.3f}; "
+          "the others' predicted steps times it:")
+    for model, rs in ratios.items():
+        if model != "13B":
+            scaled = [factor / r for r in rs]
+            print(f"  {model}: median {statistics.median(scaled):.2f}, range {min(scaled):.2f}-{max(scaled):.2f}, "
+                  f"within 0.8-1.25 {sum(0.8 <= x <= 1.25 for x in scaled)}/{len(scaled)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--group", help="one group, e.g. 13B/2048")
@@ -302,6 +323,7 @@ def main() -> None:
         results[key] = result = _group(selene, *key, rows)
         tally.setdefault(key[3], []).append((*report(key, result), result["ranked"]))
     kernel_check(results)
+    uniform_check(results)
     print()
     for kernels, groups in tally.items():
         agree, n = sum(g[0] for g in groups), sum(g[1] for g in groups)
