@@ -15,7 +15,9 @@ or out-of-memory error. The rows here are every FlashAttention-2 run of the auth
 measured MFU). Layouts the authors list both with and without the RMSNorm kernel are the plain
 ones here. Their framework's SwiGLU is PyTorch's ``silu(gate) * up`` (as in its released form,
 Aleph-Alpha/scaling, ``ParallelSwiGLUMLP``) and, without the kernel, its RMSNorm is PyTorch's
-too: llama.tg's ``FUSED_SWIGLU = 0`` and ``FUSED_NORM = 0`` (what they keep: docs/parallel.md).
+too, and its rotary embedding is PyTorch's ``x * cos + rotate_half(x) * sin``
+(``apply_rotary_pos_emb``): llama.tg's ``FUSED_SWIGLU = 0``, ``FUSED_NORM = 0`` and ``FUSED_ROPE = 0``
+(what they keep: docs/parallel.md; their kernels: docs/cost_model.md, composite ops).
 The runs predate PyTorch's expandable segments (2.1, October 2023): ``allocator=caching``, whose
 fragmentation is GMLake's measured 15 % (mapper.cluster.model.FRAGMENTATION).
 
@@ -200,7 +202,7 @@ def _group(selene, model: str, seq: int, gpus: int, kernels: str, rows: list) ->
     layers, hidden, heads, ffn = MODELS[model]
     params = (("LAYERS", layers), ("HIDDEN", hidden), ("HEADS", heads), ("KV_HEADS", heads), ("FFN", ffn),
               ("SEQ", seq), ("VOCAB", VOCAB), ("BATCH", TOKENS // seq), ("FLASH", 1),
-              ("FUSED_NORM", int(kernels == "flash2+rms")), ("FUSED_SWIGLU", 0))
+              ("FUSED_NORM", int(kernels == "flash2+rms")), ("FUSED_SWIGLU", 0), ("FUSED_ROPE", 0))
     graph = load_graph(ModelFile("examples/llama.tg", params=params))
     plat = with_nodes(selene, gpus // 8)
     model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat), allocator="caching").model
@@ -263,6 +265,49 @@ def report(key, result) -> tuple[int, int, list[float], float | None]:
     return agree, len(rows), ratios, slowdown
 
 
+def kernel_check(results: dict) -> None:
+    """Print, for the layouts run with both kernel sets, PyTorch's RMSNorm over the fused kernel:
+    measured and predicted step ratios (a check: nothing is fitted to it)."""
+    pairs = []
+    for (model, seq, gpus, kernels), result in results.items():
+        other = results.get((model, seq, gpus, "flash2+rms"))
+        if kernels != "flash2" or other is None:
+            continue
+        fused = {r[:4]: r for r in other["rows"]}
+        for r in result["rows"]:
+            f = fused.get(r[:4])
+            if f is not None and r[4] and f[4] and r[6] is not None and r[6].fits and f[6] is not None and f[6].fits:
+                pairs.append((f"{model}/{seq} t{r[1]} p{r[2]} mb{r[3]}", r[4] / f[4], r[6].step / f[6].step))
+    if not pairs:
+        return
+    print("\nPyTorch's RMSNorm (flash2) over the fused kernel (flash2+rms), same layout: measured, predicted")
+    for name, meas, pred in pairs:
+        print(f"  {name:26s} {meas:6.3f} {pred:6.3f}")
+    print(f"  median over {len(pairs)} layouts: measured {statistics.median(p[1] for p in pairs):.3f}, "
+          f"predicted {statistics.median(p[2] for p in pairs):.3f}")
+
+
+def uniform_check(results: dict) -> None:
+    """Print how much of the remaining gap is one factor for every layout: the median measured
+    over predicted step fitted on the 13B groups, the other groups' ratios divided by it (a
+    diagnostic of the benchmark: nothing of it enters the model)."""
+    ratios: dict[str, list[float]] = {}
+    for (model, _, _, _), result in results.items():
+        for r in result["rows"]:
+            if r[4] is not None and r[6] is not None and r[6].fits:
+                ratios.setdefault(model, []).append(r[4] / r[6].step)
+    if "13B" not in ratios or len(ratios) < 2:
+        return
+    factor = statistics.median(ratios["13B"])
+    print(f"\none factor fitted on the 13B layouts (measured / predicted step, median): {factor:.3f}; "
+          "the others' predicted steps times it:")
+    for model, rs in ratios.items():
+        if model != "13B":
+            scaled = [factor / r for r in rs]
+            print(f"  {model}: median {statistics.median(scaled):.2f}, range {min(scaled):.2f}-{max(scaled):.2f}, "
+                  f"within 0.8-1.25 {sum(0.8 <= x <= 1.25 for x in scaled)}/{len(scaled)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--group", help="one group, e.g. 13B/2048")
@@ -271,11 +316,14 @@ def main() -> None:
     selene = load_platform("selene")
     t0 = time.perf_counter()
     tally: dict[str, list] = {}
+    results = {}
     for key, rows in SWEEP.items():
         if args.group and args.group != f"{key[0]}/{key[1]}" or args.kernels and args.kernels != key[3]:
             continue
-        result = _group(selene, *key, rows)
+        results[key] = result = _group(selene, *key, rows)
         tally.setdefault(key[3], []).append((*report(key, result), result["ranked"]))
+    kernel_check(results)
+    uniform_check(results)
     print()
     for kernels, groups in tally.items():
         agree, n = sum(g[0] for g in groups), sum(g[1] for g in groups)

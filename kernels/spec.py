@@ -453,7 +453,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
     _spec("rmsnorm", (1, 1), FLOAT, lambda o, x, a: _eps(o, x, a, 1), ("eps", 1e-5), ("fused", 1)),
     _spec("swiglu", (1, 1), FLOAT, _swiglu, ("fused", 1)),
     _spec("rotary", (1, 1), FLOAT, _rotary, ("heads", REQUIRED), ("seq", REQUIRED), ("kv_heads", None),
-          ("base", 10000.0)),
+          ("base", 10000.0), ("fused", 1)),
     _spec("embedding", (2, 2), ANY, _embedding),
     _spec("topk", (1, 1), FLOAT, _topk, ("k", REQUIRED), ("norm", 0), ("scale", 1.0)),
     _spec("moe_dispatch", (2, 2), FLOAT, _moe_dispatch, ("topk", REQUIRED)),

@@ -99,11 +99,12 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
           "x", _EPS, ("fused", "bool", 1)),
     # SwiGLU (Shazeer, arXiv:2002.05202): silu(gate) * up of x = [gate | up]; fused = 0 as rmsnorm's
     _spec("swiglu", (1, 1), "activation", "6 * out.numel", dnn.swiglu, "x[..., 2F]", ("fused", "bool", 1)),
-    # rotary position embedding of the q and k heads (Su et al., RoFormer, arXiv:2104.09864)
+    # rotary position embedding of the q and k heads (Su et al., RoFormer, arXiv:2104.09864); fused = 0:
+    # PyTorch's composite form (x * cos + rotate_half(x) * sin), priced as its kernels (mapper.costing.eager)
     _spec("rotary", (1, 1), "elementwise", "3 * T * (heads + kv_heads) * dh", dnn.rotary,
           "qkv[T, (heads + 2 kv_heads) dh] as attention takes it",
           ("heads", "int", REQUIRED), ("seq", "int", REQUIRED), ("kv_heads", "int", None),
-          ("base", "float", 10000.0)),
+          ("base", "float", 10000.0), ("fused", "bool", 1)),
     _spec("embedding", (2, 2), "embedding", "0", dnn.embedding, "ids[...], table[V, D]"),
     # mixture of experts, dropless (docs/ops.md, "Mixture of experts")
     _spec("topk", (1, 1), "reduction", "rows*(k*E + k*norm + k*(norm or scale != 1))", moe.topk,

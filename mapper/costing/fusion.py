@@ -63,6 +63,8 @@ def _joins(graph: TaskGraph, last: Task, nxt: Task, first: Task) -> bool:
     """True when ``nxt`` may join the group ``first ... last``."""
     if nxt.op not in POINTWISE and (nxt.op not in TERMINAL or first.op in GEMM_ANCHORS):
         return False
+    if not nxt.attr("fused", 1):  # PyTorch's composite form: its own kernels (mapper.costing.eager)
+        return False
     if graph.succ_tasks(last.index) != (nxt.index,) or last.name in graph.outputs:
         return False
     if not any(o.kind == "task" and o.producer == last.index for o in nxt.operands):

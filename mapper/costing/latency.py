@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mapper.core.graph import Task
 from mapper.core.ops import ATTENTION_OPS
+from mapper.costing.eager import eager_kernels
 from mapper.costing.efficiency import (
     EFF_COMPUTE,
     EFF_MEMORY,
@@ -105,7 +106,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
     device's own ``efficiency`` / ``memory_efficiency`` (for example measured
     by ``mapper calibrate``) where it declares them (for ``e_c``, ``t0`` and a
     per-op ``memory_efficiency`` table the most specific of :func:`model_keys`),
-    else the tables above.
+    else the tables above. An op in PyTorch's composite form (``fused = 0``) moves the bytes of
+    the kernels PyTorch launches for it and pays a launch for each (:mod:`mapper.costing.eager`).
     """
     kind = device.kind
     gemm_model = (device.gemm_half_lengths is not None or device.gemm_pack_ns is not None
@@ -138,6 +140,9 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         if task.op in ATTENTION_OPS and device.gemm_tile is not None and device.compute_units is not None:
             e_c *= attention_wave_efficiency(task, device.gemm_tile[0], device.compute_units)
     flops, nbytes = kernel_flops(task), gemm_bytes(task)
+    eager = eager_kernels(task)  # PyTorch's composite form: its kernels' traffic and launches
+    if eager is not None:
+        nbytes = eager[1]
     if (flops > 0 or nbytes > 0) and not device.has_rates:
         return infeasible_estimate(f"{NO_RATES}: the device declares no peak_gflops or mem_bandwidth_gbs")
     t_par = t_ser = t_mem = 0.0
@@ -172,12 +177,13 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
         if e_m is None:
             e_m = EFF_MEMORY_GEMM.get(kind, EFF_MEMORY[kind]) if _streams_weight(task, cls, dims, device) \
                 else EFF_MEMORY[kind]
+        loads = nbytes if eager is not None else in_cache_bytes(task)
         if cached and device.mem_bandwidth_gbs:  # weights and graph inputs from memory, the rest from the cache
             cold = cold_bytes(task)
-            t_mem = ((in_cache_bytes(task) - cold) / bandwidth + cold / device.mem_bandwidth_gbs) / (e_m * 1e9)
+            t_mem = ((loads - cold) / bandwidth + cold / device.mem_bandwidth_gbs) / (e_m * 1e9)
         else:
-            t_mem = (in_cache_bytes(task) if cached else nbytes) / (e_m * bandwidth * 1e9)
-    launch = device.launch_us / 1e6
+            t_mem = (loads if cached else nbytes) / (e_m * bandwidth * 1e9)
+    launch = device.launch_us / 1e6 * (eager[0] if eager is not None else 1)
     cast = cast_bytes(task)  # a training step's quantisation kernel, run before the GEMM: not under it
     t_cast = launch + cast / (EFF_MEMORY[kind] * device.mem_bandwidth_gbs * 1e9) \
         if cast > 0 and device.mem_bandwidth_gbs else 0.0
