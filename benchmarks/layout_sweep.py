@@ -33,6 +33,7 @@ layouts it predicts to fit is the measured best (its measured slowdown otherwise
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -308,6 +309,36 @@ def uniform_check(results: dict) -> None:
                   f"within 0.8-1.25 {sum(0.8 <= x <= 1.25 for x in scaled)}/{len(scaled)}")
 
 
+def reserve_check(results: dict) -> None:
+    """Print how the OOM agreement and the pick change with the memory set aside (a check: the same
+    plans judged again with no reserve, with the flat 2 GiB used before, and with the reserve by part
+    of :mod:`mapper.cluster.reserve` that the model uses)."""
+    ways = {"none": lambda e: 0.0, "flat 2 GiB": lambda e: 2.0 * 2**30, "by part": lambda e: e.memory["reserve"]}
+    tally: dict[tuple[str, str], list[int]] = {}
+    spans: list[float] = []
+    for key, result in results.items():
+        rows = [r for r in result["rows"] if r[6] is not None]
+        spans += [r[6].memory["reserve"] / 2**30 for r in rows]
+        for way, res in ways.items():
+            fit = {id(r): not r[6].blocked and math.isfinite(r[6].step)
+                   and r[6].peak - r[6].memory["reserve"] + res(r[6]) <= r[6].capacity for r in rows}
+            t = tally.setdefault((key[3], way), [0, 0, 0, 0])
+            t[0] += sum(fit[id(r)] == (r[4] is not None) for r in rows)
+            t[1] += len(result["rows"])
+            fitting = [r for r in rows if fit[id(r)]]
+            if fitting:
+                pick = min(fitting, key=lambda r: r[6].step)
+                t[2] += pick[4] is None
+                t[3] += pick[4] is not None and pick[4] == min(r[4] for r in result["rows"] if r[4] is not None)
+    if not spans:
+        return
+    print(f"\nmemory set aside per GPU (driver, CUDA context, NCCL buffers, workspaces): "
+          f"{min(spans):.2f}-{max(spans):.2f} GiB by layout; the same plans judged with each reserve:")
+    for (kernels, way), (agree, n, oom, best) in tally.items():
+        print(f"  {kernels:10s} {way:10s} OOM agreement {agree}/{n}; the pick ran out of memory in {oom} groups, "
+              f"was the measured best in {best}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--group", help="one group, e.g. 13B/2048")
@@ -324,6 +355,7 @@ def main() -> None:
         tally.setdefault(key[3], []).append((*report(key, result), result["ranked"]))
     kernel_check(results)
     uniform_check(results)
+    reserve_check(results)
     print()
     for kernels, groups in tally.items():
         agree, n = sum(g[0] for g in groups), sum(g[1] for g in groups)

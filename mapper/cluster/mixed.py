@@ -24,8 +24,9 @@ from itertools import combinations, permutations
 
 import numpy as np
 
-from mapper.cluster.model import BUCKET, RESERVE, Estimate, PlanModel, activation_parts, state_bytes
+from mapper.cluster.model import BUCKET, Estimate, PlanModel, activation_parts, state_bytes
 from mapper.cluster.profile import MAX_TENSOR
+from mapper.cluster.reserve import reserve
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
 from mapper.costing.training import OPTIMIZERS
@@ -203,7 +204,8 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
         rank_sync.append(exposed + update)
         kept, work = km.model._activations(lay, range(a, e))
         memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d),
-                  **activation_parts(kept * min(p - s, m) + work, km.model.fragmentation), "reserve": RESERVE}
+                  **activation_parts(kept * min(p - s, m) + work, km.model.fragmentation),
+                  "reserve": reserve(km.model.capacity, lay)}
         held.append(sum(memory.values()))
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
         if worst is None or over > worst[0]:
@@ -241,7 +243,8 @@ def _stage_costs(kinds: list[KindModel], lay: Layout, seq: list[int], weights: l
         for a in range(n):
             work[a, a + 1:] = np.maximum.accumulate([w for _, w in acts[a:]])
         fixed = (sum(state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d).values())
-                 + sum(activation_parts(work, km.model.fragmentation).values()) + RESERVE)
+                 + sum(activation_parts(work, km.model.fragmentation).values())
+                 + reserve(km.model.capacity, lay))
         kept_span = span([sum(activation_parts(kept, km.model.fragmentation).values()) for kept, _ in acts])
         per_kind[k] = (span(weights[k]), fixed, kept_span, km.model.capacity)
     out = []
@@ -347,7 +350,8 @@ def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: f
     for km in kinds:
         kept, work = km.model._activations(lay, range(len(km.model.profile.blocks)))
         memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d),
-                  **activation_parts(kept + work, km.model.fragmentation), "reserve": RESERVE}
+                  **activation_parts(kept + work, km.model.fragmentation),
+                  "reserve": reserve(km.model.capacity, lay)}
         over = sum(memory.values()) / km.model.capacity if km.model.capacity else math.inf
         if worst is None or over > worst[0]:
             worst = (over, memory, km.model.capacity)

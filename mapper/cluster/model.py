@@ -60,8 +60,9 @@ says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the m
 in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
 count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
 parallelism dividing them by ``t`` (what each op keeps: :mod:`mapper.cluster.profile`); the
-caching allocator's fragmentation of them (:data:`FRAGMENTATION`, ``allocator=``); and :data:`RESERVE` for the
-CUDA context, library workspaces and communication buffers.
+caching allocator's fragmentation of them (:data:`FRAGMENTATION`, ``allocator=``); and the ``reserve``
+no tensor can use: what the driver does not report, the CUDA context, NCCL's buffers of the
+layout's communicators and GEMM workspaces (:mod:`mapper.cluster.reserve`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from mapper.cluster.context import Ring, block_kv, context_profile, ring_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
+from mapper.cluster.reserve import reserve
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
 from mapper.mapping.pipeline import partition
@@ -83,9 +85,8 @@ from mapper.parallel.collectives import Network, collective, send
 from mapper.parallel.layout import Layout
 
 GIB = float(2**30)
-#: Bytes per GPU that no tensor of the model holds: the CUDA context and kernels (about 0.5 GiB on
-#: A100/H100), cuBLAS and cuDNN workspaces, NCCL's buffers (NCCL_BUFFSIZE, 4 MiB per channel and
-#: peer) and the caching allocator's fragmentation; PyTorch reports some 1-3 GiB of it.
+#: Bytes per GPU the serving model sets aside for the CUDA context, workspaces and buffers (training
+#: plans count theirs by part: :mod:`mapper.cluster.reserve`).
 RESERVE = 2.0 * GIB
 #: Share of the activations' memory the caching allocator holds but cannot hand out, by its mode
 #: (``--parallel ...,allocator=``): activations are freed and allocated anew in every micro-batch,
@@ -461,8 +462,9 @@ class PlanModel:
         weights, gradients and optimizer state of all blocks and one micro-batch's activations
         (every rank keeps at least one in flight) over its ``pipeline`` ranks (the fullest holds
         no less than their mean), the allocator's fragmentation of those activations, and
-        :data:`RESERVE`. Activations grow linearly with the micro-batch, so they are scaled from a
-        micro-batch already priced (no block is priced for it). Rank ``s`` holds ``x_s = S_s +
+        the reserve (:mod:`mapper.cluster.reserve`). Activations grow linearly with the
+        micro-batch, so they are scaled from a micro-batch already priced (no block is priced for
+        it). Rank ``s`` holds ``x_s = S_s +
         A_s f_s`` (states, one micro-batch's activations, ``f_s`` in flight), so the fullest also
         holds at least the mean of ``x_s`` weighted by ``1 / f_s``: ``(A + S / max f) / sum
         1/f``; the larger of the two floors. A layout above the GPU's memory cannot fit
@@ -480,7 +482,7 @@ class PlanModel:
         # and the mean over ranks weighted by 1/flight: rank s holds its states and act_s flight_s
         flights = in_flight(lay.pipeline, lay.interleave, self.samples // (lay.data * lay.micro_batch))
         weighted = (act + held / max(flights)) / sum(1 / f for f in flights)
-        return max((held + act) / lay.pipeline, weighted) + RESERVE
+        return max((held + act) / lay.pipeline, weighted) + reserve(self.capacity, lay)
 
     def time_floor(self, lay: Layout) -> float:
         """Seconds no step of ``lay`` goes below (closed form or simulated): each of ``m``
@@ -541,7 +543,8 @@ class PlanModel:
             dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d)
             experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data)
             parts = {**{k: dense[k] + experts[k] for k in dense},
-                     **activation_parts(act[s] * flight + work[s], self.fragmentation), "reserve": RESERVE}
+                     **activation_parts(act[s] * flight + work[s], self.fragmentation),
+                     "reserve": reserve(self.capacity, lay)}
             ranks.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best, fullest = parts, s
