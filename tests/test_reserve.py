@@ -25,7 +25,12 @@ def test_communicators_are_the_degrees_above_one():
     # eight experts over eight data ranks: each shard lives once, so no expert-data group
     assert communicators(Layout(1, 1, 8, expert=8)) == {"data": 8, "expert": 8}
     assert communicators(Layout(1, 1, 16, expert=8)) == {"data": 16, "expert": 8, "expert_data": 2}
-    assert communicators(Layout(2, 1, 4, context=2)) == {"data": 4, "tensor": 2, "context": 2}
+    # gradients reduce over data x context
+    assert communicators(Layout(2, 1, 4, context=2)) == {"data": 8, "tensor": 2, "context": 2}
+    assert communicators(Layout(2, 1, 8, expert=4, expert_tensor=1)) == {
+        "data": 8, "tensor": 2, "expert": 4, "expert_data": 4}
+    assert communicators(Layout(1, 1, 8, expert=4, expert_tensor=2)) == {"data": 8, "expert": 4,
+                                                                         "expert_tensor": 2}
 
 
 def test_nccl_buffers_by_hand():

@@ -53,11 +53,14 @@ WORKSPACES = 32 * MIB + 32 * MIB
 
 def communicators(lay: Any) -> dict[str, int]:
     """The NCCL communicators a rank of layout ``lay`` joins, with their sizes: one per degree
-    above one (data, tensor, context, expert and the expert shards' data replicas; pipeline
-    sends are point to point)."""
-    groups = {"data": lay.data, "tensor": lay.tensor, "context": lay.context, "pipeline": lay.pipeline}
+    above one (the gradients' replicas, ``data x context``; tensor; context; expert, the expert
+    shards' own tensor group and their data replicas, as Megatron-Core's ``parallel_state`` opens
+    them; pipeline sends are point to point)."""
+    groups = {"data": lay.replicas, "tensor": lay.tensor, "context": lay.context, "pipeline": lay.pipeline}
     if lay.expert > 1:
         groups |= {"expert": lay.expert, "expert_data": lay.expert_data}
+        if lay.etp != lay.tensor:
+            groups["expert_tensor"] = lay.etp
     return {k: n for k, n in groups.items() if n > 1}
 
 
