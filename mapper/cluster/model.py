@@ -48,7 +48,8 @@ that computation lasts (:mod:`mapper.cluster.overlap`).
 
 Context parallelism (``context = C``, :mod:`mapper.cluster.context`): the
 blocks are priced at ``S / C`` tokens a sequence, attention as the ring's
-``C`` steps with its K/V sends exposed only past each step's attention; the
+``C`` steps with its K/V sends exposed only past each step's attention (or
+``C`` steps' attention after an exposed all-gather of K and V); the
 ``data x context`` ranks hold the same weights, so ``d`` below is ``data x
 context`` for the gradient synchronisation and the optimizer's shards (the
 micro-batches are still ``B / (data b)``), and the ring's buffers add to the
@@ -73,7 +74,7 @@ from itertools import accumulate
 from typing import Any
 
 from mapper.cluster import overlap, zero3
-from mapper.cluster.context import Ring, block_kv, context_profile, ring_times
+from mapper.cluster.context import Ring, block_kv, context_profile, cp_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
@@ -226,13 +227,12 @@ class PlanModel:
     def rings(self, lay: Layout) -> list[Ring]:
         """What context parallelism's ring adds to each block (:func:`mapper.cluster.context.ring_times`)."""
         t, c = lay.tensor, lay.context
-        key = (t, lay.micro_batch, c)
+        key = (t, lay.micro_batch, c, lay.cp)
         if key not in self._rings:
             prof = self.context_profile(c)
             seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
-            across = t * c > self.net.gpus_per_node  # the group's ranks are t apart
-            self._rings[key] = [ring_times(cost, block_kv(self.profile.graph, blk.tasks, t),
-                                           lay.micro_batch * seq // c, c, self.net, across)
+            self._rings[key] = [cp_times(cost, block_kv(self.profile.graph, blk.tasks, t),
+                                         lay.micro_batch * seq // c, c, self.net, t, lay.cp)
                                 for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
         return self._rings[key]
 
@@ -308,7 +308,7 @@ class PlanModel:
         """Forward and backward seconds per micro-batch of each block, collectives and
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
@@ -343,8 +343,8 @@ class PlanModel:
         t, p, v = lay.tensor, lay.pipeline, lay.interleave
         m = self.samples // (lay.data * lay.micro_batch)
         d = lay.replicas  # the ranks that reduce gradients together: data x context
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, p * v,
-               lay.first, lay.last)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp,
+               p * v, lay.first, lay.last)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
@@ -474,7 +474,8 @@ class PlanModel:
         dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.replicas)
         experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data)
         chunks = next((n for t, n in self._costs if t == lay.tensor), self.samples // lay.micro_batch)
-        ref = replace(lay, micro_batch=self.samples // chunks) if lay.context == 1 else lay
+        priced = next((b for t, b, c in self._context_costs if (t, c) == (lay.tensor, lay.context)), lay.micro_batch)
+        ref = replace(lay, micro_batch=self.samples // chunks if lay.context == 1 else priced)
         kept, inputs, _ = self._act_sums(ref)
         act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref.micro_batch
         held = sum(dense.values()) + sum(experts.values())
