@@ -201,6 +201,7 @@ class PlanModel:
         self._sums: dict[tuple, tuple[list[float], ...]] = {}
         self._acts: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
         self._rings: dict[tuple, list[Ring]] = {}
+        self._pairs: dict[tuple[int, int, int | None], tuple[float, float]] = {}  # a block price's collectives
         self._profiles: dict[int, Profile] = {1: profile}
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
 
@@ -322,7 +323,9 @@ class PlanModel:
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
             etp = lay.etp if lay.expert > 1 else None
-            cf, cb = self._comm(c, t, False, etp), self._comm(c, t, True, etp)
+            if (id(c), t, etp) not in self._pairs:  # the same for every recomputation and overlap
+                self._pairs[(id(c), t, etp)] = (self._comm(c, t, False, etp), self._comm(c, t, True, etp))
+            cf, cb = self._pairs[(id(c), t, etp)]
             if "tp" in hide:
                 cf, cb = overlap.tp_exposed(c, self._comm_each(c, t, etp), [x[2] for x in c.collectives], t,
                                             overlap.first_gemm(costs[n + 1]) if n + 1 < len(costs) else 0.0)
@@ -475,9 +478,9 @@ class PlanModel:
         experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data)
         chunks = next((n for t, n in self._costs if t == lay.tensor), self.samples // lay.micro_batch)
         priced = next((b for t, b, c in self._context_costs if (t, c) == (lay.tensor, lay.context)), lay.micro_batch)
-        ref = replace(lay, micro_batch=self.samples // chunks if lay.context == 1 else priced)
-        kept, inputs, _ = self._act_sums(ref)
-        act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref.micro_batch
+        ref = self.samples // chunks if lay.context == 1 else priced
+        kept, inputs, _ = self._act_sums(lay, ref)
+        act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref
         held = sum(dense.values()) + sum(experts.values())
         act = sum(activation_parts(act, self.fragmentation).values()) * (1 - 1e-9)  # and its fragmentation
         # and the mean over ranks weighted by 1/flight: rank s holds its states and act_s flight_s
@@ -514,16 +517,16 @@ class PlanModel:
             return inputs[e] - inputs[a], max(stash[a:e], default=0.0)
         return kept[e] - kept[a], 0.0
 
-    def _act_sums(self, lay: Layout) -> tuple[list[float], list[float], list[float]]:
-        """Prefix sums over the blocks of what one micro-batch keeps (recomputed modules freed:
-        :mod:`mapper.cluster.recompute`; sequence parallelism cuts every activation by ``t``,
-        Korthikanti et al., 4.2.2) and of the block inputs full recomputation keeps, and each
-        block's stash (kept)."""
-        t, sp = lay.tensor, lay.sequence and lay.tensor > 1
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.context)
+    def _act_sums(self, lay: Layout, b: int = 0) -> tuple[list[float], list[float], list[float]]:
+        """Prefix sums over the blocks of what one micro-batch (of ``b``, else the layout's) keeps
+        (recomputed modules freed: :mod:`mapper.cluster.recompute`; sequence parallelism cuts every
+        activation by ``t``, Korthikanti et al., 4.2.2) and of the block inputs full recomputation
+        keeps, and each block's stash (kept)."""
+        t, sp, b = lay.tensor, lay.sequence and lay.tensor > 1, b or lay.micro_batch
+        key = (t, b, lay.recompute, lay.sequence, lay.context)
         if key not in self._acts:
-            costs = self.block_costs(t, lay.micro_batch, lay.context)
-            whole = self.block_costs(1, lay.micro_batch, lay.context) if sp else costs
+            costs = self.block_costs(t, b, lay.context)
+            whole = self.block_costs(1, b, lay.context) if sp else costs
             bits = mask(lay.recompute)
             kept = [(c.stash - c.dropped(bits)) / (t if sp else 1) for c in whole]
             inputs = [c.input_bytes / (t if lay.sequence else 1) if c.params > 0 else 0.0 for c in costs]
