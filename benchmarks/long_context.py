@@ -15,7 +15,10 @@ priced by the cluster planner (:mod:`mapper.cluster`, context parallelism in
 main gradients, sequence parallelism with tensor parallelism, micro-batch 1,
 recomputation left to the planner. TFLOP/s are NVIDIA's model FLOPs
 (:mod:`mapper.cluster.flops`: the whole score matrix, no causal saving), as the
-table counts them. Nothing is fitted to these rows.
+table counts them. Nothing is fitted to these rows. A third row for each sequence
+length (CP column ``a``) is what ``--parallel auto`` picks on the row's GPUs with
+every key left to it (context degree and kind, micro-batch, ZeRO and
+recomputation included): its layout is printed, its TFLOP/s beside the others.
 
 Two predictions are printed for the H100 table: the cost model's own rates (fused attention's
 forward at 60 % of the 16-bit tensor peak and its backward at 0.80 of that, 0.51 forward plus
@@ -110,12 +113,14 @@ def machine(cluster: str, node: str, per_node: int, gpus: int, attention: float 
                                        if d.kind == "gpu" else d for d in plat.devices))
 
 
-def price(model: dict[str, int], plat: Platform, seq: int, batch: int, keys: dict[str, int]) -> tuple[float, str]:
-    """Predicted model TFLOP/s per GPU of one row on ``plat`` (0 when nothing fits), and the layout kept."""
+def price(model: dict[str, int], plat: Platform, seq: int, batch: int,
+          keys: dict[str, int] | None) -> tuple[float, str]:
+    """Predicted model TFLOP/s per GPU of one row on ``plat`` (0 when nothing fits), and the layout kept;
+    ``keys`` None: ``--parallel auto`` (every key chosen, context and its degree included)."""
     params = {**model, "SEQ": seq, "BATCH": batch}
     graph = with_precision(load_graph(ModelFile("examples/llama.tg", params=tuple(params.items()))), "fp8")
-    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **keys})
-    if "tensor" in keys:
+    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **(keys or {})}) if keys is not None else LayoutSpec()
+    if keys and "tensor" in keys:
         given = LayoutSpec(**{**given.fixed(), "sequence": keys["tensor"] > 1})
     try:
         choice = plan_cluster(graph, plat, given, "adam", lambda g: fuse_for(g, plat), precision="fp8")
@@ -157,6 +162,7 @@ def main() -> None:
             runs = [("with CP", {"tensor": tp, "pipeline": pp, "data": dp, "context": cp}, with_cp)]
             if cp > 1:
                 runs.append(("without CP", {"context": 1}, without))
+            runs.append(("auto", None, None))
             for kind, keys, published in runs:
                 start = time.perf_counter()
                 pred, label = price(model, machine(cluster, node, per_node, gpus), k * 1024, batch, keys)
@@ -171,7 +177,8 @@ def main() -> None:
                     extra = f"{pred2:>8,.1f} {_shown(r2):>6} "
                     label += "" if label2 == label else f" (at {attention:.0%}: {label2})"
                 pub = f"{published:>7,}" if published is not None else f"{'-':>7}"
-                print(f"{k:>4}K {gpus:>5} {keys.get('context', 1):>3} {pub} {pred:>7,.1f} {_shown(r):>6} {extra}"
+                shown = keys.get("context", 1) if keys is not None else "a"
+                print(f"{k:>4}K {gpus:>5} {shown:>3} {pub} {pred:>7,.1f} {_shown(r):>6} {extra}"
                       f"{time.perf_counter() - start:>5.1f}  {label}", flush=True)
         for (kind, alt_rate), rs in ratios.items():
             if rs:

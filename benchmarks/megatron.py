@@ -78,7 +78,8 @@ def korthikanti(selene) -> None:
 
         def est(recompute: str, sequence: bool, plat=plat, graph=graph, t=t, p=p, b=b, v=v):
             fixed = {"tensor": t, "pipeline": p, "data": 1, "micro_batch": b, "interleave": v,
-                     "recompute": recompute, "zero": 0, "sequence": sequence, "allocator": "caching"}
+                     "recompute": recompute, "zero": 0, "sequence": sequence, "allocator": "caching",
+                     "context": 1}
             return plan_cluster(graph, plat, LayoutSpec(**fixed), "adam", lambda g: fuse_for(g, plat)).best
 
         f, s = est("full", False), est("selective", True)
@@ -119,7 +120,7 @@ def main() -> None:
             return fuse_for(g, plat)
 
         fixed = {"tensor": t, "pipeline": p, "micro_batch": 1, "recompute": "full", "interleave": 1,
-                 "zero": 0, "sequence": False}
+                 "zero": 0, "sequence": False, "context": 1}  # SC'21 ran no context parallelism
         est = plan_cluster(graph, plat, LayoutSpec(**fixed), "adam", prepare).best
         flops = megatron_flops(batch, layers, hidden)
         pred = flops / est.step / gpus / 1e12

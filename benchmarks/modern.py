@@ -88,7 +88,7 @@ def price(model: tuple[str, dict[str, int]], platform: str, per_node: int, gpus:
     graph = with_precision(load_graph(ModelFile(path, params=tuple({**params, "BATCH": batch}.items()))), precision)
     plat = with_nodes(load_platform(platform), gpus // per_node)
     keys = {k: v for k, v in keys.items() if k != "overlap" or overlaps}
-    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **keys, "sequence": keys.get("tensor", 1) > 1})
+    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, "context": 1, **keys, "sequence": keys.get("tensor", 1) > 1})
     choice = plan_cluster(graph, plat, given, "adam", lambda g: fuse_for(g, plat), precision=precision)
     return choice.tokens_per_s / choice.gpus, choice.best.layout.label(), choice.best.peak / 2**30, choice.best.fits
 

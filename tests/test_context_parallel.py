@@ -140,7 +140,9 @@ def test_context_in_the_json_report(tmp_path):
 
 @pytest.mark.parametrize("key, words", [("context=3", "does not cut into 2 x 3"),
                                         ("tensor=8,context=4", "does not divide the 16 GPUs"),
-                                        ("context=0", "expected an integer from 1")])
+                                        ("context=0", "expected an integer from 1"),
+                                        ("context=2,cp=tree", "cp='tree': choose one of ring, allgather"),
+                                        ("context=1,cp=allgather", "context=1 has none")])
 def test_bad_context_exits_2(key, words, capsys):
     args = ["compile", LLAMA, *(x for k, v in SIZES.items() for x in ("--param", f"{k}={v}")),
             "--platform", "dgx-h100-superpod", "--nodes", "2", "--train", "--optimizer", "adam",

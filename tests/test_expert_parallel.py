@@ -115,7 +115,7 @@ def test_expert_plan_graph_passes_the_validator():
 def test_auto_considers_expert_parallelism():
     keys = {"tensor": 1, "pipeline": 1, "micro_batch": 1, "recompute": "none", "zero": 1}
     _, ch = _plan(keys)
-    space = layouts(ch.gpus, 8, ch.samples, 512, LayoutSpec(**keys), 16)
+    space = layouts(ch.gpus, 8, ch.samples, 512, LayoutSpec(**keys), 16, ch.seq)  # context degrees too
     # every expert degree is scored (those that cannot beat the best by their time floor unestimated)
     assert {lay.expert for lay in space} == {1, 2, 4, 8, 16} and ch.scored == len(space)
     assert {e.layout.expert for e in ch.ranked} <= {1, 2, 4, 8, 16}

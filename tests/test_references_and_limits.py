@@ -10,7 +10,8 @@ import random
 import pytest
 
 from mapper.cluster.mixed import _shares
-from mapper.cluster.search import MAX_SCHEDULE_OPS, _divisors, layouts
+from mapper.cluster.space import MAX_SCHEDULE_OPS, layouts
+from mapper.cluster.space import divisors as _divisors
 from mapper.errors import PlatformError
 from mapper.parallel.layout import LayoutSpec
 from mapper.platform.loader import load_platform, parse_platform

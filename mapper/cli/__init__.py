@@ -100,8 +100,9 @@ PARALLEL_HELP = (
     "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts), zero=0|1|2|3, sequence=on|off, grad=fp32|bf16 "
     "(the gradient buffer's format), first=N and last=N (Transformer layers of the first and last pipeline "
     "chunks; the others get equal shares), overlap=none|a2a|tp|a2a+tp (communication hidden under computation; "
-    "none unless given), expert=E, expert_tensor=ET, context=C (each sequence cut over C ranks, 1 unless "
-    "given), allocator=caching|expandable (PyTorch's caching allocator: its default mode, whose fragmentation "
+    "none unless given), expert=E, expert_tensor=ET, context=C (each sequence cut over C ranks), "
+    "cp=ring|allgather (how context ranks share keys and values; ring unless given), "
+    "allocator=caching|expandable (PyTorch's caching allocator: its default mode, whose fragmentation "
     "is counted, or expandable segments, the default here); keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 

@@ -30,14 +30,30 @@ visits: its first step sends K and V on, the middle ones both, the last the
 finished dK and dV to their owner, each send beside that step's attention:
 TE's ``AttnFuncWithCPAndKVP2P.backward``). The Llama 3 paper's all-gather of
 K and V before attention (Grattafiori et al., arXiv 2407.21783, section
-3.3.2) is the other form; the ring is what Megatron-Core runs by default
-and what NVIDIA's published long-sequence runs use, so it is the one priced.
+3.3.2) is the other form (``cp=allgather``; Megatron-Core's ``cp_comm_type =
+"all_gather"``, TE's ``AttnFuncWithCPAndKVAllGather``): each rank all-gathers
+the K and V of the whole sequence, ``C n`` bytes, over its context group, then
+attends its two load-balanced chunks' queries to them, ``C`` steps' worth of
+attention; the backward gathers K and V again and reduce-scatters their
+gradients. Llama 3 leaves the collectives exposed ("the all-gather
+communication latency is exposed in the critical path"; small under
+grouped-query attention, where K and V are a fraction of Q), so::
+
+    forward   C a_f + allgather(C n)
+    backward  C a_b + allgather(C n) + reducescatter(C n)
+
+each priced by :func:`mapper.parallel.collectives.collective` over the ``C``
+ranks, ``tensor`` apart (so ``gpus_per_node / tensor`` of them a node). The
+ring is Megatron-Core's default and what NVIDIA's published long-sequence runs
+use; the planner tries both when it chooses ``context`` itself.
 
 Memory: activations are those of ``S / C`` tokens (the block priced there),
 plus the ring's buffers while a layer runs, once per rank (not per
 micro-batch in flight): forward, TE keeps each step's received K and V in a
 list of ``C`` buffers until the layer's forward returns (``C n``); backward,
-K, V and their gradients, double-buffered (``4 n``): ``max(C, 4) n``. Gradients are reduced, and the
+K, V and their gradients, double-buffered (``4 n``): ``max(C, 4) n``; the all-gather
+holds the gathered K and V forward (``C n``), and backward those and their
+gradients before the reduce-scatter (``2 C n``). Gradients are reduced, and the
 distributed optimizer sharded, over the ``data x context`` ranks that hold
 the same weights (Megatron-Core's ``data_parallel_group_with_cp``).
 """
@@ -50,7 +66,7 @@ from mapper.cluster.profile import BlockCost, Profile
 from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.core.ops import ATTENTION_OPS, infer
 from mapper.errors import OptionsError
-from mapper.parallel.collectives import Network, send
+from mapper.parallel.collectives import Network, collective, send
 from mapper.parallel.layout import Layout, LayoutSpec
 
 #: Ops that carry the sequence length as ``seq``: under context parallelism a rank's sequences are ``S / C``.
@@ -70,6 +86,9 @@ def check_context(graph: TaskGraph, gpus: int, given: LayoutSpec) -> None:
     without attention, a sequence that does not cut into ``2 C`` chunks (Transformer Engine's
     load-balanced ring needs that), or ``C`` not dividing the GPUs."""
     c = given.context
+    if given.cp is not None and c == 1:
+        raise OptionsError(f"cp={given.cp} says how context-parallel ranks share keys and values; context=1 has "
+                           "none (give context=C > 1, or leave context out)", obj="--parallel")
     if c is None or c == 1:
         return
     seq = sequence_of(graph)
@@ -167,3 +186,33 @@ def ring_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, n
         hid_b += (c - 1) * a_b
     step = max(kv) * positions
     return Ring(fwd, bwd, fwd - hid_f, bwd - hid_b, step, max(c, RING_BUFFERS) * step)
+
+
+def gather_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network,
+                 per_node: int) -> Ring:
+    """The :class:`Ring` of the all-gather form (``cp=allgather``, module docstring): ``kv``
+    bytes per position of each attention op, ``positions`` = the micro-batch's sequences x ``S /
+    C``, ``per_node`` of the ``c`` ranks on a node; the gathered bytes are the largest step's."""
+    if c <= 1 or not kv:
+        return Ring()
+    a_f, a_b = cost.attention / len(kv), cost.attention_backward / len(kv)
+    fwd = bwd = exp_f = exp_b = 0.0
+    for per in kv:
+        whole = per * positions * c  # the K and V of whole sequences
+        ag = collective(net, "allgather", whole, c, per_node)[0]
+        rs = collective(net, "reducescatter", whole, c, per_node)[0]
+        fwd += (c - 1) * a_f + ag
+        bwd += (c - 1) * a_b + ag + rs
+        exp_f += ag
+        exp_b += ag + rs
+    step = max(kv) * positions * c
+    return Ring(fwd, bwd, exp_f, exp_b, step, 2 * step)
+
+
+def cp_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network, tensor: int,
+             kind: str) -> Ring:
+    """What context parallelism of kind ``kind`` (``ring`` or ``allgather``) adds to block price
+    ``cost`` on ``c`` ranks ``tensor`` apart (:func:`ring_times`, :func:`gather_times`)."""
+    if kind == "allgather":
+        return gather_times(cost, kv, positions, c, net, min(c, max(1, net.gpus_per_node // tensor)))
+    return ring_times(cost, kv, positions, c, net, tensor * c > net.gpus_per_node)

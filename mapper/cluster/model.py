@@ -48,7 +48,8 @@ that computation lasts (:mod:`mapper.cluster.overlap`).
 
 Context parallelism (``context = C``, :mod:`mapper.cluster.context`): the
 blocks are priced at ``S / C`` tokens a sequence, attention as the ring's
-``C`` steps with its K/V sends exposed only past each step's attention; the
+``C`` steps with its K/V sends exposed only past each step's attention (or
+``C`` steps' attention after an exposed all-gather of K and V); the
 ``data x context`` ranks hold the same weights, so ``d`` below is ``data x
 context`` for the gradient synchronisation and the optimizer's shards (the
 micro-batches are still ``B / (data b)``), and the ring's buffers add to the
@@ -73,7 +74,7 @@ from itertools import accumulate
 from typing import Any
 
 from mapper.cluster import overlap, zero3
-from mapper.cluster.context import Ring, block_kv, context_profile, ring_times
+from mapper.cluster.context import Ring, block_kv, context_profile, cp_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
@@ -200,6 +201,7 @@ class PlanModel:
         self._sums: dict[tuple, tuple[list[float], ...]] = {}
         self._acts: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
         self._rings: dict[tuple, list[Ring]] = {}
+        self._pairs: dict[tuple[int, int, int | None], tuple[float, float]] = {}  # a block price's collectives
         self._profiles: dict[int, Profile] = {1: profile}
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
 
@@ -226,13 +228,12 @@ class PlanModel:
     def rings(self, lay: Layout) -> list[Ring]:
         """What context parallelism's ring adds to each block (:func:`mapper.cluster.context.ring_times`)."""
         t, c = lay.tensor, lay.context
-        key = (t, lay.micro_batch, c)
+        key = (t, lay.micro_batch, c, lay.cp)
         if key not in self._rings:
             prof = self.context_profile(c)
             seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
-            across = t * c > self.net.gpus_per_node  # the group's ranks are t apart
-            self._rings[key] = [ring_times(cost, block_kv(self.profile.graph, blk.tasks, t),
-                                           lay.micro_batch * seq // c, c, self.net, across)
+            self._rings[key] = [cp_times(cost, block_kv(self.profile.graph, blk.tasks, t),
+                                         lay.micro_batch * seq // c, c, self.net, t, lay.cp)
                                 for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
         return self._rings[key]
 
@@ -308,7 +309,7 @@ class PlanModel:
         """Forward and backward seconds per micro-batch of each block, collectives and
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
@@ -322,7 +323,9 @@ class PlanModel:
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
             etp = lay.etp if lay.expert > 1 else None
-            cf, cb = self._comm(c, t, False, etp), self._comm(c, t, True, etp)
+            if (id(c), t, etp) not in self._pairs:  # the same for every recomputation and overlap
+                self._pairs[(id(c), t, etp)] = (self._comm(c, t, False, etp), self._comm(c, t, True, etp))
+            cf, cb = self._pairs[(id(c), t, etp)]
             if "tp" in hide:
                 cf, cb = overlap.tp_exposed(c, self._comm_each(c, t, etp), [x[2] for x in c.collectives], t,
                                             overlap.first_gemm(costs[n + 1]) if n + 1 < len(costs) else 0.0)
@@ -343,8 +346,8 @@ class PlanModel:
         t, p, v = lay.tensor, lay.pipeline, lay.interleave
         m = self.samples // (lay.data * lay.micro_batch)
         d = lay.replicas  # the ranks that reduce gradients together: data x context
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, p * v,
-               lay.first, lay.last)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp,
+               p * v, lay.first, lay.last)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
@@ -474,9 +477,10 @@ class PlanModel:
         dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.replicas)
         experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data)
         chunks = next((n for t, n in self._costs if t == lay.tensor), self.samples // lay.micro_batch)
-        ref = replace(lay, micro_batch=self.samples // chunks) if lay.context == 1 else lay
-        kept, inputs, _ = self._act_sums(ref)
-        act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref.micro_batch
+        priced = next((b for t, b, c in self._context_costs if (t, c) == (lay.tensor, lay.context)), lay.micro_batch)
+        ref = self.samples // chunks if lay.context == 1 else priced
+        kept, inputs, _ = self._act_sums(lay, ref)
+        act = (inputs if lay.recompute == "full" else kept)[-1] * lay.micro_batch / ref
         held = sum(dense.values()) + sum(experts.values())
         act = sum(activation_parts(act, self.fragmentation).values()) * (1 - 1e-9)  # and its fragmentation
         # and the mean over ranks weighted by 1/flight: rank s holds its states and act_s flight_s
@@ -513,16 +517,16 @@ class PlanModel:
             return inputs[e] - inputs[a], max(stash[a:e], default=0.0)
         return kept[e] - kept[a], 0.0
 
-    def _act_sums(self, lay: Layout) -> tuple[list[float], list[float], list[float]]:
-        """Prefix sums over the blocks of what one micro-batch keeps (recomputed modules freed:
-        :mod:`mapper.cluster.recompute`; sequence parallelism cuts every activation by ``t``,
-        Korthikanti et al., 4.2.2) and of the block inputs full recomputation keeps, and each
-        block's stash (kept)."""
-        t, sp = lay.tensor, lay.sequence and lay.tensor > 1
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.context)
+    def _act_sums(self, lay: Layout, b: int = 0) -> tuple[list[float], list[float], list[float]]:
+        """Prefix sums over the blocks of what one micro-batch (of ``b``, else the layout's) keeps
+        (recomputed modules freed: :mod:`mapper.cluster.recompute`; sequence parallelism cuts every
+        activation by ``t``, Korthikanti et al., 4.2.2) and of the block inputs full recomputation
+        keeps, and each block's stash (kept)."""
+        t, sp, b = lay.tensor, lay.sequence and lay.tensor > 1, b or lay.micro_batch
+        key = (t, b, lay.recompute, lay.sequence, lay.context)
         if key not in self._acts:
-            costs = self.block_costs(t, lay.micro_batch, lay.context)
-            whole = self.block_costs(1, lay.micro_batch, lay.context) if sp else costs
+            costs = self.block_costs(t, b, lay.context)
+            whole = self.block_costs(1, b, lay.context) if sp else costs
             bits = mask(lay.recompute)
             kept = [(c.stash - c.dropped(bits)) / (t if sp else 1) for c in whole]
             inputs = [c.input_bytes / (t if lay.sequence else 1) if c.params > 0 else 0.0 for c in costs]

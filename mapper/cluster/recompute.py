@@ -21,6 +21,12 @@ backward pass (each activation input, or an attention's own scores or log-sum-ex
 recomputed module, or its producer in a recomputed module without output; an input a
 recomputed module reads from outside is kept once (the checkpoint's). The recomputation
 costs the modules' forward kernels and collectives once more per micro-batch.
+
+Besides none, ``selective`` and ``full`` the planner tries one module set
+(:func:`ladder`): ``core_attn`` with the modules Megatron-Core checkpoints
+without output that the graph has (``layernorm``, ``moe_act``, ``mla_up_proj``:
+a norm, an activation and two small up projections, cheap to run again for the
+copies they free; Megatron-Core's ``CheckpointWithoutOutput``).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from mapper.cluster.blocks import Block
 from mapper.cluster.flops import forward_flops
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
-from mapper.parallel.layout import MODULES, SELECTIVE, WITHOUT_OUTPUT
+from mapper.parallel.layout import MODULES, RECOMPUTE, SELECTIVE, WITHOUT_OUTPUT
 
 BIT = {m: 1 << i for i, m in enumerate(MODULES)}
 DISCARD = sum(BIT[m] for m in WITHOUT_OUTPUT)
@@ -161,3 +167,12 @@ def dropped(kept: Iterable[tuple[float, int, int, int]], bits: int) -> float:
             s, big = inputs.get(tensor, (0.0, 0.0))
             inputs[tensor] = (s + nbytes, max(big, nbytes))
     return total + sum(s - big for s, big in inputs.values())
+
+
+def ladder(present: int) -> tuple[str, ...]:
+    """The ``recompute`` values the planner tries on a graph whose blocks hold modules
+    ``present`` (bits): none, selective, the set of the module docstring when it differs from
+    selective on those modules, and full."""
+    bits = sum(BIT[m] for m in ("core_attn", *WITHOUT_OUTPUT)) & present
+    extra = () if bits in (0, BIT["core_attn"] & present) else ("+".join(m for m in MODULES if BIT[m] & bits),)
+    return (*RECOMPUTE[:2], *extra, RECOMPUTE[2])

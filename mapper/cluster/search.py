@@ -3,12 +3,11 @@
 :func:`plan_cluster` prices the graph's blocks once per tensor degree and
 micro-batch size (:mod:`mapper.cluster.profile`) and then scores every layout
 of the plan space with the layer-level model (:mod:`mapper.cluster.model`),
-never building a per-GPU task graph: tensor ``t`` (powers of two up to a
-node's GPUs), pipeline ``p`` and data ``d`` with ``t p d`` = the cluster's
-GPUs, micro-batch ``b`` (powers of two dividing the per-replica batch),
-interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``), recomputation
-none / selective / full, ZeRO 0-3 (3 without a pipeline) and sequence
-parallelism with ``t > 1``. Keys a given layout fixes are not searched. The
+never building a per-GPU task graph: the plan space of
+:mod:`mapper.cluster.space` (tensor, pipeline, context, data, micro-batch,
+interleaving, recomputation by module sets, ZeRO, sequence parallelism, experts;
+context parallelism, ring or all-gather, where the sequence cuts into ``2 C``
+chunks). Keys a given layout fixes are not searched. The
 fastest layout that fits wins; when none fits, the one that needs least memory
 is reported as not fitting. The space is bounded before any work: a global
 batch of at most :data:`MAX_SAMPLES` sequences, and layouts whose pipeline
@@ -25,12 +24,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.cluster import overlap
-from mapper.cluster.context import check_context, context_ranks
+from mapper.cluster.context import check_context, context_ranks, sequence_of
 from mapper.cluster.flops import model_flops
 from mapper.cluster.layers import uneven_reason
 from mapper.cluster.model import DEFAULT_ALLOCATOR, GIB, Estimate, PlanModel, lower_bound, refine
-from mapper.cluster.profile import MAX_TENSOR, Profile, check_tensor
-from mapper.cluster.recompute import mask, module_flops
+from mapper.cluster.profile import Profile, check_tensor
+from mapper.cluster.recompute import ladder, mask, module_flops
+from mapper.cluster.space import MAX_SCHEDULE_OPS, layouts, pow2
 from mapper.cluster.sweep import more, score
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
@@ -38,7 +38,7 @@ from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_r
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
 from mapper.parallel.collectives import network
-from mapper.parallel.layout import FREE, RECOMPUTE, Layout, LayoutSpec
+from mapper.parallel.layout import FREE, Layout, LayoutSpec
 from mapper.parallel.rewrite import SplitError
 from mapper.platform.cluster import domain_view
 from mapper.platform.devices import Platform
@@ -50,9 +50,6 @@ REFINED = 8
 #: The largest global batch planned, in sequences (2^20: over 300 times the largest of Megatron-LM's
 #: runs, 3,072 sequences; Narayanan et al., SC'21, Table 1).
 MAX_SAMPLES = 2**20
-#: The most ops a layout's pipeline schedule may have, ``2 m v p`` (Megatron-LM's 1T row,
-#: p = 64 and 512 micro-batches per replica, interleaved twice: SC'21, Table 1).
-MAX_SCHEDULE_OPS = 2**17
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,73 +196,6 @@ def memory_parts(memory: dict[str, float], capacity: float) -> str:
     """``23.1 GiB per GPU of 32 GiB (weights 4.71 GiB, ...)``: one unit, the digits that tell them apart."""
     held, has = fmt_bytes_pair(sum(memory.values()), capacity)
     return f"{held} per GPU of {has} (" + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in memory.items()) + ")"
-
-
-def _pow2(limit: int) -> list[int]:
-    out, k = [], 1
-    while k <= limit:
-        out.append(k)
-        k *= 2
-    return out
-
-
-def _fixed_or(value: Any, options: list[Any]) -> list[Any]:
-    """``[value]`` when a layout key is given, else every option."""
-    return options if value is None else [value]
-
-
-def _divisors(n: int, most: int) -> list[int]:
-    """The divisors of ``n`` up to ``most``, ascending (trial division to the square root)."""
-    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
-    return sorted({x for k in small for x in (k, n // k) if x <= most})
-
-
-def _experts(options: list[int], t: int, d: int, experts: int, given: LayoutSpec) -> list[tuple[int, int]]:
-    """(expert, expert_tensor) pairs for ``t x d`` ranks of a graph of ``experts`` experts: the given
-    ones, or powers of two dividing the experts and the ranks (expert_tensor 1, NVIDIA's recipes')."""
-    out = []
-    for e in options:
-        et = given.expert_tensor or (1 if e > 1 else 0)
-        if (t * d) % (e * (et or t)) == 0 and (e == 1 or experts % e == 0):
-            out.append((e, et))
-    return out
-
-
-def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int = 0) -> list[Layout]:
-    """The layouts of the plan space that ``given`` allows (module docstring); ``experts``: the
-    graph's experts per MoE layer (0 without any)."""
-    out = []
-    c = given.context or 1  # context ranks: given, else none (mapper.cluster.context)
-    gpus //= c
-    for t in _fixed_or(given.tensor, _pow2(min(per_node, gpus, MAX_TENSOR))):
-        if gpus % t:
-            continue
-        for p in _fixed_or(given.pipeline, _divisors(gpus // t, units)):
-            if (gpus // t) % p:
-                continue
-            d = gpus // (t * p)
-            if given.data is not None and given.data != d:
-                continue
-            if samples % d:
-                continue
-            for b in _fixed_or(given.micro_batch, _pow2(samples // d)):
-                if samples % (d * b):
-                    continue
-                m = samples // (d * b)
-                for v in _fixed_or(given.interleave, [1, 2, 4]):
-                    if v > 1 and (p == 1 or m % p or p * v > units) or 2 * m * v * p > MAX_SCHEDULE_OPS:
-                        continue
-                    for rc in _fixed_or(given.recompute, list(RECOMPUTE)):
-                        for z in _fixed_or(given.zero, [0, 1, 2, 3]):
-                            if given.zero is None and (z and d == 1 or z == 3 and p > 1):
-                                continue
-                            for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
-                                for e, et in _experts(_fixed_or(given.expert, _pow2(min(experts, t * d * c)) or [1]),
-                                                      t, d * c, experts, given):
-                                    lay = Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last,
-                                                 overlap=given.overlap or "none", context=c)
-                                    out += [] if overlap.why_not(lay) else [lay]
-    return out
 
 
 def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
@@ -488,7 +418,11 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     profile = model.profile
     experts = _check_experts(graph, gpus, given)
     check_context(graph, gpus, given)
-    cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts)
+    attention = module_flops(graph, profile.blocks, profile.rep)
+    present = 0  # the recomputable modules the graph's blocks hold
+    for bits, _ in attention:
+        present |= bits
+    cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts, sequence_of(graph), ladder(present))
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
                            f"({given.text()}) and a global batch "
@@ -514,7 +448,6 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
     flops = model_flops(graph)
-    attention = module_flops(graph, profile.blocks, profile.rep)
     layers = _stage_layers(graph, profile, ranked[0])
     return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(cands), attention, seq,
                          stage_layers=layers, bound=_space_bound(top, fitting))
@@ -544,7 +477,7 @@ def _why_none(gpus: int, samples: int, units: int, given: LayoutSpec) -> str:
         return f"the batch of {samples} does not split into {d} data-parallel replicas"
     if samples % (d * (given.micro_batch or 1)):
         return f"a replica's {samples // d} samples do not split into micro-batches of {given.micro_batch}"
-    b = given.micro_batch or max(k for k in _pow2(samples // d) if samples % (d * k) == 0)
+    b = given.micro_batch or max(k for k in pow2(samples // d) if samples % (d * k) == 0)
     m = samples // (d * b)
     if 2 * m * p > MAX_SCHEDULE_OPS:
         return (f"{m:,} micro-batches of {b} per replica through {p} pipeline stage{'s' if p > 1 else ''} make a "

@@ -2,7 +2,7 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C]
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C][,cp=ring|allgather]
 [,allocator=caching|expandable]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
@@ -19,7 +19,9 @@ Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
 ``tp`` its ``--tp-comm-overlap``), off unless given, as Megatron-Core defaults them: the planner
 never turns one on by itself; ``context`` cuts every sequence over ``C`` ranks
 (context parallelism, Megatron-Core's ``context_parallel_size``: :mod:`mapper.cluster.context`),
-1 unless given; ``allocator`` is PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
+1 unless given, and ``cp`` how its ranks share keys and values (``ring``, Transformer Engine's
+``p2p``, or ``allgather``, Llama 3's all-gather: Megatron-Core's ``cp_comm_type``); ``allocator`` is
+PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
 which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unless given
 (:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan.
 """
@@ -34,7 +36,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap", "context", "allocator")
+        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "allocator")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -50,6 +52,8 @@ GRADS = ("fp32", "bf16")
 ALLOCATORS = ("caching", "expandable")
 #: Communication overlaps (``overlap=``), each a set of ``a2a`` and ``tp`` in this order.
 OVERLAPS = ("none", "a2a", "tp", "a2a+tp")
+#: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
+CP_KINDS = ("ring", "allgather")
 #: The largest degree a layout may give.
 MAX_DEGREE = 1 << 20
 
@@ -80,6 +84,7 @@ class Layout:
     last: int | None = None  # of the last chunk (:mod:`mapper.cluster.layers`)
     overlap: str = "none"  # communication overlapped with computation (:data:`OVERLAPS`)
     context: int = 1
+    cp: str = "ring"  # how the context ranks share keys and values (CP_KINDS)
 
     @property
     def etp(self) -> int:
@@ -111,6 +116,7 @@ class Layout:
                   if n is not None]
         extra += [f"overlap {self.overlap}"] if self.overlap != "none" else []
         ctx = f" x context {self.context}" if self.context > 1 else ""
+        ctx += f" ({self.cp})" if self.context > 1 and self.cp != "ring" else ""
         return (f"tensor {self.tensor} x pipeline {self.pipeline}{ctx} x data {self.data}, micro-batch "
                 f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
 
@@ -118,7 +124,7 @@ class Layout:
         return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
                 "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
                 "zero": self.zero, "sequence": self.sequence, "expert": self.expert,
-                "expert_tensor": self.etp, "overlap": self.overlap, "context": self.context,
+                "expert_tensor": self.etp, "overlap": self.overlap, "context": self.context, "cp": self.cp,
                 **{k: n for k, n in (("first", self.first), ("last", self.last)) if n is not None}}
 
 
@@ -144,6 +150,7 @@ class LayoutSpec:
     last: int | None = None
     overlap: str | None = None
     context: int | None = None
+    cp: str | None = None
     allocator: str | None = None
 
     def fixed(self) -> dict[str, Any]:
@@ -229,6 +236,10 @@ def _value(key: str, value: str) -> Any:
     if key == "allocator":
         if value not in ALLOCATORS:
             raise OptionsError(f"allocator={value!r}: choose one of {', '.join(ALLOCATORS)}", obj="--parallel")
+        return value
+    if key == "cp":
+        if value not in CP_KINDS:
+            raise OptionsError(f"cp={value!r}: choose one of {', '.join(CP_KINDS)}", obj="--parallel")
         return value
     if key == "overlap":  # a2a and tp in either order, each once
         parts = value.split("+")

@@ -1,0 +1,120 @@
+"""The plan space of ``--parallel`` on a cluster: every layout the keys given allow
+(:mod:`mapper.cluster.search` scores them).
+
+Tensor ``t`` (powers of two up to a node's GPUs), pipeline ``p`` and data ``d`` with ``t p c
+d`` = the cluster's GPUs, context ``c`` (:func:`contexts`), micro-batch ``b`` (powers of two
+dividing the per-replica batch), interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``),
+the context ranks' kind the ring unless ``cp`` is given (Megatron-Core's default; the all-gather
+is priced when asked for),
+recomputation (:func:`mapper.cluster.recompute.ladder`), ZeRO 0-3 (3 without a pipeline),
+sequence parallelism with ``t > 1``, and experts folded inside ``t c d``; layouts whose pipeline
+schedule has more than :data:`MAX_SCHEDULE_OPS` forward and backward ops are left out (each is
+simulated, and the chosen one becomes a task graph of that many tasks).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mapper.cluster import overlap
+from mapper.cluster.profile import MAX_TENSOR
+from mapper.parallel.layout import RECOMPUTE, Layout, LayoutSpec
+
+#: The most ops a layout's pipeline schedule may have, ``2 m v p`` (Megatron-LM's 1T row,
+#: p = 64 and 512 micro-batches per replica, interleaved twice: SC'21, Table 1).
+MAX_SCHEDULE_OPS = 2**17
+
+
+def pow2(limit: int) -> list[int]:
+    """Powers of two up to ``limit``."""
+    out, k = [], 1
+    while k <= limit:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def _fixed_or(value: Any, options: list[Any]) -> list[Any]:
+    """``[value]`` when a layout key is given, else every option."""
+    return options if value is None else [value]
+
+
+def divisors(n: int, most: int) -> list[int]:
+    """The divisors of ``n`` up to ``most``, ascending (trial division to the square root)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted({x for k in small for x in (k, n // k) if x <= most})
+
+
+#: The fewest tokens of a context-parallel chunk the planner tries: one query tile of
+#: FlashAttention-2's kernels (blocks of 64 or 128 rows: Dao, arXiv 2307.08691, section 3.3). A
+#: shorter chunk runs part-empty tiles that the block prices do not see.
+MIN_CHUNK = 128
+
+
+def contexts(gpus: int, seq: int) -> list[int]:
+    """Context degrees the planner tries for sequences of ``seq`` tokens on ``gpus`` GPUs: 1, and
+    powers of two ``C`` dividing the GPUs whose sequence cuts into ``2 C`` equal chunks (the
+    load-balanced causal split of :mod:`mapper.cluster.context`) of at least :data:`MIN_CHUNK`
+    tokens; none but 1 without attention."""
+    return [c for c in pow2(gpus) if c == 1 or seq and seq % (2 * c) == 0 and seq // (2 * c) >= MIN_CHUNK
+            and gpus % c == 0]
+
+
+def _experts(options: list[int], t: int, d: int, experts: int, given: LayoutSpec) -> list[tuple[int, int]]:
+    """(expert, expert_tensor) pairs for ``t x d`` ranks of a graph of ``experts`` experts: the given
+    ones, or powers of two dividing the experts and the ranks (expert_tensor 1, NVIDIA's recipes')."""
+    out = []
+    for e in options:
+        et = given.expert_tensor or (1 if e > 1 else 0)
+        if (t * d) % (e * (et or t)) == 0 and (e == 1 or experts % e == 0):
+            out.append((e, et))
+    return out
+
+
+def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int = 0,
+            seq: int = 0, recompute: tuple[str, ...] = RECOMPUTE) -> list[Layout]:
+    """The layouts of the plan space that ``given`` allows (module docstring); ``experts``: the
+    graph's experts per MoE layer (0 without any); ``seq``: its sequence length (0: no context
+    parallelism); ``recompute``: the values tried when ``given`` has none. Context degrees run
+    outermost, 1 first, so ties go to the layout without context parallelism."""
+    out = []
+    for c in _fixed_or(given.context, contexts(gpus, seq)):
+        for cp in _fixed_or(given.cp, ["ring"]):  # Megatron-Core's default unless cp= says otherwise
+            out += _grid(gpus // c, c, cp, per_node, samples, units, given, experts, recompute)
+    return out
+
+
+def _grid(gpus: int, c: int, cp: str, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int,
+          recompute: tuple[str, ...]) -> list[Layout]:
+    """:func:`layouts` of context ``c`` of kind ``cp``, ``gpus`` the GPUs over ``c``."""
+    out = []
+    for t in _fixed_or(given.tensor, pow2(min(per_node, gpus, MAX_TENSOR))):
+        if gpus % t:
+            continue
+        for p in _fixed_or(given.pipeline, divisors(gpus // t, units)):
+            if (gpus // t) % p:
+                continue
+            d = gpus // (t * p)
+            if given.data is not None and given.data != d:
+                continue
+            if samples % d:
+                continue
+            for b in _fixed_or(given.micro_batch, pow2(samples // d)):
+                if samples % (d * b):
+                    continue
+                m = samples // (d * b)
+                for v in _fixed_or(given.interleave, [1, 2, 4]):
+                    if v > 1 and (p == 1 or m % p or p * v > units) or 2 * m * v * p > MAX_SCHEDULE_OPS:
+                        continue
+                    for rc in _fixed_or(given.recompute, list(recompute)):
+                        for z in _fixed_or(given.zero, [0, 1, 2, 3]):
+                            if given.zero is None and (z and d == 1 or z == 3 and p > 1):
+                                continue
+                            for sp in _fixed_or(given.sequence, [False, True] if t > 1 else [False]):
+                                for e, et in _experts(_fixed_or(given.expert, pow2(min(experts, t * d * c)) or [1]),
+                                                      t, d * c, experts, given):
+                                    lay = Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last,
+                                                 overlap=given.overlap or "none", context=c, cp=cp)
+                                    out += [] if overlap.why_not(lay) else [lay]
+    return out
