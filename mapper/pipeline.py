@@ -176,16 +176,23 @@ def compile_graph(
         request = serving.request
         graph = stage("lower", lambda: first(request.prefill, max(request.batch, 1), 0))
     else:
+        from mapper.frontend.direct import direct_graph
         from mapper.frontend.load import read_with_sources, without_spans
         from mapper.frontend.lowering.program import lower
         from mapper.frontend.parse import parse
 
         path = os.fspath(source)
         text, blame, sources = read_with_sources(source)
+        params = dict(source.params) if isinstance(source, ModelFile) else None
         with blame:
-            program = stage("parse", lambda: parse(text, path))
-            graph = stage("lower", lambda: lower(program, dict(source.params) if isinstance(source, ModelFile)
-                                                 else None))
+            # a plain explicit-cost program is read straight to its graph, with no syntax tree
+            # (mapper.frontend.direct), unless the tree itself is asked for
+            def read() -> TaskGraph | Any:
+                direct = None if params or dump_after == "parse" else direct_graph(text, path)
+                return direct if direct is not None else parse(text, path)
+
+            program = stage("parse", read)
+            graph = stage("lower", lambda: program if isinstance(program, TaskGraph) else lower(program, params))
         if is_model(path):
             graph = without_spans(graph, sources)
     size.append(len(graph.tasks))

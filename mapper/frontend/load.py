@@ -16,6 +16,7 @@ from typing import Any
 
 from mapper.core.graph import SourceNode, TaskGraph
 from mapper.errors import InputError, InputWarning, OptionsError
+from mapper.frontend.direct import direct_graph
 from mapper.frontend.lowering.program import lower, read_dsl_file
 from mapper.frontend.parse import parse
 from mapper.frontend.sources import ModelFile, is_model
@@ -25,8 +26,10 @@ __all__ = ["graph_from_text", "load_graph", "read_program", "read_source", "read
 
 def graph_from_text(text: str, file: str = "<string>", params: Mapping[str, int | float] | None = None) -> TaskGraph:
     """Parse and lower DSL ``text``; ``file`` names it in errors and anchors includes; ``params``
-    replace the values of top-level params (:func:`lower`)."""
-    return lower(parse(text, file), params)
+    replace the values of top-level params (:func:`lower`). A plain explicit-cost program goes
+    straight to its graph (:func:`~mapper.frontend.direct.direct_graph`)."""
+    graph = None if params else direct_graph(text, file)
+    return graph if graph is not None else lower(parse(text, file), params)
 
 
 def load_graph(path: str | os.PathLike[str]) -> TaskGraph:
