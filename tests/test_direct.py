@@ -122,3 +122,26 @@ def test_a_cycle_declines_and_is_reported_at_its_edge():
     with pytest.raises(DslError, match="cycle") as info:
         graph_from_text(text, "f.tg")
     assert f"f.tg:{len(lines) - 1}:" in str(info.value)
+
+
+def test_plain_cost_rows_equal_the_priced_ones(tmp_path, monkeypatch):
+    """The cost table's rows read off plain explicit costs (mapper.costing.cost._PlainRows) equal
+    those priced device by device, on a platform with powers and memories and with a graph whose
+    costs name devices in another order, leave one out or name a kind."""
+    from mapper.costing import cost as C
+    from mapper.platform.loader import parse_platform
+
+    plat = parse_platform('name = "p"\n' + "".join(
+        f'[[device]]\nname = "p{d}"\nkind = "cpu"\npower_active_w = {10 + d}\nmemory_gib = {d + 1}\n'
+        for d in range(4)))
+    lines = ["graph g {"] + [f"  task t{i} cost {{ p0: {i + 1} ms, p1: {i + 2} ms, p2: 3 ms, p3: 4 ms }}"
+                             for i in range(MIN_LINES)]
+    lines += ["  task a cost { p3: 1 ms, p2: 2 ms, p1: 3 ms, p0: 4 ms }", "  task b cost { p1: 1 ms }",
+              "  task c cost { cpu: 2 ms, p0: 1 ms }", "  t1 -> a comm 1 ms", "  a -> b bytes 3 GiB", "}"]
+    graph = graph_from_text("\n".join(lines), "g.tg")
+    fast = C.build_cost_table(graph, plat)
+    assert C._PlainRows(plat, fast.memory_capacity).row(graph.tasks[0], 0.0) is not None
+    monkeypatch.setattr(C._PlainRows, "row", lambda self, task, footprint: None)
+    slow = C.build_cost_table(graph, plat)
+    for field in ("time", "energy", "bound", "area", "reasons", "footprint"):
+        assert getattr(fast, field) == getattr(slow, field), field

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -260,9 +261,12 @@ def build_cost_table(graph: TaskGraph, platform: Platform) -> CostTable:
     capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in devices)
     index = {d.name: d.index for d in devices}
     memo: dict[tuple, tuple] = {}  # explicit-cost tasks alike (a spiking network's neurons) share a row
+    plain = _PlainRows(platform, capacity)
     for task in graph.tasks:
+        row = plain.row(task, footprint[task.index]) if task.explicit_cost else None
         key = (task.explicit_cost, task.placement, footprint[task.index]) if task.explicit_cost else None
-        row = memo.get(key) if key is not None else None
+        if row is None and key is not None:
+            row = memo.get(key)
         if row is None:
             row = _task_row(task, platform, index, footprint[task.index], capacity)
             if key is not None:
@@ -345,6 +349,47 @@ def converted(dev: Device, dtype: str) -> Device:
     return replace(dev, peak_gflops=peaks, tensor_gflops=tensor)
 
 
+class _PlainRows:
+    """The rows of the commonest explicit-cost tasks, those of a huge generated graph: a plain
+    ``task`` with a time for each device by name, placed anywhere, fitting every device's memory,
+    on a platform without FPGAs. Read off the cost tuple, with no estimate per device: the numbers
+    :func:`_task_row` gives (None for any other task, which it prices)."""
+
+    def __init__(self, platform: Platform, capacity: tuple[float, ...]) -> None:
+        devices = platform.devices
+        self.usable = bool(devices) and not any(d.kind == "fpga" for d in devices)
+        self.names = tuple(d.name for d in devices)
+        self.power = tuple(d.power_active_w or 0.0 for d in devices)
+        self.room = min(capacity, default=INF)
+        self.bound = ("explicit",) * len(devices)
+        self.area = (0.0,) * len(devices)
+        self.orders: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # cost keys -> each device's entry
+
+    def row(self, task: Task, footprint: float) -> tuple | None:
+        if (not self.usable or task.op != "task" or task.placement.allow or task.placement.deny
+                or not footprint <= self.room):
+            return None
+        keys, secs = zip(*task.explicit_cost)
+        order = self.orders.get(keys, ())
+        if order == ():
+            order = self.orders[keys] = self._order(keys)
+        if order is None or set(map(type, secs)) != {float} or not (
+                min(secs) >= 0 and math.isfinite(sum(secs))):  # sum: any NaN or infinity
+            return None
+        times = secs if order is _SAME else tuple(secs[i] for i in order)
+        return times, tuple(map(operator.mul, self.power, times)), self.bound, self.area, ()
+
+    def _order(self, keys: tuple[str, ...]) -> tuple[int, ...] | None:
+        """Where each device's time is among a cost's entries: None unless they name each device once."""
+        if len(set(keys)) != len(keys) or sorted(keys) != sorted(self.names):
+            return None
+        order = tuple(keys.index(n) for n in self.names)
+        return _SAME if order == tuple(range(len(keys))) else order
+
+
+_SAME: tuple[int, ...] = (-1,)  # a cost's entries already in device order
+
+
 def _task_row(task: Task, platform: Platform, index: dict[str, int], footprint: float,
               capacity: tuple[float, ...]) -> tuple:
     """``(times, energies, bounds, areas, ((device, why), ...))`` of one task on every device."""
@@ -389,7 +434,7 @@ def footprints(graph: TaskGraph) -> tuple[float, ...]:
         if t.memory is not None:
             out.append(float(t.memory))
             continue
-        weights = sum(o.type.nbytes for o in t.operands if o.kind == "weight")
+        weights = sum(o.type.nbytes for o in t.operands if o.kind == "weight") if t.operands else 0
         produced = t.output.nbytes if t.output is not None else t.bytes_written
         out.append(float(max(t.bytes_read + t.bytes_written, weights + incoming[t.index] + produced)))
     return tuple(out)

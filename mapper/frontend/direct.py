@@ -78,12 +78,25 @@ def _seconds(num: str, unit: str | None) -> float:
     raise _Decline
 
 
+def _in_range(values: list[float]) -> bool:
+    """Each of ``values`` is 0 or a time from :data:`MIN_SECONDS` to :data:`MAX_SECONDS`."""
+    if max(values) > MAX_SECONDS:
+        return False
+    return min(values) >= MIN_SECONDS or all(v == 0 or v >= MIN_SECONDS for v in values)
+
+
+#: A cost's device names and units -> its sorted device names (one string object each), the
+#: order that sorts its entries, and each entry's divisor (1 without a unit: ``x / 1.0 == x``).
+_Shape = tuple[tuple[str, ...], tuple[int, ...] | None, tuple[float, ...]]
+
+
 class _Reader:
     def __init__(self, file: str) -> None:
         self.file = file
         self.tasks: list[Task] = []
         self.index: dict[str, int] = {}  # task name -> index
         self.words: dict[str, str] = {}  # one string object per device name
+        self.shapes: dict[tuple[tuple[str, ...], tuple[str, ...]], _Shape] = {}
         self.keys: list[int] = []  # each edge's dst * n + src, n = 2^32
         self.specs: dict[int, tuple[float, float | None]] = {}  # key -> (bytes, comm)
 
@@ -120,27 +133,39 @@ class _Reader:
         if name in KEYWORDS or name in self.index:
             raise _Decline
         items = _ITEM.findall(inner)
-        size = sum(len(it[0]) for it in items)  # the entries follow each other from the brace on
-        if not items or size != len(inner) and size != len(inner.rstrip(" \t\f")):
+        if not items:
             raise _Decline
-        words = self.words
-        got: dict[str, float] = {}
-        for _, key, num, unit in items:
-            word = words.get(key)
-            if word is None:
-                if key in KEYWORDS:
-                    raise _Decline
-                word = words[key] = key
-            if word in got or unit in KEYWORDS:
-                raise _Decline
-            got[word] = _seconds(num, unit or None)
+        whole, keys, nums, units = zip(*items)
+        size = sum(map(len, whole))  # the entries follow each other from the brace on
+        if size != len(inner) and size != len(inner.rstrip(" \t\f")):
+            raise _Decline
+        shape = self.shapes.get((keys, units))
+        if shape is None:
+            shape = self.shapes[(keys, units)] = self.shape(keys, units)
+        names, order, scales = shape
+        values = list(map(float.__truediv__, map(float, nums), scales))
+        if not _in_range(values):
+            raise _Decline
+        if order is not None:
+            values = [values[i] for i in order]
         idx = len(self.tasks)
-        end = m.end(2) + 2  # just past the closing brace, 1-based
-        span = _span(self.file, line, raw.index("task") + 1, end)
+        span = _span(self.file, line, raw.index("task") + 1, m.end(2) + 2)  # to just past the brace
         self.tasks.append(_task(idx, name, "task", (), (), None, 0.0, 0.0, 0.0, 1.0, 0, _ANYWHERE,
-                                tuple(sorted(got.items())), span, (), None, "", False, "", (), None))
+                                tuple(zip(names, values)), span, (), None, "", False, "", (), None))
         self.index[name] = idx
         return True
+
+    def shape(self, keys: tuple[str, ...], units: tuple[str, ...]) -> _Shape:
+        """The :data:`_Shape` of a cost's device names and units (declines on a keyword, a device
+        given twice or another unit)."""
+        if len(set(keys)) != len(keys) or any(w in KEYWORDS for w in (*keys, *units)):
+            raise _Decline
+        if any(u and u not in TIME_UNITS for u in units):
+            raise _Decline
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        names = tuple(self.words.setdefault(keys[i], keys[i]) for i in order)
+        scales = tuple(TIME_UNITS[u] if u else 1.0 for u in units)
+        return names, None if order == sorted(order) else tuple(order), scales
 
     def edge(self, raw: str) -> bool:
         """Add the edge of an edge line; False when ``raw`` is not one."""
