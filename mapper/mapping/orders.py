@@ -150,15 +150,17 @@ def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     nd = cost.n_devices
     cols = []
     placed = [t for t in cost.graph.tasks if t.placement.allow or t.placement.deny]  # the others permit all
+    # each device's column of the tables, transposed in C (a million tasks: 4 x 8 columns of 10^6)
+    times, energy, area = (list(zip(*table)) if table else [()] * nd for table in (cost.time, cost.energy, cost.area))
     for d in range(nd):
         dev = cost.platform.devices[d]
         cols.append(
             (
                 replace(dev, index=0, name=""),
-                tuple(row[d] for row in cost.time),
+                times[d],
                 tuple(t.placement.permits(dev.name, dev.kind) for t in placed),
-                tuple(row[d] for row in cost.energy),
-                tuple(row[d] for row in cost.area),
+                energy[d],
+                area[d],
                 cost.memory_capacity[d],
                 cost.area_capacity[d],
             )

@@ -18,7 +18,9 @@ INF = math.inf
 
 
 #: The last few means computed, by table (identity): the multilevel path and the heuristics it
-#: runs ask for the same table's means several times.
+#: runs ask for the same table's means several times (the full graph's and the coarse graph's
+#: three kinds each, so that the full graph's are not computed again).
+MEMO_SIZE = 8
 _MEMO: list[tuple[CostTable, object, tuple[float, ...]]] = []
 
 
@@ -28,7 +30,7 @@ def _memo(cost: CostTable, key: object, compute) -> tuple[float, ...]:
             return value
     value = compute()
     _MEMO.insert(0, (cost, key, value))
-    del _MEMO[4:]
+    del _MEMO[MEMO_SIZE:]
     return value
 
 

@@ -129,8 +129,10 @@ def schedule_dag(schedule: Schedule) -> tuple[TypedDag, tuple[tuple[int, ...], .
     edges = []
     for e in cost.graph.edges:
         a, b = types[e.src], types[e.dst]
-        delay = 0.0 if a == b and len(a) > 1 else max(
-            (cost.comm(e.index, x, y) for x in a for y in b if x != y), default=0.0)
+        if len(a) == 1 and len(b) == 1:  # two lone devices (the common case): the one pair's time
+            delay = cost.comm(e.index, a[0], b[0]) if a != b else 0.0
+        else:
+            delay = 0.0 if a == b else max((cost.comm(e.index, x, y) for x in a for y in b if x != y), default=0.0)
         edges.append((e.src, e.dst, delay))
     used = tuple(sorted(set(types)))
     return TypedDag(times, types, edges, {c: len(c) for c in used}), used
