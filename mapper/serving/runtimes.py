@@ -10,6 +10,11 @@ Each field is the engine's own default, from its documentation or source:
   context (Sarathi-Serve's chunked prefill); scheduler ``GUARANTEED_NO_EVICT`` (its default
   ``CapacitySchedulerPolicy``): a request is admitted only when blocks for its whole prompt and
   output are free, so nothing is ever evicted.
+  Its ``front`` (below) is :data:`TRTLLM_FRONT`: the cost per request outside the GPU's steps (the
+  request's enqueue, the host's sampling and copy of its first token), **fitted** on one row of
+  TensorRT-LLM v0.5's "Low Latency" table (docs/source/performance.md: Llama 2 7B in FP8 on one
+  H100, 128-token prompt, 7 ms to the first token, of which the steps give 4.5) and checked on its
+  seven others by ``benchmarks/serving_online.py``.
 * ``vllm``: vLLM's V1 engine (0.8). ``gpu_memory_utilization`` 0.9 of the GPU's whole memory for
   weights, activations and KV cache together, in blocks of 16 tokens (``block_size`` default
   16); ``max_num_seqs`` 256 and ``max_num_batched_tokens`` 8192 with chunked prefill
@@ -79,12 +84,14 @@ class Runtime:
     front: float = 0.0  # seconds from a request's arrival until the scheduler sees it (front-end processes)
 
 
+#: TensorRT-LLM's cost per request outside the steps, seconds: fitted (module docstring).
+TRTLLM_FRONT = 0.0025
 #: SGLang v0.3.0's front-end latency per request, seconds: fitted (module docstring).
 SGLANG_FRONT = 0.0093
 
 
 RUNTIMES = {
-    "trtllm": Runtime("trtllm", 64, 0.9, False, 2048, 8192, True),
+    "trtllm": Runtime("trtllm", 64, 0.9, False, 2048, 8192, True, front=TRTLLM_FRONT),
     "vllm": Runtime("vllm", 16, 0.9, True, 256, 8192, False),
     "sglang": Runtime("sglang", 1, 0.88, True, 2048, 8192, False, mixed=False, front=SGLANG_FRONT),
     "eager": Runtime("eager", 16, 0.9, True, 256, 8192, False, dispatch_us=EAGER_DISPATCH_US),
