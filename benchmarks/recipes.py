@@ -400,7 +400,7 @@ def price(row: tuple[Any, ...], overlaps: bool = True) -> tuple[float, str]:
     platform, per_node = SYSTEMS[system]
     plat = with_nodes(load_platform(platform), gpus // per_node)
     keys: dict[str, Any] = {"tensor": tp, "pipeline": pp, "micro_batch": mbs, "interleave": vp,
-                            "zero": 3 if fsdp else 1, "sequence": tp > 1}
+                            "zero": 3 if fsdp else 1, "sequence": tp > 1, "context": 1}
     if ep > 1:
         keys["expert"] = ep
     if cp > 1:

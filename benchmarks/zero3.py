@@ -59,7 +59,7 @@ def _plan(graph, plat, spec: LayoutSpec):
 
 
 def zero3_spec(micro: int) -> LayoutSpec:
-    return LayoutSpec(tensor=1, pipeline=1, micro_batch=micro, interleave=1, recompute="full", zero=3,
+    return LayoutSpec(tensor=1, pipeline=1, micro_batch=micro, interleave=1, recompute="full", zero=3, context=1,
                       sequence=False)
 
 
@@ -105,7 +105,7 @@ def main() -> None:
                 print(line + f" {'':>10s} {'':>5s} {'':>5s} |", flush=True)
                 continue
             ptd = _plan(graph, plat, LayoutSpec(tensor=t, pipeline=p, micro_batch=1, interleave=1,
-                                                recompute="full", zero=0, sequence=False)).best
+                                                recompute="full", zero=0, sequence=False, context=1)).best
             p_tf = work / ptd.step / gpus / 1e12
             print(line + f" {p_tf:10.1f} {p_pub:5.0f} {p_tf / p_pub:5.2f} | {p_tf / z_tf:11.2f} "
                          f"{p_pub / z_pub:5.2f}", flush=True)
