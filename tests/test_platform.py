@@ -18,7 +18,7 @@ from mapper.costing.efficiency import EFF_COMPUTE, EFF_MEMORY
 from mapper.platform.loader import list_platforms, load_platform, parse_platform
 
 SHIPPED = ("a100-mig", "cpu-gpu-fpga", "cpu-server", "dev-vm", "dgx-a100", "dgx-b200-superpod", "dgx-b200", "dgx-h100-superpod",
-           "dgx-h100", "dgx-h200-superpod", "dgx-h200", "dgx1-v100", "fleet-a100-l4", "fleet-a100-v100",
+           "dgx-h100", "dgx-h200-superpod", "dgx-h200", "dgx1-v100", "exynos2400", "fleet-a100-l4", "fleet-a100-v100",
            "fleet-h100-a100-v100", "gb200-nvl72", "gb200-tray", "h100-mig", "heft3", "jetson-orin", "l4-node",
            "l40s-node", "loihi", "mixed-gpu", "sd8gen3", "selene",
            "workstation")
