@@ -55,6 +55,25 @@ def topological_order(succ: Sequence[Sequence[int]]) -> tuple[list[int], list[in
                 heapq.heappush(heap, d)
     return order, indeg
 
+def weak_components(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
+    """Each of nodes ``0 .. n-1``'s weakly connected component under ``edges`` (pairs), numbered
+    by their smallest node in increasing order (union-find)."""
+    parent = list(range(n))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    number: dict[int, int] = {}
+    return [number.setdefault(root(x), len(number)) for x in range(n)]
+
+
 @dataclass(frozen=True, slots=True)
 class TensorType:
     """A typed tensor: dtype, shape, and layout (``dense`` or ``csr`` with ``nnz``)."""

@@ -13,9 +13,13 @@ Delay model
 Delegated subgraphs
     On a device with ``invoke_us > 0`` (an NPU, a DLA: a runtime hands it
     whole partitions), its tasks in execution order form runs: a task
-    continues the run of the task before it on that device when one of its
-    predecessors is in that run, else it starts a new run (a new invocation).
-    The first task of each run lasts its time plus ``invoke_us``. A
+    continues the run of the task before it on that device unless one of its
+    inputs comes from another device and depends on that run (the
+    partition's border: ONNX Runtime's CreateSupportedPartitionNodeGroups,
+    onnxruntime/core/providers/partitioning_utils.cc, which groups parallel
+    branches no such input separates) or it belongs to another weakly
+    connected part of the graph (another model: one session each), else it
+    starts a new run (a new invocation). The first task of each run lasts its time plus ``invoke_us``. A
     ``shared_memory`` link prices a transfer at its ``sync_us``
     (``cost.comm``, :func:`mapper.costing.cost.route_tables`).
 
@@ -58,6 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from mapper.core.graph import TaskGraph, weak_components
 from mapper.costing.cost import CostTable, stream_chain_times
 from mapper.engine.timeline import Timeline
 from mapper.errors import InfeasibleError, OptionsError
@@ -375,21 +380,43 @@ def delegated_runs(cost: CostTable, order: Sequence[Sequence[int]],
     g = cost.graph
     wanted = set(devices) if devices is not None else {
         d for d, dev in enumerate(cost.platform.devices) if dev.invoke_us > 0}
+    where = [-1] * cost.n_tasks
+    part = weak_components(cost.n_tasks, [(e.src, e.dst) for e in g.edges])
+    for d, seq in enumerate(order):
+        for t in seq:
+            where[t] = d
     out: list[tuple[int, tuple[int, ...]]] = []
     for d, seq in enumerate(order):
         if d not in wanted:
             continue
+        # latest[x]: the latest run of ``d`` that ``x`` depends on (itself included), -1 for none; a
+        # task's ancestors on ``d`` precede it in ``seq``, so each value is final when first asked for
+        latest: dict[int, int] = {}
         run: list[int] = []
-        members: set[int] = set()
         for t in seq:
-            if run and members.isdisjoint(g.pred_tasks(t)):
+            if run and (part[t] != part[run[0]]
+                        or any(where[p] != d and _latest_run(g, latest, p) == len(out) for p in g.pred_tasks(t))):
                 out.append((d, tuple(run)))
-                run, members = [], set()
+                run = []
             run.append(t)
-            members.add(t)
+            latest[t] = len(out)
         if run:
             out.append((d, tuple(run)))
     return out
+
+
+def _latest_run(g: TaskGraph, latest: dict[int, int], x: int) -> int:
+    """``latest[x]`` of :func:`delegated_runs`, computed (and kept) for ``x`` and its ancestors."""
+    stack = [x]
+    while stack:
+        y = stack[-1]
+        todo = [p for p in g.pred_tasks(y) if p not in latest]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        latest[y] = max((latest[p] for p in g.pred_tasks(y)), default=-1)
+    return latest[x]
 
 
 def invocations(cost: CostTable, order: Sequence[Sequence[int]]) -> list[float]:

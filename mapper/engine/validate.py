@@ -221,21 +221,41 @@ class _Checker:
                 self.chain_edges.update(e for e in self.g.succs[u] if self.g.edges[e].dst == v)
 
     def invocation_heads(self) -> set[int]:
-        """Tasks that start a delegated subgraph on a device with ``invoke_us``: those none of
-        whose predecessors belongs to the run of the task before them in the device's order."""
+        """Tasks that start a delegated subgraph on a device with ``invoke_us``: the first of the
+        device's order, each one of another weakly connected part (model) than the task before it,
+        and each one with an input from another device that depends on the run of the task before
+        it (the partition's border, as ONNX Runtime's partitioner draws it)."""
         heads: set[int] = set()
         if all(dev.invoke_us <= 0 for dev in self.cost.platform.devices):
             return heads
+        device = {sl.task: sl.device for sl in self.s.slots}
+        part: dict[int, int] = {}  # task -> the first task of its weakly connected part (one model)
+        for t0 in range(len(self.g.tasks)):
+            if t0 in part:
+                continue
+            part[t0], todo = t0, [t0]
+            while todo:
+                u = todo.pop()
+                for e in (*self.g.preds[u], *self.g.succs[u]):
+                    for v in (self.g.edges[e].src, self.g.edges[e].dst):
+                        if v not in part:
+                            part[v] = t0
+                            todo.append(v)
         for d, seq in self.seqs.items():
             if self.cost.platform.devices[d].invoke_us <= 0:
                 continue
-            label: dict[int, int] = {}  # task -> the position of its run's first task
+            after: set[int] = set()  # every task downstream of the current run's tasks
             for k, t in enumerate(seq):
-                prev = label.get(seq[k - 1], -1) if k else -1
-                joined = any(label.get(self.g.edges[e].src) == prev for e in self.g.preds[t]) and prev >= 0
-                label[t] = prev if joined else k
-                if not joined:
+                if k == 0 or part[t] != part[seq[k - 1]] or any(
+                        device.get(self.g.edges[e].src) != d and self.g.edges[e].src in after for e in self.g.preds[t]):
                     heads.add(t)
+                    after = set()
+                todo = [t]
+                while todo:
+                    for e in self.g.succs[todo.pop()]:
+                        if self.g.edges[e].dst not in after:
+                            after.add(self.g.edges[e].dst)
+                            todo.append(self.g.edges[e].dst)
         return heads
 
     def check_durations(self) -> None:
