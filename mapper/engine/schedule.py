@@ -18,8 +18,9 @@ Delegated subgraphs
     partition's border: ONNX Runtime's CreateSupportedPartitionNodeGroups,
     onnxruntime/core/providers/partitioning_utils.cc, which groups parallel
     branches no such input separates) or it belongs to another weakly
-    connected part of the graph (another model: one session each), else it
-    starts a new run (a new invocation). The first task of each run lasts its time plus ``invoke_us``. A
+    connected part of the graph (another model: one session each); then it
+    starts a new run (a new invocation). The first task of each run lasts
+    its time plus ``invoke_us``. A
     ``shared_memory`` link prices a transfer at its ``sync_us``
     (``cost.comm``, :func:`mapper.costing.cost.route_tables`).
 
@@ -380,6 +381,8 @@ def delegated_runs(cost: CostTable, order: Sequence[Sequence[int]],
     g = cost.graph
     wanted = set(devices) if devices is not None else {
         d for d, dev in enumerate(cost.platform.devices) if dev.invoke_us > 0}
+    if not wanted:
+        return []
     where = [-1] * cost.n_tasks
     part = weak_components(cost.n_tasks, [(e.src, e.dst) for e in g.edges])
     for d, seq in enumerate(order):
