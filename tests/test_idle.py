@@ -119,3 +119,51 @@ def test_streamed_json_text_is_the_whole_text():
     assert len(list(chunks({"tasks": [{"a": k} for k in range(1000)]}, 100))) > 10  # streamed, not one string
     with pytest.raises(ValueError):
         "".join(chunks({"a": [1, float("nan")]}))
+
+
+
+def test_the_mapper_starts_from_the_kept_plans_heft_schedule_not_a_second_heft_run(monkeypatch):
+    from mapper.engine import memory
+    from mapper.mapping import placer
+
+    tables: list[object] = []  # the cost table of each list-scheduling pass
+    real_init = placer.Placer.__init__
+
+    def counted_init(self, cost, *args, **kwargs):
+        tables.append(cost)
+        real_init(self, cost, *args, **kwargs)
+
+    monkeypatch.setattr(placer.Placer, "__init__", counted_init)
+    peaks: list[object] = []
+    real_peak = memory._peak_memory
+
+    def counted_peak(schedule):
+        peaks.append(schedule)
+        return real_peak(schedule)
+
+    monkeypatch.setattr(memory, "_peak_memory", counted_peak)
+    c = compile_graph(lower(parse(BLOCK, "<test>")), load_platform("dgx-a100"), train="adam", parallel="data")
+    # one HEFT pass per scored plan; the default mapper on the kept plan reused the pass that scored it
+    assert len(tables) == c.parallel.to_json()["plans_scored"]
+    assert sum(t is c.cost for t in tables) == 1
+    assert c.result.schedule.makespan <= c.parallel.best.step_time
+    assert len(peaks) == len({id(s) for s in peaks})  # each schedule's peaks computed once
+    assert validate(c.result.schedule) == []
+
+
+def test_reused_heft_schedule_gives_the_same_result_as_a_fresh_run(monkeypatch):
+    from mapper.mapping import heft
+
+    class Forgetful(list):  # keeps nothing: every HEFT call runs afresh
+        def __setitem__(self, key, value) -> None:
+            pass
+
+    def report() -> str:
+        c = compile_graph(lower(parse(BLOCK, "<test>")), load_platform("dgx-a100"), train="adam", parallel="data")
+        return dumps({"parallel": c.parallel.to_json(), "makespan": c.result.schedule.makespan,
+                      "slots": [(s.device, s.start, s.end) for s in c.result.schedule.slots]})
+
+    kept = report()
+    assert report() == kept  # same inputs, same bytes
+    monkeypatch.setattr(heft, "_last", Forgetful())
+    assert report() == kept  # and the same as when the mapper runs HEFT again

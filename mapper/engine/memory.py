@@ -36,8 +36,21 @@ class DevicePeak:
     resident: float
 
 
+#: The last schedule asked about and its peaks: a compile asks for the same schedule's peaks
+#: when it checks that they fit and again when it writes the report.
+_last: list[tuple[Schedule, tuple[DevicePeak, ...]]] = []
+
+
 def peak_memory(schedule: Schedule) -> tuple[DevicePeak, ...]:
-    """Per device, the most bytes held at once (module docstring)."""
+    """Per device, the most bytes held at once (module docstring); kept for the last schedule."""
+    if _last and _last[0][0] is schedule:
+        return _last[0][1]
+    peaks = _peak_memory(schedule)
+    _last[:] = [(schedule, peaks)]
+    return peaks
+
+
+def _peak_memory(schedule: Schedule) -> tuple[DevicePeak, ...]:
     cost = schedule.cost
     g = cost.graph
     nd = cost.n_devices

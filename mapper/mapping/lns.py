@@ -303,7 +303,9 @@ def map_large(
     report = progress_reporter(options, t0, "LNS")
     seeds: list[tuple[Schedule, str]] = []
     if best is not None:
-        seeds.append((retime(cost, best.schedule.device_of, schedule_order(best.schedule), delay_options(sopts)),
+        given = best.schedule  # re-timing a schedule timed by these options already gives it back
+        same = given.cost is cost and given.options == delay_options(sopts) and given.order
+        seeds.append((given if same else retime(cost, given.device_of, schedule_order(given), delay_options(sopts)),
                       best.name))
     if pinned(cost) and seeds:  # only the order is free: chains fused or not, LNS re-orders the same tasks
         notes.append("graph too large for the exact MILP; every task has one device: LNS re-orders it")

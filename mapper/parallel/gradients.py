@@ -113,6 +113,8 @@ def _allreduce_tasks(b: _Builder, name: str, sources: list[int], nbytes: float, 
 
 
 def _tensor_gradients(b: _Builder, split: Split, by_name: dict[str, int]) -> None:
+    if not split.columns:  # no tensor-parallel column (a data or pipeline plan): nothing to reduce
+        return
     out_edges: dict[int, list[int]] = {}
     for src, dst in b.edges:
         out_edges.setdefault(src, []).append(dst)
