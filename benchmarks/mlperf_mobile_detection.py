@@ -8,7 +8,8 @@ mlperf_log_summary.txt, "90th percentile latency (ns)" (SNPE on the HTP, int8). 
 examples/mobiledet_ssd.tg (SSDLite with the MobileDet-EdgeTPU backbone at 320x320, the model MLPerf
 Mobile exports from ssdlite_mobiledet_edgetpu_320x320_coco; its 1.533 G multiply-accumulates are
 the config's "1.53B MulAdds") with its tensors as i8. Nothing is fitted here: sd8gen3 as shipped,
-its NPU memory efficiency fitted on MobileNetV4 by benchmarks/mlperf_mobile.py. MOSAIC (image
+its NPU memory efficiency fitted on MobileNetV4 and its per-op launch_us on MobileBERT by
+benchmarks/mlperf_mobile.py. MOSAIC (image
 segmentation) is not built.
 
     python benchmarks/mlperf_mobile_detection.py

@@ -98,6 +98,7 @@ dtypes = ["i8", "f16"]
 convert = {{ f32 = "f16" }}
 supports = {supports}
 invoke_us = {invoke}
+launch_us = {launch}
 [[link]]
 from = "big"
 to = "npu0"
@@ -108,8 +109,9 @@ sync_us = {sync}
 """
 
 
-def _soc(supports: str = '["Conv", "Relu", "Add", "MatMul"]', invoke: float = 100.0, sync: float = 20.0):
-    return parse_platform(SOC.format(supports=supports, invoke=invoke, sync=sync), "soc.toml")
+def _soc(supports: str = '["Conv", "Relu", "Add", "MatMul"]', invoke: float = 100.0, sync: float = 20.0,
+         launch: float = 0.0):
+    return parse_platform(SOC.format(supports=supports, invoke=invoke, sync=sync, launch=launch), "soc.toml")
 
 
 def test_shipped_soc_platforms_have_their_accelerators():
@@ -219,6 +221,24 @@ def test_each_delegated_subgraph_pays_one_invocation_and_each_boundary_its_sync(
     assert slot[d].end - slot[d].start == pytest.approx(cost.time[d][1] + 100e-6)
     assert slot[c].start == pytest.approx(slot[b].end + 20e-6)  # the hand-over, not bytes / bandwidth
     assert slot[d].start == pytest.approx(slot[c].end + 20e-6)
+    assert validate(s) == []
+
+
+def test_every_op_in_a_delegated_run_pays_the_npus_launch_us_and_the_run_one_invocation():
+    g = graph_from_text(PROGRAM)
+    plain = build_cost_table(g, _soc('["Relu", "MatMul"]', 100.0, 20.0))
+    cost = build_cost_table(g, _soc('["Relu", "MatMul"]', 100.0, 20.0, launch=2.0))
+    a, b, c, d = (g.task_index(n) for n in "abcd")
+    for t in (a, b, d):  # 2 us per op on the NPU, whatever its size
+        assert cost.time[t][1] == pytest.approx(plain.time[t][1] + 2e-6)
+    assert cost.time[c][0] == plain.time[c][0]  # the CPU's own launch_us (0) is untouched
+    device = [0] * 4
+    device[a] = device[b] = device[d] = 1
+    s = build_schedule(cost, Assignment(tuple(device)))
+    s0 = build_schedule(plain, Assignment(tuple(device)))
+    # two runs on the NPU ((a, b) and (d,)): 200 us of invocations either way, 3 x 2 us of op launches on top
+    assert s.makespan == pytest.approx(s0.makespan + 3 * 2e-6)
+    assert s.slots[a].end - s.slots[a].start == pytest.approx(plain.time[a][1] + 2e-6 + 100e-6)
     assert validate(s) == []
 
 
