@@ -159,7 +159,7 @@ def test_bad_static_in_a_list_file_names_the_rule():
 ])
 def test_bad_supports_exits_2_naming_the_place(tmp_path, capsys, supports, where, says):
     plat = tmp_path / "soc.toml"
-    plat.write_text(SOC.format(supports=supports, invoke=0, sync=0))
+    plat.write_text(SOC.format(supports=supports, invoke=0, sync=0, launch=0))
     prog = tmp_path / "g.tg"
     prog.write_text(PROGRAM)
     assert main(["compile", str(prog), "--platform", str(plat), "-q"]) == 2
@@ -168,7 +168,7 @@ def test_bad_supports_exits_2_naming_the_place(tmp_path, capsys, supports, where
 
 
 def test_sync_us_needs_shared_memory():
-    text = SOC.format(supports="[]", invoke=0, sync=1).replace("shared_memory = true\n", "")
+    text = SOC.format(supports="[]", invoke=0, sync=1, launch=0).replace("shared_memory = true\n", "")
     with pytest.raises(PlatformError, match="only valid with shared_memory"):
         parse_platform(text, "soc.toml")
 
