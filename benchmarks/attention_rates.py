@@ -1,4 +1,4 @@
-"""Fused causal attention's rates: the backward's share of the forward's rate and Blackwell's half-length.
+"""Fused causal attention's rates: the backward's share of the forward's rate and the half-lengths.
 
     python benchmarks/attention_rates.py
 
@@ -19,11 +19,20 @@ one source, cuDNN 9.10.2's causal BF16 attention on a B200 (NVIDIA/cudnn-fronten
   exponential units and the shared memory did not (Zadouri et al., "FlashAttention-4", 2026): the
   softmax, whose cost per score does not shrink with the head's work, weighs on short sequences.
 
-Checks, not fitted: the README's separate cuDNN-frontend run on the B200 (sequence 32,768); on an
-H200 (the H100's SMs and tensor peak) cuDNN 9.1 and PyTorch's FlashAttention-2 in 2024 (the
-repository's first ``benchmark/benchmark_results.csv``, commit b740542: 16 heads of 128, causal rows)
-and cuDNN 9.19 in 2026 (``results/h200_919_only_cudnn/llama3.1_20260227_034703.csv``: 64 query and 8
-key-value heads of 128, causal rows). End to end the parameters are checked on NVIDIA's long-sequence
+Two more are fitted the same way (least squares of the log ratio, the same forward and share),
+each on one published sweep and checked on another. The A100's half-length (the ``half_length`` of
+``attention.causal`` on ``dgx-a100`` and every A100-based platform) on FlashAttention-2's causal
+forward plus backward at head dimension 128 on an A100 80GB SXM4, sequences 512-16,384 (Dao,
+"FlashAttention-2", arXiv 2307.08691, Figure 4d; the repository's
+``assets/flash2_a100_fwd_bwd_benchmark.png``: 16,384 tokens a batch, hidden 2,048), checked on head
+dimension 64 (Figure 4c). Hopper's is fitted on an H200 (the H100's SMs and tensor peak): Hopper's half-length (the
+``half_length`` of ``attention.causal`` on ``dgx-h100``, ``dgx-h200`` and ``h100-mig``), the same
+least squares with the same forward and share, on cuDNN 9.19's causal forward plus backward in 2026
+(``results/h200_919_only_cudnn/llama3.1_20260227_034703.csv``: batch 1, 64 query and 8 key-value heads
+of 128, sequences 2,048-32,768). Checks, not fitted: the README's separate cuDNN-frontend run on the
+B200 (sequence 32,768); on the H200 cuDNN 9.1 and PyTorch's FlashAttention-2 in 2024 (the
+repository's first ``benchmark/benchmark_results.csv``, commit b740542: 16 heads of 128, causal rows,
+4,096-65,536). End to end the parameters are checked on NVIDIA's long-sequence
 tables (``benchmarks/long_context.py``) and recipe rows (``benchmarks/recipes.py``).
 """
 
@@ -33,7 +42,7 @@ import math
 import statistics
 
 R_F = 0.60  # the GPU default attention efficiency (mapper.costing.efficiency.EFF_COMPUTE), the forward's
-PEAK = {"B200": 2250.0, "H200": 989.0}  # dense BF16 tensor TFLOP/s (HGX B200 datasheet; H200 = H100 SXM)
+PEAK = {"B200": 2250.0, "H200": 989.0, "A100": 312.0}  # dense BF16 tensor TFLOP/s (datasheets; H200 = H100 SXM)
 BACKWARD_FLOPS = 2.5  # the backward's FLOPs over the forward's (mapper.costing.training.ATTENTION_BACKWARD)
 #: sequence, forward ms, backward ms, forward TFLOP/s, backward TFLOP/s (pyt_cudnn rows of the B200 CSV)
 ROWS = [
@@ -49,6 +58,17 @@ ROWS = [
 ]
 SHARE_FIT = (2048, 32768)
 FIT = (1024, 32768)
+HOPPER_SOURCE = "cuDNN 9.19 (2026)"  # the H200 rows Hopper's half-length is fitted on
+#: FlashAttention-2, causal, forward plus backward TFLOP/s on an A100 80GB SXM4 (Figure 4d and 4c):
+#: (head dimension, sequence, TFLOP/s); head dimension 128 fitted, 64 a check
+A100 = [(128, 512, 99.0), (128, 1024, 133.0), (128, 2048, 155.0), (128, 4096, 173.0), (128, 8192, 182.0),
+        (128, 16384, 189.0),
+        (64, 512, 88.0), (64, 1024, 119.0), (64, 2048, 140.0), (64, 4096, 156.0), (64, 8192, 165.0),
+        (64, 16384, 171.0)]
+A100_FIT_HEAD = 128
+#: FlashAttention-2, causal, head dimension 128, forward plus backward TFLOP/s on an H100 80GB SXM5 (the
+#: repository's ``assets/flash2_h100_fwd_bwd_benchmark.png``, panel d): a check of Hopper's shape
+H100_FA2 = [(512, 163.0), (1024, 221.0), (2048, 265.0), (4096, 294.0), (8192, 308.0), (16384, 328.0)]
 #: The README's cuDNN-frontend run: sequence, forward ms, backward ms, forward and backward TFLOP/s.
 CHECK = (32768, 24.543, 73.210, 1434.0, 1201.0)
 #: H200, causal BF16, head dim 128: (source, sequence, forward TFLOP/s, backward TFLOP/s)
@@ -86,12 +106,33 @@ def fit_share() -> float:
     return round(statistics.median(ratios), 2)
 
 
-def fit(share: float | None = None) -> float:
-    """The half-length (to 10 elements) of least squared log ratio over the fitted sequences."""
-    share = fit_share() if share is None else share
-    rows = [(s, reach(*r)) for s, *r in ROWS if FIT[0] <= s <= FIT[1]]
+def least_squares(rows: list[tuple[int, float]], share: float) -> float:
+    """The half-length (to 10 elements) of least squared log ratio of model to measured ``rows``."""
     return min((10.0 * i for i in range(1, 2001)),
                key=lambda h: sum(math.log(model(s, h, share) / e) ** 2 for s, e in rows))
+
+
+def fit(share: float | None = None) -> float:
+    """Blackwell's half-length: the least squares over the B200's fitted sequences."""
+    share = fit_share() if share is None else share
+    return least_squares([(s, reach(*r)) for s, *r in ROWS if FIT[0] <= s <= FIT[1]], share)
+
+
+def fit_a100(share: float | None = None) -> float:
+    """The A100's half-length: the least squares over FlashAttention-2's head-dimension-128 sweep."""
+    share = fit_share() if share is None else share
+    return least_squares([(s, tf / PEAK["A100"]) for d, s, tf in A100 if d == A100_FIT_HEAD], share)
+
+
+def h200_reach(fwd_tf: float, bwd_tf: float) -> float:
+    """An H200 row's forward-plus-backward reach from its forward and backward TFLOP/s."""
+    return combined(fwd_tf / PEAK["H200"], bwd_tf / fwd_tf)
+
+
+def fit_hopper(share: float | None = None) -> float:
+    """Hopper's half-length: the least squares over cuDNN 9.19's causal rows on an H200."""
+    share = fit_share() if share is None else share
+    return least_squares([(s, h200_reach(f, b)) for src, s, f, b in H200 if src == HOPPER_SOURCE], share)
 
 
 def main() -> None:
@@ -114,13 +155,34 @@ def main() -> None:
     e = reach(*r)
     print(f"check, cuDNN frontend on the B200 at {s:,}: measured {e:.3f}, model {model(s, half, share):.3f}, "
           f"ratio {model(s, half, share) / e:.2f}; backward share {r[3] / r[2]:.2f}")
-    print(f"\nchecks on an H200 (no half-length on Hopper: the model's fwd+bwd reach is "
-          f"{combined(R_F, share):.3f} at every sequence)")
-    print(f"{'source':<24} {'seq':>7} {'fwd':>6} {'bwd':>6} {'bwd/fwd':>8} {'fwd+bwd':>8} {'model/measured':>15}")
+    hopper = fit_hopper(share)
+    print(f"\nfit 3, Hopper half-length: s_1/2 = {hopper:,.0f} (same forward and share; {HOPPER_SOURCE} on an "
+          f"H200); the other H200 rows are checks")
+    print(f"{'source':<24} {'seq':>7} {'fwd':>6} {'bwd':>6} {'bwd/fwd':>8} {'fwd+bwd':>8} {'model':>6} "
+          f"{'model/measured':>15}")
     for src, s, f, b in H200:
-        both = combined(f / PEAK["H200"], b / f)
+        both = h200_reach(f, b)
+        m = model(s, hopper, share)
+        note = "" if src == HOPPER_SOURCE else "  (check)"
         print(f"{src:<24} {s:>7,} {f / PEAK['H200']:>6.3f} {b / PEAK['H200']:>6.3f} {b / f:>8.2f} {both:>8.3f} "
-              f"{combined(R_F, share) / both:>15.2f}")
+              f"{m:>6.3f} {m / both:>15.2f}{note}")
+    longest = H100_FA2[-1][1]
+    print("check, FlashAttention-2 on an H100 relative to its 16,384 (the shape; its level is FlashAttention-2's, "
+          "below cuDNN's):\n  " + ", ".join(
+              f"{s:,} measured {tf / longest:.2f} model {model(s, hopper, share) / model(16384, hopper, share):.2f}"
+              for s, tf in H100_FA2))
+    a100 = fit_a100(share)
+    print(f"\nfit 4, A100 half-length: s_1/2 = {a100:,.0f} (same forward and share; FlashAttention-2, causal, "
+          f"head dimension {A100_FIT_HEAD}, Dao 2023 Figure 4d); head dimension 64 (Figure 4c) is the check")
+    print(f"{'head dim':>8} {'seq':>7} {'measured':>9} {'model':>6} {'ratio':>6}")
+    for d, s, tf in A100:
+        e, m = tf / PEAK["A100"], model(s, a100, share)
+        note = "" if d == A100_FIT_HEAD else "  (check)"
+        print(f"{d:>8} {s:>7,} {e:>9.3f} {m:>6.3f} {m / e:>6.2f}{note}")
+    print("model at short chunks on the A100: " + ", ".join(
+        f"{s:,} {s / (s + a100):.2f}" for s in (512, 1024, 2048, 4096, 8192)) + " of the long-sequence rate")
+    print("model at short chunks on Hopper: " + ", ".join(
+        f"{s:,} {s / (s + hopper):.2f}" for s in (512, 1024, 2048, 4096, 8192)) + " of the long-sequence rate")
 
 
 if __name__ == "__main__":
