@@ -21,7 +21,7 @@ from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_rates.py"
-A100 = ["dgx-a100", "selene", "a100-mig", "cpu-gpu-fpga", "workstation", "fleet-a100-v100"]
+A100 = ["dgx-a100", "selene", "a100-mig", "cpu-gpu-fpga", "workstation", "mixed-gpu", "fleet-a100-v100"]
 HOPPER = ["dgx-h100", "dgx-h200", "h100-mig", "dgx-h100-superpod", "dgx-h200-superpod"]
 
 
