@@ -190,7 +190,7 @@ def _check_devices(cost: CostTable, given: Sequence[int]) -> tuple[int, ...]:
 def _check_routes(cost: CostTable, device: Sequence[int]) -> None:
     for e in cost.graph.edges:
         a, b = device[e.src], device[e.dst]
-        if a != b and not cost.comm(e.index, a, b) < INF:
+        if a != b and not (e.comm if e.comm is not None else cost.comm(e.index, a, b)) < INF:
             raise cost.route_error(e.index, a, b)
 
 
@@ -439,7 +439,7 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
     simulation names the tasks)."""
     g = cost.graph
     n = cost.n_tasks
-    time, edges, succs = cost.time, g.edges, g.succs
+    time, edges, succs, comm = cost.time, g.edges, g.succs, cost.comm
     waiting = [len(p) for p in g.preds]
     after = [-1] * n
     for seq in order:
@@ -449,7 +449,7 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
     ready = [0.0] * n
     start = [0.0] * n
     end = [0.0] * n
-    arrival: dict[int, float] = {}
+    arrival = [-1.0] * len(edges)  # by edge: when its data reaches another device (-1: it stays)
     todo = [seq[0] for seq in order if seq and not waiting[seq[0]]]
     done = 0
     while todo:
@@ -459,10 +459,12 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
         s = start[t] = ready[t]
         f = end[t] = s + (time[t][d] + extra[t])
         for e in succs[t]:
-            v = edges[e].dst
+            edge = edges[e]
+            v = edge.dst
             at = f
             if device[v] != d:
-                at = arrival[e] = f + cost.comm(e, d, device[v])
+                c = edge.comm  # an explicit time wins, as in cost.comm
+                at = arrival[e] = f + (c if c is not None else comm(e, d, device[v]))
             if at > ready[v]:
                 ready[v] = at
             waiting[v] -= 1
@@ -477,11 +479,14 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
                 todo.append(v)
     if done < n:
         return None
-    slots = tuple(TaskSlot(t, device[t], start[t], end[t]) for t in range(n))
-    routes = cost.routes
-    transfers = tuple(Transfer(e, device[edges[e].src], device[edges[e].dst], end[edges[e].src], arrival[e],
-                               tuple(routes[device[edges[e].src]][device[edges[e].dst]]), ())
-                      for e in sorted(arrival))
+    slots = tuple(map(TaskSlot, range(n), device, start, end))
+    links = [[tuple(r) for r in row] for row in cost.routes]  # one tuple per device pair
+    moved = [e for e, at in enumerate(arrival) if at >= 0.0]
+    src = [edges[e].src for e in moved]
+    src_dev = [device[p] for p in src]
+    dst_dev = [device[edges[e].dst] for e in moved]
+    transfers = tuple(map(Transfer, moved, src_dev, dst_dev, [end[p] for p in src], [arrival[e] for e in moved],
+                          [links[x][y] for x, y in zip(src_dev, dst_dev)]))
     return Schedule(cost, options, slots, transfers, max(end, default=0.0), order, ())
 
 

@@ -146,17 +146,24 @@ def _guided(cost: CostTable, hint, fastest: list[int], rank: tuple[int, ...], op
     placer = Placer(cost, options.schedule)
     comm = mean_comm(cost)
     end, edges, last_end = placer.end, g.edges, placer.timeline.last_end
+    last = [last_end(d) for d in range(cost.n_devices)]  # each device's last end, kept as tasks are placed
     try:
         for t in rank:
             row = cost.time[t]
-            cand = {hint[t], fastest[t], min(cost.feasible_devices(t), key=lambda d: (last_end(d) + row[d], d))}
+            soon, soon_at = -1, INF  # where t would end first after the tasks placed there (ties: lowest)
+            for d in cost.feasible_devices(t):
+                at = last[d] + row[d]
+                if soon < 0 or at < soon_at:
+                    soon, soon_at = d, at
+            cand = {hint[t], fastest[t], soon}
             preds = g.preds[t]
             if preds:
                 e = max(preds, key=lambda e: (end[edges[e].src] + comm[e], -e))
                 cand.add(placer.device[edges[e].src])
             if not any(placer.fits(t, d) for d in cand):
                 cand = set(cost.feasible_devices(t))
-            placer.place_best(t, devices=sorted(cand))
+            d = placer.place_best(t, devices=sorted(cand))
+            last[d] = last_end(d)
         return placer.schedule()
     except MapperError:
         return None

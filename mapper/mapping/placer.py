@@ -50,6 +50,9 @@ class Placer:
             if task.colocate:
                 self.class_footprint[task.colocate] = (self.class_footprint.get(task.colocate, 0.0)
                                                        + cost.footprint[task.index])
+        # Without link contention, memory, area or colocation a device fits a task where its time is
+        # finite and the inputs arrive by the delay model alone: :meth:`place_best` takes its plain path.
+        self.plain = not (options.contention or options.memory or options.area or self.class_footprint)
 
     def _footprint(self, t: int) -> float:
         """The memory placing ``t`` books: its class's when it is the class's first task."""
@@ -116,6 +119,8 @@ class Placer:
     def place_best(self, t: int, extra: Sequence[float] | None = None, devices: Sequence[int] | None = None) -> int:
         """Put ``t`` on the device minimising its finish time (plus ``extra[d]``),
         ties to the lowest index; returns the device."""
+        if self.plain:
+            return self._place_plain(t, extra, range(self.cost.n_devices) if devices is None else devices)
         best = None
         for d in devices if devices is not None else range(self.cost.n_devices):
             finish, start, pos, booked = self.eft(t, d)
@@ -125,13 +130,53 @@ class Placer:
             if best is None or score < best[0]:
                 best = (score, d, start, pos, booked)
         if best is None:
-            name = self.cost.graph.tasks[t].name
-            raise InfeasibleError(
-                f"task {name!r} fits on no device: each one it can run on is unreachable from its "
-                f"predecessors' devices" + (" or out of memory/area" if self.options.memory or self.options.area
-                                            else ""), obj=name)
+            raise self._nowhere(t)
         self.place(t, best[1], best[2], best[3], best[4])
         return best[1]
+
+    def _nowhere(self, t: int) -> InfeasibleError:
+        """The error when ``t`` fits on none of the devices tried."""
+        name = self.cost.graph.tasks[t].name
+        return InfeasibleError(
+            f"task {name!r} fits on no device: each one it can run on is unreachable from its "
+            f"predecessors' devices" + (" or out of memory/area" if self.options.memory or self.options.area
+                                        else ""), obj=name)
+
+    def _place_plain(self, t: int, extra: Sequence[float] | None, devices: Sequence[int]) -> int:
+        """:meth:`place_best` on the plain path: the same floats and the same choice, with each
+        input's producer read once and :func:`~mapper.mapping.ranks.rank_key` (monotone) computed
+        only for a finish below the best one's."""
+        cost = self.cost
+        row = cost.time[t]
+        g = cost.graph
+        edges, device, end, comm = g.edges, self.device, self.end, cost.comm
+        inputs = [(e, device[edge.src], end[edge.src], edge.comm) for edge, e in ((edges[e], e) for e in g.preds[t])]
+        slot, insertion = self.timeline.slot, self.insertion
+        best_score = best_raw = INF
+        best: tuple[int, float, int] | None = None
+        for d in devices:
+            dur = row[d]
+            if not dur < INF:
+                continue
+            ready = 0.0
+            for e, a, at, c in inputs:  # cost.comm's value: 0 on one device, else an explicit time wins
+                if a != d:
+                    at += c if c is not None else comm(e, a, d)
+                if at > ready:
+                    ready = at
+            if not ready < INF:
+                continue
+            start, pos = slot(d, ready, dur, insertion)
+            finish = start + dur + (extra[d] if extra is not None else 0.0)
+            if best is not None and not finish < best_raw:
+                continue
+            score = rank_key(finish)
+            if best is None or score < best_score:
+                best_score, best_raw, best = score, finish, (d, start, pos)
+        if best is None:
+            raise self._nowhere(t)
+        self.place(t, best[0], best[1], best[2])
+        return best[0]
 
     def schedule(self) -> Schedule:
         """The placed tasks' order, timed by :func:`~mapper.engine.schedule.build_schedule`."""
