@@ -97,3 +97,15 @@ def test_plain_times_equal_the_event_simulation(seed, monkeypatch):
     slow = build_schedule(cost, assignment, ScheduleOptions())
     assert _times(fast) == _times(slow)
     assert fast.makespan == slow.makespan
+
+
+@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("mapper", ["heft", "peft", "greedy"])
+def test_placement_times_equal_the_rebuilt_schedule(seed, mapper):
+    """A plain placement's own times are those build_schedule gives its order (insertion included)."""
+    cost = random_instance(seed, 60, SHAPES[seed % 4], n_devices=3 + seed % 3, explicit_comm=seed % 2 == 1,
+                           zero_times=seed % 4 == 0)
+    placed = get_mapper(mapper).map(cost, MapOptions()).schedule
+    rebuilt = build_schedule(cost, placed.assignment, ScheduleOptions())
+    assert _times(placed) == _times(rebuilt)
+    assert placed.makespan == rebuilt.makespan and placed.order == rebuilt.order

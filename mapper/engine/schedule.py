@@ -479,7 +479,34 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
                 todo.append(v)
     if done < n:
         return None
-    slots = tuple(map(TaskSlot, range(n), device, start, end))
+    return _assembled(cost, options, device, order, start, end, arrival)
+
+
+def placed_schedule(cost: CostTable, device: Sequence[int], order: tuple[tuple[int, ...], ...],
+                    start: list[float], end: list[float], options: ScheduleOptions) -> Schedule | None:
+    """The schedule of a list scheduler's placement when :func:`build_schedule` would give its own
+    times back: each task placed at the latest of its inputs' arrivals and the end of the task
+    before it in ``order`` (an insertion fits between two tasks), under the plain delay model (no
+    contention, streaming, memory or area option, no delegated runs). None otherwise."""
+    if options.enabled or any(dev.invoke_us > 0 for dev in cost.platform.devices):
+        return None
+    checked = _check_devices(cost, device)
+    _check_routes(cost, checked)
+    edges, comm = cost.graph.edges, cost.comm
+    arrival = [-1.0] * len(edges)
+    for edge in edges:
+        a, b = checked[edge.src], checked[edge.dst]
+        if a != b:
+            c = edge.comm
+            arrival[edge.index] = end[edge.src] + (c if c is not None else comm(edge.index, a, b))
+    return _assembled(cost, options, checked, order, start, end, arrival)
+
+
+def _assembled(cost: CostTable, options: ScheduleOptions, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
+               start: list[float], end: list[float], arrival: list[float]) -> Schedule:
+    """The schedule of these times: a transfer for each edge with an ``arrival`` (-1: none)."""
+    edges = cost.graph.edges
+    slots = tuple(map(TaskSlot, range(cost.n_tasks), device, start, end))
     links = [[tuple(r) for r in row] for row in cost.routes]  # one tuple per device pair
     moved = [e for e, at in enumerate(arrival) if at >= 0.0]
     src = [edges[e].src for e in moved]

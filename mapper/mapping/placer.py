@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from mapper.core.units import fmt_time
 from mapper.costing.cost import CostTable
-from mapper.engine.schedule import Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations, ready_time
+from mapper.engine.schedule import (Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations,
+                                    placed_schedule, ready_time)
 from mapper.engine.timeline import Timeline
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
@@ -40,6 +41,7 @@ class Placer:
         self.insertion = insertion
         self.timeline = Timeline(cost.n_devices)
         self.device: list[int] = [-1] * cost.n_tasks  # -1: not placed yet
+        self.start: list[float] = [0.0] * cost.n_tasks
         self.end: list[float] = [0.0] * cost.n_tasks
         self.memory = [0.0] * cost.n_devices
         self.area = [0.0] * cost.n_devices
@@ -107,6 +109,7 @@ class Placer:
 
     def place(self, t: int, d: int, start: float, pos: int, booked: dict[int, float] | None = None) -> None:
         self.device[t] = d
+        self.start[t] = start
         self.end[t] = start + self.cost.time[t][d]
         self.timeline.place(d, pos, t, start, self.end[t])
         self.memory[d] += self._footprint(t)
@@ -179,8 +182,15 @@ class Placer:
         return best[0]
 
     def schedule(self) -> Schedule:
-        """The placed tasks' order, timed by :func:`~mapper.engine.schedule.build_schedule`."""
-        return build_schedule(self.cost, Assignment(tuple(self.device), self.timeline.order()), self.options)
+        """The placed tasks' order, timed by :func:`~mapper.engine.schedule.build_schedule` (on the
+        plain path the placement's own times, which are those: each task starts at the latest of its
+        inputs' arrivals and the end of the task before it on its device)."""
+        order = self.timeline.order()
+        if self.plain:
+            placed = placed_schedule(self.cost, self.device, order, self.start, self.end, self.options)
+            if placed is not None:
+                return placed
+        return build_schedule(self.cost, Assignment(tuple(self.device), order), self.options)
 
 
 def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started: float,
