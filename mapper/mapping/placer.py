@@ -9,8 +9,15 @@ from collections.abc import Sequence
 
 from mapper.core.units import fmt_time
 from mapper.costing.cost import CostTable
-from mapper.engine.schedule import (Assignment, Schedule, ScheduleOptions, build_schedule, hop_durations,
-                                    placed_schedule, ready_time)
+from mapper.engine.schedule import (
+    Assignment,
+    Schedule,
+    ScheduleOptions,
+    build_schedule,
+    hop_durations,
+    placed_schedule,
+    ready_time,
+)
 from mapper.engine.timeline import Timeline
 from mapper.errors import InfeasibleError
 from mapper.mapping.base import MapOptions, MapResult
