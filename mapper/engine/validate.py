@@ -80,6 +80,7 @@ class _Checker:
         self.chain_edges: set[int] = set()
         self.run_of: dict[int, int] = {}
         self.seqs: dict[int, list[int]] = {}  # each device's tasks in execution order (check_streams)
+        self.synced: dict[tuple[int, int], float | None] = {}  # (a, b) -> its shared-memory delay, if that
 
     def add(self, kind: str, message: str, tasks=(), edges=()) -> None:
         self.out.append(Violation(kind, message, tuple(tasks), tuple(edges)))
@@ -289,9 +290,13 @@ class _Checker:
     def handover(self, e: int, a: int, b: int) -> float:
         """The delay of edge ``e`` from device ``a`` to ``b``: over a route of ``shared_memory`` links
         the sum of their ``sync_us`` (no bytes move), recomputed from the platform; else ``cost.comm``."""
-        links = [self.cost.platform.links[i] for i in self.cost.routes[a][b]]
-        if links and self.g.edges[e].comm is None and all(link.shared_memory for link in links):
-            return sum(link.sync_us for link in links) * 1e-6
+        if (a, b) not in self.synced:
+            links = [self.cost.platform.links[i] for i in self.cost.routes[a][b]]
+            shared = bool(links) and all(link.shared_memory for link in links)
+            self.synced[a, b] = sum(link.sync_us for link in links) * 1e-6 if shared else None
+        sync = self.synced[a, b]
+        if sync is not None and self.g.edges[e].comm is None:
+            return sync
         return self.cost.comm(e, a, b)
 
     def transfer_map(self) -> dict[int, Transfer]:
@@ -307,6 +312,7 @@ class _Checker:
         self.transfers = trs = self.transfer_map()
         slots, contention = self.s.slots, self.s.options.contention
         hops_by_link: dict[int, list[tuple[float, float, int]]] = {}
+        routes = [[tuple(r) for r in row] for row in self.cost.routes]
         for e in self.g.edges:
             a, b = slots[e.src].device, slots[e.dst].device
             tr = trs.get(e.index)
@@ -317,24 +323,25 @@ class _Checker:
                                          f"but has a transfer", tasks=both, edges=(e.index,))
                 continue
             comm = self.handover(e.index, a, b)
-            what = f"transfer {self.name(e.src)} -> {self.name(e.dst)} ({self.dev(a)} -> {self.dev(b)})"
             if not comm < INF:
-                self.add("transfer", f"{what} has no route", tasks=both, edges=(e.index,))
+                self.add("transfer", f"{self._what(e, a, b)} has no route", tasks=both, edges=(e.index,))
                 continue
             if tr is None:
-                self.add("transfer", f"{what} is missing", tasks=both, edges=(e.index,))
+                self.add("transfer", f"{self._what(e, a, b)} is missing", tasks=both, edges=(e.index,))
                 continue
-            if (tr.src_device, tr.dst_device) != (a, b) or tuple(tr.links) != tuple(self.cost.routes[a][b]):
-                self.add("transfer", f"{what} is recorded as {tr.src_device} -> {tr.dst_device} over links "
-                                     f"{tr.links}, the route is {self.cost.routes[a][b]}", tasks=both, edges=(e.index,))
+            if (tr.src_device, tr.dst_device) != (a, b) or tuple(tr.links) != routes[a][b]:
+                self.add("transfer", f"{self._what(e, a, b)} is recorded as {tr.src_device} -> {tr.dst_device} "
+                                     f"over links {tr.links}, the route is {self.cost.routes[a][b]}", tasks=both,
+                         edges=(e.index,))
             if abs(tr.start - slots[e.src].end) > self.tol:
-                self.add("transfer", f"{what} starts at {tr.start}, not when its producer ends "
+                self.add("transfer", f"{self._what(e, a, b)} starts at {tr.start}, not when its producer ends "
                                      f"({slots[e.src].end})", tasks=both, edges=(e.index,))
             dur = tr.end - tr.start
             if (abs(dur - comm) if not contention else comm - dur) > self.tol:
-                self.add("transfer", f"{what} takes {dur}, its transfer time is {comm}", tasks=both, edges=(e.index,))
+                self.add("transfer", f"{self._what(e, a, b)} takes {dur}, its transfer time is {comm}", tasks=both,
+                         edges=(e.index,))
             if contention and tr.links:
-                self._check_hops(e.index, tr, comm, what, hops_by_link)
+                self._check_hops(e.index, tr, comm, self._what(e, a, b), hops_by_link)
         held: dict[int, list[tuple[float, float, int, int]]] = {}  # per link or switch port
         for link, hops in hops_by_link.items():
             for r in self.cost.platform.resources(link):
@@ -346,6 +353,10 @@ class _Checker:
                     what = f"link {lx}" if lx == ly and r == lx else f"a switch port (links {lx} and {ly})"
                     self.add("link", f"transfers of edges {x} and {y} share {what} at the same time",
                              edges=(x, y))
+
+    def _what(self, e, a: int, b: int) -> str:
+        """``transfer x -> y (gpu0 -> gpu1)``: the transfer of edge ``e`` in a message (made only for one)."""
+        return f"transfer {self.name(e.src)} -> {self.name(e.dst)} ({self.dev(a)} -> {self.dev(b)})"
 
     def _check_hops(self, e: int, tr, comm: float, what: str, hops_by_link: dict) -> None:
         hops = tuple(tr.hops)
