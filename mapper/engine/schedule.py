@@ -60,91 +60,19 @@ import heapq
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 from mapper.core.graph import TaskGraph, weak_components
 from mapper.costing.cost import CostTable, stream_chain_times
+from mapper.engine.timed import Assignment as Assignment
+from mapper.engine.timed import Schedule as Schedule
+from mapper.engine.timed import ScheduleOptions as ScheduleOptions
+from mapper.engine.timed import TaskSlot as TaskSlot
+from mapper.engine.timed import Transfer as Transfer
 from mapper.engine.timeline import Timeline
 from mapper.errors import InfeasibleError, OptionsError
 
 INF = math.inf
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleOptions:
-    """Optional refinements of the delay model; all off by default."""
-
-    contention: bool = False  # transfers sharing a link are serialised
-    streaming: bool = False  # chains of streamable tasks on one FPGA pipeline
-    memory: bool = False  # static footprint per device must fit its memory
-    area: bool = False  # tasks resident on an FPGA must fit its area
-
-    @property
-    def enabled(self) -> tuple[str, ...]:
-        return tuple(n for n in ("contention", "streaming", "memory", "area") if getattr(self, n))
-
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """``device[t]`` for every task; ``order[d]``, when given, fixes the
-    execution order on each device (else insertion-based list scheduling)."""
-
-    device: tuple[int, ...]
-    order: tuple[tuple[int, ...], ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSlot:
-    task: int
-    device: int
-    start: float
-    end: float
-
-
-@dataclass(frozen=True, slots=True)
-class Transfer:
-    """The transfer of edge ``edge``; ``start`` is the producer's end and
-    ``end`` the arrival. ``hops`` (``(link, start, end)`` per link of the
-    route) is filled only under link contention."""
-
-    edge: int
-    src_device: int
-    dst_device: int
-    start: float
-    end: float
-    links: tuple[int, ...] = ()
-    hops: tuple[tuple[int, float, float], ...] = ()
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class Schedule:
-    """Timed result. ``slots[t]`` is task ``t``'s slot; transfers by edge index.
-
-    ``order[d]`` is the execution order on device ``d`` (re-timing it with
-    :func:`build_schedule` gives this schedule back); ``streamed`` lists the
-    pipelined FPGA chains (tasks in chain order) when streaming is on.
-    """
-
-    cost: CostTable
-    options: ScheduleOptions
-    slots: tuple[TaskSlot, ...]
-    transfers: tuple[Transfer, ...]
-    makespan: float
-    order: tuple[tuple[int, ...], ...] = ()
-    streamed: tuple[tuple[int, ...], ...] = ()
-
-    @property
-    def device_of(self) -> tuple[int, ...]:
-        return tuple(s.device for s in self.slots)
-
-    @property
-    def assignment(self) -> Assignment:
-        return Assignment(self.device_of, self.order or None)
-
-    def __repr__(self) -> str:
-        return (f"Schedule({self.cost.graph.name!r} on {self.cost.platform.name!r}, makespan {self.makespan:.6g} s, "
-                f"{len(self.slots)} tasks, {len(self.transfers)} transfers)")
 
 
 # -- checks shared by both entry points ----------------------------------------
@@ -185,6 +113,13 @@ def _check_devices(cost: CostTable, given: Sequence[int]) -> tuple[int, ...]:
             why = cost.reason(t, d) or "its time there is infinite"
             raise InfeasibleError(f"task {task.name!r} cannot run on {dev.name}: {why}", obj=task.name)
     return cast(tuple[int, ...], device)  # every entry checked above
+
+
+def checked_devices(cost: CostTable, given: Sequence[int]) -> tuple[int, ...]:
+    """``given`` as a tuple, after checking each task may run on its device and each transfer has a route."""
+    device = _check_devices(cost, given)
+    _check_routes(cost, device)
+    return device
 
 
 def _check_routes(cost: CostTable, device: Sequence[int]) -> None:
@@ -365,9 +300,8 @@ def build_schedule(cost: CostTable, assignment: Assignment, options: ScheduleOpt
     :class:`OptionsError` for an order that is malformed or contradicts
     precedence (names the tasks).
     """
-    device = _check_devices(cost, assignment.device)
+    device = checked_devices(cost, assignment.device)
     _check_capacity(cost, device, options)
-    _check_routes(cost, device)
     if assignment.order is None:
         return list_schedule(cost, device, cost.graph.topo_order, options)
     order = _check_order(cost, device, assignment.order)
@@ -479,32 +413,13 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
                 todo.append(v)
     if done < n:
         return None
-    return _assembled(cost, options, device, order, start, end, arrival)
+    return assembled(cost, options, device, order, start, end, arrival)
 
 
-def placed_schedule(cost: CostTable, device: Sequence[int], order: tuple[tuple[int, ...], ...],
-                    start: list[float], end: list[float], options: ScheduleOptions) -> Schedule | None:
-    """The schedule of a list scheduler's placement when :func:`build_schedule` would give its own
-    times back: each task placed at the latest of its inputs' arrivals and the end of the task
-    before it in ``order`` (an insertion fits between two tasks), under the plain delay model (no
-    contention, streaming, memory or area option, no delegated runs). None otherwise."""
-    if options.enabled or any(dev.invoke_us > 0 for dev in cost.platform.devices):
-        return None
-    checked = _check_devices(cost, device)
-    _check_routes(cost, checked)
-    edges, comm = cost.graph.edges, cost.comm
-    arrival = [-1.0] * len(edges)
-    for edge in edges:
-        a, b = checked[edge.src], checked[edge.dst]
-        if a != b:
-            c = edge.comm
-            arrival[edge.index] = end[edge.src] + (c if c is not None else comm(edge.index, a, b))
-    return _assembled(cost, options, checked, order, start, end, arrival)
-
-
-def _assembled(cost: CostTable, options: ScheduleOptions, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
+def assembled(cost: CostTable, options: ScheduleOptions, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
                start: list[float], end: list[float], arrival: list[float]) -> Schedule:
-    """The schedule of these times: a transfer for each edge with an ``arrival`` (-1: none)."""
+    """The schedule of these times (checked by the caller): a transfer for each edge with an ``arrival``
+    (-1: none)."""
     edges = cost.graph.edges
     slots = tuple(map(TaskSlot, range(cost.n_tasks), device, start, end))
     links = [[tuple(r) for r in row] for row in cost.routes]  # one tuple per device pair

@@ -13,9 +13,10 @@ from mapper.engine.schedule import (
     Assignment,
     Schedule,
     ScheduleOptions,
+    assembled,
     build_schedule,
+    checked_devices,
     hop_durations,
-    placed_schedule,
     ready_time,
 )
 from mapper.engine.timeline import Timeline
@@ -194,10 +195,29 @@ class Placer:
         inputs' arrivals and the end of the task before it on its device)."""
         order = self.timeline.order()
         if self.plain:
-            placed = placed_schedule(self.cost, self.device, order, self.start, self.end, self.options)
+            placed = _placed_schedule(self.cost, self.device, order, self.start, self.end, self.options)
             if placed is not None:
                 return placed
         return build_schedule(self.cost, Assignment(tuple(self.device), order), self.options)
+
+
+def _placed_schedule(cost: CostTable, device: Sequence[int], order: tuple[tuple[int, ...], ...],
+                    start: list[float], end: list[float], options: ScheduleOptions) -> Schedule | None:
+    """The schedule of a list scheduler's placement when :func:`build_schedule` would give its own
+    times back: each task placed at the latest of its inputs' arrivals and the end of the task
+    before it in ``order`` (an insertion fits between two tasks), under the plain delay model (no
+    contention, streaming, memory or area option, no delegated runs). None otherwise."""
+    if options.enabled or any(dev.invoke_us > 0 for dev in cost.platform.devices):
+        return None
+    checked = checked_devices(cost, device)
+    edges, comm = cost.graph.edges, cost.comm
+    arrival = [-1.0] * len(edges)
+    for edge in edges:
+        a, b = checked[edge.src], checked[edge.dst]
+        if a != b:
+            c = edge.comm
+            arrival[edge.index] = end[edge.src] + (c if c is not None else comm(edge.index, a, b))
+    return assembled(cost, options, checked, order, start, end, arrival)
 
 
 def heuristic_result(name: str, schedule: Schedule, options: MapOptions, started: float,
