@@ -336,7 +336,7 @@ LIGHT = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" /
 
 
 def probe_model(path):
-    """conv1 -> relu1 -> soft (Softplus, outside the QNN EP's registry) -> conv2 -> relu2 (onnx.helper)."""
+    """conv1 -> relu1 -> soft (Softsign, which the QNN EP leaves to the CPU) -> conv2 -> relu2 (onnx.helper)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -345,7 +345,7 @@ def probe_model(path):
              numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "w2")]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Softplus", ["r1"], ["s"], name="soft"),
+             helper.make_node("Softsign", ["r1"], ["s"], name="soft"),
              helper.make_node("Conv", ["s", "w2"], ["c2"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
     g = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
@@ -420,8 +420,8 @@ def test_compile_delegate_json_names_onnx_nodes(tmp_path):
     d = json.loads(out.read_text())
     dl = d["delegation"]
     assert [s["device"] for s in dl["subgraphs"]] == ["hexagon", "hexagon"]
-    assert dl["fallbacks"] == [{"task": "soft", "op": "Softplus", "device": "hexagon",
-                                "reason": "Softplus is not in the qnn-htp list"}]
+    assert dl["fallbacks"] == [{"task": "soft", "op": "Softsign", "device": "hexagon",
+                                "reason": "Softsign is not in the qnn-htp list"}]
     assert dl["subgraphs"][1]["tasks"] == ["conv2"]  # conv2 with relu2 fused into it
     assert d["makespan"] == max(t["end"] for t in d["tasks"])
 
@@ -507,3 +507,18 @@ def test_greedy_partitions_match_onnxruntime_qnn(name, tmp_path):
     dl = json.loads(out.read_text())["delegation"]
     assert len(dl["subgraphs"]) == theirs_subgraphs
     assert {f["task"] for f in dl["fallbacks"]} == theirs_fallbacks
+
+
+def test_probe_partitions_match_onnxruntime_qnn(tmp_path):
+    """The probe (an op the QNN EP leaves to the CPU between two convolutions): greedy's two HTP
+    partitions and its one fallback node equal the wheel's."""
+    ort = pytest.importorskip("onnxruntime", reason="the QNN oracle needs the onnxruntime-qnn wheel")
+    pytest.importorskip("onnxruntime_qnn", reason="the QNN oracle needs the onnxruntime-qnn wheel")
+    onnx = pytest.importorskip("onnx")
+    model = probe_model(tmp_path / "probe.onnx")
+    theirs_subgraphs, theirs_fallbacks = _qnn_partitions(ort, onnx, model, tmp_path / "probe_ctx.onnx")
+    out = tmp_path / "out.json"
+    assert main(["compile", str(model), "--platform", "sd8gen3", "--delegate", "greedy", "--json", str(out),
+                 "-q"]) == 0
+    dl = json.loads(out.read_text())["delegation"]
+    assert (len(dl["subgraphs"]), {f["task"] for f in dl["fallbacks"]}) == (theirs_subgraphs, theirs_fallbacks)

@@ -34,10 +34,10 @@ def test_delegated_onnx_model_shows_subgraphs_fallbacks_and_boundaries(tmp_path,
     page, text = _compile(tmp_path, capsys, [model, "--platform", "sd8gen3", "--delegate", "greedy"])
     assert page.count('<g class="subgraph" data-device="hexagon"') == 2
     assert '<section id="delegation">' in page and 'id="boundary-table"' in page
-    assert "<td>soft</td><td>Softplus</td><td>hexagon</td><td>Softplus is not in the qnn-htp list</td>" in page
+    assert "<td>soft</td><td>Softsign</td><td>hexagon</td><td>Softsign is not in the qnn-htp list</td>" in page
     assert "200 us" in page  # the invocation cost of each subgraph
     assert "  subgraphs   hexagon: 2, 200 us per invocation" in text
-    assert "  fallback    soft (Softplus) not on hexagon: Softplus is not in the qnn-htp list" in text
+    assert "  fallback    soft (Softsign) not on hexagon: Softsign is not in the qnn-htp list" in text
     assert "  boundaries  kryo_perf -> hexagon: 1 hand-overs" in text
     again, _ = _compile(tmp_path, capsys, [model, "--platform", "sd8gen3", "--delegate", "greedy"])
     assert again == page
