@@ -88,7 +88,6 @@ B200_LLAMA3_8B = [
     (512, 8, 607, 4, 1, 4, 8, 1619),
     (1024, 4, None, 4, 1, 4, 16, 1608),
 ]
-#: (title, model, cluster platform, its node's platform, GPUs per node, rows)
 #: FlashAttention-2's share of an H100's 16-bit tensor peak (Shah et al., arXiv 2407.08608, abstract: "only 35%").
 FA2_H100 = 0.35
 #: (title, model, cluster platform, its node's platform, GPUs per node, rows, a cited attention efficiency or None)

@@ -34,9 +34,9 @@ Rotary embedding, ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat
   ``x`` summed (two adds, 3e each): ``15e``.
 
 Each kernel pays the device's launch (:func:`mapper.costing.latency.estimate`). The norm's and
-SwiGLU's forward counts are PyTorch's dispatched ops of the serving model's eager runtime
-(:data:`mapper.serving.request.EAGER_OPS`; a test keeps them equal; its rotary count is Hugging
-Face's, which also rebuilds ``cos`` and ``sin`` each call).
+SwiGLU's forward counts (:func:`forward_kernels`) are also the ops the serving model's eager
+runtime dispatches for them (:data:`mapper.serving.request.EAGER_OPS` takes them from here; its
+rotary count is Hugging Face's, which also rebuilds ``cos`` and ``sin`` each call).
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def _rotated(task: Task) -> float:
 #: the op's first operand's elements they count per (SwiGLU's ``[gate | up]`` is twice its output).
 EAGER: dict[str, tuple[Callable[[float, bool], tuple[int, float]], Callable[[Task], float]]] = {
     "rmsnorm": (_rmsnorm, lambda t: 1.0), "swiglu": (_swiglu, lambda t: 0.5), "rotary": (_rotary, _rotated)}
+
+
+def forward_kernels(op: str) -> int:
+    """Kernels the composite ``op`` (a key of :data:`EAGER`) launches in a forward pass; the count
+    does not depend on the element size."""
+    return EAGER[op][0](2.0, False)[0]
 
 
 def eager_kernels(task: Task) -> tuple[int, float] | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mapper.costing.eager import forward_kernels
 from mapper.errors import OptionsError
 
 #: The largest prompt, output length or batch a request may give.
@@ -40,7 +41,7 @@ EAGER_DISPATCH_US = 23.0
 
 #: Framework ops an eager implementation dispatches for one op of the graph (module docstring);
 #: every other op is one. A bias ``add`` fused to its matmul is part of ``nn.Linear`` (addmm).
-EAGER_OPS = {"rmsnorm": 8, "rotary": 16, "attention": 13, "swiglu": 2}
+EAGER_OPS = {"rmsnorm": forward_kernels("rmsnorm"), "rotary": 16, "attention": 13, "swiglu": forward_kernels("swiglu")}
 #: The KV cache's two concatenations (``DynamicCache.update``) in a decode step's attention.
 EAGER_CACHE_OPS = 2
 
