@@ -15,10 +15,25 @@ Python API leaves its caller's heap to the collector.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: Graphs of at least this many tasks freeze their heap after each stage.
 SETTLE_TASKS = 10_000
 _one_shot = [False]
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No cyclic collection inside the block (restored as it was after): reading and lowering
+    allocate many acyclic objects, and collection passes over them only cost time."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def one_shot() -> None:

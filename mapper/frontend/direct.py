@@ -13,12 +13,12 @@ the parser and the lowerer then report with its place in the file.
 
 from __future__ import annotations
 
-import gc
 import io
 import re
 from typing import Any
 
 from mapper.core.graph import Edge, Placement, Task, TaskGraph
+from mapper.core.heap import collection_paused
 from mapper.errors import InputError, SourceSpan
 from mapper.frontend.fastparse import _EDGE_LINE, _N, _NUM, _TASK_LINE, MIN_LINES
 from mapper.frontend.lowering.program import MAX_TASKS
@@ -54,15 +54,11 @@ def direct_graph(text: str, file: str) -> TaskGraph | None:
     without errors (module docstring), else None."""
     if "\r" in text or "\\" in text or text.count("\n") < MIN_LINES:
         return None
-    collecting = gc.isenabled()
-    gc.disable()  # a million tasks are acyclic objects; collection passes only cost time
     try:
-        return _Reader(file).read(text)
+        with collection_paused():
+            return _Reader(file).read(text)
     except (_Decline, InputError):  # InputError: a cycle, which the lowerer reports at its edge
         return None
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _seconds(num: str, unit: str | None) -> float:

@@ -7,8 +7,7 @@ error, goes to Lark (:mod:`mapper.frontend.lark_parse`, imported only then).
 
 from __future__ import annotations
 
-import gc
-
+from mapper.core.heap import collection_paused
 from mapper.frontend import syntax as S
 from mapper.frontend.fastparse import fast_parse
 from mapper.frontend.syntax import KEYWORDS
@@ -24,15 +23,10 @@ def parse(text: str, file: str = "<string>") -> S.Program:
     DslError
         On any syntax error, with the span of the offending token.
     """
-    collecting = gc.isenabled()
-    gc.disable()  # parsing allocates many acyclic objects; collection passes only cost time
-    try:
+    with collection_paused():
         fast = fast_parse(text, file)  # large explicit-cost graphs, without a parse tree
         if fast is not None:
             return fast
         from mapper.frontend.lark_parse import parse_with_lark
 
         return parse_with_lark(text, file)
-    finally:
-        if collecting:
-            gc.enable()

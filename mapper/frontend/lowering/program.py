@@ -12,7 +12,6 @@ Public API: :func:`lower`; reading a file and lowering it is
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from typing import Any
 
 from mapper.core.files import Unreadable, read_text
 from mapper.core.graph import Operand, Placement, Task, TaskGraph, TensorType
+from mapper.core.heap import collection_paused
 from mapper.core.ops import OPS, OpError, infer
 from mapper.errors import DslError, InputError, SourceSpan
 from mapper.frontend import syntax as S
@@ -58,16 +58,12 @@ def lower(program: S.Program, params: Mapping[str, int | float] | None = None) -
     """Lower a parsed program (and its includes) to a task graph; ``params`` replace the values
     of its top-level params (``--param``, :func:`~mapper.frontend.lowering.values.check_overrides`)."""
     lowerer = _Lowerer(program, dict(params or {}))
-    collecting = gc.isenabled()
-    gc.disable()  # lowering allocates many acyclic objects; collection passes only cost time
     try:
-        graph = lowerer.run()
+        with collection_paused():
+            graph = lowerer.run()
     except RecursionError:
         raise DslError("the program is nested too deeply", span=SourceSpan(program.file, 1, 1),
                        source_line=next(iter(program.text.splitlines()), None)) from None
-    finally:
-        if collecting:
-            gc.enable()
     # the lowerer is a reference cycle (its helpers hold its bound ``err``) holding the syntax tree
     # and the text's lines: broken here, they go by reference counting, also when a huge graph's
     # heap is frozen next (mapper.core.heap), which would keep an uncollected cycle for good
