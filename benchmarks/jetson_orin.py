@@ -38,13 +38,15 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from mobile import cpu_gpu
+
 from mapper.engine.validate import validate
 from mapper.errors import InputWarning
 from mapper.frontend.sources import ModelFile
 from mapper.mapping.base import MapOptions
 from mapper.pipeline import compile_graph
 from mapper.platform.devices import Platform
-from mapper.platform.loader import load_platform, parse_platform
+from mapper.platform.loader import load_platform
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMIT = "eaf622a25c00f2b4b1d2c4f5b4f430570429d24a"
@@ -61,13 +63,6 @@ PUBLISHED = {
 FIT_LAUNCH, FIT_CONV = "resnet50", "resnet50 x8"
 #: the key of the GPU's efficiency table the fit sets (mapper.costing.efficiency.model_keys)
 CONV_KEY = "conv:i8"
-
-
-def gpu_only() -> Platform:
-    """jetson-orin less its DLAs: the platform file less the DLA device and the links that name it."""
-    blocks = (ROOT / "platforms" / "jetson-orin.toml").read_text().split("\n[[")
-    kept = [blocks[0]] + [b for b in blocks[1:] if '"dla' not in b]
-    return parse_platform("\n[[".join(kept), "jetson-orin without its DLAs")
 
 
 def fitted(platform: Platform, launch_us: float, conv: float | None = None) -> Platform:
@@ -129,7 +124,7 @@ def fit(graphs: dict[str, ModelFile], gpu: Platform, rounds: int = 4) -> tuple[f
 
 
 def main() -> None:
-    gpu, soc = gpu_only(), load_platform("jetson-orin")
+    gpu, soc = cpu_gpu("jetson-orin", "DLAs"), load_platform("jetson-orin")
     with tempfile.TemporaryDirectory() as tmp:
         graphs = {row: graph(row, Path(tmp)) for row in PUBLISHED}
         launch, conv = fit(graphs, gpu)

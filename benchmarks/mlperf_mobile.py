@@ -27,13 +27,15 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from mobile import cpu_gpu
+
 from mapper.cli import main as cli_main
 from mapper.engine.validate import validate
 from mapper.errors import InputWarning
 from mapper.mapping.base import MapOptions
 from mapper.pipeline import compile_graph
 from mapper.platform.devices import Platform
-from mapper.platform.loader import load_platform, parse_platform
+from mapper.platform.loader import load_platform
 from mapper.platform.schema import MAX_STREAM_FRACTION
 
 HERE = Path(__file__).resolve().parent
@@ -84,14 +86,6 @@ def latency(model: str, platform: Platform | str, mapper: str = "delegate-greedy
     if bad:
         raise SystemExit(f"{model}: {mapper}'s schedule is invalid: {bad[0].message}")
     return r.schedule.makespan
-
-
-def without_npu() -> Platform:
-    """sd8gen3 without its NPU: the platform file less the NPU's device and link tables."""
-    text = (HERE.parent / "platforms" / "sd8gen3.toml").read_text()
-    blocks = text.split("\n[[")
-    kept = [blocks[0]] + [b for b in blocks[1:] if f'"{NPU}"' not in b]
-    return parse_platform("\n[[".join(kept), "sd8gen3 without its NPU")
 
 
 def fit(platform: Platform, model: str, target: float, lo: float = 0.5, hi: float = MAX_STREAM_FRACTION) -> float:
@@ -179,10 +173,10 @@ def main() -> None:
     workloads(solo)
     print()
     print("CPU+GPU co-execution (HEFT over the Kryo clusters and the Adreno GPU, no NPU) vs the better single one")
-    cpu_gpu = without_npu()
+    cpu_gpu_only = cpu_gpu("sd8gen3")
     for model in PUBLISHED:
-        single = latency(model, cpu_gpu, "single")
-        both = latency(model, cpu_gpu, "heft")
+        single = latency(model, cpu_gpu_only, "single")
+        both = latency(model, cpu_gpu_only, "heft")
         print(f"{model:<12} single {single * 1e3:8.3f}ms  co-executed {both * 1e3:8.3f}ms  gain {single / both:.2f}x")
 
 

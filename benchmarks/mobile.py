@@ -46,12 +46,15 @@ CODL = Path(__file__).resolve().parent.parent / "tests" / "data" / "codl"
 PHONES = ("sd8gen3", "exynos2400")
 
 
-def cpu_gpu(name: str) -> Platform:
-    """Shipped platform ``name`` less its NPU/DLA devices and their links (the file's tables that name them)."""
+def cpu_gpu(name: str, what: str = "NPU") -> Platform:
+    """Shipped platform ``name`` less its NPU/DLA devices and their links: the file's tables that
+    declare such a kind or name one of those devices (a ``count`` device's too: ``dla0``, ``dla1``)."""
     accel = {d.name for d in load_platform(name).devices if d.kind in ACCELERATOR_KINDS}
+    kinds = tuple(f'kind = "{k}"' for k in ACCELERATOR_KINDS)
     blocks = (resources.files("mapper.platforms") / f"{name}.toml").read_text(encoding="utf-8").split("\n[[")
-    kept = [blocks[0]] + [b for b in blocks[1:] if not any(f'"{a}"' in b for a in accel)]
-    return parse_platform("\n[[".join(kept), f"{name} without its NPU")
+    kept = [blocks[0]] + [b for b in blocks[1:]
+                          if not any(f'"{a}"' in b for a in accel) and not any(k in b for k in kinds)]
+    return parse_platform("\n[[".join(kept), f"{name} without its {what}")
 
 
 def coexecution(model: Path, platform: Platform, options: MapOptions) -> tuple[dict[str, float], float]:
