@@ -19,6 +19,11 @@ one source, cuDNN 9.10.2's causal BF16 attention on a B200 (NVIDIA/cudnn-fronten
   exponential units and the shared memory did not (Zadouri et al., "FlashAttention-4", 2026): the
   softmax, whose cost per score does not shrink with the head's work, weighs on short sequences.
 
+FlashAttention-2's own Hopper rate (the ``fa2`` entry of ``attention_kernels`` on the H100 and H200
+platforms, :mod:`mapper.platform.kernels`) is fitted on its H100 sweep (forward efficiency and
+half-length, the backward at the same share), checked on its H200 rows of 2024 and on FlashAttention-3's
+"35 %" (fit 5).
+
 Two more are fitted the same way (least squares of the log ratio, the same forward and share),
 each on one published sweep and checked on another. The A100's half-length (the ``half_length`` of
 ``attention.causal`` on ``dgx-a100`` and every A100-based platform) on FlashAttention-2's causal
@@ -135,6 +140,17 @@ def fit_hopper(share: float | None = None) -> float:
     return least_squares([(s, h200_reach(f, b)) for src, s, f, b in H200 if src == HOPPER_SOURCE], share)
 
 
+def fit_fa2_hopper(share: float) -> tuple[float, float]:
+    """FlashAttention-2's forward efficiency (to 0.01) and half-length (to 10) on Hopper: the least squares
+    over its H100 sweep (:data:`H100_FA2`), with the backward at ``share`` of the forward as elsewhere."""
+    rows = [(s, tf / PEAK["H200"]) for s, tf in H100_FA2]
+
+    def err(rf: float, h: float) -> float:
+        return sum(math.log(combined(rf, share) * s / (s + h) / e) ** 2 for s, e in rows)
+
+    return min(((i / 100, 10.0 * j) for i in range(20, 80) for j in range(0, 201)), key=lambda p: err(*p))
+
+
 def main() -> None:
     share = fit_share()
     print(f"fit 1, backward share of the forward's rate: {share:.2f} (cuDNN 9.10.2 on a B200, median over "
@@ -171,6 +187,21 @@ def main() -> None:
           "below cuDNN's):\n  " + ", ".join(
               f"{s:,} measured {tf / longest:.2f} model {model(s, hopper, share) / model(16384, hopper, share):.2f}"
               for s, tf in H100_FA2))
+    rf, h = fit_fa2_hopper(share)
+    print(f"\nfit 5, FlashAttention-2 on Hopper (platforms' attention_kernels fa2): forward {rf:.2f} of the 16-bit "
+          f"peak, s_1/2 = {h:,.0f}, backward {share:.2f} of the forward (fwd+bwd asymptote {combined(rf, share):.3f}); "
+          "fitted on its H100 sweep, checked on the H200 rows of 2024 and FlashAttention-3's 35 %")
+    print(f"{'source':<34} {'seq':>7} {'measured':>9} {'model':>6} {'ratio':>6}")
+    for s, tf in H100_FA2:
+        e, m = tf / PEAK["H200"], combined(rf, share) * s / (s + h)
+        print(f"{'FA2 H100 (fitted)':<34} {s:>7,} {e:>9.3f} {m:>6.3f} {m / e:>6.2f}")
+    for src, s, f, b in H200:
+        if src.startswith("FlashAttention-2"):
+            e, m = h200_reach(f, b), combined(rf, share) * s / (s + h)
+            print(f"{src + ' (check)':<34} {s:>7,} {e:>9.3f} {m:>6.3f} {m / e:>6.2f}")
+    fwd = rf * 16384 / (16384 + h)
+    print(f"check, forward at 16,384: model {fwd:.3f} of the peak; FlashAttention-3 (Shah et al., arXiv 2407.08608, "
+          f"abstract): FlashAttention-2 reaches 35 % on an H100 ({fwd / 0.35:.2f})")
     a100 = fit_a100(share)
     print(f"\nfit 4, A100 half-length: s_1/2 = {a100:,.0f} (same forward and share; FlashAttention-2, causal, "
           f"head dimension {A100_FIT_HEAD}, Dao 2023 Figure 4d); head dimension 64 (Figure 4c) is the check")

@@ -20,18 +20,23 @@ length (CP column ``a``) is what ``--parallel auto`` picks on the row's GPUs wit
 every key left to it (context degree and kind, micro-batch, ZeRO and
 recomputation included): its layout is printed, its TFLOP/s beside the others.
 
-Two predictions are printed for the H100 table: the cost model's own rates (fused attention's
-forward at 60 % of the 16-bit tensor peak and its backward at 0.80 of that, 0.51 forward plus
-backward, which cuDNN 9.1's causal attention on an H200 in 2024 reached within 0.97-1.08:
-docs/cost_model.md, ``python benchmarks/attention_rates.py``) and attention's forward at
-FlashAttention-2's utilisation of an H100, 35 % (:data:`FA2_H100`; Shah et al., "FlashAttention-3",
-arXiv 2407.08608, abstract), its backward at the same share of that (0.30 forward plus backward,
-as FlashAttention-2 measured on an H200 in 2024: 0.27-0.33). Neither is fitted to these rows; the
-second is a cited kernel rate, shown to say how much of the gap is attention's rate: the
-container's Transformer Engine (the commit NeMo 24.03's Dockerfile pins) runs cuDNN's fused
-attention on an H100 with context parallelism, and the rate these runs imply (about 0.32 of the
-peak at 1M tokens) is below every published cuDNN measurement of that year. The B200 table has
-only the first (its half-length fitted on cuDNN on a B200, docs/cost_model.md).
+Each table is priced with the attention kernel its release ran (``--parallel ...,attn=NAME``,
+:mod:`mapper.platform.kernels`), printed with the evidence (:data:`TABLES`). The H100 table is
+NeMo 24.03.01's: its launcher (NVIDIA/NeMo-Framework-Launcher, tag 24.03.01,
+``launcher_scripts/conf/config.yaml``) sets ``NVTE_FUSED_ATTN: 0`` ("Disable cudnn FA until we've
+tested it more"; still set at 24.05 and 24.07, dropped in August 2024) and its
+``conf/training/llama/llama2_7b.yaml`` ``use_flash_attention: true``, so Transformer Engine (the
+commit NeMo's 24.03 Dockerfile pins, da30634, between v1.3 and v1.4) runs flash-attn 2, whose
+ring implementation it also uses for context parallelism; without the variable it would have picked
+cuDNN's fused attention on sm90 ("Select FusedAttention on sm90", ``attention.py``). So the rows
+run ``attn=fa2``: FlashAttention-2's Hopper rate (forward 0.40 x s / (s + 540) of the 16-bit peak,
+backward 0.80 of that), fitted on its own H100 sweep and checked on its H200 runs of 2024 and on
+FlashAttention-3's "35 %" (``python benchmarks/attention_rates.py``, fit 5), nothing on these rows.
+The platform's default kernel (cuDNN's fused attention, forward 0.60 x s / (s + 270), which
+cuDNN 9.1 reached on an H200 in 2024 within 0.95-1.01) is printed beside it, as what the same
+layouts give on today's default stack. The B200 table (NeMo 25.04; the launcher stopped disabling
+cuDNN's attention in 2024) runs the platform's default, cuDNN (half-length fitted on cuDNN on a
+B200, docs/cost_model.md).
 
 The B200 table's "# of GPUs"
 column repeats the sequence column at that commit; the GPUs priced are its
@@ -44,7 +49,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import replace
 
 from mapper.cluster.profile import _cut
 from mapper.cluster.search import plan_cluster
@@ -88,37 +92,35 @@ B200_LLAMA3_8B = [
     (512, 8, 607, 4, 1, 4, 8, 1619),
     (1024, 4, None, 4, 1, 4, 16, 1608),
 ]
-#: FlashAttention-2's share of an H100's 16-bit tensor peak (Shah et al., arXiv 2407.08608, abstract: "only 35%").
-FA2_H100 = 0.35
-#: (title, model, cluster platform, its node's platform, GPUs per node, rows, a cited attention efficiency or None)
+H100_WHY = ("NeMo-Framework-Launcher 24.03.01 sets NVTE_FUSED_ATTN=0 and use_flash_attention: true, so Transformer "
+             "Engine (da30634) runs flash-attn 2, its CP ring included")
+B200_WHY = "NeMo 25.04 leaves Transformer Engine's choice: cuDNN fused attention"
+#: (title, model, cluster platform, its node's platform, GPUs per node, rows, the attention kernel the release ran
+#: (attn=), why, the kernel printed beside it or None)
 TABLES = [("Llama 2 7B FP8, DGX H100 (NeMo 24.03.01)", LLAMA2_7B, "dgx-h100-superpod", "dgx-h100", 8, H100_LLAMA2_7B,
-           FA2_H100),
+           "fa2", H100_WHY, "cudnn"),
           ("Llama 3 8B FP8, DGX B200 (NeMo 25.04)", LLAMA3_8B, "dgx-b200-superpod", "dgx-b200", 8, B200_LLAMA3_8B,
-           None)]
+           "cudnn", B200_WHY, None)]
 
 
-def machine(cluster: str, node: str, per_node: int, gpus: int, attention: float | None = None) -> Platform:
+def machine(cluster: str, node: str, per_node: int, gpus: int) -> Platform:
     """The cluster with ``gpus / per_node`` nodes, or for fewer GPUs than a node that many of one
-    node's GPUs (the table's 4-GPU row); ``attention``: its GPUs' attention efficiency instead of the
-    cost model's."""
+    node's GPUs (the table's 4-GPU row)."""
     if gpus >= per_node:
-        plat = with_nodes(load_platform(cluster), gpus // per_node)
-    else:
-        one = load_platform(node)
-        plat = _cut(one, tuple(d.name for d in one.devices if d.kind == "gpu")[:gpus])
-    if attention is None:
-        return plat
-    return replace(plat, devices=tuple(replace(d, efficiency=(*d.efficiency, ("attention", attention)))
-                                       if d.kind == "gpu" else d for d in plat.devices))
+        return with_nodes(load_platform(cluster), gpus // per_node)
+    one = load_platform(node)
+    return _cut(one, tuple(d.name for d in one.devices if d.kind == "gpu")[:gpus])
 
 
 def price(model: dict[str, int], plat: Platform, seq: int, batch: int,
-          keys: dict[str, int] | None) -> tuple[float, str]:
+          keys: dict[str, int] | None, attn: str) -> tuple[float, str]:
     """Predicted model TFLOP/s per GPU of one row on ``plat`` (0 when nothing fits), and the layout kept;
-    ``keys`` None: ``--parallel auto`` (every key chosen, context and its degree included)."""
+    ``keys`` None: ``--parallel auto`` (every key chosen, context and its degree included); ``attn``: the
+    attention kernel (``--parallel ...,attn=``)."""
     params = {**model, "SEQ": seq, "BATCH": batch}
     graph = with_precision(load_graph(ModelFile("examples/llama.tg", params=tuple(params.items()))), "fp8")
-    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **(keys or {})}) if keys is not None else LayoutSpec()
+    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **(keys or {})}, attn=attn) if keys is not None \
+        else LayoutSpec(attn=attn)
     if keys and "tensor" in keys:
         given = LayoutSpec(**{**given.fixed(), "sequence": keys["tensor"] > 1})
     try:
@@ -144,18 +146,20 @@ def main() -> None:
     args = ap.parse_args()
     pick = {int(x) for x in args.tables.split(",") if x.strip()}
     print(f"source: {SOURCE}")
-    b200 = next(d for d in load_platform("dgx-b200").devices if d.kind == "gpu")
-    print(f"attention: forward {EFF_COMPUTE['gpu']['attention']:.2f} of the 16-bit peak (cited); backward "
-          f"{ATTENTION_BACKWARD_SHARE['gpu']:.2f} of that and the B200 causal half-length "
-          f"{dict(b200.half_length)['attention.causal']:,.0f} (fitted on cuDNN on a B200: "
-          "python benchmarks/attention_rates.py)")
-    for n, (title, model, cluster, node, per_node, rows, attention) in enumerate(TABLES, 1):
+    for name in ("dgx-h100", "dgx-b200"):
+        gpu = next(d for d in load_platform(name).devices if d.kind == "gpu")
+        kernels = [(gpu.kernel, gpu.efficiency, gpu.half_length), *gpu.kernels]
+        print(f"{name} attention kernels (attn=): " + "; ".join(
+            f"{k} forward {dict(e).get('attention', EFF_COMPUTE['gpu']['attention']):.2f} x s / "
+            f"(s + {dict(h)['attention.causal']:,.0f})" for k, e, h in kernels)
+              + f", backward {ATTENTION_BACKWARD_SHARE['gpu']:.2f} of the forward (benchmarks/attention_rates.py)")
+    for n, (title, model, cluster, node, per_node, rows, attn, why, other) in enumerate(TABLES, 1):
         if pick and n not in pick:
             continue
-        alt = f"{'att ' + str(int(attention * 100)) + '%':>8} {'ratio':>6} " if attention else ""
-        print(f"\n{title}\n{'seq':>5} {'GPUs':>5} {'CP':>3} {'pub':>7} {'pred':>7} {'ratio':>6} {alt}"
-              f"{'secs':>5}  layout")
-        ratios: dict[tuple[str, bool], list[float]] = {}
+        print(f"\n{title}: every row runs attn={attn} ({why})")
+        alt = f"{other:>8} {'ratio':>6} " if other else ""
+        print(f"{'seq':>5} {'GPUs':>5} {'CP':>3} {'pub':>7} {attn:>7} {'ratio':>6} {alt}{'secs':>5}  layout")
+        ratios: dict[tuple[str, str], list[float]] = {}
         for k, batch, without, tp, pp, dp, cp, with_cp in rows:
             gpus = tp * pp * dp * cp
             runs = [("with CP", {"tensor": tp, "pipeline": pp, "data": dp, "context": cp}, with_cp)]
@@ -164,26 +168,26 @@ def main() -> None:
             runs.append(("auto", None, None))
             for kind, keys, published in runs:
                 start = time.perf_counter()
-                pred, label = price(model, machine(cluster, node, per_node, gpus), k * 1024, batch, keys)
+                plat = machine(cluster, node, per_node, gpus)
+                pred, label = price(model, plat, k * 1024, batch, keys, attn)
                 r = _ratio(pred, published)
-                ratios.setdefault((kind, False), []).extend([r] if r is not None else [])
+                ratios.setdefault((kind, attn), []).extend([r] if r is not None else [])
                 extra = ""
-                if attention:
-                    pred2, label2 = price(model, machine(cluster, node, per_node, gpus, attention), k * 1024, batch,
-                                          keys)
+                if other:
+                    pred2, label2 = price(model, plat, k * 1024, batch, keys, other)
                     r2 = _ratio(pred2, published)
-                    ratios.setdefault((kind, True), []).extend([r2] if r2 is not None else [])
+                    ratios.setdefault((kind, other), []).extend([r2] if r2 is not None else [])
                     extra = f"{pred2:>8,.1f} {_shown(r2):>6} "
-                    label += "" if label2 == label else f" (at {attention:.0%}: {label2})"
+                    label += "" if label2 == label else f" (attn={other}: {label2})"
                 pub = f"{published:>7,}" if published is not None else f"{'-':>7}"
                 shown = keys.get("context", 1) if keys is not None else "a"
                 print(f"{k:>4}K {gpus:>5} {shown:>3} {pub} {pred:>7,.1f} {_shown(r):>6} {extra}"
                       f"{time.perf_counter() - start:>5.1f}  {label}", flush=True)
-        for (kind, alt_rate), rs in ratios.items():
+        for (kind, kernel), rs in ratios.items():
             if rs:
-                rate = f"attention at {attention:.0%}" if alt_rate else "the cost model's rates"
-                print(f"{kind}, {rate}: ratio median {statistics.median(rs):.2f}, range {min(rs):.2f}-{max(rs):.2f}, "
-                      f"within 0.8-1.25: {sum(0.8 <= r <= 1.25 for r in rs)}/{len(rs)}")
+                note = " (the release's)" if kernel == attn else ""
+                print(f"{kind}, attn={kernel}{note}: ratio median {statistics.median(rs):.2f}, range "
+                      f"{min(rs):.2f}-{max(rs):.2f}, within 0.8-1.25: {sum(0.8 <= r <= 1.25 for r in rs)}/{len(rs)}")
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ PARALLEL_HELP = (
     "none unless given), expert=E, expert_tensor=ET, context=C (each sequence cut over C ranks), "
     "cp=ring|allgather (how context ranks share keys and values; ring unless given), "
     "allocator=caching|expandable (PyTorch's caching allocator: its default mode, whose fragmentation "
-    "is counted, or expandable segments, the default here); keys left out are chosen. "
+    "is counted, or expandable segments, the default here), attn=NAME (the attention kernel the GPUs run, one "
+    "the platform declares: cudnn or fa2 on Hopper; its default unless given); keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 
 

@@ -42,6 +42,8 @@ from mapper.parallel.layout import FREE, Layout, LayoutSpec
 from mapper.parallel.rewrite import SplitError
 from mapper.platform.cluster import domain_view
 from mapper.platform.devices import Platform
+from mapper.platform.kernels import default as default_kernel
+from mapper.platform.kernels import with_kernel
 
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 8
@@ -76,6 +78,7 @@ class ClusterChoice:
     precision: str = ""  # the GEMMs' format (--precision, else the graph's own: fp16)
     grad: str = ""  # the gradient buffer's format (fp32, bf16, or the weights' own)
     allocator: str = ""  # the caching allocator's mode (allocator=, mapper.cluster.model.FRAGMENTATION)
+    attn: str = ""  # the attention kernel the GPUs run (attn=, mapper.platform.kernels); "": none named
 
     @property
     def proven(self) -> bool:
@@ -113,7 +116,8 @@ class ClusterChoice:
                        "layers": sum(self.stage_layers), "share": share} for kind, r, share in self.shares]
         est = b.to_json()
         est["plan"] = {**est["plan"], "grad": self.grad, "precision": self.precision,
-                       **({"allocator": self.allocator} if self.allocator else {})}
+                       **({"allocator": self.allocator} if self.allocator else {}),
+                       **({"attn": self.attn} if self.attn else {})}
         return {"mode": "cluster", **est, "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 **({"kinds_used": list(self.kinds_used)} if self.kinds_used else {}),
@@ -212,10 +216,12 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     check_tensor(given)
     grad = given.grad or ("fp32" if precision else "")
     allocator = given.allocator or DEFAULT_ALLOCATOR
-    given = replace(given, grad=None, allocator=None)
+    attn = given.attn or default_kernel(platform)
+    platform = with_kernel(platform, attn) if given.attn else platform
+    given = replace(given, grad=None, allocator=None, attn=None)
     choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator)
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
-    choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator)
+    choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator, attn=attn)
     gpu = next((d for d in platform.devices if d.kind == "gpu"), None)
     peak = gpu.tensor_peak(precision) if precision is not None and gpu is not None else None
     if peak and platform.fleet is None:

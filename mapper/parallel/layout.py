@@ -3,7 +3,7 @@
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
 [,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C][,cp=ring|allgather]
-[,allocator=caching|expandable]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
+[,allocator=caching|expandable][,attn=NAME]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
@@ -23,7 +23,9 @@ never turns one on by itself; ``context`` cuts every sequence over ``C`` ranks
 ``p2p``, or ``allgather``, Llama 3's all-gather: Megatron-Core's ``cp_comm_type``); ``allocator`` is
 PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
 which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unless given
-(:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan.
+(:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan, and so is ``attn``,
+the attention kernel the GPUs run (one the platform declares, :mod:`mapper.platform.kernels`;
+its default unless given: the planner never switches kernels by itself).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "allocator")
+        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "allocator", "attn")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -54,6 +56,8 @@ ALLOCATORS = ("caching", "expandable")
 OVERLAPS = ("none", "a2a", "tp", "a2a+tp")
 #: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
 CP_KINDS = ("ring", "allgather")
+#: Keys of the plan rather than of each layout.
+PLAN_KEYS = ("grad", "allocator", "attn")
 #: The largest degree a layout may give.
 MAX_DEGREE = 1 << 20
 
@@ -152,6 +156,7 @@ class LayoutSpec:
     context: int | None = None
     cp: str | None = None
     allocator: str | None = None
+    attn: str | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""
@@ -159,8 +164,8 @@ class LayoutSpec:
 
     def allows(self, layout: Any) -> bool:
         """True when ``layout`` (a :class:`Layout`, or anything with its keys) has every key given
-        (``grad`` and ``allocator``, the plan's, aside)."""
-        return all(getattr(layout, k) == v for k, v in self.fixed().items() if k not in ("grad", "allocator"))
+        (``grad``, ``allocator`` and ``attn``, the plan's, aside)."""
+        return all(getattr(layout, k) == v for k, v in self.fixed().items() if k not in PLAN_KEYS)
 
     def text(self) -> str:
         """The keys given as ``--parallel`` writes them (``none`` when none is)."""
@@ -236,6 +241,11 @@ def _value(key: str, value: str) -> Any:
     if key == "allocator":
         if value not in ALLOCATORS:
             raise OptionsError(f"allocator={value!r}: choose one of {', '.join(ALLOCATORS)}", obj="--parallel")
+        return value
+    if key == "attn":
+        if not (value.isascii() and value.replace("_", "").isalnum() and len(value) <= 32):
+            raise OptionsError(f"attn={value!r}: expected the name of an attention kernel the platform declares "
+                               "(such as cudnn or fa2)", obj="--parallel")
         return value
     if key == "cp":
         if value not in CP_KINDS:

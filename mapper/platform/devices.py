@@ -61,6 +61,8 @@ class Device:
     max_inbound: int | None = None  # distinct nets produced elsewhere it may receive (input axons, ports)
     mig: str = ""  # the MIG profile it is a GPU instance of (mapper.platform.slices); "": a whole device
     mps_percent: float | None = None  # the SM share it has as a CUDA MPS client; None: not an MPS client
+    kernel: str = ""  # the attention kernel its own attention entries price (mapper.platform.kernels); "": unnamed
+    kernels: tuple[tuple[str, tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]], ...] = ()  # others
 
     def tensor_peak(self, dtype: str) -> float | None:
         """The matrix-unit peak a GEMM-like kernel of ``dtype`` runs at, if the device has one."""

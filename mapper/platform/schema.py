@@ -15,6 +15,7 @@ from mapper.core.graph import DTYPE_BYTES
 from mapper.core.ops import ATTENTION_OPS, FLAG_VARIANTS, OP_CLASSES, OPS
 from mapper.errors import PlatformError
 from mapper.platform.devices import DEVICE_KINDS, Device, Link, Platform, Switch
+from mapper.platform.kernels import read_kernels
 from mapper.platform.slices import mig_slice, mps_share
 from mapper.platform.support import read_support
 
@@ -51,7 +52,7 @@ _FPGA_ONLY = ("area", "clock_mhz", "reconfig_ms", "streaming")
 TENSOR_DTYPES = (*DTYPE_BYTES, "tf32", "fp8", "mxfp8", "nvfp4")
 _DEVICE_KEYS = ("name", "kind", "peak_gflops", *_DEVICE_NUMBERS, "streaming", "efficiency", "memory_efficiency",
                 "fusion", "tensor_gflops", "f32_matmul", "compute_units", "gemm_tile", "gemm_split_k", "gemm_stages",
-                "overlap_exponent", "max_tasks", "max_inbound",
+                "overlap_exponent", "max_tasks", "max_inbound", "attention_kernel", "attention_kernels",
                 "overhead_us", "overhead_us_per_mib", "half_length", "gemm_half_lengths", "gemm_pack_ns",
                 "gemm_pack_cold_ns", "supports", "dtypes", "convert", "mig", "mps_percent")
 _LINK_NUMBERS: dict[str, tuple[str, str]] = {
@@ -277,8 +278,7 @@ class Checker:
             gemm_split_k=split,
             gemm_stages=stages,
             overlap_exponent=overlap,
-            **self.delegate_keys(tab, path),
-        )
+            **self.delegate_keys(tab, path), **read_kernels(self, tab, path))
         return self.sliced(device, tab, path)
 
     def sliced(self, device: Device, tab: dict[str, Any], path: str) -> Device:
