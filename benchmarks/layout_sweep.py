@@ -39,6 +39,7 @@ import time
 
 from mapper.cluster.model import refine
 from mapper.cluster.search import _setup
+from mapper.costing.efficiency import op_class
 from mapper.costing.fusion import fuse_for
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
@@ -214,7 +215,7 @@ def _group(selene, model: str, seq: int, gpus: int, kernels: str, rows: list) ->
         if est is not None and est.fits:
             est = refine(est)
         out.append((recompute, t, p, b, step, mfu, est))
-    return {"rows": out}
+    return {"rows": out, "model": model_}
 
 
 def report(key, result) -> tuple[int, int, list[float], float | None]:
@@ -309,6 +310,94 @@ def uniform_check(results: dict) -> None:
                   f"within 0.8-1.25 {sum(0.8 <= x <= 1.25 for x in scaled)}/{len(scaled)}")
 
 
+def residual_breakdown(results: dict) -> None:
+    """Print predicted over measured step (median, layouts that ran and fit) by each factor of the
+    sweep, and the predicted step's parts (the pipeline's compute and communication per micro-batch,
+    its bubble, the exposed gradient synchronisation and optimizer step): where a residual lives. A
+    diagnostic: nothing of it enters the model."""
+    by: dict[tuple[str, object], list[float]] = {}
+    parts = {"per micro-batch": 0.0, "bubble": 0.0, "sync+optimizer": 0.0}
+    for (model, seq, _, kernels), result in results.items():
+        for recompute, t, p, b, step, _, est in result["rows"]:
+            if step is None or est is None or not est.fits:
+                continue
+            r = est.step / step
+            for factor, value in (("model", model), ("sequence", seq), ("kernels", kernels), ("tensor", t),
+                                  ("pipeline", p), ("micro-batch", b), ("checkpointing", recompute)):
+                by.setdefault((factor, value), []).append(r)
+            busy = max(est.rank_times) * (TOKENS // seq) / (b * est.layout.data)  # micro-batches x slowest rank
+            parts["per micro-batch"] += min(busy, est.pipeline) / est.step
+            parts["bubble"] += max(0.0, est.pipeline - busy) / est.step
+            parts["sync+optimizer"] += est.sync / est.step
+    if not by:
+        return
+    print("\npredicted / measured step by factor (median, n):")
+    factors = dict.fromkeys(f for f, _ in by)
+    for factor in factors:
+        cells = [f"{v}: {statistics.median(rs):.2f} ({len(rs)})" for (f, v), rs in by.items() if f == factor]
+        print(f"  {factor:13s} " + ", ".join(cells))
+    n = sum(len(rs) for (f, _), rs in by.items() if f == "model")
+    print("predicted step's parts (mean share over those layouts): "
+          + ", ".join(f"{k} {v / n:.1%}" for k, v in parts.items()))
+    kernel_split(results)
+    microbatch_cost(results)
+
+
+def kernel_split(results: dict) -> None:
+    """Print each group's forward kernel time per micro-batch by op class at its measured-fastest
+    layout (tensor-parallel collectives apart): which component a per-token residual could sit in."""
+    print("forward kernel time per micro-batch by op class, at each group's measured-fastest layout:")
+    for (model, seq, _, kernels), result in results.items():
+        ran = [r for r in result["rows"] if r[4] is not None and r[6] is not None and r[6].fits]
+        if not ran:
+            continue
+        _, t, _, b, *_ = min(ran, key=lambda r: r[4])
+        split: dict[str, float] = {}
+        for cost in result["model"].block_costs(t, b):
+            for sec, ops, coll in cost.kernels:
+                key = "collective" if coll >= 0 else "+".join(sorted({op_class(o) for o in ops}))
+                split[key] = split.get(key, 0.0) + sec
+        whole = sum(split.values())
+        print(f"  {model}/{seq} {kernels:10s} t{t} mb{b}: " + ", ".join(
+            f"{k} {v / whole:.0%}" for k, v in sorted(split.items(), key=lambda kv: -kv[1]) if v / whole >= 0.005))
+
+
+def microbatch_cost(results: dict) -> None:
+    """Print the time each extra micro-batch costs, measured and predicted: for layouts alike but
+    for the micro-batch size, the step difference over the difference in micro-batches per replica,
+    per Transformer layer of a pipeline stage (what a fixed cost per micro-batch and layer, which
+    larger micro-batches amortise, would show), by tensor degree; and the ratio by the predicted
+    peak memory (what allocator pressure near the capacity would show). A diagnostic only."""
+    costs: dict[int, list[tuple[float, float]]] = {}
+    for (model, seq, gpus, _), result in results.items():
+        layers = MODELS[model][0]
+        ran = {r[:4]: r for r in result["rows"] if r[4] is not None and r[6] is not None and r[6].fits}
+        for (rec, t, p, b), r in ran.items():
+            big = ran.get((rec, t, p, 2 * b))
+            if big is None:
+                continue
+            per = TOKENS // seq // (gpus // (t * p))  # sequences per replica
+            dm = per / b - per / (2 * b)  # micro-batches saved by doubling the micro-batch
+            stage = layers / p
+            costs.setdefault(t, []).append(((r[4] - big[4]) / dm / stage, (r[6].step - big[6].step) / dm / stage))
+    if costs:
+        print("cost of one more micro-batch per layer of a stage (ms; pairs alike but for the micro-batch), "
+              "measured / predicted, median by tensor degree:")
+        for t in sorted(costs):
+            ms = [m * 1e3 for m, _ in costs[t]]
+            ps = [q * 1e3 for _, q in costs[t]]
+            print(f"  tensor {t}: {statistics.median(ms):6.2f} / {statistics.median(ps):6.2f} ({len(ms)} pairs)")
+    bins: dict[str, list[float]] = {}
+    for result in results.values():
+        for r in result["rows"]:
+            if r[4] is not None and r[6] is not None and r[6].fits:
+                gib = r[6].peak / 2**30
+                key = "< 40 GiB" if gib < 40 else "40-60 GiB" if gib < 60 else ">= 60 GiB"
+                bins.setdefault(key, []).append(r[6].step / r[4])
+    print("predicted / measured step by predicted peak memory: " + ", ".join(
+        f"{k} {statistics.median(v):.2f} ({len(v)})" for k, v in sorted(bins.items())))
+
+
 def reserve_check(results: dict) -> None:
     """Print how the OOM agreement and the pick change with the memory set aside (a check: the same
     plans judged again with no reserve, with the flat 2 GiB used before, and with the reserve by part
@@ -355,6 +444,7 @@ def main() -> None:
         tally.setdefault(key[3], []).append((*report(key, result), result["ranked"]))
     kernel_check(results)
     uniform_check(results)
+    residual_breakdown(results)
     reserve_check(results)
     print()
     for kernels, groups in tally.items():

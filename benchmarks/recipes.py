@@ -17,7 +17,11 @@ are per-tensor current scaling, ``fp8``; FP8-MX is ``mxfp8``), the distributed o
 (ZeRO 1; ZeRO 3 where the row says FSDP), sequence parallelism with tensor parallelism, the
 row's TP, PP, VP, EP, micro- and global batch and sequence length, the communication overlaps
 its recipe sets (:func:`recipe_overlap`; ``--overlap off``: none), the recomputation left to
-the planner. Nothing is fitted to these rows.
+the planner, and the attention kernel the release ran (:data:`FA2_RELEASES`: NeMo's 24.07 launcher,
+tag 24.07 of NVIDIA/NeMo-Framework-Launcher, ``launcher_scripts/conf/config.yaml``, sets
+``NVTE_FUSED_ATTN: 0``, so Transformer Engine ran FlashAttention-2 on its H100 rows,
+``attn=fa2``; every other row runs the platform's default, cuDNN's fused attention). Nothing is
+fitted to these rows.
 
 Not priced, and said so: rows with context parallelism (CP > 1) while the planner has no
 ``context`` key; GPT-OSS 120B (alternating sliding-window attention with attention sinks:
@@ -374,6 +378,10 @@ def recipe_overlap(row: tuple[Any, ...]) -> str:
     return "+".join(k for k, on in (("a2a", a2a), ("tp", tpo)) if on) or "none"
 
 
+#: (source, release) whose H100 runs had Transformer Engine's cuDNN attention switched off (module docstring).
+FA2_RELEASES = {("nemo", "24.07")}
+
+
 #: Low-precision formats in order, the base of a speedup first.
 ORDER = ("bf16", "fp8", "mxfp8", "nvfp4")
 
@@ -407,6 +415,8 @@ def price(row: tuple[Any, ...], overlaps: bool = True) -> tuple[float, str]:
         keys["context"] = cp
     if overlaps and recipe_overlap(row) != "none":
         keys["overlap"] = recipe_overlap(row)
+    if tuple(row[:2]) in FA2_RELEASES and system == "h100":
+        keys["attn"] = "fa2"
     choice = plan_cluster(graph, plat, LayoutSpec(**keys), "adam", lambda g: fuse_for(g, plat), precision=prec)
     return choice.tokens_per_s / choice.gpus, choice.best.layout.label() + ("" if choice.best.fits else
                                                                            " (does not fit)")
