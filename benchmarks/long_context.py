@@ -96,11 +96,11 @@ H100_WHY = ("NeMo-Framework-Launcher 24.03.01 sets NVTE_FUSED_ATTN=0 and use_fla
              "Engine (da30634) runs flash-attn 2, its CP ring included")
 B200_WHY = "NeMo 25.04 leaves Transformer Engine's choice: cuDNN fused attention"
 #: (title, model, cluster platform, its node's platform, GPUs per node, rows, the attention kernel the release ran
-#: (attn=), why, the kernel printed beside it or None)
+#: (attn=; "": the platform's default, which the B200 platforms do not name), why, the kernel printed beside it or None)
 TABLES = [("Llama 2 7B FP8, DGX H100 (NeMo 24.03.01)", LLAMA2_7B, "dgx-h100-superpod", "dgx-h100", 8, H100_LLAMA2_7B,
            "fa2", H100_WHY, "cudnn"),
           ("Llama 3 8B FP8, DGX B200 (NeMo 25.04)", LLAMA3_8B, "dgx-b200-superpod", "dgx-b200", 8, B200_LLAMA3_8B,
-           "cudnn", B200_WHY, None)]
+           "", B200_WHY, None)]
 
 
 def machine(cluster: str, node: str, per_node: int, gpus: int) -> Platform:
@@ -116,11 +116,11 @@ def price(model: dict[str, int], plat: Platform, seq: int, batch: int,
           keys: dict[str, int] | None, attn: str) -> tuple[float, str]:
     """Predicted model TFLOP/s per GPU of one row on ``plat`` (0 when nothing fits), and the layout kept;
     ``keys`` None: ``--parallel auto`` (every key chosen, context and its degree included); ``attn``: the
-    attention kernel (``--parallel ...,attn=``)."""
+    attention kernel (``--parallel ...,attn=``; "": the platform's default)."""
     params = {**model, "SEQ": seq, "BATCH": batch}
     graph = with_precision(load_graph(ModelFile("examples/llama.tg", params=tuple(params.items()))), "fp8")
-    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **(keys or {})}, attn=attn) if keys is not None \
-        else LayoutSpec(attn=attn)
+    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, **(keys or {})}, attn=attn or None) if keys is not None \
+        else LayoutSpec(attn=attn or None)
     if keys and "tensor" in keys:
         given = LayoutSpec(**{**given.fixed(), "sequence": keys["tensor"] > 1})
     try:
@@ -148,7 +148,7 @@ def main() -> None:
     print(f"source: {SOURCE}")
     for name in ("dgx-h100", "dgx-b200"):
         gpu = next(d for d in load_platform(name).devices if d.kind == "gpu")
-        kernels = [(gpu.kernel, gpu.efficiency, gpu.half_length), *gpu.kernels]
+        kernels = [(gpu.kernel or "default", gpu.efficiency, gpu.half_length), *gpu.kernels]
         print(f"{name} attention kernels (attn=): " + "; ".join(
             f"{k} forward {dict(e).get('attention', EFF_COMPUTE['gpu']['attention']):.2f} x s / "
             f"(s + {dict(h)['attention.causal']:,.0f})" for k, e, h in kernels)
@@ -156,9 +156,9 @@ def main() -> None:
     for n, (title, model, cluster, node, per_node, rows, attn, why, other) in enumerate(TABLES, 1):
         if pick and n not in pick:
             continue
-        print(f"\n{title}: every row runs attn={attn} ({why})")
+        print(f"\n{title}: every row runs attn={attn or 'the platform default'} ({why})")
         alt = f"{other:>8} {'ratio':>6} " if other else ""
-        print(f"{'seq':>5} {'GPUs':>5} {'CP':>3} {'pub':>7} {attn:>7} {'ratio':>6} {alt}{'secs':>5}  layout")
+        print(f"{'seq':>5} {'GPUs':>5} {'CP':>3} {'pub':>7} {attn or 'pred':>7} {'ratio':>6} {alt}{'secs':>5}  layout")
         ratios: dict[tuple[str, str], list[float]] = {}
         for k, batch, without, tp, pp, dp, cp, with_cp in rows:
             gpus = tp * pp * dp * cp
@@ -186,7 +186,7 @@ def main() -> None:
         for (kind, kernel), rs in ratios.items():
             if rs:
                 note = " (the release's)" if kernel == attn else ""
-                print(f"{kind}, attn={kernel}{note}: ratio median {statistics.median(rs):.2f}, range "
+                print(f"{kind}, attn={kernel or 'default'}{note}: ratio median {statistics.median(rs):.2f}, range "
                       f"{min(rs):.2f}-{max(rs):.2f}, within 0.8-1.25: {sum(0.8 <= r <= 1.25 for r in rs)}/{len(rs)}")
 
 
