@@ -25,7 +25,7 @@ from mapper.costing.efficiency import (
     model_keys,
     rate_dtype,
 )
-from mapper.costing.precision import STATIC, cast_bytes, gemm_bytes, rate_format
+from mapper.costing.precision import CAST_MEMORY_SHARE, STATIC, cast_bytes, gemm_bytes, rate_format
 from mapper.costing.tiles import TilePlan, overlap_share, tile_time
 from mapper.costing.work import (
     attention_wave_efficiency,
@@ -185,8 +185,8 @@ def estimate(task: Task, cls: str, device: Device) -> Estimate:
             t_mem = (loads if cached else nbytes) / (e_m * bandwidth * 1e9)
     launch = device.launch_us / 1e6 * (eager[0] if eager is not None else 1)
     cast = cast_bytes(task)  # a training step's quantisation kernel, run before the GEMM: not under it
-    t_cast = launch + cast / (EFF_MEMORY[kind] * device.mem_bandwidth_gbs * 1e9) \
-        if cast > 0 and device.mem_bandwidth_gbs else 0.0
+    share = CAST_MEMORY_SHARE.get(task.precision or "", EFF_MEMORY[kind])  # a measured quantiser's share
+    t_cast = launch + cast / (share * device.mem_bandwidth_gbs * 1e9) if cast > 0 and device.mem_bandwidth_gbs else 0.0
     per_mib = lookup(device.overhead_us_per_mib, fitted) or 0.0
     overhead = ((lookup(device.overhead_us, fitted) or 0.0) + per_mib * working_set(task) / MIB) / 1e6 + fill
     t_comp = t_par + t_ser + t_copy

@@ -51,6 +51,18 @@ with static scales) keeps its cost. The weights' casts run once per step, not pe
 micro-batch, and are left out. The forward's own cast bytes stay under the forward GEMM's
 roofline as before (:func:`gemm_bytes`).
 
+How fast a cast runs (:data:`CAST_MEMORY_SHARE`): a cast is a streaming kernel, priced at the
+GPU's streaming share of its bandwidth (0.90) unless the format's quantiser is measured below
+it. Transformer Engine's MXFP8 quantiser (row-wise and column-wise copies in one kernel, E8M0
+scales per 32 elements) reaches less: on a B200 a 8,192 x 8,192 BF16 tensor took 52.34 us
+(ROCm/TransformerEngine pull request 598, "CAST_ONLY", its B200 column, NVIDIA's kernel on
+a B200): after the 3 us launch, 272.6 MB at 0.691 of the 8,000 GB/s. That one value is
+fitted; the same table's FP16 (51.16 us) and FP32 (76.95 us: 406.8 MB) inputs are predicted
+within 3 %, and NVIDIA/TransformerEngine pull request 2634's B200 timings of small tensors
+(512 x 4,096: 9.26 us) show the launch-bound floor it does not model (predicted 4.5 us;
+a training step's casts are 10^7 elements and more). ``python benchmarks/blackwell_residual.py``
+prints the fit and the checks. MXFP8 runs on Blackwell only, so the share is the format's.
+
 Weight-only formats (:data:`WEIGHT_ONLY`, serving): AWQ (Lin et al., "AWQ: Activation-aware Weight
 Quantization for LLM Compression and Acceleration", MLSys 2024) stores a linear layer's weights in
 4 bits with a 16-bit scale and a 4-bit zero point per group of 128 input channels (the paper's
@@ -90,6 +102,10 @@ ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 
 #: Formats whose scale comes from the tensor's amax of the same step: a reduction pass before the cast
 #: (module docstring, "Casts of a training step").
 AMAX_PASS = frozenset({"fp8"})
+#: Share of the memory bandwidth a format's training-step cast reaches where it is measured below
+#: the streaming share (module docstring, "How fast a cast runs"); formats not here stream at the
+#: device kind's ``EFF_MEMORY``.
+CAST_MEMORY_SHARE = {"mxfp8": 0.691}
 #: Weight-only formats, their bytes per weight (scales and zeros included), run at the 16-bit rate.
 WEIGHT_ONLY = {"int4_awq": 0.5 + 2.5 / 128}
 #: The tensor rate a weight-only format needs.
