@@ -16,7 +16,16 @@ Three parts, each printed with its sources:
    A hardware model gives one number per row; where the software moved the published figure by
    more than the 0.8-1.25 band, a ratio against an older release measures the software of that
    release, not the GPU.
-3. **The residual by group and the predicted step by part**: predicted / published tokens/s per
+3. **16-bit GEMMs at the shapes training runs** (printed, not fitted): the B200's 16-bit share
+   (0.753) rests on the best rate of a sweep of shapes (stas00/ml-engineering's Maximum Achievable
+   Matmul FLOPS, 1,745 TFLOP/s); cuBLAS through ``torch.mm`` at square shapes of 4,096-8,192
+   reached 1,410-1,450 (pytorch/ao pull request 2427) and at Llama 3 8B's shapes 1,433-1,513
+   (vllm-project/vllm pull requests 18778 and 19566, ``torch-bf16``): the model's rate is 1.10-1.17
+   times cuBLAS's at M of 4,096 and more, 0.90-0.92 at M of 1,024-2,048 (the tile model's tiles
+   and split-K, not refitted for Blackwell). Not changed here: the identical-layout BF16 -> FP8
+   pairs on GB200 agree with the model's BF16 : FP8 ratio (1.50 against 1.48), so a lower 16-bit
+   share alone would break them, and no cuBLAS FP8 rate at training shapes is published.
+4. **The residual by group and the predicted step by part**: predicted / published tokens/s per
    GPU of the newest release of each layout (``--all``: every row), grouped by family (dense, MoE),
    system, format and layout (EP, TP, PP, CP); and for each B200/GB200 row the predicted step cut
    into its parts: GEMMs (dense and the experts' grouped GEMMs), attention, the other kernels
@@ -28,6 +37,7 @@ Three parts, each printed with its sources:
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -39,13 +49,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import recipes  # noqa: E402
+import recipes
 
-import mapper.cluster.profile as profile_mod  # noqa: E402
-import mapper.cluster.search as search_mod  # noqa: E402
-from mapper.core.ops import ATTENTION_OPS  # noqa: E402
-from mapper.costing.efficiency import EFF_MEMORY, op_class  # noqa: E402
-from mapper.costing.precision import CAST_MEMORY_SHARE, ELEMENT_BYTES  # noqa: E402
+import mapper.cluster.profile as profile_mod
+import mapper.cluster.search as search_mod
+from mapper.core.ops import ATTENTION_OPS
+from mapper.costing.efficiency import EFF_MEMORY, op_class
+from mapper.costing.latency import estimate
+from mapper.costing.precision import CAST_MEMORY_SHARE, ELEMENT_BYTES
+from mapper.frontend.load import graph_from_text
+from mapper.platform.loader import load_platform
 
 TE598 = "ROCm/TransformerEngine#598 (CAST_ONLY table, B200 column: NVIDIA TE on a B200)"
 TE2634 = "NVIDIA/TransformerEngine#2634 (B200, MXFP8Quantizer.update_quantized, bidirectional 1D, after the PR)"
@@ -56,6 +69,13 @@ CASTS = (
     (4, 8192, 8192, 76.95, TE598, "check"),  # FP32
     (2, 512, 4096, 9.260, TE2634, "check"),  # BF16, launch-bound
     (2, 512, 8192, 9.208, TE2634, "check"),
+)
+TORCHAO = "pytorch/ao#2427 (B200, torch.bfloat16 = cuBLAS, bench_matmul.py)"
+VLLM = "vllm-project/vllm#18778, #19566 (B200, torch-bf16 column)"
+#: (M, N, K, measured TFLOP/s, source): B200 BF16 GEMMs through cuBLAS
+BF16 = (
+    (4096, 4096, 4096, 1410.0, TORCHAO), (6144, 6144, 6144, 1450.0, TORCHAO), (8192, 8192, 8192, 1420.0, TORCHAO),
+    (1024, 6144, 4096, 1433.0, VLLM), (2048, 4096, 4096, 1444.4, VLLM), (16384, 6144, 4096, 1512.8, VLLM),
 )
 #: The B200 the casts ran on (platforms/dgx-b200.toml): HBM bandwidth, GB/s, and launch, us.
 B200_BW, B200_LAUNCH = 8000.0, 3.0
@@ -70,12 +90,25 @@ def cast_fit() -> None:
     print("1. MXFP8 casts (read 16- or 32-bit, write row- and column-wise MXFP8) on a B200:")
     print(f"   fitted share of {B200_BW:,.0f} GB/s: {share:.3f} (mapper uses {CAST_MEMORY_SHARE['mxfp8']}; "
           f"a streaming kernel: {EFF_MEMORY['gpu']})")
-    print(f"   {'in':>3} {'rows':>6} {'cols':>6} {'MB':>7} {'measured':>9} {'predicted':>9} {'ratio':>6}  role   source")
+    print(f"   {'in':>3} {'rows':>6} {'cols':>6} {'MB':>7} {'measured':>9} {'predicted':>9} {'ratio':>6}  "
+          "role   source")
     for item, rows, cols, us, src, role in CASTS:
         nbytes = rows * cols * (item + 2 * e)
         pred = B200_LAUNCH + nbytes / (CAST_MEMORY_SHARE["mxfp8"] * B200_BW * 1e9) * 1e6
         print(f"   {8 * item:>3} {rows:>6} {cols:>6} {nbytes / 1e6:>7.1f} {us:>8.2f}u {pred:>8.2f}u {pred / us:>6.2f}  "
               f"{role:<6} {src}")
+
+
+def bf16_gemms() -> None:
+    """Part 3: the model's B200 BF16 GEMM rate against cuBLAS's at the published shapes."""
+    plat = load_platform("dgx-b200")
+    gpu = next(d for d in plat.devices if d.kind == "gpu")
+    print("3. B200 BF16 GEMMs (cuBLAS), TFLOP/s: measured, the model's, model / measured rate")
+    for m, n, k, tf, src in BF16:
+        text = f"graph g {{\n input x : bf16[{m}, {k}]\n y = matmul(x, weight bf16[{k}, {n}])\n  output y\n}}\n"
+        task = graph_from_text(text).tasks[0]
+        model = 2.0 * m * n * k / estimate(task, "gemm", gpu).time / 1e12
+        print(f"   {m:>6} {n:>6} {k:>6} {tf:>8,.0f} {model:>8,.0f} {model / tf:>6.2f}  {src}")
 
 
 def drift() -> list[tuple[float, str]]:
@@ -122,9 +155,10 @@ def kernel_parts() -> Iterator[tuple[dict[int, Counter[str]], list[Any]]]:
     def price_split(self: Any, sub: Any, tensor: int, chunks: int) -> Any:
         first = len(tables)
         cost = price(self, sub, tensor, chunks)
-        g, node, table = tables[first]
+        g, node, _ = tables[first]
         rank0 = self._platform(tensor)[1][0]
-        parts[id(cost)] = split_kernels(g, table, node.device_index(rank0), rank0)
+        # the block's table, then the one without memory limits it prices outsized expert kernels on
+        parts[id(cost)] = split_kernels(g, [t for _, _, t in tables[first:]], node.device_index(rank0), rank0)
         return cost
 
     def setup_kept(*a: Any, **k: Any) -> Any:
@@ -143,8 +177,9 @@ def kernel_parts() -> Iterator[tuple[dict[int, Counter[str]], list[Any]]]:
         search_mod._setup = setup
 
 
-def split_kernels(g: Any, table: Any, d: int, rank0: str) -> Counter[str]:
-    """Seconds of rank 0's kernels of a priced block by part (collectives left to the plan model)."""
+def split_kernels(g: Any, tables: list[Any], d: int, rank0: str) -> Counter[str]:
+    """Seconds of rank 0's kernels of a priced block by part (collectives left to the plan model),
+    each from the first of ``tables`` that gives it a finite time (as the block's price takes it)."""
     out: Counter[str] = Counter()
     for task in g.tasks:
         if task.placement.allow[:1] != (rank0,) or task.explicit_cost or task.name.endswith(".update"):
@@ -158,7 +193,7 @@ def split_kernels(g: Any, table: Any, d: int, rank0: str) -> Counter[str]:
             part = "gemm"
         else:
             part = "other"
-        out[part] += table.time[task.index][d]
+        out[part] += next((t.time[task.index][d] for t in tables if math.isfinite(t.time[task.index][d])), 0.0)
     return out
 
 
@@ -235,7 +270,7 @@ def residual(pick: set[int], every: bool, printer: Callable[[str], None] = print
                                  + f"  {recipes.layout_text(row)}")
         finally:
             search_mod._plan_one = plan_one
-    printer(f"3. predicted / published tokens/s per GPU, {'every row' if every else 'newest release per layout'}:")
+    printer(f"4. predicted / published tokens/s per GPU, {'every row' if every else 'newest release per layout'}:")
     for label in sorted(groups):
         r = groups[label]
         inside = sum(0.8 <= x <= 1.25 for x in r)
@@ -258,6 +293,8 @@ def main() -> None:
     for ratio, line in drift():
         if ratio >= 1.05:
             print(line)
+    print()
+    bf16_gemms()
     print()
     residual({int(x) for x in args.rows.split(",") if x.strip()}, args.all)
 
