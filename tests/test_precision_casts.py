@@ -61,7 +61,7 @@ def test_a_cast_adds_to_the_gemm_time_rather_than_hiding_under_it():
 
 
 def test_an_mxfp8_cast_runs_at_its_measured_share_of_the_bandwidth():
-    """Transformer Engine's MXFP8 quantiser on a B200 (module docstring): a 8,192 x 8,192 BF16
+    """Transformer Engine's MXFP8 quantiser on a B200 (module docstring): an 8,192 x 8,192 BF16
     tensor, row- and column-wise, is 67,108,864 x (2 + 2 x 33/32) = 272,629,760 bytes; 3 us of
     launch plus those bytes at 0.691 x 8,000 GB/s is 52.32 us (measured: 52.34 us)."""
     assert CAST_MEMORY_SHARE == {"mxfp8": 0.691}

@@ -54,7 +54,7 @@ roofline as before (:func:`gemm_bytes`).
 How fast a cast runs (:data:`CAST_MEMORY_SHARE`): a cast is a streaming kernel, priced at the
 GPU's streaming share of its bandwidth (0.90) unless the format's quantiser is measured below
 it. Transformer Engine's MXFP8 quantiser (row-wise and column-wise copies in one kernel, E8M0
-scales per 32 elements) reaches less: on a B200 a 8,192 x 8,192 BF16 tensor took 52.34 us
+scales per 32 elements) reaches less: on a B200 an 8,192 x 8,192 BF16 tensor took 52.34 us
 (ROCm/TransformerEngine pull request 598, "CAST_ONLY", its B200 column, NVIDIA's kernel on
 a B200): after the 3 us launch, 272.6 MB at 0.691 of the 8,000 GB/s. That one value is
 fitted; the same table's FP16 (51.16 us) and FP32 (76.95 us: 406.8 MB) inputs are predicted
