@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from randdag import make_cost, make_graph, make_platform
@@ -34,6 +35,20 @@ def _count_heuristics(monkeypatch) -> list[str]:
     return ran
 
 
+def _count_windows(monkeypatch) -> list[int]:
+    """The LNS windows solved, one entry per search (lns.improve) run."""
+    windows: list[int] = []
+    real_improve = lns.improve
+
+    def counted_improve(*args, **kwargs):
+        sched, stats = real_improve(*args, **kwargs)
+        windows.append(stats.windows)
+        return sched, stats
+
+    monkeypatch.setattr(lns, "improve", counted_improve)
+    return windows
+
+
 def _chain(n: int, slow: float):
     """A chain of ``n`` tasks, each 1 s on cpu0 and ``slow`` s on cpu1: HEFT's all-on-cpu0
     schedule meets the critical-path bound."""
@@ -44,15 +59,7 @@ def _chain(n: int, slow: float):
 
 def test_large_graph_stops_at_the_first_heuristic_that_meets_the_bound_and_runs_no_lns(monkeypatch):
     ran = _count_heuristics(monkeypatch)
-    windows: list[int] = []
-    real_improve = lns.improve
-
-    def counted_improve(*args, **kwargs):
-        sched, stats = real_improve(*args, **kwargs)
-        windows.append(stats.windows)
-        return sched, stats
-
-    monkeypatch.setattr(lns, "improve", counted_improve)
+    windows = _count_windows(monkeypatch)
     cost = _chain(100, 2.0)
     result = get_mapper("milp").map(cost, MapOptions(time_limit=10))
     assert ran == ["heft"]  # HEFT meets the bound: the other five heuristics are not run
@@ -167,3 +174,78 @@ def test_reused_heft_schedule_gives_the_same_result_as_a_fresh_run(monkeypatch):
     assert report() == kept  # same inputs, same bytes
     monkeypatch.setattr(heft, "_last", Forgetful())
     assert report() == kept  # and the same as when the mapper runs HEFT again
+
+
+def _pinned(n: int, seed: int = 3):
+    """A random ``n``-task graph whose every task can run on one device only (random devices)."""
+    from randdag import random_instance
+
+    from mapper.mapping.exact.incumbent import pinned
+
+    cost = random_instance(seed, n, shape="layered", n_devices=3, infeasible=1.0)
+    assert pinned(cost)
+    return cost
+
+
+def test_a_large_pinned_graph_runs_no_lns_and_says_so(monkeypatch):
+    windows = _count_windows(monkeypatch)
+    cost = _pinned(120)
+    best, _ = incumbent.best_heuristic(cost, MapOptions())
+    assert best is not None
+    result = lns.map_large(cost, MapOptions(time_limit=10), best, (), time.perf_counter())
+    assert windows == []  # no probe, no window: nothing is searched
+    assert lns.PINNED_NOTE.format("heft") in result.notes
+    assert not any(n.startswith("LNS from") or "coarsened" in n for n in result.notes)
+    assert result.schedule is best.schedule and result.status in ("heuristic", "optimal")
+    assert result.lower_bound is not None and result.gap is not None
+    assert validate(result.schedule) == []
+
+
+def test_a_large_graph_with_a_free_task_still_runs_lns(monkeypatch):
+    from randdag import random_instance
+
+    windows = _count_windows(monkeypatch)
+    cost = random_instance(3, 120, shape="layered", n_devices=3)
+    best, _ = incumbent.best_heuristic(cost, MapOptions())
+    result = lns.map_large(cost, MapOptions(time_limit=2), best, (), time.perf_counter())
+    assert windows and lns.PINNED_NOTE.format("heft") not in result.notes
+    assert validate(result.schedule) == []
+
+
+def test_a_pinned_graph_s_result_is_deterministic():
+    def text() -> str:
+        cost = _pinned(120)
+        best, _ = incumbent.best_heuristic(cost, MapOptions())
+        r = lns.map_large(cost, MapOptions(time_limit=10), best, (), time.perf_counter())
+        return dumps({"notes": list(r.notes), "value": r.objective_value, "bound": r.lower_bound,
+                      "slots": [(s.device, s.start, s.end) for s in r.schedule.slots]})
+
+    assert text() == text()
+
+
+def test_plans_are_built_and_the_json_report_written_with_the_collector_paused(monkeypatch, tmp_path):
+    import gc
+
+    from mapper.report import json_report
+
+    seen: list[tuple[str, bool]] = []
+    real_build, real_chunks = search.build, json_report.json_text.chunks
+
+    def build(*args, **kwargs):
+        seen.append(("build", gc.isenabled()))
+        return real_build(*args, **kwargs)
+
+    def chunks_(*args, **kwargs):
+        seen.append(("json", gc.isenabled()))
+        return real_chunks(*args, **kwargs)
+
+    monkeypatch.setattr(search, "build", build)
+    monkeypatch.setattr(json_report.json_text, "chunks", chunks_)
+    assert gc.isenabled()
+    c = compile_graph(lower(parse(BLOCK, "<test>")), load_platform("dgx-a100"), mapper="heft", train="adam",
+                      parallel="data")
+    assert gc.isenabled()  # restored after the plan choice
+    json_report.write_json(c.result, tmp_path / "r.json", parallel=c.parallel.to_json())
+    assert gc.isenabled()  # and after the report
+    assert seen and {name for name, _ in seen} == {"build", "json"} and not any(on for _, on in seen)
+    assert (tmp_path / "r.json").read_text() == json_report.to_json(c.result, parallel=c.parallel.to_json())

@@ -30,7 +30,8 @@ when less time is left than the last window took (model building included),
 the search ends.
 
 :func:`map_large` is what :class:`~mapper.mapping.milp.MilpMapper` does above
-its exact-size limit: coarsen chains (:mod:`.coarsen`), start from the better
+its exact-size limit (on a graph whose every task has one device, it keeps the
+best heuristic's schedule and searches nothing): coarsen chains (:mod:`.coarsen`), start from the better
 of the coarse heuristics and the projected best fine heuristic, run LNS on the
 coarse graph, expand, re-time on the original graph, and return the better of
 that and the best heuristic on the original graph.
@@ -84,6 +85,11 @@ PROBE_MIN = 0.25
 STALL_MIN_WINDOWS = 2
 #: Seconds at least per window solve (when that much time is left).
 MIN_SLICE = 0.5
+#: What the result says of a graph whose every task has one device (a split plan's): its
+#: layout is given, and the best list schedule's order on each device is kept unsearched.
+PINNED_NOTE = ("graph too large for the exact MILP; every task has one device: the layout is given, so it is "
+               "not searched (no LNS): {}'s order on each device is kept, and the gap bounds what re-ordering "
+               "could gain")
 #: The coarse pass (which re-runs every heuristic on the coarse graph) runs only
 #: when those heuristics, timed by the fine ones, take at most this share of the time left.
 COARSE_TIME_SHARE = 0.25
@@ -291,11 +297,15 @@ def map_large(
     from ``heuristics_s``, what they took on the original) would take more
     than :data:`COARSE_TIME_SHARE` of the time left: on thousands of tasks
     they take seconds. ``bound`` is a lower bound found before (CP-SAT's); a
-    result that meets it is ``optimal``.
+    result that meets it is ``optimal``. A :func:`pinned` graph (every task has
+    one device: a split plan's) keeps ``best`` with no search (:data:`PINNED_NOTE`).
     """
     near = near_enough(cost, options, best, given_notes, t0, bound)
     if near is not None:
         return near
+    if best is not None and pinned(cost):  # the layout is given: it is not searched
+        return make_result(cost, options, best.schedule, best.value, "heuristic", bound, t0,
+                           (*given_notes, PINNED_NOTE.format(best.name)))
     objective, sopts = options.objective, options.schedule
     deadline = t0 + options.time_limit
     timed = objective_needs_time(objective, options.makespan_bound if objective != "makespan" else None)
@@ -307,21 +317,17 @@ def map_large(
         same = given.cost is cost and given.options == delay_options(sopts) and given.order
         seeds.append((given if same else retime(cost, given.device_of, schedule_order(given), delay_options(sopts)),
                       best.name))
-    if pinned(cost) and seeds:  # only the order is free: chains fused or not, LNS re-orders the same tasks
-        notes.append("graph too large for the exact MILP; every task has one device: LNS re-orders it")
-        coarse = None
-    else:
-        coarse = coarsen(cost, sopts)
-        notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
-    estimate = heuristics_s * coarse.cost.n_tasks / max(1, cost.n_tasks) if coarse is not None else 0.0
-    worth = coarse is not None and coarse.fused and (
+    coarse = coarsen(cost, sopts)
+    notes.append(f"graph too large for the exact MILP: coarsened {cost.n_tasks} -> {coarse.cost.n_tasks} tasks")
+    estimate = heuristics_s * coarse.cost.n_tasks / max(1, cost.n_tasks)
+    worth = coarse.fused and (
         estimate <= COARSE_TIME_SHARE * (deadline - time.perf_counter()) or not seeds)
-    if coarse is not None and coarse.fused and not worth:
+    if coarse.fused and not worth:
         notes.append(f"coarse pass skipped: its heuristics would take about {estimate:.1f} s of the "
                      f"{max(0.0, deadline - time.perf_counter()):.1f} s left")
     start, origin = (_coarse_start(coarse, options, seeds[0][0] if seeds else None, best)
-                     if worth and coarse is not None else (None, ""))
-    if start is not None and coarse is not None:
+                     if worth else (None, ""))
+    if start is not None:
         now = time.perf_counter()
         improved, stats = improve(coarse.cost, start, objective, sopts, now + (deadline - now) / 2,
                                   seed=options.seed, makespan_bound=options.makespan_bound, progress=report,
@@ -335,7 +341,7 @@ def map_large(
         raise InfeasibleError("no heuristic found a mapping and LNS had no start", obj=cost.graph.name)
     seed_sched, seed_name = min(seeds, key=lambda p: value_of(p[0], objective))
     # the coarse pass's last window, scaled by the task count (re-timing is linear in it), estimates the first here
-    first = stats.last_window * cost.n_tasks / max(1, coarse.cost.n_tasks) if start is not None and coarse else 0.0
+    first = stats.last_window * cost.n_tasks / max(1, coarse.cost.n_tasks) if start is not None else 0.0
     improved, stats = improve(cost, seed_sched, objective, sopts, deadline, seed=options.seed,
                               makespan_bound=options.makespan_bound, window_time=first, progress=report,
                               stop=options.stop)

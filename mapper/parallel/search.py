@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mapper.core.graph import TaskGraph
+from mapper.core.heap import collection_paused
 from mapper.core.progress import Progress, ProgressFn
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_n, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
@@ -250,7 +251,15 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
                 train: str | None, step: Callable[[TaskGraph], TaskGraph],
                 progress: ProgressFn | None = None) -> Choice:
     """The best plan of ``mode`` for ``graph`` on ``platform`` (module docstring); ``progress`` hears
-    each plan as it is built and scored."""
+    each plan as it is built and scored. The cyclic collector pauses meanwhile: building a plan's
+    graph allocates many acyclic objects (its tasks, edges and table rows), which reference
+    counting frees, and a full collection among them walks them all for nothing."""
+    with collection_paused():
+        return _choose_plan(graph, platform, mode, prepare=prepare, train=train, step=step, progress=progress)
+
+
+def _choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Callable[[TaskGraph], TaskGraph],
+                 train: str | None, step: Callable[[TaskGraph], TaskGraph], progress: ProgressFn | None) -> Choice:
     check_parallel(mode)
     base = build_cost_table(prepare(graph), platform)
     devices = ranked_devices(base)

@@ -17,6 +17,7 @@ import itertools
 import os
 
 from mapper.core.files import atomic_write
+from mapper.core.heap import collection_paused
 from mapper.engine.memory import peak_memory
 from mapper.mapping.base import MapResult
 from mapper.report import json_text
@@ -145,5 +146,6 @@ def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = Fa
                parallel: dict | None = None, inference: dict | None = None, apps: dict | None = None) -> None:
     """Write :func:`to_json`'s text to ``path`` atomically, in chunks as it is encoded
     (:func:`~mapper.report.json_text.chunks`)."""
-    report = to_json_dict(result, timings=timings, parallel=parallel, inference=inference, apps=apps)
-    atomic_write(path, itertools.chain(json_text.chunks(report), ("\n",)))
+    with collection_paused():  # its rows are acyclic: reference counting frees them (mapper.core.heap)
+        report = to_json_dict(result, timings=timings, parallel=parallel, inference=inference, apps=apps)
+        atomic_write(path, itertools.chain(json_text.chunks(report), ("\n",)))
