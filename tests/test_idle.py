@@ -249,3 +249,38 @@ def test_plans_are_built_and_the_json_report_written_with_the_collector_paused(m
     assert gc.isenabled()  # and after the report
     assert seen and {name for name, _ in seen} == {"build", "json"} and not any(on for _, on in seen)
     assert (tmp_path / "r.json").read_text() == json_report.to_json(c.result, parallel=c.parallel.to_json())
+
+
+def test_retask_is_dataclasses_replace():
+    import dataclasses
+
+    from mapper.core.graph import Placement, Task, TensorType, retask
+
+    task = Task(3, "x", "matmul", flops=2.0, output=TensorType("f16", (4, 4)), placement=Placement(allow=("gpu0",)))
+    for changes in ({}, {"index": 7}, {"name": "y", "backward": True, "memory": None, "parts": (task,)}):
+        copy = retask(task, **changes)
+        assert copy == dataclasses.replace(task, **changes) and type(copy) is Task and copy is not task
+    with pytest.raises(TypeError):
+        retask(task, nonsense=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        retask(task).name = "z"  # type: ignore[misc]
+
+
+def test_device_classes_are_found_once_per_table(monkeypatch):
+    from randdag import random_instance
+
+    from mapper.mapping import orders
+
+    found: list[object] = []
+    real = orders._device_classes
+
+    def counted(cost):
+        found.append(cost)
+        return real(cost)
+
+    monkeypatch.setattr(orders, "_device_classes", counted)
+    a, b = random_instance(1, 20, n_devices=5), random_instance(2, 20, n_devices=5)
+    first = orders.identical_device_classes(a)
+    assert orders.identical_device_classes(a) == first and found == [a]  # asked again: not recomputed
+    assert orders.identical_device_classes(b) == real(b) and found == [a, b]
+    assert orders.identical_device_classes(a) == first and found == [a, b, a]  # another table in between

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from mapper.core.graph import Edge, Operand, Task, TaskGraph
+from mapper.core.graph import Edge, Operand, Task, TaskGraph, retask
 from mapper.costing.cost import refusal
 from mapper.errors import OptionsError
 from mapper.platform.devices import Platform
@@ -178,13 +178,13 @@ def fuse(graph: TaskGraph, key: Callable[[Task], Any] | None = None) -> TaskGrap
     for k, t in enumerate(order):
         task = graph.tasks[t]
         if t not in head:
-            tasks.append(replace(task, index=k, operands=tuple(remap(o) for o in task.operands)))
+            tasks.append(retask(task, index=k, operands=tuple(remap(o) for o in task.operands)))
             continue
         parts = tuple(graph.tasks[m] for m in head[t])
         ext = _wiring(parts)[1]
         first, last = parts[0], parts[-1]
         extra = sum(o.type.nbytes for o in ext[len(_wiring(parts[:1])[1]):])
-        tasks.append(replace(
+        tasks.append(retask(
             first, index=k, name=names[k], operands=tuple(remap(o) for o in ext), output=last.output,
             flops=float(sum(p.flops for p in parts)), bytes_read=float(first.bytes_read + extra),
             bytes_written=float(last.bytes_written), parts=parts,

@@ -40,9 +40,9 @@ and the stashed activations until their last backward use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from mapper.core.graph import DTYPE_BYTES, Edge, Operand, Task, TaskGraph, TensorType
+from mapper.core.graph import DTYPE_BYTES, Edge, Operand, Task, TaskGraph, TensorType, retask
 from mapper.core.ops import ATTENTION_OPS
 from mapper.costing.efficiency import op_class
 from mapper.errors import OptionsError
@@ -103,7 +103,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             raise OptionsError(f"--train: task name {task.name!r} is taken; rename the forward task",
                                obj=task.name)
         names.add(task.name)
-        tasks.append(replace(task, index=len(tasks)))
+        tasks.append(retask(task, index=len(tasks)))
         return len(tasks) - 1
 
     def edge(src: int, dst: int, nbytes: float, tensor: str) -> None:
@@ -122,7 +122,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
         abytes = float(sum(o.type.nbytes for o in acts))
         dtype = fwd.dtype if fwd.dtype in DTYPE_BYTES else "f32"
         group = fwd.colocate or fwd.name
-        base = replace(fwd, backward=True, colocate=group, memory=None, explicit_cost=())
+        base = retask(fwd, backward=True, colocate=group, memory=None, explicit_cost=())
         mine: list[int] = []
         main = fwd.parts[0] if fwd.parts else fwd
         if weights and op_class(main.op, main.span) in ("gemm", "conv"):
@@ -131,7 +131,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
                 head = epilogue[0]
                 ebytes = sum(p.bytes for p in epilogue)
                 eflops = sum(p.flops for p in epilogue)
-                first = add(replace(base, name=f"{fwd.name}.grad", op=head.op, operands=head.operands,
+                first = add(retask(base, name=f"{fwd.name}.grad", op=head.op, operands=head.operands,
                                     attrs=head.attrs, flops=OTHER_BACKWARD * eflops, bytes_read=ebytes,
                                     bytes_written=0.5 * ebytes, output=main.output,
                                     parts=tuple(_scaled(p, OTHER_BACKWARD, 1.5) for p in epilogue)))
@@ -139,10 +139,10 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             mout = main.output.nbytes if main.output is not None else out
             mw = float(sum(o.type.nbytes for o in main.operands if o.kind == "weight"))
             ma = float(sum(o.type.nbytes for o in main.operands if o.kind != "weight"))
-            core = replace(base, op=main.op, operands=main.operands, attrs=main.attrs, flops=main.flops, parts=())
-            dgrad = add(replace(core, name=f"{fwd.name}.dgrad", bytes_read=mout + mw, bytes_written=ma,
+            core = retask(base, op=main.op, operands=main.operands, attrs=main.attrs, flops=main.flops, parts=())
+            dgrad = add(retask(core, name=f"{fwd.name}.dgrad", bytes_read=mout + mw, bytes_written=ma,
                                 output=flat_type(dtype, ma)))
-            wgrad = add(replace(core, name=f"{fwd.name}.wgrad", bytes_read=mout + ma, bytes_written=mw,
+            wgrad = add(retask(core, name=f"{fwd.name}.wgrad", bytes_read=mout + ma, bytes_written=mw,
                                 output=flat_type(dtype, mw)))
             if epilogue:
                 edge(first, dgrad, mout, tasks[first].name)
@@ -155,7 +155,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
             writers = [first, wgrad] if epilogue else [wgrad]
         elif fwd.op == "embedding_bag":  # sparse: only the gathered rows get a gradient
             rows = float(sum(o.type.nbytes for o in acts))  # the ids
-            grad = add(replace(base, name=f"{fwd.name}.grad", flops=(fwd.bytes_read - rows) / DTYPE_BYTES[dtype],
+            grad = add(retask(base, name=f"{fwd.name}.grad", flops=(fwd.bytes_read - rows) / DTYPE_BYTES[dtype],
                                bytes_read=out + rows, bytes_written=fwd.bytes_read - rows,
                                output=flat_type(dtype, fwd.bytes_read - rows)))
             grad_in[t], mine, stash, writers = grad, [grad], [grad], [grad]
@@ -163,7 +163,7 @@ def training_step(graph: TaskGraph, optimizer: str = "sgd") -> TaskGraph:
         else:
             factor = ATTENTION_BACKWARD if cls == "attention" else OTHER_BACKWARD
             extra = _score_traffic(fwd)
-            grad = add(replace(base, name=f"{fwd.name}.grad", flops=_backward_flops(fwd, factor),
+            grad = add(retask(base, name=f"{fwd.name}.grad", flops=_backward_flops(fwd, factor),
                                bytes_read=out + abytes + wbytes + out + 2 * extra[0],
                                bytes_written=abytes + wbytes + 2 * extra[1],
                                output=flat_type(dtype, abytes + wbytes),
@@ -255,5 +255,5 @@ def _gradient_sources(graph: TaskGraph, t: int) -> list[tuple[int, float]]:
 
 def _scaled(part: Task, flops: float, nbytes: float) -> Task:
     """A fused task's part in the backward pass: its work scaled (module docstring)."""
-    return replace(part, flops=part.flops * flops, bytes_read=part.bytes_read * nbytes,
+    return retask(part, flops=part.flops * flops, bytes_read=part.bytes_read * nbytes,
                    bytes_written=part.bytes_written * nbytes, backward=True)

@@ -145,8 +145,20 @@ def count_order_pairs(cost: CostTable) -> int:
     return count
 
 
+#: The last table's classes: the exact models and the report's response-time bound ask for the same table's.
+_last_classes: list[tuple[CostTable, tuple[tuple[int, ...], ...]]] = []
+
+
 def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     """Classes (size >= 2, ascending) of pairwise interchangeable devices."""
+    if _last_classes and _last_classes[0][0] is cost:
+        return _last_classes[0][1]
+    classes = _device_classes(cost)
+    _last_classes[:] = [(cost, classes)]
+    return classes
+
+
+def _device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     nd = cost.n_devices
     cols = []
     placed = [t for t in cost.graph.tasks if t.placement.allow or t.placement.deny]  # the others permit all

@@ -23,9 +23,7 @@ with the collective's time (:mod:`mapper.parallel.collectives`) as its cost.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from mapper.core.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph
+from mapper.core.graph import DTYPE_BYTES, Edge, Operand, Placement, Task, TaskGraph, retask
 from mapper.core.ops import infer
 from mapper.costing.training import flat_type
 from mapper.parallel.rewrite import Split, _Builder
@@ -68,7 +66,7 @@ def _merge_updates(graph: TaskGraph) -> tuple[TaskGraph, list[list[int]]]:
         edges[key] = (max(e.bytes, old[0]) if old else e.bytes, e.comm, e.tensor)
     # updates follow every forward task, so only backward tasks move; their
     # operands name forward producers (mapper.costing.training), which keep their indices
-    tasks = [t if t.index == i else replace(t, index=i) for i, t in enumerate(tasks)]
+    tasks = [t if t.index == i else retask(t, index=i) for i, t in enumerate(tasks)]
     order = sorted(edges, key=lambda p: (p[1], p[0]))
     out = TaskGraph(graph.name, tuple(tasks), tuple(Edge(i, s, d, *edges[(s, d)]) for i, (s, d) in enumerate(order)),
                     graph.inputs, graph.outputs)

@@ -25,10 +25,10 @@ pieces of a split op add up to the op (plus what a tensor split repeats).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from mapper.core.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType
+from mapper.core.graph import Edge, Operand, Placement, Shard, Task, TaskGraph, TensorType, retask
 from mapper.core.ops import OpError, infer
 from mapper.errors import OptionsError
 from mapper.parallel.collectives import Network, collective, group
@@ -87,7 +87,7 @@ class _Builder:
         self.groups: dict[tuple[str, ...], tuple[Network, int]] = {}
 
     def add(self, task: Task) -> int:
-        self.tasks.append(replace(task, index=len(self.tasks)))
+        self.tasks.append(retask(task, index=len(self.tasks)))
         return len(self.tasks) - 1
 
     def edge(self, src: int, dst: int, nbytes: float, comm: float | None = None) -> None:
@@ -261,7 +261,7 @@ def _piece(b_: _Builder, task: Task, b: int, r: int, device: str, role: tuple[Re
         want = _shape_with(want, axis, want[axis] // k)
     _check(task, info.output, tuple(want))
     colocate = f"{task.colocate}{_suffix(b_, b, r)}" if task.colocate else ""
-    idx = b_.add(replace(task, name=f"{task.name}{_suffix(b_, b, r)}", operands=tuple(operands), attrs=info.attrs,
+    idx = b_.add(retask(task, name=f"{task.name}{_suffix(b_, b, r)}", operands=tuple(operands), attrs=info.attrs,
                          output=info.output, flops=info.flops, bytes_read=info.bytes_read,
                          bytes_written=info.bytes_written, placement=Placement(allow=(device,)),
                          colocate=colocate, parts=()))
