@@ -49,6 +49,19 @@ def _count_windows(monkeypatch) -> list[int]:
     return windows
 
 
+def _record_calls(monkeypatch, module, name: str) -> list:
+    """The first argument of each call of ``module.name`` from now on (the function still runs)."""
+    seen: list = []
+    real = getattr(module, name)
+
+    def recorded(first, *args, **kwargs):
+        seen.append(first)
+        return real(first, *args, **kwargs)
+
+    monkeypatch.setattr(module, name, recorded)
+    return seen
+
+
 def _chain(n: int, slow: float):
     """A chain of ``n`` tasks, each 1 s on cpu0 and ``slow`` s on cpu1: HEFT's all-on-cpu0
     schedule meets the critical-path bound."""
@@ -141,14 +154,7 @@ def test_the_mapper_starts_from_the_kept_plans_heft_schedule_not_a_second_heft_r
         real_init(self, cost, *args, **kwargs)
 
     monkeypatch.setattr(placer.Placer, "__init__", counted_init)
-    peaks: list[object] = []
-    real_peak = memory._peak_memory
-
-    def counted_peak(schedule):
-        peaks.append(schedule)
-        return real_peak(schedule)
-
-    monkeypatch.setattr(memory, "_peak_memory", counted_peak)
+    peaks = _record_calls(monkeypatch, memory, "_peak_memory")
     c = compile_graph(lower(parse(BLOCK, "<test>")), load_platform("dgx-a100"), train="adam", parallel="data")
     # one HEFT pass per scored plan; the default mapper on the kept plan reused the pass that scored it
     assert len(tables) == c.parallel.to_json()["plans_scored"]
@@ -271,16 +277,26 @@ def test_device_classes_are_found_once_per_table(monkeypatch):
 
     from mapper.mapping import orders
 
-    found: list[object] = []
     real = orders._device_classes
-
-    def counted(cost):
-        found.append(cost)
-        return real(cost)
-
-    monkeypatch.setattr(orders, "_device_classes", counted)
+    found = _record_calls(monkeypatch, orders, "_device_classes")
     a, b = random_instance(1, 20, n_devices=5), random_instance(2, 20, n_devices=5)
     first = orders.identical_device_classes(a)
     assert orders.identical_device_classes(a) == first and found == [a]  # asked again: not recomputed
     assert orders.identical_device_classes(b) == real(b) and found == [a, b]
     assert orders.identical_device_classes(a) == first and found == [a, b, a]  # another table in between
+
+
+def test_a_schedule_is_checked_once_however_often_it_is_validated(monkeypatch):
+    import dataclasses
+
+    from mapper.engine import validate as validator
+
+    checked = _record_calls(monkeypatch, validator._Checker, "run")
+    cost = _chain(30, 2.0)
+    sched = get_mapper("heft").map(cost).schedule
+    assert validate(sched) == [] and validate(sched) == [] and len(checked) == 1
+    broken = dataclasses.replace(sched, makespan=sched.makespan * 2)  # another schedule: checked afresh
+    assert [v.kind for v in validate(broken)] == ["makespan"] and len(checked) == 2
+    first = validate(broken)
+    first.clear()  # a caller's list is its own
+    assert [v.kind for v in validate(broken)] == ["makespan"] and len(checked) == 2

@@ -49,10 +49,19 @@ class Violation:
     edges: tuple[int, ...] = ()
 
 
+#: The last schedule checked and its violations: a compile checks the kept heuristic's schedule
+#: when it chooses it and again as the result (a frozen schedule's verdict cannot change).
+_last: list[tuple[Schedule, tuple[Violation, ...]]] = []
+
+
 def validate(schedule: Schedule, deadlines: bool = False) -> list[Violation]:
     """Every violation of the timing semantics in ``schedule`` ([] if valid); with
     ``deadlines``, every missed deadline too."""
-    out = _Checker(schedule).run()
+    if _last and _last[0][0] is schedule:
+        out = list(_last[0][1])
+    else:
+        out = _Checker(schedule).run()
+        _last[:] = [(schedule, tuple(out))]
     return out + deadline_misses(schedule) if deadlines else out
 
 
