@@ -300,3 +300,16 @@ def test_a_schedule_is_checked_once_however_often_it_is_validated(monkeypatch):
     first = validate(broken)
     first.clear()  # a caller's list is its own
     assert [v.kind for v in validate(broken)] == ["makespan"] and len(checked) == 2
+
+
+def test_a_one_shot_process_freezes_the_kept_plan_and_the_api_leaves_the_heap_alone(monkeypatch):
+    from mapper.core import heap
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(heap.gc, "freeze", lambda: frozen.append(heap.gc.isenabled()))
+    block = lower(parse(BLOCK, "<test>"))
+    compile_graph(block, load_platform("dgx-a100"), mapper="heft", train="adam", parallel="data")
+    assert frozen == []  # the Python API: its caller's heap is the collector's
+    monkeypatch.setattr(heap, "_one_shot", [True])
+    compile_graph(block, load_platform("dgx-a100"), mapper="heft", train="adam", parallel="data")
+    assert frozen and frozen[0] is False  # frozen at the end of the paused plan choice

@@ -36,6 +36,13 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
+def settle_paused() -> None:
+    """At the end of a :func:`collection_paused` block of a one-shot process, freeze what it
+    allocated: else the first collections after it walk every object it made, all at once."""
+    if _one_shot[0]:
+        gc.freeze()
+
+
 def one_shot() -> None:
     """Let :func:`settle` freeze: this process runs one command and exits (the command line)."""
     _one_shot[0] = True

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mapper.core.graph import TaskGraph
-from mapper.core.heap import collection_paused
+from mapper.core.heap import collection_paused, settle_paused
 from mapper.core.progress import Progress, ProgressFn
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_n, fmt_time
 from mapper.costing.cost import CostTable, build_cost_table
@@ -253,9 +253,12 @@ def choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Cal
     """The best plan of ``mode`` for ``graph`` on ``platform`` (module docstring); ``progress`` hears
     each plan as it is built and scored. The cyclic collector pauses meanwhile: building a plan's
     graph allocates many acyclic objects (its tasks, edges and table rows), which reference
-    counting frees, and a full collection among them walks them all for nothing."""
+    counting frees, and a full collection among them walks them all for nothing; in a one-shot
+    process the kept plan's objects are then frozen (:func:`mapper.core.heap.settle_paused`)."""
     with collection_paused():
-        return _choose_plan(graph, platform, mode, prepare=prepare, train=train, step=step, progress=progress)
+        choice = _choose_plan(graph, platform, mode, prepare=prepare, train=train, step=step, progress=progress)
+        settle_paused()
+    return choice
 
 
 def _choose_plan(graph: TaskGraph, platform: Platform, mode: str, *, prepare: Callable[[TaskGraph], TaskGraph],
