@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mapper.cluster.reserve import communicators, nccl_bytes, reserve, reserve_parts
+from mapper.cluster.reserve import ServingGroups, communicators, nccl_bytes, reserve, reserve_parts
 from mapper.cluster.search import plan_cluster
 from mapper.costing.fusion import fuse_for
 from mapper.frontend.load import load_graph
@@ -62,3 +62,32 @@ def test_plan_reports_its_reserve_as_a_part_of_its_peak():
     assert peak["reserve"] == pytest.approx(reserve(80 * GIB, best.layout))
     assert peak["reserve"] > reserve(80 * GIB, Layout(1, 1, 1))  # its communicators' buffers
     assert peak["total"] == pytest.approx(sum(v for k, v in peak.items() if k != "total"))
+
+
+def test_a_serving_replica_opens_its_tensor_group_and_pipeline_sends_only():
+    assert communicators(ServingGroups()) == {}
+    assert communicators(ServingGroups(tensor=8)) == {"tensor": 8}
+    assert communicators(ServingGroups(tensor=4, pipeline=2)) == {"tensor": 4, "pipeline": 2}
+    # one GPU: driver, context and workspaces only, 831 + 635.75 + 64 MiB
+    assert reserve(80 * GIB, ServingGroups()) == pytest.approx(831 * MIB + 666_632_192 + 64 * MIB)
+    assert reserve(80 * GIB, ServingGroups()) / GIB == pytest.approx(1.49, abs=0.01)
+    # TP8: one collective communicator more; TP4 x PP2: that and the sends to two neighbours
+    assert nccl_bytes(ServingGroups(tensor=8)) == 462_422_016
+    assert nccl_bytes(ServingGroups(tensor=4, pipeline=2)) == 462_422_016 + 2 * 2 * 4 * MIB
+
+
+def test_serving_memory_counts_the_reserve_by_part():
+    from mapper.serving.runtimes import RUNTIMES
+    from mapper.serving.serve import server_for
+
+    server = server_for(ModelFile("examples/llama.tg", params=(("LAYERS", 2), ("HIDDEN", 1024), ("HEADS", 8),
+                                                              ("KV_HEADS", 8), ("FFN", 4096))),
+                        "dgx-a100", RUNTIMES["trtllm"])
+    capacity = 80 * GIB
+    for tensor, pipeline in ((1, 1), (2, 1), (2, 2)):
+        parts, tokens = server.step_model(tensor, pipeline, 512).memory(capacity, RUNTIMES["trtllm"])
+        assert parts["reserve"] == pytest.approx(reserve(capacity, ServingGroups(tensor, pipeline)))
+        assert set(parts) == {"weights", "activations", "reserve", "kv_cache"} and tokens > 0
+    one = server.step_model(1, 1, 512).memory(capacity, RUNTIMES["trtllm"])[0]
+    two = server.step_model(2, 1, 512).memory(capacity, RUNTIMES["trtllm"])[0]
+    assert two["reserve"] - one["reserve"] == pytest.approx(462_422_016)  # TP2's communicator

@@ -86,9 +86,6 @@ from mapper.parallel.collectives import Network, collective, send
 from mapper.parallel.layout import Layout
 
 GIB = float(2**30)
-#: Bytes per GPU the serving model sets aside for the CUDA context, workspaces and buffers (training
-#: plans count theirs by part: :mod:`mapper.cluster.reserve`).
-RESERVE = 2.0 * GIB
 #: Share of the activations' memory the caching allocator holds but cannot hand out, by its mode
 #: (``--parallel ...,allocator=``): activations are freed and allocated anew in every micro-batch,
 #: in sizes that split the cached blocks, while weights, gradients and optimizer states live in

@@ -23,12 +23,18 @@ A plan's peak is compared with the board's whole memory (a platform's ``memory_g
   Engine's cuBLASLt workspace (32 MiB on Hopper, ``get_cublas_workspace_size_bytes``); the Hopper
   sizes are taken for every GPU (under 60 MiB more on older ones).
 
+A serving replica (:mod:`mapper.serving`) holds the same parts for the communicators it opens
+(:class:`ServingGroups`): its tensor group's collective communicator and its pipeline's sends;
+replicas serve apart, with no data-parallel group (TensorRT-LLM and vLLM open a tensor and a
+pipeline group per replica, vLLM's ``parallel_state``).
+
 Nothing here is fitted to a measured run; what the allocator holds beside the activations is
 ``fragmentation`` (:mod:`mapper.cluster.model`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 MIB = float(2**20)
@@ -49,6 +55,18 @@ COLLECTIVE_PEERS = 3
 P2P_CHANNELS, P2P_PEERS = 2, 2
 #: GEMM workspaces: cuBLAS's (PyTorch, Hopper) and Transformer Engine's cuBLASLt one.
 WORKSPACES = 32 * MIB + 32 * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class ServingGroups:
+    """The layout of one serving replica as :func:`communicators` reads it: ``tensor`` ranks and
+    ``pipeline`` stages, and no data, context or expert group (module docstring)."""
+
+    tensor: int = 1
+    pipeline: int = 1
+    replicas: int = 1
+    context: int = 1
+    expert: int = 1
 
 
 def communicators(lay: Any) -> dict[str, int]:

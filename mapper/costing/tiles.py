@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 from mapper.core.graph import DTYPE_BYTES, Task
-from mapper.costing.work import gemm_grid, gemm_tile
+from mapper.costing.work import gemm_grid, gemm_tile, mma_rows
 from mapper.platform.loader import Device
 
 
@@ -85,7 +85,7 @@ def _plan(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int
     """The plan of one candidate tile, split as :func:`mapper.costing.work.gemm_grid` splits."""
     units = device.compute_units or 1
     _, blocks, split, waves = gemm_grid(task, dims, tile, units, device.gemm_split_k)
-    tm, tn, tk = gemm_tile(tile, dims[1])
+    tm, tn, tk = gemm_tile(tile, dims[1], mma_rows(task))
     iterations = math.ceil(math.ceil(dims[3] / split) / tk)
     t_tile = 2.0 * tm * tn * iterations * tk / (rate / units) if rate > 0 else 0.0
     if device.cache_bandwidth_gbs:

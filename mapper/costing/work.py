@@ -276,24 +276,44 @@ def gemm_pack_time(dims: tuple[int, int, int, int], pack_ns: tuple[float, float,
 #: Rows of the smallest tensor-core tile: the m16n8k16 MMA of SM80 and later (NVIDIA, PTX ISA,
 #: "Matrix multiply-accumulate operation using mma instruction", shapes .m16n8k16).
 MMA_ROWS = 16
+#: Block-scaled formats (OCP MX and NVFP4), run by Blackwell's ``tcgen05.mma ... .block_scale``.
+BLOCK_SCALED = frozenset({"mxfp8", "nvfp4"})
+#: Rows of the smallest block-scaled MMA a CTA issues: ``tcgen05.mma`` of kinds ``mxf8f6f4`` and
+#: ``mxf4nvf4`` takes M = 128 per CTA (NVIDIA, PTX ISA, "tcgen05.mma" valid shapes; two CTAs pair
+#: up for 256), so a decode GEMM of 8 token rows does the MMA work of 128. vLLM's SM100 NVFP4
+#: kernels use a 128-row tile per SM at every M, 1 to 16, 17 to 256 and above
+#: (csrc/quantization/fp4/nvfp4_scaled_mm_kernels.cu, ``PerSmTileShape_MNK``).
+SCALED_MMA_ROWS = 128
 
 
-def gemm_tile(tile: tuple[int, int, int], m: int) -> tuple[int, int, int]:
+def mma_rows(task: Task) -> int:
+    """Rows of the smallest MMA ``task``'s GEMM can issue: :data:`SCALED_MMA_ROWS` for a block-scaled
+    format (``task.precision``), :data:`MMA_ROWS` otherwise."""
+    return SCALED_MMA_ROWS if task.precision in BLOCK_SCALED else MMA_ROWS
+
+
+def gemm_tile(tile: tuple[int, int, int], m: int, rows: int = MMA_ROWS) -> tuple[int, int, int]:
     """The block tile a GEMM of ``m`` rows runs: the device's tile, with its rows cut to ``m``
-    rounded up to whole MMA rows (:data:`MMA_ROWS`) when ``m`` is smaller, as the libraries'
-    small-M kernels do (a decode step's GEMM of a few token rows does not pay for 128)."""
+    rounded up to whole MMA rows (``rows``, :func:`mma_rows`) when ``m`` is smaller, as the
+    libraries' small-M kernels do (a decode step's GEMM of a few token rows does not pay for 128
+    where the MMA is 16 rows; it does where the MMA is 128)."""
     tm, tn, tk = tile
-    return min(tm, MMA_ROWS * max(1, math.ceil(m / MMA_ROWS))), tn, tk
+    return min(tm, rows * max(1, math.ceil(m / rows))), tn, tk
 
 
 def gemm_grid(task: Task, dims: tuple[int, int, int, int], tile: tuple[int, int, int], units: int,
                max_split: int) -> tuple[int, int, int, int]:
-    """``(useful, blocks, split, waves)`` of a GEMM's grid (:func:`wave_efficiency`)."""
+    """``(useful, blocks, split, waves)`` of a GEMM's grid (:func:`wave_efficiency`). A block-scaled
+    GEMM is not split along K: the SM100 block-scaled kernels run CUTLASS's persistent
+    data-parallel tile scheduler (``GemmUniversal`` with no scheduler named: one output tile per
+    CTA; vLLM's nvfp4_scaled_mm_kernels.cu, FlashInfer's ``mm_fp4`` CUTLASS backend)."""
     batch, m, n, k = dims
     if task.op in ("conv2d", "conv_transpose2d"):
         groups = int(dict(task.attrs).get("groups") or 1)
         batch, n = groups, n * (batch // max(groups, 1))
-    tm, tn, tk = gemm_tile(tile, m)
+    tm, tn, tk = gemm_tile(tile, m, mma_rows(task))
+    if task.precision in BLOCK_SCALED:
+        max_split = 1
     blocks = batch * math.ceil(m / tm) * math.ceil(n / tn)
     split = max(1, min(max_split, units // blocks, math.ceil(k / tk))) if blocks else 1
     return batch * m * n, blocks, split, math.ceil(blocks * split / units)
@@ -315,7 +335,7 @@ def wave_efficiency(task: Task, dims: tuple[int, int, int, int], tile: tuple[int
     useful, blocks, split, waves = gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
         return 1.0
-    tm, tn, _ = gemm_tile(tile, dims[1])
+    tm, tn, _ = gemm_tile(tile, dims[1], mma_rows(task))
     return useful / (waves * units * tm * tn / split)
 
 
@@ -334,7 +354,7 @@ def pipeline_fill_time(task: Task, dims: tuple[int, int, int, int], tile: tuple[
     _, blocks, split, _ = gemm_grid(task, dims, tile, units, max_split)
     if blocks == 0:
         return 0.0
-    tm, tn, tk = gemm_tile(tile, dims[1])
+    tm, tn, tk = gemm_tile(tile, dims[1], mma_rows(task))
     item = float(DTYPE_BYTES.get(task.dtype, 4))
     depth = min(stages, math.ceil(math.ceil(dims[3] / split) / tk))
     return (depth * (tm + tn) * tk * item + tm * tn * item) / (bandwidth_gbs * 1e9 / units)

@@ -26,8 +26,10 @@ gives every scheduled sequence its token takes the longer of one pass through th
 between stages included; a step of fewer sequences than stages runs one micro-batch a sequence.
 
 Memory per GPU on the fullest stage: its weights, the activation workspace of a full step
-(the largest kernel's at ``chunk`` tokens) and :data:`mapper.cluster.model.RESERVE`; the KV cache
-gets what the runtime leaves (:mod:`mapper.serving.runtimes`).
+(the largest kernel's at ``chunk`` tokens) and the reserve no tensor can use, counted part by part
+as training counts it for the communicators a replica opens (:mod:`mapper.cluster.reserve`:
+driver, CUDA context, NCCL buffers of the tensor group and the pipeline's sends, GEMM
+workspaces); the KV cache gets what the runtime leaves (:mod:`mapper.serving.runtimes`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
+from mapper.cluster.reserve import ServingGroups, reserve
 from mapper.core.graph import TaskGraph
 from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.costing.precision import with_precision
@@ -244,14 +246,17 @@ class StepModel:
         (whole blocks; the stage that holds fewest sets it)."""
         best: dict[str, float] = {}
         tokens = math.inf
+        held = reserve(capacity, ServingGroups(self.tensor, self.pipeline))
         for blocks in self.stages:
             weights = sum(self.weights[b] for b in blocks)
-            work = max(self.working[b] for b in blocks) + RESERVE
+            act = max(self.working[b] for b in blocks)
+            work = act + held
             room = (runtime.kv_fraction * capacity - weights - work if runtime.of_total
                     else runtime.kv_fraction * (capacity - weights - work))
             per_token = sum(self.kv_per_token[b] for b in blocks)
             fit = max(room, 0.0) / per_token if per_token > 0 else math.inf
-            parts = {"weights": weights, "workspace": work, "kv_cache": max(room, 0.0) if per_token > 0 else 0.0}
+            parts = {"weights": weights, "activations": act, "reserve": held,
+                     "kv_cache": max(room, 0.0) if per_token > 0 else 0.0}
             if sum(parts.values()) > sum(best.values()):
                 best = parts
             tokens = min(tokens, fit)

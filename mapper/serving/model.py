@@ -34,8 +34,8 @@ A layout of ``t`` tensor ranks, ``p`` pipeline stages and ``m`` micro-batches:
 
 Memory per GPU on the fullest stage: its weights, its layers' KV cache at the
 full context (``2 layers kv_heads/t dh context batch`` elements,
-:func:`cache_bytes`), the largest kernel's activations of one micro-batch and
-:data:`mapper.cluster.model.RESERVE`.
+:func:`cache_bytes`), the largest kernel's activations of one micro-batch and the reserve of
+the tensor group and pipeline sends it opens (:mod:`mapper.cluster.reserve`, as training counts it).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from mapper.cluster.model import RESERVE
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
+from mapper.cluster.reserve import ServingGroups, reserve
 from mapper.core.graph import TaskGraph
 from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.costing.precision import with_precision
@@ -225,6 +225,7 @@ class ServingModel:
         best: dict[str, float] = {}
         room = math.inf
         held: list[float] = []
+        kept = reserve(self.capacity, ServingGroups(t, lay.pipeline))
         for a, b in zip(starts, ends):
             weights = sum(self.block("prefill", i, t, m).param_bytes
                           * stored_fraction(self.marked, self.blocks[i], self.precision)
@@ -233,13 +234,13 @@ class ServingModel:
             kv = cache_bytes(graph, tasks, t, self.request.context)
             act = max(max(self.block(ph, i, t, m).working for ph in self.profiles if ph != "token")
                       for i in range(a, b))
-            parts = {"weights": weights, "kv_cache": kv, "activations": act, "reserve": RESERVE}
+            parts = {"weights": weights, "kv_cache": kv, "activations": act, "reserve": kept}
             held.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best = parts
             per_seq = (kv + act * m) / self.request.batch  # activations: one micro-batch of b/m sequences
             if per_seq > 0:
-                fit = (self.capacity - weights - RESERVE) / per_seq
+                fit = (self.capacity - weights - kept) / per_seq
                 room = min(room, fit)
         return best, int(room) if math.isfinite(room) and room > 0 else 0, tuple(held)
 
