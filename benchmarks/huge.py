@@ -18,8 +18,9 @@ partitioner's second thread aside), its peak resident memory, and the makespan o
 chain-coarsening path; skipped past ``--chains-max`` tasks) and of ``--mapper heft`` on the full
 graph (also skipped past ``--heft-max``), plus km1 (connectivity - 1 over the nets, net weights as the partitioner
 sees them) of the default mapping's devices against one direct Mt-KaHyPar call for as many
-blocks under the same balance. The load average is printed beside every timing (the machine
-is shared).
+blocks under the same balance, with the preset mapper uses and with the stock deterministic
+preset (``km1 stock``: :mod:`mapper.mapping.partition_preset`). The load average is printed
+beside every timing (the machine is shared).
 
 ``--snn N``: a feed-forward spiking network of about N neurons (4 populations, topographic
 projections of fan-out 16 within ``--snn-radius``) on the ``loihi`` platform (128 cores, 1,024 neurons and 4,096
@@ -119,9 +120,11 @@ def compile_run(graph: str, platform: str, out: str, extra: list[str], limit: fl
             "devices": names, "notes": report.get("notes", [])}
 
 
-def km1_pair(graph_path: str, nd: int, devices: dict[str, str]) -> tuple[int, int]:
-    """km1 of ``devices`` and of one direct Mt-KaHyPar call for ``nd`` blocks (3 % imbalance)."""
+def km1_pair(graph_path: str, nd: int, devices: dict[str, str]) -> tuple[int, int, int]:
+    """km1 of ``devices``, of one direct Mt-KaHyPar call for ``nd`` blocks (3 % imbalance) with the
+    preset mapper uses, and of one with the stock deterministic preset."""
     from mapper.frontend.load import graph_from_text
+    from mapper.mapping import hypergraph
     from mapper.mapping.hypergraph import km1, nets_of, partition
 
     with open(graph_path) as f:
@@ -131,8 +134,14 @@ def km1_pair(graph_path: str, nd: int, devices: dict[str, str]) -> tuple[int, in
     index = {f"p{d}": d for d in range(nd)}
     ours = [index[devices[t.name]] for t in graph.tasks]
     n = len(graph.tasks)
-    direct = partition(n, nets, [1] * n, [-(-n * 103 // (100 * nd))] * nd, 0)
-    return km1(nets, ours), km1(nets, direct)
+    caps = [-(-n * 103 // (100 * nd))] * nd
+    direct = partition(n, nets, [1] * n, caps, 0)
+    changes, hypergraph.PRESET_CHANGES = hypergraph.PRESET_CHANGES, {}
+    try:
+        stock = partition(n, nets, [1] * n, caps, 0)
+    finally:
+        hypergraph.PRESET_CHANGES = changes
+    return km1(nets, ours), km1(nets, direct), km1(nets, stock)
 
 
 def _fmt(r: dict | None, key: str = "makespan") -> str:
@@ -152,7 +161,7 @@ def run_graphs(args, tmp: str) -> None:
     write_platform(plat, args.devices)
     print(f"{'shape':9} {'tasks':>8} {'wall s':>7} {'cpu s':>6} {'load':>5} {'MiB':>6} {'makespan':>10} "
           f"{'chains':>10} {'c wall':>7} {'c cpu':>6} {'heft':>10} {'h wall':>7} {'h cpu':>6} {'km1':>9} "
-          f"{'km1 mtk':>9}")
+          f"{'km1 mtk':>9} {'km1 stock':>9}")
     for size in args.sizes:
         for shape in ("layered", "workflow"):
             path = os.path.join(tmp, f"{shape}{size}.tg")
@@ -163,13 +172,13 @@ def run_graphs(args, tmp: str) -> None:
             chains = (compile_run(path, plat, out, ["--coarsen", "chains"], args.time_limit)
                       if n <= args.chains_max else None)
             heft = compile_run(path, plat, out, ["--mapper", "heft"], args.time_limit) if small else None
-            k_ours = k_direct = "-"
+            k_ours = k_direct = k_stock = "-"
             if "devices" in ml and n <= args.km1_max:
-                a, b = km1_pair(path, args.devices, ml["devices"])
-                k_ours, k_direct = str(a), str(b)
+                k_ours, k_direct, k_stock = map(str, km1_pair(path, args.devices, ml["devices"]))
             print(f"{shape:9} {n:>8} {ml['wall']:>7.1f} {ml['cpu']:>6.1f} {ml['load']:>5} {ml['mib']:>6.0f} "
                   f"{_fmt(ml):>10} {_fmt(chains):>10} {_secs(chains, 'wall'):>7} {_secs(chains, 'cpu'):>6} "
-                  f"{_fmt(heft):>10} {_secs(heft, 'wall'):>7} {_secs(heft, 'cpu'):>6} {k_ours:>9} {k_direct:>9}",
+                  f"{_fmt(heft):>10} {_secs(heft, 'wall'):>7} {_secs(heft, 'cpu'):>6} {k_ours:>9} {k_direct:>9} "
+                  f"{k_stock:>9}",
                   flush=True)
             if "error" in ml:
                 print(f"  error: {ml['error']}")

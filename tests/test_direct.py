@@ -12,7 +12,7 @@ from test_fastparse import program
 
 from mapper.errors import DslError
 from mapper.frontend.direct import _Decline, _Reader, direct_graph
-from mapper.frontend.fastparse import MIN_LINES
+from mapper.frontend.lines import MIN_LINES
 from mapper.frontend.load import graph_from_text
 from mapper.frontend.lowering.program import lower
 from mapper.frontend.parse import parse

@@ -233,3 +233,33 @@ def test_huge_path_same_seed_same_bytes(tmp_path, monkeypatch):
     finally:
         gc.unfreeze()
     assert outs[0] == outs[1]
+
+
+@needs_mtkahypar
+def test_preset_file_is_the_stock_preset_and_its_changes_stay_deterministic(monkeypatch):
+    # the preset text with no change reproduces Mt-KaHyPar's own deterministic preset; with
+    # mapper's changes the partition is a function of the input and seed, within the balance
+    import mtkahypar
+
+    from mapper.mapping import hypergraph
+    from mapper.mapping.partition_preset import CHANGES, DETERMINISTIC, preset_text
+
+    assert preset_text({}) == DETERMINISTIC
+    assert all(f"\n{k}=" in "\n" + DETERMINISTIC for k in CHANGES)
+    cost = random_instance(4, 300, "layered", n_devices=4)
+    nets = nets_of(cost.graph, [1.0] * len(cost.graph.edges))
+    n = cost.n_tasks
+    monkeypatch.setattr(hypergraph, "PRESET_CHANGES", {})
+    from_file = partition(n, nets, [1] * n, [80] * 4, 5)
+    ini = hypergraph._initializer()
+    mtkahypar.set_seed(5)
+    ctx = ini.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
+    ctx.logging = False
+    ctx.set_partitioning_parameters(4, 0.03, mtkahypar.Objective.KM1)
+    ctx.set_individual_target_block_weights([80] * 4)
+    hg = ini.create_hypergraph(ctx, n, len(nets.pins), nets.pins, [1] * n, nets.weight)
+    assert from_file == tuple(hg.partition(ctx).get_partition())
+    monkeypatch.setattr(hypergraph, "PRESET_CHANGES", CHANGES)
+    ours = partition(n, nets, [1] * n, [80] * 4, 5)
+    assert ours == partition(n, nets, [1] * n, [80] * 4, 5)
+    assert max(ours.count(b) for b in range(4)) <= 80 * 1.03

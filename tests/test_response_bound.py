@@ -52,3 +52,36 @@ def test_han_bound_by_hand():
     # a transfer delay holds no core: it lengthens the path by itself
     delayed = TypedDag(dag.times, dag.types, [(0, 1, 0.5), (1, 2, 0.0)], dag.cores)
     assert han_bound(delayed) == pytest.approx(11.5)
+
+
+
+def _dfs_order(n: int, edges) -> list[int]:
+    """A topological order other than Kahn's: reverse postorder of a depth-first search from the highest index."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for a, b, _ in edges:
+        succ[a].append(b)
+    seen, post = [False] * n, []
+    for root in reversed(range(n)):
+        stack = [(root, iter(succ[root]))] if not seen[root] else []
+        seen[root] = True
+        while stack:
+            v, it = stack[-1]
+            w = next((w for w in it if not seen[w]), None)
+            if w is None:
+                post.append(v)
+                stack.pop()
+            else:
+                seen[w] = True
+                stack.append((w, iter(succ[w])))
+    return post[::-1]
+
+
+def test_any_topological_order_gives_the_same_bound():
+    # schedule_dag hands han_bound the graph's own topological order: the same floats as its own
+    rng = random.Random(7)
+    for _ in range(300):
+        dag = _typed(rng)
+        order = _dfs_order(len(dag.times), dag.edges)
+        pos = {v: i for i, v in enumerate(order)}
+        assert all(pos[a] < pos[b] for a, b, _ in dag.edges)
+        assert han_bound(TypedDag(dag.times, dag.types, dag.edges, dag.cores, order)) == han_bound(dag)

@@ -32,7 +32,7 @@ MIB = float(2**20)
 BOUNDS = ("compute", "memory", "launch", "serial", "explicit", "infeasible")
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(frozen=True, slots=True, repr=False, weakref_slot=True)
 class CostTable:
     """Per-task, per-device times and per-pair route data. ``inf`` = infeasible.
 

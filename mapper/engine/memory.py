@@ -20,6 +20,7 @@ the same instant as releases come after them.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,17 +37,18 @@ class DevicePeak:
     resident: float
 
 
-#: The last schedule asked about and its peaks: a compile asks for the same schedule's peaks
-#: when it checks that they fit and again when it writes the report.
-_last: list[tuple[Schedule, tuple[DevicePeak, ...]]] = []
+#: The last schedule asked about (weakly: the cache never keeps a schedule alive) and its peaks: a
+#: compile asks for the same schedule's peaks when it checks that they fit and again when it writes
+#: the report.
+_last: list[tuple[weakref.ref[Schedule], tuple[DevicePeak, ...]]] = []
 
 
 def peak_memory(schedule: Schedule) -> tuple[DevicePeak, ...]:
     """Per device, the most bytes held at once (module docstring); kept for the last schedule."""
-    if _last and _last[0][0] is schedule:
+    if _last and _last[0][0]() is schedule:
         return _last[0][1]
     peaks = _peak_memory(schedule)
-    _last[:] = [(schedule, peaks)]
+    _last[:] = [(weakref.ref(schedule), peaks)]
     return peaks
 
 

@@ -54,7 +54,7 @@ class Transfer:
     hops: tuple[tuple[int, float, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(frozen=True, slots=True, repr=False, weakref_slot=True)
 class Schedule:
     """Timed result. ``slots[t]`` is task ``t``'s slot; transfers by edge index.
 

@@ -4,10 +4,11 @@ A generated workflow or DAG of 10^5-10^6 tasks is one ``graph`` of one-line ``ta
 { dev: T [unit], ... }`` and ``a -> b [comm T [unit] | bytes S [unit]]`` statements. The
 syntax tree of such a program (:mod:`mapper.frontend.fastparse`) holds some 40 nodes a task
 line, only for the lowerer to read each once; :func:`direct_graph` reads the lines with the
-fast parser's own line expressions and makes the :class:`~mapper.core.graph.TaskGraph` the
-lowerer would (tasks, spans, costs, edges and their order: a test compares the two), with no
-tree. It declines (None) on anything else: another form of statement, an unusual spelling,
-and every error (an unknown name, a duplicate, a cycle, a value out of range), which
+line grammar the fast parser uses (:mod:`mapper.frontend.lines`) and makes the
+:class:`~mapper.core.graph.TaskGraph` the lowerer would (tasks, spans, costs, edges and their
+order: a test compares the two), with no tree. It declines (None) on anything else: another
+form of statement, an unusual spelling, and every error (an unknown name, a duplicate, a
+cycle, a value out of range), which
 the parser and the lowerer then report with its place in the file.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 from mapper.core.graph import Edge, Placement, Task, TaskGraph
 from mapper.core.heap import collection_paused
 from mapper.errors import InputError, SourceSpan
-from mapper.frontend.fastparse import _EDGE_LINE, _N, _NUM, _TASK_LINE, MIN_LINES
+from mapper.frontend.lines import EDGE_LINE, MIN_LINES, NAME, NUMBER, TASK_LINE
 from mapper.frontend.lowering.program import MAX_TASKS
 from mapper.frontend.lowering.values import BYTE_UNITS, MAX_SECONDS, MAX_WORK, MIN_SECONDS, TIME_UNITS
 from mapper.frontend.nodes import builder
@@ -28,16 +29,16 @@ from mapper.frontend.syntax import KEYWORDS
 
 __all__ = ["direct_graph"]
 
-#: One cost entry with its spaces and separator (group 1), as :data:`fastparse._ITEM` reads it.
-_ITEM = re.compile(rf"([ \t\f]*({_N})[ \t\f]*:[ \t\f]*({_NUM})(?:[ \t\f]*({_N}))?[ \t\f]*(?:,|$))")
+#: One cost entry with its spaces and separator (group 1), as :data:`mapper.frontend.lines.ITEM` reads it.
+_ITEM = re.compile(rf"([ \t\f]*({NAME})[ \t\f]*:[ \t\f]*({NUMBER})(?:[ \t\f]*({NAME}))?[ \t\f]*(?:,|$))")
 #: A line of spaces and a comment at most, the graph's head and its closing brace.
 _BLANK = re.compile(r"[ \t\f]*(?:#[^\n]*)?\n?")
-_HEAD = re.compile(rf"[ \t\f]*graph[ \t\f]+({_N})[ \t\f]*\{{[ \t\f]*(?:#[^\n]*)?\n?")
+_HEAD = re.compile(rf"[ \t\f]*graph[ \t\f]+({NAME})[ \t\f]*\{{[ \t\f]*(?:#[^\n]*)?\n?")
 _CLOSE = re.compile(r"[ \t\f]*\}[ \t\f]*(?:#[^\n]*)?\n?")
 
 #: The fast parser's line expressions, a line's newline allowed (lines are read with theirs).
-_TASK_NL = re.compile(_TASK_LINE.pattern + r"\n?")
-_EDGE_NL = re.compile(_EDGE_LINE.pattern + r"\n?")
+_TASK_NL = re.compile(TASK_LINE.pattern + r"\n?")
+_EDGE_NL = re.compile(EDGE_LINE.pattern + r"\n?")
 
 _task = builder(Task)
 _edge = builder(Edge)

@@ -19,6 +19,7 @@ import re
 from mapper.errors import SourceSpan
 from mapper.frontend import nodes as N
 from mapper.frontend import syntax as S
+from mapper.frontend.lines import EDGE_LINE, ITEM, MIN_LINES, TASK_LINE
 from mapper.frontend.syntax import KEYWORDS
 
 #: The grammar's tokens (grammar/mapper.lark), in the lexer's order of preference.
@@ -27,16 +28,6 @@ _TOKEN = re.compile(
     r"|(?P<float>[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)|(?P<int>[0-9]+)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<punct>[{}:,])"
 )
-_N = r"[A-Za-z_][A-Za-z0-9_]*"
-_NUM = r"[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]+"
-#: A task line with the usual spacing, read in one match (other spacings take the token path).
-_TASK_LINE = re.compile(rf"[ \t\f]*task[ \t\f]+({_N})[ \t\f]+cost[ \t\f]*\{{(.*)\}}[ \t\f]*(?:#.*)?")
-_ITEM = re.compile(rf"[ \t\f]*({_N})[ \t\f]*:[ \t\f]*({_NUM})(?:[ \t\f]*({_N}))?[ \t\f]*(?:,|$)")
-#: An edge line with the usual spacing, read in one match.
-_EDGE_LINE = re.compile(rf"[ \t\f]*({_N})[ \t\f]*->[ \t\f]*({_N})"
-                        rf"(?:[ \t\f]+({_N})[ \t\f]+({_NUM})(?:[ \t\f]*({_N}))?)?[ \t\f]*(?:#.*)?")
-#: Below this many lines Lark is fast enough, and its messages are the same anyway.
-MIN_LINES = 200
 
 
 class _Decline(Exception):
@@ -138,8 +129,8 @@ class _Reader:
         return S.Program(self.file, (S.GraphDef(name, tuple(body), span),), self.text)
 
     def task_line(self, raw: str, line: int) -> S.TaskStmt | None:
-        """A task line read by :data:`_TASK_LINE` and :data:`_ITEM` (None: take the token path)."""
-        m = _TASK_LINE.fullmatch(raw)
+        """A task line read by :data:`TASK_LINE` and :data:`ITEM` (None: take the token path)."""
+        m = TASK_LINE.fullmatch(raw)
         if m is None or m.group(1) in KEYWORDS:
             return None
         inner, base = m.group(2), m.start(2) + 1
@@ -147,7 +138,7 @@ class _Reader:
         pos = 0
         span, num_, measure = N.span, N.num, N.measure
         file, word = self.file, self.word
-        for it in _ITEM.finditer(inner):
+        for it in ITEM.finditer(inner):
             start, end = it.span()
             if start != pos or end == start:
                 return None
@@ -242,8 +233,8 @@ class _Reader:
         return tuple(out)
 
     def edge_line(self, raw: str, line: int) -> S.EdgeStmt | None:
-        """An edge line read by :data:`_EDGE_LINE` (None: take the token path)."""
-        m = _EDGE_LINE.fullmatch(raw)
+        """An edge line read by :data:`EDGE_LINE` (None: take the token path)."""
+        m = EDGE_LINE.fullmatch(raw)
         if m is None:
             return None
         word = self.word

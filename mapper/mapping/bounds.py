@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -216,17 +217,18 @@ def integral_times(cost: CostTable) -> bool:
     return True
 
 
-#: The last bound computed: ``(cost, objective, options, bound)``. The exact
-#: engine prices one table with every heuristic, and each reports the bound.
-_last: list[tuple[CostTable, str, ScheduleOptions, float | None]] = []
+#: The last bound computed: ``(cost, objective, options, bound)``, the cost held weakly (the cache
+#: never keeps a graph alive). The exact engine prices one table with every heuristic, and each
+#: reports the bound.
+_last: list[tuple[weakref.ref[CostTable], str, ScheduleOptions, float | None]] = []
 
 
 def lower_bound(cost: CostTable, objective: str, options: ScheduleOptions = ScheduleOptions()) -> float | None:
     """:func:`compute_lower_bound`, kept for the last cost table asked about."""
-    if _last and _last[0][0] is cost and _last[0][1:3] == (objective, options):
+    if _last and _last[0][0]() is cost and _last[0][1:3] == (objective, options):
         return _last[0][3]
     bound = compute_lower_bound(cost, objective, options)
-    _last[:] = [(cost, objective, options, bound)]
+    _last[:] = [(weakref.ref(cost), objective, options, bound)]
     return bound
 
 

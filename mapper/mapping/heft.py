@@ -7,6 +7,7 @@ scheduling for heterogeneous computing", IEEE TPDS 13(3):260-274, 2002.
 from __future__ import annotations
 
 import time
+import weakref
 
 from mapper.costing.cost import CostTable
 from mapper.engine.schedule import Schedule
@@ -14,9 +15,27 @@ from mapper.mapping.base import MapOptions, Mapper, MapResult
 from mapper.mapping.placer import Placer, heuristic_result
 from mapper.mapping.ranks import edf_order, mean_comm, mean_times, priority_order, upward_rank
 
-#: The last HEFT schedule: ``(cost, key, schedule)``. ``--parallel`` scores its plans with HEFT and
-#: the default mapper starts from HEFT on the plan it keeps: the same table, so the same schedule.
-_last: list[tuple[CostTable, tuple, Schedule]] = []
+#: The last HEFT schedule: ``(cost, key, the schedule's fields after its cost)``, the cost held weakly
+#: and the entry dropped with it, so the cache never keeps a graph alive. ``--parallel`` scores its plans
+#: with HEFT and the default mapper starts from HEFT on the plan it keeps: the same table, so the same
+#: schedule.
+_last: list[tuple[weakref.ref[CostTable], tuple, tuple]] = []
+
+
+def _drop(ref: weakref.ref[CostTable]) -> None:
+    """Drop the kept schedule when its cost table goes."""
+    if _last and _last[0][0] is ref:
+        _last.clear()
+
+
+def _kept(cost: CostTable, key: tuple) -> Schedule | None:
+    if _last and _last[0][0]() is cost and _last[0][1] == key:
+        return Schedule(cost, *_last[0][2])
+    return None
+
+
+def _keep(cost: CostTable, key: tuple, s: Schedule) -> None:
+    _last[:] = [(weakref.ref(cost, _drop), key, (s.options, s.slots, s.transfers, s.makespan, s.order, s.streamed))]
 
 
 class HeftMapper(Mapper):
@@ -37,8 +56,9 @@ class HeftMapper(Mapper):
     def map(self, cost: CostTable, options: MapOptions = MapOptions()) -> MapResult:
         started = time.perf_counter()
         key = (type(self), options.objective == "deadline", options.schedule)
-        if _last and _last[0][0] is cost and _last[0][1] == key:
-            return heuristic_result(self.name, _last[0][2], options, started)
+        kept = _kept(cost, key)
+        if kept is not None:
+            return heuristic_result(self.name, kept, options, started)
         cost.require_feasible()
         w = mean_times(cost)
         rank = upward_rank(cost, w, mean_comm(cost, self.same_device))
@@ -48,7 +68,7 @@ class HeftMapper(Mapper):
         for t in order:
             placer.place_best(t)
         schedule = placer.schedule()
-        _last[:] = [(cost, key, schedule)]
+        _keep(cost, key, schedule)
         return heuristic_result(self.name, schedule, options, started)
 
 

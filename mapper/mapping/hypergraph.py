@@ -6,20 +6,24 @@ weighted by the time its largest transfer takes on average over the device
 pairs (bytes through the links, or the edge's explicit ``comm``), so the
 connectivity objective ``km1`` (sum over nets of the blocks they span minus
 one) counts what crossing devices costs. Partitioned with Mt-KaHyPar's
-deterministic preset and a fixed seed (Gottesbüren, Heuer, Maas, Sanders,
-Schlag, "Scalable high-quality hypergraph partitioning", ACM TOPC 2024;
-Gottesbüren, Hamann, "Deterministic parallel hypergraph partitioning",
-Euro-Par 2022), so the same input gives the same partition.
+deterministic preset, two settings changed (:mod:`.partition_preset`), and a
+fixed seed (Gottesbüren, Heuer, Maas, Sanders, Schlag, "Scalable high-quality
+hypergraph partitioning", ACM TOPC 2024; Gottesbüren, Hamann, "Deterministic
+parallel hypergraph partitioning", Euro-Par 2022), so the same input gives the
+same partition, whatever the thread count.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from mapper.core.graph import TaskGraph
 from mapper.errors import OptionsError
+from mapper.mapping.partition_preset import CHANGES, preset_text
 
 #: Net weights are integers from 1 to this (Mt-KaHyPar's weights are 32-bit).
 WEIGHT_SCALE = 10_000
@@ -27,6 +31,8 @@ WEIGHT_SCALE = 10_000
 DIRECT_BLOCKS = 16
 #: Threads Mt-KaHyPar runs with (this machine's CPUs are shared; the preset is deterministic whatever the count).
 THREADS = 2
+#: The preset's settings mapper changes (:data:`.partition_preset.CHANGES`); {} is the stock deterministic preset.
+PRESET_CHANGES: dict[str, str] = CHANGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +94,11 @@ def partition(n: int, nets: Nets, node_weight: Sequence[int], max_weight: Sequen
     k = len(max_weight)
     if k < 1:
         raise OptionsError("a partition needs at least one block")
-    pins = [list(p) for p in nets.pins]
+    pins = nets.pins
     if k <= DIRECT_BLOCKS:
-        return tuple(_direct(n, pins, list(nets.weight), list(node_weight), list(max_weight), seed, epsilon))
+        return tuple(_direct(n, pins, nets.weight, node_weight, list(max_weight), seed, epsilon))
     groups = [list(range(i, min(k, i + DIRECT_BLOCKS))) for i in range(0, k, DIRECT_BLOCKS)]
-    top = _direct(n, pins, list(nets.weight), list(node_weight),
+    top = _direct(n, pins, nets.weight, node_weight,
                   [sum(max_weight[b] for b in g) for g in groups], seed, epsilon)
     members: list[list[int]] = [[] for _ in groups]
     local = [0] * n
@@ -125,8 +131,8 @@ def partition(n: int, nets: Nets, node_weight: Sequence[int], max_weight: Sequen
     return tuple(out)
 
 
-def _direct(n: int, pins: list[list[int]], net_weight: list[int], node_weight: list[int], max_weight: list[int],
-            seed: int, epsilon: float) -> list[int]:
+def _direct(n: int, pins: Sequence[Sequence[int]], net_weight: Sequence[int], node_weight: Sequence[int],
+            max_weight: list[int], seed: int, epsilon: float) -> list[int]:
     k = len(max_weight)
     if k == 1 or n == 0:
         return [0] * n
@@ -134,12 +140,28 @@ def _direct(n: int, pins: list[list[int]], net_weight: list[int], node_weight: l
 
     ini = _initializer()
     mtkahypar.set_seed(seed % 2**31)
-    ctx = ini.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
+    ctx = _context(ini)
     ctx.logging = False
     ctx.set_partitioning_parameters(k, epsilon, mtkahypar.Objective.KM1)
     ctx.set_individual_target_block_weights([max(1, int(w)) for w in max_weight])
     hg = ini.create_hypergraph(ctx, n, len(pins), pins, node_weight, net_weight)
     return list(hg.partition(ctx).get_partition())
+
+
+def _context(ini):
+    """A context of the deterministic preset with :data:`PRESET_CHANGES` (Mt-KaHyPar reads
+    settings from a file only: a temporary one, removed once read)."""
+    import mtkahypar
+
+    if not PRESET_CHANGES:
+        return ini.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
+    fd, path = tempfile.mkstemp(suffix=".ini", prefix="mapper-preset-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(preset_text(PRESET_CHANGES))
+        return ini.context_from_file(path)
+    finally:
+        os.unlink(path)
 
 
 def km1(nets: Nets, block: Sequence[int]) -> int:

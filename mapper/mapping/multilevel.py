@@ -156,10 +156,13 @@ def _guided(cost: CostTable, hint, fastest: list[int], rank: tuple[int, ...], op
                 if soon < 0 or at < soon_at:
                     soon, soon_at = d, at
             cand = {hint[t], fastest[t], soon}
-            preds = g.preds[t]
-            if preds:
-                e = max(preds, key=lambda e: (end[edges[e].src] + comm[e], -e))
-                cand.add(placer.device[edges[e].src])
+            late, at = -1, -INF  # the edge of the input arriving last (ties: the lowest edge)
+            for e in g.preds[t]:
+                x = end[edges[e].src] + comm[e]
+                if x > at or (x == at and e < late):
+                    late, at = e, x
+            if late >= 0:
+                cand.add(placer.device[edges[late].src])
             if not any(placer.fits(t, d) for d in cand):
                 cand = set(cost.feasible_devices(t))
             d = placer.place_best(t, devices=sorted(cand))

@@ -162,21 +162,19 @@ def _device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     nd = cost.n_devices
     cols = []
     placed = [t for t in cost.graph.tasks if t.placement.allow or t.placement.deny]  # the others permit all
-    # each device's column of the tables, transposed in C (a million tasks: 4 x 8 columns of 10^6)
-    times, energy, area = (list(zip(*table)) if table else [()] * nd for table in (cost.time, cost.energy, cost.area))
     for d in range(nd):
         dev = cost.platform.devices[d]
         cols.append(
             (
                 replace(dev, index=0, name=""),
-                times[d],
                 tuple(t.placement.permits(dev.name, dev.kind) for t in placed),
-                energy[d],
-                area[d],
                 cost.memory_capacity[d],
                 cost.area_capacity[d],
             )
         )
+
+    def same_columns(a: int, b: int) -> bool:  # the tables' columns, compared up to the first difference
+        return all(row[a] == row[b] for table in (cost.time, cost.energy, cost.area) for row in table)
 
     def swappable(a: int, b: int) -> bool:  # the columns are equal: the routes decide
         for mat in (cost.route_latency, cost.route_sec_per_byte):
@@ -189,12 +187,12 @@ def _device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
 
     # being swappable is an equivalence (equal columns; routes equal to and from every
     # third device make those between the two equal too), so each device is compared
-    # with one member of each class of equal columns, not with every member
+    # with one member of each class of equal descriptions and columns, not with every member
     buckets: dict[tuple, list[list[int]]] = {}
     for d in range(nd):
         found = buckets.setdefault(cols[d], [])
         for cls in found:
-            if swappable(cls[0], d):
+            if same_columns(cls[0], d) and swappable(cls[0], d):
                 cls.append(d)
                 break
         else:

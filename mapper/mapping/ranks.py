@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import weakref
 from collections.abc import Sequence
 
 from mapper.costing.cost import CostTable
@@ -17,19 +18,24 @@ from mapper.costing.cost import CostTable
 INF = math.inf
 
 
-#: The last few means computed, by table (identity): the multilevel path and the heuristics it
-#: runs ask for the same table's means several times (the full graph's and the coarse graph's
-#: three kinds each, so that the full graph's are not computed again).
+#: The last few means computed, by table (identity, held weakly: an entry goes with its table, so
+#: the memo never keeps a graph alive): the multilevel path and the heuristics it runs ask for the
+#: same table's means several times (the full graph's and the coarse graph's three kinds each, so
+#: that the full graph's are not computed again).
 MEMO_SIZE = 8
-_MEMO: list[tuple[CostTable, object, tuple[float, ...]]] = []
+_MEMO: list[tuple[weakref.ref[CostTable], object, tuple[float, ...]]] = []
+
+
+def _forget(ref: weakref.ref[CostTable]) -> None:
+    _MEMO[:] = [m for m in _MEMO if m[0] is not ref]
 
 
 def _memo(cost: CostTable, key: object, compute) -> tuple[float, ...]:
     for known, k, value in _MEMO:
-        if known is cost and k == key:
+        if known() is cost and k == key:
             return value
     value = compute()
-    _MEMO.insert(0, (cost, key, value))
+    _MEMO.insert(0, (weakref.ref(cost, _forget), key, value))
     del _MEMO[MEMO_SIZE:]
     return value
 

@@ -42,6 +42,7 @@ class TypedDag:
     types: Sequence[Hashable]
     edges: Sequence[tuple[int, int, float]]
     cores: Mapping[Hashable, int]
+    order: Sequence[int] | None = None  # a topological order of the vertices, when known
 
 
 def _topo(n: int, edges: Sequence[tuple[int, int, float]]) -> list[int]:
@@ -62,7 +63,7 @@ def han_bound(dag: TypedDag) -> float:
     for a, b, delay in dag.edges:
         into[b].append((a, delay))
     best = [0.0] * n
-    for v in _topo(n, dag.edges):
+    for v in dag.order if dag.order is not None else _topo(n, dag.edges):
         best[v] = weight[v] + max((best[a] + delay for a, delay in into[v]), default=0.0)
     return sum(vol[s] / dag.cores[s] for s in vol) + max(best, default=0.0)
 
@@ -123,9 +124,9 @@ def schedule_dag(schedule: Schedule) -> tuple[TypedDag, tuple[tuple[int, ...], .
     pools = pooled_classes(cost, identical_device_classes(cost))
     pool_of = {d: c for c in pools for d in c}
     cls = [pool_of.get(d, (d,)) for d in range(cost.n_devices)]
-    slot = {s.task: s for s in schedule.slots}
-    times = [slot[t].end - slot[t].start for t in range(cost.n_tasks)]
-    types = [cls[slot[t].device] for t in range(cost.n_tasks)]
+    slots = schedule.slots  # slots[t] is task t's
+    times = [s.end - s.start for s in slots]
+    types = [cls[s.device] for s in slots]
     edges = []
     for e in cost.graph.edges:
         a, b = types[e.src], types[e.dst]
@@ -135,7 +136,7 @@ def schedule_dag(schedule: Schedule) -> tuple[TypedDag, tuple[tuple[int, ...], .
             delay = 0.0 if a == b else max((cost.comm(e.index, x, y) for x in a for y in b if x != y), default=0.0)
         edges.append((e.src, e.dst, delay))
     used = tuple(sorted(set(types)))
-    return TypedDag(times, types, edges, {c: len(c) for c in used}), used
+    return TypedDag(times, types, edges, {c: len(c) for c in used}, cost.graph.topo_order), used
 
 
 def response_bound(schedule: Schedule) -> dict:
@@ -143,9 +144,11 @@ def response_bound(schedule: Schedule) -> dict:
     on any device of its device's class, transfers as placed), and the method."""
     dag, used = schedule_dag(schedule)
     names = schedule.cost.platform.devices
+    of_type: dict[Hashable, list[float]] = {c: [] for c in used}  # each type's times, in task order
+    for x, c in zip(dag.times, dag.types):
+        of_type[c].append(x)
     return {
         "bound": han_bound(dag),
         "method": "graham" if len(used) == 1 else "han",
-        "types": [{"devices": [names[d].name for d in c], "cores": len(c),
-                   "volume": sum(x for x, s in zip(dag.times, dag.types) if s == c)} for c in used],
+        "types": [{"devices": [names[d].name for d in c], "cores": len(c), "volume": sum(of_type[c])} for c in used],
     }
