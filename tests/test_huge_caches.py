@@ -1,5 +1,5 @@
-"""The one-entry caches of HEFT, the lower bound and peak memory never keep a graph alive; the
-line grammar the fast parser and the direct reader share."""
+"""The one-entry caches of HEFT, the ranks, the lower bound, the device classes, the validator and
+peak memory never keep a graph alive; the line grammar the fast parser and the direct reader share."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import gc
 import weakref
 
 from mapper.engine.memory import peak_memory
+from mapper.engine.validate import validate
 from mapper.frontend import direct, fastparse, lines
 from mapper.mapping import bounds, get_mapper, heft
 from mapper.mapping.base import MapOptions
+from mapper.mapping.orders import identical_device_classes
 from tests.randdag import random_instance
 
 
@@ -19,7 +21,9 @@ def test_heft_cache_hits_on_the_same_table_and_lets_it_go():
     again = get_mapper("heft").map(cost, MapOptions()).schedule
     assert again.slots is first.slots and again.cost is cost  # kept, rebuilt around the same table
     assert bounds.lower_bound(cost, "makespan") is not None
+    assert identical_device_classes(cost) is identical_device_classes(cost)
     peak_memory(first)
+    assert validate(first) == validate(again) == []
     gone = weakref.ref(cost)
     del cost, first, again
     gc.collect()

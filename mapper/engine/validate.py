@@ -25,6 +25,7 @@ after its deadline; :func:`deadline_misses` lists them otherwise, for notes).
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,19 +50,20 @@ class Violation:
     edges: tuple[int, ...] = ()
 
 
-#: The last schedule checked and its violations: a compile checks the kept heuristic's schedule
-#: when it chooses it and again as the result (a frozen schedule's verdict cannot change).
-_last: list[tuple[Schedule, tuple[Violation, ...]]] = []
+#: The last schedule checked (held weakly: the cache never keeps a graph alive) and its violations:
+#: a compile checks the kept heuristic's schedule when it chooses it and again as the result (a
+#: frozen schedule's verdict cannot change).
+_last: list[tuple[weakref.ref[Schedule], tuple[Violation, ...]]] = []
 
 
 def validate(schedule: Schedule, deadlines: bool = False) -> list[Violation]:
     """Every violation of the timing semantics in ``schedule`` ([] if valid); with
     ``deadlines``, every missed deadline too."""
-    if _last and _last[0][0] is schedule:
+    if _last and _last[0][0]() is schedule:
         out = list(_last[0][1])
     else:
         out = _Checker(schedule).run()
-        _last[:] = [(schedule, tuple(out))]
+        _last[:] = [(weakref.ref(schedule), tuple(out))]
     return out + deadline_misses(schedule) if deadlines else out
 
 

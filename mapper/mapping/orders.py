@@ -10,6 +10,7 @@ orders from start times, and the detection of interchangeable devices.
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -145,16 +146,17 @@ def count_order_pairs(cost: CostTable) -> int:
     return count
 
 
-#: The last table's classes: the exact models and the report's response-time bound ask for the same table's.
-_last_classes: list[tuple[CostTable, tuple[tuple[int, ...], ...]]] = []
+#: The last table's classes: the exact models and the report's response-time bound ask for the same
+#: table's (the table held weakly: the cache never keeps a graph alive).
+_last_classes: list[tuple[weakref.ref[CostTable], tuple[tuple[int, ...], ...]]] = []
 
 
 def identical_device_classes(cost: CostTable) -> tuple[tuple[int, ...], ...]:
     """Classes (size >= 2, ascending) of pairwise interchangeable devices."""
-    if _last_classes and _last_classes[0][0] is cost:
+    if _last_classes and _last_classes[0][0]() is cost:
         return _last_classes[0][1]
     classes = _device_classes(cost)
-    _last_classes[:] = [(cost, classes)]
+    _last_classes[:] = [(weakref.ref(cost), classes)]
     return classes
 
 
