@@ -126,7 +126,7 @@ def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Sl
     arrive = [r.arrival or 0.0 for r in requests]
     rp, rd = plan.prefill.replicas, plan.decode.replicas
     psched = Scheduler(pre_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
-                       pre.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front)
+                       pre.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front, stream=rt.stream)
     prefilled: dict[int, Served] = {}
     runs_p = []
     for r in range(rp):
@@ -143,7 +143,7 @@ def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Sl
             across = crosses(plan, k % rp, k % rd, per_node)
             moved[k] = transfer_time(held_positions(requests[k].input_tokens, pre.window), pre, dec, across)
     dsched = Scheduler(dec_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
-                       dec.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag)
+                       dec.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag, stream=rt.stream)
     final: dict[int, Served] = {}
     runs_d = []
     for r in range(rd):

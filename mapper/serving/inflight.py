@@ -51,7 +51,13 @@ last chunk yields the request's first token (its time to first token is the step
 its arrival); each decode one more; a request ends with its last output token. A runtime's
 ``front`` delays each request's arrival at the scheduler (its HTTP server, tokenizer and
 inter-process hops, :mod:`mapper.serving.runtimes`): it adds to time to first token and end to
-end, not to the time between tokens.
+end, not to the time between tokens. A runtime that streams returns every token as its step
+ends, and the host time of those responses (``stream`` seconds each: building the response,
+the callback into the server, its queues) lies between the step and the next one, so each step
+costs ``stream`` times the tokens it returns more (TensorRT-LLM's batch manager returns a
+streamed request's tokens from its step loop; its developers name this per-response host time
+as what ``stream_interval`` cuts at high concurrency: NVIDIA/TensorRT-LLM pull request 5284 and
+its tech blog 8, "Scaling Expert Parallelism", part 2; vLLM pull request 27869 likewise).
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ class Scheduler:
     steps: int = 1  # decode steps the scheduler runs per decision (multi-step scheduling)
     lag: int = 0  # steps after the one that computes a token before it is returned (async output processing)
     front: float = 0.0  # seconds from a request's arrival until the scheduler sees it (the runtime's front end)
+    stream: float = 0.0  # host seconds per token a step returns while streaming (each step's responses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +257,7 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         tokens = len(decodes) + sum(c for _, c in chunks)
         sampled = len(decodes) + sum(1 for i, c in chunks if done[i] + c >= target[i])
         pairs = sum(visible_keys(c, done[i], w) for i, c in chunks)
-        host = sched.overhead if decided else 0.0
+        host = (sched.overhead if decided else 0.0) + sched.stream * sampled
         now += step(Batch(tokens, sampled, dctx, pairs, len(decodes) + len(chunks))) + host
         steps += 1
         timeline.append((now, len(decodes) + len(chunks), total_blocks - free, len(waiting)))

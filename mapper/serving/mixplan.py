@@ -36,7 +36,7 @@ def _instances(server, longest: int, most: int) -> list[tuple[int, Callable[[lis
         if tokens >= max(held_positions(longest, model.window), rt.block):
             sched = Scheduler(tokens, rt.block, rt.max_batch, rt.chunk, rt.reserve_output, rt.overhead,
                               model.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag,
-                              front=rt.front)
+                              front=rt.front, stream=rt.stream)
             out.append((t, partial(_serve, model.step, sched)))
         t *= 2
     return out

@@ -57,6 +57,11 @@ into decode steps, both decide every step); :mod:`mapper.serving.inflight` gives
 default up to 32K-token contexts) and of SGLang's default, ``steps=n`` vLLM V0's
 ``--num-scheduler-steps n`` and ``lag=1`` its asynchronous output processing;
 ``benchmarks/serving_online.py`` sets them as the runs it checks used them.
+
+``stream`` is the host time per token a streaming run returns each step
+(:mod:`mapper.serving.inflight`); the built-in runtimes leave it 0, as ``trtllm-bench
+throughput`` and the offline tables run without streaming; ``benchmarks/serving_online.py``
+fits TensorRT-LLM's on MLPerf's one Server row where the harness streams and checks it on the others.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class Runtime:
     lag: int = 0  # steps before a computed token is returned (asynchronous output processing)
     dispatch_us: float = 0.0  # CPU microseconds per framework op, each call's floor (0: CUDA graphs)
     front: float = 0.0  # seconds from a request's arrival until the scheduler sees it (front-end processes)
+    stream: float = 0.0  # host seconds per streamed token per step (0: responses at the end only)
 
 
 #: TensorRT-LLM's cost per request outside the steps, seconds: fitted (module docstring).

@@ -128,7 +128,7 @@ class Server:
                                   f"{capacity / 2 ** 30:.0f} GiB): give more GPUs per replica")
         rt = self.runtime
         sched = Scheduler(tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead, model.window,
-                          mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front)
+                          mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front, stream=rt.stream)
         runs = tuple(simulate(requests[r::plan.replicas], model.step, sched) for r in range(plan.replicas)
                      if requests[r::plan.replicas])
         served = tuple(s for run in runs for s in run.served)
