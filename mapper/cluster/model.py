@@ -76,7 +76,7 @@ from typing import Any
 from mapper.cluster import overlap, zero3
 from mapper.cluster.context import Ring, block_kv, context_profile, cp_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
-from mapper.cluster.placement import Ranks, groups
+from mapper.cluster.placement import Placement
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
 from mapper.cluster.reserve import reserve
@@ -202,25 +202,11 @@ class PlanModel:
         self._pairs: dict[tuple[int, int, int | None, int], tuple[float, float]] = {}  # a block price's collectives
         self._profiles: dict[int, Profile] = {1: profile}
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
-        self._ranks: dict[int, Ranks] = {}
-
-    def ranks(self, gpus: int) -> Ranks:
-        """``gpus`` ranks on this cluster's nodes (:mod:`mapper.cluster.placement`), kept."""
-        if gpus not in self._ranks:
-            self._ranks[gpus] = Ranks(gpus, self.net.gpus_per_node)
-        return self._ranks[gpus]
-
-    def shares(self, lay: Layout, kind: str, stage: int | None = None) -> tuple[int, ...]:
-        """How ``lay``'s groups of ``kind`` (:func:`mapper.cluster.placement.groups`) lie on the nodes:
-        each distinct fewest-ranks-on-a-node, of every group or of pipeline stage ``stage``'s."""
-        stride, size = groups(lay)[kind]
-        if stage is None:
-            return self.ranks(lay.gpus).shares(stride, size)
-        return self.ranks(lay.gpus).shares(stride, size, stage, lay.pipeline)
+        self.placed = Placement(net.gpus_per_node)  # where each layout's groups lie on the nodes
+        self.ranks, self.shares = self.placed.ranks, self.placed.shares
 
     def _slowest(self, kind: str, nbytes: float, ranks: int, shares: tuple[int, ...]) -> float:
-        """Seconds of collective ``kind`` over groups of ``ranks`` lying each of the ways ``shares``
-        says, the slowest's (a synchronous step waits for it)."""
+        """Seconds of collective ``kind`` over groups of ``ranks`` lying as ``shares`` says, the slowest's."""
         return max(self._coll(kind, nbytes, ranks, g) for g in shares)
 
     def block_costs(self, t: int, b: int, c: int = 1) -> list[BlockCost]:
@@ -250,9 +236,8 @@ class PlanModel:
         if key not in self._rings:
             prof = self.context_profile(c)
             seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
-            shares = self.shares(lay, "context")  # the slowest group's ring (module docstring of placement)
-            self._rings[key] = [max((cp_times(cost, block_kv(self.profile.graph, blk.tasks, t),
-                                              lay.micro_batch * seq // c, c, self.net, t, lay.cp, g) for g in shares),
+            self._rings[key] = [max((cp_times(cost, block_kv(self.profile.graph, blk.tasks, t), lay.micro_batch * seq
+                                              // c, c, self.net, t, lay.cp, g) for g in self.shares(lay, "context")),
                                     key=lambda r: r.forward + r.backward)
                                 for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
         return self._rings[key]
@@ -280,10 +265,8 @@ class PlanModel:
         return self._sums[key]
 
     def _comm(self, c: BlockCost, lay: Layout, backward: bool, etp: int | None = None, only: int = 0) -> float:
-        """Seconds of a block's tensor-parallel collectives in one pass over ``lay``'s tensor groups
-        (the slowest group's); the experts' own among their ``etp`` ranks (none with ``expert_tensor
-        = 1``: each rank computes whole experts); ``only``: those of the modules with these bits alone
-        (:mod:`mapper.cluster.recompute`)."""
+        """Seconds of a block's tensor-parallel collectives in one pass (the experts' own among their ``etp``
+        ranks); ``only``: those of the modules with these bits alone (:mod:`mapper.cluster.recompute`)."""
         each = self._comm_each(c, lay, etp)
         return sum(x for i, ((_, _, bwd), x) in enumerate(zip(c.collectives, each))
                    if bwd == backward and not (only and not (i < len(c.comm_modules) and c.comm_modules[i] & only)))
@@ -379,7 +362,6 @@ class PlanModel:
         sums = self._held_sums(lay)
         blocks = self.profile.blocks
         ends = [*starts[1:], len(blocks)]
-        placed = self.ranks(lay.gpus)  # pipeline neighbours are t c d ranks apart: across where any pair is
         rank_time = [0.0] * p
         rank_bwd = [0.0] * p
         rank_params = [0.0] * p
@@ -399,7 +381,7 @@ class PlanModel:
             f, b = sum(fw[a:e]), sum(bw[a:e])
             out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch / lay.context  # the tensor sent on
             if ci + 1 < p * v and out > 0:
-                across = placed.send_crosses(s, (ci + 1) % p, p)
+                across = self.ranks(lay.gpus).send_crosses(s, (ci + 1) % p, p)  # where any rank pair crosses
                 if across and t > 1:
                     hop = send(self.net, out / t, True) + self._slowest("allgather", out, t, self.shares(lay, "tensor"))
                 else:
@@ -467,11 +449,9 @@ class PlanModel:
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
                         blocked=next((c.unrunnable for c in costs if c.unrunnable), ""), chunk_ring=chunk_ring)
 
-    def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range,
-                 stage: int = 0) -> tuple[list[float], list[float]]:
-        """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients
-        over the ``data x context`` ranks of pipeline stage ``stage``, its slowest group's
-        (:func:`mapper.cluster.zero3.sharded`)."""
+    def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range, stage: int = 0) -> tuple[list[float], ...]:
+        """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients over
+        the ``data x context`` ranks of stage ``stage``, its slowest group's (:func:`.zero3.sharded`)."""
         d = lay.replicas  # the ranks holding the same weights: data x context
         shares = self.shares(lay, "data", stage)
         gathers, scatters = [], []

@@ -87,3 +87,25 @@ def groups(lay: Layout) -> dict[str, tuple[int, int]]:
     t, e, et = lay.tensor, lay.expert, lay.etp
     return {"tensor": (1, t), "context": (t, lay.context), "data": (t, lay.replicas), "expert_tensor": (1, et),
             "expert": (et, e), "expert_data": (et * e, lay.expert_data)}
+
+
+class Placement:
+    """The :class:`Ranks` of each job size on nodes of ``per_node`` ranks, kept (a plan model's)."""
+
+    def __init__(self, per_node: int) -> None:
+        self.per_node = per_node
+        self._ranks: dict[int, Ranks] = {}
+
+    def ranks(self, gpus: int) -> Ranks:
+        """``gpus`` ranks on these nodes."""
+        if gpus not in self._ranks:
+            self._ranks[gpus] = Ranks(gpus, self.per_node)
+        return self._ranks[gpus]
+
+    def shares(self, lay: Layout, kind: str, stage: int | None = None) -> tuple[int, ...]:
+        """How ``lay``'s groups of ``kind`` (:func:`groups`) lie on the nodes (:meth:`Ranks.shares`),
+        of every group or of pipeline stage ``stage``'s."""
+        stride, size = groups(lay)[kind]
+        if stage is None:
+            return self.ranks(lay.gpus).shares(stride, size)
+        return self.ranks(lay.gpus).shares(stride, size, stage, lay.pipeline)
