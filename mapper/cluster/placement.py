@@ -5,16 +5,20 @@ outermost (``megatron/core/parallel_state.py``: ``initialize_model_parallel(...,
 order="tp-cp-ep-dp-pp")`` and its ``RankGenerator``); the dense layers' groups use that order
 with the expert degree folded away, the experts' groups the same ranks as expert-tensor, expert,
 expert-data, pipeline. Nodes hold consecutive ranks, ``G`` a node (an NVLink domain of several
-trays is one node to the collectives, :func:`mapper.platform.cluster.domain_view`; the last node
-holds what is left). A group of one kind is ``k`` ranks ``s`` apart (the product of the degrees
-inside it) in blocks of ``s k``; it straddles when its ranks sit on more than one node.
+trays is one node to the collectives: a job's segment of a rack, :func:`mapper.platform.cluster.domain_size`;
+a last node with fewer ranks is looked at as it is). A group of one kind is ``k`` ranks ``s``
+apart (the product of the degrees inside it) in blocks of ``s k``; it straddles when its ranks
+sit on more than one node.
 
 A synchronous step waits for its slowest group, so a kind's collective is priced for each
 distinct way its groups lie (:meth:`Ranks.shares`) and the slowest kept. A group on one node is
 ``k`` ranks a node; one on several is priced as ``g`` a node, ``g`` its fewest ranks on one node:
 that node's ``g`` NIC shares carry all the group's traffic in and out of it. Where ``G`` is a
-multiple of ``s k`` or of ``G`` (a tensor group of 4 on nodes of 8 or 72, a data group over whole
-nodes), no group straddles and every group lies alike: the aligned ``min(k, G / s)`` a node.
+multiple of ``s k`` (a tensor group of 4 on nodes of 8 or 72), or ``s k`` of ``G`` with ``s`` a
+divisor or multiple of ``G`` (a data group over whole nodes), every group lies alike: the aligned
+``min(k, G / s)`` a node, as the planner priced every group before it looked. Tensor, context and
+expert collectives run inside a block, so the slowest way over all stages prices them; the gradient
+synchronisation and ZeRO-3's gathers are a stage's, so each stage's own groups price its.
 
 A pipeline send goes from each rank of a stage to the rank at the same offset of the next
 stage, ``N / p`` ranks on; it crosses the fabric when any such pair is on two nodes
