@@ -96,11 +96,11 @@ H100_WHY = ("NeMo-Framework-Launcher 24.03.01 sets NVTE_FUSED_ATTN=0 and use_fla
              "Engine (da30634) runs flash-attn 2, its CP ring included")
 B200_WHY = "NeMo 25.04 leaves Transformer Engine's choice: cuDNN fused attention"
 #: (title, model, cluster platform, its node's platform, GPUs per node, rows, the attention kernel the release ran
-#: (attn=; "": the platform's default, which the B200 platforms do not name), why, the kernel printed beside it or None)
+#: (attn=), why, the kernel printed beside it or None)
 TABLES = [("Llama 2 7B FP8, DGX H100 (NeMo 24.03.01)", LLAMA2_7B, "dgx-h100-superpod", "dgx-h100", 8, H100_LLAMA2_7B,
            "fa2", H100_WHY, "cudnn"),
           ("Llama 3 8B FP8, DGX B200 (NeMo 25.04)", LLAMA3_8B, "dgx-b200-superpod", "dgx-b200", 8, B200_LLAMA3_8B,
-           "", B200_WHY, None)]
+           "cudnn", B200_WHY, None)]
 
 
 def machine(cluster: str, node: str, per_node: int, gpus: int) -> Platform:

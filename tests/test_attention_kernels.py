@@ -67,7 +67,7 @@ def test_an_undeclared_kernel_exits_2_naming_those_declared():
         with_kernel(load_platform("dgx-h100"), "fa3")
     assert err.value.exit_code == 2
     with pytest.raises(OptionsError, match="no attention kernels"):
-        with_kernel(load_platform("dgx-a100"), "fa2")
+        with_kernel(load_platform("dgx1-v100"), "fa2")
 
 
 def test_attn_is_a_plan_key_of_parallel():
@@ -128,3 +128,30 @@ def test_the_cli_exits_2_on_an_undeclared_kernel(tmp_path):
     good = subprocess.run([*cmd, "--parallel", "data=8,attn=fa2", "--json", str(out)], capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
     assert json.loads(out.read_text())["parallel"]["plan"]["attn"] == "fa2"
+
+
+#: The kernel each shipped platform's attention fit was made on, as its own comments cite: FlashAttention-2's
+#: A100 sweep (Dao 2023, Figure 4d) and cuDNN's H200 and B200 sweeps (cudnn-frontend's sdpa benchmark).
+FITTED_ON = {"dgx-a100": "fa2", "a100-mig": "fa2", "cpu-gpu-fpga": "fa2", "mixed-gpu": "fa2", "workstation": "fa2",
+             "dgx-h100": "cudnn", "dgx-h200": "cudnn", "h100-mig": "cudnn", "dgx-b200": "cudnn",
+             "gb200-tray": "cudnn", "gb200-nvl72": "cudnn", "dgx-b200-superpod": "cudnn"}
+
+
+@pytest.mark.parametrize("name", sorted(FITTED_ON))
+def test_a_platform_names_the_kernel_its_attention_rates_were_fitted_on(name):
+    plat = load_platform(name)
+    assert default(plat) == FITTED_ON[name]
+    fitted = [d for d in plat.devices if d.kind == "gpu" and "attention.causal" in dict(d.half_length)]
+    assert fitted and all(d.kernel == FITTED_ON[name] for d in fitted)
+    assert with_kernel(plat, FITTED_ON[name]) == plat  # the default by name changes nothing
+
+
+def test_the_cli_takes_the_default_kernel_by_name_on_a_b200(tmp_path):
+    out = tmp_path / "r.json"
+    run = subprocess.run([sys.executable, "-m", "mapper", "compile", str(ROOT / "examples" / "llama.tg"),
+                          "--param", "LAYERS=2", "--param", "HIDDEN=1024", "--param", "HEADS=8", "--param", "KV_HEADS=8",
+                          "--param", "FFN=2816", "--param", "SEQ=4096", "--param", "BATCH=8", "--platform", "dgx-b200",
+                          "--train", "--optimizer", "adam", "--parallel", "data=8,attn=cudnn", "--json", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(out.read_text())["parallel"]["plan"]["attn"] == "cudnn"

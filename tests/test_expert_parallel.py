@@ -147,10 +147,11 @@ def test_expert_tensor_one_drops_the_expert_mlps_tensor_collectives():
     moe = next(c for c in pm.block_costs(2, 1) if c.routed)
     assert any(moe.expert_comm) and len(moe.expert_comm) == len(moe.collectives)
     kept = [x for x, e in zip(moe.collectives, moe.expert_comm) if not e]
-    whole = pm._comm(moe, 2, False)
-    assert pm._comm(moe, 2, False, 1) == pytest.approx(
-        sum(collective(pm.net, k, n, 2, 2)[0] for k, n, bwd in kept if not bwd)) and pm._comm(moe, 2, False, 1) < whole
-    assert pm._comm(moe, 2, False, 2) == pytest.approx(whole)
+    lay = Layout(tensor=2)
+    whole = pm._comm(moe, lay, False)
+    assert pm._comm(moe, lay, False, 1) == pytest.approx(
+        sum(collective(pm.net, k, n, 2, 2)[0] for k, n, bwd in kept if not bwd)) and pm._comm(moe, lay, False, 1) < whole
+    assert pm._comm(moe, lay, False, 2) == pytest.approx(whole)
 
 
 def test_experts_larger_than_one_gpu_are_priced_by_their_shard():

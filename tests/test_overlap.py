@@ -19,7 +19,7 @@ from mapper.pipeline import compile_graph
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
-BASE = {"tensor": 2, "pipeline": 1, "micro_batch": 1, "expert": 8, "zero": 1, "recompute": "none",
+BASE = {"tensor": 2, "pipeline": 1, "data": 8, "micro_batch": 1, "expert": 8, "zero": 1, "recompute": "none",
         "sequence": True}
 
 
@@ -76,7 +76,7 @@ def test_tensor_overlap_hand_values_on_a_block():
     costs = pm.block_costs(2, 1)
     i = next(i for i, c in enumerate(costs) if len(c.collectives) >= 2 and overlap.neighbours(c)[0][1] > 0)
     c = costs[i]
-    secs = pm._comm_each(c, 2, 1)
+    secs = pm._comm_each(c, Layout(tensor=2), 1)
     nxt = overlap.first_gemm(costs[i + 1]) if i + 1 < len(costs) else 0.0
     fwd_ids = [k for k, x in enumerate(c.collectives) if not x[2]]
     bwd_ids = [k for k, x in enumerate(c.collectives) if x[2]]

@@ -259,8 +259,8 @@ def test_nvl72_is_one_nvlink_domain_of_18_trays():
     small = flat_platform(with_nodes(load_platform("gb200-nvl72"), 2))
     domain = next(sw for sw in small.switches if sw.name == "domain0")
     assert len(domain.ports) == 8 and domain.bandwidth_gbs == 900.0
-    part = network(domain_view(with_nodes(load_platform("gb200-nvl72"), 64)))  # 256 GPUs: racks of 72, 72, 72, 40
-    assert part.gpus_per_node == 72 and part.nodes == 4
+    part = network(domain_view(with_nodes(load_platform("gb200-nvl72"), 64)))  # 256 GPUs: 4 segments of 16 trays
+    assert part.gpus_per_node == 64 and part.nodes == 4
 
 
 def test_new_platforms_and_their_formats():

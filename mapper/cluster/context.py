@@ -210,9 +210,12 @@ def gather_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int,
 
 
 def cp_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network, tensor: int,
-             kind: str) -> Ring:
+             kind: str, share: int = 0) -> Ring:
     """What context parallelism of kind ``kind`` (``ring`` or ``allgather``) adds to block price
-    ``cost`` on ``c`` ranks ``tensor`` apart (:func:`ring_times`, :func:`gather_times`)."""
+    ``cost`` on ``c`` ranks ``tensor`` apart (:func:`ring_times`, :func:`gather_times`), the group's
+    fewest ranks on one node ``share`` (:mod:`mapper.cluster.placement`; 0: a group aligned to
+    nodes, ``gpus_per_node / tensor`` a node); the ring crosses the fabric where that is under ``c``."""
+    share = share or min(c, max(1, net.gpus_per_node // tensor))
     if kind == "allgather":
-        return gather_times(cost, kv, positions, c, net, min(c, max(1, net.gpus_per_node // tensor)))
-    return ring_times(cost, kv, positions, c, net, tensor * c > net.gpus_per_node)
+        return gather_times(cost, kv, positions, c, net, share)
+    return ring_times(cost, kv, positions, c, net, share < c)

@@ -76,6 +76,7 @@ from typing import Any
 from mapper.cluster import overlap, zero3
 from mapper.cluster.context import Ring, block_kv, context_profile, cp_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
+from mapper.cluster.placement import Placement
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
 from mapper.cluster.reserve import reserve
@@ -198,9 +199,15 @@ class PlanModel:
         self._sums: dict[tuple, tuple[list[float], ...]] = {}
         self._acts: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
         self._rings: dict[tuple, list[Ring]] = {}
-        self._pairs: dict[tuple[int, int, int | None], tuple[float, float]] = {}  # a block price's collectives
+        self._pairs: dict[tuple[int, int, int | None, int], tuple[float, float]] = {}  # a block price's collectives
         self._profiles: dict[int, Profile] = {1: profile}
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
+        self.placed = Placement(net.gpus_per_node)  # where each layout's groups lie on the nodes
+        self.ranks, self.shares = self.placed.ranks, self.placed.shares
+
+    def _slowest(self, kind: str, nbytes: float, ranks: int, shares: tuple[int, ...]) -> float:
+        """Seconds of collective ``kind`` over groups of ``ranks`` lying as ``shares`` says, the slowest's."""
+        return max(self._coll(kind, nbytes, ranks, g) for g in shares)
 
     def block_costs(self, t: int, b: int, c: int = 1) -> list[BlockCost]:
         """Each block's price on one of ``t`` ranks for micro-batches of ``b`` samples, each
@@ -225,12 +232,13 @@ class PlanModel:
     def rings(self, lay: Layout) -> list[Ring]:
         """What context parallelism's ring adds to each block (:func:`mapper.cluster.context.ring_times`)."""
         t, c = lay.tensor, lay.context
-        key = (t, lay.micro_batch, c, lay.cp)
+        key = (t, lay.micro_batch, c, lay.cp, lay.gpus)
         if key not in self._rings:
             prof = self.context_profile(c)
             seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
-            self._rings[key] = [cp_times(cost, block_kv(self.profile.graph, blk.tasks, t),
-                                         lay.micro_batch * seq // c, c, self.net, t, lay.cp)
+            self._rings[key] = [max((cp_times(cost, block_kv(self.profile.graph, blk.tasks, t), lay.micro_batch * seq
+                                              // c, c, self.net, t, lay.cp, g) for g in self.shares(lay, "context")),
+                                    key=lambda r: r.forward + r.backward)
                                 for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
         return self._rings[key]
 
@@ -256,24 +264,20 @@ class PlanModel:
             self._sums[key] = tuple([0.0, *accumulate(col)] for col in zip(*rows))
         return self._sums[key]
 
-    def _comm(self, c: BlockCost, t: int, backward: bool, etp: int | None = None, only: int = 0) -> float:
-        """Seconds of a block's tensor-parallel collectives in one pass; the experts' own among their
-        ``etp`` ranks (none with ``expert_tensor = 1``: each rank computes whole experts); ``only``:
-        those of the modules with these bits alone (:mod:`mapper.cluster.recompute`)."""
-        total = 0.0
-        for i, (kind, nbytes, bwd) in enumerate(c.collectives):
-            if bwd != backward or only and not (i < len(c.comm_modules) and c.comm_modules[i] & only):
-                continue
-            k = etp if etp is not None and i < len(c.expert_comm) and c.expert_comm[i] else t
-            total += self._coll(kind, nbytes, k, min(k, self.net.gpus_per_node))
-        return total
+    def _comm(self, c: BlockCost, lay: Layout, backward: bool, etp: int | None = None, only: int = 0) -> float:
+        """Seconds of a block's tensor-parallel collectives in one pass (the experts' own among their ``etp``
+        ranks); ``only``: those of the modules with these bits alone (:mod:`mapper.cluster.recompute`)."""
+        each = self._comm_each(c, lay, etp)
+        return sum(x for i, ((_, _, bwd), x) in enumerate(zip(c.collectives, each))
+                   if bwd == backward and not (only and not (i < len(c.comm_modules) and c.comm_modules[i] & only)))
 
-    def _comm_each(self, c: BlockCost, t: int, etp: int | None = None) -> list[float]:
+    def _comm_each(self, c: BlockCost, lay: Layout, etp: int | None = None) -> list[float]:
         """Seconds of each of a block's tensor-parallel collectives, both passes (:meth:`_comm`'s terms)."""
         out = []
         for i, (kind, nbytes, _) in enumerate(c.collectives):
-            k = etp if etp is not None and i < len(c.expert_comm) and c.expert_comm[i] else t
-            out.append(self._coll(kind, nbytes, k, min(k, self.net.gpus_per_node)))
+            expert = etp is not None and i < len(c.expert_comm) and c.expert_comm[i]
+            k = etp if expert and etp is not None else lay.tensor
+            out.append(self._slowest(kind, nbytes, k, self.shares(lay, "expert_tensor" if expert else "tensor")))
         return out
 
     def _alltoalls(self, c: BlockCost, lay: Layout) -> float:
@@ -283,15 +287,15 @@ class PlanModel:
         e = lay.expert
         if e <= 1 or not c.routed:
             return 0.0
-        per_node = min(e, max(1, self.net.gpus_per_node // lay.etp))
-        return sum(2 * self._coll("alltoall", r / lay.tensor, e, per_node) for r in c.routed)
+        shares = self.shares(lay, "expert")
+        return sum(2 * self._slowest("alltoall", r / lay.tensor, e, shares) for r in c.routed)
 
     def _redo(self, c: BlockCost, lay: Layout, bits: int, etp: int | None) -> float:
         """Seconds of recomputing modules ``bits`` of a block: their forward kernels, their
         tensor-parallel collectives, and a recomputed ``moe``'s all-to-alls once more."""
         if not bits:
             return 0.0
-        comm = self._comm(c, lay.tensor, False, etp, only=bits)
+        comm = self._comm(c, lay, False, etp, only=bits)
         a2a = self._alltoalls(c, lay) if bits & BIT["moe"] else 0.0
         return c.redo_seconds(bits) + comm + a2a
 
@@ -306,7 +310,8 @@ class PlanModel:
         """Forward and backward seconds per micro-batch of each block, collectives and
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp)
+        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp,
+               lay.gpus)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
@@ -320,11 +325,11 @@ class PlanModel:
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
             etp = lay.etp if lay.expert > 1 else None
-            if (id(c), t, etp) not in self._pairs:  # the same for every recomputation and overlap
-                self._pairs[(id(c), t, etp)] = (self._comm(c, t, False, etp), self._comm(c, t, True, etp))
-            cf, cb = self._pairs[(id(c), t, etp)]
+            if (id(c), t, etp, lay.gpus) not in self._pairs:  # the same for every recomputation and overlap
+                self._pairs[(id(c), t, etp, lay.gpus)] = (self._comm(c, lay, False, etp), self._comm(c, lay, True, etp))
+            cf, cb = self._pairs[(id(c), t, etp, lay.gpus)]
             if "tp" in hide:
-                cf, cb = overlap.tp_exposed(c, self._comm_each(c, t, etp), [x[2] for x in c.collectives], t,
+                cf, cb = overlap.tp_exposed(c, self._comm_each(c, lay, etp), [x[2] for x in c.collectives], t,
                                             overlap.first_gemm(costs[n + 1]) if n + 1 < len(costs) else 0.0)
             a2a = self._alltoalls(c, lay)  # dispatch and combine, forward and backward alike
             if "a2a" in hide:
@@ -344,7 +349,7 @@ class PlanModel:
         m = self.samples // (lay.data * lay.micro_batch)
         d = lay.replicas  # the ranks that reduce gradients together: data x context
         key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp,
-               p * v, lay.first, lay.last)
+               p * v, lay.first, lay.last, lay.gpus)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
@@ -357,7 +362,6 @@ class PlanModel:
         sums = self._held_sums(lay)
         blocks = self.profile.blocks
         ends = [*starts[1:], len(blocks)]
-        across = t * d >= self.net.gpus_per_node  # pipeline neighbours are t c d ranks apart
         rank_time = [0.0] * p
         rank_bwd = [0.0] * p
         rank_params = [0.0] * p
@@ -377,8 +381,9 @@ class PlanModel:
             f, b = sum(fw[a:e]), sum(bw[a:e])
             out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch / lay.context  # the tensor sent on
             if ci + 1 < p * v and out > 0:
+                across = self.ranks(lay.gpus).send_crosses(s, (ci + 1) % p, p)  # where any rank pair crosses
                 if across and t > 1:
-                    hop = send(self.net, out / t, True) + self._coll("allgather", out, t, t)
+                    hop = send(self.net, out / t, True) + self._slowest("allgather", out, t, self.shares(lay, "tensor"))
                 else:
                     hop = send(self.net, out, across)
                 f += hop
@@ -395,7 +400,7 @@ class PlanModel:
             ring = max((r.buffers for r in rings[a:e]), default=0.0)  # the ring's, while a layer runs
             rank_work[s] = max(rank_work[s], work + ring)
             if lay.zero == 3 and d > 1:  # each block gathered for forward and backward, its gradients scattered
-                gathers, scatters = self._sharded(lay, costs, range(a, e))
+                gathers, scatters = self._sharded(lay, costs, range(a, e), s)
                 zf = zero3.forward(fw[a:e], gathers) - sum(fw[a:e])
                 zb = zero3.backward(bw[a:e], gathers, scatters) - sum(bw[a:e])
                 rank_z3[s] += zf + zb
@@ -407,7 +412,6 @@ class PlanModel:
         opt = OPTIMIZERS[self.optimizer]
         sync = 0.0
         rank_sync = []
-        per_node = min(d, max(1, self.net.gpus_per_node // t))
         updates = [0.0] * p
         moe_updates = [0.0] * p  # blocks with experts: the optimizer's time splits as its parameters
         shards = (d, lay.expert_data) if lay.zero >= 1 else (1, 1)
@@ -415,20 +419,21 @@ class PlanModel:
             updates[ci % p] += sums[4][e] - sums[4][a]
             moe_updates[ci % p] += (sums[5][e] - sums[5][a]) / shards[0] + (sums[6][e] - sums[6][a]) / shards[1]
         de = lay.expert_data
-        per_node_e = min(de, max(1, self.net.gpus_per_node // (lay.expert * lay.etp)))
         for s in range(p):
             total = 0.0
             grads = 0.0
-            for group, pn, params, pbytes in ((d, per_node, rank_params[s], rank_pbytes[s]),
-                                              (de, per_node_e, rank_eparams[s], rank_ebytes[s])):
+            for group, kind, params, pbytes in ((d, "data", rank_params[s], rank_pbytes[s]),
+                                                (de, "expert_data", rank_eparams[s], rank_ebytes[s])):
                 g = self._grad_bytes(params, pbytes)  # the buffer reduced
                 grads += g
                 if group <= 1 or lay.zero >= 3 or g <= 0:
                     continue
+                shares = self.shares(lay, kind, s)  # the stage's groups, its slowest
                 if lay.zero >= 1:  # the distributed optimizer: gradients scattered, new weights gathered
-                    total += self._coll("reducescatter", g, group, pn) + self._coll("allgather", pbytes, group, pn)
+                    total += max(self._coll("reducescatter", g, group, pn) + self._coll("allgather", pbytes, group, pn)
+                                 for pn in shares)
                 else:
-                    total += self._coll("allreduce", g, group, pn)
+                    total += self._slowest("allreduce", g, group, shares)
             buckets = max(1, math.ceil(grads / BUCKET))
             exposed = max(total - rank_bwd[s] / max(1, v), total / buckets) if total > 0 else 0.0
             upd = updates[s] / shards[0] + moe_updates[s]
@@ -444,17 +449,17 @@ class PlanModel:
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
                         blocked=next((c.unrunnable for c in costs if c.unrunnable), ""), chunk_ring=chunk_ring)
 
-    def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range) -> tuple[list[float], list[float]]:
-        """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients
-        over the ``data x context`` ranks (:func:`mapper.cluster.zero3.sharded`)."""
+    def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range, stage: int = 0) -> tuple[list[float], ...]:
+        """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients over
+        the ``data x context`` ranks of stage ``stage``, its slowest group's (:func:`.zero3.sharded`)."""
         d = lay.replicas  # the ranks holding the same weights: data x context
-        per_node = min(d, max(1, self.net.gpus_per_node // lay.tensor))
+        shares = self.shares(lay, "data", stage)
         gathers, scatters = [], []
         for i in indices:
             dp_, db_, ep_, eb_ = self.held(costs[i], lay)
-            gathers.append(zero3.sharded(self.net, "allgather", db_ + eb_, d, per_node))
-            scatters.append(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d,
-                                          per_node))
+            gathers.append(max(zero3.sharded(self.net, "allgather", db_ + eb_, d, g) for g in shares))
+            scatters.append(max(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d, g)
+                                for g in shares))
         return gathers, scatters
 
     def memory_floor(self, lay: Layout) -> float:

@@ -158,18 +158,28 @@ def with_nodes(platform: Platform, nodes: int | dict[str, int] | None) -> Platfo
     return replace(platform, cluster=replace(platform.cluster, nodes=nodes))
 
 
+def domain_size(cluster: Cluster) -> int:
+    """Nodes a job of ``cluster.nodes`` nodes has on each NVLink domain: the largest divisor of the
+    node count not above ``domain_nodes``, as NVIDIA's training launcher asks Slurm's topology/block
+    plugin for them (``--segment``: that many nodes inside one domain, the job an equal number of
+    such segments; NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/executors.py``, nodes of
+    4 GPUs): 32 GB200 trays run as two segments of 16 (64 GPUs each), not a rack of 18 and one of 14."""
+    most = max(1, cluster.domain_nodes)
+    return next(k for k in range(min(most, cluster.nodes), 0, -1) if cluster.nodes % k == 0)
+
+
 def domain_view(platform: Platform) -> Platform:
     """``platform`` as collectives see it when a scale-up switch joins several nodes (a cluster whose
     ``domain_nodes`` > 1: GB200 NVL72's 18 trays of 4 GPUs on one NVLink switch system): one node
     per domain, holding the domain's GPUs on the node's fastest GPU switch (every GPU keeps its
     port's bandwidth across the domain: NVLink switch trays give each GPU its full NVLink bandwidth
     to any other of the 72), with the domain's NICs, and ``ceil(nodes / domain_nodes)`` such nodes on
-    the fabric (domains filled in order, the last with the nodes left: a collective's cost depends on
-    the GPUs per node, not on how many nodes there are). Any other platform is returned as it is."""
+    the fabric (the job's nodes in equal segments of :func:`domain_size` nodes, each inside one domain).
+    Any other platform is returned as it is."""
     c = platform.cluster
     if c is None or c.domain_nodes <= 1 or platform.fleet is not None:
         return platform
-    k = min(c.domain_nodes, c.nodes)
+    k = domain_size(c)
     gpus = [d for d in platform.devices if d.kind == "gpu"]
     names = {d.name for d in gpus}
     fast = max((sw for sw in platform.switches if names <= set(sw.ports)), key=lambda sw: sw.bandwidth_gbs,
@@ -273,7 +283,7 @@ def flat_platform(platform: Platform) -> Platform:
         everyone += ports
         fast = max((sw for sw in node.switches if set(gpus) <= set(sw.ports)), key=lambda sw: sw.bandwidth_gbs,
                    default=None)
-        span = cluster.domain_nodes  # nodes on one scale-up switch: a switch per domain joins their GPUs
+        span = domain_size(cluster)  # nodes on one scale-up switch: a switch per domain joins their GPUs
         for start in range(0, cluster.nodes, span) if span > 1 else ():
             members = tuple(f"{prefix}_{g}" for prefix in names[start:start + span] for g in gpus)
             if fast is not None:
