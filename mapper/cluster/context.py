@@ -44,8 +44,29 @@ grouped-query attention, where K and V are a fraction of Q), so::
 
 each priced by :func:`mapper.parallel.collectives.collective` over the ``C``
 ranks, ``tensor`` apart (so ``gpus_per_node / tensor`` of them a node). The
-ring is Megatron-Core's default and what NVIDIA's published long-sequence runs
-use; the planner tries both when it chooses ``context`` itself.
+third form is DeepSpeed-Ulysses (Jacobs et al., arXiv 2309.14509; ``cp=a2a``,
+Megatron-Core's ``cp_comm_type = "a2a"``, TE's ``AttnFuncWithCPAndQKVOA2A``): an
+all-to-all each of Q, K and V turns the rank's ``S / C`` positions of all its
+heads into all ``S`` positions of ``1 / C`` of them, attention runs whole
+sequences on those heads (the FLOPs of ``C`` ring steps), and an all-to-all of
+the output turns it back; the backward's all-to-alls of the output's gradient
+and of dQ, dK, dV mirror them. Attention waits for them (TE pipelines only the
+reordering with the next tensor's all-to-all), so with ``q, k, v, o`` a rank's
+bytes of each over ``S / C`` positions::
+
+    forward   C a_f + a2a(q) + a2a(k) + a2a(v) + a2a(o)
+    backward  C a_b + a2a(o) + a2a(q) + a2a(k) + a2a(v)
+
+each priced by :func:`~mapper.parallel.collectives.collective`'s all-to-all (the
+one expert parallelism's dispatch uses) over the ``C`` ranks, ``tensor`` apart.
+A rank sends ``(C - 1) / C`` of each: for ``h`` wide multi-head attention in
+16-bit, ``4 x b S h / (t C) x (C - 1) / C x 2`` bytes a layer forward, as much
+backward. Every rank needs whole heads of Q, K and V: the heads and the
+key-value heads of each of the ``tensor`` ranks must divide by ``C`` (TE asserts
+``num_heads % cp_size == 0`` for Q, K and V; no key-value head is replicated),
+else exit 2. The ring is Megatron-Core's default and what NVIDIA's published
+long-sequence runs use; the planner tries all three when it chooses ``context``
+itself (the all-to-all where the heads allow it).
 
 Memory: activations are those of ``S / C`` tokens (the block priced there),
 plus the ring's buffers while a layer runs, once per rank (not per
@@ -53,13 +74,19 @@ micro-batch in flight): forward, TE keeps each step's received K and V in a
 list of ``C`` buffers until the layer's forward returns (``C n``); backward,
 K, V and their gradients, double-buffered (``4 n``): ``max(C, 4) n``; the all-gather
 holds the gathered K and V forward (``C n``), and backward those and their
-gradients before the reduce-scatter (``2 C n``). Gradients are reduced, and the
+gradients before the reduce-scatter (``2 C n``). The all-to-all writes each
+tensor it moves into a new one of the same size, both alive while it runs: one
+pass's ``q + k + v + o`` while a layer runs; and FlashAttention keeps the output
+in the heads' layout for its backward pass while the output projection keeps it in
+the sequence's, so each micro-batch in flight keeps ``o`` more per layer (none
+where ``core_attn`` is recomputed: the checkpoint keeps the inputs alone). Gradients are reduced, and the
 distributed optimizer sharded, over the ``data x context`` ranks that hold
 the same weights (Megatron-Core's ``data_parallel_group_with_cp``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from mapper.cluster.profile import BlockCost, Profile
@@ -102,6 +129,33 @@ def check_context(graph: TaskGraph, gpus: int, given: LayoutSpec) -> None:
     if gpus % ranks:
         raise OptionsError(f"context={c}: tensor x pipeline x context{' x data' if given.data else ''} = "
                            f"{ranks:,} does not divide the {gpus:,} GPUs", obj="--parallel")
+    if given.cp == "a2a" and (why := a2a_reason(graph, given.tensor or 1, c)):
+        raise OptionsError(why, obj="--parallel")
+
+
+def head_counts(task: Task) -> tuple[int, int]:
+    """Query heads and key-value heads of attention ``task`` (multi-head latent attention: one
+    key and value per query head once up-projected)."""
+    heads = int(task.attr("heads"))
+    return heads, int(task.attr("kv_heads") or heads) if task.op == "attention" else heads
+
+
+def a2a_heads(graph: TaskGraph) -> int:
+    """What ``tensor x context`` must divide for ``cp=a2a``: the greatest common divisor of every
+    attention op's heads and key-value heads (0 without attention)."""
+    return math.gcd(0, *(math.gcd(*head_counts(t)) for t in graph.tasks if t.op in ATTENTION_OPS))
+
+
+def a2a_reason(graph: TaskGraph, tensor: int, c: int) -> str:
+    """Why ``cp=a2a`` cannot cut ``graph``'s heads over ``tensor x c`` ranks ("" when it can)."""
+    task = next((t for t in graph.tasks if t.op in ATTENTION_OPS and math.gcd(*head_counts(t)) % (tensor * c)),
+                None)
+    if task is None:
+        return ""
+    heads, kv = head_counts(task)
+    return (f"cp=a2a gives each of tensor x context = {tensor} x {c} ranks whole heads of Q, K and V (DeepSpeed-"
+            f"Ulysses; Transformer Engine asserts it); {task.name} has {heads} heads and {kv} key-value heads, "
+            f"which do not divide by {tensor * c} (give a context or tensor degree that divides them, or cp=ring)")
 
 
 def context_ranks(lay: Layout) -> str:
@@ -154,6 +208,23 @@ def block_kv(graph: TaskGraph, tasks: tuple[int, ...], tensor: int) -> tuple[flo
     return tuple(kv_per_position(graph.tasks[i], tensor) for i in tasks if graph.tasks[i].op in ATTENTION_OPS)
 
 
+def qkvo_per_position(task: Task, tensor: int) -> tuple[float, float, float, float]:
+    """Bytes of Q, K, V and the output one of ``tensor`` ranks holds per position for attention
+    ``task`` (what ``cp=a2a``'s four all-to-alls move): ``heads/t``, ``kv_heads/t``, ``kv_heads/t``
+    and ``heads/t`` heads of ``head_dim``; for multi-head latent attention the query heads' ``dn +
+    dr`` columns, each head's key ``[k_nope | kr]`` (the shared rotary key expanded, as
+    Megatron-Core's MLA hands it to attention), and ``dv`` columns of value and output."""
+    size = DTYPE_BYTES.get(task.output.dtype, 2) / tensor if task.output is not None else 0.0
+    heads, kv = head_counts(task)
+    if task.op == "mla_attention":
+        qw, kvw, dr = (o.type.shape[1] for o in task.operands)
+        dq = qw // heads
+        dv = kvw // heads - (dq - dr)
+        return qw * size, heads * dq * size, heads * dv * size, heads * dv * size
+    dh = task.output.shape[1] // heads if task.output is not None else 0
+    return heads * dh * size, kv * dh * size, kv * dh * size, heads * dh * size
+
+
 @dataclass(frozen=True, slots=True)
 class Ring:
     """What the ring adds to a block priced at ``S / C`` tokens (which holds one step of each
@@ -166,6 +237,7 @@ class Ring:
     exposed_backward: float = 0.0
     step_bytes: float = 0.0
     buffers: float = 0.0
+    kept: float = 0.0  # bytes each micro-batch in flight keeps besides the block's own (cp=a2a's output copy)
 
 
 def ring_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network,
@@ -209,13 +281,37 @@ def gather_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int,
     return Ring(fwd, bwd, exp_f, exp_b, step, 2 * step)
 
 
-def cp_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network, tensor: int,
-             kind: str, share: int = 0) -> Ring:
-    """What context parallelism of kind ``kind`` (``ring`` or ``allgather``) adds to block price
-    ``cost`` on ``c`` ranks ``tensor`` apart (:func:`ring_times`, :func:`gather_times`), the group's
-    fewest ranks on one node ``share`` (:mod:`mapper.cluster.placement`; 0: a group aligned to
-    nodes, ``gpus_per_node / tensor`` a node); the ring crosses the fabric where that is under ``c``."""
+def a2a_times(cost: BlockCost, widths: tuple[tuple[float, float, float, float], ...], positions: int, c: int,
+              net: Network, per_node: int) -> Ring:
+    """The :class:`Ring` of the all-to-all form (``cp=a2a``, module docstring): ``widths`` the Q, K,
+    V and output bytes per position of each attention op (:func:`qkvo_per_position`), ``positions``
+    = the micro-batch's sequences x ``S / C``, ``per_node`` of the ``c`` ranks on a node; its
+    step bytes are the largest op's four all-to-alls of one pass, its buffers the same."""
+    if c <= 1 or not widths:
+        return Ring()
+    a_f, a_b = cost.attention / len(widths), cost.attention_backward / len(widths)
+    fwd = bwd = exposed = 0.0
+    for w in widths:
+        comm = sum(collective(net, "alltoall", x * positions, c, per_node)[0] for x in w)
+        fwd += (c - 1) * a_f + comm
+        bwd += (c - 1) * a_b + comm
+        exposed += comm
+    step = max(sum(w) for w in widths) * positions
+    return Ring(fwd, bwd, exposed, exposed, step, step, sum(w[3] for w in widths) * positions)
+
+
+def cp_times(cost: BlockCost, graph: TaskGraph, tasks: tuple[int, ...], positions: int, c: int, net: Network,
+             tensor: int, kind: str, share: int = 0) -> Ring:
+    """What context parallelism of kind ``kind`` (:data:`~mapper.parallel.layout.CP_KINDS`) adds to
+    block price ``cost`` (of ``graph``'s ``tasks``) on ``c`` ranks ``tensor`` apart
+    (:func:`ring_times`, :func:`gather_times`, :func:`a2a_times`), the group's fewest ranks on one
+    node ``share`` (:mod:`mapper.cluster.placement`; 0: a group aligned to nodes, ``gpus_per_node /
+    tensor`` a node); the ring crosses the fabric where that is under ``c``."""
     share = share or min(c, max(1, net.gpus_per_node // tensor))
+    if kind == "a2a":
+        widths = tuple(qkvo_per_position(graph.tasks[i], tensor) for i in tasks if graph.tasks[i].op in ATTENTION_OPS)
+        return a2a_times(cost, widths, positions, c, net, share)
+    kv = block_kv(graph, tasks, tensor)
     if kind == "allgather":
         return gather_times(cost, kv, positions, c, net, share)
     return ring_times(cost, kv, positions, c, net, share < c)

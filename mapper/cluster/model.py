@@ -74,7 +74,7 @@ from itertools import accumulate
 from typing import Any
 
 from mapper.cluster import overlap, zero3
-from mapper.cluster.context import Ring, block_kv, context_profile, cp_times
+from mapper.cluster.context import Ring, context_profile, cp_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
 from mapper.cluster.placement import Placement
 from mapper.cluster.profile import BlockCost, Profile
@@ -236,8 +236,8 @@ class PlanModel:
         if key not in self._rings:
             prof = self.context_profile(c)
             seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
-            self._rings[key] = [max((cp_times(cost, block_kv(self.profile.graph, blk.tasks, t), lay.micro_batch * seq
-                                              // c, c, self.net, t, lay.cp, g) for g in self.shares(lay, "context")),
+            self._rings[key] = [max((cp_times(cost, self.profile.graph, blk.tasks, lay.micro_batch * seq // c, c,
+                                              self.net, t, lay.cp, g) for g in self.shares(lay, "context")),
                                     key=lambda r: r.forward + r.backward)
                                 for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
         return self._rings[key]
@@ -396,7 +396,8 @@ class PlanModel:
             rank_eparams[s] += sums[2][e] - sums[2][a]
             rank_ebytes[s] += sums[3][e] - sums[3][a]
             kept, work = self._activations(lay, range(a, e))
-            rank_act[s] += kept
+            redone = lay.recompute == "full" or mask(lay.recompute) & BIT["core_attn"]  # cp=a2a's output copy freed
+            rank_act[s] += kept + (0.0 if redone else sum(r.kept for r in rings[a:e]))
             ring = max((r.buffers for r in rings[a:e]), default=0.0)  # the ring's, while a layer runs
             rank_work[s] = max(rank_work[s], work + ring)
             if lay.zero == 3 and d > 1:  # each block gathered for forward and backward, its gradients scattered

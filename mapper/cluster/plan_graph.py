@@ -13,7 +13,8 @@ checks the closed-form step time. Each rank's synchronisation task carries the b
 plan model puts on that rank's GPUs (``memory``), so the reports' peak memory is the plan's.
 With context parallelism each forward and backward is followed by its ring task
 (``ring.fwd.c0.mb0``): the K/V sends of the chunk's attention that its ring steps do not
-hide (:mod:`mapper.cluster.context`), out of the chunk's time.
+hide, or the all-gathers (:mod:`mapper.cluster.context`), out of the chunk's time; with
+``cp=a2a`` its all-to-alls (``a2a.fwd.c0.mb0``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
     tasks: list[Task] = []
     edges: list[tuple[int, int]] = []
     seqs = orders(est.schedule, p, v, m)
+    prefix = "a2a" if lay.cp == "a2a" else "ring"  # the context ranks' exposed communication
     # what each rank's GPUs hold (the plan model's figure): resident on its device for the whole step,
     # carried by the rank's last task, so every report's peak memory is the plan's
     held = est.rank_memory or tuple(est.peak if s == est.fullest else 0.0 for s in range(p))
@@ -74,7 +76,7 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
                               explicit_cost=((dev, seconds - (ring or 0.0)),), backward=kind == "B"))
             if ring is not None:
                 last[op] = len(tasks)
-                tasks.append(Task(len(tasks), f"ring.{name}", "task", placement=Placement(allow=(dev,)),
+                tasks.append(Task(len(tasks), f"{prefix}.{name}", "task", placement=Placement(allow=(dev,)),
                                   explicit_cost=((dev, ring),), backward=kind == "B"))
                 edges.append((index[op], last[op]))
     for s, seq in enumerate(seqs):

@@ -6,7 +6,7 @@ of the plan space with the layer-level model (:mod:`mapper.cluster.model`),
 never building a per-GPU task graph: the plan space of
 :mod:`mapper.cluster.space` (tensor, pipeline, context, data, micro-batch,
 interleaving, recomputation by module sets, ZeRO, sequence parallelism, experts;
-context parallelism, ring or all-gather, where the sequence cuts into ``2 C``
+context parallelism, ring, all-gather or all-to-all, where the sequence cuts into ``2 C``
 chunks). Keys a given layout fixes are not searched. The
 fastest layout that fits wins; when none fits, the one that needs least memory
 is reported as not fitting. The space is bounded before any work: a global
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.cluster import overlap
-from mapper.cluster.context import check_context, context_ranks, sequence_of
+from mapper.cluster.context import a2a_heads, check_context, context_ranks, sequence_of
 from mapper.cluster.flops import model_flops
 from mapper.cluster.layers import uneven_reason
 from mapper.cluster.model import DEFAULT_ALLOCATOR, GIB, Estimate, PlanModel, lower_bound, refine
@@ -428,7 +428,8 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     present = 0  # the recomputable modules the graph's blocks hold
     for bits, _ in attention:
         present |= bits
-    cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts, sequence_of(graph), ladder(present))
+    cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts, sequence_of(graph), ladder(present),
+                    a2a_heads(graph))
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
                            f"({given.text()}) and a global batch "

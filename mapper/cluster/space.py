@@ -4,8 +4,8 @@
 Tensor ``t`` (powers of two up to a node's GPUs), pipeline ``p`` and data ``d`` with ``t p c
 d`` = the cluster's GPUs, context ``c`` (:func:`contexts`), micro-batch ``b`` (powers of two
 dividing the per-replica batch), interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``),
-the context ranks' kind the ring unless ``cp`` is given (Megatron-Core's default; the all-gather
-is priced when asked for),
+the context ranks' kind (``cp``: the ring, the all-gather, and the all-to-all where ``tensor x
+context`` divides every attention's heads and key-value heads),
 recomputation (:func:`mapper.cluster.recompute.ladder`), ZeRO 0-3 (3 without a pipeline),
 sequence parallelism with ``t > 1``, and experts folded inside ``t c d``; layouts whose pipeline
 schedule has more than :data:`MAX_SCHEDULE_OPS` forward and backward ops are left out (each is
@@ -19,7 +19,7 @@ from typing import Any
 
 from mapper.cluster import overlap
 from mapper.cluster.profile import MAX_TENSOR
-from mapper.parallel.layout import RECOMPUTE, Layout, LayoutSpec
+from mapper.parallel.layout import CP_KINDS, RECOMPUTE, Layout, LayoutSpec
 
 #: The most ops a layout's pipeline schedule may have, ``2 m v p`` (Megatron-LM's 1T row,
 #: p = 64 and 512 micro-batches per replica, interleaved twice: SC'21, Table 1).
@@ -73,24 +73,26 @@ def _experts(options: list[int], t: int, d: int, experts: int, given: LayoutSpec
 
 
 def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int = 0,
-            seq: int = 0, recompute: tuple[str, ...] = RECOMPUTE) -> list[Layout]:
+            seq: int = 0, recompute: tuple[str, ...] = RECOMPUTE, heads: int = 0) -> list[Layout]:
     """The layouts of the plan space that ``given`` allows (module docstring); ``experts``: the
     graph's experts per MoE layer (0 without any); ``seq``: its sequence length (0: no context
-    parallelism); ``recompute``: the values tried when ``given`` has none. Context degrees run
-    outermost, 1 first, so ties go to the layout without context parallelism."""
+    parallelism); ``recompute``: the values tried when ``given`` has none; ``heads``: what ``tensor
+    x context`` must divide for the all-to-all (:func:`mapper.cluster.context.a2a_heads`). Context
+    degrees run outermost, 1 first, so ties go to the layout without context parallelism, then the
+    kinds in :data:`CP_KINDS`' order (the ring, Megatron-Core's default, first)."""
     out = []
     for c in _fixed_or(given.context, contexts(gpus, seq)):
-        for cp in _fixed_or(given.cp, ["ring"]):  # Megatron-Core's default unless cp= says otherwise
-            out += _grid(gpus // c, c, cp, per_node, samples, units, given, experts, recompute)
+        for cp in _fixed_or(given.cp, list(CP_KINDS) if c > 1 else ["ring"]):
+            out += _grid(gpus // c, c, cp, per_node, samples, units, given, experts, recompute, heads)
     return out
 
 
 def _grid(gpus: int, c: int, cp: str, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int,
-          recompute: tuple[str, ...]) -> list[Layout]:
+          recompute: tuple[str, ...], heads: int = 0) -> list[Layout]:
     """:func:`layouts` of context ``c`` of kind ``cp``, ``gpus`` the GPUs over ``c``."""
     out = []
     for t in _fixed_or(given.tensor, pow2(min(per_node, gpus, MAX_TENSOR))):
-        if gpus % t:
+        if gpus % t or cp == "a2a" and c > 1 and heads % (t * c):
             continue
         for p in _fixed_or(given.pipeline, divisors(gpus // t, units)):
             if (gpus // t) % p:

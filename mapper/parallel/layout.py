@@ -2,7 +2,7 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C][,cp=ring|allgather]
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C][,cp=ring|allgather|a2a]
 [,allocator=caching|expandable][,attn=NAME]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
@@ -20,7 +20,8 @@ Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
 never turns one on by itself; ``context`` cuts every sequence over ``C`` ranks
 (context parallelism, Megatron-Core's ``context_parallel_size``: :mod:`mapper.cluster.context`),
 1 unless given, and ``cp`` how its ranks share keys and values (``ring``, Transformer Engine's
-``p2p``, or ``allgather``, Llama 3's all-gather: Megatron-Core's ``cp_comm_type``); ``allocator`` is
+``p2p``, ``allgather``, Llama 3's all-gather, or ``a2a``, DeepSpeed-Ulysses' all-to-alls: Megatron-Core's
+``cp_comm_type``); ``allocator`` is
 PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
 which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unless given
 (:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan, and so is ``attn``,
@@ -55,7 +56,7 @@ ALLOCATORS = ("caching", "expandable")
 #: Communication overlaps (``overlap=``), each a set of ``a2a`` and ``tp`` in this order.
 OVERLAPS = ("none", "a2a", "tp", "a2a+tp")
 #: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
-CP_KINDS = ("ring", "allgather")
+CP_KINDS = ("ring", "allgather", "a2a")
 #: Keys of the plan rather than of each layout.
 PLAN_KEYS = ("grad", "allocator", "attn")
 #: The largest degree a layout may give.

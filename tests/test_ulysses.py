@@ -1,0 +1,185 @@
+"""Ulysses context parallelism (``cp=a2a``, DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509):
+its four all-to-alls a pass against hand values and volumes, what it keeps in memory, the heads
+it needs (exit 2 otherwise), its plan graph through the validator, the JSON report, and
+``--parallel auto`` choosing among the ring, the all-gather and the all-to-all as a full sweep
+would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mapper.cluster.sweep as sweep
+from mapper.cli import main
+from mapper.cluster.context import a2a_heads, a2a_reason
+from mapper.cluster.model import PlanModel
+from mapper.cluster.plan_graph import plan_graph, replica_platform
+from mapper.cluster.search import _setup, plan_cluster
+from mapper.costing.fusion import fuse_for
+from mapper.frontend.load import load_graph
+from mapper.frontend.sources import ModelFile
+from mapper.parallel.collectives import collective
+from mapper.parallel.layout import Layout, LayoutSpec
+from mapper.pipeline import compile_graph
+from mapper.platform.cluster import with_nodes
+from mapper.platform.loader import load_platform
+
+LLAMA = "examples/llama.tg"
+#: A small Llama: 2 layers, 8 heads of 32, 4 key-value heads (grouped-query), 4,096-token sequences.
+SIZES = {"LAYERS": 2, "HIDDEN": 256, "HEADS": 8, "KV_HEADS": 4, "FFN": 512, "VOCAB": 1000, "SEQ": 4096,
+         "BATCH": 8}
+DH = SIZES["HIDDEN"] // SIZES["HEADS"]
+
+
+def _graph(**over):
+    return load_graph(ModelFile(LLAMA, params=tuple({**SIZES, **over}.items())))
+
+
+def _model(nodes=2, **over):
+    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
+    return _setup(_graph(**over), plat, "adam", lambda x: fuse_for(x, plat)).model
+
+
+def _plan(given, nodes=2, **over):
+    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
+    return plan_cluster(_graph(**over), plat, LayoutSpec(**given), "adam", lambda x: fuse_for(x, plat))
+
+
+def _args(layout, **over):
+    return ["compile", LLAMA, *(x for k, v in {**SIZES, **over}.items() for x in ("--param", f"{k}={v}")),
+            "--platform", "dgx-h100-superpod", "--nodes", "2", "--train", "--optimizer", "adam",
+            "--parallel", layout, "-q"]
+
+
+@pytest.mark.parametrize("kv", [8, 4])
+def test_alltoalls_against_hand_values(kv):
+    """A rank holds b S/C positions of its heads/t query and output heads and kv/t key and value
+    heads; each all-to-all inside a node is launch + (C-1) (latency + n/C / B). Multi-head attention
+    (kv = heads): a rank sends 4 x b S h/(t C) x (C-1)/C x 2 bytes a layer forward; fewer with
+    grouped-query attention (K and V of kv/heads the width)."""
+    pm = _model(KV_HEADS=kv)
+    t, c, b, s, h = 2, 4, 1, SIZES["SEQ"], SIZES["HIDDEN"]
+    lay = Layout(t, 1, 2, context=c, cp="a2a")
+    rings, costs = pm.rings(lay), pm.block_costs(t, b, c)
+    attn = [i for i, x in enumerate(costs) if x.attention > 0]
+    assert len(attn) == SIZES["LAYERS"]
+    pos = b * s // c
+    q = o = h // t * 2.0 * pos  # heads/t x head_dim, 16-bit, over the rank's S/C positions
+    k = v = kv * DH // t * 2.0 * pos
+    net = pm.net
+
+    def hand(n):
+        return net.launch + (c - 1) * (net.intra_latency + n / c / (net.intra_gbs * 1e9))
+
+    comm = hand(q) + hand(k) + hand(v) + hand(o)
+    assert comm == pytest.approx(sum(collective(net, "alltoall", n, c, c)[0] for n in (q, k, v, o)), rel=1e-12)
+    sent = (q + k + v + o) * (c - 1) / c  # what a rank sends a layer forward (as much backward)
+    if kv == SIZES["HEADS"]:
+        assert sent == pytest.approx(4 * b * s * h / (t * c) * (c - 1) / c * 2)
+    else:
+        assert sent == pytest.approx(2 * b * s * h / (t * c) * (1 + kv / SIZES["HEADS"]) * (c - 1) / c * 2)
+    for i in attn:
+        r, x = rings[i], costs[i]
+        assert r.exposed_forward == pytest.approx(comm, rel=1e-12)
+        assert r.exposed_backward == pytest.approx(comm, rel=1e-12)
+        # attention over whole sequences on heads/(t C) heads: the FLOPs of C ring steps
+        assert r.forward == pytest.approx((c - 1) * x.attention + comm, rel=1e-12)
+        assert r.backward == pytest.approx((c - 1) * x.attention_backward + comm, rel=1e-12)
+        assert r.step_bytes == pytest.approx(q + k + v + o) and r.buffers == pytest.approx(q + k + v + o)
+        assert r.kept == pytest.approx(o)
+    assert all(r.forward == 0.0 for i, r in enumerate(rings) if i not in attn)
+    # t C = 16 ranks over two nodes: the collective model's all-to-all across them (pairwise or hierarchical)
+    across = pm.rings(Layout(2, 1, 1, context=8, cp="a2a"))[attn[0]]
+    pos8 = b * s // 8
+    widths = (h // 2 * 2.0, kv * DH // 2 * 2.0, kv * DH // 2 * 2.0, h // 2 * 2.0)
+    assert across.exposed_forward == pytest.approx(sum(collective(net, "alltoall", w * pos8, 8, 4)[0]
+                                                       for w in widths), rel=1e-12)
+
+
+def test_a2a_memory_keeps_the_output_twice_and_one_pass_of_buffers():
+    """Against the ring on the same layout (one stage, one micro-batch in flight): the ring's
+    max(C, 4) buffers of K and V give way to one pass of the four all-to-alls' tensors, and each
+    layer keeps its output in the heads' layout too; recomputing core_attn frees that copy."""
+    pm = _model(KV_HEADS=8)
+    t, c, s, h = 2, 4, SIZES["SEQ"], SIZES["HIDDEN"]
+    pos = s // c
+    ring = pm.estimate(Layout(t, 1, 2, context=c))
+    a2a = pm.estimate(Layout(t, 1, 2, context=c, cp="a2a"))
+    assert ring is not None and a2a is not None
+    kv_step = 2 * (8 // t) * DH * 2.0 * pos
+    one_pass = 4 * h // t * 2.0 * pos  # q, k, v and o of the rank's heads, multi-head attention
+    out = h // t * 2.0 * pos
+    diff = a2a.memory["activations"] - ring.memory["activations"]
+    assert diff == pytest.approx(one_pass - max(c, 4) * kv_step + SIZES["LAYERS"] * out, rel=1e-9)
+    redo_ring = pm.estimate(Layout(t, 1, 2, context=c, recompute="selective"))
+    redo_a2a = pm.estimate(Layout(t, 1, 2, context=c, recompute="selective", cp="a2a"))
+    assert redo_ring is not None and redo_a2a is not None
+    diff = redo_a2a.memory["activations"] - redo_ring.memory["activations"]
+    assert diff == pytest.approx(one_pass - max(c, 4) * kv_step, rel=1e-9)
+
+
+def test_heads_the_all_to_all_needs():
+    g = _graph(KV_HEADS=2)
+    assert a2a_heads(g) == 2
+    assert a2a_reason(g, 1, 2) == "" and a2a_reason(g, 2, 1) == ""
+    why = a2a_reason(g, 2, 2)
+    assert "8 heads and 2 key-value heads" in why and "divide by 4" in why
+    assert a2a_heads(_graph(KV_HEADS=8)) == 8
+
+
+@pytest.mark.parametrize("layout, words", [
+    ("tensor=2,context=2,cp=a2a", "8 heads and 2 key-value heads, which do not divide by 4"),
+    ("context=4,cp=a2a", "tensor x context = 1 x 4 ranks whole heads"),
+])
+def test_a2a_that_cannot_cut_the_heads_exits_2(layout, words, capsys):
+    assert main(_args(layout, KV_HEADS=2)) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and "OptionsError" not in err
+
+
+def test_auto_with_a2a_given_keeps_the_tensor_degrees_the_heads_allow():
+    ch = _plan({"context": 2, "cp": "a2a"}, KV_HEADS=2)  # t C must divide 2: tensor 1 only
+    assert ch.ranked and all(e.layout.tensor == 1 and e.layout.cp == "a2a" for e in ch.ranked)
+
+
+def test_a2a_plan_graph_passes_the_validator_and_reports(tmp_path):
+    plat = with_nodes(load_platform("dgx-h100-superpod"), 2)
+    ch = _plan({"tensor": 2, "pipeline": 2, "context": 2, "cp": "a2a", "micro_batch": 1, "interleave": 1})
+    est = ch.best
+    assert est.layout.cp == "a2a" and "(a2a)" in est.layout.label()
+    graph = plan_graph(est, "llama")
+    a2a = [t for t in graph.tasks if t.name.startswith("a2a.")]
+    assert len(a2a) == 2 * est.micro_batches * est.layout.pipeline * est.layout.interleave
+    result = compile_graph(graph, replica_platform(plat, "gpu0", est.layout.pipeline, plat.name), mapper="heft",
+                           fuse="none")  # validated inside
+    assert result.result.schedule.makespan == pytest.approx(est.step, rel=0.05)
+    out = tmp_path / "o.json"
+    assert main([*_args("tensor=2,pipeline=2,context=2,cp=a2a"), "--json", str(out)]) == 0
+    plan = json.loads(out.read_text())["parallel"]["plan"]
+    assert plan["context"] == 2 and plan["cp"] == "a2a"
+
+
+def test_auto_picks_the_fastest_kind_of_context_parallelism():
+    """With the context degree fixed and the kind left to it, auto's choice is the fastest of the
+    three kinds each planned alone (a brute force over the kind)."""
+    wide = {"SEQ": 4096, "BATCH": 2, "HIDDEN": 1024, "HEADS": 32, "KV_HEADS": 32}
+    for given, over, kind in (({"context": 4, "tensor": 2}, {"SEQ": 2048, "BATCH": 2, "KV_HEADS": 8}, "ring"),
+                              # 16 ranks over two nodes, short sequences: the ring's sends outlast its steps
+                              ({"context": 16}, wide, "a2a")):
+        auto = _plan(given, **over)
+        alone = {cp: _plan({**given, "cp": cp}, **over).best for cp in ("ring", "allgather", "a2a")}
+        fitting = {cp: e.step for cp, e in alone.items() if e.fits}
+        assert auto.best.fits and auto.best.step == pytest.approx(min(fitting.values()), rel=1e-12)
+        assert auto.best.layout.cp == kind == min(fitting, key=lambda k: fitting[k])
+
+
+def test_pruned_search_with_every_kind_is_a_full_sweep(monkeypatch):
+    """The memory and time floors set layouts of every kind aside without changing the choice."""
+    over = {"SEQ": 2048, "BATCH": 4, "KV_HEADS": 8}
+    pruned = _plan({}, **over)
+    monkeypatch.setattr(sweep, "KEPT", 10**9)
+    monkeypatch.setattr(PlanModel, "memory_floor", lambda self, lay: 0.0)
+    full = _plan({}, **over)
+    assert {e.layout.cp for e in full.ranked if e.layout.context > 1} == {"ring", "allgather", "a2a"}
+    assert full.best.layout == pruned.best.layout and full.best.step == pytest.approx(pruned.best.step, rel=1e-12)
