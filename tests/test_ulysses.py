@@ -2,20 +2,23 @@
 its four all-to-alls a pass against hand values and volumes, what it keeps in memory, the heads
 it needs (exit 2 otherwise), its plan graph through the validator, the JSON report, and
 ``--parallel auto`` choosing among the ring, the all-gather and the all-to-all as a full sweep
-would."""
+would; and auto's uneven first and last pipeline chunks (Megatron-Core's cuts by layers)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 import mapper.cluster.sweep as sweep
 from mapper.cli import main
 from mapper.cluster.context import a2a_heads, a2a_reason
+from mapper.cluster.layers import auto_ends, layer_counts
 from mapper.cluster.model import PlanModel
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.search import _setup, plan_cluster
+from mapper.cluster.space import Variants, layouts
 from mapper.costing.fusion import fuse_for
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
@@ -161,17 +164,19 @@ def test_a2a_plan_graph_passes_the_validator_and_reports(tmp_path):
 
 
 def test_auto_picks_the_fastest_kind_of_context_parallelism():
-    """With the context degree fixed and the kind left to it, auto's choice is the fastest of the
-    three kinds each planned alone (a brute force over the kind)."""
+    """With the kind left to it, auto's choice is the fastest of the three kinds each planned alone
+    (a brute force over the kind); a given context degree without ``cp`` is the ring."""
     wide = {"SEQ": 4096, "BATCH": 2, "HIDDEN": 1024, "HEADS": 32, "KV_HEADS": 32}
-    for given, over, kind in (({"context": 4, "tensor": 2}, {"SEQ": 2048, "BATCH": 2, "KV_HEADS": 8}, "ring"),
-                              # 16 ranks over two nodes, short sequences: the ring's sends outlast its steps
-                              ({"context": 16}, wide, "a2a")):
+    for given, over, kind in (({"tensor": 2}, {"SEQ": 16384, "BATCH": 2, "KV_HEADS": 8}, "ring"),
+                              # short sequences over 16 ranks on two nodes: the ring's sends outlast its steps
+                              ({"tensor": 1, "pipeline": 1, "data": 1}, wide, "a2a")):
         auto = _plan(given, **over)
         alone = {cp: _plan({**given, "cp": cp}, **over).best for cp in ("ring", "allgather", "a2a")}
         fitting = {cp: e.step for cp, e in alone.items() if e.fits}
         assert auto.best.fits and auto.best.step == pytest.approx(min(fitting.values()), rel=1e-12)
-        assert auto.best.layout.cp == kind == min(fitting, key=lambda k: fitting[k])
+        assert auto.best.layout.context > 1 and auto.best.layout.cp == kind == min(fitting, key=fitting.__getitem__)
+    fixed = _plan({"context": 16, "tensor": 1}, **wide)
+    assert {e.layout.cp for e in fixed.ranked} == {"ring"}
 
 
 def test_pruned_search_with_every_kind_is_a_full_sweep(monkeypatch):
@@ -182,4 +187,63 @@ def test_pruned_search_with_every_kind_is_a_full_sweep(monkeypatch):
     monkeypatch.setattr(PlanModel, "memory_floor", lambda self, lay: 0.0)
     full = _plan({}, **over)
     assert {e.layout.cp for e in full.ranked if e.layout.context > 1} == {"ring", "allgather", "a2a"}
+    assert full.best.layout == pruned.best.layout and full.best.step == pytest.approx(pruned.best.step, rel=1e-12)
+
+
+def test_uneven_ends_auto_tries():
+    """Megatron-Core's cuts by layers: Llama 3 405B's 126 layers on 64 chunks, one layer less at each
+    end; equal shares where the layers divide, and one more in the middle with lighter ends."""
+    assert auto_ends(126, 64) == [(1, 1)]
+    assert auto_ends(32, 4) == [(8, 8), (7, 7)]
+    assert auto_ends(61, 16) == [(3, 2), (2, 3)]
+    assert auto_ends(32, 2) == [] and auto_ends(32, 64) == []
+    for layers, chunks in ((126, 64), (80, 8), (61, 16), (10, 3)):
+        for first, last in auto_ends(layers, chunks):
+            counts = layer_counts(layers, chunks, first, last)
+            assert not isinstance(counts, str) and max(counts[1:-1]) >= max(first, last)
+
+
+def test_the_variants_auto_tries_of_a_layout():
+    """Uneven cuts only when the planner chooses the pipeline; the kinds of context parallelism
+    only when it chooses the context degree, the all-to-all where tensor x context divides the heads."""
+    lay = Layout(2, 4, 2)
+    free = Variants(LayoutSpec(tensor=2), 8, 6)
+    assert [(x.first, x.last) for x in free.all(lay)] == [(None, None), (1, 1), (0, 0)] and free.count(lay) == 3
+    assert Variants(LayoutSpec(tensor=2, pipeline=4), 8, 6).all(lay) == [lay]
+    ctx = Layout(2, 1, 2, context=4)
+    assert [x.cp for x in Variants(LayoutSpec(), 8, 6).all(ctx)] == ["ring", "allgather", "a2a"]
+    assert [x.cp for x in Variants(LayoutSpec(), 4, 6).all(ctx)] == ["ring", "allgather"]  # 4 heads over 8 ranks
+    assert Variants(LayoutSpec(context=4), 8, 6).all(ctx) == [ctx]
+    assert all(x.first is None for x in layouts(16, 8, 16, 12, LayoutSpec(tensor=2)))
+
+
+def test_auto_picks_an_uneven_cut_where_it_is_faster():
+    """A 70B Llama (80 layers) on 32 GPUs: 8 interleaved chunks of 7, 11 x 6 and 7 layers run a
+    shorter step than the chunks cut by time; the planner's estimate is the pinned layout's."""
+    plat = with_nodes(load_platform("dgx-h100-superpod"), 4)
+    g = load_graph(ModelFile(LLAMA, params=(("LAYERS", 80), ("HIDDEN", 8192), ("HEADS", 64), ("KV_HEADS", 8),
+                                            ("FFN", 28672), ("VOCAB", 128256), ("SEQ", 4096), ("BATCH", 32))))
+    keys = {"tensor": 8, "recompute": "none", "zero": 1, "sequence": True}
+    ch = plan_cluster(g, plat, LayoutSpec(**keys), "adam", lambda x: fuse_for(x, plat))
+    lay = ch.best.layout
+    assert ch.best.fits and (lay.first, lay.last) == (7, 7) and lay.pipeline * lay.interleave == 8
+    by_time = next(e for e in ch.ranked if e.layout == replace(lay, first=None, last=None))
+    assert ch.best.step < by_time.step
+    pinned = plan_cluster(g, plat, LayoutSpec(**{**keys, "pipeline": lay.pipeline, "interleave": lay.interleave,
+                                                 "data": lay.data, "micro_batch": lay.micro_batch, "first": 7,
+                                                 "last": 7}), "adam", lambda x: fuse_for(x, plat))
+    assert pinned.best.step == pytest.approx(ch.best.step, rel=1e-12)
+    graph = plan_graph(ch.best, "llama")
+    result = compile_graph(graph, replica_platform(plat, "gpu0", lay.pipeline, plat.name), mapper="heft",
+                           fuse="none")  # validated inside
+    assert result.result.schedule.makespan == pytest.approx(ch.best.step, rel=0.05)
+
+
+def test_pruned_search_with_uneven_cuts_is_a_full_sweep(monkeypatch):
+    over = {"LAYERS": 6, "SEQ": 1024, "BATCH": 16, "KV_HEADS": 8}
+    pruned = _plan({"tensor": 2}, **over)
+    monkeypatch.setattr(sweep, "KEPT", 10**9)
+    monkeypatch.setattr(PlanModel, "memory_floor", lambda self, lay: 0.0)
+    full = _plan({"tensor": 2}, **over)
+    assert {(e.layout.first, e.layout.last) for e in full.ranked} > {(None, None)}
     assert full.best.layout == pruned.best.layout and full.best.step == pytest.approx(pruned.best.step, rel=1e-12)

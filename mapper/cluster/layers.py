@@ -52,6 +52,24 @@ def layer_counts(layers: int, chunks: int, first: int | None, last: int | None) 
     return tuple(fixed.get(k, each) for k in range(chunks))
 
 
+def auto_ends(layers: int, chunks: int) -> list[tuple[int, int]]:
+    """The ``(first, last)`` cuts ``--parallel auto`` tries beside the cut by time when it chooses the
+    pipeline: for ``chunks >= 3``, the middle chunks ``q`` layers each for ``q`` = ``ceil(layers /
+    chunks)`` and one more, and the ends the rest split as evenly as they go, neither holding more
+    than ``q`` (Megatron-Core's equal split where the layers divide, and Llama 3's one layer less at
+    each end: 126 layers on 64 chunks give ``(1, 1)``)."""
+    out: list[tuple[int, int]] = []
+    if chunks < 3 or layers < chunks:
+        return out
+    q0 = -(-layers // chunks)
+    for q in (q0, q0 + 1):
+        rest = layers - (chunks - 2) * q
+        for first in dict.fromkeys((rest - rest // 2, rest // 2)):
+            if 0 <= rest - first <= q and 0 <= first <= q:
+                out.append((first, rest - first))
+    return out
+
+
 def chunk_starts(starts: Sequence[int], counts: Sequence[int], blocks: int) -> tuple[int, ...] | None:
     """First block of each chunk holding ``counts`` layers, layers beginning at blocks ``starts``
     of ``blocks`` (the last layer as long as the one before it); None when a chunk would hold

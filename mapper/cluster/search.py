@@ -26,11 +26,11 @@ from typing import Any
 from mapper.cluster import overlap
 from mapper.cluster.context import a2a_heads, check_context, context_ranks, sequence_of
 from mapper.cluster.flops import model_flops
-from mapper.cluster.layers import uneven_reason
+from mapper.cluster.layers import layer_starts, uneven_reason
 from mapper.cluster.model import DEFAULT_ALLOCATOR, GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile, check_tensor
 from mapper.cluster.recompute import ladder, mask, module_flops
-from mapper.cluster.space import MAX_SCHEDULE_OPS, layouts, pow2
+from mapper.cluster.space import MAX_SCHEDULE_OPS, Variants, layouts, pow2
 from mapper.cluster.sweep import more, score
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
@@ -428,13 +428,15 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     present = 0  # the recomputable modules the graph's blocks hold
     for bits, _ in attention:
         present |= bits
+    heads = a2a_heads(graph)
     cands = layouts(gpus, per_node, samples, len(profile.blocks), given, experts, sequence_of(graph), ladder(present),
-                    a2a_heads(graph))
+                    heads)
+    variants = Variants(given, heads, len(layer_starts(graph, profile.blocks)))
     if not cands:
         raise OptionsError(f"no layout of {gpus} GPUs fits the keys given "
                            f"({given.text()}) and a global batch "
                            f"of {samples}: {_why_none(gpus, samples, len(profile.blocks), given)}", obj="--parallel")
-    sweep = score(model, cands, progress, start)
+    sweep = score(model, cands, progress, start, variants)
     scored = sweep.estimates()
     if not scored:
         reasons = sweep.reasons + ([uneven_reason(profile, cands[0])]
@@ -456,7 +458,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
     peak = (gpu.tensor_peak(dtype) or gpu.peak(dtype) or 0.0) / 1e3
     flops = model_flops(graph)
     layers = _stage_layers(graph, profile, ranked[0])
-    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, len(cands), attention, seq,
+    return ClusterChoice(ranked[0], ranked, gpus, samples, flops, peak, sum(map(variants.count, cands)), attention, seq,
                          stage_layers=layers, bound=_space_bound(top, fitting))
 
 

@@ -5,9 +5,11 @@ Tensor ``t`` (powers of two up to a node's GPUs), pipeline ``p`` and data ``d`` 
 d`` = the cluster's GPUs, context ``c`` (:func:`contexts`), micro-batch ``b`` (powers of two
 dividing the per-replica batch), interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``),
 the context ranks' kind (``cp``: the ring, the all-gather, and the all-to-all where ``tensor x
-context`` divides every attention's heads and key-value heads),
+context`` divides every attention's heads and key-value heads; with ``context`` given, the ring
+unless ``cp`` is given, Megatron-Core's default),
 recomputation (:func:`mapper.cluster.recompute.ladder`), ZeRO 0-3 (3 without a pipeline),
-sequence parallelism with ``t > 1``, and experts folded inside ``t c d``; layouts whose pipeline
+sequence parallelism with ``t > 1``, experts folded inside ``t c d``, and with ``p`` chosen
+the chunks cut by time or by Transformer layers with uneven ends (``first``, ``last``); layouts whose pipeline
 schedule has more than :data:`MAX_SCHEDULE_OPS` forward and backward ops are left out (each is
 simulated, and the chosen one becomes a task graph of that many tasks).
 """
@@ -15,9 +17,11 @@ simulated, and the chosen one becomes a task graph of that many tasks).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mapper.cluster import overlap
+from mapper.cluster.layers import auto_ends
 from mapper.cluster.profile import MAX_TENSOR
 from mapper.parallel.layout import CP_KINDS, RECOMPUTE, Layout, LayoutSpec
 
@@ -74,16 +78,15 @@ def _experts(options: list[int], t: int, d: int, experts: int, given: LayoutSpec
 
 def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int = 0,
             seq: int = 0, recompute: tuple[str, ...] = RECOMPUTE, heads: int = 0) -> list[Layout]:
-    """The layouts of the plan space that ``given`` allows (module docstring); ``experts``: the
+    """The layouts of the plan space that ``given`` allows (module docstring), each standing for
+    its :class:`Variants` (the ring and the cut by time, unless ``given`` says); ``experts``: the
     graph's experts per MoE layer (0 without any); ``seq``: its sequence length (0: no context
     parallelism); ``recompute``: the values tried when ``given`` has none; ``heads``: what ``tensor
-    x context`` must divide for the all-to-all (:func:`mapper.cluster.context.a2a_heads`). Context
-    degrees run outermost, 1 first, so ties go to the layout without context parallelism, then the
-    kinds in :data:`CP_KINDS`' order (the ring, Megatron-Core's default, first)."""
+    x context`` must divide for a given ``cp=a2a`` (:func:`mapper.cluster.context.a2a_heads`).
+    Context degrees run outermost, 1 first, so ties go to the layout without context parallelism."""
     out = []
     for c in _fixed_or(given.context, contexts(gpus, seq)):
-        for cp in _fixed_or(given.cp, list(CP_KINDS) if c > 1 else ["ring"]):
-            out += _grid(gpus // c, c, cp, per_node, samples, units, given, experts, recompute, heads)
+        out += _grid(gpus // c, c, given.cp or "ring", per_node, samples, units, given, experts, recompute, heads)
     return out
 
 
@@ -120,3 +123,40 @@ def _grid(gpus: int, c: int, cp: str, per_node: int, samples: int, units: int, g
                                                  overlap=given.overlap or "none", context=c, cp=cp)
                                     out += [] if overlap.why_not(lay) else [lay]
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Variants:
+    """The layouts a layout of :func:`layouts` stands for, which differ from it only in keys no
+    floor of :mod:`mapper.cluster.sweep` depends on but the time floor's kind: the context ranks'
+    kind (:data:`CP_KINDS`; the all-to-all where ``tensor x context`` divides ``heads``) when
+    ``given`` leaves the context degree and kind to the planner, and the cuts by Transformer
+    layers with uneven ends (:func:`mapper.cluster.layers.auto_ends` of the graph's ``layers``)
+    beside the cut by time when it leaves the pipeline and the ends to it. Expanded only for the
+    layouts the floors let through, so the plan space grows in what is estimated, not listed."""
+
+    given: LayoutSpec
+    heads: int = 0
+    layers: int = 0
+
+    def kinds(self, lay: Layout) -> list[Layout]:
+        """``lay`` under each kind of context parallelism searched (``lay``'s own first)."""
+        if lay.context == 1 or self.given.context is not None or self.given.cp is not None:
+            return [lay]
+        return [lay, *(replace(lay, cp=k) for k in CP_KINDS if k != lay.cp
+                       and (k != "a2a" or self.heads % (lay.tensor * lay.context) == 0))]
+
+    def cuts(self, lay: Layout) -> list[Layout]:
+        """``lay`` and its uneven cuts by layers."""
+        g = self.given
+        if g.pipeline is not None or g.first is not None or g.last is not None:
+            return [lay]
+        return [lay, *(replace(lay, first=f, last=x) for f, x in auto_ends(self.layers, lay.pipeline * lay.interleave))]
+
+    def all(self, lay: Layout) -> list[Layout]:
+        """Every variant of ``lay``, itself first (kinds outer, cuts inner)."""
+        return [x for k in self.kinds(lay) for x in self.cuts(k)]
+
+    def count(self, lay: Layout) -> int:
+        """``len(self.all(lay))`` without building them."""
+        return len(self.kinds(lay)) * len(self.cuts(lay))

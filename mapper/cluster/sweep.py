@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mapper.cluster.model import Estimate, PlanModel
+from mapper.cluster.space import Variants
 from mapper.core.progress import Progress
 from mapper.parallel.layout import Layout
 from mapper.parallel.rewrite import SplitError
@@ -44,26 +45,35 @@ class Sweep:
     could not be cut, and the layouts set aside (index, time floor), over memory or not yet
     estimated."""
 
-    found: list[tuple[int, Estimate]] = field(default_factory=list)
+    found: list[tuple[tuple[int, int], Estimate]] = field(default_factory=list)  # (layout, variant): estimate
     reasons: list[str] = field(default_factory=list)
     over: list[int] = field(default_factory=list)
     waiting: list[tuple[float, int]] = field(default_factory=list)
+    variants: Variants | None = None
 
     def estimates(self) -> list[Estimate]:
         return [e for _, e in sorted(self.found, key=lambda x: x[0])]
 
+    def expand(self, lay: Layout) -> list[Layout]:
+        """``lay`` and the layouts it stands for (:class:`mapper.cluster.space.Variants`)."""
+        return self.variants.all(lay) if self.variants is not None else [lay]
+
 
 def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progress], None] | None = None,
-          start: float = 0.0) -> Sweep:
-    """Estimates of the layouts ``cands`` that may fit and may win (module docstring)."""
-    out = Sweep()
+          start: float = 0.0, variants: Variants | None = None) -> Sweep:
+    """Estimates of the layouts ``cands`` (each with its ``variants``) that may fit and may win
+    (module docstring). The memory floor holds for every variant of a layout (it depends on neither
+    the cut nor the context ranks' kind), the time floor for every cut: a layout's floor is the
+    least of its kinds'."""
+    out = Sweep(variants=variants)
     fit: list[int] = []
     shown = time.perf_counter()
     for i, lay in enumerate(cands):
         (out.over if model.memory_floor(lay) > model.capacity else fit).append(i)
     queue = []
     for k, i in enumerate(fit):  # the time floors price the blocks of each tensor degree and micro-batch
-        queue.append((model.time_floor(cands[i]), i))
+        kinds = variants.kinds(cands[i]) if variants is not None else [cands[i]]
+        queue.append((min(model.time_floor(x) for x in kinds), i))
         now = time.perf_counter()
         if progress is not None and now - shown >= PROGRESS_EVERY:
             shown = now
@@ -99,18 +109,19 @@ def _run(model: PlanModel, cands: Sequence[Layout], queue: list[tuple[float, int
         if stop and len(steps) == KEPT and floor > -steps[0] * (1 + SLACK):
             out.waiting += queue[k:]
             break
-        try:
-            est = model.estimate(cands[i])
-        except SplitError as err:
-            out.reasons.append(err.message)
-            continue
-        if est is not None:
-            out.found.append((i, est))
-            if est.fits:
-                best = est.step if best is None else min(best, est.step)
-                heapq.heappush(steps, -est.step)
-                if len(steps) > KEPT:
-                    heapq.heappop(steps)
+        for j, lay in enumerate(out.expand(cands[i])):
+            try:
+                est = model.estimate(lay)
+            except SplitError as err:
+                out.reasons.append(err.message)
+                continue
+            if est is not None:
+                out.found.append(((i, j), est))
+                if est.fits:
+                    best = est.step if best is None else min(best, est.step)
+                    heapq.heappush(steps, -est.step)
+                    if len(steps) > KEPT:
+                        heapq.heappop(steps)
         now = time.perf_counter()
         if progress is not None and now - shown >= PROGRESS_EVERY:
             shown = now
