@@ -55,18 +55,18 @@ def layer_counts(layers: int, chunks: int, first: int | None, last: int | None) 
 def auto_ends(layers: int, chunks: int) -> list[tuple[int, int]]:
     """The ``(first, last)`` cuts ``--parallel auto`` tries beside the cut by time when it chooses the
     pipeline: for ``chunks >= 3``, the middle chunks ``q`` layers each for ``q`` = ``ceil(layers /
-    chunks)`` and one more, and the ends the rest split as evenly as they go, neither holding more
-    than ``q`` (Megatron-Core's equal split where the layers divide, and Llama 3's one layer less at
-    each end: 126 layers on 64 chunks give ``(1, 1)``)."""
+    chunks)`` and one more, and the ends the rest split as evenly as they go, the last (with the LM
+    head and the loss) the lighter, neither holding more than ``q`` (Megatron-Core's equal split
+    where the layers divide, and Llama 3's one layer less at each end: 126 layers on 64 chunks give
+    ``(1, 1)``)."""
     out: list[tuple[int, int]] = []
     if chunks < 3 or layers < chunks:
         return out
     q0 = -(-layers // chunks)
     for q in (q0, q0 + 1):
         rest = layers - (chunks - 2) * q
-        for first in dict.fromkeys((rest - rest // 2, rest // 2)):
-            if 0 <= rest - first <= q and 0 <= first <= q:
-                out.append((first, rest - first))
+        if 0 <= rest <= 2 * q:
+            out.append((rest - rest // 2, rest // 2))
     return out
 
 

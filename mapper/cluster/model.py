@@ -23,9 +23,7 @@ batch of ``B`` samples, ``m = B / (d b)`` micro-batches:
   optimizer (on ``1/d`` of the weights from ZeRO 1 on). ZeRO 3 all-gathers the
   weights for every micro-batch's forward and backward and reduce-scatters the
   gradients (Rajbhandari et al., SC'20; Zhao et al., "PyTorch FSDP", VLDB
-  2023), counted on the critical path: prefetching hides part of it in
-  practice, but Narayanan et al. measure ZeRO-3 well behind PTD-P at scale
-  (SC'21, 5.4), and a model that hid it all would prefer it everywhere.
+  2023), hidden under the neighbouring block's compute and no further (:mod:`mapper.cluster.zero3`).
 
 Expert parallelism (``expert = E``, each expert cut over ``expert_tensor = ET``
 ranks, folded inside the ``t d`` ranks of a stage as Megatron-Core's MoE
@@ -190,7 +188,7 @@ class PlanModel:
         self.samples = samples
         self.optimizer = optimizer
         self.capacity = capacity
-        self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float]]] = {}
+        self._parts: dict[tuple, tuple[tuple[int, ...], list[float], list[float]] | None] = {}
         self._times: dict[tuple, tuple[list[float], list[float]]] = {}
         self._layers: tuple[int, ...] | None = None  # blocks where Transformer layers begin
         # memos of the layout search (each layout reads them per chunk, not per block)
@@ -343,21 +341,27 @@ class PlanModel:
         self._times[key] = (fw, bw)
         return fw, bw
 
+    def cut(self, lay: Layout) -> tuple[tuple[int, ...], list[float], list[float]] | None:
+        """The first block of each of ``lay``'s ``p v`` chunks (by time, or by layers with ``first``/``last``)
+        and each block's forward and backward seconds; None when the blocks cannot be cut so (kept)."""
+        key = (lay.tensor, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context,
+               lay.cp, lay.pipeline * lay.interleave, lay.first, lay.last, lay.gpus)
+        if key not in self._parts:
+            fw, bw = self._block_times(lay)
+            starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
+                [f + b for f, b in zip(fw, bw)], lay.pipeline * lay.interleave)
+            self._parts[key] = None if starts is None else (starts, fw, bw)
+        return self._parts[key]
+
     def estimate(self, lay: Layout, schedule: str = "1f1b") -> Estimate | None:
         """The layout's :class:`Estimate`, or None when its blocks cannot be cut into its chunks."""
         t, p, v = lay.tensor, lay.pipeline, lay.interleave
         m = self.samples // (lay.data * lay.micro_batch)
         d = lay.replicas  # the ranks that reduce gradients together: data x context
-        key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp,
-               p * v, lay.first, lay.last, lay.gpus)
-        if key not in self._parts:
-            fw, bw = self._block_times(lay)
-            starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(
-                [f + b for f, b in zip(fw, bw)], p * v)
-            if starts is None:
-                return None
-            self._parts[key] = (starts, fw, bw)
-        starts, fw, bw = self._parts[key]
+        cut = self.cut(lay)
+        if cut is None:
+            return None
+        starts, fw, bw = cut
         costs = self.block_costs(t, lay.micro_batch, lay.context)
         sums = self._held_sums(lay)
         blocks = self.profile.blocks

@@ -449,7 +449,7 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
         # the leaders' pipelines simulated in their schedule's order, then ranked again
         top = sorted((refine(e) for e in (fitting or rest)[:REFINED]),
                      key=lambda e: (e.step, e.peak) if fitting else (e.peak, e.step))
-        if not (fitting and any(f <= top[0].step for f, _ in sweep.waiting)):
+        if not (fitting and any(w[0] <= top[0].step for w in sweep.waiting)):
             break
         more(model, cands, sweep, top[0].step)  # layouts set aside that the simulated best no longer beats
         scored = sweep.estimates()

@@ -20,6 +20,7 @@ Estimates come back in the plan space's order, so ties are broken as a full swee
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class Sweep:
     found: list[tuple[tuple[int, int], Estimate]] = field(default_factory=list)  # (layout, variant): estimate
     reasons: list[str] = field(default_factory=list)
     over: list[int] = field(default_factory=list)
-    waiting: list[tuple[float, int]] = field(default_factory=list)
+    waiting: list[tuple[float, int, int]] = field(default_factory=list)  # (floor, layout, variant or -1)
     variants: Variants | None = None
 
     def estimates(self) -> list[Estimate]:
@@ -73,7 +74,7 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
     queue = []
     for k, i in enumerate(fit):  # the time floors price the blocks of each tensor degree and micro-batch
         kinds = variants.kinds(cands[i]) if variants is not None else [cands[i]]
-        queue.append((min(model.time_floor(x) for x in kinds), i))
+        queue.append((min(model.time_floor(x) for x in kinds), i, -1))
         now = time.perf_counter()
         if progress is not None and now - shown >= PROGRESS_EVERY:
             shown = now
@@ -82,7 +83,7 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
     queue.sort()
     best = _run(model, cands, queue, out, progress, start, len(cands), stop=True)
     if best is None:  # nothing fits: the layouts over memory too, for the least memory among them
-        _run(model, cands, [(0.0, i) for i in out.over], out, progress, start, len(cands), stop=False)
+        _run(model, cands, [(0.0, i, -1) for i in out.over], out, progress, start, len(cands), stop=False)
         out.over = []
     return out
 
@@ -94,22 +95,41 @@ def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float) ->
     _run(model, cands, todo, out, None, 0.0, len(cands), stop=False)
 
 
-def _run(model: PlanModel, cands: Sequence[Layout], queue: list[tuple[float, int]], out: Sweep,
+def cut_floor(model: PlanModel, lay: Layout) -> float:
+    """Seconds no step of ``lay`` goes below, for its own cut and kind: its busiest pipeline rank
+    runs its chunks' blocks forward and backward for each of ``m`` micro-batches (sends, ZeRO-3's
+    gathers and the synchronisation only add to it); infinite when its blocks cannot be cut so."""
+    cut = model.cut(lay)
+    if cut is None:
+        return math.inf
+    starts, fw, bw = cut
+    ranks = [0.0] * lay.pipeline
+    for c, (a, e) in enumerate(zip(starts, [*starts[1:], len(fw)])):
+        ranks[c % lay.pipeline] += sum(fw[a:e]) + sum(bw[a:e])
+    return model.samples // (lay.data * lay.micro_batch) * max(ranks) * (1 - SLACK)
+
+
+def _run(model: PlanModel, cands: Sequence[Layout], queue: list[tuple[float, int, int]], out: Sweep,
          progress: Callable[[Progress], None] | None, start: float, total: int, stop: bool) -> float | None:
-    """Estimate ``queue`` in order; with ``stop``, set aside the rest once a floor reaches the
-    :data:`KEPT`-th fastest fitting step (the reports list that many). Returns the fastest
-    fitting step (None: nothing fits)."""
+    """Estimate ``queue`` in order (each a floor, a layout, and one of its variants or -1: all of
+    them); with ``stop``, set aside the rest once a floor reaches the :data:`KEPT`-th fastest
+    fitting step (the reports list that many), and each variant whose :func:`cut_floor` does.
+    Returns the fastest fitting step (None: nothing fits)."""
     steps = [-e.step for _, e in out.found if e.fits]  # a max-heap of the KEPT fastest
     heapq.heapify(steps)
     while len(steps) > KEPT:
         heapq.heappop(steps)
     best = min((e.step for _, e in out.found if e.fits), default=None)
     shown = time.perf_counter()
-    for k, (floor, i) in enumerate(queue):
+    for k, (floor, i, which) in enumerate(queue):
         if stop and len(steps) == KEPT and floor > -steps[0] * (1 + SLACK):
             out.waiting += queue[k:]
             break
-        for j, lay in enumerate(out.expand(cands[i])):
+        group = out.expand(cands[i])
+        for j, lay in enumerate(group) if which < 0 else [(which, group[which])]:
+            if stop and len(steps) == KEPT and (own := cut_floor(model, lay)) > -steps[0] * (1 + SLACK):
+                out.waiting.append((own, i, j))  # this variant's own floor already loses
+                continue
             try:
                 est = model.estimate(lay)
             except SplitError as err:
