@@ -160,6 +160,7 @@ def main() -> None:
         alt = f"{other:>8} {'ratio':>6} " if other else ""
         print(f"{'seq':>5} {'GPUs':>5} {'CP':>3} {'pub':>7} {attn or 'pred':>7} {'ratio':>6} {alt}{'secs':>5}  layout")
         ratios: dict[tuple[str, str], list[float]] = {}
+        picks: dict[str, int] = {}  # auto's context parallelism by kind
         for k, batch, without, tp, pp, dp, cp, with_cp in rows:
             gpus = tp * pp * dp * cp
             runs = [("with CP", {"tensor": tp, "pipeline": pp, "data": dp, "context": cp}, with_cp)]
@@ -179,10 +180,16 @@ def main() -> None:
                     ratios.setdefault((kind, other), []).extend([r2] if r2 is not None else [])
                     extra = f"{pred2:>8,.1f} {_shown(r2):>6} "
                     label += "" if label2 == label else f" (attn={other}: {label2})"
+                if keys is None:  # the label names the kind unless it is the ring
+                    cp = next((x for x in ("allgather", "a2a") if f"({x})" in label), "ring")
+                    cp = cp if " x context " in label else "none"
+                    picks[cp] = picks.get(cp, 0) + 1
                 pub = f"{published:>7,}" if published is not None else f"{'-':>7}"
                 shown = keys.get("context", 1) if keys is not None else "a"
                 print(f"{k:>4}K {gpus:>5} {shown:>3} {pub} {pred:>7,.1f} {_shown(r):>6} {extra}"
                       f"{time.perf_counter() - start:>5.1f}  {label}", flush=True)
+        print("auto picks: " + ", ".join(f"{k} {picks[k]}" for k in ("none", "ring", "allgather", "a2a") if k in picks)
+              + f" of {sum(picks.values())} rows (context parallelism by kind; none: context 1)")
         for (kind, kernel), rs in ratios.items():
             if rs:
                 note = " (the release's)" if kernel == attn else ""

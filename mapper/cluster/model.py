@@ -546,7 +546,7 @@ class PlanModel:
         """The pipeline rank whose GPUs hold the most, what they hold by part, and each rank's bytes
         (``params`` and ``pbytes``: the dense ones, sharded over ``data``, and the expert shards, over
         the expert-data ranks)."""
-        p, d, v = lay.pipeline, lay.replicas, lay.interleave
+        p, d, v, kept = lay.pipeline, lay.replicas, lay.interleave, reserve(self.capacity, lay)  # the same on each rank
         best: dict[str, float] = {}
         fullest = 0
         ranks: list[float] = []
@@ -555,7 +555,7 @@ class PlanModel:
             experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data)
             parts = {**{k: dense[k] + experts[k] for k in dense},
                      **activation_parts(act[s] * flight + work[s], self.fragmentation),
-                     "reserve": reserve(self.capacity, lay)}
+                     "reserve": kept}
             ranks.append(sum(parts.values()))
             if sum(parts.values()) > sum(best.values()):
                 best, fullest = parts, s

@@ -72,9 +72,15 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
     for i, lay in enumerate(cands):
         (out.over if model.memory_floor(lay) > model.capacity else fit).append(i)
     queue = []
+    floors: dict[tuple, float] = {}  # by what a time floor depends on (not ZeRO, interleaving or the cut)
     for k, i in enumerate(fit):  # the time floors price the blocks of each tensor degree and micro-batch
-        kinds = variants.kinds(cands[i]) if variants is not None else [cands[i]]
-        queue.append((min(model.time_floor(x) for x in kinds), i, -1))
+        lay = cands[i]
+        key = (lay.tensor, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap,
+               lay.context, lay.cp, lay.data, lay.pipeline)
+        if key not in floors:
+            kinds = variants.kinds(lay) if variants is not None else [lay]
+            floors[key] = min(model.time_floor(x) for x in kinds)
+        queue.append((floors[key], i, -1))
         now = time.perf_counter()
         if progress is not None and now - shown >= PROGRESS_EVERY:
             shown = now
