@@ -24,8 +24,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from mapper.cluster.model import Estimate, PlanModel
+from mapper.cluster.schedule import step_time
 from mapper.cluster.space import Variants
 from mapper.core.progress import Progress
 from mapper.parallel.layout import Layout
@@ -102,17 +104,24 @@ def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float) ->
 
 
 def cut_floor(model: PlanModel, lay: Layout) -> float:
-    """Seconds no step of ``lay`` goes below, for its own cut and kind: its busiest pipeline rank
-    runs its chunks' blocks forward and backward for each of ``m`` micro-batches (sends, ZeRO-3's
-    gathers and the synchronisation only add to it); infinite when its blocks cannot be cut so."""
+    """Seconds no step of ``lay`` goes below, for its own cut and kind: each pipeline rank runs its
+    chunks' blocks forward and backward for each of ``m`` micro-batches, not before the first
+    micro-batch has passed the chunks before its first (:func:`mapper.cluster.model.lower_bound`:
+    below the simulated step; without interleaving below the closed form too, with it the lesser
+    of that and the closed form of these chunks; sends, ZeRO-3's gathers and the synchronisation
+    only add); infinite when its blocks cannot be cut so."""
     cut = model.cut(lay)
     if cut is None:
         return math.inf
     starts, fw, bw = cut
-    ranks = [0.0] * lay.pipeline
-    for c, (a, e) in enumerate(zip(starts, [*starts[1:], len(fw)])):
-        ranks[c % lay.pipeline] += sum(fw[a:e]) + sum(bw[a:e])
-    return model.samples // (lay.data * lay.micro_batch) * max(ranks) * (1 - SLACK)
+    p = lay.pipeline
+    chunks = [sum(fw[a:e]) + sum(bw[a:e]) for a, e in zip(starts, [*starts[1:], len(fw)])]
+    ranks = [sum(chunks[r::p]) for r in range(p)]
+    m = model.samples // (lay.data * lay.micro_batch)
+    before = [0.0, *accumulate(chunks)]  # rank r's first chunk is chunk r: the chunks before it pass micro-batch 0
+    bound = max(before[r] + m * t for r, t in enumerate(ranks))
+    # interleaved, the closed form may fall below that bound: the floor is the lesser of the two
+    return (bound if lay.interleave == 1 else min(bound, step_time(ranks, m, lay.interleave))) * (1 - SLACK)
 
 
 def _run(model: PlanModel, cands: Sequence[Layout], queue: list[tuple[float, int, int]], out: Sweep,
