@@ -44,14 +44,11 @@ under the other micro-batch's computation of a merged forward and backward, and
 with ``overlap=tp`` the tensor-parallel collectives under their GEMMs, as far as
 that computation lasts (:mod:`mapper.cluster.overlap`).
 
-Context parallelism (``context = C``, :mod:`mapper.cluster.context`): the
-blocks are priced at ``S / C`` tokens a sequence, attention as the ring's
-``C`` steps with its K/V sends exposed only past each step's attention (or
-``C`` steps' attention after an exposed all-gather of K and V); the
-``data x context`` ranks hold the same weights, so ``d`` below is ``data x
-context`` for the gradient synchronisation and the optimizer's shards (the
-micro-batches are still ``B / (data b)``), and the ring's buffers add to the
-memory of the block running.
+Context parallelism (``context = C``, :mod:`mapper.cluster.context`): blocks priced at ``S / C``
+tokens a sequence, attention as ``C`` steps plus the ring's, all-gather's or all-to-alls'
+exposed communication; the ``data x context`` ranks hold the same weights, so ``d`` below is
+``data x context`` for the gradient synchronisation and the optimizer's shards (the micro-batches
+are still ``B / (data b)``); the kind's buffers add to the memory of the block running.
 
 Memory per GPU: weights, gradients and optimizer state in the bytes
 Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
