@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 
 from mapper.core.files import atomic_write
 from mapper.core.heap import collection_paused
 from mapper.engine.memory import peak_memory
+from mapper.engine.schedule import Schedule
 from mapper.mapping.base import MapResult
-from mapper.report import json_text
+from mapper.report import json_rows, json_text
 from mapper.report.common import device_stats, round_sig
 from mapper.report.deadlines import deadline_notes, deadline_section
 from mapper.report.delegation import delegation
@@ -36,42 +38,25 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
     plan kept and the plans scored, under ``parallel``; ``inference``
     (:meth:`mapper.serving.search.ServingChoice.to_json`) the request's figures.
     """
+    return _report(result, timings, parallel, inference, apps, text_rows=False)
+
+
+def _report(result: MapResult, timings: bool, parallel: dict | None, inference: dict | None, apps: dict | None,
+            *, text_rows: bool) -> dict:
+    """:func:`to_json_dict`'s report; with ``text_rows`` its tasks and transfers are
+    :class:`~mapper.report.json_text.Rows` of text (:mod:`mapper.report.json_rows`), the same JSON."""
     sched = result.schedule
     graph = sched.cost.graph
     plat = sched.cost.platform
     dev = plat.devices
     link_names = [f"{lk.src}->{lk.dst}" for lk in plat.links]
     r = _Rounded().__getitem__  # a task's end is often a transfer's start, and most sizes are 0
-    tasks = [
-        {
-            "name": graph.tasks[s.task].name,
-            "device": dev[s.device].name,
-            "start": r(s.start),
-            "end": r(s.end),
-            "op": graph.tasks[s.task].op,
-            "flops": r(graph.tasks[s.task].flops),
-            "bytes": r(graph.tasks[s.task].bytes),
-            **({"deadline": r(dl), "lateness": r(s.end - dl)} if (dl := graph.tasks[s.task].deadline) is not None
-               else {}),
-        }
-        for s in sorted(sched.slots, key=lambda s: s.task)
-    ]
-    transfers = []
-    for tr in sorted(sched.transfers, key=lambda t: t.edge):
-        edge = graph.edges[tr.edge]
-        transfers.append(
-            {
-                "edge": tr.edge,
-                "src": graph.tasks[edge.src].name,
-                "dst": graph.tasks[edge.dst].name,
-                "from": dev[tr.src_device].name,
-                "to": dev[tr.dst_device].name,
-                "start": r(tr.start),
-                "end": r(tr.end),
-                "bytes": r(edge.bytes),
-                "links": [link_names[k] for k in tr.links],
-            }
-        )
+    if text_rows:
+        make_tasks, make_transfers = json_rows.rows(sched, link_names)
+        tasks: list | json_text.Rows = json_text.Rows(1, make_tasks)
+        transfers: list | json_text.Rows = json_text.Rows(1, make_transfers)
+    else:
+        tasks, transfers = _task_dicts(sched, r), _transfer_dicts(sched, r, link_names)
     head = {
         "makespan": r(sched.makespan),
         "mapper": result.mapper,
@@ -115,6 +100,47 @@ def to_json_dict(result: MapResult, *, timings: bool = False, parallel: dict | N
     }
 
 
+def _task_dicts(sched: Schedule, r: Callable[[float], float | None]) -> list[dict]:
+    graph = sched.cost.graph
+    dev = sched.cost.platform.devices
+    return [
+        {
+            "name": graph.tasks[s.task].name,
+            "device": dev[s.device].name,
+            "start": r(s.start),
+            "end": r(s.end),
+            "op": graph.tasks[s.task].op,
+            "flops": r(graph.tasks[s.task].flops),
+            "bytes": r(graph.tasks[s.task].bytes),
+            **({"deadline": r(dl), "lateness": r(s.end - dl)} if (dl := graph.tasks[s.task].deadline) is not None
+               else {}),
+        }
+        for s in sorted(sched.slots, key=lambda s: s.task)
+    ]
+
+
+def _transfer_dicts(sched: Schedule, r: Callable[[float], float | None], link_names: list[str]) -> list[dict]:
+    graph = sched.cost.graph
+    dev = sched.cost.platform.devices
+    transfers = []
+    for tr in sorted(sched.transfers, key=lambda t: t.edge):
+        edge = graph.edges[tr.edge]
+        transfers.append(
+            {
+                "edge": tr.edge,
+                "src": graph.tasks[edge.src].name,
+                "dst": graph.tasks[edge.dst].name,
+                "from": dev[tr.src_device].name,
+                "to": dev[tr.dst_device].name,
+                "start": r(tr.start),
+                "end": r(tr.end),
+                "bytes": r(edge.bytes),
+                "links": [link_names[k] for k in tr.links],
+            }
+        )
+    return transfers
+
+
 class _Rounded(dict):
     """:func:`round_sig` of each number, each distinct number rounded once."""
 
@@ -138,8 +164,7 @@ def _rounded(value):
 def to_json(result: MapResult, *, timings: bool = False, parallel: dict | None = None,
             inference: dict | None = None, apps: dict | None = None) -> str:
     """The report as JSON text: ``indent=2``, fixed key order, trailing newline."""
-    return json_text.dumps(to_json_dict(result, timings=timings, parallel=parallel, inference=inference,
-                                        apps=apps)) + "\n"
+    return json_text.dumps(_report(result, timings, parallel, inference, apps, text_rows=True)) + "\n"
 
 
 def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = False,
@@ -147,5 +172,5 @@ def write_json(result: MapResult, path: str | os.PathLike, *, timings: bool = Fa
     """Write :func:`to_json`'s text to ``path`` atomically, in chunks as it is encoded
     (:func:`~mapper.report.json_text.chunks`)."""
     with collection_paused():  # its rows are acyclic: reference counting frees them (mapper.core.heap)
-        report = to_json_dict(result, timings=timings, parallel=parallel, inference=inference, apps=apps)
+        report = _report(result, timings, parallel, inference, apps, text_rows=True)
         atomic_write(path, itertools.chain(json_text.chunks(report), ("\n",)))

@@ -12,7 +12,7 @@ carrying the newline and the indent; only the containers are walked in Python.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -26,6 +26,30 @@ _INDENT = "  "
 STREAM_DEPTH = 2
 #: About this many characters a chunk of :func:`chunks`.
 CHUNK_CHARS = 1 << 20
+
+
+class Rows:
+    """A list given as its members' JSON text (each as it stands at ``depth + 1``), written as is.
+
+    ``make()`` gives the members in lists (a report's rows, :mod:`mapper.report.json_rows`); it is
+    called each time the list is written."""
+
+    __slots__ = ("depth", "make")
+
+    def __init__(self, depth: int, make: Callable[[], Iterable[list[str]]]) -> None:
+        self.depth = depth
+        self.make = make
+
+    def pieces(self, depth: int) -> Iterator[str]:
+        if depth != self.depth:
+            raise ValueError(f"rows written for depth {self.depth} placed at depth {depth}")
+        pad = "\n" + _INDENT * (depth + 1)
+        sep = "[" + pad
+        for batch in self.make():
+            if batch:
+                yield sep + ("," + pad).join(batch)
+                sep = "," + pad
+        yield "[]" if sep[0] == "[" else f"\n{_INDENT * depth}]"
 
 
 def _refuse(obj: Any) -> Any:
@@ -113,6 +137,8 @@ def _brackets(obj: Any) -> str:
 
 
 def _encode(obj: Any, depth: int, runs: _Runs) -> str:
+    if type(obj) is Rows:
+        return "".join(obj.pieces(depth))
     if isinstance(obj, _SCALARS) or not isinstance(obj, (dict, list, tuple)):
         return runs.scalar(obj)  # raises TypeError for other types, as json.dumps does
     if type(obj) is dict and obj and _KEYS.issuperset(map(type, obj)) and _flat(obj.values()):
@@ -132,6 +158,9 @@ def _encode(obj: Any, depth: int, runs: _Runs) -> str:
 def _pieces(obj: Any, depth: int, runs: _Runs) -> Iterator[str]:
     """:func:`_encode`'s text in pieces: the members of the containers down to :data:`STREAM_DEPTH`
     one by one."""
+    if type(obj) is Rows:
+        yield from obj.pieces(depth)
+        return
     if depth >= STREAM_DEPTH or not isinstance(obj, (dict, list, tuple)) or not obj:
         yield _encode(obj, depth, runs)
         return
