@@ -31,6 +31,8 @@ __all__ = ["direct_graph"]
 
 #: One cost entry with its spaces and separator (group 1), as :data:`mapper.frontend.lines.ITEM` reads it.
 _ITEM = re.compile(rf"([ \t\f]*({NAME})[ \t\f]*:[ \t\f]*({NUMBER})(?:[ \t\f]*({NAME}))?[ \t\f]*(?:,|$))")
+#: A cost entry's colon and number (group 1): splitting a cost at them leaves the text around the numbers.
+_NUMBERS = re.compile(rf":[ \t\f]*({NUMBER})").split
 #: A line of spaces and a comment at most, the graph's head and its closing brace.
 _BLANK = re.compile(r"[ \t\f]*(?:#[^\n]*)?\n?")
 _HEAD = re.compile(rf"[ \t\f]*graph[ \t\f]+({NAME})[ \t\f]*\{{[ \t\f]*(?:#[^\n]*)?\n?")
@@ -94,6 +96,7 @@ class _Reader:
         self.index: dict[str, int] = {}  # task name -> index
         self.words: dict[str, str] = {}  # one string object per device name
         self.shapes: dict[tuple[tuple[str, ...], tuple[str, ...]], _Shape] = {}
+        self.skeletons: dict[tuple[str, ...], _Shape] = {}  # a cost's text around its numbers -> shape
         self.keys: list[int] = []  # each edge's dst * n + src, n = 2^32
         self.specs: dict[int, tuple[float, float | None]] = {}  # key -> (bytes, comm)
 
@@ -129,18 +132,13 @@ class _Reader:
         name, inner = m.group(1, 2)
         if name in KEYWORDS or name in self.index:
             raise _Decline
-        items = _ITEM.findall(inner)
-        if not items:
-            raise _Decline
-        whole, keys, nums, units = zip(*items)
-        size = sum(map(len, whole))  # the entries follow each other from the brace on
-        if size != len(inner) and size != len(inner.rstrip(" \t\f")):
-            raise _Decline
-        shape = self.shapes.get((keys, units))
+        parts = _NUMBERS(inner)  # the text around the numbers, the numbers
+        skeleton = tuple(parts[0::2])
+        shape = self.skeletons.get(skeleton)
         if shape is None:
-            shape = self.shapes[(keys, units)] = self.shape(keys, units)
+            shape = self.skeletons[skeleton] = self.cost_shape(inner, parts[1::2])
         names, order, scales = shape
-        values = list(map(float.__truediv__, map(float, nums), scales))
+        values = list(map(float.__truediv__, map(float, parts[1::2]), scales))
         if not _in_range(values):
             raise _Decline
         if order is not None:
@@ -151,6 +149,22 @@ class _Reader:
                                 tuple(zip(names, values)), span, (), None, "", False, "", (), None))
         self.index[name] = idx
         return True
+
+    def cost_shape(self, inner: str, numbers: list[str]) -> _Shape:
+        """The :data:`_Shape` of a cost's entries ``inner`` read with the entry expression, which must
+        find the numbers ``numbers`` (then every cost with the same text around its numbers reads
+        alike: a number's first match is the same, and what follows it is the same text)."""
+        items = _ITEM.findall(inner)
+        if not items:
+            raise _Decline
+        whole, keys, nums, units = zip(*items)
+        size = sum(map(len, whole))  # the entries follow each other from the brace on
+        if size != len(inner) and size != len(inner.rstrip(" \t\f")) or list(nums) != numbers:
+            raise _Decline
+        shape = self.shapes.get((keys, units))
+        if shape is None:
+            shape = self.shapes[(keys, units)] = self.shape(keys, units)
+        return shape
 
     def shape(self, keys: tuple[str, ...], units: tuple[str, ...]) -> _Shape:
         """The :data:`_Shape` of a cost's device names and units (declines on a keyword, a device
