@@ -99,6 +99,26 @@ def test_plain_times_equal_the_event_simulation(seed, monkeypatch):
     assert fast.makespan == slow.makespan
 
 
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("options", [ScheduleOptions(), ScheduleOptions(contention=True)])
+def test_timing_gives_the_built_schedules_makespan_and_schedule(seed, options):
+    # schedule.timing: the makespan first, the schedule made only when asked for (one pass), or
+    # built at once (contention, no order): the same as build_schedule either way
+    cost = random_instance(seed, 50, SHAPES[seed % 4], n_devices=3, explicit_comm=seed % 2 == 0)
+    rng = random.Random(seed)
+    device = tuple(rng.choice(cost.feasible_devices(t)) for t in range(cost.n_tasks))
+    try:
+        order = build_schedule(cost, Assignment(device)).order
+    except MapperError:
+        pytest.skip("no route for this random placement")
+    for assignment in (Assignment(device, order), Assignment(device)):
+        want = build_schedule(cost, assignment, options)
+        makespan, make = schedule_module.timing(cost, assignment, options)
+        got = make()
+        assert makespan == want.makespan == got.makespan and _times(got) == _times(want)
+        assert got.order == want.order and got.options == want.options
+
+
 @pytest.mark.parametrize("seed", range(16))
 @pytest.mark.parametrize("mapper", ["heft", "peft", "greedy"])
 def test_placement_times_equal_the_rebuilt_schedule(seed, mapper):

@@ -59,7 +59,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from mapper.core.graph import TaskGraph, weak_components
@@ -365,12 +365,12 @@ def invocations(cost: CostTable, order: Sequence[Sequence[int]]) -> list[float]:
 
 
 def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
-                 extra: list[float], options: ScheduleOptions) -> Schedule | None:
+                 extra: list[float]) -> tuple[list[float], list[float], list[float]] | None:
     """The event simulation's times when no link is shared and no chain streams, in one pass
     over the tasks in a topological order of the edges and the devices' orders (each task
     starts at the latest of its device's previous end and its inputs' arrivals, as there;
-    ``max`` is exact, so the times are the same floats). None on a deadlock (the event
-    simulation names the tasks)."""
+    ``max`` is exact, so the times are the same floats): starts, ends and arrivals (by edge, -1:
+    none), for :func:`assembled`. None on a deadlock (the event simulation names the tasks)."""
     g = cost.graph
     n = cost.n_tasks
     time, edges, succs, comm = cost.time, g.edges, g.succs, cost.comm
@@ -413,7 +413,7 @@ def _plain_times(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[in
                 todo.append(v)
     if done < n:
         return None
-    return assembled(cost, options, device, order, start, end, arrival)
+    return start, end, arrival
 
 
 def assembled(cost: CostTable, options: ScheduleOptions, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
@@ -432,16 +432,44 @@ def assembled(cost: CostTable, options: ScheduleOptions, device: tuple[int, ...]
     return Schedule(cost, options, slots, transfers, max(end, default=0.0), order, ())
 
 
+def _one_pass(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
+              options: ScheduleOptions) -> tuple[tuple[list[float], list[float], list[float]] | None, list[float],
+                                                 list[list[tuple[int, ...]]]]:
+    """:func:`_plain_times` where it applies (no link contention, no chain streams; else None),
+    with the invocation overheads and the run units the event simulation takes otherwise."""
+    extra = invocations(cost, order)
+    units = _units(cost, order, options.streaming)
+    times = None
+    if not options.contention and all(len(u) == 1 for us in units for u in us):
+        times = _plain_times(cost, device, order, extra)
+    return times, extra, units
+
+
+def timing(cost: CostTable, assignment: Assignment,
+           options: ScheduleOptions = ScheduleOptions()) -> tuple[float, Callable[[], Schedule]]:
+    """:func:`build_schedule`'s makespan and a maker of the schedule itself. When the times take the
+    one pass (:func:`_plain_times`), the slots and transfers are made only if the maker is called:
+    a mapper comparing candidates by makespan builds only the one it keeps. Raises as
+    :func:`build_schedule` does."""
+    if assignment.order is not None:
+        device = checked_devices(cost, assignment.device)
+        _check_capacity(cost, device, options)
+        order = _check_order(cost, device, assignment.order)
+        times = _one_pass(cost, device, order, options)[0]
+        if times is not None:
+            start, end, arrival = times
+            return max(end, default=0.0), lambda: assembled(cost, options, device, order, start, end, arrival)
+    schedule = build_schedule(cost, assignment, options)
+    return schedule.makespan, lambda: schedule
+
+
 def _simulate(cost: CostTable, device: tuple[int, ...], order: tuple[tuple[int, ...], ...],
               options: ScheduleOptions) -> Schedule:
     g = cost.graph
     n, nd = cost.n_tasks, cost.n_devices
-    extra = invocations(cost, order)
-    units = _units(cost, order, options.streaming)
-    if not options.contention and all(len(u) == 1 for us in units for u in us):
-        plain = _plain_times(cost, device, order, extra, options)
-        if plain is not None:
-            return plain
+    times, extra, units = _one_pass(cost, device, order, options)
+    if times is not None:
+        return assembled(cost, options, device, order, *times)
     pending = [len(g.preds[t]) for t in range(n)]
     ready = [0.0] * n
     start: list[float] = [0.0] * n

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from mapper.costing.cost import INF, CostTable
-from mapper.engine.schedule import Assignment, Schedule, build_schedule
+from mapper.engine.schedule import Assignment, Schedule, build_schedule, timing
 from mapper.errors import InfeasibleError, MapperError, OptionsError
 from mapper.mapping import get_mapper
 from mapper.mapping.acyclic import convex_clusters
@@ -119,22 +120,26 @@ def map_multilevel(cost: CostTable, options: MapOptions, t0: float | None = None
         note.append(f"coarse graph mapped by {inner.name} ({inner.schedule.makespan:.6g} s)")
     dev, order = expand(coarse, inner.schedule.device_of, schedule_order(inner.schedule)) if inner else (block, None)
     rank = priority_order(cost, upward_rank(cost, mean_times(cost), mean_comm(cost)))
-    seeds = [(s, name) for s, name in ((_timed(cost, dev, order, options), "the uncoarsened mapping"),)
-             if s is not None]
+    # (value, the schedule or its maker, origin): the uncoarsened mapping's schedule is made only if it wins
+    seeds: list[tuple[float, Schedule | Callable[[], Schedule], str]] = []
+    timed = _timed(cost, dev, order, options)
+    if timed is not None:
+        seeds.append((*timed, "the uncoarsened mapping"))
     fastest = [min(cost.feasible_devices(t), key=row.__getitem__) for t, row in enumerate(cost.time)]
     hints = ((dev, "the uncoarsened devices"), (block, "the partition"))
     for hint, name in hints if cost.n_tasks * cost.n_devices <= HEFT_MAX_CELLS else hints[:1]:
         guided = _guided(cost, hint, fastest, rank, options)
         if guided is not None:
-            seeds.append((guided, f"earliest finish near {name}"))
+            seeds.append((value_of(guided, options.objective), guided, f"earliest finish near {name}"))
     if cost.n_tasks * cost.n_devices <= HEFT_MAX_CELLS:
         heft = get_mapper("heft").map(cost, options).schedule
-        seeds.append((heft, "heft on the full graph"))
+        seeds.append((value_of(heft, options.objective), heft, "heft on the full graph"))
     if not seeds:
         raise InfeasibleError("the multilevel mapping found no valid schedule", obj=cost.graph.name)
-    best, origin = min(seeds, key=lambda p: value_of(p[0], options.objective))
-    note.append(f"start: {origin} at {value_of(best, options.objective):.6g}")
-    return _refined(cost, options, best, note, t0)
+    value, best, origin = min(seeds, key=lambda p: p[0])
+    del seeds, timed  # the losers' times and schedules
+    note.append(f"start: {origin} at {value:.6g}")
+    return _refined(cost, options, best if isinstance(best, Schedule) else best(), note, t0)
 
 
 def _guided(cost: CostTable, hint, fastest: list[int], rank: tuple[int, ...], options: MapOptions) -> Schedule | None:
@@ -178,14 +183,20 @@ def _by_feasibility(cost: CostTable, block: tuple[int, ...]) -> list[int]:
     return [ids.setdefault((b, cost.feasible_devices(t)), len(ids)) for t, b in enumerate(block)]
 
 
-def _timed(cost: CostTable, device, order, options: MapOptions) -> Schedule | None:
-    """The schedule of ``device`` with per-device ``order``, else None."""
+def _timed(cost: CostTable, device, order, options: MapOptions
+           ) -> tuple[float, Schedule | Callable[[], Schedule]] | None:
+    """The objective's value of ``device`` with per-device ``order`` and its schedule (under the
+    makespan, a maker of it: :func:`~mapper.engine.schedule.timing`), else None."""
     if any(cost.time[t][d] == INF for t, d in enumerate(device)):
         return None
+    assignment = Assignment(tuple(device), order)
     try:
-        return build_schedule(cost, Assignment(tuple(device), order), options.schedule)
+        if options.objective == "makespan":
+            return timing(cost, assignment, options.schedule)
+        schedule = build_schedule(cost, assignment, options.schedule)
     except MapperError:
         return None
+    return value_of(schedule, options.objective), schedule
 
 
 def _refined(cost: CostTable, options: MapOptions, start: Schedule, notes: list[str], t0: float) -> MapResult:
