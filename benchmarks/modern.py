@@ -59,7 +59,8 @@ DEEPSEEK_V3_GB200 = {"recompute": "mla_up_proj", "first": 4, "last": 1}
 # ``overlap`` as each row's Megatron-Bridge perf recipe sets it (benchmarks/recipes.py, A2A_RECIPES and
 # TP_RECIPES: llama/{h100,gb200}/llama3{,1}.py give a tp_comm_overlap_cfg; qwen/h100/qwen3_moe.py sets
 # moe_a2a_overlap for 235B and not for 30B fp8cs; the GB200 MXFP8 MoE recipes turn on
-# overlap_moe_expert_parallel_comm through qwen/common.py and deepseek/common.py)
+# overlap_moe_expert_parallel_comm through qwen/common.py and deepseek/common.py); ``p2p`` is added where
+# VP > 1 (price: Megatron-Bridge's CommOverlapConfig sets overlap_p2p_comm with an interleaved pipeline)
 ROWS = [
     ("Llama 3 70B", LLAMA3_70B, "dgx-h100-superpod", 8, 64, "fp8", 256,
      {"tensor": 4, "pipeline": 8, "interleave": 5, "overlap": "tp"}, 1664),
@@ -87,6 +88,8 @@ def price(model: tuple[str, dict[str, int]], platform: str, per_node: int, gpus:
     path, params = model
     graph = with_precision(load_graph(ModelFile(path, params=tuple({**params, "BATCH": batch}.items()))), precision)
     plat = with_nodes(load_platform(platform), gpus // per_node)
+    if overlaps and keys.get("interleave", 1) > 1:  # Megatron-Bridge sets overlap_p2p_comm with VP > 1
+        keys = {**keys, "overlap": "+".join(x for x in (keys.get("overlap", "none"), "p2p") if x != "none")}
     keys = {k: v for k, v in keys.items() if k != "overlap" or overlaps}
     given = LayoutSpec(**{"micro_batch": 1, "zero": 1, "context": 1, **keys, "sequence": keys.get("tensor", 1) > 1})
     choice = plan_cluster(graph, plat, given, "adam", lambda g: fuse_for(g, plat), precision=precision)

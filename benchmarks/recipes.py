@@ -367,15 +367,23 @@ TP_RECIPES = {"mb": {"llama3_70b", "llama31_405b"},
               "dgxc": {"nemotron4_340b", "nemotron4_15b", "llama3_70b", "llama31_405b", "gpt3_175b"}}
 
 
+#: Sources whose runs set ``overlap_p2p_comm`` (and not ``batch_p2p_comm``) whenever the pipeline is
+#: interleaved: Megatron-Bridge's and NeMo 2's communication-overlap setup (``CommOverlapConfig`` /
+#: ``MegatronCommOverlapCallback``: PP > 1 with VP > 1 turns it on). NeMo 24.07's launcher configs and
+#: MLPerf's are not checked here and keep it off.
+P2P_SOURCES = {"mb", "nemo-ug", "dgxc"}
+
+
 def recipe_overlap(row: tuple[Any, ...]) -> str:
-    """The ``overlap=`` key of a row as its recipe sets it (:data:`A2A_RECIPES`, :data:`TP_RECIPES`),
-    where the layout allows it (:func:`mapper.cluster.overlap.why_not`: a2a with a pipeline needs
-    interleaving, tp needs TP > 1)."""
+    """The ``overlap=`` key of a row as its recipe sets it (:data:`A2A_RECIPES`, :data:`TP_RECIPES`,
+    :data:`P2P_SOURCES`), where the layout allows it (:func:`mapper.cluster.overlap.why_not`: a2a with a
+    pipeline needs interleaving, tp needs TP > 1, p2p an interleaved pipeline)."""
     src, _, _, model, system, _, prec = row[:7]
     tp, pp, vp, ep = row[11], row[12], row[14], row[15]
     a2a = src == "mb" and prec in A2A_RECIPES.get((model, system), set()) and ep > 1 and (pp == 1 or vp > 1)
     tpo = model in TP_RECIPES.get(src, set()) and tp > 1 and prec != "nvfp4"
-    return "+".join(k for k, on in (("a2a", a2a), ("tp", tpo)) if on) or "none"
+    p2p = src in P2P_SOURCES and pp > 1 and vp > 1
+    return "+".join(k for k, on in (("a2a", a2a), ("tp", tpo), ("p2p", p2p)) if on) or "none"
 
 
 #: (source, release) whose H100 runs had Transformer Engine's cuDNN attention switched off (module docstring).

@@ -133,6 +133,7 @@ def test_overlap_plan_graph_passes_the_validator():
     ("tensor=1,expert=1,overlap=a2a", "expert > 1"), ("tensor=1,pipeline=2,interleave=1,overlap=a2a", "interleave"),
     ("tensor=1,expert=8,recompute=full,overlap=a2a", "recompute=full"),
     ("tensor=1,expert=8,recompute=moe,overlap=a2a", "recompute=moe"),
+    ("tensor=1,pipeline=2,interleave=1,overlap=p2p", "interleave > 1"), ("tensor=1,pipeline=1,overlap=p2p", "pipeline > 1"),
 ])
 def test_bad_overlap_exits_2(key, why, capsys):
     args = ["compile", MOE, *(x for k, v in SIZES.items() for x in ("--param", f"{k}={v}")),

@@ -155,6 +155,7 @@ class Estimate:
     #: context parallelism: each chunk's ring sends not hidden under attention, forward and backward
     #: seconds per micro-batch (inside ``chunk_times``; the plan graph shows them as tasks of their own)
     chunk_ring: tuple[tuple[float, float], ...] = ()
+    chunk_sends: tuple[tuple[float, ...], ...] = ()  # overlap=p2p: each chunk's, overlap.p2p_sends (in chunk_times)
 
     @property
     def peak(self) -> float:
@@ -377,18 +378,17 @@ class PlanModel:
         rings = self.rings(lay)
         chunk_ring = tuple((sum(r.exposed_forward for r in rings[a:e]), sum(r.exposed_backward for r in rings[a:e]))
                            for a, e in zip(starts, ends)) if lay.context > 1 else ()
+        comp, hops = [(sum(fw[a:e]), sum(bw[a:e])) for a, e in zip(starts, ends)], [0.0] * (p * v)  # and sends
+        for ci, e in enumerate(ends[:-1]):
+            out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch / lay.context  # the tensor sent on
+            across = self.ranks(lay.gpus).send_crosses(ci % p, (ci + 1) % p, p)  # where any rank pair crosses
+            if out > 0:  # across nodes each tensor rank sends 1/t and they all-gather it (SC'21, 4.1)
+                hops[ci] = send(self.net, out, across) if not (across and t > 1) else send(
+                    self.net, out / t, True) + self._slowest("allgather", out, t, self.shares(lay, "tensor"))
+        sends = overlap.p2p_sends(hops, comp, p, v, m) if "p2p" in overlap.parts(lay.overlap) and v > 1 else ()
         for ci, (a, e) in enumerate(zip(starts, ends)):
             s = ci % p
-            f, b = sum(fw[a:e]), sum(bw[a:e])
-            out = blocks[e - 1].out_bytes / self.samples * lay.micro_batch / lay.context  # the tensor sent on
-            if ci + 1 < p * v and out > 0:
-                across = self.ranks(lay.gpus).send_crosses(s, (ci + 1) % p, p)  # where any rank pair crosses
-                if across and t > 1:
-                    hop = send(self.net, out / t, True) + self._slowest("allgather", out, t, self.shares(lay, "tensor"))
-                else:
-                    hop = send(self.net, out, across)
-                f += hop
-                b += hop
+            f, b = (x + y for x, y in zip(comp[ci], sends[ci][3:] if sends else (hops[ci], hops[ci])))
             rank_time[s] += f + b
             rank_bwd[s] += b
             chunk_times.append((f, b))
@@ -449,7 +449,8 @@ class PlanModel:
             memory = {**memory, "weights": memory["weights"] + rank_live[fullest]}
         return Estimate(lay, schedule, m, pipe + sync, pipe, sync, tuple(starts), tuple(rank_time),
                         tuple(chunk_times), tuple(rank_sync), memory, self.capacity, fullest, rank_memory=ranks,
-                        blocked=next((c.unrunnable for c in costs if c.unrunnable), ""), chunk_ring=chunk_ring)
+                        blocked=next((c.unrunnable for c in costs if c.unrunnable), ""), chunk_ring=chunk_ring,
+                        chunk_sends=tuple(sends))
 
     def _sharded(self, lay: Layout, costs: list[BlockCost], indices: range, stage: int = 0) -> tuple[list[float], ...]:
         """Seconds of ZeRO-3's all-gather of each block's weights and reduce-scatter of its gradients over

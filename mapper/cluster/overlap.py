@@ -1,5 +1,6 @@
-"""Communication hidden under computation (``--parallel ...,overlap=a2a|tp|a2a+tp``) for the plan
-model (:mod:`mapper.cluster.model`). Both are off unless given, as Megatron-Core defaults them.
+"""Communication hidden under computation (``--parallel ...,overlap=a2a|tp|p2p``, joined by ``+``)
+for the plan model (:mod:`mapper.cluster.model`). All are off unless given, as Megatron-Core
+defaults them.
 
 ``tp``: Transformer Engine's userbuffers overlap (Megatron-Core ``--tp-comm-overlap``; it needs
 sequence parallelism) cuts each tensor-parallel all-gather and reduce-scatter into chunks
@@ -40,6 +41,24 @@ are refused (:func:`why_not`). Left out: the warm-up and cool-down forwards and 
 the pipeline, which have no partner to merge with (a share ``(2 (p-1) + (v-1) p) / (m v)`` of
 a rank's passes or less), and the pairing of sub-modules (Megatron-Core pairs each all-to-all
 with one of the other micro-batch's attention or MLP, not with both).
+
+``p2p``: Megatron-Core's ``overlap_p2p_comm`` (``--overlap-p2p-communication``; NeMo 2's
+``MegatronCommOverlapCallback`` and Megatron-Bridge set it, with ``batch_p2p_comm`` off, whenever
+a pipeline is interleaved), read from ``megatron/core/pipeline_parallel/schedules.py``,
+``forward_backward_pipelining_with_interleaving``. In the 1F1B steady state each iteration runs
+one chunk's forward, then another chunk's backward; ``pp_post_forward`` issues the forward's
+send (and the next receive) asynchronously and ``pp_pre_forward`` of the next iteration waits for
+it, so a forward send runs beside one chunk's backward; ``pp_post_backward`` and
+``pp_pre_backward`` do the same for a backward send, beside the next iteration's forward. A
+send of ``x`` seconds beside ``w`` seconds of computation leaves ``max(0, x - w)`` exposed
+(:func:`p2p_exposed`). In the warm-up forwards and cool-down backwards, without
+``overlap_p2p_comm_warmup_flush`` (off by default and in those recipes) the sends are the
+blocking ``send_forward_recv_forward`` and ``send_backward_recv_backward``: whole
+(:func:`phases` counts them per chunk). Megatron-Core refuses the overlap with
+``batch_p2p_comm`` and only the interleaved schedule has it (:func:`why_not`). The send and
+the computation contend for no link (sends on NVLink or the NIC, GEMMs on SMs); left out: the
+SMs NCCL's send and receive kernels take (one CUDA block per channel, a few channels for
+point-to-point), no measured slowdown being published for them.
 """
 
 from __future__ import annotations
@@ -74,6 +93,8 @@ def why_not(lay: Any) -> str:
             return f"overlap=a2a does not run with recompute={lay.recompute}"
     if "tp" in want and (lay.tensor <= 1 or not lay.sequence):
         return "overlap=tp overlaps sequence-parallel collectives: it needs tensor > 1 and sequence=on"
+    if "p2p" in want and (lay.pipeline <= 1 or lay.interleave <= 1):
+        return "overlap=p2p overlaps the interleaved schedule's sends: it needs pipeline > 1 and interleave > 1"
     return ""
 
 
@@ -81,7 +102,8 @@ def why_given(given: Any) -> str:
     """Why no layout with the keys ``given`` (a LayoutSpec) can run its overlaps ("" when some may):
     :func:`why_not` of a layout with the given keys and the others as the overlaps need them."""
     return why_not(SimpleNamespace(overlap=given.overlap or "none", expert=given.expert or 1,
-                                   pipeline=given.pipeline or 1, interleave=given.interleave or 2,
+                                   pipeline=given.pipeline or (2 if "p2p" in parts(given.overlap or "none") else 1),
+                                   interleave=given.interleave or 2,
                                    recompute=given.recompute or "none", tensor=given.tensor or 2,
                                    sequence=given.sequence is not False))
 
@@ -147,3 +169,45 @@ def alltoall_exposed(a2a: float, forward: float, backward: float) -> float:
     ``max(c - W, s c) / 2`` for ``c = 2 a2a`` and ``W`` that computation."""
     comm = 2 * a2a
     return max(comm - (forward + backward), A2A_SM_SHARE * comm) / 2
+
+
+def p2p_exposed(send: float, beside: float) -> float:
+    """Seconds of a pipeline send of ``send`` seconds left exposed when it runs asynchronously
+    beside ``beside`` seconds of another chunk's computation (module docstring)."""
+    return max(0.0, send - beside)
+
+
+def phases(p: int, v: int, m: int, s: int) -> tuple[list[int], list[int]]:
+    """On pipeline rank ``s`` of the interleaved schedule (``p`` ranks, ``v`` chunks each, ``m``
+    micro-batches): how many of each local chunk's forwards run in the warm-up and how many of its
+    backwards in the cool-down, whose sends are not overlapped (module docstring). The rank's
+    forward ``k`` runs local chunk ``(k // p) mod v`` and its backward ``k`` chunk ``v - 1 - (k //
+    p) mod v`` (:func:`mapper.cluster.schedule.orders`); ``2 (p - s - 1) + (v - 1) p`` of them, at
+    most ``m v``, in each phase."""
+    total = m * v
+    warm = min(total, 2 * (p - s - 1) + (v - 1) * p)
+    fwd, bwd = [0] * v, [0] * v
+    for k in range(warm):
+        fwd[(k // p) % v] += 1
+    for k in range(total - warm, total):
+        bwd[v - 1 - (k // p) % v] += 1
+    return fwd, bwd
+
+
+def p2p_sends(hops: list[float], comp: list[tuple[float, float]], p: int, v: int,
+              m: int) -> tuple[tuple[float, float, float, float, float], ...]:
+    """For each chunk ``c`` (on rank ``c mod p``) of an interleaved pipeline with ``overlap=p2p``,
+    from its send of ``hops[c]`` seconds to the next chunk and each chunk's forward and backward
+    computation ``comp``: the send, what of it stays exposed beside a steady-state backward and
+    forward (one of the rank's chunks: their mean), and the forward and backward seconds per
+    micro-batch it adds on average over the ``m``, counting those of the warm-up and cool-down
+    whole (:func:`phases`; module docstring)."""
+    out = []
+    for c, hop in enumerate(hops):
+        s = c % p
+        fwd = sum(x[0] for x in comp[s::p]) / v
+        bwd = sum(x[1] for x in comp[s::p]) / v
+        warm, cool = (x[c // p] for x in phases(p, v, m, s))
+        sf, sb = p2p_exposed(hop, bwd), p2p_exposed(hop, fwd)
+        out.append((hop, sf, sb, (warm * hop + (m - warm) * sf) / m, (cool * hop + (m - cool) * sb) / m))
+    return tuple(out)

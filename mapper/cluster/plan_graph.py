@@ -14,13 +14,17 @@ plan model puts on that rank's GPUs (``memory``), so the reports' peak memory is
 With context parallelism each forward and backward is followed by its ring task
 (``ring.fwd.c0.mb0``): the K/V sends of the chunk's attention that its ring steps do not
 hide, or the all-gathers (:mod:`mapper.cluster.context`), out of the chunk's time; with
-``cp=a2a`` its all-to-alls (``a2a.fwd.c0.mb0``).
+``cp=a2a`` its all-to-alls (``a2a.fwd.c0.mb0``). With ``overlap=p2p`` a forward
+of the warm-up or a backward of the cool-down carries its chunk's whole send, the others only what
+a steady-state pass leaves exposed (:func:`mapper.cluster.overlap.p2p_sends`), so each chunk's tasks
+sum to the plan model's chunk times.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from mapper.cluster import overlap
 from mapper.cluster.model import Estimate
 from mapper.cluster.schedule import Op, deps, orders
 from mapper.core.graph import Edge, Placement, Task, TaskGraph
@@ -65,10 +69,15 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
     held = est.rank_memory or tuple(est.peak if s == est.fullest else 0.0 for s in range(p))
     for s, seq in enumerate(seqs):
         dev = stage_device(s, est.kinds)
-        for op in seq:
+        warm = sum(overlap.phases(p, v, m, s)[0]) if est.chunk_sends else 0
+        for i, op in enumerate(seq):
             kind, c, mb = op
             f, b = est.chunk_times[c]
             seconds = f if kind == "F" else b
+            if est.chunk_sends:  # overlap=p2p: the send whole in the warm-up and cool-down, else its exposed part
+                hop, sf, sb, hf, hb = est.chunk_sends[c]
+                ends = i < warm if kind == "F" else i >= len(seq) - warm
+                seconds += (hop if ends else sf if kind == "F" else sb) - (hf if kind == "F" else hb)
             ring = est.chunk_ring[c][0 if kind == "F" else 1] if est.chunk_ring else None
             name = f"{'fwd' if kind == 'F' else 'bwd'}.c{c}.mb{mb}"
             index[op] = last[op] = len(tasks)

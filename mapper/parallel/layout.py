@@ -2,7 +2,7 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|a2a+tp][,context=C][,cp=ring|allgather|a2a]
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|p2p|a2a+tp+p2p...][,context=C][,cp=ring|allgather|a2a]
 [,allocator=caching|expandable][,attn=NAME]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
@@ -16,8 +16,9 @@ default module, ``core_attn``), ``full`` (every layer from its input), or the mo
 Megatron-Core's ``recompute_modules`` joined by ``+`` (:data:`MODULES`;
 :mod:`mapper.cluster.recompute`); ``overlap`` the communication overlaps the run sets
 (:mod:`mapper.cluster.overlap`: ``a2a`` Megatron-Core's ``--overlap-moe-expert-parallel-comm``,
-``tp`` its ``--tp-comm-overlap``), off unless given, as Megatron-Core defaults them: the planner
-never turns one on by itself; ``context`` cuts every sequence over ``C`` ranks
+``tp`` its ``--tp-comm-overlap``, ``p2p`` its ``--overlap-p2p-communication``), off unless given,
+as Megatron-Core defaults them: the planner never turns one on by itself; ``context`` cuts every
+sequence over ``C`` ranks
 (context parallelism, Megatron-Core's ``context_parallel_size``: :mod:`mapper.cluster.context`),
 1 unless given, and ``cp`` how its ranks share keys and values (``ring``, Transformer Engine's
 ``p2p``, ``allgather``, Llama 3's all-gather, or ``a2a``, DeepSpeed-Ulysses' all-to-alls: Megatron-Core's
@@ -53,8 +54,8 @@ SELECTIVE = ("core_attn",)
 GRADS = ("fp32", "bf16")
 #: Modes of the caching allocator (``allocator=``).
 ALLOCATORS = ("caching", "expandable")
-#: Communication overlaps (``overlap=``), each a set of ``a2a`` and ``tp`` in this order.
-OVERLAPS = ("none", "a2a", "tp", "a2a+tp")
+#: Communication overlaps (``overlap=``), each a set of ``a2a``, ``tp`` and ``p2p`` in this order.
+OVERLAPS = ("none", "a2a", "tp", "p2p", "a2a+tp", "a2a+p2p", "tp+p2p", "a2a+tp+p2p")
 #: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
 CP_KINDS = ("ring", "allgather", "a2a")
 #: Keys of the plan rather than of each layout.
@@ -252,10 +253,10 @@ def _value(key: str, value: str) -> Any:
         if value not in CP_KINDS:
             raise OptionsError(f"cp={value!r}: choose one of {', '.join(CP_KINDS)}", obj="--parallel")
         return value
-    if key == "overlap":  # a2a and tp in either order, each once
+    if key == "overlap":  # a2a, tp and p2p in any order, each once
         parts = value.split("+")
-        if len(set(parts)) == len(parts) and set(parts) <= {"a2a", "tp"}:
-            value = "+".join(k for k in ("a2a", "tp") if k in parts)
+        if len(set(parts)) == len(parts) and set(parts) <= {"a2a", "tp", "p2p"}:
+            value = "+".join(k for k in ("a2a", "tp", "p2p") if k in parts)
         if value not in OVERLAPS:
             raise OptionsError(f"overlap={value!r}: choose one of {', '.join(OVERLAPS)}", obj="--parallel")
         return value
