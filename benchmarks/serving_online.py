@@ -246,8 +246,9 @@ def _serve(servers: dict, model: str, platform: str, rt: Runtime, reqs: list[Arr
 #: The v4.1 Server log needs it: 5,401 output tokens/s per replica at a median 156 ms per token
 #: is ~845 sequences decoding at once (Little's law), which reserving each one's prompt and output
 #: (GUARANTEED_NO_EVICT, the runtime's default) could not hold in the ~530k cached tokens of a replica.
-#: ``max_num_tokens`` 4,096 (the llama2-70b ``GPUBaseConfig``, both scenarios).
-MLPERF_RT = replace(RUNTIMES["trtllm"], kv_fraction=0.90, reserve_output=False, chunk=4096)
+#: ``max_num_tokens`` 4,096 (the llama2-70b ``GPUBaseConfig``, both scenarios). Requests go to the replica
+#: with the fewest in flight (the harness's ``traffic_distribution_policy`` 2, :mod:`mapper.serving.dispatch`).
+MLPERF_RT = replace(RUNTIMES["trtllm"], kv_fraction=0.90, reserve_output=False, chunk=4096, dispatch="least-loaded")
 #: The harness streams in the Server scenario only (code/harness/harness_llm/main_llm.cc: ``mIsStreaming
 #: = generation_config streaming && scenario != "Offline"``; generation_config.json ``"streaming":
 #: true``): every Server step returns each of its ~850 tokens through the batch manager's response
