@@ -65,10 +65,10 @@ fits TensorRT-LLM's on MLPerf's one Server row where the harness streams and che
 
 ``dispatch`` is how requests are dealt to replicas (:mod:`mapper.serving.dispatch`). The built-in
 runtimes deal them round-robin: each engine serves one replica, and what spreads requests over
-several is the deployment's router, not the engine (vLLM's production-stack router and SGLang's
-router offer round-robin among other policies; no source read makes one of them the default a
-planner should assume). NVIDIA's MLPerf harness sends each request to the least-loaded replica,
-and ``benchmarks/serving_online.py`` sets that for its rows.
+several is the deployment's router, not the engine (SGLang's router defaults to prefix affinity,
+``cache_aware``, with a least-loaded fallback once the load is out of balance, and offers
+``round_robin``: docs/serving.md). NVIDIA's MLPerf harness sends each request to the least-loaded
+replica, and ``benchmarks/serving_online.py`` sets that for its rows.
 """
 
 from __future__ import annotations
