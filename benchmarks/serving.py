@@ -29,6 +29,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +100,13 @@ def speed() -> None:
     print(f"  tensor 2 x pipeline 2, 2 replicas: {t1 - t0:.1f} s (pricing included), "
           f"{out.metrics['output_tokens_per_s']:,.0f} output tokens/s")
     print(f"  --parallel auto: {tried} plans in {t2 - t1:.1f} s, chose {best.plan.label()}")
+    balanced = server_for(LLAMA, "dgx-h100", replace(RUNTIMES["trtllm"], dispatch="least-loaded"))
+    t3 = time.perf_counter()
+    least = balanced.run(balanced.plan({"tensor": 2, "pipeline": 2}), reqs, slo)
+    t4 = time.perf_counter()
+    print(f"  the same plan, --dispatch least-loaded: {t4 - t3:.1f} s (pricing included), "
+          f"{least.metrics['output_tokens_per_s']:,.0f} output tokens/s, TTFT p99 "
+          f"{least.metrics['ttft']['p99']:.2f} s (round-robin {out.metrics['ttft']['p99']:.2f} s)")  # type: ignore[index]
     print(f"  load average {os.getloadavg()[0]:.1f}")
 
 
@@ -111,7 +119,6 @@ def main() -> int:
         speed()
         return 0
     runtime = RUNTIMES["trtllm"]
-    from dataclasses import replace
 
     runtime = replace(runtime, kv_fraction=KV_FRACTION)
     ratios: list[float] = []

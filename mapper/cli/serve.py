@@ -59,6 +59,9 @@ def register(subparsers) -> None:
                    help="trtllm (default), vllm, sglang (v0.3.0: prefill-first steps, a front-end latency per "
                         "request), or eager (vllm without CUDA graphs: each kernel at least its framework ops' CPU "
                         "dispatch): KV blocks, memory fraction, limits, scheduling")
+    p.add_argument("--dispatch", default=None, metavar="POLICY",
+                   help="how requests are dealt to replicas: round-robin (default) or least-loaded (each to the "
+                        "replica with the fewest requests in flight, as NVIDIA's MLPerf harness does)")
     p.add_argument("--precision", default=None, metavar="FMT",
                    help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
                         "nvfp4, int4_awq (4-bit AWQ weights, 16-bit GEMMs); the GPU needs a tensor rate for it")
@@ -87,6 +90,7 @@ def _positive(value: float | None, flag: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from mapper.serving.dispatch import dispatch_policy
     from mapper.serving.metrics import Slo
     from mapper.serving.mix import parse_gpus
     from mapper.serving.runtimes import get_runtime
@@ -111,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             raise OptionsError(f"--kv-fraction must be above 0 and at most 1, got {args.kv_fraction:g}",
                                obj="--kv-fraction")
         runtime = replace(runtime, kv_fraction=args.kv_fraction)
+    if args.dispatch is not None:
+        runtime = replace(runtime, dispatch=dispatch_policy(args.dispatch))
     given = parse_parallel(args.parallel)
     requests = parse_workload(args.workload) if args.workload is not None else read_trace(args.trace)
     rate = parse_rate(args.rate) if args.rate is not None else None

@@ -64,8 +64,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 
 from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.errors import InfeasibleError
@@ -119,29 +119,69 @@ def _blocks(tokens: int, block: int, window: int = 0) -> int:
     return -(-held_positions(tokens, window) // block)
 
 
+@dataclass(slots=True)
+class Feed:
+    """The requests one replica has been given so far (arrival order) and, as it runs, the
+    times its requests ended; ``closed`` once no more will come (:mod:`mapper.serving.dispatch`)."""
+
+    given: list[float] = field(default_factory=list)
+    inp: list[int] = field(default_factory=list)
+    out: list[int] = field(default_factory=list)
+    ended: list[float] = field(default_factory=list)  # step ends, one per request ended, in time order
+    closed: bool = False
+
+    def add(self, r: Arrival) -> None:
+        self.given.append(r.arrival or 0.0)
+        self.inp.append(r.input_tokens)
+        self.out.append(r.output_tokens)
+
+
+def check(requests: list[Arrival], sched: Scheduler) -> None:
+    """Exit if a request needs more KV cache than a replica holds."""
+    for i, r in enumerate(requests):
+        need = r.input_tokens + r.output_tokens - 1  # cached at its last step: a longer request could never end
+        if _blocks(need, sched.block, sched.window) > sched.capacity // sched.block:
+            raise InfeasibleError(f"request {i + 1} needs {need:,} tokens of KV cache; a replica holds "
+                                  f"{sched.capacity:,}: give more GPUs per replica or a shorter request")
+
+
 def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Scheduler,
              cached: bool = False) -> Run:
     """Serve ``requests`` (arrival times given, in order) on one replica (module docstring);
     ``cached``: they arrive with their prompt cached and their first token given."""
-    n = len(requests)
-    given = [r.arrival or 0.0 for r in requests]
-    arrive = [t + sched.front for t in given]
-    inp = [r.input_tokens for r in requests]
-    out = [r.output_tokens for r in requests]
+    check(requests, sched)
+    feed = Feed(closed=True)
+    for r in requests:
+        feed.add(r)
+    return drain(engine(feed, step, sched, cached))
+
+
+def drain(replica: Generator[float, None, Run]) -> Run:
+    """Run a replica's :func:`engine` to its end (its feed closed)."""
+    while True:
+        try:
+            next(replica)
+        except StopIteration as stop:
+            return stop.value
+
+
+def engine(feed: Feed, step: Callable[[Batch], float], sched: Scheduler,
+           cached: bool = False) -> Generator[float, None, Run]:
+    """One replica as a generator: it yields the time its next step starts before it takes the
+    requests that have arrived by then (``inf`` while it has none and the feed is open), so a
+    dispatcher can run several replicas on one clock and give requests out as they arrive; it
+    returns the :class:`Run` once the feed is closed and every request has ended."""
+    given, inp, out = feed.given, feed.inp, feed.out
+    arrive: list[float] = []
     total_blocks = sched.capacity // sched.block
     bs, w = sched.block, sched.window
-    for i in range(n):
-        need = inp[i] + out[i] - 1  # cached at its last step: a longer request could never end
-        if _blocks(need, bs, w) > total_blocks:
-            raise InfeasibleError(f"request {i + 1} needs {need:,} tokens of KV cache; a replica holds "
-                                  f"{sched.capacity:,}: give more GPUs per replica or a shorter request")
-    target = inp[:]  # tokens to have cached before the next token comes from a prefill
-    done = [0] * n  # tokens in the cache
-    emitted = [0] * n
-    held = [0] * n  # blocks held
-    admitted = [math.nan] * n
-    first = [math.nan] * n
-    finish = [math.nan] * n
+    target: list[int] = []  # tokens to have cached before the next token comes from a prefill
+    done: list[int] = []  # tokens in the cache
+    emitted: list[int] = []
+    held: list[int] = []  # blocks held
+    admitted: list[float] = []
+    first: list[float] = []
+    finish: list[float] = []
     free = total_blocks
     waiting: deque[int] = deque()
     running: list[int] = []
@@ -149,7 +189,6 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
     now = 0.0
     steps = preempt = max_running = 0
     peak = 0
-    left = n
     timeline: list[tuple[float, int, int, int]] = []
     run = 0  # decode steps left in the current multi-step run
     stalled = False  # a prefill-first step found no prompt it could schedule: the next one decodes
@@ -164,13 +203,32 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
         waiting.appendleft(j)
         preempt += 1
 
-    while left:
-        while nxt < n and arrive[nxt] <= now:
+    def take() -> None:
+        """Extend the per-request state to the requests given since."""
+        for i in range(len(arrive), len(given)):
+            arrive.append(given[i] + sched.front)
+            target.append(inp[i])
+            done.append(0)
+            emitted.append(0)
+            held.append(0)
+            admitted.append(math.nan)
+            first.append(math.nan)
+            finish.append(math.nan)
+
+    while True:
+        take()
+        if not running and not waiting:
+            if nxt == len(arrive):
+                if feed.closed:
+                    break
+                yield math.inf
+                continue
+            now = max(now, arrive[nxt])
+        yield now
+        take()
+        while nxt < len(arrive) and arrive[nxt] <= now:
             waiting.append(nxt)
             nxt += 1
-        if not running and not waiting:
-            now = arrive[nxt]
-            continue
         while cached and waiting and math.isnan(admitted[waiting[0]]) and len(running) < sched.max_batch:
             i = waiting[0]
             need = _blocks(inp[i] + (out[i] - 1 if sched.reserve_output else 0), bs, w)
@@ -279,17 +337,17 @@ def simulate(requests: list[Arrival], step: Callable[[Batch], float], sched: Sch
             gone = set(ended)
             for i in ended:
                 finish[i] = now
+                feed.ended.append(now)
                 free += held[i]
                 held[i] = 0
             running = [i for i in running if i not in gone]
-            left -= len(ended)
     if sched.lag:
         ends = [t[0] for t in timeline]
         index = {t: k for k, t in enumerate(ends)}  # step ends are strictly increasing
         last = len(ends) - 1
         first = [ends[min(index[t] + sched.lag, last)] if t in index else t for t in first]
         finish = [ends[min(index[t] + sched.lag, last)] for t in finish]
-    served = tuple(Served(given[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(n))
+    served = tuple(Served(given[i], admitted[i], first[i], finish[i], inp[i], out[i]) for i in range(len(given)))
     return Run(served, steps, preempt, max_running, peak, tuple(timeline), total_blocks)
 
 

@@ -62,6 +62,13 @@ default up to 32K-token contexts) and of SGLang's default, ``steps=n`` vLLM V0's
 (:mod:`mapper.serving.inflight`); the built-in runtimes leave it 0, as ``trtllm-bench
 throughput`` and the offline tables run without streaming; ``benchmarks/serving_online.py``
 fits TensorRT-LLM's on MLPerf's one Server row where the harness streams and checks it on the others.
+
+``dispatch`` is how requests are dealt to replicas (:mod:`mapper.serving.dispatch`). The built-in
+runtimes deal them round-robin: each engine serves one replica, and what spreads requests over
+several is the deployment's router, not the engine (SGLang's router defaults to prefix affinity,
+``cache_aware``, with a least-loaded fallback once the load is out of balance, and offers
+``round_robin``: docs/serving.md). NVIDIA's MLPerf harness sends each request to the least-loaded
+replica, and ``benchmarks/serving_online.py`` sets that for its rows.
 """
 
 from __future__ import annotations
@@ -88,6 +95,7 @@ class Runtime:
     dispatch_us: float = 0.0  # CPU microseconds per framework op, each call's floor (0: CUDA graphs)
     front: float = 0.0  # seconds from a request's arrival until the scheduler sees it (front-end processes)
     stream: float = 0.0  # host seconds per streamed token per step (0: responses at the end only)
+    dispatch: str = "round-robin"  # how requests are dealt to replicas (mapper.serving.dispatch)
 
 
 #: TensorRT-LLM's cost per request outside the steps, seconds: fitted (module docstring).

@@ -1,8 +1,10 @@
 """``mapper serve``: a request stream through in-flight batching replicas (docs/serving.md).
 
 A plan is ``replicas`` copies of ``tensor`` x ``pipeline`` GPUs, each with the runtime's
-``max_batch`` and ``chunk``. Requests go to the replicas round-robin, each replica is simulated
-on its own (:func:`mapper.serving.inflight.simulate`, step times from
+``max_batch`` and ``chunk``. Requests go to the replicas by the runtime's ``dispatch`` policy
+(:mod:`mapper.serving.dispatch`: round-robin, each replica simulated on its own, unless the
+runtime sends each to the least-loaded replica), each replica in-flight batching
+(:func:`mapper.serving.inflight.simulate`, step times from
 :class:`mapper.serving.iteration.StepModel`) and the metrics are taken over all requests
 (:func:`mapper.serving.metrics.metrics`).
 
@@ -25,7 +27,8 @@ from mapper.errors import InfeasibleError, OptionsError
 from mapper.frontend.sources import ModelFile
 from mapper.parallel.collectives import Network
 from mapper.platform.devices import Platform
-from mapper.serving.inflight import Run, Scheduler, Served, simulate
+from mapper.serving.dispatch import assign
+from mapper.serving.inflight import Run, Scheduler, Served
 from mapper.serving.iteration import Prices, StepModel
 from mapper.serving.metrics import Slo, max_concurrency, metrics
 from mapper.serving.runtimes import Runtime
@@ -129,8 +132,7 @@ class Server:
         rt = self.runtime
         sched = Scheduler(tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead, model.window,
                           mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front, stream=rt.stream)
-        runs = tuple(simulate(requests[r::plan.replicas], model.step, sched) for r in range(plan.replicas)
-                     if requests[r::plan.replicas])
+        _, runs = assign(requests, plan.replicas, model.step, sched, rt.dispatch)
         served = tuple(s for run in runs for s in run.served)
         got = metrics(served, slo)
         got["max_concurrency"] = max_concurrency(served)
