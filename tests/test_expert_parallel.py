@@ -167,3 +167,27 @@ def test_experts_larger_than_one_gpu_are_priced_by_their_shard():
     whole = plan_cluster(g, plat, LayoutSpec(tensor=1, pipeline=4, interleave=1, micro_batch=1, expert=1, zero=1),
                          "adam", lambda x: fuse_for(x, plat)).best
     assert not whole.fits and est.memory["weights"] < whole.memory["weights"] / 8
+
+
+def test_block_parts_kept_across_layouts_are_a_fresh_models():
+    """The per-block all-to-alls and recomputation a plan model keeps for one layout (shared by
+    every context kind, overlap, sequence parallelism and cut) price another layout as a model that
+    never saw the first: the estimates agree to the last bit."""
+    from mapper.cluster.search import _setup
+
+    plat = with_nodes(load_platform("dgx-h100-superpod"), 2)
+
+    def fresh():
+        return _setup(_graph(), plat, "adam", lambda x: fuse_for(x, plat)).model
+
+    base = Layout(2, 2, 4, 1, 1, "selective", 1, False, 8)
+    others = [Layout(2, 2, 4, 1, 1, "selective", 1, True, 8, overlap="a2a"), Layout(2, 2, 4, 1, 1, "moe", 1, False, 8),
+              Layout(2, 2, 4, 1, 1, "full", 1, False, 8), Layout(2, 2, 4, 1, 1, "selective", 1, False, 4)]
+    warm = fresh()
+    for lay in others:
+        warm.estimate(lay)
+    for lay in [base, *others]:
+        one, two = fresh().estimate(lay), warm.estimate(lay)
+        assert one is not None and two is not None
+        assert (one.step, one.chunk_times, one.memory) == (two.step, two.chunk_times, two.memory)
+        assert fresh().time_floor(lay) == warm.time_floor(lay)

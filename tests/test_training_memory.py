@@ -7,9 +7,10 @@ import json
 import pytest
 
 from mapper.cli import main
-from mapper.cluster.model import FRAGMENTATION, state_bytes
+from mapper.cluster.model import FRAGMENTATION
 from mapper.cluster.profile import Profile
 from mapper.cluster.search import _setup, plan_cluster
+from mapper.cluster.states import state_bytes
 from mapper.costing.cost import build_cost_table
 from mapper.costing.fusion import fuse_for
 from mapper.costing.precision import ELEMENT_BYTES, gemm_bytes, with_precision

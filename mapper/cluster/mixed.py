@@ -24,11 +24,12 @@ from itertools import combinations, permutations
 
 import numpy as np
 
-from mapper.cluster.model import BUCKET, Estimate, PlanModel, activation_parts, state_bytes
+from mapper.cluster.model import BUCKET, Estimate, PlanModel
 from mapper.cluster.profile import MAX_TENSOR
 from mapper.cluster.reserve import reserve
 from mapper.cluster.schedule import step_time
 from mapper.cluster.split import exact_split
+from mapper.cluster.states import activation_parts, state_bytes
 from mapper.costing.training import OPTIMIZERS
 from mapper.mapping.pipeline import stage_partition
 from mapper.parallel.collectives import collective, ring, send

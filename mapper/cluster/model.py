@@ -76,6 +76,7 @@ from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
 from mapper.cluster.reserve import reserve
 from mapper.cluster.schedule import orders, simulate, step_time
+from mapper.cluster.states import GRAD_BYTES, activation_parts, state_bytes
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
 from mapper.mapping.pipeline import partition
 from mapper.parallel.collectives import Network, collective, send
@@ -93,37 +94,6 @@ GIB = float(2**30)
 FRAGMENTATION = {"caching": 0.15, "expandable": 0.0}
 #: The mode a plan assumes unless given.
 DEFAULT_ALLOCATOR = "expandable"
-
-
-def activation_parts(act: Any, share: float) -> dict[str, Any]:
-    """The memory parts of ``act`` activation bytes: themselves and the allocator's fragmentation
-    beside them (``share`` of the whole: :data:`FRAGMENTATION`). Works elementwise on arrays."""
-    return {"activations": act, "fragmentation": act * share / (1.0 - share)}
-
-
-#: Bytes per element of the gradient buffer by its format (``grad=``; "" the weights' own).
-GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}
-
-
-def state_bytes(params: Any, pbytes: Any, states: int, grad: str, zero: int, d: int) -> dict[str, Any]:
-    """Bytes per GPU of ``params`` parameters held in ``pbytes`` bytes: weights, gradients and
-    the optimizer (``states`` f32 values per parameter), as Megatron-Core keeps them (its
-    "Distributed Optimizer" guide, bytes per parameter without / with the distributed optimizer:
-    f16 or bf16 weights with 16-bit gradients 20 / ``4 + 16/d``, bf16 weights with f32
-    gradients 18 / ``6 + 12/d``, f32 16 / ``8 + 8/d``). The gradient buffer is ``grad``
-    (``fp32``: its f32 main gradients are the buffer, Megatron-Core's default with bf16, which
-    sets ``accumulate_allreduce_grads_in_fp32``; ``bf16``: ``--grad-reduce-in-bf16``; "": the
-    weights' own format, as Megatron-LM ran fp16, where the optimizer keeps an f32 copy of the
-    gradients beside the f32 master weights). ZeRO 1 (the distributed optimizer) shards the
-    master weights, states and copies over the ``d`` replicas, ZeRO 2 the gradients too, ZeRO 3
-    the weights. Works elementwise on arrays."""
-    half = pbytes < 4 * params  # 16-bit weights keep f32 master weights
-    per = GRAD_BYTES.get(grad)
-    grads = pbytes if per is None else per * params
-    copy = (grads < 4 * params) * half  # 16-bit gradients: the optimizer's f32 copy of them
-    return {"weights": pbytes / (d if zero >= 3 else 1),
-            "gradients": grads / (d if zero >= 2 else 1),
-            "optimizer": 4.0 * params * (states + half + copy) / (d if zero >= 1 else 1)}
 
 
 #: Gradient bucket of the data-parallel all-reduce (PyTorch DDP's bucket_cap_mb, Li et al., VLDB 2020).
@@ -198,6 +168,8 @@ class PlanModel:
         self._pairs: dict[tuple[int, int, int | None, int], tuple[float, float]] = {}  # a block price's collectives
         self._profiles: dict[int, Profile] = {1: profile}
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
+        self._extras: dict[tuple, tuple[list[float], list[float]]] = {}  # each block's all-to-alls and recomputation
+        self._totals: dict[int, float] = {}  # seconds of all blocks forward and backward, by the kept lists
         self.placed = Placement(net.gpus_per_node)  # where each layout's groups lie on the nodes
         self.ranks, self.shares = self.placed.ranks, self.placed.shares
 
@@ -314,30 +286,41 @@ class PlanModel:
         bits = mask(lay.recompute)
         costs = self.block_costs(t, lay.micro_batch, lay.context)
         hide = overlap.parts(lay.overlap)  # communication hidden under computation (mapper.cluster.overlap)
+        etp = lay.etp if lay.expert > 1 else None
+        a2as, redos = self._expert_parts(lay, costs, bits, etp)
         for n, (c, ring) in enumerate(zip(costs, self.rings(lay))):
             f = c.forward + ring.forward  # every ring step of attention, its sends as far as exposed
             b = c.backward + ring.backward
             if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
                 f -= c.replicated * (1 - 1 / t)
                 b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
-            etp = lay.etp if lay.expert > 1 else None
             if (id(c), t, etp, lay.gpus) not in self._pairs:  # the same for every recomputation and overlap
                 self._pairs[(id(c), t, etp, lay.gpus)] = (self._comm(c, lay, False, etp), self._comm(c, lay, True, etp))
             cf, cb = self._pairs[(id(c), t, etp, lay.gpus)]
             if "tp" in hide:
                 cf, cb = overlap.tp_exposed(c, self._comm_each(c, lay, etp), [x[2] for x in c.collectives], t,
                                             overlap.first_gemm(costs[n + 1]) if n + 1 < len(costs) else 0.0)
-            a2a = self._alltoalls(c, lay)  # dispatch and combine, forward and backward alike
+            a2a = a2as[n]  # dispatch and combine, forward and backward alike
             if "a2a" in hide:
                 a2a = overlap.alltoall_exposed(a2a, f, b)
             cf += a2a
             cb += a2a
-            redo = f + cf if lay.recompute == "full" else self._redo(c, lay, bits, etp)
+            redo = f + cf if lay.recompute == "full" else redos[n]
             redo += ring.forward if bits & BIT["core_attn"] and lay.recompute != "full" else 0.0  # the whole ring again
             fw.append(f + cf)
             bw.append(b + cb + redo)
         self._times[key] = (fw, bw)
         return fw, bw
+
+    def _expert_parts(self, lay: Layout, costs: list[BlockCost], bits: int,
+                      etp: int | None) -> tuple[list[float], list[float]]:
+        """Each block's :meth:`_alltoalls` and :meth:`_redo` of modules ``bits``, kept: the same for
+        every kind of context parallelism, overlap, sequence parallelism and cut."""
+        key = (lay.tensor, lay.micro_batch, lay.context, lay.expert, lay.etp, lay.gpus, bits)
+        if key not in self._extras:
+            self._extras[key] = ([self._alltoalls(c, lay) for c in costs],
+                                 [self._redo(c, lay, bits, etp) for c in costs])
+        return self._extras[key]
 
     def cut(self, lay: Layout) -> tuple[tuple[int, ...], list[float], list[float]] | None:
         """The first block of each of ``lay``'s ``p v`` chunks (by time, or by layers with ``first``/``last``)
@@ -498,7 +481,9 @@ class PlanModel:
         micro-batches passes every block forward and backward, spread at best evenly over the
         ``pipeline`` ranks."""
         fw, bw = self._block_times(lay)
-        return self.samples // (lay.data * lay.micro_batch) * (sum(fw) + sum(bw)) / lay.pipeline * (1 - 1e-9)
+        if id(fw) not in self._totals:  # the lists are kept, so their ids stay theirs
+            self._totals[id(fw)] = sum(fw) + sum(bw)
+        return self.samples // (lay.data * lay.micro_batch) * self._totals[id(fw)] / lay.pipeline * (1 - 1e-9)
 
     def _by_layers(self, lay: Layout) -> tuple[int, ...] | None:
         """Chunk starts with ``first``/``last`` layers at the ends and equal shares between

@@ -28,6 +28,7 @@ stage, ``N / p`` ranks on; it crosses the fabric when any such pair is on two no
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mapper.parallel.layout import Layout
@@ -88,9 +89,14 @@ def groups(lay: Layout) -> dict[str, tuple[int, int]]:
     """Each parallel group kind of ``lay`` as ``(stride, size)`` in Megatron-Core's rank order
     (module docstring): tensor; context (``tensor`` apart); the gradients' data x context ranks;
     the experts' tensor, expert (``expert_tensor`` apart) and expert-data ranks."""
-    t, e, et = lay.tensor, lay.expert, lay.etp
-    return {"tensor": (1, t), "context": (t, lay.context), "data": (t, lay.replicas), "expert_tensor": (1, et),
-            "expert": (et, e), "expert_data": (et * e, lay.expert_data)}
+    return {kind: group(lay) for kind, group in GROUPS.items()}
+
+
+#: :func:`groups`, kind by kind (a lookup builds only the one asked for).
+GROUPS: dict[str, Callable[[Layout], tuple[int, int]]] = {
+    "tensor": lambda lay: (1, lay.tensor), "context": lambda lay: (lay.tensor, lay.context),
+    "data": lambda lay: (lay.tensor, lay.replicas), "expert_tensor": lambda lay: (1, lay.etp),
+    "expert": lambda lay: (lay.etp, lay.expert), "expert_data": lambda lay: (lay.etp * lay.expert, lay.expert_data)}
 
 
 class Placement:
@@ -109,7 +115,7 @@ class Placement:
     def shares(self, lay: Layout, kind: str, stage: int | None = None) -> tuple[int, ...]:
         """How ``lay``'s groups of ``kind`` (:func:`groups`) lie on the nodes (:meth:`Ranks.shares`),
         of every group or of pipeline stage ``stage``'s."""
-        stride, size = groups(lay)[kind]
+        stride, size = GROUPS[kind](lay)
         if stage is None:
             return self.ranks(lay.gpus).shares(stride, size)
         return self.ranks(lay.gpus).shares(stride, size, stage, lay.pipeline)
