@@ -14,7 +14,10 @@ here = sequence x global batch / step time / GPUs, their own formula). :data:`SO
 each with its address and commit. Each row is priced as ``benchmarks/modern.py`` prices its
 rows: the model at its released config, the GEMMs at the row's precision (FP8 rows on H100
 are per-tensor current scaling, ``fp8``; FP8-MX is ``mxfp8``), the distributed optimizer
-(ZeRO 1; ZeRO 3 where the row says FSDP), sequence parallelism with tensor parallelism, the
+(ZeRO 1; ZeRO 3 where the row says FSDP, as Megatron-FSDP, ``fsdp=megatron``: the recipes' FSDP is
+``ddp.use_megatron_fsdp``, NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/helpers.py``,
+``set_megatron_fsdp_overrides``; NeMo 2's performance scripts ran Megatron-Core's own FSDP, its
+predecessor), sequence parallelism with tensor parallelism, the
 row's TP, PP, VP, EP, micro- and global batch and sequence length, the communication overlaps
 its recipe sets (:func:`recipe_overlap`; ``--overlap off``: none), the recomputation left to
 the planner, and the attention kernel the release ran (:data:`FA2_RELEASES`: NeMo's 24.07 launcher,
@@ -417,6 +420,8 @@ def price(row: tuple[Any, ...], overlaps: bool = True) -> tuple[float, str]:
     plat = with_nodes(load_platform(platform), gpus // per_node)
     keys: dict[str, Any] = {"tensor": tp, "pipeline": pp, "micro_batch": mbs, "interleave": vp,
                             "zero": 3 if fsdp else 1, "sequence": tp > 1, "context": 1}
+    if fsdp:
+        keys["fsdp"] = "megatron"
     if ep > 1:
         keys["expert"] = ep
     if cp > 1:

@@ -106,7 +106,9 @@ PARALLEL_HELP = (
     "all-to-alls of Q, K, V and the output; ring unless given), "
     "allocator=caching|expandable (PyTorch's caching allocator: its default mode, whose fragmentation "
     "is counted, or expandable segments, the default here), attn=NAME (the attention kernel the GPUs run, one "
-    "the platform declares: cudnn or fa2 on Hopper; its default unless given); keys left out are chosen. "
+    "the platform declares: cudnn or fa2 on Hopper; its default unless given), fsdp=deepspeed|megatron (with "
+    "zero=3: whose sharded gathers and scatters are priced, DeepSpeed's ZeRO-3 unless given, or Megatron-FSDP); "
+    "keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 
 

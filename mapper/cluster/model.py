@@ -148,8 +148,8 @@ class PlanModel:
     """Step time and memory of layouts of one graph on one cluster (module docstring)."""
 
     def __init__(self, profile: Profile, net: Network, samples: int, optimizer: str, capacity: float,
-                 grad: str = "", allocator: str = DEFAULT_ALLOCATOR) -> None:
-        self.profile = profile
+                 grad: str = "", allocator: str = DEFAULT_ALLOCATOR, fsdp: str = "deepspeed") -> None:
+        self.profile, self.fsdp = profile, fsdp  # fsdp: ZeRO-3's implementation (zero3.sharded)
         self.grad = grad  # the gradient buffer's format (state_bytes)
         self.fragmentation = FRAGMENTATION[allocator]  # of the activations' memory (activation_parts)
         self.net = net
@@ -443,9 +443,9 @@ class PlanModel:
         gathers, scatters = [], []
         for i in indices:
             dp_, db_, ep_, eb_ = self.held(costs[i], lay)
-            gathers.append(max(zero3.sharded(self.net, "allgather", db_ + eb_, d, g) for g in shares))
-            scatters.append(max(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d, g)
-                                for g in shares))
+            gathers.append(max(zero3.sharded(self.net, "allgather", db_ + eb_, d, g, self.fsdp) for g in shares))
+            scatters.append(max(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d, g,
+                                              self.fsdp) for g in shares))
         return gathers, scatters
 
     def memory_floor(self, lay: Layout) -> float:

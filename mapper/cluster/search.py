@@ -32,13 +32,14 @@ from mapper.cluster.profile import Profile, check_tensor
 from mapper.cluster.recompute import ladder, mask, module_flops
 from mapper.cluster.space import MAX_SCHEDULE_OPS, Variants, layouts, pow2
 from mapper.cluster.sweep import more, score
+from mapper.cluster.zero3 import check_fsdp
 from mapper.core.graph import TaskGraph
 from mapper.core.ops import ATTENTION_OPS
 from mapper.core.units import fmt_bytes, fmt_bytes_pair, fmt_count, fmt_n, fmt_rate, fmt_time
 from mapper.errors import OptionsError
 from mapper.mapping.base import Progress
 from mapper.parallel.collectives import network
-from mapper.parallel.layout import FREE, Layout, LayoutSpec
+from mapper.parallel.layout import FREE, FSDP, Layout, LayoutSpec
 from mapper.parallel.rewrite import SplitError
 from mapper.platform.cluster import domain_view
 from mapper.platform.devices import Platform
@@ -79,6 +80,7 @@ class ClusterChoice:
     grad: str = ""  # the gradient buffer's format (fp32, bf16, or the weights' own)
     allocator: str = ""  # the caching allocator's mode (allocator=, mapper.cluster.model.FRAGMENTATION)
     attn: str = ""  # the attention kernel the GPUs run (attn=, mapper.platform.kernels); "": none named
+    fsdp: str = ""  # ZeRO-3's implementation (fsdp=, mapper.cluster.zero3); "": no ZeRO-3 plan
 
     @property
     def proven(self) -> bool:
@@ -117,7 +119,8 @@ class ClusterChoice:
         est = b.to_json()
         est["plan"] = {**est["plan"], "grad": self.grad, "precision": self.precision,
                        **({"allocator": self.allocator} if self.allocator else {}),
-                       **({"attn": self.attn} if self.attn else {})}
+                       **({"attn": self.attn} if self.attn else {}),
+                       **({"fsdp": self.fsdp} if self.fsdp and lay.zero == 3 else {})}
         return {"mode": "cluster", **est, "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 **({"kinds_used": list(self.kinds_used)} if self.kinds_used else {}),
@@ -218,10 +221,12 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     allocator = given.allocator or DEFAULT_ALLOCATOR
     attn = given.attn or default_kernel(platform)
     platform = with_kernel(platform, attn) if given.attn else platform
-    given = replace(given, grad=None, allocator=None, attn=None)
-    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator)
+    fsdp = check_fsdp(given)
+    given = replace(given, grad=None, allocator=None, attn=None, fsdp=None)
+    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator, fsdp)
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
-    choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator, attn=attn)
+    choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator, attn=attn,
+                     fsdp=fsdp)
     gpu = next((d for d in platform.devices if d.kind == "gpu"), None)
     peak = gpu.tensor_peak(precision) if precision is not None and gpu is not None else None
     if peak and platform.fleet is None:
@@ -235,14 +240,14 @@ FORMAT_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 
 def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                 prepare: Callable[[TaskGraph], TaskGraph], progress: Callable[[Progress], None] | None,
-                grad: str, allocator: str = "") -> ClusterChoice:
-    """:func:`plan_cluster` with the gradient buffer's format and the allocator resolved."""
+                grad: str, allocator: str = "", fsdp: str = FSDP[0]) -> ClusterChoice:
+    """:func:`plan_cluster` with the gradient buffer's format, the allocator and ZeRO-3's implementation resolved."""
     if platform.fleet is not None:
         choices = []
         setups: list[_Setup] = []  # each kind's priced blocks, for its own plans and the mixed ones
         for k in platform.fleet.kinds:
             try:
-                setups.append(_setup(graph, k.platform, optimizer, prepare, grad, allocator))
+                setups.append(_setup(graph, k.platform, optimizer, prepare, grad, allocator, fsdp))
                 choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress,
                                                  setups[-1]), kind=k.kind))
             except OptionsError:
@@ -250,7 +255,7 @@ def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
                     raise
         if not choices:
             return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress,
-                             grad=grad, allocator=allocator)
+                             grad=grad, allocator=allocator, fsdp=fsdp)
         whole = len(setups) == len(platform.fleet.kinds) > 1
         if whole:  # every kind, and every subset of two or more kinds (the slowest may only slow it down)
             for subset in _subsets(len(setups)):
@@ -272,7 +277,7 @@ def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
         return replace(best, others=tuple((label(c), c.best.step, c.best.fits) for c in choices if c is not best),
                        kinds_used=best.kinds_used if len(best.kinds_used) < every else (),
                        bound=min(bounds) if bounds else None)
-    return _plan_one(graph, platform, given, optimizer, prepare, progress, grad=grad, allocator=allocator)
+    return _plan_one(graph, platform, given, optimizer, prepare, progress, grad=grad, allocator=allocator, fsdp=fsdp)
 
 
 #: The ``kind`` of a choice whose pipeline stages sit on several node kinds.
@@ -387,7 +392,8 @@ class _Setup:
 
 
 def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
-           prepare: Callable[[TaskGraph], TaskGraph], grad: str = "", allocator: str = "") -> _Setup:
+           prepare: Callable[[TaskGraph], TaskGraph], grad: str = "", allocator: str = "",
+           fsdp: str = FSDP[0]) -> _Setup:
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
         raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
@@ -406,7 +412,7 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
     # collectives see a scale-up domain larger than a node (NVL72) as one node of its GPUs
     view = domain_view(platform)
     model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad,
-                      allocator or DEFAULT_ALLOCATOR)
+                      allocator or DEFAULT_ALLOCATOR, fsdp)
     per_node = sum(1 for d in view.devices if d.kind == "gpu")
     return _Setup(model, gpu, per_node, len(gpus_here) * nodes, samples, seq)
 
@@ -414,11 +420,11 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
 def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
               progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None,
-              grad: str = "", allocator: str = "") -> ClusterChoice:
+              grad: str = "", allocator: str = "", fsdp: str = FSDP[0]) -> ClusterChoice:
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
     blocks priced already)."""
     start = time.perf_counter()
-    setup = setup or _setup(graph, platform, optimizer, prepare, grad, allocator)
+    setup = setup or _setup(graph, platform, optimizer, prepare, grad, allocator, fsdp)
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
     profile = model.profile

@@ -34,8 +34,15 @@ step whatever ``d`` is, at some 16 GB/s, below one HDR NIC's 25. That rate is th
 parameter here, fitted on the 175B run on 768 GPUs; ``benchmarks/zero3.py`` prints it
 against the other five rows. Why DeepSpeed's 2021 ZeRO-3 moved so little is not pinned
 down by a published breakdown (MiCS, Zhang et al., VLDB 2022, measure the bandwidth use of
-collectives falling with their number of participants); FSDP and later ZeRO-3 releases
-may well do better, and the parameter is theirs to refit.
+collectives falling with their number of participants).
+
+**The implementation** is an input (``--parallel ...,zero=3,fsdp=deepspeed|megatron``,
+:data:`mapper.parallel.layout.FSDP`), as the attention kernel is: ``deepspeed`` (the default) is the rate
+above; ``megatron`` is Megatron-FSDP, what NVIDIA's Megatron-Bridge recipes run as FSDP
+(``use_megatron_fsdp``), whose gathers and scatters are NCCL's ring collectives on the
+data-parallel process group: priced as :func:`mapper.parallel.collectives.collective`'s ring of
+the ``d`` ranks as they lie on the nodes (:mod:`mapper.cluster.placement`), every NIC of a node
+carrying its ranks' share, no fitted rate. Both are hidden under compute alike (above).
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from mapper.errors import OptionsError
 from mapper.parallel.collectives import Network, collective
+from mapper.parallel.layout import FSDP, LayoutSpec
 
 #: Share of a rank's NIC bandwidth that ZeRO-3's sharded all-gathers and reduce-scatters over
 #: data-parallel ranks on several nodes reach: fitted on Narayanan et al., SC'21, Table 2 (175B GPT-3,
@@ -52,16 +61,29 @@ from mapper.parallel.collectives import Network, collective
 SHARDED_EFFICIENCY = 0.68
 
 
-def sharded(net: Network, kind: str, nbytes: float, d: int, per_node: int) -> float:
+def sharded(net: Network, kind: str, nbytes: float, d: int, per_node: int, impl: str = "deepspeed") -> float:
     """Seconds of ZeRO-3's ``kind`` (all-gather or reduce-scatter) of ``nbytes`` over ``d`` data
-    ranks, ``per_node`` of them a node (module docstring): inside one node the collective model's
-    own; across nodes a ring at :data:`SHARDED_EFFICIENCY` of each rank's NIC share."""
+    ranks, ``per_node`` of them a node, by implementation ``impl`` (module docstring): inside one
+    node the collective model's own; across nodes for ``deepspeed`` a ring at
+    :data:`SHARDED_EFFICIENCY` of each rank's NIC share, for ``megatron`` the collective model's ring."""
     if d <= 1 or nbytes <= 0:
         return 0.0
     if d <= per_node:
         return collective(net, kind, nbytes, d, per_node)[0]
+    if impl == "megatron":
+        return collective(net, kind, nbytes, d, per_node, rings=True)[0]
     fabric = replace(net, node_gbs=net.node_gbs * SHARDED_EFFICIENCY)
     return collective(fabric, kind, nbytes, d, 1, rings=True)[0]
+
+
+def check_fsdp(given: LayoutSpec) -> str:
+    """ZeRO-3's implementation ``given`` names (``fsdp=``, default ``deepspeed``); an OptionsError
+    naming --parallel where it is given without ``zero=3`` (it prices ZeRO-3's gathers alone)."""
+    if given.fsdp is not None and given.zero != 3:
+        raise OptionsError(f"fsdp={given.fsdp} names ZeRO-3's implementation; give it with zero=3 "
+                           f"(the layout has {'no zero key' if given.zero is None else f'zero={given.zero}'})",
+                           obj="--parallel")
+    return given.fsdp or FSDP[0]
 
 
 def forward(compute: Sequence[float], gathers: Sequence[float]) -> float:

@@ -3,7 +3,8 @@
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
 [,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|p2p|a2a+tp+p2p...][,context=C][,cp=ring|allgather|a2a]
-[,allocator=caching|expandable][,attn=NAME]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
+[,allocator=caching|expandable][,attn=NAME]
+[,fsdp=deepspeed|megatron]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
@@ -27,7 +28,9 @@ PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
 which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unless given
 (:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan, and so is ``attn``,
 the attention kernel the GPUs run (one the platform declares, :mod:`mapper.platform.kernels`;
-its default unless given: the planner never switches kernels by itself).
+its default unless given: the planner never switches kernels by itself); ``fsdp``, a key of the
+plan given with ``zero=3`` alone, is the implementation whose sharded gathers and scatters are
+priced (:mod:`mapper.cluster.zero3`: DeepSpeed's ZeRO-3, the default, or Megatron-FSDP).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "allocator", "attn")
+        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "allocator", "attn", "fsdp")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -59,7 +62,9 @@ OVERLAPS = ("none", "a2a", "tp", "p2p", "a2a+tp", "a2a+p2p", "tp+p2p", "a2a+tp+p
 #: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
 CP_KINDS = ("ring", "allgather", "a2a")
 #: Keys of the plan rather than of each layout.
-PLAN_KEYS = ("grad", "allocator", "attn")
+PLAN_KEYS = ("grad", "allocator", "attn", "fsdp")
+#: ZeRO-3's implementations (``fsdp=``; :mod:`mapper.cluster.zero3`), the default first.
+FSDP = ("deepspeed", "megatron")
 #: The largest degree a layout may give.
 MAX_DEGREE = 1 << 20
 
@@ -159,6 +164,7 @@ class LayoutSpec:
     cp: str | None = None
     allocator: str | None = None
     attn: str | None = None
+    fsdp: str | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""
@@ -166,7 +172,7 @@ class LayoutSpec:
 
     def allows(self, layout: Any) -> bool:
         """True when ``layout`` (a :class:`Layout`, or anything with its keys) has every key given
-        (``grad``, ``allocator`` and ``attn``, the plan's, aside)."""
+        (``grad``, ``allocator``, ``attn`` and ``fsdp``, the plan's, aside)."""
         return all(getattr(layout, k) == v for k, v in self.fixed().items() if k not in PLAN_KEYS)
 
     def text(self) -> str:
@@ -248,6 +254,10 @@ def _value(key: str, value: str) -> Any:
         if not (value.isascii() and value.replace("_", "").isalnum() and len(value) <= 32):
             raise OptionsError(f"attn={value!r}: expected the name of an attention kernel the platform declares "
                                "(such as cudnn or fa2)", obj="--parallel")
+        return value
+    if key == "fsdp":
+        if value not in FSDP:
+            raise OptionsError(f"fsdp={value!r}: choose one of {', '.join(FSDP)}", obj="--parallel")
         return value
     if key == "cp":
         if value not in CP_KINDS:
