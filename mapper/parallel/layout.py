@@ -235,6 +235,10 @@ def recompute_value(value: str) -> str:
     return "+".join(m for m in MODULES if m in names)
 
 
+#: The keys whose value is one of a fixed list of names, and those names.
+CHOICES = {"grad": GRADS, "allocator": ALLOCATORS, "fsdp": FSDP, "cp": CP_KINDS}
+
+
 def _value(key: str, value: str) -> Any:
     if key == "recompute":
         return recompute_value(value)
@@ -242,26 +246,14 @@ def _value(key: str, value: str) -> Any:
         if value not in ("on", "off"):
             raise OptionsError(f"sequence={value!r}: choose on or off", obj="--parallel")
         return value == "on"
-    if key == "grad":
-        if value not in GRADS:
-            raise OptionsError(f"grad={value!r}: choose one of {', '.join(GRADS)}", obj="--parallel")
-        return value
-    if key == "allocator":
-        if value not in ALLOCATORS:
-            raise OptionsError(f"allocator={value!r}: choose one of {', '.join(ALLOCATORS)}", obj="--parallel")
+    if key in CHOICES:
+        if value not in CHOICES[key]:
+            raise OptionsError(f"{key}={value!r}: choose one of {', '.join(CHOICES[key])}", obj="--parallel")
         return value
     if key == "attn":
         if not (value.isascii() and value.replace("_", "").isalnum() and len(value) <= 32):
             raise OptionsError(f"attn={value!r}: expected the name of an attention kernel the platform declares "
                                "(such as cudnn or fa2)", obj="--parallel")
-        return value
-    if key == "fsdp":
-        if value not in FSDP:
-            raise OptionsError(f"fsdp={value!r}: choose one of {', '.join(FSDP)}", obj="--parallel")
-        return value
-    if key == "cp":
-        if value not in CP_KINDS:
-            raise OptionsError(f"cp={value!r}: choose one of {', '.join(CP_KINDS)}", obj="--parallel")
         return value
     if key == "overlap":  # a2a, tp and p2p in any order, each once
         parts = value.split("+")
