@@ -8,23 +8,21 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_llama import LLAMA, llama_graph, plan_on
 
 import mapper.cluster.sweep as sweep
 from mapper.cli import main
 from mapper.cluster.model import PlanModel
 from mapper.cluster.plan_graph import plan_graph, replica_platform
 from mapper.cluster.recompute import ladder, module_flops
-from mapper.cluster.search import _setup, plan_cluster
+from mapper.cluster.search import _setup
 from mapper.cluster.space import contexts
 from mapper.costing.fusion import fuse_for
-from mapper.frontend.load import load_graph
-from mapper.frontend.sources import ModelFile
-from mapper.parallel.layout import Layout, LayoutSpec
+from mapper.parallel.layout import Layout
 from mapper.pipeline import compile_graph
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
-LLAMA = "examples/llama.tg"
 #: A small grouped-query Llama: 2 layers, 8 heads of 32 of which 2 key-value heads, 1,024-token sequences.
 SIZES = {"LAYERS": 2, "HIDDEN": 256, "HEADS": 8, "KV_HEADS": 2, "FFN": 512, "VOCAB": 1000, "SEQ": 1024,
          "BATCH": 16}
@@ -32,12 +30,11 @@ DH = SIZES["HIDDEN"] // SIZES["HEADS"]
 
 
 def _graph(**over):
-    return load_graph(ModelFile(LLAMA, params=tuple({**SIZES, **over}.items())))
+    return llama_graph(SIZES, **over)
 
 
 def _plan(given, nodes=2, **over):
-    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
-    return plan_cluster(_graph(**over), plat, LayoutSpec(**given), "adam", lambda x: fuse_for(x, plat))
+    return plan_on(_graph(**over), given, nodes)[1]
 
 
 def test_context_degrees_and_the_recompute_ladder():

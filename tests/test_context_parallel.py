@@ -7,21 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_llama import LLAMA, assert_plan_graph_validates, llama_graph, plan_on, superpod
 
 from mapper.cli import main
 from mapper.cluster.context import context_graph
-from mapper.cluster.plan_graph import plan_graph, replica_platform
-from mapper.cluster.search import _setup, plan_cluster
+from mapper.cluster.search import _setup
 from mapper.costing.fusion import fuse_for
-from mapper.frontend.load import load_graph
-from mapper.frontend.sources import ModelFile
 from mapper.parallel.collectives import send
 from mapper.parallel.layout import Layout, LayoutSpec, parse_layout
-from mapper.pipeline import compile_graph
-from mapper.platform.cluster import with_nodes
-from mapper.platform.loader import load_platform
 
-LLAMA = "examples/llama.tg"
 #: A small grouped-query Llama: 2 layers, 8 heads of 32 of which 2 key-value heads, 1,024-token sequences.
 SIZES = {"LAYERS": 2, "HIDDEN": 256, "HEADS": 8, "KV_HEADS": 2, "FFN": 512, "VOCAB": 1000, "SEQ": 1024,
          "BATCH": 16}
@@ -29,17 +23,16 @@ DH = SIZES["HIDDEN"] // SIZES["HEADS"]
 
 
 def _graph():
-    return load_graph(ModelFile(LLAMA, params=tuple(SIZES.items())))
+    return llama_graph(SIZES)
 
 
 def _setup_on(nodes=2):
-    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
+    plat = superpod(nodes)
     return plat, _setup(_graph(), plat, "adam", lambda x: fuse_for(x, plat)).model
 
 
 def _plan(layout, nodes=2):
-    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
-    return plat, plan_cluster(_graph(), plat, LayoutSpec(**layout), "adam", lambda x: fuse_for(x, plat))
+    return plan_on(_graph(), layout, nodes)
 
 
 def test_layout_keys_parse():
@@ -119,14 +112,8 @@ def test_causal_ring_step_is_half_a_block():
 
 def test_context_plan_graph_passes_the_validator():
     plat, ch = _plan({"tensor": 2, "pipeline": 2, "context": 2, "micro_batch": 1, "interleave": 2})
-    est = ch.best
-    assert est.layout.context == 2 and est.layout.data == 2
-    graph = plan_graph(est, "llama")
-    rings = [t for t in graph.tasks if t.name.startswith("ring.")]
-    assert len(rings) == 2 * est.micro_batches * est.layout.pipeline * est.layout.interleave
-    result = compile_graph(graph, replica_platform(plat, "gpu0", est.layout.pipeline, plat.name), mapper="heft",
-                           fuse="none")  # validated inside
-    assert result.result.schedule.makespan == pytest.approx(est.step, rel=0.05)
+    assert ch.best.layout.context == 2 and ch.best.layout.data == 2
+    assert_plan_graph_validates(plat, ch, "ring.")
 
 
 def test_context_in_the_json_report(tmp_path):

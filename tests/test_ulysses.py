@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from small_llama import LLAMA, assert_plan_graph_validates, llama_graph, plan_on, superpod
 
 import mapper.cluster.sweep as sweep
 from mapper.cli import main
@@ -28,7 +29,6 @@ from mapper.pipeline import compile_graph
 from mapper.platform.cluster import with_nodes
 from mapper.platform.loader import load_platform
 
-LLAMA = "examples/llama.tg"
 #: A small Llama: 2 layers, 8 heads of 32, 4 key-value heads (grouped-query), 4,096-token sequences.
 SIZES = {"LAYERS": 2, "HIDDEN": 256, "HEADS": 8, "KV_HEADS": 4, "FFN": 512, "VOCAB": 1000, "SEQ": 4096,
          "BATCH": 8}
@@ -36,17 +36,16 @@ DH = SIZES["HIDDEN"] // SIZES["HEADS"]
 
 
 def _graph(**over):
-    return load_graph(ModelFile(LLAMA, params=tuple({**SIZES, **over}.items())))
+    return llama_graph(SIZES, **over)
 
 
 def _model(nodes=2, **over):
-    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
+    plat = superpod(nodes)
     return _setup(_graph(**over), plat, "adam", lambda x: fuse_for(x, plat)).model
 
 
 def _plan(given, nodes=2, **over):
-    plat = with_nodes(load_platform("dgx-h100-superpod"), nodes)
-    return plan_cluster(_graph(**over), plat, LayoutSpec(**given), "adam", lambda x: fuse_for(x, plat))
+    return plan_on(_graph(**over), given, nodes)[1]
 
 
 def _args(layout, **over):
@@ -147,16 +146,10 @@ def test_auto_with_a2a_given_keeps_the_tensor_degrees_the_heads_allow():
 
 
 def test_a2a_plan_graph_passes_the_validator_and_reports(tmp_path):
-    plat = with_nodes(load_platform("dgx-h100-superpod"), 2)
-    ch = _plan({"tensor": 2, "pipeline": 2, "context": 2, "cp": "a2a", "micro_batch": 1, "interleave": 1})
-    est = ch.best
-    assert est.layout.cp == "a2a" and "(a2a)" in est.layout.label()
-    graph = plan_graph(est, "llama")
-    a2a = [t for t in graph.tasks if t.name.startswith("a2a.")]
-    assert len(a2a) == 2 * est.micro_batches * est.layout.pipeline * est.layout.interleave
-    result = compile_graph(graph, replica_platform(plat, "gpu0", est.layout.pipeline, plat.name), mapper="heft",
-                           fuse="none")  # validated inside
-    assert result.result.schedule.makespan == pytest.approx(est.step, rel=0.05)
+    plat, ch = plan_on(_graph(), {"tensor": 2, "pipeline": 2, "context": 2, "cp": "a2a", "micro_batch": 1,
+                                  "interleave": 1})
+    assert ch.best.layout.cp == "a2a" and "(a2a)" in ch.best.layout.label()
+    assert_plan_graph_validates(plat, ch, "a2a.")
     out = tmp_path / "o.json"
     assert main([*_args("tensor=2,pipeline=2,context=2,cp=a2a"), "--json", str(out)]) == 0
     plan = json.loads(out.read_text())["parallel"]["plan"]
