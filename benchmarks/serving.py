@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from mapper.errors import InfeasibleError  # noqa: E402
 from mapper.frontend.sources import ModelFile  # noqa: E402
+from mapper.serving.disagg import DisaggPlan, Pool, run_disaggregated  # noqa: E402
 from mapper.serving.metrics import Slo  # noqa: E402
 from mapper.serving.runtimes import RUNTIMES  # noqa: E402
 from mapper.serving.serve import server_for  # noqa: E402
@@ -107,6 +108,16 @@ def speed() -> None:
     print(f"  the same plan, --dispatch least-loaded: {t4 - t3:.1f} s (pricing included), "
           f"{least.metrics['output_tokens_per_s']:,.0f} output tokens/s, TTFT p99 "
           f"{least.metrics['ttft']['p99']:.2f} s (round-robin {out.metrics['ttft']['p99']:.2f} s)")  # type: ignore[index]
+    plan = DisaggPlan(Pool(2, 1, 2), Pool(2, 1, 2), RUNTIMES["trtllm"].chunk, RUNTIMES["trtllm"].max_batch)
+    for name, srv in (("round-robin", server), ("least-loaded", balanced)):
+        t5 = time.perf_counter()
+        got = run_disaggregated(srv, plan, reqs, slo)
+        t6 = time.perf_counter()
+        m = got.metrics
+        print(f"  --disaggregate {plan.label()}, --dispatch {name}: {t6 - t5:.1f} s, "
+              f"{m['output_tokens_per_s']:,.0f} output tokens/s, TTFT p99 {m['ttft']['p99']:.3f} s, "  # type: ignore[index]
+              f"TPOT p99 {m['tpot']['p99'] * 1e3:.1f} ms, e2e p99 {m['e2e']['p99']:.2f} s, "  # type: ignore[index]
+              f"goodput {m['goodput']:.2f} requests/s")
     print(f"  load average {os.getloadavg()[0]:.1f}")
 
 

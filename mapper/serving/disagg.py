@@ -2,16 +2,29 @@
 
 Prefill and decode run on separate replicas, each pool with its own tensor and pipeline degrees
 and replica count (Zhong et al., "DistServe", OSDI 2024; Patel et al., "Splitwise", ISCA 2024).
-Request ``k`` is prefilled on prefill replica ``k mod R_p``: an in-flight batching replica that
-runs prompts only (:func:`mapper.serving.inflight.simulate` with one output token, chunked
-prefill and the runtime's limits), whose last chunk gives the first token. The prompt's KV cache
-then moves to decode replica ``k mod R_d``: every GPU of the prefill replica sends its shard of
+Each pool deals its requests by the runtime's ``dispatch`` policy (:mod:`mapper.serving.dispatch`).
+Under ``round-robin`` request ``k`` is prefilled on prefill replica ``k mod R_p`` and decoded on
+decode replica ``k mod R_d``, each replica simulated on its own. Under ``least-loaded`` each pool
+runs on one clock: a request goes, at its arrival, to the prefill replica with the fewest
+requests in flight, and at its first token to the decode replica with the fewest requests in
+flight (given to it, its cache on the way or arrived, and not yet ended), ties to the lowest
+index. That is the decode choice of vLLM's disaggregated proxy
+(examples/online_serving/disaggregated_serving/disagg_proxy_demo.py, ``LoadBalancedScheduler``,
+its default: after the prefill response returns, the decode instance of least
+``decode_bs_counter``, counted up when a request is sent to it and down when its decode ends;
+that proxy weighs prefill instances by the prompt characters sent since they were last all idle
+instead, and the prefill choice here is the MLPerf harness's count of requests).
+
+A prefill replica is an in-flight batching replica that runs prompts only
+(:func:`mapper.serving.inflight.engine` with one output token, chunked prefill and the
+runtime's limits), whose last chunk gives the first token. The prompt's KV cache then moves to
+its decode replica: every GPU of the prefill replica sends its shard of
 the cache over its own link while every GPU of the decode replica receives its shard, so the
 transfer takes the longer of the two per-GPU shards at the link's rate plus its latency
 (:func:`mapper.parallel.collectives.send`; across nodes when the two replicas do not share one node,
-the NIC's rate). The decode replica admits the request when its cache has arrived and its blocks
-are free (``simulate(..., cached=True)``) and runs decode-only batches. A request of one output
-token ends at its prefill.
+the NIC's rate), so its time depends on the pair (:func:`crosses`). The decode replica admits the
+request when its cache has arrived and its blocks are free (``cached=True``) and runs
+decode-only batches. A request of one output token ends at its prefill.
 
 The pools take the GPUs in order: the prefill replicas first, then the decode replicas.
 ``--parallel auto`` tries every pair of pool layouts (tensor and pipeline degrees as for one
@@ -29,8 +42,9 @@ from dataclasses import dataclass
 from mapper.core.opdefs.dnn import held_positions
 from mapper.errors import InfeasibleError, OptionsError
 from mapper.parallel.collectives import send
+from mapper.serving.dispatch import assign, balance, served
 from mapper.serving.inflight import Run, Scheduler, Served, simulate
-from mapper.serving.iteration import StepModel
+from mapper.serving.iteration import Batch, StepModel
 from mapper.serving.metrics import Slo, max_concurrency, metrics
 from mapper.serving.workload import Arrival
 
@@ -106,6 +120,59 @@ def crosses(plan: DisaggPlan, i: int, j: int, per_node: int) -> bool:
     return len(nodes) > 1
 
 
+@dataclass(frozen=True, slots=True)
+class Pools:
+    """The two pools' replicas, step times and scheduling limits, and how requests are dealt
+    (:mod:`mapper.serving.dispatch`)."""
+
+    prefill: int
+    decode: int
+    prefill_step: Callable[[Batch], float]
+    decode_step: Callable[[Batch], float]
+    prefill_sched: Scheduler
+    decode_sched: Scheduler
+    policy: str = "round-robin"
+
+    def serve(self, requests: list[Arrival], transfer: Callable[[int, int, int], float]
+              ) -> tuple[tuple[Served, ...], list[Run], list[Run], dict[int, float]]:
+        """Each request's times, the decode and prefill replicas' runs and each moved request's
+        transfer seconds (module docstring); ``transfer(k, i, j)``: seconds to move request
+        ``k``'s KV cache from prefill replica ``i`` to decode replica ``j``."""
+        n, rd = len(requests), self.decode
+        arrive = [r.arrival or 0.0 for r in requests]
+        pre_where, runs_p = assign([Arrival(arrive[k], requests[k].input_tokens, 1) for k in range(n)], self.prefill,
+                                   self.prefill_step, self.prefill_sched, self.policy)
+        prefilled = served(pre_where, runs_p)
+        ids = [k for k in range(n) if requests[k].output_tokens > 1]
+        moved: dict[int, float] = {}
+
+        def move(k: int, j: int) -> float:
+            moved[k] = transfer(k, pre_where[k], j)
+            return moved[k]
+
+        final: dict[int, Served] = {}
+        runs_d: list[Run] = []
+        if self.policy == "round-robin" or rd == 1:
+            at = {k: prefilled[k].done + move(k, k % rd) for k in ids}
+            for r in range(rd):
+                mine = sorted((k for k in ids if k % rd == r), key=lambda k: (at[k], k))
+                if mine:
+                    runs_d.append(simulate([Arrival(at[k], requests[k].input_tokens, requests[k].output_tokens)
+                                            for k in mine], self.decode_step, self.decode_sched, cached=True))
+                    final.update(zip(mine, runs_d[-1].served))
+        else:  # each to the decode replica with the fewest in flight at its first token
+            ids.sort(key=lambda k: (prefilled[k].done, k))
+            where, runs, order = balance([Arrival(prefilled[k].done, requests[k].input_tokens,
+                                                  requests[k].output_tokens) for k in ids],
+                                         rd, self.decode_step, self.decode_sched, True, lambda i, j: move(ids[i], j))
+            runs_d.extend(runs)
+            final.update(zip(ids, served(where, runs, order)))
+        times = tuple(Served(arrive[k], prefilled[k].admitted, prefilled[k].first, final[k].done,
+                             final[k].input_tokens, final[k].output_tokens) if k in final else prefilled[k]
+                      for k in range(n))
+        return times, runs_d, list(runs_p), moved
+
+
 def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Slo) -> DisaggOutcome:
     """``requests`` through ``plan``'s two pools (module docstring); ``server`` a
     :class:`mapper.serving.serve.Server`."""
@@ -122,49 +189,30 @@ def run_disaggregated(server, plan: DisaggPlan, requests: list[Arrival], slo: Sl
         if tokens < rt.block:
             raise InfeasibleError(f"{plan.label()}: the {name} pool's weights and workspace leave no room for a "
                                   "KV cache: give it more GPUs per replica")
-    n = len(requests)
-    arrive = [r.arrival or 0.0 for r in requests]
     rp, rd = plan.prefill.replicas, plan.decode.replicas
     psched = Scheduler(pre_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
                        pre.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag, front=rt.front, stream=rt.stream)
-    prefilled: dict[int, Served] = {}
-    runs_p = []
-    for r in range(rp):
-        ids = list(range(r, n, rp))
-        if not ids:
-            continue
-        run = simulate([Arrival(arrive[k], requests[k].input_tokens, 1) for k in ids], pre.step, psched)
-        runs_p.append(run)
-        prefilled.update(zip(ids, run.served))
-    per_node = server.net.gpus_per_node
-    moved: dict[int, float] = {}
-    for k in range(n):
-        if requests[k].output_tokens > 1:
-            across = crosses(plan, k % rp, k % rd, per_node)
-            moved[k] = transfer_time(held_positions(requests[k].input_tokens, pre.window), pre, dec, across)
     dsched = Scheduler(dec_tokens, rt.block, plan.max_batch, plan.chunk, rt.reserve_output, rt.overhead,
                        dec.window, mixed=rt.mixed, steps=rt.steps, lag=rt.lag, stream=rt.stream)
-    final: dict[int, Served] = {}
-    runs_d = []
-    for r in range(rd):
-        ids = sorted((k for k in range(r, n, rd) if k in moved), key=lambda k: (prefilled[k].done + moved[k], k))
-        if not ids:
-            continue
-        run = simulate([Arrival(prefilled[k].done + moved[k], requests[k].input_tokens, requests[k].output_tokens)
-                        for k in ids], dec.step, dsched, cached=True)
-        runs_d.append(run)
-        for k, s in zip(ids, run.served):
-            final[k] = Served(arrive[k], prefilled[k].admitted, prefilled[k].first, s.done, s.input_tokens,
-                              s.output_tokens)
-    served = tuple(final[k] if k in final else prefilled[k] for k in range(n))
-    got = metrics(served, slo)
-    got["max_concurrency"] = max_concurrency(served)
+    per_node = server.net.gpus_per_node
+    sizes: dict[tuple[int, bool], float] = {}
+
+    def transfer(k: int, i: int, j: int) -> float:
+        key = (held_positions(requests[k].input_tokens, pre.window), crosses(plan, i, j, per_node))
+        if key not in sizes:
+            sizes[key] = transfer_time(key[0], pre, dec, key[1])
+        return sizes[key]
+
+    pools = Pools(rp, rd, pre.step, dec.step, psched, dsched, rt.dispatch)
+    times, runs_d, runs_p, moved = pools.serve(requests, transfer)
+    got = metrics(times, slo)
+    got["max_concurrency"] = max_concurrency(times)
     got["kv_capacity_tokens"] = dec_tokens * rd
     runs = (*runs_d, *runs_p)
     got["preemptions"] = sum(r.preemptions for r in runs)
     got["steps"] = sum(r.steps for r in runs)
-    times = list(moved.values()) or [0.0]
-    return DisaggOutcome(plan, runs, served, got, memory, {"mean": sum(times) / len(times), "max": max(times)})
+    sent = [moved[k] for k in sorted(moved)] or [0.0]
+    return DisaggOutcome(plan, runs, times, got, memory, {"mean": sum(sent) / len(sent), "max": max(sent)})
 
 
 def given_plan(server, given: dict[str, int]) -> DisaggPlan:
