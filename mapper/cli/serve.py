@@ -61,7 +61,8 @@ def register(subparsers) -> None:
                         "dispatch): KV blocks, memory fraction, limits, scheduling")
     p.add_argument("--dispatch", default=None, metavar="POLICY",
                    help="how requests are dealt to replicas: round-robin (default) or least-loaded (each to the "
-                        "replica with the fewest requests in flight, as NVIDIA's MLPerf harness does)")
+                        "replica with the fewest requests in flight, as NVIDIA's MLPerf harness does); with "
+                        "--disaggregate it deals both pools, the decode replica chosen at the first token")
     p.add_argument("--precision", default=None, metavar="FMT",
                    help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
                         "nvfp4, int4_awq (4-bit AWQ weights, 16-bit GEMMs); the GPU needs a tensor rate for it")
