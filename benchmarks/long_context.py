@@ -38,6 +38,20 @@ layouts give on today's default stack. The B200 table (NeMo 25.04; the launcher 
 cuDNN's attention in 2024) runs the platform's default, cuDNN (half-length fitted on cuDNN on a
 B200, docs/cost_model.md).
 
+Without CP the table gives neither layouts nor batch ("we use the most performant model- and
+data-parallel configurations without CP given the memory capacity constraint"); the rows assume the
+CP rows' batch (4M tokens a step) and GPUs. Beside the planner's pick (``context=1``, its tensor group
+inside a node) two more rows (:func:`without_cp`): ``1b``, the bound under the model, the best of that
+pick and the planner's layouts with a tensor group of 16 or 32 GPUs over nodes (NVIDIA's own baselines
+without CP: TP8CP1, TP16CP1 and TP32CP1 in Megatron-LM's context-parallel guide, Figure 2, where
+TP8CP1 is full recomputation, "about 30 percent" overhead); and ``1r``, full recomputation with the
+planner's tensor group or one of 16 GPUs, the layout the published figures imply, printed as an
+inference from these rows and not as a prediction. Why (:func:`busy_tensor`): a step of ``B``
+sequences keeps at most ``B x tensor`` GPUs busy at once (a pipeline runs one sequence's stages one
+after another), none faster than the same row's rate with CP, so ``tensor >= published x GPUs / (B x
+rate with CP)``: from 256K to 1M on the H100s that is 11.4-12.7, a sequence over more than one node
+(or a batch above 4M tokens).
+
 The B200 table's "# of GPUs"
 column repeats the sequence column at that commit; the GPUs priced are its
 layout's, TP x PP x DP x CP (2 to 256, as an earlier revision of the same
@@ -92,6 +106,10 @@ B200_LLAMA3_8B = [
     (512, 8, 607, 4, 1, 4, 8, 1619),
     (1024, 4, None, 4, 1, 4, 16, 1608),
 ]
+#: Tensor groups over nodes of the bound without CP (1b) and of the inferred full-recomputation rows
+#: (1r), beside the planner's own inside a node: :func:`without_cp`.
+BOUND_TENSOR = (16, 32)
+RECOMPUTE_TENSOR = (16,)
 H100_WHY = ("NeMo-Framework-Launcher 24.03.01 sets NVTE_FUSED_ATTN=0 and use_flash_attention: true, so Transformer "
              "Engine (da30634) runs flash-attn 2, its CP ring included")
 B200_WHY = "NeMo 25.04 leaves Transformer Engine's choice: cuDNN fused attention"
@@ -132,12 +150,46 @@ def price(model: dict[str, int], plat: Platform, seq: int, batch: int,
     return choice.tflops_per_gpu(), choice.best.layout.label()
 
 
+def without_cp(model: dict[str, int], plat: Platform, gpus: int, seq: int, batch: int, attn: str,
+               kind: str) -> tuple[float, str]:
+    """The best of the layouts without CP that ``kind`` names on ``plat`` (``gpus`` GPUs) and its label
+    (0 when none fits): "bound", the planner's (tensor inside a node) or a tensor group of
+    :data:`BOUND_TENSOR` GPUs over nodes, the rest the planner's; "recompute", full recomputation
+    with the planner's tensor group or one of :data:`RECOMPUTE_TENSOR` GPUs."""
+    degrees, extra = (BOUND_TENSOR, {}) if kind == "bound" else (RECOMPUTE_TENSOR, {"recompute": "full"})
+    priced = [price(model, plat, seq, batch, {"context": 1, **({"tensor": t} if t else {}), **extra}, attn)
+              for t in (0, *degrees) if gpus % (t or 1) == 0]
+    return max(priced, key=lambda x: x[0])
+
+
+def busy_tensor(published: float, gpus: int, batch: int, with_cp: float) -> float:
+    """The tensor group a run without CP needs at least to reach ``published`` TFLOP/s per GPU on
+    ``gpus`` GPUs with ``batch`` sequences a step, if no busy GPU outpaces the rate ``with_cp`` of the
+    same row with CP: at most ``batch x tensor`` GPUs are busy at once (a pipeline runs one sequence's
+    stages one after another)."""
+    return published * gpus / (batch * with_cp)
+
+
 def _ratio(pred: float, published: float | None) -> float | None:
     return pred / published if published and pred else None
 
 
 def _shown(r: float | None) -> str:
     return f"{r:.2f}" if r is not None else "-"
+
+
+#: The CP column of the rows without CP beyond the planner's pick, and their summary lines' notes.
+SHOWN = {"bound": "1b", "recompute": "1r"}
+NOTES = {"bound": " [1b: the best under the model, tensor up to 32 over nodes]",
+         "recompute": " [1r: full recomputation, tensor up to 16: inferred from these rows, not a prediction]"}
+
+
+def _priced(model: dict[str, int], plat: Platform, gpus: int, seq: int, batch: int, keys: dict | None,
+            attn: str) -> tuple[float, str]:
+    """:func:`price`, or :func:`without_cp` for the rows that name a kind of layout without CP."""
+    if keys is not None and "without" in keys:
+        return without_cp(model, plat, gpus, seq, batch, attn, keys["without"])
+    return price(model, plat, seq, batch, keys, attn)
 
 
 def main() -> None:
@@ -166,33 +218,40 @@ def main() -> None:
             runs = [("with CP", {"tensor": tp, "pipeline": pp, "data": dp, "context": cp}, with_cp)]
             if cp > 1:
                 runs.append(("without CP", {"context": 1}, without))
+                runs += [(kind, {"context": 1, "without": kind}, without) for kind in ("bound", "recompute")]
             runs.append(("auto", None, None))
             for kind, keys, published in runs:
                 start = time.perf_counter()
                 plat = machine(cluster, node, per_node, gpus)
-                pred, label = price(model, plat, k * 1024, batch, keys, attn)
+                pred, label = _priced(model, plat, gpus, k * 1024, batch, keys, attn)
                 r = _ratio(pred, published)
                 ratios.setdefault((kind, attn), []).extend([r] if r is not None else [])
                 extra = ""
                 if other:
-                    pred2, label2 = price(model, plat, k * 1024, batch, keys, other)
+                    pred2, label2 = _priced(model, plat, gpus, k * 1024, batch, keys, other)
                     r2 = _ratio(pred2, published)
                     ratios.setdefault((kind, other), []).extend([r2] if r2 is not None else [])
                     extra = f"{pred2:>8,.1f} {_shown(r2):>6} "
                     label += "" if label2 == label else f" (attn={other}: {label2})"
                 if keys is None:  # the label names the kind unless it is the ring
-                    cp = next((x for x in ("allgather", "a2a") if f"({x})" in label), "ring")
-                    cp = cp if " x context " in label else "none"
-                    picks[cp] = picks.get(cp, 0) + 1
+                    how = next((x for x in ("allgather", "a2a") if f"({x})" in label), "ring")
+                    how = how if " x context " in label else "none"
+                    picks[how] = picks.get(how, 0) + 1
                 pub = f"{published:>7,}" if published is not None else f"{'-':>7}"
-                shown = keys.get("context", 1) if keys is not None else "a"
+                shown = "a" if keys is None else SHOWN.get(str(keys.get("without")), keys.get("context", 1))
                 print(f"{k:>4}K {gpus:>5} {shown:>3} {pub} {pred:>7,.1f} {_shown(r):>6} {extra}"
                       f"{time.perf_counter() - start:>5.1f}  {label}", flush=True)
+            if cp > 1 and without and batch * per_node < gpus:  # a node a sequence would leave GPUs idle
+                need = busy_tensor(without, gpus, batch, with_cp)
+                print(f"{'':>16}published without CP needs tensor >= {need:.1f} at {batch} sequences a step "
+                      f"({without} x {gpus} GPUs / ({batch} x {with_cp} with CP)): "
+                      f"{'more than' if need > per_node else 'within'} a node's {per_node}")
         print("auto picks: " + ", ".join(f"{k} {picks[k]}" for k in ("none", "ring", "allgather", "a2a") if k in picks)
               + f" of {sum(picks.values())} rows (context parallelism by kind; none: context 1)")
         for (kind, kernel), rs in ratios.items():
             if rs:
                 note = " (the release's)" if kernel == attn else ""
+                note += NOTES.get(kind, "")
                 print(f"{kind}, attn={kernel or 'default'}{note}: ratio median {statistics.median(rs):.2f}, range "
                       f"{min(rs):.2f}-{max(rs):.2f}, within 0.8-1.25: {sum(0.8 <= r <= 1.25 for r in rs)}/{len(rs)}")
 
