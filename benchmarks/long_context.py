@@ -234,7 +234,8 @@ def main() -> None:
                     extra = f"{pred2:>8,.1f} {_shown(r2):>6} "
                     label += "" if label2 == label else f" (attn={other}: {label2})"
                 if keys is None:  # the label names the kind unless it is the ring
-                    how = next((x for x in ("allgather", "a2a") if f"({x})" in label), "ring")
+                    how = next((x for x in ("allgather", "a2a") if f"({x})" in label),
+                               "a2a+p2p" if " + p2p " in label.split(" (attn=")[0] else "ring")
                     how = how if " x context " in label else "none"
                     picks[how] = picks.get(how, 0) + 1
                 pub = f"{published:>7,}" if published is not None else f"{'-':>7}"
@@ -246,7 +247,8 @@ def main() -> None:
                 print(f"{'':>16}published without CP needs tensor >= {need:.1f} at {batch} sequences a step "
                       f"({without} x {gpus} GPUs / ({batch} x {with_cp} with CP)): "
                       f"{'more than' if need > per_node else 'within'} a node's {per_node}")
-        print("auto picks: " + ", ".join(f"{k} {picks[k]}" for k in ("none", "ring", "allgather", "a2a") if k in picks)
+        print("auto picks: " + ", ".join(f"{k} {picks[k]}" for k in ("none", "ring", "allgather", "a2a", "a2a+p2p")
+                                         if k in picks)
               + f" of {sum(picks.values())} rows (context parallelism by kind; none: context 1)")
         for (kind, kernel), rs in ratios.items():
             if rs:

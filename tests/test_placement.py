@@ -26,15 +26,18 @@ LAYOUTS = [(4, 2, 2, 8, 1, 4), (4, 1, 4, 8, 4, 1), (8, 1, 2, 8, 2, 4), (2, 2, 4,
 
 def _brute(lay: Layout, per_node: int) -> dict[str, dict[int, set[int]]]:
     """Every group of each kind, found by numbering every rank in Megatron-Core's orders (dense
-    tp-cp-dp-pp, experts etp-ep-edp-pp), as each stage's set of group shares."""
-    t, c, d, e, et = lay.tensor, lay.context, lay.data, lay.expert, lay.etp
+    tp-cp-dp-pp, experts etp-ep-edp-pp; the hierarchical context groups as
+    ``create_hierarchical_groups`` cuts the context ranks, ``cp_a2a`` consecutive ones, then rings
+    of those ``cp_a2a`` apart), as each stage's set of group shares."""
+    t, c, d, e, et, k = lay.tensor, lay.context, lay.data, lay.expert, lay.etp, lay.cp_a2a
     ed = t * c * d // (e * et)
     members: dict[tuple, list[int]] = {}
     for r in range(lay.gpus):
         tp, cp, dp, pp = r % t, r // t % c, r // (t * c) % d, r // (t * c * d)
         etp, ep, edp = r % et, r // et % e, r // (et * e) % ed
         for kind, key in (("tensor", (cp, dp, pp)), ("context", (tp, dp, pp)), ("data", (tp, pp)),
-                          ("expert_tensor", (ep, edp, pp)), ("expert", (etp, edp, pp)), ("expert_data", (etp, ep, pp))):
+                          ("expert_tensor", (ep, edp, pp)), ("expert", (etp, edp, pp)), ("expert_data", (etp, ep, pp)),
+                          ("cp_a2a", (tp, cp // k, dp, pp)), ("cp_p2p", (tp, cp % k, dp, pp))):
             members.setdefault((kind, key), []).append(r)
     out: dict[str, dict[int, set[int]]] = {}
     for (kind, key), ranks in members.items():
@@ -47,7 +50,8 @@ def _brute(lay: Layout, per_node: int) -> dict[str, dict[int, set[int]]]:
 @pytest.mark.parametrize("dims", LAYOUTS)
 def test_group_shares_match_every_rank(per_node, dims):
     t, c, d, p, e, et = dims
-    lay = Layout(tensor=t, context=c, data=d, pipeline=p, expert=e, expert_tensor=et)
+    lay = Layout(tensor=t, context=c, data=d, pipeline=p, expert=e, expert_tensor=et, cp="a2a+p2p" if c > 1 else "ring",
+                 cp_a2a=2 if c > 1 else 1)
     ranks, brute = Ranks(lay.gpus, per_node), _brute(lay, per_node)
     for kind, (stride, size) in groups(lay).items():
         every = set().union(*brute[kind].values())

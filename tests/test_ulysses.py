@@ -61,7 +61,7 @@ def test_alltoalls_against_hand_values(kv):
     (kv = heads): a rank sends 4 x b S h/(t C) x (C-1)/C x 2 bytes a layer forward; fewer with
     grouped-query attention (K and V of kv/heads the width)."""
     pm = _model(KV_HEADS=kv)
-    t, c, b, s, h = 2, 4, 1, SIZES["SEQ"], SIZES["HIDDEN"]
+    t, c, b, s, h = 2 if kv == 8 else 1, 4, 1, SIZES["SEQ"], SIZES["HIDDEN"]  # t C divides the heads
     lay = Layout(t, 1, 2, context=c, cp="a2a")
     rings, costs = pm.rings(lay), pm.block_costs(t, b, c)
     attn = [i for i, x in enumerate(costs) if x.attention > 0]
@@ -81,20 +81,24 @@ def test_alltoalls_against_hand_values(kv):
         assert sent == pytest.approx(4 * b * s * h / (t * c) * (c - 1) / c * 2)
     else:
         assert sent == pytest.approx(2 * b * s * h / (t * c) * (1 + kv / SIZES["HEADS"]) * (c - 1) / c * 2)
+    task = next(x for x in pm.profile.graph.tasks if x.op == "attention")
+    whole_f, whole_b = pm.attend(task, t * c, s, b)  # whole sequences on heads/(t C) heads
+    assert pm.attend(task, t, s // c, b) == (costs[attn[0]].attention, costs[attn[0]].attention_backward)
     for i in attn:
         r, x = rings[i], costs[i]
         assert r.exposed_forward == pytest.approx(comm, rel=1e-12)
         assert r.exposed_backward == pytest.approx(comm, rel=1e-12)
-        # attention over whole sequences on heads/(t C) heads: the FLOPs of C ring steps
-        assert r.forward == pytest.approx((c - 1) * x.attention + comm, rel=1e-12)
-        assert r.backward == pytest.approx((c - 1) * x.attention_backward + comm, rel=1e-12)
+        # the block holds one ring step's attention (S/C on heads/t); Ulysses runs the whole sequence instead
+        assert r.forward == pytest.approx(whole_f - x.attention + comm, rel=1e-12)
+        assert r.backward == pytest.approx(whole_b - x.attention_backward + comm, rel=1e-12)
         assert r.step_bytes == pytest.approx(q + k + v + o) and r.buffers == pytest.approx(q + k + v + o)
         assert r.kept == pytest.approx(o)
     assert all(r.forward == 0.0 for i, r in enumerate(rings) if i not in attn)
-    # t C = 16 ranks over two nodes: the collective model's all-to-all across them (pairwise or hierarchical)
-    across = pm.rings(Layout(2, 1, 1, context=8, cp="a2a"))[attn[0]]
+    # t C = 16 ranks over two nodes (16 heads): the collective model's all-to-all across them (pairwise or
+    # hierarchical)
+    across = _model(HEADS=16, KV_HEADS=16).rings(Layout(2, 1, 1, context=8, cp="a2a"))[attn[0]]
     pos8 = b * s // 8
-    widths = (h // 2 * 2.0, kv * DH // 2 * 2.0, kv * DH // 2 * 2.0, h // 2 * 2.0)
+    widths = (h // 2 * 2.0,) * 4
     assert across.exposed_forward == pytest.approx(sum(collective(net, "alltoall", w * pos8, 8, 4)[0]
                                                        for w in widths), rel=1e-12)
 
@@ -157,17 +161,20 @@ def test_a2a_plan_graph_passes_the_validator_and_reports(tmp_path):
 
 
 def test_auto_picks_the_fastest_kind_of_context_parallelism():
-    """With the kind left to it, auto's choice is the fastest of the three kinds each planned alone
-    (a brute force over the kind); a given context degree without ``cp`` is the ring."""
+    """With the kind left to it, auto's choice is the fastest of the four kinds each planned alone
+    (a brute force over the kind, a2a+p2p's all-to-all degree left to the planner); a given context
+    degree without ``cp`` is the ring."""
     wide = {"SEQ": 4096, "BATCH": 2, "HIDDEN": 1024, "HEADS": 32, "KV_HEADS": 32}
-    for given, over, kind in (({"tensor": 2}, {"SEQ": 16384, "BATCH": 2, "KV_HEADS": 8}, "ring"),
-                              # short sequences over 16 ranks on two nodes: the ring's sends outlast its steps
-                              ({"tensor": 1, "pipeline": 1, "data": 1}, wide, "a2a")):
+    for given, over, kind, k in (({"tensor": 2}, {"SEQ": 16384, "BATCH": 2, "KV_HEADS": 8}, "ring", 1),
+                                 # short sequences over 16 ranks on two nodes: the ring's sends outlast its steps,
+                                 # and the all-to-all is cheaper inside a node (a2a 8) with a ring of 2 across
+                                 ({"tensor": 1, "pipeline": 1, "data": 1}, wide, "a2a+p2p", 8)):
         auto = _plan(given, **over)
-        alone = {cp: _plan({**given, "cp": cp}, **over).best for cp in ("ring", "allgather", "a2a")}
+        alone = {cp: _plan({**given, "cp": cp}, **over).best for cp in ("ring", "allgather", "a2a", "a2a+p2p")}
         fitting = {cp: e.step for cp, e in alone.items() if e.fits}
         assert auto.best.fits and auto.best.step == pytest.approx(min(fitting.values()), rel=1e-12)
         assert auto.best.layout.context > 1 and auto.best.layout.cp == kind == min(fitting, key=fitting.__getitem__)
+        assert auto.best.layout.cp_a2a == k
     fixed = _plan({"context": 16, "tensor": 1}, **wide)
     assert {e.layout.cp for e in fixed.ranked} == {"ring"}
 
@@ -179,7 +186,7 @@ def test_pruned_search_with_every_kind_is_a_full_sweep(monkeypatch):
     monkeypatch.setattr(sweep, "KEPT", 10**9)
     monkeypatch.setattr(PlanModel, "memory_floor", lambda self, lay: 0.0)
     full = _plan({}, **over)
-    assert {e.layout.cp for e in full.ranked if e.layout.context > 1} == {"ring", "allgather", "a2a"}
+    assert {e.layout.cp for e in full.ranked if e.layout.context > 1} == {"ring", "allgather", "a2a", "a2a+p2p"}
     assert full.best.layout == pruned.best.layout and full.best.step == pytest.approx(pruned.best.step, rel=1e-12)
 
 
@@ -198,14 +205,20 @@ def test_uneven_ends_auto_tries():
 
 def test_the_variants_auto_tries_of_a_layout():
     """Uneven cuts only when the planner chooses the pipeline; the kinds of context parallelism
-    only when it chooses the context degree, the all-to-all where tensor x context divides the heads."""
+    only when it chooses the context degree, the all-to-all where tensor x context divides the heads,
+    a2a+p2p at each all-to-all degree strictly between 1 and the context degree that tensor x cp_a2a
+    divides the heads at."""
     lay = Layout(2, 4, 2)
     free = Variants(LayoutSpec(tensor=2), 8, 6)
     assert [(x.first, x.last) for x in free.all(lay)] == [(None, None), (1, 1), (0, 0)] and free.count(lay) == 3
     assert Variants(LayoutSpec(tensor=2, pipeline=4), 8, 6).all(lay) == [lay]
     ctx = Layout(2, 1, 2, context=4)
-    assert [x.cp for x in Variants(LayoutSpec(), 8, 6).all(ctx)] == ["ring", "allgather", "a2a"]
-    assert [x.cp for x in Variants(LayoutSpec(), 4, 6).all(ctx)] == ["ring", "allgather"]  # 4 heads over 8 ranks
+    assert [(x.cp, x.cp_a2a) for x in Variants(LayoutSpec(), 8, 6).all(ctx)] == [
+        ("ring", 1), ("allgather", 1), ("a2a", 1), ("a2a+p2p", 2)]
+    # 4 heads over 8 ranks: no Ulysses, but an all-to-all over 2 of the context ranks (tensor x cp_a2a = 4)
+    assert [(x.cp, x.cp_a2a) for x in Variants(LayoutSpec(), 4, 6).all(ctx)] == [
+        ("ring", 1), ("allgather", 1), ("a2a+p2p", 2)]
+    assert [x.cp_a2a for x in Variants(LayoutSpec(), 16, 6).all(Layout(1, 1, 1, context=16))][3:] == [2, 4, 8]
     assert Variants(LayoutSpec(context=4), 8, 6).all(ctx) == [ctx]
     assert all(x.first is None for x in layouts(16, 8, 16, 12, LayoutSpec(tensor=2)))
 

@@ -45,28 +45,15 @@ grouped-query attention, where K and V are a fraction of Q), so::
 each priced by :func:`mapper.parallel.collectives.collective` over the ``C``
 ranks, ``tensor`` apart (so ``gpus_per_node / tensor`` of them a node). The
 third form is DeepSpeed-Ulysses (Jacobs et al., arXiv 2309.14509; ``cp=a2a``,
-Megatron-Core's ``cp_comm_type = "a2a"``, TE's ``AttnFuncWithCPAndQKVOA2A``): an
-all-to-all each of Q, K and V turns the rank's ``S / C`` positions of all its
-heads into all ``S`` positions of ``1 / C`` of them, attention runs whole
-sequences on those heads (the FLOPs of ``C`` ring steps), and an all-to-all of
-the output turns it back; the backward's all-to-alls of the output's gradient
-and of dQ, dK, dV mirror them. Attention waits for them (TE pipelines only the
-reordering with the next tensor's all-to-all), so with ``q, k, v, o`` a rank's
-bytes of each over ``S / C`` positions::
-
-    forward   C a_f + a2a(q) + a2a(k) + a2a(v) + a2a(o)
-    backward  C a_b + a2a(o) + a2a(q) + a2a(k) + a2a(v)
-
-each priced by :func:`~mapper.parallel.collectives.collective`'s all-to-all (the
-one expert parallelism's dispatch uses) over the ``C`` ranks, ``tensor`` apart.
-A rank sends ``(C - 1) / C`` of each: for ``h`` wide multi-head attention in
-16-bit, ``4 x b S h / (t C) x (C - 1) / C x 2`` bytes a layer forward, as much
-backward. Every rank needs whole heads of Q, K and V: the heads and the
-key-value heads of each of the ``tensor`` ranks must divide by ``C`` (TE asserts
-``num_heads % cp_size == 0`` for Q, K and V; no key-value head is replicated),
-else exit 2. The ring is Megatron-Core's default and what NVIDIA's published
-long-sequence runs use; the planner tries all three when it chooses ``context``
-itself (the all-to-all where the heads allow it).
+Megatron-Core's ``cp_comm_type = "a2a"``), the fourth Megatron-Core's hierarchical
+``a2a+p2p`` (an all-to-all over ``K`` of the ranks, a ring over the others): both in
+:mod:`mapper.cluster.ulysses`, which prices their attention at the shape it runs. Every rank of
+an all-to-all needs whole heads of Q, K and V: the heads and the key-value heads of each of the
+``tensor`` ranks must divide by the all-to-all's ranks (TE asserts ``num_heads % cp_size == 0``
+for Q, K and V; no key-value head is replicated), else exit 2 (:func:`a2a_reason`). The ring is
+Megatron-Core's default and what NVIDIA's published long-sequence runs use; the planner tries
+the ring, the all-gather and Ulysses when it chooses ``context`` itself (Ulysses where the heads
+allow it).
 
 Memory: activations are those of ``S / C`` tokens (the block priced there),
 plus the ring's buffers while a layer runs, once per rank (not per
@@ -74,12 +61,9 @@ micro-batch in flight): forward, TE keeps each step's received K and V in a
 list of ``C`` buffers until the layer's forward returns (``C n``); backward,
 K, V and their gradients, double-buffered (``4 n``): ``max(C, 4) n``; the all-gather
 holds the gathered K and V forward (``C n``), and backward those and their
-gradients before the reduce-scatter (``2 C n``). The all-to-all writes each
-tensor it moves into a new one of the same size, both alive while it runs: one
-pass's ``q + k + v + o`` while a layer runs; and FlashAttention keeps the output
-in the heads' layout for its backward pass while the output projection keeps it in
-the sequence's, so each micro-batch in flight keeps ``o`` more per layer (none
-where ``core_attn`` is recomputed: the checkpoint keeps the inputs alone). Gradients are reduced, and the
+gradients before the reduce-scatter (``2 C n``). The all-to-alls' (:mod:`mapper.cluster.ulysses`)
+keep one pass's tensors while a layer runs and the output once more per micro-batch in flight
+(none where ``core_attn`` is recomputed: the checkpoint keeps the inputs alone). Gradients are reduced, and the
 distributed optimizer sharded, over the ``data x context`` ranks that hold
 the same weights (Megatron-Core's ``data_parallel_group_with_cp``).
 """
@@ -111,7 +95,8 @@ def sequence_of(graph: TaskGraph) -> int:
 def check_context(graph: TaskGraph, gpus: int, given: LayoutSpec) -> None:
     """An OptionsError (exit 2) for a ``context`` the graph or the GPUs cannot take: a graph
     without attention, a sequence that does not cut into ``2 C`` chunks (Transformer Engine's
-    load-balanced ring needs that), or ``C`` not dividing the GPUs."""
+    load-balanced ring needs that), or ``C`` not dividing the GPUs; and :func:`check_hierarchy`."""
+    check_hierarchy(graph, given)
     c = given.context
     if given.cp is not None and c == 1:
         raise OptionsError(f"cp={given.cp} says how context-parallel ranks share keys and values; context=1 has "
@@ -131,6 +116,21 @@ def check_context(graph: TaskGraph, gpus: int, given: LayoutSpec) -> None:
                            f"{ranks:,} does not divide the {gpus:,} GPUs", obj="--parallel")
     if given.cp == "a2a" and (why := a2a_reason(graph, given.tensor or 1, c)):
         raise OptionsError(why, obj="--parallel")
+    k = given.cp_a2a
+    if given.cp == "a2a+p2p" and k is not None and c % k:
+        raise OptionsError(f"cp_a2a={k} must divide context={c} (its all-to-all groups of {k} ranks times its "
+                           f"rings make the context ranks)", obj="--parallel")
+
+
+def check_hierarchy(graph: TaskGraph, given: LayoutSpec) -> None:
+    """An OptionsError (exit 2) for ``cp_a2a`` without ``cp=a2a+p2p``, or ``cp=a2a+p2p`` whose
+    all-to-all cannot cut the heads of a given tensor degree (:mod:`mapper.cluster.ulysses`)."""
+    k = given.cp_a2a
+    if k is not None and given.cp != "a2a+p2p":
+        raise OptionsError(f"cp_a2a={k} is the all-to-all level of cp=a2a+p2p (Megatron-Core's "
+                           "hierarchical_context_parallel_sizes); give cp=a2a+p2p with it", obj="--parallel")
+    if k is not None and given.tensor is not None and (why := a2a_reason(graph, given.tensor, k, "a2a+p2p")):
+        raise OptionsError(why, obj="--parallel")
 
 
 def head_counts(task: Task) -> tuple[int, int]:
@@ -146,16 +146,18 @@ def a2a_heads(graph: TaskGraph) -> int:
     return math.gcd(0, *(math.gcd(*head_counts(t)) for t in graph.tasks if t.op in ATTENTION_OPS))
 
 
-def a2a_reason(graph: TaskGraph, tensor: int, c: int) -> str:
-    """Why ``cp=a2a`` cannot cut ``graph``'s heads over ``tensor x c`` ranks ("" when it can)."""
+def a2a_reason(graph: TaskGraph, tensor: int, c: int, kind: str = "a2a") -> str:
+    """Why ``cp=kind`` cannot cut ``graph``'s heads over ``tensor x c`` ranks ("" when it can): ``c``
+    the context degree for ``a2a``, the all-to-all's ``cp_a2a`` for ``a2a+p2p``."""
     task = next((t for t in graph.tasks if t.op in ATTENTION_OPS and math.gcd(*head_counts(t)) % (tensor * c)),
                 None)
     if task is None:
         return ""
     heads, kv = head_counts(task)
-    return (f"cp=a2a gives each of tensor x context = {tensor} x {c} ranks whole heads of Q, K and V (DeepSpeed-"
+    level = "context" if kind == "a2a" else "cp_a2a"
+    return (f"cp={kind} gives each of tensor x {level} = {tensor} x {c} ranks whole heads of Q, K and V (DeepSpeed-"
             f"Ulysses; Transformer Engine asserts it); {task.name} has {heads} heads and {kv} key-value heads, "
-            f"which do not divide by {tensor * c} (give a context or tensor degree that divides them, or cp=ring)")
+            f"which do not divide by {tensor * c} (give a {level} or tensor degree that divides them, or cp=ring)")
 
 
 def context_ranks(lay: Layout) -> str:
@@ -281,36 +283,15 @@ def gather_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int,
     return Ring(fwd, bwd, exp_f, exp_b, step, 2 * step)
 
 
-def a2a_times(cost: BlockCost, widths: tuple[tuple[float, float, float, float], ...], positions: int, c: int,
-              net: Network, per_node: int) -> Ring:
-    """The :class:`Ring` of the all-to-all form (``cp=a2a``, module docstring): ``widths`` the Q, K,
-    V and output bytes per position of each attention op (:func:`qkvo_per_position`), ``positions``
-    = the micro-batch's sequences x ``S / C``, ``per_node`` of the ``c`` ranks on a node; its
-    step bytes are the largest op's four all-to-alls of one pass, its buffers the same."""
-    if c <= 1 or not widths:
-        return Ring()
-    a_f, a_b = cost.attention / len(widths), cost.attention_backward / len(widths)
-    fwd = bwd = exposed = 0.0
-    for w in widths:
-        comm = sum(collective(net, "alltoall", x * positions, c, per_node)[0] for x in w)
-        fwd += (c - 1) * a_f + comm
-        bwd += (c - 1) * a_b + comm
-        exposed += comm
-    step = max(sum(w) for w in widths) * positions
-    return Ring(fwd, bwd, exposed, exposed, step, step, sum(w[3] for w in widths) * positions)
-
-
 def cp_times(cost: BlockCost, graph: TaskGraph, tasks: tuple[int, ...], positions: int, c: int, net: Network,
              tensor: int, kind: str, share: int = 0) -> Ring:
     """What context parallelism of kind ``kind`` (:data:`~mapper.parallel.layout.CP_KINDS`) adds to
     block price ``cost`` (of ``graph``'s ``tasks``) on ``c`` ranks ``tensor`` apart
-    (:func:`ring_times`, :func:`gather_times`, :func:`a2a_times`), the group's fewest ranks on one
+    (:func:`ring_times`, :func:`gather_times`; the all-to-all forms are
+    :func:`mapper.cluster.ulysses.alltoall_times`), the group's fewest ranks on one
     node ``share`` (:mod:`mapper.cluster.placement`; 0: a group aligned to nodes, ``gpus_per_node /
     tensor`` a node); the ring crosses the fabric where that is under ``c``."""
     share = share or min(c, max(1, net.gpus_per_node // tensor))
-    if kind == "a2a":
-        widths = tuple(qkvo_per_position(graph.tasks[i], tensor) for i in tasks if graph.tasks[i].op in ATTENTION_OPS)
-        return a2a_times(cost, widths, positions, c, net, share)
     kv = block_kv(graph, tasks, tensor)
     if kind == "allgather":
         return gather_times(cost, kv, positions, c, net, share)

@@ -45,10 +45,10 @@ with ``overlap=tp`` the tensor-parallel collectives under their GEMMs, as far as
 that computation lasts (:mod:`mapper.cluster.overlap`).
 
 Context parallelism (``context = C``, :mod:`mapper.cluster.context`): blocks priced at ``S / C``
-tokens a sequence, attention as ``C`` steps plus the ring's, all-gather's or all-to-alls'
-exposed communication; the ``data x context`` ranks hold the same weights, so ``d`` below is
-``data x context`` for the gradient synchronisation and the optimizer's shards (the micro-batches
-are still ``B / (data b)``); the kind's buffers add to the memory of the block running.
+tokens a sequence, attention as ``C`` steps plus the ring's or all-gather's exposed communication
+(all-to-all forms at their shapes, :mod:`mapper.cluster.ulysses`); ``d`` below is ``data x context``
+for the gradient synchronisation and the optimizer's shards, the ranks holding the same weights (the
+micro-batches are still ``B / (data b)``); the kind's buffers add to the memory of the block running.
 
 Memory per GPU: weights, gradients and optimizer state in the bytes
 Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
@@ -77,6 +77,7 @@ from mapper.cluster.recompute import BIT, mask
 from mapper.cluster.reserve import reserve
 from mapper.cluster.schedule import orders, simulate, step_time
 from mapper.cluster.states import GRAD_BYTES, activation_parts, state_bytes
+from mapper.cluster.ulysses import KINDS, AttentionPrices, alltoall_times
 from mapper.costing.training import OPTIMIZERS, OTHER_BACKWARD
 from mapper.mapping.pipeline import partition
 from mapper.parallel.collectives import Network, collective, send
@@ -167,6 +168,7 @@ class PlanModel:
         self._rings: dict[tuple, list[Ring]] = {}
         self._pairs: dict[tuple[int, int, int | None, int], tuple[float, float]] = {}  # a block price's collectives
         self._profiles: dict[int, Profile] = {1: profile}
+        self.attend = AttentionPrices(profile)  # attention at the shapes the all-to-all forms run
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
         self._extras: dict[tuple, tuple[list[float], list[float]]] = {}  # each block's all-to-alls and recomputation
         self._totals: dict[int, float] = {}  # seconds of all blocks forward and backward, by the kept lists
@@ -198,16 +200,24 @@ class PlanModel:
         return self._profiles[c]
 
     def rings(self, lay: Layout) -> list[Ring]:
-        """What context parallelism's ring adds to each block (:func:`mapper.cluster.context.ring_times`)."""
+        """What context parallelism adds to each block (:func:`mapper.cluster.context.cp_times`,
+        :func:`mapper.cluster.ulysses.alltoall_times`), its slowest group's."""
         t, c = lay.tensor, lay.context
-        key = (t, lay.micro_batch, c, lay.cp, lay.gpus)
+        key = (t, lay.micro_batch, c, lay.cp, lay.cp_a2a, lay.gpus)
         if key not in self._rings:
             prof = self.context_profile(c)
             seq = max(1, self.profile.batch // self.samples)  # tokens per sequence
-            self._rings[key] = [max((cp_times(cost, self.profile.graph, blk.tasks, lay.micro_batch * seq // c, c,
-                                              self.net, t, lay.cp, g) for g in self.shares(lay, "context")),
-                                    key=lambda r: r.forward + r.backward)
-                                for cost, blk in zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)]
+            costs = zip(self.block_costs(t, lay.micro_batch, c), prof.blocks)
+            if lay.cp in KINDS:  # the all-to-all's groups (all c ranks for Ulysses), the rings of the rest
+                k = c if lay.cp == "a2a" else lay.cp_a2a
+                shares = self.shares(lay, "context" if lay.cp == "a2a" else "cp_a2a")
+                across = lay.cp != "a2a" and min(self.shares(lay, "cp_p2p")) < c // k
+                self._rings[key] = [alltoall_times(cost, self.profile.graph, blk.tasks, lay.micro_batch, seq, c, k,
+                                                   t, self.net, shares, across, self.attend) for cost, blk in costs]
+            else:
+                self._rings[key] = [max((cp_times(cost, self.profile.graph, blk.tasks, lay.micro_batch * seq // c,
+                                                  c, self.net, t, lay.cp, g) for g in self.shares(lay, "context")),
+                                        key=lambda r: r.forward + r.backward) for cost, blk in costs]
         return self._rings[key]
 
     def _coll(self, kind: str, nbytes: float, ranks: int, per_node: int) -> float:
@@ -279,7 +289,7 @@ class PlanModel:
         recomputation included (the same lists for layouts that agree on them)."""
         t = lay.tensor
         key = (t, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context, lay.cp,
-               lay.gpus)
+               lay.cp_a2a, lay.gpus)
         if key in self._times:
             return self._times[key]
         fw, bw = [], []
@@ -326,7 +336,7 @@ class PlanModel:
         """The first block of each of ``lay``'s ``p v`` chunks (by time, or by layers with ``first``/``last``)
         and each block's forward and backward seconds; None when the blocks cannot be cut so (kept)."""
         key = (lay.tensor, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap, lay.context,
-               lay.cp, lay.pipeline * lay.interleave, lay.first, lay.last, lay.gpus)
+               lay.cp, lay.cp_a2a, lay.pipeline * lay.interleave, lay.first, lay.last, lay.gpus)
         if key not in self._parts:
             fw, bw = self._block_times(lay)
             starts = self._by_layers(lay) if lay.first is not None or lay.last is not None else partition(

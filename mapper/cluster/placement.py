@@ -87,14 +87,18 @@ class Ranks:
 
 def groups(lay: Layout) -> dict[str, tuple[int, int]]:
     """Each parallel group kind of ``lay`` as ``(stride, size)`` in Megatron-Core's rank order
-    (module docstring): tensor; context (``tensor`` apart); the gradients' data x context ranks;
-    the experts' tensor, expert (``expert_tensor`` apart) and expert-data ranks."""
+    (module docstring): tensor; context (``tensor`` apart), and ``cp=a2a+p2p``'s all-to-all groups
+    of ``cp_a2a`` consecutive context ranks and its rings of the rest, ``tensor x cp_a2a`` apart
+    (Megatron-Core's ``create_hierarchical_groups``); the gradients' data x context ranks; the
+    experts' tensor, expert (``expert_tensor`` apart) and expert-data ranks."""
     return {kind: group(lay) for kind, group in GROUPS.items()}
 
 
 #: :func:`groups`, kind by kind (a lookup builds only the one asked for).
 GROUPS: dict[str, Callable[[Layout], tuple[int, int]]] = {
     "tensor": lambda lay: (1, lay.tensor), "context": lambda lay: (lay.tensor, lay.context),
+    "cp_a2a": lambda lay: (lay.tensor, lay.cp_a2a),
+    "cp_p2p": lambda lay: (lay.tensor * lay.cp_a2a, lay.context // lay.cp_a2a),
     "data": lambda lay: (lay.tensor, lay.replicas), "expert_tensor": lambda lay: (1, lay.etp),
     "expert": lambda lay: (lay.etp, lay.expert), "expert_data": lambda lay: (lay.etp * lay.expert, lay.expert_data)}
 

@@ -14,7 +14,8 @@ plan model puts on that rank's GPUs (``memory``), so the reports' peak memory is
 With context parallelism each forward and backward is followed by its ring task
 (``ring.fwd.c0.mb0``): the K/V sends of the chunk's attention that its ring steps do not
 hide, or the all-gathers (:mod:`mapper.cluster.context`), out of the chunk's time; with
-``cp=a2a`` its all-to-alls (``a2a.fwd.c0.mb0``). With ``overlap=p2p`` a forward
+``cp=a2a`` its all-to-alls (``a2a.fwd.c0.mb0``), with ``cp=a2a+p2p`` its all-to-alls and the
+sends its ring does not hide (``a2a_p2p.fwd.c0.mb0``). With ``overlap=p2p`` a forward
 of the warm-up or a backward of the cool-down carries its chunk's whole send, the others only what
 a steady-state pass leaves exposed (:func:`mapper.cluster.overlap.p2p_sends`), so each chunk's tasks
 sum to the plan model's chunk times.
@@ -63,7 +64,7 @@ def plan_graph(est: Estimate, name: str) -> TaskGraph:
     tasks: list[Task] = []
     edges: list[tuple[int, int]] = []
     seqs = orders(est.schedule, p, v, m)
-    prefix = "a2a" if lay.cp == "a2a" else "ring"  # the context ranks' exposed communication
+    prefix = {"a2a": "a2a", "a2a+p2p": "a2a_p2p"}.get(lay.cp, "ring")  # the context ranks' exposed communication
     # what each rank's GPUs hold (the plan model's figure): resident on its device for the whole step,
     # carried by the rank's last task, so every report's peak memory is the plan's
     held = est.rank_memory or tuple(est.peak if s == est.fullest else 0.0 for s in range(p))

@@ -234,7 +234,7 @@ class Profile:
             self._cache[key] = self._price(self.rep[signature], tensor, chunks)
         return self._cache[key]
 
-    def _platform(self, tensor: int) -> tuple[Platform, tuple[str, ...]]:
+    def platform(self, tensor: int) -> tuple[Platform, tuple[str, ...]]:
         """The node cut to the group's GPUs (and its host), or for a tensor group wider than a node
         as many copies of its GPU on one switch (their times are the GPU's; the collectives are
         priced by the cluster model anyway); one platform per degree, kept."""
@@ -250,7 +250,7 @@ class Profile:
         return self._platforms[tensor]
 
     def _price(self, sub: TaskGraph, tensor: int, chunks: int) -> BlockCost:
-        node, mesh = self._platform(tensor)
+        node, mesh = self.platform(tensor)
         plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=chunks, devices=mesh, vocab=True,
                     parallel_loss=self.optimizer is not None)  # training: no logits gathered
         split = split_graph(sub, plan, node, first_chunk=True)

@@ -73,8 +73,11 @@ def communicators(lay: Any) -> dict[str, int]:
     """The NCCL communicators a rank of layout ``lay`` joins, with their sizes: one per degree
     above one (the gradients' replicas, ``data x context``; tensor; context; expert, the expert
     shards' own tensor group and their data replicas, as Megatron-Core's ``parallel_state`` opens
-    them; pipeline sends are point to point)."""
+    them; ``cp=a2a+p2p``'s all-to-all and ring levels besides the context group, its
+    ``create_hierarchical_groups``; pipeline sends are point to point)."""
     groups = {"data": lay.replicas, "tensor": lay.tensor, "context": lay.context, "pipeline": lay.pipeline}
+    if getattr(lay, "cp", "") == "a2a+p2p":
+        groups |= {"cp_a2a": lay.cp_a2a, "cp_p2p": lay.context // lay.cp_a2a}
     if lay.expert > 1:
         groups |= {"expert": lay.expert, "expert_data": lay.expert_data}
         if lay.etp != lay.tensor:

@@ -500,6 +500,9 @@ def _why_none(gpus: int, samples: int, units: int, given: LayoutSpec) -> str:
                 "that divides the batch makes fewer)")
     if why := overlap.why_given(given):
         return why
+    if given.cp in ("a2a", "a2a+p2p"):
+        return (f"cp={given.cp} needs tensor x its all-to-all's ranks to divide every attention's heads and "
+                "key-value heads, and cp_a2a to divide the context degree")
     if given.expert or given.expert_tensor:
         return (f"expert x expert_tensor must divide the data x tensor = {gpus // p} ranks of a stage "
                 "(experts are folded inside them)")

@@ -6,7 +6,8 @@ d`` = the cluster's GPUs, context ``c`` (:func:`contexts`), micro-batch ``b`` (p
 dividing the per-replica batch), interleaving ``v`` in 1, 2, 4 (``m`` a multiple of ``p``),
 the context ranks' kind (``cp``: the ring, the all-gather, and the all-to-all where ``tensor x
 context`` divides every attention's heads and key-value heads; with ``context`` given, the ring
-unless ``cp`` is given, Megatron-Core's default),
+unless ``cp`` is given, Megatron-Core's default; ``cp=a2a+p2p`` given, its all-to-all degree
+``cp_a2a`` unless given: :func:`a2a_levels`),
 recomputation (:func:`mapper.cluster.recompute.ladder`), ZeRO 0-3 (3 without a pipeline),
 sequence parallelism with ``t > 1``, experts folded inside ``t c d``, and with ``p`` chosen
 the chunks cut by time or by Transformer layers with uneven ends (``first``, ``last``); layouts whose pipeline
@@ -50,6 +51,8 @@ def divisors(n: int, most: int) -> list[int]:
     return sorted({x for k in small for x in (k, n // k) if x <= most})
 
 
+#: What the planner tries of ``cp=a2a+p2p`` when it chooses the kind: its all-to-all degrees (:func:`a2a_levels`).
+HIERARCHY = LayoutSpec(cp="a2a+p2p")
 #: The fewest tokens of a context-parallel chunk the planner tries: one query tile of
 #: FlashAttention-2's kernels (blocks of 64 or 128 rows: Dao, arXiv 2307.08691, section 3.3). A
 #: shorter chunk runs part-empty tiles that the block prices do not see.
@@ -86,16 +89,31 @@ def layouts(gpus: int, per_node: int, samples: int, units: int, given: LayoutSpe
     Context degrees run outermost, 1 first, so ties go to the layout without context parallelism."""
     out = []
     for c in _fixed_or(given.context, contexts(gpus, seq)):
-        out += _grid(gpus // c, c, given.cp or "ring", per_node, samples, units, given, experts, recompute, heads)
+        for k in a2a_levels(c, given):
+            out += _grid(gpus // c, c, given.cp or "ring", per_node, samples, units, given, experts, recompute, heads,
+                         k)
     return out
 
 
+def a2a_levels(c: int, given: LayoutSpec, proper: bool = False) -> list[int]:
+    """The all-to-all degrees (``cp_a2a``) of context ``c`` the planner tries: 1 unless ``cp=a2a+p2p``
+    is given; with it the given one where it divides ``c``, else every divisor of ``c`` (with
+    ``proper``, none but those between 1 and ``c``: the ends are the ring and Ulysses, priced as
+    such, :mod:`mapper.cluster.ulysses`)."""
+    if given.cp != "a2a+p2p":
+        return [1]
+    if given.cp_a2a is not None:
+        return [given.cp_a2a] if c % given.cp_a2a == 0 else []
+    return [k for k in divisors(c, c) if not proper or 1 < k < c]
+
+
 def _grid(gpus: int, c: int, cp: str, per_node: int, samples: int, units: int, given: LayoutSpec, experts: int,
-          recompute: tuple[str, ...], heads: int = 0) -> list[Layout]:
-    """:func:`layouts` of context ``c`` of kind ``cp``, ``gpus`` the GPUs over ``c``."""
+          recompute: tuple[str, ...], heads: int = 0, k: int = 1) -> list[Layout]:
+    """:func:`layouts` of context ``c`` of kind ``cp`` (all-to-alls over ``k`` ranks for
+    ``a2a+p2p``), ``gpus`` the GPUs over ``c``."""
     out = []
     for t in _fixed_or(given.tensor, pow2(min(per_node, gpus, MAX_TENSOR))):
-        if gpus % t or cp == "a2a" and c > 1 and heads % (t * c):
+        if gpus % t or c > 1 and cp in ("a2a", "a2a+p2p") and heads % (t * (c if cp == "a2a" else k)):
             continue
         for p in _fixed_or(given.pipeline, divisors(gpus // t, units)):
             if (gpus // t) % p:
@@ -120,7 +138,7 @@ def _grid(gpus: int, c: int, cp: str, per_node: int, samples: int, units: int, g
                                 for e, et in _experts(_fixed_or(given.expert, pow2(min(experts, t * d * c)) or [1]),
                                                       t, d * c, experts, given):
                                     lay = Layout(t, p, d, b, v, rc, z, sp, e, et, given.first, given.last,
-                                                 overlap=given.overlap or "none", context=c, cp=cp)
+                                                 overlap=given.overlap or "none", context=c, cp=cp, cp_a2a=k)
                                     out += [] if overlap.why_not(lay) else [lay]
     return out
 
@@ -129,7 +147,8 @@ def _grid(gpus: int, c: int, cp: str, per_node: int, samples: int, units: int, g
 class Variants:
     """The layouts a layout of :func:`layouts` stands for, which differ from it only in keys no
     floor of :mod:`mapper.cluster.sweep` depends on but the time floor's kind: the context ranks'
-    kind (:data:`CP_KINDS`; the all-to-all where ``tensor x context`` divides ``heads``) when
+    kind (:data:`CP_KINDS`; Ulysses where ``tensor x context`` divides ``heads``, ``a2a+p2p`` at each
+    proper divisor ``cp_a2a`` of the context degree where ``tensor x cp_a2a`` divides them) when
     ``given`` leaves the context degree and kind to the planner, and the cuts by Transformer
     layers with uneven ends (:func:`mapper.cluster.layers.auto_ends` of the graph's ``layers``)
     beside the cut by time when it leaves the pipeline and the ends to it. Expanded only for the
@@ -143,8 +162,11 @@ class Variants:
         """``lay`` under each kind of context parallelism searched (``lay``'s own first)."""
         if lay.context == 1 or self.given.context is not None or self.given.cp is not None:
             return [lay]
-        return [lay, *(replace(lay, cp=k) for k in CP_KINDS if k != lay.cp
-                       and (k != "a2a" or self.heads % (lay.tensor * lay.context) == 0))]
+        t, c = lay.tensor, lay.context
+        out = [lay, *(replace(lay, cp=k) for k in CP_KINDS if k not in (lay.cp, "a2a+p2p")
+                      and (k != "a2a" or self.heads % (t * c) == 0))]
+        return out + [replace(lay, cp="a2a+p2p", cp_a2a=k) for k in a2a_levels(c, HIERARCHY, proper=True)
+                      if self.heads % (t * k) == 0]
 
     def cuts(self, lay: Layout) -> list[Layout]:
         """``lay`` and its uneven cuts by layers."""

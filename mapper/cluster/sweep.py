@@ -78,7 +78,7 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
     for k, i in enumerate(fit):  # the time floors price the blocks of each tensor degree and micro-batch
         lay = cands[i]
         key = (lay.tensor, lay.micro_batch, lay.recompute, lay.sequence, lay.expert, lay.etp, lay.overlap,
-               lay.context, lay.cp, lay.data, lay.pipeline)
+               lay.context, lay.cp, lay.cp_a2a, lay.data, lay.pipeline)
         if key not in floors:
             kinds = variants.kinds(lay) if variants is not None else [lay]
             floors[key] = min(model.time_floor(x) for x in kinds)

@@ -2,8 +2,8 @@
 
 ``--parallel tensor=T,pipeline=P[,data=D][,micro_batch=B][,interleave=V]
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
-[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|p2p|a2a+tp+p2p...][,context=C][,cp=ring|allgather|a2a]
-[,allocator=caching|expandable][,attn=NAME]
+[,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|p2p|a2a+tp+p2p...][,context=C]
+[,cp=ring|allgather|a2a|a2a+p2p][,cp_a2a=K][,allocator=caching|expandable][,attn=NAME]
 [,fsdp=deepspeed|megatron]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
@@ -22,8 +22,10 @@ as Megatron-Core defaults them: the planner never turns one on by itself; ``cont
 sequence over ``C`` ranks
 (context parallelism, Megatron-Core's ``context_parallel_size``: :mod:`mapper.cluster.context`),
 1 unless given, and ``cp`` how its ranks share keys and values (``ring``, Transformer Engine's
-``p2p``, ``allgather``, Llama 3's all-gather, or ``a2a``, DeepSpeed-Ulysses' all-to-alls: Megatron-Core's
-``cp_comm_type``); ``allocator`` is
+``p2p``, ``allgather``, Llama 3's all-gather, ``a2a``, DeepSpeed-Ulysses' all-to-alls, or ``a2a+p2p``,
+an all-to-all over ``cp_a2a`` ranks and a ring over the rest: Megatron-Core's ``cp_comm_type`` and
+``hierarchical_context_parallel_sizes = [cp_a2a, context / cp_a2a]``, :mod:`mapper.cluster.ulysses`;
+the planner chooses ``cp_a2a`` when ``cp=a2a+p2p`` comes without it); ``allocator`` is
 PyTorch's CUDA caching allocator's mode, ``caching`` (its default,
 which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unless given
 (:data:`mapper.cluster.model.FRAGMENTATION`), like ``grad`` a key of the plan, and so is ``attn``,
@@ -43,7 +45,7 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "allocator", "attn", "fsdp")
+        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "cp_a2a", "allocator", "attn", "fsdp")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -60,7 +62,7 @@ ALLOCATORS = ("caching", "expandable")
 #: Communication overlaps (``overlap=``), each a set of ``a2a``, ``tp`` and ``p2p`` in this order.
 OVERLAPS = ("none", "a2a", "tp", "p2p", "a2a+tp", "a2a+p2p", "tp+p2p", "a2a+tp+p2p")
 #: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
-CP_KINDS = ("ring", "allgather", "a2a")
+CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
 #: Keys of the plan rather than of each layout.
 PLAN_KEYS = ("grad", "allocator", "attn", "fsdp")
 #: ZeRO-3's implementations (``fsdp=``; :mod:`mapper.cluster.zero3`), the default first.
@@ -96,6 +98,7 @@ class Layout:
     overlap: str = "none"  # communication overlapped with computation (:data:`OVERLAPS`)
     context: int = 1
     cp: str = "ring"  # how the context ranks share keys and values (CP_KINDS)
+    cp_a2a: int = 1  # cp=a2a+p2p: the ranks of its all-to-all groups (the rest form its rings)
 
     @property
     def etp(self) -> int:
@@ -127,7 +130,9 @@ class Layout:
                   if n is not None]
         extra += [f"overlap {self.overlap}"] if self.overlap != "none" else []
         ctx = f" x context {self.context}" if self.context > 1 else ""
-        ctx += f" ({self.cp})" if self.context > 1 and self.cp != "ring" else ""
+        ctx += f" ({self.cp})" if self.context > 1 and self.cp not in ("ring", "a2a+p2p") else ""
+        ctx += f" (a2a {self.cp_a2a} + p2p {self.context // self.cp_a2a})" if self.context > 1 and \
+            self.cp == "a2a+p2p" else ""
         return (f"tensor {self.tensor} x pipeline {self.pipeline}{ctx} x data {self.data}, micro-batch "
                 f"{self.micro_batch}" + "".join(f", {e}" for e in extra))
 
@@ -136,6 +141,7 @@ class Layout:
                 "micro_batch": self.micro_batch, "interleave": self.interleave, "recompute": self.recompute,
                 "zero": self.zero, "sequence": self.sequence, "expert": self.expert,
                 "expert_tensor": self.etp, "overlap": self.overlap, "context": self.context, "cp": self.cp,
+                "cp_a2a": self.cp_a2a,
                 **{k: n for k, n in (("first", self.first), ("last", self.last)) if n is not None}}
 
 
@@ -162,6 +168,7 @@ class LayoutSpec:
     overlap: str | None = None
     context: int | None = None
     cp: str | None = None
+    cp_a2a: int | None = None
     allocator: str | None = None
     attn: str | None = None
     fsdp: str | None = None

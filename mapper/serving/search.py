@@ -26,8 +26,8 @@ from mapper.serving.request_graph import MAX_CELLS, MAX_TASKS, buildable, reques
 #: Layouts listed in reports besides the chosen one.
 RUNNERS_UP = 4
 #: Keys of a training layout that mean nothing when serving.
-TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence", "grad", "first", "last", "overlap", "context",
-                 "allocator", "attn", "fsdp")
+TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence", "grad", "first", "last", "overlap", "context", "cp",
+                 "cp_a2a", "allocator", "attn", "fsdp")
 
 
 @dataclass(frozen=True, slots=True)
