@@ -1,8 +1,10 @@
 """Ulysses context parallelism (``cp=a2a``, DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509):
-its four all-to-alls a pass against hand values and volumes, what it keeps in memory, the heads
-it needs (exit 2 otherwise), its plan graph through the validator, the JSON report, and
-``--parallel auto`` choosing among the ring, the all-gather and the all-to-all as a full sweep
-would; and auto's uneven first and last pipeline chunks (Megatron-Core's cuts by layers)."""
+its four all-to-alls a pass against hand values and volumes, its attention priced over whole
+sequences on heads/(t C) heads at that length's rate (hand-worked under the half-length), what it
+keeps in memory, the heads it needs (exit 2 otherwise), its plan graph through the validator, the
+JSON report, and ``--parallel auto`` choosing among the ring, the all-gather, the all-to-all and
+the hierarchical a2a+p2p as a full sweep would; and auto's uneven first and last pipeline chunks
+(Megatron-Core's cuts by layers)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from mapper.cluster.context import a2a_heads, a2a_reason
 from mapper.cluster.layers import auto_ends, layer_counts
 from mapper.cluster.model import PlanModel
 from mapper.cluster.plan_graph import plan_graph, replica_platform
+from mapper.cluster.profile import Profile
 from mapper.cluster.search import _setup, plan_cluster
 from mapper.cluster.space import Variants, layouts
+from mapper.cluster.ulysses import AttentionPrices, cut_attention
 from mapper.costing.fusion import fuse_for
+from mapper.costing.latency import estimate
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
 from mapper.parallel.collectives import collective
@@ -253,3 +258,40 @@ def test_pruned_search_with_uneven_cuts_is_a_full_sweep(monkeypatch):
     full = _plan({"tensor": 2}, **over)
     assert {(e.layout.first, e.layout.last) for e in full.ranked} > {(None, None)}
     assert full.best.layout == pruned.best.layout and full.best.step == pytest.approx(pruned.best.step, rel=1e-12)
+
+
+def test_ulysses_attention_runs_whole_sequences_at_their_rate():
+    """Hand-worked, cuDNN's causal attention on an H100 (0.60 x s / (s + 270) of 989.4 TFLOP/s
+    forward, 0.80 of that backward, 2.5x the FLOPs): Llama 3 8B's attention (32 heads of 128, 8
+    key-value heads), 33 sequences of S = 32,768 over C = 8 ranks (33 x 4 heads x 256 query tiles =
+    256 waves of 132 SMs, as the ring step's 33 x 32 x 32). A ring step runs S/C positions on all 32
+    heads, Ulysses all S on 4: FLOPs b h (4 dh + 5) s (s + 1) / 2 each, the same but for the causal
+    diagonal, but Ulysses' kernel runs at s = 32,768's rate, the step's at 4,096's: 0.946x the time
+    of C steps forward and backward."""
+    plat = load_platform("dgx-h100")
+    s, c, b, dh = 32768, 8, 33, 128
+    graph = load_graph(ModelFile(LLAMA, params=(("LAYERS", 1), ("HIDDEN", 4096), ("HEADS", 32), ("KV_HEADS", 8),
+                                                ("FFN", 14336), ("VOCAB", 1000), ("SEQ", s), ("BATCH", b))))
+    attend = AttentionPrices(Profile(graph, plat, "gpu0", lambda g: fuse_for(g, plat), "adam"))
+    task = next(t for t in graph.tasks if t.op == "attention")
+    gpu = next(d for d in plat.devices if d.kind == "gpu")
+
+    def hand(seq, heads):  # compute seconds forward and backward
+        flops = b * heads * (4 * dh + 5) * seq * (seq + 1) / 2
+        rate = 0.60 * seq / (seq + 270) * 989.4e12
+        return flops / rate, 2.5 * flops / (0.80 * rate)
+
+    whole, step = cut_attention(task, c, s, b), cut_attention(task, 1, s // c, b)
+    for shape, (seq, heads) in ((whole, (s, 4)), (step, (s // c, 32))):
+        est = estimate(shape, "attention", gpu)
+        assert est.t_parallel == pytest.approx(hand(seq, heads)[0], rel=1e-9)
+    u_f, u_b = attend(task, c, s, b)
+    r_f, r_b = attend(task, 1, s // c, b)
+    assert u_f == pytest.approx(estimate(whole, "attention", gpu).time, rel=1e-12)
+    # Ulysses' compute over C steps': the FLOPs' (s + 1) / (s + C), each at (s + 270) / s against (s/C + 270) / (s/C)
+    ratio = (s + 1) / (s + c) * ((s + 270) / s) / ((s // c + 270) / (s // c))
+    assert ratio == pytest.approx(0.946, abs=5e-4)
+    assert hand(s, 4)[0] / (c * hand(s // c, 32)[0]) == pytest.approx(ratio, rel=1e-12)
+    assert hand(s, 4)[1] / (c * hand(s // c, 32)[1]) == pytest.approx(ratio, rel=1e-12)
+    # the prices (launches and memory time besides) keep Ulysses under C ring steps both ways
+    assert u_f < c * r_f and u_b < c * r_b
