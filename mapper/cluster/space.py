@@ -160,20 +160,26 @@ class Variants:
 
     def kinds(self, lay: Layout) -> list[Layout]:
         """``lay`` under each kind of context parallelism searched (``lay``'s own first)."""
+        return [lay, *(replace(lay, cp=k, cp_a2a=a) for k, a in self._kinds(lay))]
+
+    def _kinds(self, lay: Layout) -> list[tuple[str, int]]:
+        """The kinds (``cp``, ``cp_a2a``) :meth:`kinds` adds to ``lay``'s own."""
         if lay.context == 1 or self.given.context is not None or self.given.cp is not None:
-            return [lay]
+            return []
         t, c = lay.tensor, lay.context
-        out = [lay, *(replace(lay, cp=k) for k in CP_KINDS if k not in (lay.cp, "a2a+p2p")
-                      and (k != "a2a" or self.heads % (t * c) == 0))]
-        return out + [replace(lay, cp="a2a+p2p", cp_a2a=k) for k in a2a_levels(c, HIERARCHY, proper=True)
-                      if self.heads % (t * k) == 0]
+        out = [(k, 1) for k in CP_KINDS if k not in (lay.cp, "a2a+p2p") and (k != "a2a" or self.heads % (t * c) == 0)]
+        return out + [("a2a+p2p", k) for k in a2a_levels(c, HIERARCHY, proper=True) if self.heads % (t * k) == 0]
 
     def cuts(self, lay: Layout) -> list[Layout]:
         """``lay`` and its uneven cuts by layers."""
+        return [lay, *(replace(lay, first=f, last=x) for f, x in self._ends(lay))]
+
+    def _ends(self, lay: Layout) -> list[tuple[int, int]]:
+        """The uneven ends (``first``, ``last``) :meth:`cuts` adds to ``lay``'s cut by time."""
         g = self.given
         if g.pipeline is not None or g.first is not None or g.last is not None:
-            return [lay]
-        return [lay, *(replace(lay, first=f, last=x) for f, x in auto_ends(self.layers, lay.pipeline * lay.interleave))]
+            return []
+        return auto_ends(self.layers, lay.pipeline * lay.interleave)
 
     def all(self, lay: Layout) -> list[Layout]:
         """Every variant of ``lay``, itself first (kinds outer, cuts inner)."""
@@ -181,4 +187,4 @@ class Variants:
 
     def count(self, lay: Layout) -> int:
         """``len(self.all(lay))`` without building them."""
-        return len(self.kinds(lay)) * len(self.cuts(lay))
+        return (1 + len(self._kinds(lay))) * (1 + len(self._ends(lay)))
