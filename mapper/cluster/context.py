@@ -52,8 +52,8 @@ an all-to-all needs whole heads of Q, K and V: the heads and the key-value heads
 ``tensor`` ranks must divide by the all-to-all's ranks (TE asserts ``num_heads % cp_size == 0``
 for Q, K and V; no key-value head is replicated), else exit 2 (:func:`a2a_reason`). The ring is
 Megatron-Core's default and what NVIDIA's published long-sequence runs use; the planner tries
-the ring, the all-gather and Ulysses when it chooses ``context`` itself (Ulysses where the heads
-allow it).
+all four when it chooses ``context`` itself (the all-to-alls where the heads allow them,
+:class:`mapper.cluster.space.Variants`).
 
 Memory: activations are those of ``S / C`` tokens (the block priced there),
 plus the ring's buffers while a layer runs, once per rank (not per
