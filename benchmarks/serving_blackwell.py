@@ -15,13 +15,17 @@ Each row is simulated as
 
     mapper serve examples/llama.tg [params] --platform P --workload isl=I,osl=O,requests=R
         --rate inf --parallel tensor=T,pipeline=1,replicas=1 --kv-fraction 0.95
-        --precision nvfp4|fp8 --kv-precision fp8
+        --precision nvfp4|fp8 --kv-precision fp8 --runtime trtllm-pytorch
 
 with the doc's request counts and KV fraction ("In many cases, we also use a higher KV cache
 percentage by setting ``--kv_cache_free_gpu_mem_fraction 0.95``"); NVIDIA's FP4 and FP8
-checkpoints both keep an FP8 KV cache. The PyTorch backend's engine limits are taken as the
-``trtllm`` runtime's (max batch 2,048, max tokens 8,192). ``--quick`` caps each row at 1,000
-requests.
+checkpoints both keep an FP8 KV cache. The runtime is ``trtllm-pytorch``: the ``trtllm``
+runtime's engine limits (max batch 2,048, max tokens 8,192) with the doc's ``llm_options.yml``
+(``cuda_graph_config``: graphs at batch sizes 1, 2, 4, ..., 256, 384, 512, 1,024, ... 8,192 and
+``enable_padding: true``), so a decode-only step runs padded up to the next captured size
+(:mod:`mapper.serving.iteration`). Each row is also printed under ``trtllm`` (column ``unpadded``),
+the same engine without the padding, to show what the padding moves. ``--quick`` caps each row at
+1,000 requests.
 """
 
 from __future__ import annotations
@@ -77,45 +81,56 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="at most 1,000 requests a row")
     args = ap.parse_args()
-    runtime = replace(RUNTIMES["trtllm"], kv_fraction=KV_FRACTION)
+    runtime = replace(RUNTIMES["trtllm-pytorch"], kv_fraction=KV_FRACTION)
+    unpadded = replace(RUNTIMES["trtllm"], kv_fraction=KV_FRACTION)
     start = time.perf_counter()
-    print(f"{SOURCE}: output tokens/s, trtllm runtime, --kv-fraction {KV_FRACTION}, --rate inf; a check, "
-          "nothing fitted")
+    print(f"{SOURCE}: output tokens/s, trtllm-pytorch runtime (unpadded: trtllm), --kv-fraction {KV_FRACTION}, "
+          "--rate inf; a check, nothing fitted")
     ratios: dict[str, list[float]] = {}
-    servers: dict[tuple[str, str, str], Server] = {}
+    plain: dict[str, list[float]] = {}
+    servers: dict[tuple[str, str, str, str], Server] = {}
     for (model, tensor, gpu, fmt), cells in PUBLISHED.items():
         platform = PLATFORMS[gpu]
-        key = (model, platform, fmt)
-        if key not in servers:
-            servers[key] = server_for(ModelFile(LLAMA, params=PARAMS[model]), platform, runtime, "auto", fmt, "fp8")
-        server = servers[key]
+        for rt in (runtime, unpadded):
+            key = (model, platform, fmt, rt.name)
+            if key not in servers:
+                servers[key] = server_for(ModelFile(LLAMA, params=PARAMS[model]), platform, rt, "auto", fmt, "fp8")
         params = "".join(f" --param {k}={v}" for k, v in PARAMS[model])
         print(f"\nLlama {model} TP{tensor} {gpu} {fmt}: mapper serve examples/llama.tg{params} --platform {platform} "
               f"--workload isl=I,osl=O,requests=R --rate inf --parallel tensor={tensor},pipeline=1,replicas=1 "
-              f"--kv-fraction {KV_FRACTION} --precision {fmt} --kv-precision fp8")
+              f"--kv-fraction {KV_FRACTION} --precision {fmt} --kv-precision fp8 --runtime {runtime.name}")
         print(f"  {'ISL/OSL':>11} {'requests':>8} {'published':>10} {'predicted':>10} {'ratio':>6} "
-              f"{'kv tokens':>10} {'concurrent':>10}")
-        plan = server.plan({"tensor": tensor, "pipeline": 1, "replicas": 1})
+              f"{'kv tokens':>10} {'concurrent':>10} {'unpadded':>8}")
         for (isl, osl), published in cells:
             n = REQUESTS_LATER[(isl, osl)]
             n = min(n, 1000) if args.quick else n
-            reqs = arrivals([Arrival(None, isl, osl)] * n, float("inf"), 0)
-            try:
-                out = server.run(plan, reqs, Slo())
-            except InfeasibleError as err:
-                print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {'-':>10} {'-':>6}  ({err})")
+            got = []
+            for rt in (runtime, unpadded):
+                server = servers[(model, platform, fmt, rt.name)]
+                plan = server.plan({"tensor": tensor, "pipeline": 1, "replicas": 1})
+                reqs = arrivals([Arrival(None, isl, osl)] * n, float("inf"), 0)
+                try:
+                    out = server.run(plan, reqs, Slo())
+                except InfeasibleError as err:
+                    print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {'-':>10} {'-':>6}  ({err})")
+                    break
+                got.append((float(out.metrics["output_tokens_per_s"]), out))  # type: ignore[arg-type]
+            if len(got) < 2:
                 continue
-            got = float(out.metrics["output_tokens_per_s"])  # type: ignore[arg-type]
-            ratios.setdefault(gpu, []).append(got / published)
-            print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {got:>10,.0f} {got / published:>6.2f} "
-                  f"{out.metrics['kv_capacity_tokens']:>10,} {out.metrics['max_concurrency']:>10,}")
-    print("\nSummary (predicted / published):")
-    every = [r for rs in ratios.values() for r in rs]
-    for label, rs in (*ratios.items(), ("all", every)):
-        within = sum(1 for r in rs if 0.8 <= r <= 1.25)
-        outside = sum(1 for r in rs if not 0.67 <= r <= 1.5)
-        print(f"  {label}: {len(rs)} rows, {within} within 0.8-1.25x, {outside} outside 0.67-1.5x, geometric mean "
-              f"{statistics.geometric_mean(rs):.2f}, range {min(rs):.2f}-{max(rs):.2f}")
+            (tps, out), (flat, _) = got
+            ratios.setdefault(gpu, []).append(tps / published)
+            plain.setdefault(gpu, []).append(flat / published)
+            print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {tps:>10,.0f} {tps / published:>6.2f} "
+                  f"{out.metrics['kv_capacity_tokens']:>10,} {out.metrics['max_concurrency']:>10,} "
+                  f"{flat / published:>8.2f}")
+    for title, table in (("trtllm-pytorch", ratios), ("unpadded (trtllm)", plain)):
+        print(f"\nSummary, {title} (predicted / published):")
+        every = [r for rs in table.values() for r in rs]
+        for label, rs in (*table.items(), ("all", every)):
+            within = sum(1 for r in rs if 0.8 <= r <= 1.25)
+            outside = sum(1 for r in rs if not 0.67 <= r <= 1.5)
+            print(f"  {label}: {len(rs)} rows, {within} within 0.8-1.25x, {outside} outside 0.67-1.5x, geometric "
+                  f"mean {statistics.geometric_mean(rs):.2f}, range {min(rs):.2f}-{max(rs):.2f}")
     print(f"simulated in {time.perf_counter() - start:.0f} s")
     return 0
 

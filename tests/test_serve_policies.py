@@ -111,7 +111,7 @@ def test_a_front_end_latency_moves_first_tokens_and_ends_not_the_steps_between()
 def test_policies_default_to_what_trtllm_and_vllm_v1_do():
     for name, rt in RUNTIMES.items():
         assert (rt.mixed, rt.steps, rt.lag) == ((name != "sglang"), 1, 0)
-        assert rt.front == 0.0 or name in ("sglang", "trtllm")
+        assert rt.front == 0.0 or name in ("sglang", "trtllm", "trtllm-pytorch")
 
 
 def test_policies_serve_every_request_on_random_streams():

@@ -56,7 +56,8 @@ def register(subparsers) -> None:
                         "h100, h200, b200, l4, l40s, a platform name or TOML path; PRICE dollars per GPU hour, "
                         "else the platform's price_per_hour")
     p.add_argument("--runtime", default="trtllm", metavar="NAME",
-                   help="trtllm (default), vllm, sglang (v0.3.0: prefill-first steps, a front-end latency per "
+                   help="trtllm (default), trtllm-pytorch (its PyTorch backend: decode steps padded to CUDA-graph "
+                        "batch sizes), vllm, sglang (v0.3.0: prefill-first steps, a front-end latency per "
                         "request), or eager (vllm without CUDA graphs: each kernel at least its framework ops' CPU "
                         "dispatch): KV blocks, memory fraction, limits, scheduling")
     p.add_argument("--dispatch", default=None, metavar="POLICY",
@@ -67,8 +68,8 @@ def register(subparsers) -> None:
                    help="weights and linear-layer GEMMs: fp16 (default, the model's 16-bit), bf16, fp8, mxfp8, "
                         "nvfp4, int4_awq (4-bit AWQ weights, 16-bit GEMMs); the GPU needs a tensor rate for it")
     p.add_argument("--kv-precision", default=None, metavar="FMT",
-                   help="the KV cache: fp16, bf16 or fp8 (default: fp8 with fp8/nvfp4 weights under trtllm, "
-                        "as TensorRT-LLM sets it; else fp16)")
+                   help="the KV cache: fp16, bf16 or fp8 (default: fp8 with fp8/nvfp4 weights under trtllm and "
+                        "trtllm-pytorch, as TensorRT-LLM sets it; else fp16)")
     p.add_argument("--kv-fraction", type=float, default=None, metavar="F",
                    help="the runtime's KV-cache memory fraction (TensorRT-LLM free_gpu_memory_fraction, "
                         "vLLM gpu_memory_utilization; default the runtime's 0.9)")

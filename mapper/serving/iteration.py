@@ -25,6 +25,16 @@ gives every scheduled sequence its token takes the longer of one pass through th
 ``p`` passes through the slowest (FasterTransformer's pipeline; Pope et al., MLSys 2023), sends
 between stages included; a step of fewer sequences than stages runs one micro-batch a sequence.
 
+A runtime that replays its decode steps from CUDA graphs captured at fixed batch sizes and pads
+a batch up to the next of them (``graphs``: TensorRT-LLM's PyTorch backend with
+``cuda_graph_config.enable_padding``, "batches are rounded up to the nearest
+cuda_graph_batch_size", ``tensorrt_llm/llmapi/llm_args.py``; its CUDA-graph runner appends
+copies of one dummy generation request, and only batches of decodes alone run from a graph)
+runs a decode-only step of ``b`` sequences as one of the smallest captured size ``B >= b``:
+every kernel but attention (GEMMs, norms, the LM head) on ``B`` rows; the dummies' attention
+reads next to nothing and is not priced. A step with a prompt chunk, or of more sequences than
+the largest graph, runs as it is.
+
 Memory per GPU on the fullest stage: its weights, the activation workspace of a full step
 (the largest kernel's at ``chunk`` tokens) and the reserve no tensor can use, counted part by part
 as training counts it for the communicators a replica opens (:mod:`mapper.cluster.reserve`:
@@ -37,7 +47,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mapper.cluster.profile import BlockCost, Profile, kv_bytes
 from mapper.cluster.reserve import ServingGroups, reserve
@@ -125,9 +135,10 @@ class StepModel:
     """Step times and memory of one replica of ``tensor`` x ``pipeline`` GPUs (module docstring)."""
 
     def __init__(self, prices: Prices, net: Network, tensor: int, pipeline: int, chunk: int,
-                 dispatch: float = 0.0) -> None:
+                 dispatch: float = 0.0, graphs: tuple[int, ...] = ()) -> None:
         self.tensor, self.pipeline, self.chunk = tensor, pipeline, chunk
         self.dispatch = dispatch  # the runtime's CPU seconds per framework op (0: CUDA graphs)
+        self.graphs = tuple(sorted(set(graphs)))  # the runtime's padded CUDA-graph batch sizes (module docstring)
         self.net = net
         self.points = tuple(sorted({p for p in POINTS if p < chunk} | {chunk}))
         profs = [prices.profile(n) for n in self.points]
@@ -234,10 +245,20 @@ class StepModel:
         att = self.alpha + (self.beta_decode * batch.decode_context + self.beta_pair * batch.pairs) / m
         return [b + a * att for b, a in zip(self._base(batch.tokens, batch.sampled, m), self.layers)]
 
+    def padded(self, batch: Batch) -> Batch:
+        """``batch`` as the GPU runs it: a decode-only step of ``b`` sequences, under a runtime that
+        pads its CUDA graphs, as the smallest captured batch of at least ``b`` (module docstring)."""
+        graphs = self.graphs
+        if not graphs or batch.pairs > 0 or batch.tokens != batch.sequences or batch.tokens > graphs[-1]:
+            return batch
+        n = graphs[bisect.bisect_left(graphs, batch.tokens)]
+        return replace(batch, tokens=n, sampled=n, sequences=n)
+
     def step(self, batch: Batch) -> float:
         """Seconds of a step that gives every scheduled sequence its tokens (module docstring)."""
         if batch.tokens <= 0:
             return 0.0
+        batch = self.padded(batch)
         times = self.stage_times(batch)
         return decode_round(times, self.micro_batches(batch))
 

@@ -43,7 +43,7 @@ def weight_format(text: str | None) -> str | None:
 def kv_format(text: str | None, weights: str | None, runtime: str) -> str:
     """``--kv-precision``, or the engine's default for the weights (module docstring)."""
     if text is None:
-        return "fp8" if runtime == "trtllm" and weights in ("fp8", "mxfp8", "nvfp4") else "fp16"
+        return "fp8" if runtime in ("trtllm", "trtllm-pytorch") and weights in ("fp8", "mxfp8", "nvfp4") else "fp16"
     if text not in KV:
         raise OptionsError(f"unknown KV-cache precision {text!r}; choose one of {', '.join(KV)}",
                            obj="--kv-precision")

@@ -38,7 +38,16 @@ Each field is the engine's own default, from its documentation or source:
   GPU waiting, so each call costs at least its framework ops' dispatch: a per-call floor that
   decode steps of small models hit on their norms, rotary and element-wise kernels.
 
-The other two run their steps from CUDA graphs or a compiled engine, which removes that floor (a
+* ``trtllm-pytorch``: TensorRT-LLM's PyTorch backend (the ``trtllm-bench --backend pytorch`` runs of
+  the v0.19-and-later tables, docs/source/performance/perf-overview.md at release v1.0) as
+  ``trtllm`` (scheduler, KV fraction, limits), with the CUDA-graph configuration that page gives
+  for its dense-model runs: graphs captured at the batch sizes :data:`TRTLLM_PYTORCH_GRAPHS` and
+  ``enable_padding: true``, so a decode-only step is padded up to the next captured size
+  (``graphs``; :mod:`mapper.serving.iteration`: "batches are rounded up to the nearest
+  cuda_graph_batch_size", ``CudaGraphConfig`` in ``tensorrt_llm/llmapi/llm_args.py``). A step that
+  holds a prompt chunk runs without a graph and unpadded.
+
+The other runtimes run their steps from CUDA graphs or a compiled engine, which removes that floor (a
 graph's kernels are launched by one CPU call: NVIDIA, "Getting Started with CUDA Graphs", 2019;
 PyTorch, "Accelerating PyTorch with CUDA Graphs", 2021; vLLM captures its decode steps in CUDA
 graphs unless ``enforce_eager``): a step costs its kernels and their
@@ -96,16 +105,22 @@ class Runtime:
     front: float = 0.0  # seconds from a request's arrival until the scheduler sees it (front-end processes)
     stream: float = 0.0  # host seconds per streamed token per step (0: responses at the end only)
     dispatch: str = "round-robin"  # how requests are dealt to replicas (mapper.serving.dispatch)
+    graphs: tuple[int, ...] = ()  # CUDA-graph batch sizes a decode-only step is padded up to (empty: no padding)
 
 
 #: TensorRT-LLM's cost per request outside the steps, seconds: fitted (module docstring).
 TRTLLM_FRONT = 0.0025
 #: SGLang v0.3.0's front-end latency per request, seconds: fitted (module docstring).
 SGLANG_FRONT = 0.0093
+#: The CUDA-graph batch sizes of TensorRT-LLM's published PyTorch-backend runs (perf-overview.md,
+#: release v1.0, ``llm_options.yml``: ``cuda_graph_config.batch_sizes``, ``enable_padding: true``).
+TRTLLM_PYTORCH_GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
 RUNTIMES = {
     "trtllm": Runtime("trtllm", 64, 0.9, False, 2048, 8192, True, front=TRTLLM_FRONT),
+    "trtllm-pytorch": Runtime("trtllm-pytorch", 64, 0.9, False, 2048, 8192, True, front=TRTLLM_FRONT,
+                              graphs=TRTLLM_PYTORCH_GRAPHS),
     "vllm": Runtime("vllm", 16, 0.9, True, 256, 8192, False),
     "sglang": Runtime("sglang", 1, 0.88, True, 2048, 8192, False, mixed=False, front=SGLANG_FRONT),
     "eager": Runtime("eager", 16, 0.9, True, 256, 8192, False, dispatch_us=EAGER_DISPATCH_US),

@@ -105,7 +105,7 @@ class Server:
         key = (tensor, pipeline, chunk)
         if key not in self._steps:
             self._steps[key] = StepModel(self.prices, self.net, tensor, pipeline, chunk,
-                                          self.runtime.dispatch_us * 1e-6)
+                                          self.runtime.dispatch_us * 1e-6, self.runtime.graphs)
         return self._steps[key]
 
     def plan(self, given: dict[str, int]) -> Plan:
