@@ -98,10 +98,11 @@ def test_eager_runtime_floors_each_call_at_its_dispatch():
     cost: BlockCost = _Cost([(2e-6, ("rmsnorm",), -1), (500e-6, ("matmul",), -1), (1e-6, ("add",), -1),
                              (4e-6, ("attention",), -1)])  # type: ignore[assignment]
     d = EAGER_DISPATCH_US * 1e-6
-    other, att = _split(cost, net, 1, d)
-    assert other == pytest.approx(EAGER_OPS["rmsnorm"] * d + 500e-6 + d)  # the GEMM is longer than its dispatch
+    gemm, other, att = _split(cost, net, 1, d)
+    assert gemm == pytest.approx(500e-6)  # the GEMM is longer than its dispatch
+    assert other == pytest.approx(EAGER_OPS["rmsnorm"] * d + d)
     assert att == pytest.approx((EAGER_OPS["attention"] + 2) * d)  # a decode's attention: its ops and the cache's
-    assert _split(cost, net, 1, 0.0) == pytest.approx((503e-6, 4e-6))
+    assert _split(cost, net, 1, 0.0) == pytest.approx((500e-6, 3e-6, 4e-6))
 
 
 def test_eager_serving_is_slower_than_cuda_graphs(tmp_path):

@@ -7,7 +7,12 @@ Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarath
 * every kernel but attention works on the ``n`` tokens alone (the GEMMs, norms, rotary, the
   tensor-parallel all-reduces, priced by :func:`mapper.parallel.collectives.collective`): each block is
   priced by the same cost model as ``--inference`` (:class:`mapper.cluster.profile.Profile`,
-  forward only) at :data:`POINTS` token counts and interpolated linearly between them; the last
+  forward only) at :data:`POINTS` token counts and interpolated linearly between them, except its
+  GEMMs from the GPU's tile rows up to :data:`TILED_UP_TO` tokens: the cost model prices a GEMM by
+  whole tiles and waves (:mod:`mapper.costing.tiles`: 385 token rows on 128-row tiles cost four
+  tiles, as 512 do), so there they are priced at every multiple of the tile's rows and a step
+  takes the price of the next one at or above its tokens (a line from 128 to 512 tokens would
+  price the GEMMs of 385 rows at 83 % of their four tiles on a B200); the last
   block, when it holds no attention (the final norm and the LM head), runs on the sequences that
   sample a token only, as serving runtimes keep only those logits;
 * attention depends on what each token attends: a decode token reads its sequence's whole cache
@@ -64,6 +69,9 @@ from mapper.serving.runtimes import Runtime
 
 #: Token counts a step's non-attention kernels are priced at (and the chunk itself).
 POINTS = (1, 8, 32, 128, 512, 2048, 8192)
+#: Tokens up to which a step's GEMMs are priced at every multiple of the GPU's tile rows and taken
+#: at the next (module docstring): eight 128-row tiles; past them a tile is under an eighth of the rows.
+TILED_UP_TO = 1024
 #: A decode batch and two cache lengths, and two prompt lengths, that price attention.
 ATT_BATCH, ATT_CACHES, ATT_PROMPTS = 16, (1024, 8192), (512, 2048)
 
@@ -101,12 +109,12 @@ class Prices:
         return prof.cost(prof.blocks[b].signature, tensor, 1)
 
 
-def _split(cost: BlockCost, net: Network, tensor: int, dispatch: float = 0.0) -> tuple[float, float]:
-    """Seconds of a block's kernels other than attention (collectives priced), and of attention;
-    each call at least its framework ops' ``dispatch`` (the runtime's per-op CPU time: a kernel
-    shorter than its dispatch leaves the GPU waiting, :mod:`mapper.serving.runtimes`)."""
+def _split(cost: BlockCost, net: Network, tensor: int, dispatch: float = 0.0) -> tuple[float, float, float]:
+    """Seconds of a block's GEMM kernels, of its other kernels but attention (collectives priced),
+    and of attention; each call at least its framework ops' ``dispatch`` (the runtime's per-op CPU
+    time: a kernel shorter than its dispatch leaves the GPU waiting, :mod:`mapper.serving.runtimes`)."""
     per_node = min(tensor, net.gpus_per_node)
-    other = att = 0.0
+    gemm = other = att = 0.0
     for seconds, ops, ci in cost.kernels:
         if ci >= 0:
             kind, nbytes, _ = cost.collectives[ci]
@@ -114,9 +122,11 @@ def _split(cost: BlockCost, net: Network, tensor: int, dispatch: float = 0.0) ->
         seconds = max(seconds, framework_ops(ops, True) * dispatch if ops else dispatch)
         if "attention" in ops:
             att += seconds
+        elif "matmul" in ops:
+            gemm += seconds
         else:
             other += seconds
-    return other, att
+    return gemm, other, att
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +150,11 @@ class StepModel:
         self.dispatch = dispatch  # the runtime's CPU seconds per framework op (0: CUDA graphs)
         self.graphs = tuple(sorted(set(graphs)))  # the runtime's padded CUDA-graph batch sizes (module docstring)
         self.net = net
-        self.points = tuple(sorted({p for p in POINTS if p < chunk} | {chunk}))
+        tile = prices.gpu.gemm_tile[0] if prices.gpu.gemm_tile else 0
+        #: the token counts from which to the last GEMMs are priced at the next point (module docstring)
+        self.tiled = (tile, min(TILED_UP_TO, chunk)) if tile else (0, 0)
+        tiles = range(tile, self.tiled[1] + 1, tile) if tile else range(0)
+        self.points = tuple(sorted({p for p in (*POINTS, *tiles) if p < chunk} | {chunk}))
         profs = [prices.profile(n) for n in self.points]
         nblocks = len(profs[0].blocks)
         if any(len(p.blocks) != nblocks for p in profs):
@@ -158,8 +172,10 @@ class StepModel:
         self.window = windows[0]
         self.head = not self.attention_blocks[-1]
         t = tensor
-        #: per block, seconds of its other kernels at each of ``points``
-        self.curve = [[_split(prices.cost(p, b, t), net, t, dispatch)[0] for p in profs] for b in range(nblocks)]
+        #: per block, seconds of its GEMMs and of its other kernels but attention at each of ``points``
+        parts = [[_split(prices.cost(p, b, t), net, t, dispatch) for p in profs] for b in range(nblocks)]
+        self.gemms = [[g for g, _, _ in row] for row in parts]
+        self.curve = [[o for _, o, _ in row] for row in parts]
         ones = [prices.cost(profs[0], b, t) for b in range(nblocks)]
         kv_scale = prices.kv_bytes / 2.0  # the graph's cache is 16-bit
         self.kv_per_token = [kv_scale * sum(kv_bytes(graph.tasks[i], 1, t) for i in blk.tasks)
@@ -171,7 +187,8 @@ class StepModel:
         self.alpha, self.beta_decode, self.beta_pair = self._attention(prices, net, t)
         self.beta_decode *= kv_scale  # a decode's attention streams its cache
         mid = self.points.index(min(self.points, key=lambda n: abs(n - 256)))
-        weights = [c[mid] + (self.alpha if a else 0.0) for c, a in zip(self.curve, self.attention_blocks)]
+        weights = [c[mid] + g[mid] + (self.alpha if a else 0.0)
+                   for c, g, a in zip(self.curve, self.gemms, self.attention_blocks)]
         starts = partition(weights, pipeline)
         if starts is None:
             raise OptionsError(f"pipeline={pipeline} needs at least as many blocks; the model has {nblocks}",
@@ -181,10 +198,11 @@ class StepModel:
         self.stages = [range(a, b) for a, b in zip(starts, ends)]
         last = nblocks - 1
         width = len(self.points)
-        #: per stage: its blocks' non-attention curve (the head apart), the head's, its attention blocks
-        self.bodies = [[sum(self.curve[b][j] for b in r if not (self.head and b == last)) for j in range(width)]
-                       for r in self.stages]
-        self.heads = [self.curve[last] if self.head and last in r else None for r in self.stages]
+        #: per stage: its blocks' curves (the head apart) and the head's, each (GEMMs, other kernels), and
+        #: its attention blocks
+        self.bodies = [tuple([sum(c[b][j] for b in r if not (self.head and b == last)) for j in range(width)]
+                             for c in (self.gemms, self.curve)) for r in self.stages]
+        self.heads = [(self.gemms[last], self.curve[last]) if self.head and last in r else None for r in self.stages]
         self.layers = [sum(1 for b in r if self.attention_blocks[b]) for r in self.stages]
         self._bases: dict[tuple[int, int, int], list[float]] = {}
         gpn = net.gpus_per_node
@@ -195,7 +213,7 @@ class StepModel:
         per query-key pair a prefill computes."""
         def att(prof: Profile) -> float:
             b = next(i for i, a in enumerate(self.attention_blocks) if a)
-            return _split(prices.cost(prof, b, t), net, t, self.dispatch)[1]
+            return _split(prices.cost(prof, b, t), net, t, self.dispatch)[2]
 
         w = self.window
         caches = ATT_CACHES if not w else (min(ATT_CACHES[0], w // 8), min(ATT_CACHES[1], w))
@@ -218,6 +236,14 @@ class StepModel:
         x0, x1 = pts[i - 1], pts[i]
         return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0)
 
+    def _tiles(self, ys: list[float], n: float) -> float:
+        """A GEMM curve over :attr:`points` at ``n`` tokens: within :attr:`tiled`, the next point's
+        price (whole tiles), else as :meth:`_at`."""
+        lo, hi = self.tiled
+        if lo <= n <= hi and lo > 0:
+            return ys[bisect.bisect_left(self.points, n)]
+        return self._at(ys, n)
+
     def _base(self, tokens: int, sampled: int, m: int) -> list[float]:
         """Each stage's seconds but attention's for one of ``m`` micro-batches of a step of ``tokens``
         and ``sampled``."""
@@ -228,7 +254,9 @@ class StepModel:
             n, k = tokens / m, sampled / m
             got = []
             for s, (body, head) in enumerate(zip(self.bodies, self.heads)):
-                seconds = self._at(body, n) + (self._at(head, k) if head else 0.0)
+                seconds = self._tiles(body[0], n) + self._at(body[1], n)
+                if head:
+                    seconds += self._tiles(head[0], k) + self._at(head[1], k)
                 if s + 1 < p:
                     seconds += send(self.net, n * self.state_bytes[self.stages[s].stop], self.across[s])
                 got.append(seconds)
