@@ -9,7 +9,7 @@ from mapper.cli import main
 from mapper.frontend.sources import ModelFile
 from mapper.serving.iteration import Batch
 from mapper.serving.precision import kv_format
-from mapper.serving.runtimes import RUNTIMES, TRTLLM_PYTORCH_GRAPHS
+from mapper.serving.runtimes import RUNTIMES, TRTLLM_PYTORCH_GRAPHS, captured
 from mapper.serving.serve import server_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +67,17 @@ def test_serve_takes_the_runtime(capsys):
     assert main([*args, "--runtime", "trtllm", "--json", "-"]) == 0
     plain = capsys.readouterr().out
     assert padded != plain  # 12 decodes run as 16
+
+
+def test_the_engine_captures_graphs_up_to_its_largest_decode_batch():
+    g = TRTLLM_PYTORCH_GRAPHS
+    assert captured(g, 2048, 8192) == (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048)
+    # trtllm-bench's max batch 1,536 (405B TP8 on H200 at 128/2048): 4,096 and 8,192 pad to 1,536
+    assert captured(g, 1536, 8192)[-3:] == (512, 1024, 1536)
+    assert captured(g, 2048, 300)[-2:] == (256, 300)  # max tokens bound a batch of decodes too
+    assert captured((), 2048, 8192) == ()
+    server = server_for(ModelFile(LLAMA, params=PARAMS), "dgx-h100", RUNTIMES["trtllm-pytorch"])
+    wide, narrow = server.step_model(1, 1, 8192), server.step_model(1, 1, 8192, 1536)
+    assert wide.padded(Batch(1293, 1293, 0.0, 0.0, 1293)).tokens == 2048
+    assert narrow.padded(Batch(1293, 1293, 0.0, 0.0, 1293)).tokens == 1536
+    assert narrow.gemms is wide.gemms  # one pricing, two graph sets

@@ -45,7 +45,10 @@ Each field is the engine's own default, from its documentation or source:
   ``enable_padding: true``, so a decode-only step is padded up to the next captured size
   (``graphs``; :mod:`mapper.serving.iteration`: "batches are rounded up to the nearest
   cuda_graph_batch_size", ``CudaGraphConfig`` in ``tensorrt_llm/llmapi/llm_args.py``). A step that
-  holds a prompt chunk runs without a graph and unpadded.
+  holds a prompt chunk runs without a graph and unpadded. The engine keeps the sizes up to the
+  largest batch of decodes it can schedule, the smaller of its max batch and max tokens, and pads
+  to that largest batch where a listed size exceeds it (:func:`captured`;
+  ``_filter_cuda_graph_batch_sizes``, ``tensorrt_llm/_torch/pyexecutor/model_engine.py``).
 
 The other runtimes run their steps from CUDA graphs or a compiled engine, which removes that floor (a
 graph's kernels are launched by one CPU call: NVIDIA, "Getting Started with CUDA Graphs", 2019;
@@ -125,6 +128,17 @@ RUNTIMES = {
     "sglang": Runtime("sglang", 1, 0.88, True, 2048, 8192, False, mixed=False, front=SGLANG_FRONT),
     "eager": Runtime("eager", 16, 0.9, True, 256, 8192, False, dispatch_us=EAGER_DISPATCH_US),
 }
+
+
+def captured(graphs: tuple[int, ...], max_batch: int, chunk: int) -> tuple[int, ...]:
+    """The CUDA-graph batch sizes an engine of ``max_batch`` sequences and ``chunk`` tokens a step
+    captures from ``graphs`` (module docstring: those up to the largest decode batch, and that
+    batch itself when a listed size exceeds it)."""
+    top = min(max_batch, chunk)
+    kept = {g for g in graphs if g <= top}
+    if any(g > top for g in graphs):
+        kept.add(top)
+    return tuple(sorted(kept))
 
 
 def get_runtime(name: str) -> Runtime:

@@ -16,6 +16,7 @@ second), else of most output tokens per second; ties go to fewer GPUs per replic
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -31,7 +32,7 @@ from mapper.serving.dispatch import assign
 from mapper.serving.inflight import Run, Scheduler, Served
 from mapper.serving.iteration import Prices, StepModel
 from mapper.serving.metrics import Slo, max_concurrency, metrics
-from mapper.serving.runtimes import Runtime
+from mapper.serving.runtimes import Runtime, captured
 from mapper.serving.workload import Arrival
 
 #: Prefill chunks ``--parallel auto`` tries besides the runtime's own.
@@ -99,13 +100,21 @@ class Server:
     def __init__(self, prices: Prices, net: Network, runtime: Runtime, gpus: int) -> None:
         self.prices, self.net, self.runtime, self.gpus = prices, net, runtime, gpus
         self.formats = ("fp16", "fp16")  # weights and KV cache, as ``--precision`` and ``--kv-precision`` name them
-        self._steps: dict[tuple[int, int, int], StepModel] = {}
+        self._steps: dict[tuple[int, int, int, tuple[int, ...]], StepModel] = {}
 
-    def step_model(self, tensor: int, pipeline: int, chunk: int) -> StepModel:
-        key = (tensor, pipeline, chunk)
+    def step_model(self, tensor: int, pipeline: int, chunk: int, max_batch: int | None = None) -> StepModel:
+        """The step model of one replica layout; ``max_batch`` (default the runtime's) bounds the
+        CUDA graphs a padding runtime captures (:func:`mapper.serving.runtimes.captured`)."""
+        graphs = captured(self.runtime.graphs, max_batch or self.runtime.max_batch, chunk)
+        key = (tensor, pipeline, chunk, graphs)
         if key not in self._steps:
-            self._steps[key] = StepModel(self.prices, self.net, tensor, pipeline, chunk,
-                                          self.runtime.dispatch_us * 1e-6, self.runtime.graphs)
+            base = next((m for (t, p, c, _), m in self._steps.items() if (t, p, c) == key[:3]), None)
+            if base is None:
+                self._steps[key] = StepModel(self.prices, self.net, tensor, pipeline, chunk,
+                                              self.runtime.dispatch_us * 1e-6, graphs)
+            else:  # the same prices, other graphs: a shallow copy shares them
+                self._steps[key] = copy.copy(base)
+                self._steps[key].graphs = graphs
         return self._steps[key]
 
     def plan(self, given: dict[str, int]) -> Plan:
@@ -122,7 +131,7 @@ class Server:
 
     def run(self, plan: Plan, requests: list[Arrival], slo: Slo) -> Outcome:
         """``requests`` (arrivals set) through ``plan`` (module docstring)."""
-        model = self.step_model(plan.tensor, plan.pipeline, plan.chunk)
+        model = self.step_model(plan.tensor, plan.pipeline, plan.chunk, plan.max_batch)
         capacity = (self.prices.gpu.memory_gib or 0.0) * 2.0 ** 30
         memory, tokens = model.memory(capacity, self.runtime)
         if tokens < self.runtime.block:
