@@ -5,7 +5,8 @@ published Blackwell kernel timings.
 
 The step is the one ``benchmarks/serving_blackwell.py`` simulates for TensorRT-LLM v1.0's 128/2048
 row on one B200 (``--runtime trtllm-pytorch --kv-fraction 0.95 --precision nvfp4 --kv-precision
-fp8``, 1,000 requests at once). Printed:
+fp8``, 1,000 requests at once, ``trtllm-bench``'s limits: max batch 512, 2,048 tokens a step).
+Printed:
 
 1. the run: concurrency, output tokens/s against the published 9,922, the mean step of the steady
    decode phase and the step the published figure implies at the same schedule;
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from blackwell_gemm import b200, ratio  # noqa: E402
 from serving import KV_FRACTION, LLAMA, MODELS  # noqa: E402
+from serving_blackwell import bench_limits  # noqa: E402
 
 from mapper.frontend.sources import ModelFile  # noqa: E402
 from mapper.serving.iteration import Batch  # noqa: E402
@@ -68,7 +70,8 @@ def _positions(batch: int, longest: int) -> float:
 def main() -> int:
     runtime = replace(RUNTIMES["trtllm-pytorch"], kv_fraction=KV_FRACTION)
     server = server_for(ModelFile(LLAMA, params=MODELS["70B"]), "dgx-b200", runtime, "auto", "nvfp4", "fp8")
-    plan = server.plan({"tensor": 1, "pipeline": 1, "replicas": 1})
+    batch_limit, tokens = bench_limits("70B", 1, "B200", "nvfp4", ISL, OSL)
+    plan = server.plan({"tensor": 1, "pipeline": 1, "replicas": 1, "max_batch": batch_limit, "chunk": tokens})
     out = server.run(plan, arrivals([Arrival(None, ISL, OSL)] * REQUESTS, float("inf"), 0), Slo())
     got = float(out.metrics["output_tokens_per_s"])  # type: ignore[arg-type]
     steps = out.runs[0].timeline
@@ -84,7 +87,7 @@ def main() -> int:
           f"{conc} sequences a step in the middle third, mean step {step_s * 1e3:.1f} ms; the published figure "
           f"implies {step_s * got / PUBLISHED * 1e3:.1f} ms at the same schedule")
 
-    model = server.step_model(1, 1, plan.chunk)
+    model = server.step_model(1, 1, plan.chunk, plan.max_batch)
     context = ISL + OSL / 2  # mean cache length of a decode in the steady phase
     batch = Batch(conc, conc, conc * context, 0.0, conc)
     rows = model.padded(batch).tokens
@@ -127,7 +130,7 @@ def main() -> int:
     print(f"  {'all-reduce (TP1), sampling, host':<34} {0.0:>9.2f} {0.0:>9.2f} {0.0:>6.1%}  not priced")
     print(f"  {'step':<34} {total * 1e3:>9.2f} {plain * 1e3:>9.2f}")
     flat = server_for(ModelFile(LLAMA, params=MODELS["70B"]), "dgx-b200", replace(runtime, graphs=()), "auto",
-                      "nvfp4", "fp8").step_model(1, 1, plan.chunk)
+                      "nvfp4", "fp8").step_model(1, 1, plan.chunk, plan.max_batch)
     print(f"  the step model (GEMMs at whole tiles up to {model.tiled[1]:,} tokens, the other kernels interpolated "
           f"between its priced token counts): padded {model.step(batch) * 1e3:.2f} ms, unpadded "
           f"{flat.step(batch) * 1e3:.2f} ms")

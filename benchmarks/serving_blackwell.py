@@ -20,17 +20,24 @@ Each row is simulated as
 with the doc's request counts and KV fraction ("In many cases, we also use a higher KV cache
 percentage by setting ``--kv_cache_free_gpu_mem_fraction 0.95``"); NVIDIA's FP4 and FP8
 checkpoints both keep an FP8 KV cache. The runtime is ``trtllm-pytorch``: the ``trtllm``
-runtime's engine limits (max batch 2,048, max tokens 8,192) with the doc's ``llm_options.yml``
-(``cuda_graph_config``: graphs at batch sizes 1, 2, 4, ..., 256, 384, 512, 1,024, ... 8,192 and
-``enable_padding: true``), so a decode-only step runs padded up to the next captured size
-(:mod:`mapper.serving.iteration`). Each row is also printed under ``trtllm`` (column ``unpadded``),
-the same engine without the padding, to show what the padding moves. ``--quick`` caps each row at
-1,000 requests.
+runtime with the doc's ``llm_options.yml`` (``cuda_graph_config``: graphs at batch sizes 1, 2, 4,
+..., 256, 384, 512, 1,024, ... 8,192 and ``enable_padding: true``), so a decode-only step runs
+padded up to the next captured size (:mod:`mapper.serving.iteration`). The engine limits are
+those ``trtllm-bench throughput`` derives for the PyTorch backend when none is given, as these
+runs gave none (:func:`bench_limits`): its heuristic (``tensorrt_llm/bench/build/tuning.py``,
+``calc_engine_setting`` and ``finetune_setting``) sizes the max batch from the requests the KV
+cache holds at the dataset's lengths, rounded up, and the max tokens from that batch times one
+plus input over output, at least 2,048; with chunked prefill off (``trtllm-bench``'s default) it
+raises the max tokens to the longest prompt plus the max batch
+(``tensorrt_llm/bench/benchmark/utils/general.py``, ``get_settings``). Each row is also printed
+under ``trtllm`` with the same limits (column ``unpadded``), the same engine without the padding,
+to show what the padding moves. ``--quick`` caps each row at 1,000 requests.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -75,6 +82,33 @@ PUBLISHED = {
     ("405B", 8, "H200", "fp8"): _later(3814, 5348, 4741, 4724, 3330, 3722, 456, 2948, 650, 505),
 }
 PLATFORMS = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "H200": "dgx-h200"}
+#: GiB of one GPU as ``torch.cuda`` reports it (the platform files' ``memory_gib``), weight bytes per
+#: parameter (``tuning.py`` ``BYTES_PER_ELEM``), and the Llama shapes the heuristic reads
+GIB = {"B200": 179.0, "GB200": 173.0, "H200": 140.0}
+WEIGHT_BYTES = {"nvfp4": 0.5, "fp8": 1.0}
+VOCAB, HEAD_DIM = 128256, 128
+
+
+def bench_limits(model: str, tensor: int, gpu: str, fmt: str, isl: int, osl: int) -> tuple[int, int]:
+    """``trtllm-bench``'s max batch and max tokens for a row (module docstring): the KV cache's
+    requests at ``isl + osl`` tokens in the memory left after the weights, times the KV fraction."""
+    p = dict(PARAMS[model])
+    hidden, layers, ffn, kv_heads = p["HIDDEN"], p["LAYERS"], p["FFN"], p["KV_HEADS"]
+    per_layer = hidden * (hidden + 2 * kv_heads * HEAD_DIM) + hidden * hidden + 3 * hidden * ffn + 2 * hidden
+    params = 2 * VOCAB * hidden + layers * per_layer + hidden
+    per_token = 2 * layers * max(tensor, kv_heads) * HEAD_DIM * 1.0 / 1024**3  # FP8 cache, GiB
+    room = GIB[gpu] * tensor - params * WEIGHT_BYTES[fmt] / 1024**3
+    requests = min(room * KV_FRACTION / (per_token * (isl + osl)), 4096)
+    if requests < 256:
+        batch = max(64, 32 * math.ceil(requests / 32))
+    elif requests < 1024:
+        batch = 128 * math.ceil(requests / 128)
+    else:
+        batch = 256 * math.ceil(requests / 256)
+    raw = min(requests * (1 + isl / osl), 32768)
+    tokens = (max(2048, 256 * math.ceil(raw / 256)) if raw < 4096 else
+              512 * math.ceil(raw / 512) if raw < 8192 else 1024 * math.ceil(raw / 1024))
+    return batch, max(tokens, isl + batch)
 
 
 def main() -> int:
@@ -98,16 +132,19 @@ def main() -> int:
         params = "".join(f" --param {k}={v}" for k, v in PARAMS[model])
         print(f"\nLlama {model} TP{tensor} {gpu} {fmt}: mapper serve examples/llama.tg{params} --platform {platform} "
               f"--workload isl=I,osl=O,requests=R --rate inf --parallel tensor={tensor},pipeline=1,replicas=1 "
-              f"--kv-fraction {KV_FRACTION} --precision {fmt} --kv-precision fp8 --runtime {runtime.name}")
+              f"--kv-fraction {KV_FRACTION} --precision {fmt} --kv-precision fp8 --runtime {runtime.name} "
+              "(--parallel ...,max_batch=B,chunk=T: trtllm-bench's limits)")
         print(f"  {'ISL/OSL':>11} {'requests':>8} {'published':>10} {'predicted':>10} {'ratio':>6} "
-              f"{'kv tokens':>10} {'concurrent':>10} {'unpadded':>8}")
+              f"{'kv tokens':>10} {'concurrent':>10} {'max batch':>9} {'max tokens':>10} {'unpadded':>8}")
         for (isl, osl), published in cells:
             n = REQUESTS_LATER[(isl, osl)]
             n = min(n, 1000) if args.quick else n
             got = []
+            batch, tokens = bench_limits(model, tensor, gpu, fmt, isl, osl)
             for rt in (runtime, unpadded):
                 server = servers[(model, platform, fmt, rt.name)]
-                plan = server.plan({"tensor": tensor, "pipeline": 1, "replicas": 1})
+                plan = server.plan({"tensor": tensor, "pipeline": 1, "replicas": 1, "max_batch": batch,
+                                    "chunk": tokens})
                 reqs = arrivals([Arrival(None, isl, osl)] * n, float("inf"), 0)
                 try:
                     out = server.run(plan, reqs, Slo())
@@ -121,8 +158,8 @@ def main() -> int:
             ratios.setdefault(gpu, []).append(tps / published)
             plain.setdefault(gpu, []).append(flat / published)
             print(f"  {isl:>5}/{osl:<5} {n:>8,} {published:>10,.0f} {tps:>10,.0f} {tps / published:>6.2f} "
-                  f"{out.metrics['kv_capacity_tokens']:>10,} {out.metrics['max_concurrency']:>10,} "
-                  f"{flat / published:>8.2f}")
+                  f"{out.metrics['kv_capacity_tokens']:>10,} {out.metrics['max_concurrency']:>10,} {batch:>9,} "
+                  f"{tokens:>10,} {flat / published:>8.2f}")
     for title, table in (("trtllm-pytorch", ratios), ("unpadded (trtllm)", plain)):
         print(f"\nSummary, {title} (predicted / published):")
         every = [r for rs in table.values() for r in rs]
