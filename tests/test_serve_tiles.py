@@ -31,7 +31,7 @@ def _gemm_seconds(server, tokens: int) -> float:
 
 def test_points_are_every_tile_up_to_the_limit(b200):
     _, model = b200
-    assert TILED_UP_TO == 1024 and model.tiled == (128, 1024)  # the B200's 128-row tile
+    assert TILED_UP_TO == 1024 and model.tiled == (128, 1024)  # NVFP4: 128-row block-scaled MMAs
     assert model.points == (1, 8, 32, 128, 256, 384, 512, 640, 768, 896, 1024, 2048, 8192)
 
 
@@ -61,3 +61,13 @@ def test_the_other_kernels_stay_linear(b200):
     # a decode step of 385 sequences: GEMMs of four tiles, the rest at 385 rows, attention over the caches
     step = model.step(Batch(385, 385, 385 * 1152.0, 0.0, 385))
     assert step == pytest.approx(sum(model._base(385, 385, 1)) + 80 * (model.alpha + model.beta_decode * 385 * 1152))
+
+
+def test_only_block_scaled_gemms_step_by_tiles():
+    """16-bit and FP8 GEMMs issue 16-row MMAs: their curve stays the line between the points."""
+    for precision in (None, "fp8"):
+        server = server_for(ModelFile(LLAMA, params=L70B), "dgx-b200", RUNTIMES["trtllm"], "auto", precision)
+        model = server.step_model(1, 1, 8192)
+        assert model.tiled == (0, 0) and model.points == (1, 8, 32, 128, 512, 2048, 8192)
+        gemms = [sum(model.gemms[b][j] for b in range(len(model.gemms))) for j in range(len(model.points))]
+        assert model._tiles(gemms, 385) == model._at(gemms, 385)

@@ -8,11 +8,16 @@ Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarath
   tensor-parallel all-reduces, priced by :func:`mapper.parallel.collectives.collective`): each block is
   priced by the same cost model as ``--inference`` (:class:`mapper.cluster.profile.Profile`,
   forward only) at :data:`POINTS` token counts and interpolated linearly between them, except its
-  GEMMs from the GPU's tile rows up to :data:`TILED_UP_TO` tokens: the cost model prices a GEMM by
-  whole tiles and waves (:mod:`mapper.costing.tiles`: 385 token rows on 128-row tiles cost four
-  tiles, as 512 do), so there they are priced at every multiple of the tile's rows and a step
-  takes the price of the next one at or above its tokens (a line from 128 to 512 tokens would
-  price the GEMMs of 385 rows at 83 % of their four tiles on a B200); the last
+  GEMMs in a block-scaled format (MXFP8, NVFP4) from 128 up to :data:`TILED_UP_TO` tokens:
+  Blackwell's block-scaled MMA takes 128 rows per CTA
+  (:data:`mapper.costing.work.SCALED_MMA_ROWS`), so such a GEMM pays whole 128-row MMAs whatever
+  tile its library picks, as the cost model prices it (:mod:`mapper.costing.tiles`: 385 token
+  rows cost four tiles, as 512 do); there they are priced at every multiple of 128 rows and a
+  step takes the price of the next one at or above its tokens (a line from 128 to 512 tokens
+  would price the NVFP4 GEMMs of 385 rows at 83 % of their four tiles on a B200). Other formats
+  issue 16-row MMAs and their libraries choose among tile shapes, which the cost model's one
+  tile shape per GPU steps harder than (tried: A100 FP16 70B TP4 at 131 sequences read 0.82 of
+  TensorRT-LLM's published rate against 1.12 on the line), so the line stands there; the last
   block, when it holds no attention (the final norm and the LM head), runs on the sequences that
   sample a token only, as serving runtimes keep only those logits;
 * attention depends on what each token attends: a decode token reads its sequence's whole cache
@@ -59,6 +64,7 @@ from mapper.cluster.reserve import ServingGroups, reserve
 from mapper.core.graph import TaskGraph
 from mapper.core.opdefs.dnn import held_positions, visible_keys
 from mapper.costing.precision import with_precision
+from mapper.costing.work import BLOCK_SCALED, SCALED_MMA_ROWS
 from mapper.errors import OptionsError
 from mapper.mapping.pipeline import decode_round, partition
 from mapper.parallel.collectives import Network, collective, send
@@ -69,8 +75,8 @@ from mapper.serving.runtimes import Runtime
 
 #: Token counts a step's non-attention kernels are priced at (and the chunk itself).
 POINTS = (1, 8, 32, 128, 512, 2048, 8192)
-#: Tokens up to which a step's GEMMs are priced at every multiple of the GPU's tile rows and taken
-#: at the next (module docstring): eight 128-row tiles; past them a tile is under an eighth of the rows.
+#: Tokens up to which a step's block-scaled GEMMs are priced at every multiple of 128 rows and taken
+#: at the next (module docstring): eight 128-row MMAs; past them one is under an eighth of the rows.
 TILED_UP_TO = 1024
 #: A decode batch and two cache lengths, and two prompt lengths, that price attention.
 ATT_BATCH, ATT_CACHES, ATT_PROMPTS = 16, (1024, 8192), (512, 2048)
@@ -150,7 +156,7 @@ class StepModel:
         self.dispatch = dispatch  # the runtime's CPU seconds per framework op (0: CUDA graphs)
         self.graphs = tuple(sorted(set(graphs)))  # the runtime's padded CUDA-graph batch sizes (module docstring)
         self.net = net
-        tile = prices.gpu.gemm_tile[0] if prices.gpu.gemm_tile else 0
+        tile = SCALED_MMA_ROWS if prices.precision in BLOCK_SCALED else 0
         #: the token counts from which to the last GEMMs are priced at the next point (module docstring)
         self.tiled = (tile, min(TILED_UP_TO, chunk)) if tile else (0, 0)
         tiles = range(tile, self.tiled[1] + 1, tile) if tile else range(0)
