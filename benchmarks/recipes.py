@@ -18,7 +18,8 @@ are per-tensor current scaling, ``fp8``; FP8-MX is ``mxfp8``), the distributed o
 ``ddp.use_megatron_fsdp``, NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/helpers.py``,
 ``set_megatron_fsdp_overrides``; NeMo 2's performance scripts ran Megatron-Core's own FSDP, its
 predecessor), sequence parallelism with tensor parallelism, the
-row's TP, PP, VP, EP, micro- and global batch and sequence length, the communication overlaps
+row's TP, PP, VP, EP, micro- and global batch and sequence length, the weights' layout its
+source ran (:func:`param_key`: FP8 parameters or 16-bit ones beside cached FP8 copies), the communication overlaps
 its recipe sets (:func:`recipe_overlap`; ``--overlap off``: none), the recomputation left to
 the planner, and the attention kernel the release ran (:data:`FA2_RELEASES`: NeMo's 24.07 launcher,
 tag 24.07 of NVIDIA/NeMo-Framework-Launcher, ``launcher_scripts/conf/config.yaml``, sets
@@ -389,6 +390,28 @@ def recipe_overlap(row: tuple[Any, ...]) -> str:
     return "+".join(k for k, on in (("a2a", a2a), ("tp", tpo), ("p2p", p2p)) if on) or "none"
 
 
+#: Rows whose runs kept 16-bit weights beside Transformer Engine's cached FP8 copies (``fp8_param=off``,
+#: :mod:`mapper.cluster.lowparam`); every other low-precision row held its GEMM weights quantised and
+#: all-gathered them so (``on``): Megatron-Bridge's presets (``src/megatron/bridge/training/mixed_precision.py``,
+#: ``fp8_param_gather = True``, NVFP4 ``fp4_param_gather = True``), NeMo 2's (NVIDIA/NeMo v2.2.0
+#: ``nemo/collections/llm/recipes/precision/mixed_precision.py`` ``fp8_params = True``; v2.3.0 ``fp8_param_gather =
+#: True``), the DGX Cloud recipes (v24.11.1 ``+model.fp8_params=$FP8_ENABLED``; later ones NeMo 2's presets) and
+#: NVIDIA's MLPerf GPT-3 (NeMo-Framework-Launcher 24.07 ``conf/training/gpt3/mlperf.yaml``: ``fp8_params: true``).
+#: Off: NeMo 24.07's launcher configs (``conf/training/{gpt3,llama,nemotron}/*.yaml`` leave ``fp8_params`` unset,
+#: NeMo 1's default false); NeMo 2 at 25.04 (v2.3.0) for MXFP8 (``bf16_with_mxfp8_mixed``: ``fp8_param_gather =
+#: False``) and with FSDP (``scripts/performance/utils.py``: "FSDP does not support FP8 param gather");
+#: Megatron-Bridge's DeepSeek-V3 B200 NVFP4 recipe (``perf_recipes/deepseek/b200/deepseek_v3.py``:
+#: ``fp4_param_gather = False``).
+def param_key(row: tuple[Any, ...]) -> dict[str, str]:
+    """The ``fp8_param``/``fp4_param`` key of a row as its source ran it (comment above); none for BF16."""
+    src, rel, _, model, system, _, prec = row[:7]
+    if prec == "bf16":
+        return {}
+    off = (src == "nemo" or (src == "nemo-ug" and rel == "25.04" and (prec == "mxfp8" or row[10]))
+           or (src == "mb" and model == "deepseek_v3" and system == "b200" and prec == "nvfp4"))
+    return {"fp4_param" if prec == "nvfp4" else "fp8_param": "off" if off else "on"}
+
+
 #: (source, release) whose H100 runs had Transformer Engine's cuDNN attention switched off (module docstring).
 FA2_RELEASES = {("nemo", "24.07")}
 
@@ -430,6 +453,7 @@ def price(row: tuple[Any, ...], overlaps: bool = True) -> tuple[float, str]:
         keys["overlap"] = recipe_overlap(row)
     if tuple(row[:2]) in FA2_RELEASES and system == "h100":
         keys["attn"] = "fa2"
+    keys |= param_key(row)
     choice = plan_cluster(graph, plat, LayoutSpec(**keys), "adam", lambda g: fuse_for(g, plat), precision=prec)
     return choice.tokens_per_s / choice.gpus, choice.best.layout.label() + ("" if choice.best.fits else
                                                                            " (does not fit)")
@@ -489,7 +513,9 @@ def main() -> None:
         _priced[i] = pred
         ov = recipe_overlap(row) if args.overlap == "recipe" else "none"
         print(f"{head} {pred:>8,.0f} {published:>8,.0f} {ratio:>6.2f}  {layout_text(row)}"
-              + (f" overlap {ov}" if ov != "none" else "") + (" (does not fit)" if "does not fit" in kept else "")
+              + (f" overlap {ov}" if ov != "none" else "")
+              + "".join(f" {k} {v}" for k, v in param_key(row).items())
+              + (" (does not fit)" if "does not fit" in kept else "")
               + (f" ({task})" if task != "pretrain" else "") + (f" [{row[18]}]" if len(row) > 18 else ""), flush=True)
         groups["all"].append(ratio)
         groups[f"system {system}"].append(ratio)

@@ -51,7 +51,8 @@ for the gradient synchronisation and the optimizer's shards, the ranks holding t
 micro-batches are still ``B / (data b)``); the kind's buffers add to the memory of the block running.
 
 Memory per GPU: weights, gradients and optimizer state in the bytes
-Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
+Megatron-Core keeps (:func:`state_bytes`; low-precision GEMMs' weights as Transformer Engine holds
+them, :mod:`mapper.cluster.lowparam`), divided by ``d`` as the ZeRO stage
 says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the micro-batches
 in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
 count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
@@ -71,6 +72,7 @@ from typing import Any
 from mapper.cluster import overlap, zero3
 from mapper.cluster.context import Ring, context_profile, cp_times
 from mapper.cluster.layers import chunk_starts, layer_counts, layer_starts
+from mapper.cluster.lowparam import NONE, LowParams
 from mapper.cluster.placement import Placement
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.cluster.recompute import BIT, mask
@@ -149,8 +151,9 @@ class PlanModel:
     """Step time and memory of layouts of one graph on one cluster (module docstring)."""
 
     def __init__(self, profile: Profile, net: Network, samples: int, optimizer: str, capacity: float,
-                 grad: str = "", allocator: str = DEFAULT_ALLOCATOR, fsdp: str = "deepspeed") -> None:
-        self.profile, self.fsdp = profile, fsdp  # fsdp: ZeRO-3's implementation (zero3.sharded)
+                 grad: str = "", allocator: str = DEFAULT_ALLOCATOR, fsdp: str = "deepspeed",
+                 low: LowParams = NONE) -> None:
+        self.profile, self.fsdp, self.low = profile, fsdp, low  # fsdp: ZeRO-3's (zero3.sharded); low: lowparam
         self.grad = grad  # the gradient buffer's format (state_bytes)
         self.fragmentation = FRAGMENTATION[allocator]  # of the activations' memory (activation_parts)
         self.net = net
@@ -230,7 +233,7 @@ class PlanModel:
     def _held_sums(self, lay: Layout) -> tuple[list[float], ...]:
         """Prefix sums over the blocks of :meth:`held`'s four parts and of the optimizer's time
         (dense blocks; blocks with experts: their dense share, their experts' share), kept."""
-        key = (lay.tensor, lay.expert, lay.etp)  # none of it depends on the micro-batch
+        key = (lay.tensor, lay.expert, lay.etp, self.low.active(lay.zero))  # none of it depends on the micro-batch
         if key not in self._sums:
             rows = []
             priced = next((n for t, n in self._costs if t == lay.tensor), None)
@@ -238,7 +241,8 @@ class PlanModel:
                                                                                       lay.context):
                 dp_, db_, ep_, eb_ = self.held(c, lay)
                 moe = c.update / c.params if c.expert_params else 0.0
-                rows.append((dp_, db_, ep_, eb_, 0.0 if c.expert_params else c.update, moe * dp_, moe * ep_))
+                rows.append((dp_, db_, ep_, eb_, 0.0 if c.expert_params else c.update, moe * dp_, moe * ep_,
+                             *self.weights(c, lay)))
             self._sums[key] = tuple([0.0, *accumulate(col)] for col in zip(*rows))
         return self._sums[key]
 
@@ -276,6 +280,14 @@ class PlanModel:
         comm = self._comm(c, lay, False, etp, only=bits)
         a2a = self._alltoalls(c, lay) if bits & BIT["moe"] else 0.0
         return c.redo_seconds(bits) + comm + a2a
+
+    def weights(self, c: BlockCost, lay: Layout) -> tuple[float, float, float, float]:
+        """Bytes of :meth:`held`'s dense and expert weights as the run holds them, then as it all-gathers them
+        (quantised GEMMs' weights: :mod:`mapper.cluster.lowparam`)."""
+        share, (q, qb, eq, eqb), z = lay.tensor / (lay.expert * lay.etp), c.low, lay.zero
+        db, eb = c.param_bytes - c.expert_param_bytes, c.expert_param_bytes * share
+        return (self.low.held(db, q, qb, z), self.low.held(eb, eq * share, eqb * share, z),
+                self.low.gathered(db, q, qb, z), self.low.gathered(eb, eq * share, eqb * share, z))
 
     def held(self, c: BlockCost, lay: Layout) -> tuple[float, float, float, float]:
         """Parameters and their bytes a rank holds of block price ``c``: the dense ones, then its
@@ -357,16 +369,13 @@ class PlanModel:
         sums = self._held_sums(lay)
         blocks = self.profile.blocks
         ends = [*starts[1:], len(blocks)]
-        rank_time = [0.0] * p
-        rank_bwd = [0.0] * p
-        rank_params = [0.0] * p
-        rank_pbytes = [0.0] * p
+        rank_time, rank_bwd, rank_params, rank_pbytes = ([0.0] * p for _ in range(4))
         rank_eparams = [0.0] * p  # the rank's expert shards (held over expert x expert_tensor)
         rank_ebytes = [0.0] * p
+        rank_w = [[0.0] * p for _ in range(4)]  # weights held and all-gathered, dense and experts (self.weights)
         rank_act = [0.0] * p  # activation bytes of one micro-batch through all the rank's chunks
         rank_work = [0.0] * p  # bytes of the block being recomputed (once, whatever is in flight)
-        rank_z3 = [0.0] * p
-        rank_live = [0.0] * p  # ZeRO 3: bytes of the gathered weights of two blocks (the one running, the next)
+        rank_z3, rank_live = [0.0] * p, [0.0] * p  # ZeRO 3: bytes of the gathered weights of two blocks (running, next)
         chunk_times: list[tuple[float, float]] = []
         rings = self.rings(lay)
         chunk_ring = tuple((sum(r.exposed_forward for r in rings[a:e]), sum(r.exposed_backward for r in rings[a:e]))
@@ -389,6 +398,8 @@ class PlanModel:
             rank_pbytes[s] += sums[1][e] - sums[1][a]
             rank_eparams[s] += sums[2][e] - sums[2][a]
             rank_ebytes[s] += sums[3][e] - sums[3][a]
+            for k in range(4):
+                rank_w[k][s] += sums[7 + k][e] - sums[7 + k][a]
             kept, work = self._activations(lay, range(a, e))
             redone = lay.recompute == "full" or mask(lay.recompute) & BIT["core_attn"]  # cp=a2a's output copy freed
             rank_act[s] += kept + (0.0 if redone else sum(r.kept for r in rings[a:e]))
@@ -399,7 +410,7 @@ class PlanModel:
                 zf = zero3.forward(fw[a:e], gathers) - sum(fw[a:e])
                 zb = zero3.backward(bw[a:e], gathers, scatters) - sum(bw[a:e])
                 rank_z3[s] += zf + zb
-                whole = [sum(self.held(costs[i], lay)[1::2]) for i in range(a, e)]
+                whole = [sum(self.weights(costs[i], lay)[:2]) for i in range(a, e)]
                 rank_live[s] = max(rank_live[s], zero3.live(whole))
                 chunk_times[-1] = (f + zf, b + zb)
         rank_time = [x + z for x, z in zip(rank_time, rank_z3)]
@@ -417,15 +428,16 @@ class PlanModel:
         for s in range(p):
             total = 0.0
             grads = 0.0
-            for group, kind, params, pbytes in ((d, "data", rank_params[s], rank_pbytes[s]),
-                                                (de, "expert_data", rank_eparams[s], rank_ebytes[s])):
+            for group, kind, params, pbytes, moved in ((d, "data", rank_params[s], rank_pbytes[s], rank_w[2][s]),
+                                                       (de, "expert_data", rank_eparams[s], rank_ebytes[s],
+                                                        rank_w[3][s])):
                 g = self._grad_bytes(params, pbytes)  # the buffer reduced
                 grads += g
                 if group <= 1 or lay.zero >= 3 or g <= 0:
                     continue
                 shares = self.shares(lay, kind, s)  # the stage's groups, its slowest
                 if lay.zero >= 1:  # the distributed optimizer: gradients scattered, new weights gathered
-                    total += max(self._coll("reducescatter", g, group, pn) + self._coll("allgather", pbytes, group, pn)
+                    total += max(self._coll("reducescatter", g, group, pn) + self._coll("allgather", moved, group, pn)
                                  for pn in shares)
                 else:
                     total += self._slowest("allreduce", g, group, shares)
@@ -435,7 +447,7 @@ class PlanModel:
             sync = max(sync, exposed + upd)
             rank_sync.append(exposed + upd)
         fullest, memory, ranks = self._memory(lay, (rank_params, rank_eparams), (rank_pbytes, rank_ebytes),
-                                              rank_act, rank_work, m, opt.states, schedule == "gpipe")
+                                              rank_act, rank_work, m, opt.states, schedule == "gpipe", rank_w[:2])
         if any(rank_live):  # ZeRO 3's gathered blocks beside the shards
             ranks = tuple(r + x for r, x in zip(ranks, rank_live))
             fullest = max(range(p), key=lambda r: ranks[r])
@@ -453,7 +465,8 @@ class PlanModel:
         gathers, scatters = [], []
         for i in indices:
             dp_, db_, ep_, eb_ = self.held(costs[i], lay)
-            gathers.append(max(zero3.sharded(self.net, "allgather", db_ + eb_, d, g, self.fsdp) for g in shares))
+            moved = sum(self.weights(costs[i], lay)[2:])  # as the run gathers them (lowparam)
+            gathers.append(max(zero3.sharded(self.net, "allgather", moved, d, g, self.fsdp) for g in shares))
             scatters.append(max(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d, g,
                                               self.fsdp) for g in shares))
         return gathers, scatters
@@ -472,8 +485,8 @@ class PlanModel:
         (:mod:`mapper.cluster.sweep`)."""
         sums = self._held_sums(lay)
         states = OPTIMIZERS[self.optimizer].states
-        dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.replicas)
-        experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data)
+        dense = state_bytes(sums[0][-1], sums[1][-1], states, self.grad, lay.zero, lay.replicas, sums[7][-1])
+        experts = state_bytes(sums[2][-1], sums[3][-1], states, self.grad, lay.zero, lay.expert_data, sums[8][-1])
         chunks = next((n for t, n in self._costs if t == lay.tensor), self.samples // lay.micro_batch)
         priced = next((b for t, b, c in self._context_costs if (t, c) == (lay.tensor, lay.context)), lay.micro_batch)
         ref = self.samples // chunks if lay.context == 1 else priced
@@ -534,18 +547,19 @@ class PlanModel:
         return self._acts[key]
 
     def _memory(self, lay: Layout, params: tuple[list[float], list[float]], pbytes: tuple[list[float], list[float]],
-                act: list[float], work: list[float], m: int, states: int,
-                gpipe: bool = False) -> tuple[int, dict[str, float], tuple[float, ...]]:
+                act: list[float], work: list[float], m: int, states: int, gpipe: bool = False,
+                held: list[list[float]] | None = None) -> tuple[int, dict[str, float], tuple[float, ...]]:
         """The pipeline rank whose GPUs hold the most, what they hold by part, and each rank's bytes
         (``params`` and ``pbytes``: the dense ones, sharded over ``data``, and the expert shards, over
-        the expert-data ranks)."""
+        the expert-data ranks; ``held``: the weights' bytes as held, dense and experts)."""
         p, d, v, kept = lay.pipeline, lay.replicas, lay.interleave, reserve(self.capacity, lay)  # the same on each rank
         best: dict[str, float] = {}
         fullest = 0
         ranks: list[float] = []
         for s, flight in enumerate(in_flight(p, v, m, gpipe)):
-            dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d)
-            experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data)
+            w = (held[0][s], held[1][s]) if held else (None, None)
+            dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d, w[0])
+            experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data, w[1])
             parts = {**{k: dense[k] + experts[k] for k in dense},
                      **activation_parts(act[s] * flight + work[s], self.fragmentation),
                      "reserve": kept}

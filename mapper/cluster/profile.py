@@ -121,6 +121,8 @@ class BlockCost:
     #: index in order of first use)
     kept: tuple[tuple[float, int, int, int], ...] = ()
     attention_backward: float = 0.0  # backward seconds of attention kernels (context parallelism's ring steps)
+    #: weights read by low-precision GEMMs (mapper.cluster.lowparam): the dense ones' parameters and bytes, the experts'
+    low: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def redo_seconds(self, bits: int) -> float:
         """Forward kernel seconds of the modules ``bits`` (their recomputation)."""
@@ -271,6 +273,7 @@ class Profile:
         working = 0.0
         unrunnable = ""
         eparams = ebytes = 0.0
+        low = [0.0, 0.0, 0.0, 0.0]  # quantised GEMMs' weights: parameters, bytes; the experts' of them
         routed: list[float] = []
         seen: set[str] = set()
         tags = names(sub)
@@ -345,8 +348,12 @@ class Profile:
                             if p.op == "grouped_matmul":
                                 eparams += o.type.numel
                                 ebytes += o.type.nbytes
+                            if p.precision in ELEMENT_BYTES and p.precision != "bf16":
+                                k = 2 if p.op == "grouped_matmul" else 0
+                                low[k] += o.type.numel
+                                low[k + 1] += o.type.nbytes
         inputs = sum(float(ty.nbytes) for _, ty in split.graph.inputs) / chunks if split.graph.inputs else 0.0
         return BlockCost(fwd, bwd, upd, att, rep, tuple(comms), params, pbytes, stash, scores, inputs,
                          tuple(kernels), working, unrunnable, eparams, ebytes, tuple(routed), tuple(expert_comm),
                          tuple(redo), tuple(comm_modules), tuple(kept),
-                         att_b)
+                         att_b, (low[0], low[1], low[2], low[3]))

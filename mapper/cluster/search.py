@@ -27,6 +27,7 @@ from mapper.cluster import overlap
 from mapper.cluster.context import a2a_heads, check_context, context_ranks, sequence_of
 from mapper.cluster.flops import model_flops
 from mapper.cluster.layers import layer_starts, uneven_reason
+from mapper.cluster.lowparam import NONE, LowParams, resolve
 from mapper.cluster.model import DEFAULT_ALLOCATOR, GIB, Estimate, PlanModel, lower_bound, refine
 from mapper.cluster.profile import Profile, check_tensor
 from mapper.cluster.recompute import ladder, mask, module_flops
@@ -81,6 +82,7 @@ class ClusterChoice:
     allocator: str = ""  # the caching allocator's mode (allocator=, mapper.cluster.model.FRAGMENTATION)
     attn: str = ""  # the attention kernel the GPUs run (attn=, mapper.platform.kernels); "": none named
     fsdp: str = ""  # ZeRO-3's implementation (fsdp=, mapper.cluster.zero3); "": no ZeRO-3 plan
+    low: LowParams = NONE  # how quantised GEMMs' weights are held (fp8_param=, mapper.cluster.lowparam)
 
     @property
     def proven(self) -> bool:
@@ -120,7 +122,7 @@ class ClusterChoice:
         est["plan"] = {**est["plan"], "grad": self.grad, "precision": self.precision,
                        **({"allocator": self.allocator} if self.allocator else {}),
                        **({"attn": self.attn} if self.attn else {}),
-                       **({"fsdp": self.fsdp} if self.fsdp and lay.zero == 3 else {})}
+                       **({"fsdp": self.fsdp} if self.fsdp and lay.zero == 3 else {}), **self.low.plan(lay.zero)}
         return {"mode": "cluster", **est, "gpus": self.gpus, "global_batch": self.samples,
                 "stages": stages, "kind": self.kind or None,
                 **({"kinds_used": list(self.kinds_used)} if self.kinds_used else {}),
@@ -222,11 +224,12 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     attn = given.attn or default_kernel(platform)
     platform = with_kernel(platform, attn) if given.attn else platform
     fsdp = check_fsdp(given)
-    given = replace(given, grad=None, allocator=None, attn=None, fsdp=None)
-    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator, fsdp)
+    low = resolve(given, precision, False)  # fp8_param / fp4_param (each GPU's layouts: _setup)
+    given = replace(given, grad=None, allocator=None, attn=None, fsdp=None, fp8_param=None, fp4_param=None)
+    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator, (fsdp, low))
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
     choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator, attn=attn,
-                     fsdp=fsdp)
+                     fsdp=fsdp, low=low)
     gpu = next((d for d in platform.devices if d.kind == "gpu"), None)
     peak = gpu.tensor_peak(precision) if precision is not None and gpu is not None else None
     if peak and platform.fleet is None:
@@ -240,8 +243,9 @@ FORMAT_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 
 def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                 prepare: Callable[[TaskGraph], TaskGraph], progress: Callable[[Progress], None] | None,
-                grad: str, allocator: str = "", fsdp: str = FSDP[0]) -> ClusterChoice:
-    """:func:`plan_cluster` with the gradient buffer's format, the allocator and ZeRO-3's implementation resolved."""
+                grad: str, allocator: str = "", fsdp: tuple[str, LowParams] = (FSDP[0], NONE)) -> ClusterChoice:
+    """:func:`plan_cluster` with the gradient buffer's format, the allocator, ZeRO-3's implementation and the
+    quantised weights' layout resolved."""
     if platform.fleet is not None:
         choices = []
         setups: list[_Setup] = []  # each kind's priced blocks, for its own plans and the mixed ones
@@ -393,7 +397,7 @@ class _Setup:
 
 def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
            prepare: Callable[[TaskGraph], TaskGraph], grad: str = "", allocator: str = "",
-           fsdp: str = FSDP[0]) -> _Setup:
+           fsdp: tuple[str, LowParams] = (FSDP[0], NONE)) -> _Setup:
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
         raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
@@ -411,8 +415,9 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
                            f"{MAX_SAMPLES:,} (set the batch param, e.g. --param BATCH, lower)", obj="--parallel")
     # collectives see a scale-up domain larger than a node (NVL72) as one node of its GPUs
     view = domain_view(platform)
+    low = replace(fsdp[1], non_tn=gpu.tensor_peak("mxfp8") is not None)  # Blackwell: FP8 GEMMs of any layout
     model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad,
-                      allocator or DEFAULT_ALLOCATOR, fsdp)
+                      allocator or DEFAULT_ALLOCATOR, fsdp[0], low)
     per_node = sum(1 for d in view.devices if d.kind == "gpu")
     return _Setup(model, gpu, per_node, len(gpus_here) * nodes, samples, seq)
 
@@ -420,7 +425,8 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
 def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
               progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None,
-              grad: str = "", allocator: str = "", fsdp: str = FSDP[0]) -> ClusterChoice:
+              grad: str = "", allocator: str = "",
+              fsdp: tuple[str, LowParams] = (FSDP[0], NONE)) -> ClusterChoice:
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
     blocks priced already)."""
     start = time.perf_counter()

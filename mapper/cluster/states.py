@@ -18,7 +18,8 @@ def activation_parts(act: Any, share: float) -> dict[str, Any]:
 GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}
 
 
-def state_bytes(params: Any, pbytes: Any, states: int, grad: str, zero: int, d: int) -> dict[str, Any]:
+def state_bytes(params: Any, pbytes: Any, states: int, grad: str, zero: int, d: int,
+                held: Any = None) -> dict[str, Any]:
     """Bytes per GPU of ``params`` parameters held in ``pbytes`` bytes: weights, gradients and
     the optimizer (``states`` f32 values per parameter), as Megatron-Core keeps them (its
     "Distributed Optimizer" guide, bytes per parameter without / with the distributed optimizer:
@@ -29,11 +30,12 @@ def state_bytes(params: Any, pbytes: Any, states: int, grad: str, zero: int, d: 
     weights' own format, as Megatron-LM ran fp16, where the optimizer keeps an f32 copy of the
     gradients beside the f32 master weights). ZeRO 1 (the distributed optimizer) shards the
     master weights, states and copies over the ``d`` replicas, ZeRO 2 the gradients too, ZeRO 3
-    the weights. Works elementwise on arrays."""
+    the weights. ``held``: the weights' bytes as the run holds them where they differ from
+    ``pbytes`` (quantised GEMM weights: :mod:`mapper.cluster.lowparam`). Works elementwise on arrays."""
     half = pbytes < 4 * params  # 16-bit weights keep f32 master weights
     per = GRAD_BYTES.get(grad)
     grads = pbytes if per is None else per * params
     copy = (grads < 4 * params) * half  # 16-bit gradients: the optimizer's f32 copy of them
-    return {"weights": pbytes / (d if zero >= 3 else 1),
+    return {"weights": (pbytes if held is None else held) / (d if zero >= 3 else 1),
             "gradients": grads / (d if zero >= 2 else 1),
             "optimizer": 4.0 * params * (states + half + copy) / (d if zero >= 1 else 1)}

@@ -4,7 +4,8 @@
 [,recompute=none|selective|full|MOD+MOD...][,zero=0|1|2|3][,sequence=on|off][,expert=E][,expert_tensor=ET]
 [,grad=fp32|bf16][,first=N][,last=N][,overlap=none|a2a|tp|p2p|a2a+tp+p2p...][,context=C]
 [,cp=ring|allgather|a2a|a2a+p2p][,cp_a2a=K][,allocator=caching|expandable][,attn=NAME]
-[,fsdp=deepspeed|megatron]``: keys left out are chosen by the planner (:mod:`mapper.cluster.search`);
+[,fsdp=deepspeed|megatron][,fp8_param=on|off][,fp4_param=on|off]``: keys left out are chosen by the planner
+(:mod:`mapper.cluster.search`);
 ``expert`` shards a mixture of experts' experts over ``E`` ranks folded inside data x tensor
 (Megatron-Core's ``expert_model_parallel_size``), each expert cut over ``expert_tensor`` ranks
 (``expert_tensor_parallel_size``; 1 unless given, as NVIDIA's MoE recipes set it); ``grad`` is
@@ -32,7 +33,11 @@ which fragments) or ``expandable`` (``expandable_segments``), ``expandable`` unl
 the attention kernel the GPUs run (one the platform declares, :mod:`mapper.platform.kernels`;
 its default unless given: the planner never switches kernels by itself); ``fsdp``, a key of the
 plan given with ``zero=3`` alone, is the implementation whose sharded gathers and scatters are
-priced (:mod:`mapper.cluster.zero3`: DeepSpeed's ZeRO-3, the default, or Megatron-FSDP).
+priced (:mod:`mapper.cluster.zero3`: DeepSpeed's ZeRO-3, the default, or Megatron-FSDP);
+``fp8_param`` (``--precision fp8|mxfp8``) and ``fp4_param`` (``nvfp4``), keys of the plan, hold the
+quantised GEMMs' weights in their format and all-gather them so (Megatron-Core's ``--fp8-param-gather``
+and ``--fp4-param-gather``), ``on`` unless given, as Megatron-Bridge's presets set them, or keep
+16-bit weights beside Transformer Engine's cached copies (``off``): :mod:`mapper.cluster.lowparam`.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from mapper.errors import OptionsError
 
 #: The keys of a layout, in the order reports list them.
 KEYS = ("tensor", "pipeline", "data", "micro_batch", "interleave", "recompute", "zero", "sequence", "expert",
-        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "cp_a2a", "allocator", "attn", "fsdp")
+        "expert_tensor", "grad", "first", "last", "overlap", "context", "cp", "cp_a2a", "allocator", "attn", "fsdp",
+        "fp8_param", "fp4_param")
 #: Keys whose value may be 0.
 ZERO_OK = ("zero", "first", "last")
 RECOMPUTE = ("none", "selective", "full")
@@ -64,7 +70,7 @@ OVERLAPS = ("none", "a2a", "tp", "p2p", "a2a+tp", "a2a+p2p", "tp+p2p", "a2a+tp+p
 #: How context-parallel ranks share keys and values (``cp=``; :mod:`mapper.cluster.context`).
 CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
 #: Keys of the plan rather than of each layout.
-PLAN_KEYS = ("grad", "allocator", "attn", "fsdp")
+PLAN_KEYS = ("grad", "allocator", "attn", "fsdp", "fp8_param", "fp4_param")
 #: ZeRO-3's implementations (``fsdp=``; :mod:`mapper.cluster.zero3`), the default first.
 FSDP = ("deepspeed", "megatron")
 #: The largest degree a layout may give.
@@ -172,6 +178,8 @@ class LayoutSpec:
     allocator: str | None = None
     attn: str | None = None
     fsdp: str | None = None
+    fp8_param: str | None = None
+    fp4_param: str | None = None
 
     def fixed(self) -> dict[str, Any]:
         """The keys given, in :data:`KEYS` order, with their values."""
@@ -243,7 +251,8 @@ def recompute_value(value: str) -> str:
 
 
 #: The keys whose value is one of a fixed list of names, and those names.
-CHOICES = {"grad": GRADS, "allocator": ALLOCATORS, "fsdp": FSDP, "cp": CP_KINDS}
+CHOICES = {"grad": GRADS, "allocator": ALLOCATORS, "fsdp": FSDP, "cp": CP_KINDS, "fp8_param": ("on", "off"),
+           "fp4_param": ("on", "off")}
 
 
 def _value(key: str, value: str) -> Any:
