@@ -7,7 +7,8 @@ The rows are NVIDIA's published training throughputs (NVIDIA-NeMo/Megatron-Bridg
 layout by the cluster planner (:mod:`mapper.cluster`): the model from
 ``examples/llama.tg``, ``examples/moe.tg`` or ``examples/deepseek_v3.tg`` at the
 released config, the GEMMs at ``--precision`` (FP8 on H100, MXFP8 on GB200), the
-distributed optimizer (ZeRO 1) with f32 main gradients, sequence parallelism
+distributed optimizer (ZeRO 1) with a bf16 gradient buffer and FP8/MXFP8 parameters, as the
+recipes set them (``grad=bf16``, ``fp8_param=on``: :func:`price`), sequence parallelism
 with tensor parallelism, micro-batch 1 where the table gives none (the recipes'
 default), the communication overlaps each recipe sets (``overlap=``, :mod:`mapper.cluster.overlap`;
 ``--overlap off`` prices them without), and the activation recomputation left to the planner (the fastest
@@ -91,7 +92,12 @@ def price(model: tuple[str, dict[str, int]], platform: str, per_node: int, gpus:
     if overlaps and keys.get("interleave", 1) > 1:  # Megatron-Bridge sets overlap_p2p_comm with VP > 1
         keys = {**keys, "overlap": "+".join(x for x in (keys.get("overlap", "none"), "p2p") if x != "none")}
     keys = {k: v for k, v in keys.items() if k != "overlap" or overlaps}
-    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, "context": 1, **keys, "sequence": keys.get("tensor", 1) > 1})
+    # FP8 and MXFP8 parameters, all-gathered so, as every FP8 and MXFP8 preset of Megatron-Bridge sets them
+    # (src/megatron/bridge/training/mixed_precision.py: fp8_param_gather = True; mapper.cluster.lowparam), and a
+    # bf16 gradient buffer, as its performance configs set it (perf_recipes/_common.py, _benchmark_common:
+    # cfg.ddp.grad_reduce_in_fp32 = False; scripts/performance/configs/*_llm_pretrain since v0.1.0)
+    given = LayoutSpec(**{"micro_batch": 1, "zero": 1, "context": 1, **keys, "sequence": keys.get("tensor", 1) > 1,
+                          "fp8_param": "on", "grad": "bf16"})
     choice = plan_cluster(graph, plat, given, "adam", lambda g: fuse_for(g, plat), precision=precision)
     return choice.tokens_per_s / choice.gpus, choice.best.layout.label(), choice.best.peak / 2**30, choice.best.fits
 

@@ -19,7 +19,8 @@ are per-tensor current scaling, ``fp8``; FP8-MX is ``mxfp8``), the distributed o
 ``set_megatron_fsdp_overrides``; NeMo 2's performance scripts ran Megatron-Core's own FSDP, its
 predecessor), sequence parallelism with tensor parallelism, the
 row's TP, PP, VP, EP, micro- and global batch and sequence length, the weights' layout its
-source ran (:func:`param_key`: FP8 parameters or 16-bit ones beside cached FP8 copies), the communication overlaps
+source ran (:func:`param_key`: FP8 parameters or 16-bit ones beside cached FP8 copies) and its gradient buffer
+where the source says (:data:`BF16_GRADS`), the communication overlaps
 its recipe sets (:func:`recipe_overlap`; ``--overlap off``: none), the recomputation left to
 the planner, and the attention kernel the release ran (:data:`FA2_RELEASES`: NeMo's 24.07 launcher,
 tag 24.07 of NVIDIA/NeMo-Framework-Launcher, ``launcher_scripts/conf/config.yaml``, sets
@@ -412,6 +413,24 @@ def param_key(row: tuple[Any, ...]) -> dict[str, str]:
     return {"fp4_param" if prec == "nvfp4" else "fp8_param": "off" if off else "on"}
 
 
+#: Sources (and releases) whose runs reduced gradients in bf16 (``grad=bf16``), and the model families: every
+#: pretraining config of Megatron-Bridge's performance scripts from its first release on (NVIDIA-NeMo/Megatron-Bridge
+#: v0.1.0rc4 ``scripts/performance/configs/*/*_llm_pretrain.yaml``: ``grad_reduce_in_fp32: false``; v0.2.0 on
+#: ``configs/*/*_llm_pretrain.py``; now ``perf_recipes/_common.py`` ``_benchmark_common``:
+#: ``cfg.ddp.grad_reduce_in_fp32 = False``), and NeMo 24.07's launcher example scripts for GPT-3 and Llama on H100
+#: (NVIDIA/NeMo-Framework-Launcher tag 24.07, ``examples/training/{gpt,llama}/h100/*.sh``:
+#: ``+training.model.optim.grad_sync_dtype=bf16``, the gradient buffer of NeMo 1's Apex distributed Adam, f32 by
+#: default; its Nemotron scripts leave it, and no 340B script exists). Other sources keep Megatron-Core's f32.
+BF16_GRADS = {("nemo", "24.07"): ("gpt3_", "llama"), ("mb", ""): ("",)}
+
+
+def source_keys(row: tuple[Any, ...]) -> dict[str, str]:
+    """The keys of the plan a row's source set: its weights' layout (:func:`param_key`) and its gradient buffer
+    (:data:`BF16_GRADS`)."""
+    families = BF16_GRADS.get(tuple(row[:2]), BF16_GRADS.get((row[0], ""), ()))
+    return {**param_key(row), **({"grad": "bf16"} if families and row[3].startswith(families) else {})}
+
+
 #: (source, release) whose H100 runs had Transformer Engine's cuDNN attention switched off (module docstring).
 FA2_RELEASES = {("nemo", "24.07")}
 
@@ -453,7 +472,7 @@ def price(row: tuple[Any, ...], overlaps: bool = True) -> tuple[float, str]:
         keys["overlap"] = recipe_overlap(row)
     if tuple(row[:2]) in FA2_RELEASES and system == "h100":
         keys["attn"] = "fa2"
-    keys |= param_key(row)
+    keys |= source_keys(row)
     choice = plan_cluster(graph, plat, LayoutSpec(**keys), "adam", lambda g: fuse_for(g, plat), precision=prec)
     return choice.tokens_per_s / choice.gpus, choice.best.layout.label() + ("" if choice.best.fits else
                                                                            " (does not fit)")
@@ -514,7 +533,7 @@ def main() -> None:
         ov = recipe_overlap(row) if args.overlap == "recipe" else "none"
         print(f"{head} {pred:>8,.0f} {published:>8,.0f} {ratio:>6.2f}  {layout_text(row)}"
               + (f" overlap {ov}" if ov != "none" else "")
-              + "".join(f" {k} {v}" for k, v in param_key(row).items())
+              + "".join(f" {k} {v}" for k, v in source_keys(row).items())
               + (" (does not fit)" if "does not fit" in kept else "")
               + (f" ({task})" if task != "pretrain" else "") + (f" [{row[18]}]" if len(row) > 18 else ""), flush=True)
         groups["all"].append(ratio)

@@ -67,6 +67,16 @@ def test_weights_gradients_and_optimizer_under_both_layouts():
         assert m["optimizer"] == pytest.approx(12 * every / 16)
 
 
+def test_blackwell_holds_one_fp8_buffer_and_both_mxfp8_copies():
+    every = 2 * V * H + GEMM
+    fp8, _ = _plan("on", platform="dgx-b200-superpod")
+    assert fp8.best.memory["weights"] == pytest.approx(2 * every - GEMM)  # 1 byte a GEMM weight, no transpose
+    mx, _ = _plan("on", precision="mxfp8", platform="dgx-b200-superpod")
+    assert mx.best.memory["weights"] == pytest.approx(2 * every + GEMM / 16)  # 2 (1 + 1/32) a GEMM weight
+    mx_off, _ = _plan("off", precision="mxfp8", platform="dgx-b200-superpod")
+    assert mx_off.best.memory["weights"] == pytest.approx(2 * every + 2 * (1 + 1 / 32) * GEMM)
+
+
 def test_the_parameter_all_gather_moves_half_the_bytes():
     """The distributed optimizer's all-gather of the GEMM weights: 1 byte each with FP8 parameters, 2 without."""
     lay = _plan("on")[0].best.layout

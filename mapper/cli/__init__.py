@@ -108,7 +108,10 @@ PARALLEL_HELP = (
     "allocator=caching|expandable (PyTorch's caching allocator: its default mode, whose fragmentation "
     "is counted, or expandable segments, the default here), attn=NAME (the attention kernel the GPUs run, one "
     "the platform declares: cudnn or fa2 on Hopper; its default unless given), fsdp=deepspeed|megatron (with "
-    "zero=3: whose sharded gathers and scatters are priced, DeepSpeed's ZeRO-3 unless given, or Megatron-FSDP); "
+    "zero=3: whose sharded gathers and scatters are priced, DeepSpeed's ZeRO-3 unless given, or Megatron-FSDP), "
+    "fp8_param=on|off with --precision fp8|mxfp8 and fp4_param=on|off with nvfp4 (Megatron-Core's "
+    "--fp8-param-gather: the quantised GEMMs' weights held and all-gathered in their format, on unless given; "
+    "off: 16-bit weights beside Transformer Engine's cached copies); "
     "keys left out are chosen. "
     "A layout, or a mode on a cluster platform, plans a training step of many GPUs (docs/parallel.md)")
 

@@ -27,7 +27,7 @@ from mapper.serving.request_graph import MAX_CELLS, MAX_TASKS, buildable, reques
 RUNNERS_UP = 4
 #: Keys of a training layout that mean nothing when serving.
 TRAINING_ONLY = ("interleave", "recompute", "zero", "sequence", "grad", "first", "last", "overlap", "context", "cp",
-                 "cp_a2a", "allocator", "attn", "fsdp")
+                 "cp_a2a", "allocator", "attn", "fsdp", "fp8_param", "fp4_param")
 
 
 @dataclass(frozen=True, slots=True)
