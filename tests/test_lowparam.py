@@ -87,7 +87,7 @@ def test_the_parameter_all_gather_moves_half_the_bytes():
     for value, per in (("on", 1.0), ("off", 2.0)):
         low = LowParams("fp8", value == "on")
         model = _setup(g, plat, "adam", lambda x: fuse_for(x, plat), "fp32", "", ("deepspeed", low)).model
-        gemm = sum(model.weights(c, lay)[2] - (c.param_bytes - c.low[1]) for c in model.block_costs(1, 1))
+        gemm = sum(model.low.block(c, lay)[2] - (c.param_bytes - c.low[1]) for c in model.block_costs(1, 1))
         assert gemm == pytest.approx(per * GEMM)
 
 

@@ -97,6 +97,14 @@ class LowParams:
             return pbytes
         return pbytes - qbytes + GATHERED[self.fmt] * qparams
 
+    def block(self, c: Any, lay: Any) -> tuple[float, float, float, float]:
+        """Bytes of block price ``c``'s weights a rank of layout ``lay`` holds, dense and its share of the experts'
+        (:meth:`mapper.cluster.model.PlanModel.held`), as the run holds them, then as it all-gathers them."""
+        share, (q, qb, eq, eqb), z = lay.tensor / (lay.expert * lay.etp), c.low, lay.zero
+        db, eb = c.param_bytes - c.expert_param_bytes, c.expert_param_bytes * share
+        return (self.held(db, q, qb, z), self.held(eb, eq * share, eqb * share, z),
+                self.gathered(db, q, qb, z), self.gathered(eb, eq * share, eqb * share, z))
+
     def plan(self, zero: int) -> dict[str, str]:
         """The key as JSON ``parallel.plan`` reports it for a layout of ZeRO stage ``zero`` (none without a format)."""
         return {KEY_OF[self.fmt]: "on" if self.active(zero) else "off"} if self.fmt else {}

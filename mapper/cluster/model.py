@@ -50,9 +50,8 @@ tokens a sequence, attention as ``C`` steps plus the ring's or all-gather's expo
 for the gradient synchronisation and the optimizer's shards, the ranks holding the same weights (the
 micro-batches are still ``B / (data b)``); the kind's buffers add to the memory of the block running.
 
-Memory per GPU: weights, gradients and optimizer state in the bytes
-Megatron-Core keeps (:func:`state_bytes`; low-precision GEMMs' weights as Transformer Engine holds
-them, :mod:`mapper.cluster.lowparam`), divided by ``d`` as the ZeRO stage
+Memory per GPU: weights (quantised ones: :mod:`mapper.cluster.lowparam`), gradients and optimizer
+state in the bytes Megatron-Core keeps (:func:`state_bytes`), divided by ``d`` as the ZeRO stage
 says (ZeRO 1 is Megatron-Core's distributed optimizer); the activations of the micro-batches
 in flight (1F1B: ``min(p - s, m)`` on rank ``s``; interleaved: its warm-up
 count plus one; GPipe: ``m``), per Korthikanti et al. with sequence
@@ -242,7 +241,7 @@ class PlanModel:
                 dp_, db_, ep_, eb_ = self.held(c, lay)
                 moe = c.update / c.params if c.expert_params else 0.0
                 rows.append((dp_, db_, ep_, eb_, 0.0 if c.expert_params else c.update, moe * dp_, moe * ep_,
-                             *self.weights(c, lay)))
+                             *self.low.block(c, lay)))
             self._sums[key] = tuple([0.0, *accumulate(col)] for col in zip(*rows))
         return self._sums[key]
 
@@ -280,14 +279,6 @@ class PlanModel:
         comm = self._comm(c, lay, False, etp, only=bits)
         a2a = self._alltoalls(c, lay) if bits & BIT["moe"] else 0.0
         return c.redo_seconds(bits) + comm + a2a
-
-    def weights(self, c: BlockCost, lay: Layout) -> tuple[float, float, float, float]:
-        """Bytes of :meth:`held`'s dense and expert weights as the run holds them, then as it all-gathers them
-        (quantised GEMMs' weights: :mod:`mapper.cluster.lowparam`)."""
-        share, (q, qb, eq, eqb), z = lay.tensor / (lay.expert * lay.etp), c.low, lay.zero
-        db, eb = c.param_bytes - c.expert_param_bytes, c.expert_param_bytes * share
-        return (self.low.held(db, q, qb, z), self.low.held(eb, eq * share, eqb * share, z),
-                self.low.gathered(db, q, qb, z), self.low.gathered(eb, eq * share, eqb * share, z))
 
     def held(self, c: BlockCost, lay: Layout) -> tuple[float, float, float, float]:
         """Parameters and their bytes a rank holds of block price ``c``: the dense ones, then its
@@ -372,7 +363,7 @@ class PlanModel:
         rank_time, rank_bwd, rank_params, rank_pbytes = ([0.0] * p for _ in range(4))
         rank_eparams = [0.0] * p  # the rank's expert shards (held over expert x expert_tensor)
         rank_ebytes = [0.0] * p
-        rank_w = [[0.0] * p for _ in range(4)]  # weights held and all-gathered, dense and experts (self.weights)
+        rank_w = [[0.0] * p for _ in range(4)]  # weights held and all-gathered, dense and experts (LowParams.block)
         rank_act = [0.0] * p  # activation bytes of one micro-batch through all the rank's chunks
         rank_work = [0.0] * p  # bytes of the block being recomputed (once, whatever is in flight)
         rank_z3, rank_live = [0.0] * p, [0.0] * p  # ZeRO 3: bytes of the gathered weights of two blocks (running, next)
@@ -410,7 +401,7 @@ class PlanModel:
                 zf = zero3.forward(fw[a:e], gathers) - sum(fw[a:e])
                 zb = zero3.backward(bw[a:e], gathers, scatters) - sum(bw[a:e])
                 rank_z3[s] += zf + zb
-                whole = [sum(self.weights(costs[i], lay)[:2]) for i in range(a, e)]
+                whole = [sum(self.low.block(costs[i], lay)[:2]) for i in range(a, e)]
                 rank_live[s] = max(rank_live[s], zero3.live(whole))
                 chunk_times[-1] = (f + zf, b + zb)
         rank_time = [x + z for x, z in zip(rank_time, rank_z3)]
@@ -465,7 +456,7 @@ class PlanModel:
         gathers, scatters = [], []
         for i in indices:
             dp_, db_, ep_, eb_ = self.held(costs[i], lay)
-            moved = sum(self.weights(costs[i], lay)[2:])  # as the run gathers them (lowparam)
+            moved = sum(self.low.block(costs[i], lay)[2:])  # as the run gathers them (lowparam)
             gathers.append(max(zero3.sharded(self.net, "allgather", moved, d, g, self.fsdp) for g in shares))
             scatters.append(max(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d, g,
                                               self.fsdp) for g in shares))
@@ -557,9 +548,9 @@ class PlanModel:
         fullest = 0
         ranks: list[float] = []
         for s, flight in enumerate(in_flight(p, v, m, gpipe)):
-            w = (held[0][s], held[1][s]) if held else (None, None)
-            dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d, w[0])
-            experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data, w[1])
+            dense = state_bytes(params[0][s], pbytes[0][s], states, self.grad, lay.zero, d, held and held[0][s])
+            experts = state_bytes(params[1][s], pbytes[1][s], states, self.grad, lay.zero, lay.expert_data,
+                                  held and held[1][s])
             parts = {**{k: dense[k] + experts[k] for k in dense},
                      **activation_parts(act[s] * flight + work[s], self.fragmentation),
                      "reserve": kept}
