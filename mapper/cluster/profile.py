@@ -6,7 +6,7 @@ the single-node planner does, on one node of the platform: the block is split
 (:func:`mapper.parallel.rewrite.split_graph`, one chunk), fused, turned into a
 training step with its tensor-parallel collectives
 (:func:`mapper.parallel.gradients.synchronise`) and priced by
-:func:`mapper.costing.cost.build_cost_table`; rank 0's times are summed. The kernels
+:func:`mapper.costing.cost.device_column` (the cost table's column of rank 0 alone); its times are summed. The kernels
 of a rank run one after another, so a block's forward time is the sum of its
 forward kernels (and likewise backward and update). Collectives are kept as
 ``(kind, bytes)`` for the cluster's own pricing (:mod:`mapper.parallel.collectives`).
@@ -46,7 +46,7 @@ from mapper.cluster.recompute import dropped, names, origin
 from mapper.core.graph import DTYPE_BYTES, Task, TaskGraph
 from mapper.core.opdefs.dnn import held_positions
 from mapper.core.ops import ATTENTION_OPS
-from mapper.costing.cost import build_cost_table
+from mapper.costing.cost import device_column
 from mapper.costing.efficiency import op_class
 from mapper.costing.precision import ELEMENT_BYTES
 from mapper.costing.training import training_step
@@ -260,11 +260,12 @@ class Profile:
             g = self.prepare(split.graph)
         else:
             g = synchronise(training_step(self.prepare(split.graph), self.optimizer), split, node, self.optimizer)
-        table = build_cost_table(g, node)
-        unbounded = None  # the same node without memory limits: expert kernels' times (below)
-        shards = _expert_weights(g)
         rank0 = mesh[0]
         d = node.device_index(rank0)
+        mine = [t.index for t in g.tasks if t.placement.allow[:1] == (rank0,)]  # rank 0's: its column alone
+        times, why_not, footprint = device_column(g, node, d, mine)
+        unbounded = None  # the same node without memory limits: expert kernels' times (below)
+        shards = _expert_weights(g)
         fwd = bwd = upd = att = att_b = rep = stash = scores = params = pbytes = 0.0
         comms: list[tuple[str, float, bool]] = []
         experts = tuple(t.name + "." for t in sub.tasks if t.op == "grouped_matmul")
@@ -286,17 +287,16 @@ class Profile:
         for task in g.tasks:
             if task.placement.allow[:1] != (rank0,):
                 continue
-            seconds = table.time[task.index][d]
+            seconds = times[task.index]
             if not math.isfinite(seconds) and shards and _touches(task, shards):
                 # a kernel of every expert's weights (their gradient or optimizer step) can outgrow one
                 # GPU here, but a rank runs it on its 1/expert share: the plan model counts that memory
                 if unbounded is None:
-                    unbounded = build_cost_table(g, replace(node, devices=tuple(
-                        replace(dv, memory_gib=None) for dv in node.devices)))
-                seconds = unbounded.time[task.index][d]
+                    unbounded = device_column(g, replace(node, devices=tuple(
+                        replace(dv, memory_gib=None) for dv in node.devices)), d, mine)[0]
+                seconds = unbounded[task.index]
             if not unrunnable and not task.explicit_cost and not math.isfinite(seconds):
-                why = next((r for ti, di, r in table.reasons if ti == task.index and di == d), "no cost")
-                unrunnable = f"{task.name} ({why})"
+                unrunnable = f"{task.name} ({why_not.get(task.index, 'no cost')})"
             if task.explicit_cost:  # a collective: priced by the cluster model
                 if ".grads.allreduce" in task.name:  # a weight every rank holds: its gradients agree
                     continue
@@ -321,7 +321,7 @@ class Profile:
                 # kernel's feasibility and the plan's memory
                 held = sum(float(o.type.nbytes) for o in task.operands if o.kind == "weight")
                 held += sum(kv_bytes(p, int(p.attr("cache") or 0)) for p in parts)
-                working = max(working, table.footprint[task.index] - held)
+                working = max(working, footprint[task.index] - held)
                 if any(p.op in ATTENTION_OPS for p in parts):
                     att += seconds
                 elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):

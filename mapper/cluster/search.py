@@ -463,7 +463,8 @@ def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer
                      key=lambda e: (e.step, e.peak) if fitting else (e.peak, e.step))
         if not (fitting and any(w[0] <= top[0].step for w in sweep.waiting)):
             break
-        more(model, cands, sweep, top[0].step)  # layouts set aside that the simulated best no longer beats
+        # layouts set aside that the simulated best no longer beats
+        more(model, cands, sweep, top[0].step, _space_bound(top, fitting) or math.inf, REFINED)
         scored = sweep.estimates()
     ranked = tuple(top + (fitting[REFINED:] if fitting else []) + (rest if fitting else rest[REFINED:]))
     dtype = next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16")

@@ -19,6 +19,7 @@ Estimates come back in the plan space's order, so ties are broken as a full swee
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from mapper.cluster.model import Estimate, PlanModel
+from mapper.cluster.model import Estimate, PlanModel, lower_bound
 from mapper.cluster.schedule import step_time
 from mapper.cluster.space import Variants
 from mapper.core.progress import Progress
@@ -96,11 +97,42 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
     return out
 
 
-def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float) -> None:
-    """Estimate the layouts set aside whose time floor is below ``below`` (module docstring)."""
+def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float, bound: float = math.inf,
+         leaders: int = KEPT - 1) -> None:
+    """Estimate the layouts set aside whose time floor is below ``below`` (module docstring), but
+    none that can change what the planner reports: a variant is dropped unestimated when its own
+    :func:`cut_floor` is above both the :data:`KEPT`-th fastest fitting step found and ``bound``
+    (the plan space's bound over what is estimated: :func:`mapper.cluster.search._space_bound`),
+    each lowered as estimates come in (the bound by the lower bound of each estimate that can no
+    longer join the ``leaders`` fastest, which are simulated). Its closed-form step is at least its floor, so it could
+    only rank after the runners-up the reports list; its lower bound
+    (:func:`~mapper.cluster.model.lower_bound`) is at least its floor too (sends, ZeRO-3's gathers
+    and the synchronisation only add), above a bound that only falls as estimates are added, so
+    the bound reported stays the one every estimate gives."""
     todo = [w for w in out.waiting if w[0] <= below * (1 + SLACK)]
     out.waiting = [w for w in out.waiting if w[0] > below * (1 + SLACK)]
-    _run(model, cands, todo, out, None, 0.0, len(cands), stop=False)
+    steps = sorted(e.step for _, e in out.found if e.fits)[:KEPT]  # the KEPT fastest, ascending
+    for _, i, which in todo:
+        group = out.expand(cands[i])
+        for j, lay in enumerate(group) if which < 0 else [(which, group[which])]:
+            kth = steps[-1] if len(steps) == KEPT else math.inf
+            if max(kth, bound) < math.inf and cut_floor(model, lay) > max(kth, bound) * (1 + SLACK):
+                continue  # ranks after the runners-up, and cannot lower the bound
+            try:
+                est = model.estimate(lay)
+            except SplitError as err:
+                out.reasons.append(err.message)
+                continue
+            if est is None:
+                continue
+            out.found.append(((i, j), est))
+            if not est.fits:
+                continue
+            if len(steps) >= leaders and est.step > steps[leaders - 1]:  # never among the leaders simulated
+                bound = min(bound, lower_bound(est))
+            if len(steps) < KEPT or est.step < steps[-1]:
+                bisect.insort(steps, est.step)
+                del steps[KEPT:]
 
 
 def cut_floor(model: PlanModel, lay: Layout) -> float:

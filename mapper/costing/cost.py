@@ -397,20 +397,7 @@ def _task_row(task: Task, platform: Platform, index: dict[str, int], footprint: 
     cls = op_class(task.op, task.span)
     row_t, row_e, row_b, row_a, why = [], [], [], [], []
     for dev in platform.devices:
-        if not task.placement.permits(dev.name, dev.kind):
-            est = _excluded(task.placement, dev.name, dev.kind)
-        elif explicit is not None:
-            sec = explicit.get(dev.index)
-            est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")
-        elif (refused := refusal(task, dev)) is not None:
-            est = infeasible_estimate(refused)
-        elif task.parts and not dev.fuses:
-            est = unfused_estimate(task.parts, converted(dev, task.dtype))
-        else:
-            est = estimate(task, cls, converted(dev, task.dtype))
-        if est.time < INF and footprint > capacity[dev.index]:
-            need, has = fmt_bytes_pair(footprint, capacity[dev.index])
-            est = infeasible_estimate(f"footprint {need} exceeds memory {has}")
+        est = _cell(task, dev, cls, explicit, footprint, capacity)
         if est.time == INF:
             why.append((dev.index, est.reason))
         row_t.append(est.time)
@@ -419,6 +406,61 @@ def _task_row(task: Task, platform: Platform, index: dict[str, int], footprint: 
         row_e.append(INF if est.time == INF else power * est.time)
         row_a.append(_fpga_area(task, dev, est, explicit is not None) if dev.kind == "fpga" else 0.0)
     return tuple(row_t), tuple(row_e), tuple(row_b), tuple(row_a), tuple(why)
+
+
+def _cell(task: Task, dev: Device, cls: str, explicit: dict[int, float] | None, footprint: float,
+          capacity: tuple[float, ...]) -> Estimate:
+    """One task on one device: the checks of :func:`build_cost_table` in its order."""
+    if not task.placement.permits(dev.name, dev.kind):
+        est = _excluded(task.placement, dev.name, dev.kind)
+    elif explicit is not None:
+        sec = explicit.get(dev.index)
+        est = infeasible_estimate("no cost given") if sec is None else Estimate(sec, "explicit")
+    elif (refused := refusal(task, dev)) is not None:
+        est = infeasible_estimate(refused)
+    elif task.parts and not dev.fuses:
+        est = unfused_estimate(task.parts, converted(dev, task.dtype))
+    else:
+        est = estimate(task, cls, converted(dev, task.dtype))
+    if est.time < INF and footprint > capacity[dev.index]:
+        need, has = fmt_bytes_pair(footprint, capacity[dev.index])
+        est = infeasible_estimate(f"footprint {need} exceeds memory {has}")
+    return est
+
+
+def device_column(graph: TaskGraph, platform: Platform, device: int,
+                  tasks: Sequence[int]) -> tuple[dict[int, float], dict[int, str], tuple[float, ...]]:
+    """What :func:`build_cost_table` gives ``tasks`` on device ``device`` alone, without costing
+    the rest of the graph or the other devices: each task's time there, the reason of each
+    infinite one (the first of the table's sorted reasons for that cell), and every task's
+    footprint. A colocation class closes the device to all its members as the table does
+    (:func:`_colocate`), so the classes of ``tasks`` are costed whole."""
+    dev = platform.devices[device]
+    footprint = footprints(graph)
+    capacity = tuple(d.memory_gib * GIB if d.memory_gib is not None else INF for d in platform.devices)
+    index = {d.name: d.index for d in platform.devices}
+    classes = colocation_classes(graph)
+    wanted = set(tasks)
+    cells = sorted(wanted.union(*(m for m in classes if wanted.intersection(m))))
+    times: dict[int, float] = {}
+    why: dict[int, str] = {}
+    for i in cells:
+        task = graph.tasks[i]
+        explicit = _explicit_costs(task, platform, index) if task.explicit_cost else None
+        est = _cell(task, dev, op_class(task.op, task.span), explicit, footprint[i], capacity)
+        times[i] = est.time
+        if est.time == INF:
+            why[i] = est.reason
+    for members in classes:
+        blocker = next((t for t in members if t in times and times[t] == INF), None)
+        if blocker is None:
+            continue
+        reason = f"colocated with {graph.tasks[blocker].name!r}, which cannot run here"
+        for t in members:
+            if t in times and times[t] < INF:
+                times[t] = INF
+                why[t] = reason
+    return times, why, footprint
 
 
 def footprints(graph: TaskGraph) -> tuple[float, ...]:
