@@ -168,7 +168,7 @@ class PlanModel:
         self._sums: dict[tuple, tuple[list[float], ...]] = {}
         self._acts: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
         self._rings: dict[tuple, list[Ring]] = {}
-        self._pairs: dict[tuple[int, int, int | None, int], tuple[float, float]] = {}  # a block price's collectives
+        self._pair_lists: dict[tuple, list[tuple[float, float]]] = {}  # each block's collectives, by price list
         self._profiles: dict[int, Profile] = {1: profile}
         self.attend = AttentionPrices(profile)  # attention at the shapes the all-to-all forms run
         self._context_costs: dict[tuple[int, int, int], list[BlockCost]] = {}
@@ -295,35 +295,40 @@ class PlanModel:
                lay.cp_a2a, lay.gpus)
         if key in self._times:
             return self._times[key]
-        fw, bw = [], []
-        bits = mask(lay.recompute)
+        fw, bw, bits = [], [], mask(lay.recompute)
         costs = self.block_costs(t, lay.micro_batch, lay.context)
         hide = overlap.parts(lay.overlap)  # communication hidden under computation (mapper.cluster.overlap)
         etp = lay.etp if lay.expert > 1 else None
-        a2as, redos = self._expert_parts(lay, costs, bits, etp)
+        (a2as, redos), pairs = self._expert_parts(lay, costs, bits, etp), self._comm_pairs(lay, costs, etp)
+        cut_seq, share, full = lay.sequence and t > 1, 1 - 1 / t, lay.recompute == "full"
+        again, tp, a2a_hidden = bits & BIT["core_attn"] and not full, "tp" in hide, "a2a" in hide
         for n, (c, ring) in enumerate(zip(costs, self.rings(lay))):
             f = c.forward + ring.forward  # every ring step of attention, its sends as far as exposed
             b = c.backward + ring.backward
-            if lay.sequence and t > 1:  # norms and residual adds cut by the sequence too
-                f -= c.replicated * (1 - 1 / t)
-                b -= OTHER_BACKWARD * c.replicated * (1 - 1 / t)
-            if (id(c), t, etp, lay.gpus) not in self._pairs:  # the same for every recomputation and overlap
-                self._pairs[(id(c), t, etp, lay.gpus)] = (self._comm(c, lay, False, etp), self._comm(c, lay, True, etp))
-            cf, cb = self._pairs[(id(c), t, etp, lay.gpus)]
-            if "tp" in hide:
+            if cut_seq:  # norms and residual adds cut by the sequence too
+                f -= c.replicated * share
+                b -= OTHER_BACKWARD * c.replicated * share
+            cf, cb = pairs[n]
+            if tp:
                 cf, cb = overlap.tp_exposed(c, self._comm_each(c, lay, etp), [x[2] for x in c.collectives], t,
                                             overlap.first_gemm(costs[n + 1]) if n + 1 < len(costs) else 0.0)
             a2a = a2as[n]  # dispatch and combine, forward and backward alike
-            if "a2a" in hide:
+            if a2a_hidden:
                 a2a = overlap.alltoall_exposed(a2a, f, b)
             cf += a2a
             cb += a2a
-            redo = f + cf if lay.recompute == "full" else redos[n]
-            redo += ring.forward if bits & BIT["core_attn"] and lay.recompute != "full" else 0.0  # the whole ring again
+            redo = f + cf if full else redos[n]
+            redo += ring.forward if again else 0.0  # the whole ring again
             fw.append(f + cf)
             bw.append(b + cb + redo)
         self._times[key] = (fw, bw)
         return fw, bw
+
+    def _comm_pairs(self, lay: Layout, costs: list[BlockCost], etp: int | None) -> list[tuple[float, float]]:
+        """Each block's tensor-parallel collectives forward and backward (:meth:`_comm`), kept."""
+        if (key := (id(costs), lay.tensor, etp, lay.gpus)) not in self._pair_lists:  # price lists are kept
+            self._pair_lists[key] = [(self._comm(c, lay, False, etp), self._comm(c, lay, True, etp)) for c in costs]
+        return self._pair_lists[key]
 
     def _expert_parts(self, lay: Layout, costs: list[BlockCost], bits: int,
                       etp: int | None) -> tuple[list[float], list[float]]:

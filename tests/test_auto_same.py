@@ -1,0 +1,93 @@
+"""What makes ``--parallel auto`` faster changes nothing it reports: the layouts set aside that
+:func:`mapper.cluster.sweep.more` leaves unestimated leave the JSON byte for byte as estimating
+them all does, and a block's price read off rank 0's cost-table column
+(:func:`mapper.costing.cost.device_column`) is the whole table's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from small_llama import LLAMA
+
+import mapper.cluster.search as search
+import mapper.cluster.sweep as sweep
+from mapper.cli import main
+from mapper.costing.cost import build_cost_table, device_column
+from mapper.costing.fusion import fuse_for
+from mapper.costing.training import training_step
+from mapper.frontend.load import load_graph
+from mapper.frontend.sources import ModelFile
+from mapper.parallel.gradients import synchronise
+from mapper.parallel.plan import Plan
+from mapper.parallel.rewrite import split_graph
+from mapper.platform.loader import load_platform
+
+SIZES = {"LAYERS": 4, "HIDDEN": 256, "HEADS": 8, "KV_HEADS": 2, "FFN": 512, "VOCAB": 1000, "SEQ": 2048, "BATCH": 16}
+
+
+def _plan_json(tmp_path, name: str) -> bytes:
+    out = tmp_path / name
+    args = ["compile", LLAMA, *(x for k, v in SIZES.items() for x in ("--param", f"{k}={v}")),
+            "--platform", "dgx-h100-superpod", "--nodes", "2", "--train", "--parallel", "auto", "--json", str(out),
+            "-q"]
+    assert main(args) == 0
+    return out.read_bytes()
+
+
+def _every(model, cands, out, below, *_):
+    """The search before: every layout set aside whose floor is below ``below`` estimated."""
+    todo = [w for w in out.waiting if w[0] <= below * (1 + sweep.SLACK)]
+    out.waiting = [w for w in out.waiting if w[0] > below * (1 + sweep.SLACK)]
+    sweep._run(model, cands, todo, out, None, 0.0, len(cands), stop=False)
+
+
+def test_layouts_left_unestimated_change_no_byte(tmp_path, monkeypatch):
+    """With the leaders' simulated steps lengthened (as uneven chunks lengthen them), many layouts
+    set aside fall below the best and are looked at again: leaving those that cannot rank among the
+    runners-up or lower the bound unestimated gives the same report as estimating every one."""
+    refine = search.refine
+    monkeypatch.setattr(search, "refine", lambda e: replace(refine(e), step=refine(e).step * 1.5))
+    counts = {}
+
+    def counted(fn, name):
+        def run(model, cands, out, *rest):
+            before = len(out.found)
+            fn(model, cands, out, *rest)
+            counts[name] = counts.get(name, 0) + len(out.found) - before
+        return run
+
+    monkeypatch.setattr(search, "more", counted(sweep.more, "pruned"))
+    pruned = _plan_json(tmp_path, "pruned.json")
+    monkeypatch.setattr(search, "more", counted(_every, "every"))
+    every = _plan_json(tmp_path, "every.json")
+    assert pruned == every
+    assert counts["every"] > counts["pruned"]  # the test sees layouts set aside and left out
+
+
+@pytest.mark.parametrize("tensor, memory", [(1, None), (4, None), (4, 0.004)])
+def test_rank_zero_column_is_the_cost_tables(tensor, memory):
+    """Each of rank 0's tasks of a split training block: the same time and, where it cannot run
+    (a GPU of ``memory`` GiB), the same reason as the whole cost table gives (colocated forward and
+    backward tasks closed together)."""
+    node = load_platform("dgx-h100")
+    if memory is not None:
+        node = replace(node, devices=tuple(replace(d, memory_gib=memory) if d.kind == "gpu" else d
+                                           for d in node.devices))
+    graph = load_graph(ModelFile(LLAMA, params=tuple(SIZES.items())))
+    gpus = tuple(d.name for d in node.devices if d.kind == "gpu")[:tensor]
+    plan = Plan(data=1, tensor=tensor, stages=1, micro_batches=4, devices=gpus, vocab=True, parallel_loss=True)
+    split = split_graph(graph, plan, node, first_chunk=True)
+    g = synchronise(training_step(fuse_for(split.graph, node), "adam"), split, node, "adam")
+    d = node.device_index(gpus[0])
+    mine = [t.index for t in g.tasks if t.placement.allow[:1] == (gpus[0],)]
+    table = build_cost_table(g, node)
+    times, why, footprint = device_column(g, node, d, mine)
+    assert footprint == table.footprint
+    assert all(times[i] == table.time[i][d] for i in mine)
+    reasons = {}
+    for ti, di, r in table.reasons:
+        if di == d:
+            reasons.setdefault(ti, r)
+    assert {i: why[i] for i in mine if i in why} == {i: reasons[i] for i in mine if i in reasons}
+    assert (memory is not None) == bool(why) == any(r.startswith("colocated") for r in why.values())
