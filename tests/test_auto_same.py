@@ -8,17 +8,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from small_llama import LLAMA
+from small_llama import LLAMA, llama_graph, superpod
 
 import mapper.cluster.search as search
 import mapper.cluster.sweep as sweep
 from mapper.cli import main
+from mapper.cluster.context import a2a_heads
+from mapper.cluster.layers import layer_starts
+from mapper.cluster.model import lower_bound, refine
+from mapper.cluster.search import _setup
+from mapper.cluster.space import Variants, layouts
 from mapper.costing.cost import build_cost_table, device_column
 from mapper.costing.fusion import fuse_for
 from mapper.costing.training import training_step
 from mapper.frontend.load import load_graph
 from mapper.frontend.sources import ModelFile
 from mapper.parallel.gradients import synchronise
+from mapper.parallel.layout import LayoutSpec
 from mapper.parallel.plan import Plan
 from mapper.parallel.rewrite import split_graph
 from mapper.platform.loader import load_platform
@@ -91,3 +97,25 @@ def test_rank_zero_column_is_the_cost_tables(tensor, memory):
             reasons.setdefault(ti, r)
     assert {i: why[i] for i in mine if i in why} == {i: reasons[i] for i in mine if i in reasons}
     assert (memory is not None) == bool(why) == any(r.startswith("colocated") for r in why.values())
+
+
+def test_fill_floor_is_below_every_cut_of_the_kind():
+    """:func:`mapper.cluster.sweep.fill_floor` against every layout of a small plan space with
+    pipelines, interleaved or not, each cut: no closed-form or simulated step, and no lower bound,
+    below it; and without interleaving it is above the time floor wherever the pipeline fills."""
+    plat = superpod(2)
+    graph = llama_graph(SIZES, BATCH=8, SEQ=1024)
+    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
+    variants = Variants(LayoutSpec(), a2a_heads(graph), len(layer_starts(graph, model.profile.blocks)))
+    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, 1024, ("none",),
+                    a2a_heads(graph))
+    seen = above = 0
+    for lay in (x for c in cands if c.pipeline > 1 for x in variants.all(c)):
+        est = model.estimate(lay)
+        if est is None:
+            continue
+        floor = sweep.fill_floor(model, lay)
+        assert floor <= min(est.step, refine(est).step, lower_bound(est))
+        seen += 1
+        above += floor > model.time_floor(lay) * (1 + 1e-6)
+    assert seen > 50 and above > 10

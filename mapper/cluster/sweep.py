@@ -100,12 +100,13 @@ def score(model: PlanModel, cands: Sequence[Layout], progress: Callable[[Progres
 def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float, bound: float = math.inf,
          leaders: int = KEPT - 1) -> None:
     """Estimate the layouts set aside whose time floor is below ``below`` (module docstring), but
-    none that can change what the planner reports: a variant is dropped unestimated when its own
-    :func:`cut_floor` is above both the :data:`KEPT`-th fastest fitting step found and ``bound``
-    (the plan space's bound over what is estimated: :func:`mapper.cluster.search._space_bound`),
-    each lowered as estimates come in (the bound by the lower bound of each estimate that can no
-    longer join the ``leaders`` fastest, which are simulated). Its closed-form step is at least its floor, so it could
-    only rank after the runners-up the reports list; its lower bound
+    none that can change what the planner reports: a variant is dropped unestimated when the floor
+    of any cut of its kind (:func:`fill_floor`) or its own :func:`cut_floor` is above both the
+    :data:`KEPT`-th fastest fitting step found and ``bound`` (the plan space's bound over what is
+    estimated: :func:`mapper.cluster.search._space_bound`), each lowered as estimates come in
+    (the bound by the lower bound of each estimate that can no longer join the ``leaders``
+    fastest, which are simulated). Its closed-form step is at least its floor, so it could only
+    rank after the runners-up the reports list; its lower bound
     (:func:`~mapper.cluster.model.lower_bound`) is at least its floor too (sends, ZeRO-3's gathers
     and the synchronisation only add), above a bound that only falls as estimates are added, so
     the bound reported stays the one every estimate gives."""
@@ -116,8 +117,9 @@ def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float, bo
         group = out.expand(cands[i])
         for j, lay in enumerate(group) if which < 0 else [(which, group[which])]:
             kth = steps[-1] if len(steps) == KEPT else math.inf
-            if max(kth, bound) < math.inf and cut_floor(model, lay) > max(kth, bound) * (1 + SLACK):
-                continue  # ranks after the runners-up, and cannot lower the bound
+            above = max(kth, bound) * (1 + SLACK)
+            if above < math.inf and (fill_floor(model, lay) > above or cut_floor(model, lay) > above):
+                continue  # ranks after the runners-up, and cannot lower the bound (the floor of any cut first)
             try:
                 est = model.estimate(lay)
             except SplitError as err:
@@ -133,6 +135,21 @@ def more(model: PlanModel, cands: Sequence[Layout], out: Sweep, below: float, bo
             if len(steps) < KEPT or est.step < steps[-1]:
                 bisect.insort(steps, est.step)
                 del steps[KEPT:]
+
+
+def fill_floor(model: PlanModel, lay: Layout) -> float:
+    """Seconds no step of ``lay``'s kind goes below, whatever its cut: without interleaving,
+    :func:`cut_floor`'s bound ``X = max_r (sum_{c<r} T_c + m T_r)`` over ranks of ``T_r`` seconds
+    a micro-batch, ``S`` in all, holds ``T_r <= (X - sum_{c<r} T_c) / m`` for each ``r``, so the
+    chunks before ``r`` sum to at most ``X (1 - (1 - 1/m)^r)`` and ``S <= X (1 - (1 - 1/m)^p)``:
+    ``X >= S / (1 - (1 - 1/m)^p)``, the pipeline's fill and drain that the time floor
+    (:meth:`~mapper.cluster.model.PlanModel.time_floor`, ``m S / p``) leaves out; with
+    interleaving, the time floor."""
+    floor = model.time_floor(lay)
+    p, m = lay.pipeline, model.samples // (lay.data * lay.micro_batch)
+    if lay.interleave > 1 or p == 1:
+        return floor
+    return floor * p / m / (1 - (1 - 1 / m) ** p) * (1 - SLACK)
 
 
 def cut_floor(model: PlanModel, lay: Layout) -> float:
