@@ -299,12 +299,14 @@ class PlanModel:
         costs = self.block_costs(t, lay.micro_batch, lay.context)
         hide = overlap.parts(lay.overlap)  # communication hidden under computation (mapper.cluster.overlap)
         etp = lay.etp if lay.expert > 1 else None
-        (a2as, redos), pairs = self._expert_parts(lay, costs, bits, etp), self._comm_pairs(lay, costs, etp)
+        a2as, redos = self._expert_parts(lay, costs, bits, etp)
+        if (pk := (id(costs), t, etp, lay.gpus)) not in self._pair_lists:  # each block's collectives (lists kept)
+            self._pair_lists[pk] = [(self._comm(c, lay, False, etp), self._comm(c, lay, True, etp)) for c in costs]
+        pairs = self._pair_lists[pk]  # the same for every recomputation and overlap
         cut_seq, share, full = lay.sequence and t > 1, 1 - 1 / t, lay.recompute == "full"
         again, tp, a2a_hidden = bits & BIT["core_attn"] and not full, "tp" in hide, "a2a" in hide
         for n, (c, ring) in enumerate(zip(costs, self.rings(lay))):
-            f = c.forward + ring.forward  # every ring step of attention, its sends as far as exposed
-            b = c.backward + ring.backward
+            f, b = c.forward + ring.forward, c.backward + ring.backward  # every ring step, its sends as exposed
             if cut_seq:  # norms and residual adds cut by the sequence too
                 f -= c.replicated * share
                 b -= OTHER_BACKWARD * c.replicated * share
@@ -315,20 +317,13 @@ class PlanModel:
             a2a = a2as[n]  # dispatch and combine, forward and backward alike
             if a2a_hidden:
                 a2a = overlap.alltoall_exposed(a2a, f, b)
-            cf += a2a
-            cb += a2a
+            cf, cb = cf + a2a, cb + a2a
             redo = f + cf if full else redos[n]
             redo += ring.forward if again else 0.0  # the whole ring again
             fw.append(f + cf)
             bw.append(b + cb + redo)
         self._times[key] = (fw, bw)
         return fw, bw
-
-    def _comm_pairs(self, lay: Layout, costs: list[BlockCost], etp: int | None) -> list[tuple[float, float]]:
-        """Each block's tensor-parallel collectives forward and backward (:meth:`_comm`), kept."""
-        if (key := (id(costs), lay.tensor, etp, lay.gpus)) not in self._pair_lists:  # price lists are kept
-            self._pair_lists[key] = [(self._comm(c, lay, False, etp), self._comm(c, lay, True, etp)) for c in costs]
-        return self._pair_lists[key]
 
     def _expert_parts(self, lay: Layout, costs: list[BlockCost], bits: int,
                       etp: int | None) -> tuple[list[float], list[float]]:
