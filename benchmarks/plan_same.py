@@ -3,15 +3,17 @@
     python benchmarks/plan_same.py --before TREE [--repeats 3] [--rows 1,2,3] [--small-only]
 
 ``TREE`` is a source tree of the other version (e.g. ``git archive <commit> | tar -x -C TREE``),
-run with its ``mapper`` package first on the import path; the other side is this checkout. Each
+run with its ``mapper`` package first on the import path (``python -P``, so that the working
+directory, this checkout, does not come first); the other side is this checkout. Each
 case runs ``mapper compile ... --train --parallel auto --json OUT -q`` once per version and
 repeat, the versions alternating (before, after, before, after, ...) so that both see the same
 load, and its JSON reports must be byte-identical: a speed-up may change no choice and no
 number. One count is let differ: the windows that the plan graph's mapping (its LNS, bounded by
 a deadline in wall seconds, ``mapper/mapping/lns.py``) got through, which varies from run to run
-of the same version under load. The planning rows of ``benchmarks/plan_speed.py`` are timed (wall and CPU seconds, the
-median of the repeats, the load average beside them); a few small models (dense with context
-parallelism, mixture-of-experts, MLA, a GPT on NVL72 trays) are only compared.
+of the same version under load. The planning rows of ``benchmarks/plan_speed.py`` are timed
+(wall and CPU seconds, the median of the repeats, the load average beside them); a few small
+models (dense with context parallelism, mixture-of-experts, MLA, a GPT on NVL72 trays) are
+compared and timed once.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def run(tree: str | None, model: list[str], platform: str, nodes: str, precision
     env = dict(os.environ)
     if tree:
         env["PYTHONPATH"] = os.path.abspath(tree) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "mapper", "compile", *model, "--platform", platform, "--nodes", nodes, "--train",
+    cmd = [sys.executable, "-P", "-m", "mapper", "compile", *model, "--platform", platform, "--nodes", nodes, "--train",
            "--precision", precision, "--parallel", "auto", "--json", out, "-q"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
