@@ -119,3 +119,26 @@ def test_fill_floor_is_below_every_cut_of_the_kind():
         seen += 1
         above += floor > model.time_floor(lay) * (1 + 1e-6)
     assert seen > 50 and above > 10
+
+
+def test_a_block_that_cannot_run_gives_infinite_floors_never_nan():
+    """A block with a kernel over the GPU's memory is priced at infinity; under sequence parallelism
+    (its replicated kernels cut by ``t``) and a context ring (one backward step held back) that
+    must stay infinity, never ``inf - inf``: a NaN floor leaves the search's queue unsorted."""
+    import math
+
+    plat = superpod(2)
+    graph = llama_graph(SIZES, SEQ=65536, BATCH=2048)
+    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
+    variants = Variants(LayoutSpec(), a2a_heads(graph), len(layer_starts(graph, model.profile.blocks)))
+    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, 65536, ("none",),
+                    a2a_heads(graph))
+    blocked = 0
+    for lay in (x for c in cands if c.tensor > 1 for x in variants.all(c)):
+        if not any(c.unrunnable for c in model.block_costs(lay.tensor, lay.micro_batch, lay.context)):
+            continue
+        blocked += 1
+        floors = [model.time_floor(lay), sweep.cut_floor(model, lay)]
+        floors += [sweep.fill_floor(model, lay)] if lay.pipeline > 1 else []
+        assert all(f == math.inf for f in floors), (lay.label(), floors)
+    assert blocked > 20

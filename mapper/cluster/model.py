@@ -320,8 +320,8 @@ class PlanModel:
             cf, cb = cf + a2a, cb + a2a
             redo = f + cf if full else redos[n]
             redo += ring.forward if again else 0.0  # the whole ring again
-            fw.append(f + cf)
-            bw.append(b + cb + redo)
+            fw.append(f + cf if not c.unrunnable else math.inf)  # inf, never inf - inf (nan)
+            bw.append(b + cb + redo if not c.unrunnable else math.inf)
         self._times[key] = (fw, bw)
         return fw, bw
 
