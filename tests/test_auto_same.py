@@ -142,3 +142,21 @@ def test_a_block_that_cannot_run_gives_infinite_floors_never_nan():
         floors += [sweep.fill_floor(model, lay)] if lay.pipeline > 1 else []
         assert all(f == math.inf for f in floors), (lay.label(), floors)
     assert blocked > 20
+
+
+def test_sequence_parallelism_leaves_no_block_time_negative():
+    """Sequence parallelism cuts the kernels every tensor rank repeats (norms, residual adds) by
+    ``t``, but not the vocabulary-parallel embedding's lookup, which runs on the whole sequence
+    before its reduce-scatter (Megatron-Core ``VocabParallelEmbedding``): cutting it took more from
+    the first block's backward than it holds."""
+    plat = superpod(2)
+    graph = llama_graph(SIZES, BATCH=8, SEQ=1024)
+    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
+    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, 1024, ("none",),
+                    a2a_heads(graph))
+    seen = 0
+    for lay in (c for c in cands if c.tensor > 1 and c.sequence):
+        fw, bw = model._block_times(lay)
+        assert min(fw) >= 0 and min(bw) >= 0, lay.label()
+        seen += 1
+    assert seen > 10

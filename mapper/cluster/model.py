@@ -309,7 +309,7 @@ class PlanModel:
             f, b = c.forward + ring.forward, c.backward + ring.backward  # every ring step, its sends as exposed
             if cut_seq:  # norms and residual adds cut by the sequence too
                 f -= c.replicated * share
-                b -= OTHER_BACKWARD * c.replicated * share
+                b -= min(OTHER_BACKWARD * c.replicated, c.backward) * share  # never more than it holds
             cf, cb = pairs[n]
             if tp:
                 cf, cb = overlap.tp_exposed(c, self._comm_each(c, lay, etp), [x[2] for x in c.collectives], t,

@@ -324,7 +324,7 @@ class Profile:
                 working = max(working, footprint[task.index] - held)
                 if any(p.op in ATTENTION_OPS for p in parts):
                     att += seconds
-                elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv") for p in parts):
+                elif tensor > 1 and all(op_class(p.op, None) not in ("gemm", "conv", "embedding") for p in parts):
                     rep += seconds
                 items = _kept_items(task)
                 if task.name.split(".")[0] in loss and task.output is not None:
