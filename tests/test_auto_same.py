@@ -5,6 +5,7 @@ them all does, and a block's price read off rank 0's cost-table column
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -99,16 +100,23 @@ def test_rank_zero_column_is_the_cost_tables(tensor, memory):
     assert (memory is not None) == bool(why) == any(r.startswith("colocated") for r in why.values())
 
 
+def _plan_space(**sizes: int):
+    """The plan model of the small Llama at ``sizes`` on two SuperPOD nodes, its variants and the
+    layouts of its plan space (16 GPUs, every recompute set off)."""
+    plat = superpod(2)
+    graph = llama_graph(SIZES, **sizes)
+    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
+    variants = Variants(LayoutSpec(), a2a_heads(graph), len(layer_starts(graph, model.profile.blocks)))
+    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, sizes["SEQ"], ("none",),
+                    a2a_heads(graph))
+    return model, variants, cands
+
+
 def test_fill_floor_is_below_every_cut_of_the_kind():
     """:func:`mapper.cluster.sweep.fill_floor` against every layout of a small plan space with
     pipelines, interleaved or not, each cut: no closed-form or simulated step, and no lower bound,
     below it; and without interleaving it is above the time floor wherever the pipeline fills."""
-    plat = superpod(2)
-    graph = llama_graph(SIZES, BATCH=8, SEQ=1024)
-    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
-    variants = Variants(LayoutSpec(), a2a_heads(graph), len(layer_starts(graph, model.profile.blocks)))
-    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, 1024, ("none",),
-                    a2a_heads(graph))
+    model, variants, cands = _plan_space(BATCH=8, SEQ=1024)
     seen = above = 0
     for lay in (x for c in cands if c.pipeline > 1 for x in variants.all(c)):
         est = model.estimate(lay)
@@ -125,14 +133,7 @@ def test_a_block_that_cannot_run_gives_infinite_floors_never_nan():
     """A block with a kernel over the GPU's memory is priced at infinity; under sequence parallelism
     (its replicated kernels cut by ``t``) and a context ring (one backward step held back) that
     must stay infinity, never ``inf - inf``: a NaN floor leaves the search's queue unsorted."""
-    import math
-
-    plat = superpod(2)
-    graph = llama_graph(SIZES, SEQ=65536, BATCH=2048)
-    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
-    variants = Variants(LayoutSpec(), a2a_heads(graph), len(layer_starts(graph, model.profile.blocks)))
-    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, 65536, ("none",),
-                    a2a_heads(graph))
+    model, variants, cands = _plan_space(SEQ=65536, BATCH=2048)
     blocked = 0
     for lay in (x for c in cands if c.tensor > 1 for x in variants.all(c)):
         if not any(c.unrunnable for c in model.block_costs(lay.tensor, lay.micro_batch, lay.context)):
@@ -149,11 +150,7 @@ def test_sequence_parallelism_leaves_no_block_time_negative():
     ``t``, but not the vocabulary-parallel embedding's lookup, which runs on the whole sequence
     before its reduce-scatter (Megatron-Core ``VocabParallelEmbedding``): cutting it took more from
     the first block's backward than it holds."""
-    plat = superpod(2)
-    graph = llama_graph(SIZES, BATCH=8, SEQ=1024)
-    model = _setup(graph, plat, "adam", lambda x: fuse_for(x, plat)).model
-    cands = layouts(16, 8, model.samples, len(model.profile.blocks), LayoutSpec(), 0, 1024, ("none",),
-                    a2a_heads(graph))
+    model, _, cands = _plan_space(BATCH=8, SEQ=1024)
     seen = 0
     for lay in (c for c in cands if c.tensor > 1 and c.sequence):
         fw, bw = model._block_times(lay)
