@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from mapper.core.graph import Placement, SourceNode, Task, TaskGraph
@@ -452,10 +452,9 @@ def device_column(graph: TaskGraph, platform: Platform, device: int,
         if est.time == INF:
             why[i] = est.reason
     for members in classes:
-        blocker = next((t for t in members if t in times and times[t] == INF), None)
-        if blocker is None:
+        reason = _closed_by(graph, (t for t in members if t in times and times[t] == INF))
+        if reason is None:
             continue
-        reason = f"colocated with {graph.tasks[blocker].name!r}, which cannot run here"
         for t in members:
             if t in times and times[t] < INF:
                 times[t] = INF
@@ -491,15 +490,21 @@ def colocation_classes(graph: TaskGraph) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(m) for m in members.values() if len(m) > 1)
 
 
+def _closed_by(graph: TaskGraph, cannot: Iterable[int]) -> str | None:
+    """Why a device is closed to a colocation class: the first of its members that ``cannot`` run
+    there (None: every member can)."""
+    blocker = next(iter(cannot), None)
+    return None if blocker is None else f"colocated with {graph.tasks[blocker].name!r}, which cannot run here"
+
+
 def _colocate(graph: TaskGraph, times: list, bounds: list, energy: list, reasons: list) -> None:
     """A device that one task of a colocation class cannot use is closed to the whole class."""
     devices = len(times[0]) if times else 0
     for members in colocation_classes(graph):
         for d in range(devices):
-            blocker = next((t for t in members if times[t][d] == INF), None)
-            if blocker is None:
+            why = _closed_by(graph, (t for t in members if times[t][d] == INF))
+            if why is None:
                 continue
-            why = f"colocated with {graph.tasks[blocker].name!r}, which cannot run here"
             for t in members:
                 if times[t][d] < INF:
                     times[t] = times[t][:d] + (INF,) + times[t][d + 1:]
