@@ -242,6 +242,16 @@ class Ring:
     kept: float = 0.0  # bytes each micro-batch in flight keeps besides the block's own (cp=a2a's output copy)
 
 
+def ring_pass(a_f: float, a_b: float, n: float, steps: int, net: Network, across: bool) -> tuple[float, float]:
+    """Forward and backward seconds of a ring of ``steps`` ranks whose every step attends for
+    ``a_f`` (``a_b``) beside the send of ``n`` bytes of K and V (module docstring; one step alone
+    sends nothing)."""
+    if steps <= 1:
+        return a_f, a_b
+    k, k2 = send(net, n, across), send(net, 2 * n, across)
+    return a_f + (steps - 1) * max(a_f, k), 2 * max(a_b, k) + (steps - 2) * max(a_b, k2)
+
+
 def ring_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, net: Network,
                across: bool) -> Ring:
     """The :class:`Ring` of block price ``cost``: ``kv`` bytes per position of each attention op,
@@ -252,10 +262,9 @@ def ring_times(cost: BlockCost, kv: tuple[float, ...], positions: int, c: int, n
     a_f, a_b = cost.attention / len(kv), cost.attention_backward / len(kv)
     fwd = bwd = hid_f = hid_b = 0.0
     for per in kv:
-        n = per * positions
-        k, k2 = send(net, n, across), send(net, 2 * n, across)
-        fwd += (c - 1) * max(a_f, k)
-        bwd += 2 * max(a_b, k) + (c - 2) * max(a_b, k2) - a_b  # the block holds one a_b already
+        f, b = ring_pass(a_f, a_b, per * positions, c, net, across)
+        fwd += f - a_f  # the block holds one step already
+        bwd += b - a_b
         hid_f += (c - 1) * a_f
         hid_b += (c - 1) * a_b
     step = max(kv) * positions

@@ -46,13 +46,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mapper.cluster.context import RING_BUFFERS, Ring, head_counts, kv_per_position, qkvo_per_position
+from mapper.cluster.context import RING_BUFFERS, Ring, head_counts, kv_per_position, qkvo_per_position, ring_pass
 from mapper.cluster.profile import BlockCost, Profile
 from mapper.core.graph import Operand, Placement, Task, TaskGraph, TensorType
 from mapper.core.ops import ATTENTION_OPS, infer
 from mapper.costing.cost import build_cost_table
 from mapper.costing.training import training_step
-from mapper.parallel.collectives import Network, collective, send
+from mapper.parallel.collectives import Network, collective
 
 #: The kinds of context parallelism priced here (an all-to-all of Q, K, V and the output).
 KINDS = ("a2a", "a2a+p2p")
@@ -130,11 +130,7 @@ def alltoall_times(cost: BlockCost, graph: TaskGraph, tasks: tuple[int, ...], se
                    for w in widths) if k > 1 else 0.0
         a_f, a_b = attend(task, tensor * k, seq // p, sequences)
         n = kv_per_position(task, tensor * k) * sequences * (seq // p)  # a ring step's K and V
-        ring_f, ring_b = a_f, a_b
-        if p > 1:
-            s1, s2 = send(net, n, across), send(net, 2 * n, across)
-            ring_f = a_f + (p - 1) * max(a_f, s1)
-            ring_b = 2 * max(a_b, s1) + (p - 2) * max(a_b, s2)
+        ring_f, ring_b = ring_pass(a_f, a_b, n, p, net, across)
         fwd += comm + ring_f
         bwd += comm + ring_b
         exp_f += comm + ring_f - p * a_f
