@@ -105,6 +105,14 @@ class LowParams:
         return (self.held(db, q, qb, z), self.held(eb, eq * share, eqb * share, z),
                 self.gathered(db, q, qb, z), self.gathered(eb, eq * share, eqb * share, z))
 
+    def held_bytes(self, c: Any, lay: Any) -> float:
+        """Bytes of block price ``c``'s weights a rank of ``lay`` holds, dense and experts' (:meth:`block`)."""
+        return sum(self.block(c, lay)[:2])
+
+    def gathered_bytes(self, c: Any, lay: Any) -> float:
+        """Bytes of them its all-gathers move (:meth:`block`)."""
+        return sum(self.block(c, lay)[2:])
+
     def plan(self, zero: int) -> dict[str, str]:
         """The key as JSON ``parallel.plan`` reports it for a layout of ZeRO stage ``zero`` (none without a format)."""
         return {KEY_OF[self.fmt]: "on" if self.active(zero) else "off"} if self.fmt else {}

@@ -204,7 +204,7 @@ def _estimate(kinds: list[KindModel], lay: Layout, seq: list[int], samples: int,
             exposed = max(total - b, total / max(1, math.ceil(pbytes / BUCKET)))
         rank_sync.append(exposed + update)
         kept, work = km.model._activations(lay, range(a, e))
-        wbytes = sum(sum(km.model.low.block(costs[i], lay)[:2]) for i in range(a, e))  # as held (lowparam)
+        wbytes = sum(km.model.low.held_bytes(costs[i], lay) for i in range(a, e))  # as held (lowparam)
         memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d, wbytes),
                   **activation_parts(kept * min(p - s, m) + work, km.model.fragmentation),
                   "reserve": reserve(km.model.capacity, lay)}
@@ -244,7 +244,7 @@ def _stage_costs(kinds: list[KindModel], lay: Layout, seq: list[int], weights: l
         work = np.zeros((n + 1, n + 1))
         for a in range(n):
             work[a, a + 1:] = np.maximum.accumulate([w for _, w in acts[a:]])
-        wbytes = span([sum(km.model.low.block(c, lay)[:2]) for c in costs])  # the weights as held (lowparam)
+        wbytes = span([km.model.low.held_bytes(c, lay) for c in costs])  # the weights as held (lowparam)
         fixed = (sum(state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d, wbytes).values())
                  + sum(activation_parts(work, km.model.fragmentation).values())
                  + reserve(km.model.capacity, lay))
@@ -352,7 +352,7 @@ def _shared(kinds: list[KindModel], samples: int, optimizer: str, between_gbs: f
     worst: tuple[float, dict[str, float], float] | None = None
     for km in kinds:
         kept, work = km.model._activations(lay, range(len(km.model.profile.blocks)))
-        wbytes = sum(sum(km.model.low.block(c, lay)[:2]) for c in km.model.block_costs(t, b))  # as held (lowparam)
+        wbytes = sum(km.model.low.held_bytes(c, lay) for c in km.model.block_costs(t, b))  # as held (lowparam)
         memory = {**state_bytes(params, pbytes, opt.states, km.model.grad, lay.zero, d, wbytes),
                   **activation_parts(kept + work, km.model.fragmentation),
                   "reserve": reserve(km.model.capacity, lay)}

@@ -401,7 +401,7 @@ class PlanModel:
                 zf = zero3.forward(fw[a:e], gathers) - sum(fw[a:e])
                 zb = zero3.backward(bw[a:e], gathers, scatters) - sum(bw[a:e])
                 rank_z3[s] += zf + zb
-                whole = [sum(self.low.block(costs[i], lay)[:2]) for i in range(a, e)]
+                whole = [self.low.held_bytes(costs[i], lay) for i in range(a, e)]
                 rank_live[s] = max(rank_live[s], zero3.live(whole))
                 chunk_times[-1] = (f + zf, b + zb)
         rank_time = [x + z for x, z in zip(rank_time, rank_z3)]
@@ -456,7 +456,7 @@ class PlanModel:
         gathers, scatters = [], []
         for i in indices:
             dp_, db_, ep_, eb_ = self.held(costs[i], lay)
-            moved = sum(self.low.block(costs[i], lay)[2:])  # as the run gathers them (lowparam)
+            moved = self.low.gathered_bytes(costs[i], lay)  # as the run gathers them (lowparam)
             gathers.append(max(zero3.sharded(self.net, "allgather", moved, d, g, self.fsdp) for g in shares))
             scatters.append(max(zero3.sharded(self.net, "reducescatter", self._grad_bytes(dp_ + ep_, db_ + eb_), d, g,
                                               self.fsdp) for g in shares))
