@@ -38,7 +38,7 @@ import statistics
 import time
 
 from mapper.cluster.model import refine
-from mapper.cluster.search import _setup
+from mapper.cluster.search import Framework, _setup
 from mapper.costing.efficiency import op_class
 from mapper.costing.fusion import fuse_for
 from mapper.frontend.load import load_graph
@@ -207,7 +207,7 @@ def _group(selene, model: str, seq: int, gpus: int, kernels: str, rows: list) ->
               ("FUSED_NORM", int(kernels == "flash2+rms")), ("FUSED_SWIGLU", 0), ("FUSED_ROPE", 0))
     graph = load_graph(ModelFile("examples/llama.tg", params=params))
     plat = with_nodes(selene, gpus // 8)
-    model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat), allocator="caching").model
+    model_ = _setup(graph, plat, "adam", lambda g: fuse_for(g, plat), Framework(allocator="caching")).model
     out = []
     for recompute, t, p, b, step, mfu in rows:
         d = gpus // (t * p)

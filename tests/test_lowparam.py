@@ -9,7 +9,7 @@ import pytest
 from mapper.cli import main
 from mapper.cluster.lowparam import LowParams
 from mapper.cluster.plan_graph import plan_graph, replica_platform
-from mapper.cluster.search import _setup, plan_cluster
+from mapper.cluster.search import Framework, _setup, plan_cluster
 from mapper.costing.fusion import fuse_for
 from mapper.costing.precision import with_precision
 from mapper.frontend.load import load_graph
@@ -86,7 +86,7 @@ def test_the_parameter_all_gather_moves_half_the_bytes():
     plat = with_nodes(load_platform("dgx-h100-superpod"), 2)
     for value, per in (("on", 1.0), ("off", 2.0)):
         low = LowParams("fp8", value == "on")
-        model = _setup(g, plat, "adam", lambda x: fuse_for(x, plat), "fp32", "", ("deepspeed", low)).model
+        model = _setup(g, plat, "adam", lambda x: fuse_for(x, plat), Framework("fp32", "", "deepspeed", low)).model
         gemm = sum(model.low.block(c, lay)[2] - (c.param_bytes - c.low[1]) for c in model.block_costs(1, 1))
         assert gemm == pytest.approx(per * GEMM)
 

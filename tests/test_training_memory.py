@@ -9,7 +9,7 @@ import pytest
 from mapper.cli import main
 from mapper.cluster.model import FRAGMENTATION
 from mapper.cluster.profile import Profile
-from mapper.cluster.search import _setup, plan_cluster
+from mapper.cluster.search import Framework, _setup, plan_cluster
 from mapper.cluster.states import state_bytes
 from mapper.costing.cost import build_cost_table
 from mapper.costing.fusion import fuse_for
@@ -100,7 +100,7 @@ def test_the_allocators_fragmentation_is_a_share_of_the_activations():
     params = (("LAYERS", 4), ("HIDDEN", H), ("HEADS", A), ("SEQ", S), ("VOCAB", 4096), ("BATCH", 64))
     g = load_graph(ModelFile("examples/llama.tg", params=params))
     plat = with_nodes(load_platform("selene"), 1)
-    model = _setup(g, plat, "adam", lambda x: fuse_for(x, plat), allocator="caching").model
+    model = _setup(g, plat, "adam", lambda x: fuse_for(x, plat), Framework(allocator="caching")).model
     assert _setup(g, plat, "adam", lambda x: fuse_for(x, plat)).model.fragmentation == 0.0  # expandable
     for lay in (Layout(2, 2, 2, 2, 1, "none", 1, False), Layout(1, 4, 2, 1, 1, "full", 1, False)):
         est = model.estimate(lay)

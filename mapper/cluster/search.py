@@ -226,7 +226,7 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
     fsdp = check_fsdp(given)
     low = resolve(given, precision, False)  # fp8_param / fp4_param (each GPU's layouts: _setup)
     given = replace(given, grad=None, allocator=None, attn=None, fsdp=None, fp8_param=None, fp4_param=None)
-    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, grad, allocator, (fsdp, low))
+    choice = _plan_kinds(graph, platform, given, optimizer, prepare, progress, Framework(grad, allocator, fsdp, low))
     own = FORMAT_NAMES.get(next((t.dtype for t in graph.tasks if t.op == "matmul"), "f16"), "fp16")
     choice = replace(choice, precision=precision or own, grad=grad or own, allocator=allocator, attn=attn,
                      fsdp=fsdp, low=low)
@@ -241,17 +241,28 @@ def plan_cluster(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimi
 FORMAT_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 
 
+@dataclass(frozen=True, slots=True)
+class Framework:
+    """What the training framework keeps one way for a whole plan, not per layout: the gradient
+    buffer's format (``grad``; "": the weights' own), the caching allocator's mode, ZeRO-3's
+    implementation and how quantised GEMMs' weights are held (:mod:`mapper.cluster.lowparam`)."""
+
+    grad: str = ""
+    allocator: str = ""
+    fsdp: str = FSDP[0]
+    low: LowParams = NONE
+
+
 def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
                 prepare: Callable[[TaskGraph], TaskGraph], progress: Callable[[Progress], None] | None,
-                grad: str, allocator: str = "", fsdp: tuple[str, LowParams] = (FSDP[0], NONE)) -> ClusterChoice:
-    """:func:`plan_cluster` with the gradient buffer's format, the allocator, ZeRO-3's implementation and the
-    quantised weights' layout resolved."""
+                frame: Framework = Framework()) -> ClusterChoice:
+    """:func:`plan_cluster` with the framework's plan-wide choices resolved (``frame``)."""
     if platform.fleet is not None:
         choices = []
         setups: list[_Setup] = []  # each kind's priced blocks, for its own plans and the mixed ones
         for k in platform.fleet.kinds:
             try:
-                setups.append(_setup(graph, k.platform, optimizer, prepare, grad, allocator, fsdp))
+                setups.append(_setup(graph, k.platform, optimizer, prepare, frame))
                 choices.append(replace(_plan_one(graph, k.platform, given, optimizer, prepare, progress,
                                                  setups[-1]), kind=k.kind))
             except OptionsError:
@@ -259,7 +270,7 @@ def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
                     raise
         if not choices:
             return _plan_one(graph, platform.fleet.kinds[0].platform, given, optimizer, prepare, progress,
-                             grad=grad, allocator=allocator, fsdp=fsdp)
+                             frame=frame)
         whole = len(setups) == len(platform.fleet.kinds) > 1
         if whole:  # every kind, and every subset of two or more kinds (the slowest may only slow it down)
             for subset in _subsets(len(setups)):
@@ -281,7 +292,7 @@ def _plan_kinds(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimiz
         return replace(best, others=tuple((label(c), c.best.step, c.best.fits) for c in choices if c is not best),
                        kinds_used=best.kinds_used if len(best.kinds_used) < every else (),
                        bound=min(bounds) if bounds else None)
-    return _plan_one(graph, platform, given, optimizer, prepare, progress, grad=grad, allocator=allocator, fsdp=fsdp)
+    return _plan_one(graph, platform, given, optimizer, prepare, progress, frame=frame)
 
 
 #: The ``kind`` of a choice whose pipeline stages sit on several node kinds.
@@ -396,8 +407,7 @@ class _Setup:
 
 
 def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
-           prepare: Callable[[TaskGraph], TaskGraph], grad: str = "", allocator: str = "",
-           fsdp: tuple[str, LowParams] = (FSDP[0], NONE)) -> _Setup:
+           prepare: Callable[[TaskGraph], TaskGraph], frame: Framework = Framework()) -> _Setup:
     gpus_here = [d for d in platform.devices if d.kind == "gpu"]
     if not gpus_here:
         raise OptionsError(f"platform {platform.name} has no GPUs to lay the model out on",
@@ -415,9 +425,9 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
                            f"{MAX_SAMPLES:,} (set the batch param, e.g. --param BATCH, lower)", obj="--parallel")
     # collectives see a scale-up domain larger than a node (NVL72) as one node of its GPUs
     view = domain_view(platform)
-    low = replace(fsdp[1], non_tn=gpu.tensor_peak("mxfp8") is not None)  # Blackwell: FP8 GEMMs of any layout
-    model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, grad,
-                      allocator or DEFAULT_ALLOCATOR, fsdp[0], low)
+    low = replace(frame.low, non_tn=gpu.tensor_peak("mxfp8") is not None)  # Blackwell: FP8 GEMMs of any layout
+    model = PlanModel(profile, network(view), samples, optimizer, (gpu.memory_gib or 0.0) * GIB, frame.grad,
+                      frame.allocator or DEFAULT_ALLOCATOR, frame.fsdp, low)
     per_node = sum(1 for d in view.devices if d.kind == "gpu")
     return _Setup(model, gpu, per_node, len(gpus_here) * nodes, samples, seq)
 
@@ -425,12 +435,11 @@ def _setup(graph: TaskGraph, platform: Platform, optimizer: str,
 def _plan_one(graph: TaskGraph, platform: Platform, given: LayoutSpec, optimizer: str,
               prepare: Callable[[TaskGraph], TaskGraph],
               progress: Callable[[Progress], None] | None = None, setup: _Setup | None = None,
-              grad: str = "", allocator: str = "",
-              fsdp: tuple[str, LowParams] = (FSDP[0], NONE)) -> ClusterChoice:
+              frame: Framework = Framework()) -> ClusterChoice:
     """:func:`plan_cluster` on one cluster (or machine) of one kind of node (``setup``: its
     blocks priced already)."""
     start = time.perf_counter()
-    setup = setup or _setup(graph, platform, optimizer, prepare, grad, allocator, fsdp)
+    setup = setup or _setup(graph, platform, optimizer, prepare, frame)
     model, gpu, per_node, gpus, samples, seq = (setup.model, setup.gpu, setup.per_node, setup.gpus, setup.samples,
                                                 setup.seq)
     profile = model.profile
